@@ -1,0 +1,84 @@
+//! Project automation: `cargo xtask <command>`.
+//!
+//! One binary, no async runtime and no CLI framework: the commands are few and
+//! their arguments simple, so a `match` over `std::env::args` is all we need.
+
+mod cuda_toolchain;
+mod gen_bindings;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+const HELP: &str = "\
+cargo xtask <command> [options]
+
+Commands:
+  bindgen [--check]        regenerate cuda-sys/src/{bindings,driver_table,error_names}.rs
+                           from CUDA 13.0's cuda.h; --check fails when the committed
+                           files differ from a fresh generation
+  help                     print this text
+
+The CUDA 13.0 headers come from NVIDIA's Python wheels, installed on first use
+into target/cuda-toolchain (see shared/gpu/README.md); bindgen needs libclang
+(`apt-get install libclang-dev`), which is installed when missing and possible.
+";
+
+/// The error type of every command: a message for the person at the terminal.
+pub(crate) type Result<T> = std::result::Result<T, String>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (command, rest) = match args.split_first() {
+        Some((command, rest)) => (command.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    let check = rest.iter().any(|a| a == "--check");
+    let result = match command {
+        "bindgen" => gen_bindings::run(check),
+        "help" | "--help" | "-h" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask {command}: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub(crate) fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits inside the workspace")
+        .to_path_buf()
+}
+
+/// Write `contents` to `path`, or with `check` compare and report a stale file.
+pub(crate) fn write_or_check(path: &Path, contents: &[u8], check: bool) -> Result<bool> {
+    let current = std::fs::read(path).ok();
+    let same = current.as_deref() == Some(contents);
+    if check {
+        if !same {
+            return Err(format!(
+                "{} is stale: run `cargo xtask {}` and commit the result",
+                path.display(),
+                if path.extension().is_some_and(|e| e == "fatbin") {
+                    "build-kernels"
+                } else {
+                    "bindgen"
+                }
+            ));
+        }
+        return Ok(false);
+    }
+    if !same {
+        std::fs::write(path, contents)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(!same)
+}
