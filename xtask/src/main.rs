@@ -3,8 +3,10 @@
 //! One binary, no async runtime and no CLI framework: the commands are few and
 //! their arguments simple, so a `match` over `std::env::args` is all we need.
 
+mod build_kernels;
 mod cuda_toolchain;
 mod gen_bindings;
+mod gpu_bundle;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,6 +18,11 @@ Commands:
   bindgen [--check]        regenerate cuda-sys/src/{bindings,driver_table,error_names}.rs
                            from CUDA 13.0's cuda.h; --check fails when the committed
                            files differ from a fresh generation
+  gpu-bundle [--no-bench]  build every test binary, the benches and the CLI in release
+                           mode into target/gpu-bundle with run.sh (see shared/gpu/README.md)
+  build-kernels [--check]  compile kernels/*.cu with nvcc 13.0 into kernels/*.fatbin
+                           (SASS sm_80..sm_120, PTX compute_80); --check rebuilds
+                           and fails naming each committed image that is stale
   help                     print this text
 
 The CUDA 13.0 headers come from NVIDIA's Python wheels, installed on first use
@@ -35,6 +42,8 @@ fn main() -> ExitCode {
     let check = rest.iter().any(|a| a == "--check");
     let result = match command {
         "bindgen" => gen_bindings::run(check),
+        "build-kernels" => build_kernels::run(check),
+        "gpu-bundle" => gpu_bundle::run_bundle(!rest.iter().any(|a| a == "--no-bench")),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
             Ok(())

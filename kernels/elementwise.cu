@@ -1,0 +1,35 @@
+// Elementwise kernels: saxpy, fill, scale-and-add.
+//
+// Every product-and-sum is written as an explicit fmaf so the result does not
+// depend on nvcc's contraction choices: the CPU twins compute f32::mul_add in
+// the same order and match bit for bit.
+#include "common.cuh"
+
+// y[i] = a * x[i] + y[i] (one fused multiply-add), for i < n.
+extern "C" __global__ void saxpy(unsigned long long n, float a, const float* x, float* y) {
+    GRID_STRIDE_LOOP(i, n) {
+        y[i] = fmaf(a, x[i], y[i]);
+    }
+}
+
+// out[i] = value, for i < n.
+extern "C" __global__ void fill_f32(unsigned long long n, float value, float* out) {
+    GRID_STRIDE_LOOP(i, n) {
+        out[i] = value;
+    }
+}
+
+// out[i] = value, for i < n.
+extern "C" __global__ void fill_u32(unsigned long long n, unsigned int value, unsigned int* out) {
+    GRID_STRIDE_LOOP(i, n) {
+        out[i] = value;
+    }
+}
+
+// out[i] = fmaf(a, x[i], b * y[i]), for i < n. `out` may be `x` or `y`.
+extern "C" __global__ void scale_add(unsigned long long n, float a, const float* x, float b,
+                                     const float* y, float* out) {
+    GRID_STRIDE_LOOP(i, n) {
+        out[i] = fmaf(a, x[i], b * y[i]);
+    }
+}

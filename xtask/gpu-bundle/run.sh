@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The GPU test bundle made by `cargo xtask gpu-bundle`: every test binary, the
+# benches and the CLI, run on the real driver (CUDA_STREAMS_DRIVER=cuda).
+#
+# usage: bash target/gpu-bundle/run.sh LOG_DIR [options]
+#   --sanitize[=TOOL]   run the test binaries under compute-sanitizer (default memcheck)
+#   --only REGEX        only the test/bench binaries whose name matches
+#   --no-tests          skip the test binaries
+#   --no-bench          skip the benches
+#   --bench-args "..."  extra arguments for every bench binary (e.g. "--warm-up-time 1")
+#   --cli "..."         extra CLI runs, `;`-separated, e.g. "demo;bench"
+# Full logs go to LOG_DIR; a short summary is printed last.
+set -u
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+logs="${1:?usage: run.sh LOG_DIR [--sanitize[=TOOL]] [--only REGEX] [--no-tests] [--no-bench]}"
+shift
+sanitize=""; only="."; run_tests=1; run_bench=1; bench_args=""; cli_runs="info"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize=memcheck ;;
+    --sanitize=*) sanitize="${1#*=}" ;;
+    --only) only="$2"; shift ;;
+    --no-tests) run_tests=0 ;;
+    --no-bench) run_bench=0 ;;
+    --bench-args) bench_args="$2"; shift ;;
+    --cli) cli_runs="info;$2"; shift ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$logs"
+export CUDA_STREAMS_DRIVER=cuda
+export PATH="/usr/local/cuda/bin:$PATH"
+summary="$logs/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary" >/dev/null; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$logs/gpu.txt" 2>&1
+note "gpu: $(head -n1 "$logs/gpu.txt")"
+note "bundle: $(cat "$here/MANIFEST" 2>/dev/null | head -n1)"
+
+IFS=';' read -r -a clis <<< "$cli_runs"
+for c in "${clis[@]}"; do
+  [ -n "$c" ] || continue
+  log="$logs/cli-${c// /_}.log"
+  # shellcheck disable=SC2086
+  (cd "$logs" && "$here/bin/cuda-streams" $c) > "$log" 2>&1
+  note "cli $c: exit $?"
+done
+
+passed=0; failed=0; ignored=0; bad_binaries=()
+if [ "$run_tests" = 1 ]; then
+  for t in "$here"/tests/*; do
+    name="$(basename "$t")"
+    echo "$name" | grep -Eq -- "$only" || continue
+    log="$logs/test-$name.log"
+    if [ -n "$sanitize" ]; then
+      cmd=(compute-sanitizer --tool "$sanitize" --error-exitcode 97 --print-limit 100 "$t")
+    else
+      cmd=("$t")
+    fi
+    start=$(date +%s%N)
+    "${cmd[@]}" > "$log" 2>&1
+    rc=$?
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    p=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
+    f=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+    i=$(grep -Eo '[0-9]+ ignored' "$log" | awk '{s+=$1} END {print s+0}')
+    passed=$((passed + p)); failed=$((failed + f)); ignored=$((ignored + i))
+    extra=""
+    if [ -n "$sanitize" ]; then extra=" | $(grep -E 'ERROR SUMMARY' "$log" | tail -n1)"; fi
+    if [ "$rc" != 0 ]; then
+      bad_binaries+=("$name")
+      [ "$f" = 0 ] && failed=$((failed + 1))
+      note "FAIL  $name: exit $rc, $p passed, $f failed (${ms} ms)$extra"
+      grep -E '^test .* FAILED$|panicked at|^---- ' "$log" | head -n 20 | sed 's/^/        /' >> "$summary"
+    else
+      note "ok    $name: $p passed, $i ignored (${ms} ms)$extra"
+    fi
+  done
+fi
+
+if [ "$run_bench" = 1 ] && [ -d "$here/benches" ]; then
+  for b in "$here"/benches/*; do
+    name="$(basename "$b")"
+    echo "$name" | grep -Eq -- "$only" || continue
+    log="$logs/bench-$name.log"
+    # shellcheck disable=SC2086
+    "$b" --bench $bench_args > "$log" 2>&1
+    note "bench $name: exit $?"
+    grep -E '^(RATIO|ratio|FIGURE)' "$log" | sed 's/^/        /' >> "$summary"
+  done
+fi
+
+echo
+cat "$summary"
+echo
+echo "logs: $logs"
+echo "$passed passed, $failed failed, $ignored skipped"
+[ "${#bad_binaries[@]}" = 0 ]

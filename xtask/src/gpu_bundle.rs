@@ -1,0 +1,131 @@
+//! `cargo xtask gpu-bundle`: everything the H200 runs, in one folder.
+//!
+//! The GPU machine has no Rust toolchain, so we build here: every test binary
+//! of the workspace, the bench binaries and the CLI, in release mode, stripped,
+//! next to `run.sh` (which sets `CUDA_STREAMS_DRIVER=cuda` so that a missing GPU
+//! fails instead of passing on the software driver).
+
+use crate::{Result, cuda_toolchain::run, workspace_root};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The bundle must travel with the device tool, which carries at most 64 MiB.
+const SIZE_LIMIT: u64 = 64 << 20;
+const RUN_SH: &str = include_str!("../gpu-bundle/run.sh");
+
+pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
+    let root = workspace_root();
+    let out = root.join("target").join("gpu-bundle");
+    if out.exists() {
+        std::fs::remove_dir_all(&out).map_err(|e| format!("cannot clear {}: {e}", out.display()))?;
+    }
+    for dir in ["tests", "benches", "bin"] {
+        std::fs::create_dir_all(out.join(dir)).map_err(|e| format!("cannot create {dir}: {e}"))?;
+    }
+
+    let tests = built_executables(&root, &["test", "--workspace", "--release", "--no-run"])?;
+    for (name, path) in &tests {
+        copy_stripped(path, &out.join("tests").join(name))?;
+    }
+    let mut benches = Vec::new();
+    if with_benches && root.join("benches").join("Cargo.toml").is_file() {
+        benches = built_executables(&root, &["bench", "--workspace", "--no-run"])?
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("bench-"))
+            .collect();
+        for (name, path) in &benches {
+            copy_stripped(path, &out.join("benches").join(name.trim_start_matches("bench-")))?;
+        }
+    }
+    run(Command::new("cargo").current_dir(&root).args(["build", "--release", "-p", "cuda-streams-cli"]))?;
+    copy_stripped(&root.join("target/release/cuda-streams"), &out.join("bin/cuda-streams"))?;
+    std::fs::write(out.join("run.sh"), RUN_SH).map_err(|e| format!("cannot write run.sh: {e}"))?;
+
+    let commit = Command::new("git")
+        .current_dir(&root)
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let size = dir_size(&out)?;
+    let manifest = format!(
+        "commit {commit}, {} test binaries, {} bench binaries, {:.1} MiB\n",
+        tests.len(),
+        benches.len(),
+        size as f64 / (1 << 20) as f64
+    );
+    std::fs::write(out.join("MANIFEST"), &manifest).map_err(|e| format!("cannot write MANIFEST: {e}"))?;
+    if size > SIZE_LIMIT {
+        return Err(format!(
+            "the bundle is {:.1} MiB, over the {} MiB the device tool carries",
+            size as f64 / (1 << 20) as f64,
+            SIZE_LIMIT >> 20
+        ));
+    }
+    eprintln!("xtask: target/gpu-bundle: {manifest}");
+    eprintln!("xtask: on the GPU machine, from the repo root: bash target/gpu-bundle/run.sh <log folder>");
+    Ok(())
+}
+
+/// Run a cargo build with JSON messages and collect the executables it made,
+/// named `<package>-<target>` (`bench-<target>` for bench targets).
+fn built_executables(root: &Path, args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+    let output = Command::new("cargo")
+        .current_dir(root)
+        .args(args)
+        .arg("--message-format=json")
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run cargo {}: {e}", args.join(" ")))?;
+    if !output.status.success() {
+        return Err(format!("cargo {} failed", args.join(" ")));
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let Some(executable) = message["executable"].as_str() else { continue };
+        let target = message["target"]["name"].as_str().unwrap_or("unknown");
+        let kind = message["target"]["kind"][0].as_str().unwrap_or("");
+        let package = message["package_id"]
+            .as_str()
+            .and_then(package_name)
+            .unwrap_or_else(|| target.to_string());
+        let name = match kind {
+            "bench" => format!("bench-{target}"),
+            "lib" | "bin" | "proc-macro" => format!("{package}-unit"),
+            _ => format!("{package}-{target}"),
+        };
+        let is_test = message["profile"]["test"] == true;
+        if (args[0] == "test" && !is_test) || (args[0] == "bench" && kind != "bench") {
+            continue;
+        }
+        found.push((name, PathBuf::from(executable)));
+    }
+    found.sort();
+    found.dedup_by(|a, b| a.0 == b.0);
+    Ok(found)
+}
+
+/// `path+file:///work/main/crates/driver#cuda-streams-driver@0.1.0` -> `cuda-streams-driver`.
+fn package_name(id: &str) -> Option<String> {
+    let after_hash = id.rsplit_once('#').map(|(_, rest)| rest)?;
+    Some(after_hash.split('@').next()?.to_string())
+}
+
+fn copy_stripped(from: &Path, to: &Path) -> Result<()> {
+    std::fs::copy(from, to).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
+    run(Command::new("strip").arg("--strip-all").arg(to))
+}
+
+fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let meta = entry.metadata().map_err(|e| e.to_string())?;
+        total += if meta.is_dir() { dir_size(&entry.path())? } else { meta.len() };
+    }
+    Ok(total)
+}
