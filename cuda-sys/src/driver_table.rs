@@ -384,10 +384,8 @@ impl Driver {
             let address = resolve(symbol);
             if address.is_null() {
                 missing.push(symbol);
-                None
-            } else {
-                Some(address)
             }
+            address
         };
         let cuInit = resolve("cuInit");
         let cuDriverGetVersion = resolve("cuDriverGetVersion");
@@ -449,262 +447,202 @@ impl Driver {
         let cuGraphDestroy = resolve("cuGraphDestroy");
         let cuGetErrorName = resolve("cuGetErrorName");
         let cuGetErrorString = resolve("cuGetErrorString");
-        let table = (|| Some(Self {
-            cuInit: unsafe {
-                core::mem::transmute::<
+        if !missing.is_empty() {
+            return Err(missing);
+        }
+        // SAFETY: every address is non-null (missing ones returned above) and, by the
+        // caller's contract, is the function the CUDA 13.0 headers declare under that
+        // symbol, whose type is the field's type.
+        Ok(unsafe {
+            Self {
+                cuInit: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(Flags: ::std::os::raw::c_uint) -> CUresult,
-                >(cuInit?)
-            },
-            cuDriverGetVersion: unsafe {
-                core::mem::transmute::<
+                >(cuInit),
+                cuDriverGetVersion: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         driverVersion: *mut ::std::os::raw::c_int,
                     ) -> CUresult,
-                >(cuDriverGetVersion?)
-            },
-            cuDeviceGetCount: unsafe {
-                core::mem::transmute::<
+                >(cuDriverGetVersion),
+                cuDeviceGetCount: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(count: *mut ::std::os::raw::c_int) -> CUresult,
-                >(cuDeviceGetCount?)
-            },
-            cuDeviceGet: unsafe {
-                core::mem::transmute::<
+                >(cuDeviceGetCount),
+                cuDeviceGet: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         device: *mut CUdevice,
                         ordinal: ::std::os::raw::c_int,
                     ) -> CUresult,
-                >(cuDeviceGet?)
-            },
-            cuDeviceGetName: unsafe {
-                core::mem::transmute::<
+                >(cuDeviceGet),
+                cuDeviceGetName: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         name: *mut ::std::os::raw::c_char,
                         len: ::std::os::raw::c_int,
                         dev: CUdevice,
                     ) -> CUresult,
-                >(cuDeviceGetName?)
-            },
-            cuDeviceGetAttribute: unsafe {
-                core::mem::transmute::<
+                >(cuDeviceGetName),
+                cuDeviceGetAttribute: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         pi: *mut ::std::os::raw::c_int,
                         attrib: CUdevice_attribute,
                         dev: CUdevice,
                     ) -> CUresult,
-                >(cuDeviceGetAttribute?)
-            },
-            cuDeviceTotalMem: unsafe {
-                core::mem::transmute::<
+                >(cuDeviceGetAttribute),
+                cuDeviceTotalMem: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(bytes: *mut usize, dev: CUdevice) -> CUresult,
-                >(cuDeviceTotalMem?)
-            },
-            cuDeviceCanAccessPeer: unsafe {
-                core::mem::transmute::<
+                >(cuDeviceTotalMem),
+                cuDeviceCanAccessPeer: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         canAccessPeer: *mut ::std::os::raw::c_int,
                         dev: CUdevice,
                         peerDev: CUdevice,
                     ) -> CUresult,
-                >(cuDeviceCanAccessPeer?)
-            },
-            cuDevicePrimaryCtxRetain: unsafe {
-                core::mem::transmute::<
+                >(cuDeviceCanAccessPeer),
+                cuDevicePrimaryCtxRetain: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(pctx: *mut CUcontext, dev: CUdevice) -> CUresult,
-                >(cuDevicePrimaryCtxRetain?)
-            },
-            cuDevicePrimaryCtxRelease: unsafe {
-                core::mem::transmute::<
+                >(cuDevicePrimaryCtxRetain),
+                cuDevicePrimaryCtxRelease: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(dev: CUdevice) -> CUresult,
-                >(cuDevicePrimaryCtxRelease?)
-            },
-            cuCtxSetCurrent: unsafe {
-                core::mem::transmute::<
+                >(cuDevicePrimaryCtxRelease),
+                cuCtxSetCurrent: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(ctx: CUcontext) -> CUresult,
-                >(cuCtxSetCurrent?)
-            },
-            cuCtxGetCurrent: unsafe {
-                core::mem::transmute::<
+                >(cuCtxSetCurrent),
+                cuCtxGetCurrent: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(pctx: *mut CUcontext) -> CUresult,
-                >(cuCtxGetCurrent?)
-            },
-            cuCtxSynchronize: unsafe {
-                core::mem::transmute::<
+                >(cuCtxGetCurrent),
+                cuCtxSynchronize: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn() -> CUresult,
-                >(cuCtxSynchronize?)
-            },
-            cuCtxGetStreamPriorityRange: unsafe {
-                core::mem::transmute::<
+                >(cuCtxSynchronize),
+                cuCtxGetStreamPriorityRange: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         leastPriority: *mut ::std::os::raw::c_int,
                         greatestPriority: *mut ::std::os::raw::c_int,
                     ) -> CUresult,
-                >(cuCtxGetStreamPriorityRange?)
-            },
-            cuStreamCreateWithPriority: unsafe {
-                core::mem::transmute::<
+                >(cuCtxGetStreamPriorityRange),
+                cuStreamCreateWithPriority: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         phStream: *mut CUstream,
                         flags: ::std::os::raw::c_uint,
                         priority: ::std::os::raw::c_int,
                     ) -> CUresult,
-                >(cuStreamCreateWithPriority?)
-            },
-            cuStreamDestroy: unsafe {
-                core::mem::transmute::<
+                >(cuStreamCreateWithPriority),
+                cuStreamDestroy: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hStream: CUstream) -> CUresult,
-                >(cuStreamDestroy?)
-            },
-            cuStreamQuery: unsafe {
-                core::mem::transmute::<
+                >(cuStreamDestroy),
+                cuStreamQuery: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hStream: CUstream) -> CUresult,
-                >(cuStreamQuery?)
-            },
-            cuStreamSynchronize: unsafe {
-                core::mem::transmute::<
+                >(cuStreamQuery),
+                cuStreamSynchronize: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hStream: CUstream) -> CUresult,
-                >(cuStreamSynchronize?)
-            },
-            cuStreamWaitEvent: unsafe {
-                core::mem::transmute::<
+                >(cuStreamSynchronize),
+                cuStreamWaitEvent: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         hStream: CUstream,
                         hEvent: CUevent,
                         Flags: ::std::os::raw::c_uint,
                     ) -> CUresult,
-                >(cuStreamWaitEvent?)
-            },
-            cuStreamGetPriority: unsafe {
-                core::mem::transmute::<
+                >(cuStreamWaitEvent),
+                cuStreamGetPriority: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         hStream: CUstream,
                         priority: *mut ::std::os::raw::c_int,
                     ) -> CUresult,
-                >(cuStreamGetPriority?)
-            },
-            cuStreamGetFlags: unsafe {
-                core::mem::transmute::<
+                >(cuStreamGetPriority),
+                cuStreamGetFlags: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         hStream: CUstream,
                         flags: *mut ::std::os::raw::c_uint,
                     ) -> CUresult,
-                >(cuStreamGetFlags?)
-            },
-            cuLaunchHostFunc: unsafe {
-                core::mem::transmute::<
+                >(cuStreamGetFlags),
+                cuLaunchHostFunc: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         hStream: CUstream,
                         fn_: CUhostFn,
                         userData: *mut ::std::os::raw::c_void,
                     ) -> CUresult,
-                >(cuLaunchHostFunc?)
-            },
-            cuEventCreate: unsafe {
-                core::mem::transmute::<
+                >(cuLaunchHostFunc),
+                cuEventCreate: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         phEvent: *mut CUevent,
                         Flags: ::std::os::raw::c_uint,
                     ) -> CUresult,
-                >(cuEventCreate?)
-            },
-            cuEventDestroy: unsafe {
-                core::mem::transmute::<
+                >(cuEventCreate),
+                cuEventDestroy: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hEvent: CUevent) -> CUresult,
-                >(cuEventDestroy?)
-            },
-            cuEventRecord: unsafe {
-                core::mem::transmute::<
+                >(cuEventDestroy),
+                cuEventRecord: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hEvent: CUevent, hStream: CUstream) -> CUresult,
-                >(cuEventRecord?)
-            },
-            cuEventQuery: unsafe {
-                core::mem::transmute::<
+                >(cuEventRecord),
+                cuEventQuery: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hEvent: CUevent) -> CUresult,
-                >(cuEventQuery?)
-            },
-            cuEventSynchronize: unsafe {
-                core::mem::transmute::<
+                >(cuEventQuery),
+                cuEventSynchronize: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hEvent: CUevent) -> CUresult,
-                >(cuEventSynchronize?)
-            },
-            cuEventElapsedTime: unsafe {
-                core::mem::transmute::<
+                >(cuEventSynchronize),
+                cuEventElapsedTime: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         pMilliseconds: *mut f32,
                         hStart: CUevent,
                         hEnd: CUevent,
                     ) -> CUresult,
-                >(cuEventElapsedTime?)
-            },
-            cuMemGetInfo: unsafe {
-                core::mem::transmute::<
+                >(cuEventElapsedTime),
+                cuMemGetInfo: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(free: *mut usize, total: *mut usize) -> CUresult,
-                >(cuMemGetInfo?)
-            },
-            cuMemAlloc: unsafe {
-                core::mem::transmute::<
+                >(cuMemGetInfo),
+                cuMemAlloc: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dptr: *mut CUdeviceptr,
                         bytesize: usize,
                     ) -> CUresult,
-                >(cuMemAlloc?)
-            },
-            cuMemFree: unsafe {
-                core::mem::transmute::<
+                >(cuMemAlloc),
+                cuMemFree: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(dptr: CUdeviceptr) -> CUresult,
-                >(cuMemFree?)
-            },
-            cuMemAllocAsync: unsafe {
-                core::mem::transmute::<
+                >(cuMemFree),
+                cuMemAllocAsync: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dptr: *mut CUdeviceptr,
                         bytesize: usize,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemAllocAsync?)
-            },
-            cuMemFreeAsync: unsafe {
-                core::mem::transmute::<
+                >(cuMemAllocAsync),
+                cuMemFreeAsync: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dptr: CUdeviceptr,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemFreeAsync?)
-            },
-            cuMemAllocFromPoolAsync: unsafe {
-                core::mem::transmute::<
+                >(cuMemFreeAsync),
+                cuMemAllocFromPoolAsync: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dptr: *mut CUdeviceptr,
@@ -712,74 +650,58 @@ impl Driver {
                         pool: CUmemoryPool,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemAllocFromPoolAsync?)
-            },
-            cuDeviceGetDefaultMemPool: unsafe {
-                core::mem::transmute::<
+                >(cuMemAllocFromPoolAsync),
+                cuDeviceGetDefaultMemPool: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         pool_out: *mut CUmemoryPool,
                         dev: CUdevice,
                     ) -> CUresult,
-                >(cuDeviceGetDefaultMemPool?)
-            },
-            cuMemPoolTrimTo: unsafe {
-                core::mem::transmute::<
+                >(cuDeviceGetDefaultMemPool),
+                cuMemPoolTrimTo: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         pool: CUmemoryPool,
                         minBytesToKeep: usize,
                     ) -> CUresult,
-                >(cuMemPoolTrimTo?)
-            },
-            cuMemPoolSetAttribute: unsafe {
-                core::mem::transmute::<
+                >(cuMemPoolTrimTo),
+                cuMemPoolSetAttribute: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         pool: CUmemoryPool,
                         attr: CUmemPool_attribute,
                         value: *mut ::std::os::raw::c_void,
                     ) -> CUresult,
-                >(cuMemPoolSetAttribute?)
-            },
-            cuMemPoolGetAttribute: unsafe {
-                core::mem::transmute::<
+                >(cuMemPoolSetAttribute),
+                cuMemPoolGetAttribute: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         pool: CUmemoryPool,
                         attr: CUmemPool_attribute,
                         value: *mut ::std::os::raw::c_void,
                     ) -> CUresult,
-                >(cuMemPoolGetAttribute?)
-            },
-            cuMemHostAlloc: unsafe {
-                core::mem::transmute::<
+                >(cuMemPoolGetAttribute),
+                cuMemHostAlloc: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         pp: *mut *mut ::std::os::raw::c_void,
                         bytesize: usize,
                         Flags: ::std::os::raw::c_uint,
                     ) -> CUresult,
-                >(cuMemHostAlloc?)
-            },
-            cuMemFreeHost: unsafe {
-                core::mem::transmute::<
+                >(cuMemHostAlloc),
+                cuMemFreeHost: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(p: *mut ::std::os::raw::c_void) -> CUresult,
-                >(cuMemFreeHost?)
-            },
-            cuMemAllocManaged: unsafe {
-                core::mem::transmute::<
+                >(cuMemFreeHost),
+                cuMemAllocManaged: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dptr: *mut CUdeviceptr,
                         bytesize: usize,
                         flags: ::std::os::raw::c_uint,
                     ) -> CUresult,
-                >(cuMemAllocManaged?)
-            },
-            cuMemcpyHtoDAsync: unsafe {
-                core::mem::transmute::<
+                >(cuMemAllocManaged),
+                cuMemcpyHtoDAsync: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dstDevice: CUdeviceptr,
@@ -787,10 +709,8 @@ impl Driver {
                         ByteCount: usize,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemcpyHtoDAsync?)
-            },
-            cuMemcpyDtoHAsync: unsafe {
-                core::mem::transmute::<
+                >(cuMemcpyHtoDAsync),
+                cuMemcpyDtoHAsync: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dstHost: *mut ::std::os::raw::c_void,
@@ -798,10 +718,8 @@ impl Driver {
                         ByteCount: usize,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemcpyDtoHAsync?)
-            },
-            cuMemcpyDtoDAsync: unsafe {
-                core::mem::transmute::<
+                >(cuMemcpyDtoHAsync),
+                cuMemcpyDtoDAsync: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dstDevice: CUdeviceptr,
@@ -809,10 +727,8 @@ impl Driver {
                         ByteCount: usize,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemcpyDtoDAsync?)
-            },
-            cuMemcpyPeerAsync: unsafe {
-                core::mem::transmute::<
+                >(cuMemcpyDtoDAsync),
+                cuMemcpyPeerAsync: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dstDevice: CUdeviceptr,
@@ -822,10 +738,8 @@ impl Driver {
                         ByteCount: usize,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemcpyPeerAsync?)
-            },
-            cuMemsetD8Async: unsafe {
-                core::mem::transmute::<
+                >(cuMemcpyPeerAsync),
+                cuMemsetD8Async: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dstDevice: CUdeviceptr,
@@ -833,10 +747,8 @@ impl Driver {
                         N: usize,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemsetD8Async?)
-            },
-            cuMemsetD32Async: unsafe {
-                core::mem::transmute::<
+                >(cuMemsetD8Async),
+                cuMemsetD32Async: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         dstDevice: CUdeviceptr,
@@ -844,10 +756,8 @@ impl Driver {
                         N: usize,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemsetD32Async?)
-            },
-            cuMemPrefetchAsync: unsafe {
-                core::mem::transmute::<
+                >(cuMemsetD32Async),
+                cuMemPrefetchAsync: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         devPtr: CUdeviceptr,
@@ -856,35 +766,27 @@ impl Driver {
                         flags: ::std::os::raw::c_uint,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuMemPrefetchAsync?)
-            },
-            cuModuleLoadData: unsafe {
-                core::mem::transmute::<
+                >(cuMemPrefetchAsync),
+                cuModuleLoadData: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         module: *mut CUmodule,
                         image: *const ::std::os::raw::c_void,
                     ) -> CUresult,
-                >(cuModuleLoadData?)
-            },
-            cuModuleUnload: unsafe {
-                core::mem::transmute::<
+                >(cuModuleLoadData),
+                cuModuleUnload: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hmod: CUmodule) -> CUresult,
-                >(cuModuleUnload?)
-            },
-            cuModuleGetFunction: unsafe {
-                core::mem::transmute::<
+                >(cuModuleUnload),
+                cuModuleGetFunction: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         hfunc: *mut CUfunction,
                         hmod: CUmodule,
                         name: *const ::std::os::raw::c_char,
                     ) -> CUresult,
-                >(cuModuleGetFunction?)
-            },
-            cuLaunchKernel: unsafe {
-                core::mem::transmute::<
+                >(cuModuleGetFunction),
+                cuLaunchKernel: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         f: CUfunction,
@@ -899,79 +801,59 @@ impl Driver {
                         kernelParams: *mut *mut ::std::os::raw::c_void,
                         extra: *mut *mut ::std::os::raw::c_void,
                     ) -> CUresult,
-                >(cuLaunchKernel?)
-            },
-            cuStreamBeginCapture: unsafe {
-                core::mem::transmute::<
+                >(cuLaunchKernel),
+                cuStreamBeginCapture: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         hStream: CUstream,
                         mode: CUstreamCaptureMode,
                     ) -> CUresult,
-                >(cuStreamBeginCapture?)
-            },
-            cuStreamEndCapture: unsafe {
-                core::mem::transmute::<
+                >(cuStreamBeginCapture),
+                cuStreamEndCapture: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         hStream: CUstream,
                         phGraph: *mut CUgraph,
                     ) -> CUresult,
-                >(cuStreamEndCapture?)
-            },
-            cuGraphInstantiate: unsafe {
-                core::mem::transmute::<
+                >(cuStreamEndCapture),
+                cuGraphInstantiate: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         phGraphExec: *mut CUgraphExec,
                         hGraph: CUgraph,
                         flags: ::std::os::raw::c_ulonglong,
                     ) -> CUresult,
-                >(cuGraphInstantiate?)
-            },
-            cuGraphLaunch: unsafe {
-                core::mem::transmute::<
+                >(cuGraphInstantiate),
+                cuGraphLaunch: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         hGraphExec: CUgraphExec,
                         hStream: CUstream,
                     ) -> CUresult,
-                >(cuGraphLaunch?)
-            },
-            cuGraphExecDestroy: unsafe {
-                core::mem::transmute::<
+                >(cuGraphLaunch),
+                cuGraphExecDestroy: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult,
-                >(cuGraphExecDestroy?)
-            },
-            cuGraphDestroy: unsafe {
-                core::mem::transmute::<
+                >(cuGraphExecDestroy),
+                cuGraphDestroy: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hGraph: CUgraph) -> CUresult,
-                >(cuGraphDestroy?)
-            },
-            cuGetErrorName: unsafe {
-                core::mem::transmute::<
+                >(cuGraphDestroy),
+                cuGetErrorName: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         error: CUresult,
                         pStr: *mut *const ::std::os::raw::c_char,
                     ) -> CUresult,
-                >(cuGetErrorName?)
-            },
-            cuGetErrorString: unsafe {
-                core::mem::transmute::<
+                >(cuGetErrorName),
+                cuGetErrorString: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
                         error: CUresult,
                         pStr: *mut *const ::std::os::raw::c_char,
                     ) -> CUresult,
-                >(cuGetErrorString?)
-            },
-        }))();
-        match table {
-            Some(table) if missing.is_empty() => Ok(table),
-            _ => Err(missing),
-        }
+                >(cuGetErrorString),
+            }
+        })
     }
 }

@@ -1,1 +1,92 @@
-//! placeholder
+//! The CUDA kernels cuda-streams needs, as committed fatbins, with CPU twins.
+//!
+//! Each `kernels/<name>.cu` is compiled by `cargo xtask build-kernels` (nvcc 13.0)
+//! into `kernels/<name>.fatbin` — SASS for sm_80, sm_86, sm_89, sm_90, sm_100 and
+//! sm_120, PTX for compute_80 — which is committed and embedded here, so building
+//! needs no CUDA toolkit. `cargo xtask build-kernels --check` fails when a
+//! committed image is stale.
+//!
+//! | image | function | arguments |
+//! | --- | --- | --- |
+//! | [`ELEMENTWISE`] | `saxpy` | `(u64 n, f32 a, const f32* x, f32* y)`: `y[i] = fma(a, x[i], y[i])` |
+//! | | `fill_f32` | `(u64 n, f32 value, f32* out)` |
+//! | | `fill_u32` | `(u64 n, u32 value, u32* out)` |
+//! | | `scale_add` | `(u64 n, f32 a, const f32* x, f32 b, const f32* y, f32* out)`: `out[i] = fma(a, x[i], b * y[i])` |
+//! | [`REDUCE`] | `checksum` | `(u64 n, const u32* data, u64* out)`: `*out +=` [`reference::checksum`]`(data)` |
+//! | [`TIMING`] | `spin` | `(u64 nanoseconds)`: busy-waits on `%globaltimer` |
+//! | [`COMPUTE`] | `compute` | `(u64 n, u32 iterations, const f32* x, f32* y)`: `iterations` dependent FMAs per element |
+//!
+//! Pointers are `CUdeviceptr`s (8 bytes). Every kernel loops grid-stride over the
+//! flattened thread index, so **any launch shape is correct** (1-, 2- or 3-D, any
+//! block size up to the device's limit, no dynamic shared memory); a typical
+//! launch is blocks of 256 threads and enough blocks to fill the GPU, e.g.
+//! `min(ceil(n / 256), 4 * SMs)`. `spin` needs one thread: every thread waits the
+//! full time on its own. `checksum` *adds* to `*out`: zero it first.
+//!
+//! Floating-point results are bit-identical to [`reference`](mod@reference): the CUDA source
+//! writes every fused multiply-add as `fmaf`, the reference as `f32::mul_add`.
+//!
+//! On the software driver, [`KernelImage::fatbin`] registers the image's
+//! [`twins`] before handing out the bytes, so `cuModuleLoadData` on those bytes
+//! finds a CPU implementation of every function. The `spin` twin sleeps instead
+//! of spinning: the stream is busy for the time asked, without using a core.
+//!
+//! ```
+//! use cuda_streams_kernels as kernels;
+//! for image in kernels::ALL {
+//!     println!("{}: {} bytes, {:?}", image.name(), image.fatbin().len(),
+//!              image.functions().collect::<Vec<_>>());
+//! }
+//! ```
+
+mod image;
+pub mod reference;
+pub mod twins;
+
+use image::Aligned;
+pub use image::KernelImage;
+pub use soft_driver::{KernelTwin, LaunchDims, TwinSpec};
+
+/// A [`KernelImage`] for `kernels/<name>.fatbin`. The bytes live in their own
+/// static so they have one fixed address for the whole run.
+macro_rules! kernel_image {
+    ($name:literal, $twins:expr) => {{
+        static BYTES: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!("../", $name, ".fatbin")));
+        KernelImage::new($name, BYTES, $twins)
+    }};
+}
+
+/// `kernels/elementwise.cu`: `saxpy`, `fill_f32`, `fill_u32`, `scale_add`.
+pub static ELEMENTWISE: KernelImage = kernel_image!("elementwise", twins::ELEMENTWISE);
+
+/// `kernels/reduce.cu`: `checksum`.
+pub static REDUCE: KernelImage = kernel_image!("reduce", twins::REDUCE);
+
+/// `kernels/timing.cu`: `spin`.
+pub static TIMING: KernelImage = kernel_image!("timing", twins::TIMING);
+
+/// `kernels/compute.cu`: `compute`.
+pub static COMPUTE: KernelImage = kernel_image!("compute", twins::COMPUTE);
+
+/// Every image above.
+pub static ALL: &[&KernelImage] = &[&ELEMENTWISE, &REDUCE, &TIMING, &COMPUTE];
+
+/// The image holding `function`, if any of ours does.
+///
+/// ```
+/// let image = cuda_streams_kernels::image_of("spin").unwrap();
+/// assert_eq!(image.name(), "timing");
+/// ```
+pub fn image_of(function: &str) -> Option<&'static KernelImage> {
+    ALL.iter()
+        .copied()
+        .find(|image| image.twin(function).is_some())
+}
+
+/// Register every image's twins with the software driver now rather than on
+/// first use of each image's bytes.
+pub fn register_all() {
+    for image in ALL {
+        image.fatbin();
+    }
+}

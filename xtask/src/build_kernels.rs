@@ -52,13 +52,17 @@ pub(crate) fn run(check: bool) -> Result<()> {
         let stem = stem(source);
         let built = scratch.join(format!("{stem}.fatbin"));
         compile(&nvcc, &kernels, source, &built)?;
-        let bytes = std::fs::read(&built)
-            .map_err(|e| format!("cannot read {}: {e}", built.display()))?;
+        let bytes =
+            std::fs::read(&built).map_err(|e| format!("cannot read {}: {e}", built.display()))?;
         let committed = kernels.join(format!("{stem}.fatbin"));
         match write_or_check(&committed, &bytes, check) {
             Ok(true) => eprintln!("wrote {} ({} bytes)", committed.display(), bytes.len()),
             Ok(false) if !check => {
-                eprintln!("{} is up to date ({} bytes)", committed.display(), bytes.len())
+                eprintln!(
+                    "{} is up to date ({} bytes)",
+                    committed.display(),
+                    bytes.len()
+                )
             }
             Ok(false) => {}
             Err(message) => problems.push(message),
@@ -110,8 +114,7 @@ fn compile(nvcc: &Path, dir: &Path, source: &Path, output: &Path) -> Result<()> 
         .arg("-o")
         .arg(output)
         .arg(name);
-    cuda_toolchain::run(&mut command)
-        .map_err(|e| format!("compiling {}: {e}", source.display()))
+    cuda_toolchain::run(&mut command).map_err(|e| format!("compiling {}: {e}", source.display()))
 }
 
 /// `-gencode` pairs: SASS for each of [`SASS`], plus SASS and PTX for [`PTX`].
@@ -123,7 +126,10 @@ fn gencode_flags() -> Vec<String> {
             } else {
                 format!("sm_{sm}")
             };
-            ["-gencode".to_string(), format!("arch=compute_{sm},code={code}")]
+            [
+                "-gencode".to_string(),
+                format!("arch=compute_{sm},code={code}"),
+            ]
         })
         .collect()
 }

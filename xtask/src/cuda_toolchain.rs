@@ -27,7 +27,6 @@ impl CudaToolchain {
         self.root.join("include")
     }
 
-    #[allow(dead_code)] // used by build-kernels
     pub(crate) fn nvcc(&self) -> PathBuf {
         self.root.join("bin").join("nvcc")
     }

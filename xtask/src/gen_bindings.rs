@@ -184,7 +184,7 @@ fn driver_table(
     let mut inits = Vec::new();
     let mut symbols = Vec::new();
     for &base in ENTRY_POINTS {
-        let symbol = selected_symbol(&renames, base);
+        let symbol = selected_symbol(renames, base);
         if !functions.contains_key(symbol) {
             return Err(format!(
                 "cuda.h selects {symbol} for entry point {base} but declares no such function"
@@ -203,9 +203,7 @@ fn driver_table(
             let #field = resolve(#symbol);
         });
         inits.push(quote! {
-            // SAFETY: the caller guarantees that a non-null pointer for this symbol is
-            // the driver function the CUDA 13.0 headers declare, which has this type.
-            #field: unsafe { core::mem::transmute::<*const core::ffi::c_void, unsafe extern "C" fn(#inputs) #output>(#field?) },
+            #field: core::mem::transmute::<*const core::ffi::c_void, unsafe extern "C" fn(#inputs) #output>(#field),
         });
         symbols.push(quote! { (#base, #symbol), });
     }
@@ -246,23 +244,32 @@ fn driver_table(
                     let address = resolve(symbol);
                     if address.is_null() {
                         missing.push(symbol);
-                        None
-                    } else {
-                        Some(address)
                     }
+                    address
                 };
                 #(#resolves)*
-                let table = (|| Some(Self { #(#inits)* }))();
-                match table {
-                    Some(table) if missing.is_empty() => Ok(table),
-                    _ => Err(missing),
+                if !missing.is_empty() {
+                    return Err(missing);
                 }
+                Ok(unsafe { Self { #(#inits)* } })
             }
         }
     };
     let file = syn::parse2::<syn::File>(tokens)
         .map_err(|e| format!("generated driver table does not parse: {e}"))?;
-    Ok(prettyplease::unparse(&file))
+    // Comments are not tokens, so the SAFETY comment is placed after formatting.
+    let text = prettyplease::unparse(&file);
+    let marker = "        Ok(unsafe {";
+    if !text.contains(marker) {
+        return Err("generated driver table lost its unsafe block".into());
+    }
+    Ok(text.replacen(
+        marker,
+        "        // SAFETY: every address is non-null (missing ones returned above) and, by the\n\
+         \x20       // caller's contract, is the function the CUDA 13.0 headers declare under that\n\
+         \x20       // symbol, whose type is the field's type.\n        Ok(unsafe {",
+        1,
+    ))
 }
 
 /// `error_name(code)`: the name of every `CUresult` constant in the bindings.

@@ -17,7 +17,8 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
     let root = workspace_root();
     let out = root.join("target").join("gpu-bundle");
     if out.exists() {
-        std::fs::remove_dir_all(&out).map_err(|e| format!("cannot clear {}: {e}", out.display()))?;
+        std::fs::remove_dir_all(&out)
+            .map_err(|e| format!("cannot clear {}: {e}", out.display()))?;
     }
     for dir in ["tests", "benches", "bin"] {
         std::fs::create_dir_all(out.join(dir)).map_err(|e| format!("cannot create {dir}: {e}"))?;
@@ -34,11 +35,22 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
             .filter(|(name, _)| name.starts_with("bench-"))
             .collect();
         for (name, path) in &benches {
-            copy_stripped(path, &out.join("benches").join(name.trim_start_matches("bench-")))?;
+            copy_stripped(
+                path,
+                &out.join("benches").join(name.trim_start_matches("bench-")),
+            )?;
         }
     }
-    run(Command::new("cargo").current_dir(&root).args(["build", "--release", "-p", "cuda-streams-cli"]))?;
-    copy_stripped(&root.join("target/release/cuda-streams"), &out.join("bin/cuda-streams"))?;
+    run(Command::new("cargo").current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "cuda-streams-cli",
+    ]))?;
+    copy_stripped(
+        &root.join("target/release/cuda-streams"),
+        &out.join("bin/cuda-streams"),
+    )?;
     std::fs::write(out.join("run.sh"), RUN_SH).map_err(|e| format!("cannot write run.sh: {e}"))?;
 
     let commit = Command::new("git")
@@ -54,7 +66,8 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
         benches.len(),
         size as f64 / (1 << 20) as f64
     );
-    std::fs::write(out.join("MANIFEST"), &manifest).map_err(|e| format!("cannot write MANIFEST: {e}"))?;
+    std::fs::write(out.join("MANIFEST"), &manifest)
+        .map_err(|e| format!("cannot write MANIFEST: {e}"))?;
     if size > SIZE_LIMIT {
         return Err(format!(
             "the bundle is {:.1} MiB, over the {} MiB the device tool carries",
@@ -63,7 +76,9 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
         ));
     }
     eprintln!("xtask: target/gpu-bundle: {manifest}");
-    eprintln!("xtask: on the GPU machine, from the repo root: bash target/gpu-bundle/run.sh <log folder>");
+    eprintln!(
+        "xtask: on the GPU machine, from the repo root: bash target/gpu-bundle/run.sh <log folder>"
+    );
     Ok(())
 }
 
@@ -82,11 +97,15 @@ fn built_executables(root: &Path, args: &[&str]) -> Result<Vec<(String, PathBuf)
     }
     let mut found = Vec::new();
     for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
         if message["reason"] != "compiler-artifact" {
             continue;
         }
-        let Some(executable) = message["executable"].as_str() else { continue };
+        let Some(executable) = message["executable"].as_str() else {
+            continue;
+        };
         let target = message["target"]["name"].as_str().unwrap_or("unknown");
         let kind = message["target"]["kind"][0].as_str().unwrap_or("");
         let package = message["package_id"]
@@ -122,10 +141,16 @@ fn copy_stripped(from: &Path, to: &Path) -> Result<()> {
 
 fn dir_size(dir: &Path) -> Result<u64> {
     let mut total = 0;
-    for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
+    for entry in
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+    {
         let entry = entry.map_err(|e| e.to_string())?;
         let meta = entry.metadata().map_err(|e| e.to_string())?;
-        total += if meta.is_dir() { dir_size(&entry.path())? } else { meta.len() };
+        total += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
     }
     Ok(total)
 }

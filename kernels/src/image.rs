@@ -1,0 +1,92 @@
+//! A compiled kernel image, embedded in the binary, with its CPU twins.
+
+use soft_driver::TwinSpec;
+use std::sync::OnceLock;
+
+/// Bytes aligned for `cuModuleLoadData`, which wants an image at least 8-byte
+/// aligned; 64 also suits the ELF sections inside a fatbin.
+#[repr(C, align(64))]
+pub(crate) struct Aligned<T: ?Sized>(pub(crate) T);
+
+/// One fatbin from `kernels/*.cu` and what it contains.
+///
+/// Getting the bytes with [`fatbin`](Self::fatbin) first registers the image's
+/// CPU twins with the software driver, so whichever driver loads the image can
+/// run its kernels.
+///
+/// ```
+/// let image = &cuda_streams_kernels::ELEMENTWISE;
+/// assert_eq!(image.name(), "elementwise");
+/// assert!(image.functions().any(|f| f == "saxpy"));
+/// assert_eq!(image.arg_sizes("saxpy"), Some(&[8, 4, 8, 8][..]));
+/// let bytes: &'static [u8] = image.fatbin(); // ready for cuModuleLoadData
+/// assert_eq!(bytes.as_ptr() as usize % 64, 0);
+/// ```
+pub struct KernelImage {
+    name: &'static str,
+    bytes: &'static Aligned<[u8]>,
+    twins: &'static [TwinSpec],
+    registered: OnceLock<()>,
+}
+
+impl KernelImage {
+    pub(crate) const fn new(
+        name: &'static str,
+        bytes: &'static Aligned<[u8]>,
+        twins: &'static [TwinSpec],
+    ) -> Self {
+        Self {
+            name,
+            bytes,
+            twins,
+            registered: OnceLock::new(),
+        }
+    }
+
+    /// The source's name: `elementwise` for `kernels/elementwise.cu`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The fatbin, for `cuModuleLoadData`; 64-byte aligned, and the same
+    /// address every time (the software driver finds the twins by it).
+    ///
+    /// The first call registers the CPU twins with the software driver.
+    pub fn fatbin(&'static self) -> &'static [u8] {
+        let bytes = &self.bytes.0;
+        self.registered
+            .get_or_init(|| soft_driver::register_image(bytes, self.twins));
+        bytes
+    }
+
+    /// The names of the kernel functions in the image, for `cuModuleGetFunction`.
+    pub fn functions(&self) -> impl Iterator<Item = &'static str> + use<> {
+        self.twins.iter().map(|twin| twin.name)
+    }
+
+    /// The size in bytes of each argument of `function`, or `None` when the image
+    /// has no such function.
+    pub fn arg_sizes(&self, function: &str) -> Option<&'static [usize]> {
+        self.twin(function).map(|twin| twin.arg_sizes)
+    }
+
+    /// The CPU twin of `function`, or `None` when the image has no such function.
+    pub fn twin(&self, function: &str) -> Option<&'static TwinSpec> {
+        self.twins.iter().find(|twin| twin.name == function)
+    }
+
+    /// All the image's twins, one per function.
+    pub fn twins(&self) -> &'static [TwinSpec] {
+        self.twins
+    }
+}
+
+impl std::fmt::Debug for KernelImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelImage")
+            .field("name", &self.name)
+            .field("bytes", &self.bytes.0.len())
+            .field("functions", &self.functions().collect::<Vec<_>>())
+            .finish()
+    }
+}

@@ -1,0 +1,146 @@
+//! The embedded images agree with the CUDA sources: every source has an image,
+//! every `extern "C" __global__` function has a twin whose argument sizes match
+//! the C signature, and every twin names a function in its source.
+
+use cuda_streams_kernels::{ALL, KernelImage};
+use std::path::Path;
+
+/// `(name, argument sizes)` of each kernel in a CUDA source.
+fn kernels_in(source: &str) -> Vec<(String, Vec<usize>)> {
+    const MARK: &str = "extern \"C\" __global__ void ";
+    source
+        .match_indices(MARK)
+        .map(|(at, _)| {
+            let rest = &source[at + MARK.len()..];
+            let open = rest.find('(').unwrap();
+            let close = rest.find(')').unwrap();
+            let name = rest[..open].trim().to_string();
+            let sizes = rest[open + 1..close]
+                .split(',')
+                .map(|param| c_size(param.trim()).unwrap_or_else(|| panic!("{name}: {param}")))
+                .collect();
+            (name, sizes)
+        })
+        .collect()
+}
+
+fn c_size(param: &str) -> Option<usize> {
+    let ty = param
+        .rsplit_once(|c: char| c.is_whitespace() || c == '*')
+        .map(|(ty, _)| ty)?;
+    if param.contains('*') {
+        return Some(8);
+    }
+    match ty.trim() {
+        "unsigned long long" | "long long" | "double" => Some(8),
+        "float" | "unsigned int" | "int" => Some(4),
+        _ => None,
+    }
+}
+
+fn source_of(image: &KernelImage) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("{}.cu", image.name()));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn every_kernel_in_the_sources_has_a_twin_with_its_signature() {
+    for image in ALL {
+        let kernels = kernels_in(&source_of(image));
+        assert!(!kernels.is_empty(), "{} declares no kernels", image.name());
+        for (name, sizes) in &kernels {
+            let twin = image
+                .twin(name)
+                .unwrap_or_else(|| panic!("{}.cu: kernel {name} has no twin", image.name()));
+            assert_eq!(twin.arg_sizes, &sizes[..], "{}.cu: {name}", image.name());
+        }
+        for function in image.functions() {
+            assert!(
+                kernels.iter().any(|(name, _)| name == function),
+                "{}: twin {function} has no kernel in the source",
+                image.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_source_has_an_embedded_image() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cu") {
+            let stem = path.file_stem().unwrap().to_str().unwrap();
+            assert!(
+                ALL.iter().any(|image| image.name() == stem),
+                "{} is not embedded in cuda-streams-kernels",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn images_are_the_committed_fatbins_aligned_for_the_driver() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for image in ALL {
+        let bytes = image.fatbin();
+        assert_eq!(bytes.as_ptr() as usize % 64, 0, "{}", image.name());
+        assert_eq!(
+            bytes.as_ptr(),
+            image.fatbin().as_ptr(),
+            "one address per image"
+        );
+        let committed = std::fs::read(dir.join(format!("{}.fatbin", image.name()))).unwrap();
+        assert_eq!(bytes, &committed[..], "{}", image.name());
+        // A fatbin starts with its magic number, 0xBA55ED50 little-endian.
+        assert_eq!(bytes[..4], [0x50, 0xED, 0x55, 0xBA], "{}", image.name());
+    }
+}
+
+#[test]
+fn getting_the_bytes_registers_the_twins_with_the_software_driver() {
+    // The software driver directly, whatever CUDA_STREAMS_DRIVER selects: it
+    // loads an image only when twins are registered for those very bytes.
+    let d = soft_driver::driver();
+    let (mut dev, mut ctx) = (0, std::ptr::null_mut());
+    // SAFETY: every call writes through valid pointers to locals; the images
+    // live for the whole program and names are NUL-terminated.
+    unsafe {
+        d.check((d.cuInit)(0)).unwrap();
+        d.check((d.cuDeviceGet)(&mut dev, 0)).unwrap();
+        d.check((d.cuDevicePrimaryCtxRetain)(&mut ctx, dev))
+            .unwrap();
+        d.check((d.cuCtxSetCurrent)(ctx)).unwrap();
+        for image in ALL {
+            let mut module = std::ptr::null_mut();
+            d.check((d.cuModuleLoadData)(
+                &mut module,
+                image.fatbin().as_ptr().cast(),
+            ))
+            .unwrap_or_else(|e| panic!("{}: {e}", image.name()));
+            for name in image.functions() {
+                let mut function = std::ptr::null_mut();
+                let cname = std::ffi::CString::new(name).unwrap();
+                d.check((d.cuModuleGetFunction)(
+                    &mut function,
+                    module,
+                    cname.as_ptr(),
+                ))
+                .unwrap_or_else(|e| panic!("{}: {name}: {e}", image.name()));
+            }
+            d.check((d.cuModuleUnload)(module)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn every_function_is_found_by_name() {
+    for image in ALL {
+        for function in image.functions() {
+            let found = cuda_streams_kernels::image_of(function).unwrap();
+            assert!(std::ptr::eq(found, *image), "{function}");
+        }
+    }
+    assert!(cuda_streams_kernels::image_of("no_such_kernel").is_none());
+}
