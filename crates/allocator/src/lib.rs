@@ -1,0 +1,1 @@
+//! Stream-ordered caching allocator over device memory or the driver's memory pool (being built).

@@ -1,0 +1,1 @@
+//! GPU-timed stream profiling, per-stream reports, Chrome-trace timelines (being built).
