@@ -1,0 +1,132 @@
+//! Allocation entry points: device, stream-ordered, pinned and managed memory.
+
+use crate::context::require;
+use crate::errors::{code, write_out};
+use crate::memory::{Kind, allocate, begin_free_async, cancel_free_async, free, info};
+use crate::ops::{Action, Template};
+use crate::stream::resolve;
+use std::ffi::{c_uint, c_void};
+use sys::{CUdeviceptr, CUmemAttach_flags, CUmemoryPool, CUresult, CUstream};
+
+pub(crate) unsafe extern "C" fn cuMemGetInfo(free: *mut usize, total: *mut usize) -> CUresult {
+    code((|| {
+        require()?;
+        let (free_bytes, total_bytes) = info();
+        // SAFETY: null or writable per the API.
+        unsafe { write_out(free, free_bytes) }?;
+        // SAFETY: null or writable per the API.
+        unsafe { write_out(total, total_bytes) }
+    })())
+}
+
+/// Allocate and hand the pointer out through `out` (checked first, so that
+/// nothing is allocated for a call that cannot return the pointer).
+///
+/// # Safety
+/// `out` is null or writable.
+unsafe fn allocate_into(out: *mut CUdeviceptr, size: usize, kind: Kind) -> Result<(), CUresult> {
+    if out.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let ptr = allocate(size, kind)?;
+    // SAFETY: non-null; writable per the caller's contract.
+    unsafe { write_out(out, ptr as CUdeviceptr) }
+}
+
+pub(crate) unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    code((|| {
+        require()?;
+        // SAFETY: null or writable per the API.
+        unsafe { allocate_into(dptr, bytesize, Kind::Device) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuMemFree(dptr: CUdeviceptr) -> CUresult {
+    code(free(
+        dptr as usize,
+        &[Kind::Device, Kind::Pool, Kind::Managed],
+    ))
+}
+
+pub(crate) unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    hStream: CUstream,
+) -> CUresult {
+    code((|| {
+        require()?;
+        resolve(hStream)?.check_usable()?;
+        // Returns at once: stream order does not matter for a fresh allocation,
+        // which the stream's later work may use.
+        // SAFETY: null or writable per the API.
+        unsafe { allocate_into(dptr, bytesize, Kind::Pool) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    hStream: CUstream,
+) -> CUresult {
+    code((|| {
+        require()?;
+        crate::pool::check_pool(pool)?;
+        resolve(hStream)?.check_usable()?;
+        // SAFETY: null or writable per the API.
+        unsafe { allocate_into(dptr, bytesize, Kind::Pool) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
+    code((|| {
+        require()?;
+        let stream = resolve(hStream)?;
+        stream.check_usable()?;
+        let base = dptr as usize;
+        begin_free_async(base)?;
+        stream
+            .submit(&[Template::Act(Action::Free(base))])
+            .inspect_err(|_| cancel_free_async(base))
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    bytesize: usize,
+    Flags: c_uint,
+) -> CUresult {
+    code((|| {
+        require()?;
+        let known = sys::CU_MEMHOSTALLOC_PORTABLE
+            | sys::CU_MEMHOSTALLOC_DEVICEMAP
+            | sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+        if Flags & !known != 0 || pp.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let ptr = allocate(bytesize, Kind::Pinned)?;
+        // SAFETY: checked non-null; writable per the API.
+        unsafe { write_out(pp, ptr as *mut c_void) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+    code(free(p as usize, &[Kind::Pinned]))
+}
+
+pub(crate) unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
+    code((|| {
+        require()?;
+        if flags != CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0
+            && flags != CUmemAttach_flags::CU_MEM_ATTACH_HOST.0
+        {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: null or writable per the API.
+        unsafe { allocate_into(dptr, bytesize, Kind::Managed) }
+    })())
+}

@@ -1,0 +1,191 @@
+//! Copies, memsets and prefetch: ordered stream work on host memory.
+//!
+//! Pointers that claim to be device memory must lie inside a live allocation
+//! (checked at the call, `CUDA_ERROR_INVALID_VALUE` with a detail otherwise,
+//! and again when the worker runs the operation); host pointers are trusted,
+//! as CUDA trusts them.
+
+use crate::context::{check_context, require};
+use crate::errors::{code, fail};
+use crate::memory::{Kind, check_device};
+use crate::ops::{Action, Template};
+use crate::stream::resolve;
+use std::ffi::{c_uchar, c_uint, c_void};
+use sys::{CUcontext, CUdeviceptr, CUmemLocation, CUmemLocationType, CUresult, CUstream};
+
+fn host(ptr: *const c_void, len: usize) -> Result<usize, CUresult> {
+    if ptr.is_null() && len > 0 {
+        return Err(fail(
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            "null host pointer",
+        ));
+    }
+    Ok(ptr as usize)
+}
+
+fn copy(
+    dst: usize,
+    src: usize,
+    len: usize,
+    dst_device: bool,
+    src_device: bool,
+    stream: CUstream,
+) -> Result<(), CUresult> {
+    require()?;
+    let stream = resolve(stream)?;
+    if dst_device {
+        check_device(dst, len, "copy destination")?;
+    }
+    if src_device {
+        check_device(src, len, "copy source")?;
+    }
+    stream.submit(&[Template::Act(Action::Copy {
+        dst,
+        src,
+        len,
+        dst_device,
+        src_device,
+    })])
+}
+
+pub(crate) unsafe extern "C" fn cuMemcpyHtoDAsync(
+    dstDevice: CUdeviceptr,
+    srcHost: *const c_void,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    code(
+        host(srcHost, ByteCount)
+            .and_then(|src| copy(dstDevice as usize, src, ByteCount, true, false, hStream)),
+    )
+}
+
+pub(crate) unsafe extern "C" fn cuMemcpyDtoHAsync(
+    dstHost: *mut c_void,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    code(
+        host(dstHost, ByteCount)
+            .and_then(|dst| copy(dst, srcDevice as usize, ByteCount, false, true, hStream)),
+    )
+}
+
+pub(crate) unsafe extern "C" fn cuMemcpyDtoDAsync(
+    dstDevice: CUdeviceptr,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    code(copy(
+        dstDevice as usize,
+        srcDevice as usize,
+        ByteCount,
+        true,
+        true,
+        hStream,
+    ))
+}
+
+pub(crate) unsafe extern "C" fn cuMemcpyPeerAsync(
+    dstDevice: CUdeviceptr,
+    dstContext: CUcontext,
+    srcDevice: CUdeviceptr,
+    srcContext: CUcontext,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    code(
+        check_context(dstContext)
+            .and(check_context(srcContext))
+            .and_then(|()| {
+                copy(
+                    dstDevice as usize,
+                    srcDevice as usize,
+                    ByteCount,
+                    true,
+                    true,
+                    hStream,
+                )
+            }),
+    )
+}
+
+pub(crate) unsafe extern "C" fn cuMemsetD8Async(
+    dstDevice: CUdeviceptr,
+    uc: c_uchar,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    code((|| {
+        require()?;
+        let stream = resolve(hStream)?;
+        let dst = dstDevice as usize;
+        check_device(dst, N, "memset destination")?;
+        stream.submit(&[Template::Act(Action::Set8 {
+            dst,
+            value: uc,
+            count: N,
+        })])
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuMemsetD32Async(
+    dstDevice: CUdeviceptr,
+    ui: c_uint,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    code((|| {
+        require()?;
+        let stream = resolve(hStream)?;
+        let dst = dstDevice as usize;
+        if dst % 4 != 0 {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("32-bit memset destination {dst:#x} is not 4-byte aligned"),
+            ));
+        }
+        let len = N.checked_mul(4).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        check_device(dst, len, "memset destination")?;
+        stream.submit(&[Template::Act(Action::Set32 {
+            dst,
+            value: ui,
+            count: N,
+        })])
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuMemPrefetchAsync(
+    devPtr: CUdeviceptr,
+    count: usize,
+    location: CUmemLocation,
+    flags: c_uint,
+    hStream: CUstream,
+) -> CUresult {
+    code((|| {
+        require()?;
+        let stream = resolve(hStream)?;
+        let to_device = location.type_ == CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        let to_host = location.type_ == CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST
+            || location.type_ == CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA
+            || location.type_ == CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+        if to_device && location.id != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        }
+        if !(to_device || to_host) || flags != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let kind = check_device(devPtr as usize, count, "prefetch range")?;
+        if kind != Kind::Managed {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("prefetch of {devPtr:#x}: only managed memory can be prefetched"),
+            ));
+        }
+        // Managed memory is already where the software device reads it: the
+        // prefetch is an ordered no-op.
+        stream.submit(&[Template::Act(Action::Nop)])
+    })())
+}

@@ -1,0 +1,198 @@
+//! The work a stream carries: what is enqueued, what a capture records, and how
+//! the worker executes each piece.
+
+use crate::event::Event;
+use crate::modules::LaunchDims;
+use crate::stream::Stream;
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use sys::CUresult;
+
+/// A sticky stream error: what a faulting kernel leaves behind on a GPU.
+#[derive(Clone, Debug)]
+pub(crate) struct Fault {
+    pub(crate) code: CUresult,
+    pub(crate) detail: String,
+}
+
+/// A kernel launch with its arguments copied at launch time, as CUDA copies
+/// them: the caller may free its `kernelParams` as soon as the call returns.
+pub(crate) struct Launch {
+    pub(crate) name: &'static str,
+    pub(crate) twin: crate::modules::KernelTwin,
+    pub(crate) dims: LaunchDims,
+    /// One buffer per argument, 16-byte aligned so any by-value argument
+    /// (including `float4`/`double2`) is read at its natural alignment.
+    pub(crate) args: Vec<Box<[u128]>>,
+}
+
+/// One unit of stream work that does not involve events.
+#[derive(Clone)]
+pub(crate) enum Action {
+    /// `memmove`; a side marked `device` must still be live memory when the
+    /// worker gets to it (a stream-ordered use-after-free becomes an illegal
+    /// address fault, not silent corruption).
+    Copy {
+        dst: usize,
+        src: usize,
+        len: usize,
+        dst_device: bool,
+        src_device: bool,
+    },
+    Set8 {
+        dst: usize,
+        value: u8,
+        count: usize,
+    },
+    Set32 {
+        dst: usize,
+        value: u32,
+        count: usize,
+    },
+    Host {
+        f: unsafe extern "C" fn(*mut c_void),
+        data: usize,
+    },
+    Kernel(Arc<Launch>),
+    /// A launch that fault injection turned into a failing one.
+    InjectedFault(&'static str),
+    /// A stream-ordered free (`cuMemFreeAsync`).
+    Free(usize),
+    /// An ordered operation with no effect here (prefetch).
+    Nop,
+}
+
+/// What a stream in capture mode records, replayed by `cuGraphLaunch`.
+#[derive(Clone)]
+pub(crate) enum Template {
+    Act(Action),
+    Record(Arc<Event>),
+    Wait(Arc<Event>),
+}
+
+/// What a stream's queue holds, ready to run.
+pub(crate) enum Op {
+    Act(Action),
+    /// An event's marker; the number is the record generation it belongs to.
+    Marker(Arc<Event>, u64),
+    /// Block until `stream` has completed its operation number `ticket`.
+    Wait(Arc<Stream>, u64),
+}
+
+impl Op {
+    /// Run the operation on the worker. `faulted`: the stream already has a
+    /// sticky error, so only what must still happen (host functions, frees,
+    /// markers and waits) happens.
+    pub(crate) fn run(self, faulted: bool) -> Option<Fault> {
+        match self {
+            Op::Act(action) => action.run(faulted),
+            Op::Marker(event, generation) => {
+                event.mark(generation);
+                None
+            }
+            Op::Wait(stream, ticket) => {
+                stream.wait_for(ticket);
+                None
+            }
+        }
+    }
+}
+
+impl Action {
+    fn run(self, faulted: bool) -> Option<Fault> {
+        match self {
+            Action::Host { f, data } => {
+                // SAFETY: the caller of cuLaunchHostFunc promised that f may be
+                // called with userData once the preceding work is done; an
+                // extern "C" function cannot unwind into us.
+                unsafe { f(data as *mut c_void) };
+                None
+            }
+            Action::Free(ptr) => {
+                crate::memory::release_async(ptr);
+                None
+            }
+            _ if faulted => None,
+            Action::Nop => None,
+            Action::InjectedFault(name) => Some(Fault {
+                code: CUresult::CUDA_ERROR_LAUNCH_FAILED,
+                detail: format!("injected fault: the launch of `{name}` failed"),
+            }),
+            Action::Copy {
+                dst,
+                src,
+                len,
+                dst_device,
+                src_device,
+            } => {
+                if let Some(fault) = still_live(src, len, src_device, "reads")
+                    .or_else(|| still_live(dst, len, dst_device, "writes"))
+                {
+                    return Some(fault);
+                }
+                // SAFETY: device sides are inside live allocations (checked just
+                // now); host sides are the caller's promise, as on CUDA. The
+                // ranges may overlap for device-to-device copies, hence `copy`.
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+                None
+            }
+            Action::Set8 { dst, value, count } => {
+                if let Some(fault) = still_live(dst, count, true, "writes") {
+                    return Some(fault);
+                }
+                // SAFETY: inside a live allocation (checked just now).
+                unsafe { std::ptr::write_bytes(dst as *mut u8, value, count) };
+                None
+            }
+            Action::Set32 { dst, value, count } => {
+                if let Some(fault) = still_live(dst, count * 4, true, "writes") {
+                    return Some(fault);
+                }
+                // SAFETY: inside a live allocation (checked just now) and
+                // 4-byte aligned (checked at enqueue).
+                let words = unsafe { std::slice::from_raw_parts_mut(dst as *mut u32, count) };
+                words.fill(value);
+                None
+            }
+            Action::Kernel(launch) => launch.run(),
+        }
+    }
+}
+
+fn still_live(ptr: usize, len: usize, device: bool, verb: &str) -> Option<Fault> {
+    if !device {
+        return None;
+    }
+    crate::memory::check_range(ptr, len).err().map(|why| Fault {
+        code: CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+        detail: format!("a stream operation {verb} {len} bytes at {ptr:#x}: {why}"),
+    })
+}
+
+impl Launch {
+    fn run(&self) -> Option<Fault> {
+        // A fresh copy per run: a twin may scribble on its arguments, and a
+        // graph replays the same launch many times.
+        let mut args = self.args.clone();
+        let mut params: Vec<*mut c_void> = args.iter_mut().map(|a| a.as_mut_ptr().cast()).collect();
+        let twin = self.twin;
+        let dims = self.dims;
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: the twin was registered for this kernel with these
+            // argument sizes; params[i] points at a copy of argument i.
+            unsafe { twin(&dims, params.as_mut_ptr()) }
+        }));
+        outcome.err().map(|panic| {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_string());
+            Fault {
+                code: CUresult::CUDA_ERROR_LAUNCH_FAILED,
+                detail: format!("kernel twin `{}` panicked: {why}", self.name),
+            }
+        })
+    }
+}

@@ -1,0 +1,121 @@
+//! The device's default memory pool: its handle and its attributes.
+
+use crate::context::{check_device, require};
+use crate::errors::{code, write_out};
+use crate::handles::mint;
+use crate::memory::{trim_pool_to, with_pool};
+use std::ffi::c_void;
+use std::sync::OnceLock;
+use sys::{CUdevice, CUmemPool_attribute, CUmemoryPool, CUresult};
+
+fn default_pool() -> usize {
+    static POOL: OnceLock<usize> = OnceLock::new();
+    *POOL.get_or_init(mint)
+}
+
+/// `INVALID_HANDLE` unless `pool` is the default pool (the only one there is).
+pub(crate) fn check_pool(pool: CUmemoryPool) -> Result<(), CUresult> {
+    if pool as usize == default_pool() {
+        Ok(())
+    } else {
+        Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+}
+
+pub(crate) unsafe extern "C" fn cuDeviceGetDefaultMemPool(
+    pool_out: *mut CUmemoryPool,
+    dev: CUdevice,
+) -> CUresult {
+    code((|| {
+        check_device(dev)?;
+        require()?;
+        // SAFETY: null or writable per the API.
+        unsafe { write_out(pool_out, default_pool() as CUmemoryPool) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuMemPoolTrimTo(
+    pool: CUmemoryPool,
+    minBytesToKeep: usize,
+) -> CUresult {
+    code(check_pool(pool).map(|()| trim_pool_to(minBytesToKeep)))
+}
+
+type A = CUmemPool_attribute;
+
+fn is_reuse(attr: A) -> Option<usize> {
+    match attr {
+        A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES => Some(0),
+        A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC => Some(1),
+        A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES => Some(2),
+        _ => None,
+    }
+}
+
+pub(crate) unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: CUmemoryPool,
+    attr: CUmemPool_attribute,
+    value: *mut c_void,
+) -> CUresult {
+    code((|| {
+        check_pool(pool)?;
+        if value.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if let Some(index) = is_reuse(attr) {
+            // SAFETY: for the reuse attributes CUDA passes an int.
+            let on = unsafe { value.cast::<i32>().read_unaligned() };
+            with_pool(|stats| stats.reuse[index] = i32::from(on != 0));
+            return Ok(());
+        }
+        // SAFETY: every other settable attribute is a cuuint64_t.
+        let bytes = unsafe { value.cast::<u64>().read_unaligned() };
+        with_pool(|stats| match attr {
+            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => {
+                stats.release_threshold = bytes;
+                Ok(())
+            }
+            // Only resetting a high watermark (to 0, meaning "to current") is
+            // allowed, as in CUDA.
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH if bytes == 0 => {
+                stats.reserved_high = stats.reserved;
+                Ok(())
+            }
+            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH if bytes == 0 => {
+                stats.used_high = stats.used;
+                Ok(())
+            }
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        })
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuMemPoolGetAttribute(
+    pool: CUmemoryPool,
+    attr: CUmemPool_attribute,
+    value: *mut c_void,
+) -> CUresult {
+    code((|| {
+        check_pool(pool)?;
+        if value.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let stats = with_pool(|stats| *stats);
+        if let Some(index) = is_reuse(attr) {
+            // SAFETY: for the reuse attributes CUDA expects an int.
+            unsafe { value.cast::<i32>().write_unaligned(stats.reuse[index]) };
+            return Ok(());
+        }
+        let bytes = match attr {
+            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => stats.release_threshold,
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => stats.reserved as u64,
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => stats.reserved_high as u64,
+            A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT => stats.used as u64,
+            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH => stats.used_high as u64,
+            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        };
+        // SAFETY: these attributes are cuuint64_t, per the API.
+        unsafe { value.cast::<u64>().write_unaligned(bytes) };
+        Ok(())
+    })())
+}

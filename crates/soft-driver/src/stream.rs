@@ -1,0 +1,274 @@
+//! A stream: an in-order queue drained by its own worker thread.
+//!
+//! Every operation gets a ticket (1, 2, 3 ... in submission order); the worker
+//! runs them in order and counts `completed`. "Has the stream passed point t"
+//! is `completed >= t`, which is what events, waits and synchronize ask. A wait
+//! only ever names a ticket that was already submitted when the wait was, so the
+//! waits between workers follow submission order and cannot form a cycle.
+
+use crate::errors::{Status, fail};
+use crate::handles::{Registry, lock, mint};
+use crate::ops::{Fault, Op, Template};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+use sys::{CUresult, CUstream};
+
+/// Streams by handle (what the API resolves).
+pub(crate) static STREAMS: Registry<Stream> = Registry::new();
+/// Streams whose worker is still running, including destroyed streams that are
+/// draining: `cuCtxSynchronize` waits for all of them.
+static LIVE: Registry<Stream> = Registry::new();
+
+pub(crate) struct Stream {
+    pub(crate) handle: usize,
+    pub(crate) flags: u32,
+    pub(crate) priority: i32,
+    state: Mutex<State>,
+    /// The worker waits here for work (or for the stream to close).
+    work: Condvar,
+    /// Threads waiting for the worker to pass a ticket wait here.
+    done: Condvar,
+}
+
+pub(crate) struct State {
+    queue: VecDeque<Op>,
+    submitted: u64,
+    completed: u64,
+    closing: bool,
+    /// Threads blocked on `done`; the worker skips the wake-up when zero.
+    waiters: usize,
+    pub(crate) fault: Option<Fault>,
+    pub(crate) inject_launch_fault: bool,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) capture: Option<Vec<Template>>,
+}
+
+impl State {
+    /// The sticky error, as the code to return (with its detail for this thread).
+    pub(crate) fn fault_status(&self) -> Status {
+        match &self.fault {
+            Some(fault) => Err(fail(fault.code, fault.detail.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Stream {
+    /// A new stream with a running worker, registered as live.
+    pub(crate) fn spawn(handle: usize, flags: u32, priority: i32) -> Result<Arc<Self>, CUresult> {
+        let stream = Arc::new(Stream {
+            handle,
+            flags,
+            priority,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                submitted: 0,
+                completed: 0,
+                closing: false,
+                waiters: 0,
+                fault: None,
+                inject_launch_fault: false,
+                delay: None,
+                capture: None,
+            }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        LIVE.insert_at(handle, Arc::clone(&stream));
+        let worker = Arc::clone(&stream);
+        let spawned = std::thread::Builder::new()
+            .name(format!("soft-cuda-stream-{handle:#x}"))
+            .spawn(move || worker.work());
+        if spawned.is_err() {
+            let _ = LIVE.remove(handle);
+            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        Ok(stream)
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Take the next operation, or `None` once the stream is closed and drained.
+    fn next(&self) -> Option<(Op, Option<Duration>, bool)> {
+        let mut state = self.state();
+        loop {
+            if let Some(op) = state.queue.pop_front() {
+                let delay = state.delay.take();
+                return Some((op, delay, state.fault.is_some()));
+            }
+            if state.closing {
+                return None;
+            }
+            state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The worker: run operations in order until the stream is closed and
+    /// drained. No driver lock is held while an operation (user code) runs.
+    fn work(self: Arc<Self>) {
+        while let Some((op, delay, faulted)) = self.next() {
+            if let Some(delay) = delay {
+                std::thread::sleep(delay);
+            }
+            let fault = op.run(faulted);
+            let mut state = self.state();
+            if let Some(fault) = fault {
+                crate::faults::note_context_fault(&fault);
+                state.fault.get_or_insert(fault);
+            }
+            state.completed += 1;
+            if state.waiters > 0 {
+                self.done.notify_all();
+            }
+        }
+        let _ = LIVE.remove(self.handle);
+    }
+
+    /// Enqueue (or, in capture mode, record) `templates` as one contiguous
+    /// batch. Fails with the stream's sticky error, or `INVALID_HANDLE` once
+    /// the stream is destroyed.
+    pub(crate) fn submit(self: &Arc<Self>, templates: &[Template]) -> Status {
+        let mut state = self.state();
+        state.fault_status()?;
+        if state.closing {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        if let Some(capture) = state.capture.as_mut() {
+            capture.extend_from_slice(templates);
+            return Ok(());
+        }
+        let before = state.queue.len();
+        for template in templates {
+            let op = match template {
+                Template::Act(action) => Op::Act(action.clone()),
+                Template::Record(event) => {
+                    let ticket = state.submitted + 1;
+                    let generation = event.begin_record(Arc::clone(self), ticket);
+                    Op::Marker(Arc::clone(event), generation)
+                }
+                Template::Wait(event) => match event.target() {
+                    // Never recorded: nothing to wait for, as on the GPU.
+                    None => continue,
+                    // Already ordered by the queue itself.
+                    Some((stream, _)) if Arc::ptr_eq(&stream, self) => continue,
+                    Some((stream, ticket)) => Op::Wait(stream, ticket),
+                },
+            };
+            state.submitted += 1;
+            state.queue.push_back(op);
+        }
+        if state.queue.len() > before {
+            self.work.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Fail with the sticky error or `STREAM_CAPTURE_UNSUPPORTED` when the
+    /// stream cannot take work that does not go through [`Stream::submit`]
+    /// (asynchronous allocations).
+    pub(crate) fn check_usable(&self) -> Status {
+        let state = self.state();
+        state.fault_status()?;
+        if state.capture.is_some() {
+            return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        if state.closing {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        Ok(())
+    }
+
+    /// Whether the worker has completed operation `ticket`.
+    pub(crate) fn passed(&self, ticket: u64) -> bool {
+        self.state().completed >= ticket
+    }
+
+    /// Block until the worker has completed operation `ticket`.
+    pub(crate) fn wait_for(&self, ticket: u64) {
+        let mut state = self.state();
+        if state.completed >= ticket {
+            return;
+        }
+        state.waiters += 1;
+        while state.completed < ticket {
+            state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.waiters -= 1;
+    }
+
+    /// `cuStreamSynchronize`: wait for everything submitted so far.
+    pub(crate) fn synchronize(&self) -> Status {
+        let ticket = {
+            let state = self.state();
+            if state.capture.is_some() {
+                return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            }
+            state.submitted
+        };
+        self.wait_for(ticket);
+        self.state().fault_status()
+    }
+
+    /// `cuStreamQuery`.
+    pub(crate) fn query(&self) -> Status {
+        let state = self.state();
+        if state.capture.is_some() {
+            return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        state.fault_status()?;
+        if state.completed >= state.submitted {
+            Ok(())
+        } else {
+            Err(CUresult::CUDA_ERROR_NOT_READY)
+        }
+    }
+
+    /// Let the worker drain what is queued, then exit.
+    pub(crate) fn close(&self) {
+        let mut state = self.state();
+        state.closing = true;
+        state.capture = None;
+        self.work.notify_one();
+    }
+}
+
+/// The legacy default stream (the null handle, `CU_STREAM_LEGACY` and
+/// `CU_STREAM_PER_THREAD`): one process-wide stream with its own worker.
+fn legacy() -> Result<Arc<Stream>, CUresult> {
+    static LEGACY: OnceLock<Result<Arc<Stream>, CUresult>> = OnceLock::new();
+    LEGACY.get_or_init(|| Stream::spawn(mint(), 0, 0)).clone()
+}
+
+/// The stream behind `handle`. The null stream needs a current context, as on
+/// a GPU, where it means "the current context's default stream".
+pub(crate) fn resolve(handle: CUstream) -> Result<Arc<Stream>, CUresult> {
+    match handle as usize {
+        0..=2 => {
+            crate::context::require()?;
+            legacy()
+        }
+        handle => STREAMS.get(handle),
+    }
+}
+
+/// Wait for every stream's work submitted so far (`cuCtxSynchronize`).
+pub(crate) fn synchronize_all() {
+    for stream in LIVE.all() {
+        let ticket = {
+            let state = stream.state();
+            if state.capture.is_some() {
+                continue;
+            }
+            state.submitted
+        };
+        stream.wait_for(ticket);
+    }
+}
+
+/// Every stream whose worker still runs.
+pub(crate) fn live() -> Vec<Arc<Stream>> {
+    LIVE.all()
+}
