@@ -1,0 +1,153 @@
+//! Building a pool: size, strategy, class split, and the size from the environment.
+
+use crate::error::{Error, Result};
+use crate::kinds::AllocationStrategy;
+use crate::layout::ClassSplit;
+use crate::pool::StreamPool;
+use driver::Context;
+use std::sync::Arc;
+
+/// The environment variable that sets the pool size ([`PoolBuilder::size_from_env`]).
+pub const POOL_SIZE_ENV: &str = "CUDA_STREAMS_POOL_SIZE";
+
+/// The pool size used when none is given.
+pub const DEFAULT_POOL_SIZE: usize = 8;
+
+/// The largest pool size accepted from the environment (a typo guard: each
+/// stream is a driver object and, on the software driver, a thread).
+pub const MAX_ENV_POOL_SIZE: usize = 1024;
+
+/// Configures and builds a [`StreamPool`].
+///
+/// ```
+/// use cuda_streams_stream_pool::driver::Context;
+/// use cuda_streams_stream_pool::{AllocationStrategy, ClassSplit, StreamPool};
+/// let ctx = Context::new(0).unwrap();
+/// let pool = StreamPool::builder(&ctx)
+///     .size(6)
+///     .strategy(AllocationStrategy::LoadBalanced)
+///     .class_split(ClassSplit { high: 2, normal: 2, low: 2 })
+///     .build()
+///     .unwrap();
+/// assert_eq!(pool.len(), 6);
+/// assert_eq!(pool.strategy(), AllocationStrategy::LoadBalanced);
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct PoolBuilder {
+    ctx: Arc<Context>,
+    size: usize,
+    strategy: AllocationStrategy,
+    split: Option<ClassSplit>,
+}
+
+impl PoolBuilder {
+    pub(crate) fn new(ctx: &Arc<Context>) -> Self {
+        Self {
+            ctx: Arc::clone(ctx),
+            size: DEFAULT_POOL_SIZE,
+            strategy: AllocationStrategy::default(),
+            split: None,
+        }
+    }
+
+    /// How many shared streams to create (default [`DEFAULT_POOL_SIZE`]).
+    pub fn size(mut self, size: usize) -> Self {
+        self.size = size;
+        self
+    }
+
+    /// The strategy of [`StreamPool::get_stream`] (default `RoundRobin`).
+    pub fn strategy(mut self, strategy: AllocationStrategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// How many streams each priority class gets; must add up to the size
+    /// (default [`ClassSplit::default_for`]).
+    pub fn class_split(mut self, split: ClassSplit) -> Self {
+        self.split = Some(split);
+        self
+    }
+
+    /// Take the size from `CUDA_STREAMS_POOL_SIZE` when it is set (and keep
+    /// the size given so far when it is not). A value that is not a whole
+    /// number from 1 to [`MAX_ENV_POOL_SIZE`] is an error naming it.
+    pub fn size_from_env(self) -> Result<Self> {
+        match std::env::var_os(POOL_SIZE_ENV) {
+            None => Ok(self),
+            Some(value) => Ok(self.size(parse_pool_size(&value.to_string_lossy())?)),
+        }
+    }
+
+    /// Create the streams.
+    pub fn build(self) -> Result<StreamPool> {
+        if self.size == 0 {
+            return Err(Error::EmptyPool);
+        }
+        let split = self
+            .split
+            .unwrap_or_else(|| ClassSplit::default_for(self.size));
+        if split.total() != self.size {
+            return Err(Error::ClassSplitMismatch {
+                high: split.high,
+                normal: split.normal,
+                low: split.low,
+                size: self.size,
+            });
+        }
+        StreamPool::create(&self.ctx, split, self.strategy)
+    }
+}
+
+/// Parse a pool size as `CUDA_STREAMS_POOL_SIZE` holds it.
+///
+/// ```
+/// use cuda_streams_stream_pool::parse_pool_size;
+/// assert_eq!(parse_pool_size(" 16 ").unwrap(), 16);
+/// let err = parse_pool_size("eight").unwrap_err().to_string();
+/// assert_eq!(err, "CUDA_STREAMS_POOL_SIZE=\"eight\" is not a valid pool size: \
+///                  expected a whole number from 1 to 1024");
+/// ```
+pub fn parse_pool_size(value: &str) -> Result<usize> {
+    let invalid = |reason: String| Error::InvalidPoolSize {
+        var: POOL_SIZE_ENV,
+        value: value.to_string(),
+        reason,
+    };
+    let expected = || format!("expected a whole number from 1 to {MAX_ENV_POOL_SIZE}");
+    let size: usize = value.trim().parse().map_err(|_| invalid(expected()))?;
+    match size {
+        0 => Err(invalid("a pool needs at least 1 stream".into())),
+        n if n > MAX_ENV_POOL_SIZE => Err(invalid(format!(
+            "at most {MAX_ENV_POOL_SIZE} streams are accepted from the environment"
+        ))),
+        n => Ok(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_sizes_parse_or_name_the_bad_value() {
+        assert_eq!(parse_pool_size("1").unwrap(), 1);
+        assert_eq!(parse_pool_size("1024").unwrap(), 1024);
+        for (bad, reason) in [
+            ("", "whole number"),
+            ("-3", "whole number"),
+            ("4.5", "whole number"),
+            ("0", "at least 1"),
+            ("1025", "at most 1024"),
+            ("99999999999999999999999", "whole number"),
+        ] {
+            let message = parse_pool_size(bad).unwrap_err().to_string();
+            assert!(
+                message.starts_with(&format!("CUDA_STREAMS_POOL_SIZE={bad:?}")),
+                "{message}"
+            );
+            assert!(message.contains(reason), "{message}");
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The vocabulary the pool hands streams out by: strategies, workload types
+//! and stream purposes.
+
+use driver::StreamPriority;
+
+/// How [`crate::StreamPool::get_stream`] picks a stream, and how the other
+/// getters pick within the streams they may use.
+///
+/// | strategy | `get_stream()` | within a workload's or class's streams |
+/// | --- | --- | --- |
+/// | `RoundRobin` | every shared stream in turn | in turn |
+/// | `LoadBalanced` | the stream with the least live work (see below) | the same, among those streams |
+/// | `Priority` | an idle stream of the most urgent class that has one; all busy: the High class in turn | in turn |
+/// | `Workload` | `get_stream_for_workload(WorkloadType::Mixed)` | in turn |
+///
+/// *Live work* is asked of the driver, not counted on the host: the candidates
+/// are queried (`cuStreamQuery`) from a rotating start and the first idle one
+/// wins; when all are busy, the one with the fewest operations enqueued since
+/// the last point an event showed it had passed wins (each busy candidate
+/// carries one probe event, re-recorded when it completes). So a stream busy
+/// with one long kernel is avoided even though it was handed out only once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum AllocationStrategy {
+    /// Hand the streams out in turn: one atomic increment, no driver call.
+    #[default]
+    RoundRobin,
+    /// Prefer idle streams, then the least live work (driver queries).
+    LoadBalanced,
+    /// Prefer the most urgent priority class that has an idle stream.
+    Priority,
+    /// Route by workload type: `get_stream()` serves [`WorkloadType::Mixed`].
+    Workload,
+}
+
+impl AllocationStrategy {
+    /// Every strategy.
+    pub const ALL: [Self; 4] = [
+        Self::RoundRobin,
+        Self::LoadBalanced,
+        Self::Priority,
+        Self::Workload,
+    ];
+
+    pub(crate) fn to_u8(self) -> u8 {
+        self as u8
+    }
+
+    pub(crate) fn from_u8(value: u8) -> Self {
+        Self::ALL
+            .get(usize::from(value))
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// What kind of work a stream is wanted for. Each type is served by a
+/// contiguous run of the pool's streams (ordered most urgent first), which
+/// [`crate::StreamPool::optimize_configuration`] may resize from measured load.
+///
+/// Default assignment: `Compute` the High class, `Memory` the first half of
+/// the Normal class, `Mixed` its second half, `Coordination` the Low class
+/// (an empty class borrows its nearest neighbour's streams).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WorkloadType {
+    /// Computation-heavy kernels (matrix products, convolutions).
+    Compute,
+    /// Memory-bound work: large transfers and copies.
+    Memory,
+    /// Balanced compute and memory (general network layers).
+    Mixed,
+    /// Synchronisation work: barriers, event waits, bookkeeping.
+    Coordination,
+}
+
+impl WorkloadType {
+    /// Every workload type, in the order their streams are laid out (most urgent first).
+    pub const ALL: [Self; 4] = [Self::Compute, Self::Memory, Self::Mixed, Self::Coordination];
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The priority class whose streams serve this type by default.
+    pub fn default_class(self) -> StreamPriority {
+        match self {
+            Self::Compute => StreamPriority::High,
+            Self::Memory | Self::Mixed => StreamPriority::Normal,
+            Self::Coordination => StreamPriority::Low,
+        }
+    }
+}
+
+/// A fixed role for a stream, as a pipeline stage uses it
+/// ([`crate::StreamPool::get_stream_for_purpose`]). A purpose always gets the
+/// same stream, so work of one purpose stays in order; different purposes get
+/// different streams while the pool has at least five.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StreamPurpose {
+    /// Host-to-device configuration uploads.
+    ConfigUpload,
+    /// The main compute kernels.
+    KernelExecution,
+    /// Device-to-host telemetry downloads.
+    TelemetryDownload,
+    /// Peer-to-peer copies between GPUs.
+    P2PTransfer,
+    /// Auxiliary kernels beside the main ones.
+    AuxCompute,
+}
+
+impl StreamPurpose {
+    /// Every purpose.
+    pub const ALL: [Self; 5] = [
+        Self::ConfigUpload,
+        Self::KernelExecution,
+        Self::TelemetryDownload,
+        Self::P2PTransfer,
+        Self::AuxCompute,
+    ];
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The priority class this purpose prefers: kernels High, transfers
+    /// Normal, peer copies and auxiliary kernels Low.
+    pub fn preferred_class(self) -> StreamPriority {
+        match self {
+            Self::KernelExecution => StreamPriority::High,
+            Self::ConfigUpload | Self::TelemetryDownload => StreamPriority::Normal,
+            Self::P2PTransfer | Self::AuxCompute => StreamPriority::Low,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategy_round_trips_through_u8() {
+        for strategy in AllocationStrategy::ALL {
+            assert_eq!(AllocationStrategy::from_u8(strategy.to_u8()), strategy);
+        }
+    }
+}
