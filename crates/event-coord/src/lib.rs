@@ -1,1 +1,36 @@
-//! Event pool, operation coordinator with deadlock detection, cross-stream barrier, async event waiter (being built).
+//! Event coordination on top of the safe driver layer:
+//!
+//! - [`EventPool`]: reusable plain and timing events; acquiring and releasing
+//!   one makes no driver call.
+//! - [`OperationCoordinator`]: operations with dependencies across streams,
+//!   turned into `cuStreamWaitEvent`s on pooled completion events; completion
+//!   callbacks at GPU time; deadlock detection over dependency and
+//!   stream-order edges; a priority-ordered ready list; retirement of finished
+//!   operations.
+//! - [`CrossStreamBarrier`]: a host-blocking or device-side barrier over
+//!   several streams.
+//! - [`AsyncEventWaiter`]: one background thread running callbacks when events
+//!   complete.
+//!
+//! See `docs/event-coord.md` for a walk-through.
+
+mod barrier;
+mod coordinator;
+mod error;
+mod operation;
+mod pool;
+mod waiter;
+
+pub use barrier::{BarrierStats, CrossStreamBarrier};
+pub use coordinator::{CoordinatorMetrics, OperationCoordinator};
+pub use error::{Error, Result};
+pub use operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
+pub use pool::{EventPool, PooledEvent};
+/// The examples of `docs/event-coord.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/event-coord.md")]
+mod docs_examples {}
+
+pub use waiter::{
+    AsyncEventWaiter, DEFAULT_MAX_BACKOFF, MIN_BACKOFF, WaitEvent, WaitId, WaiterMetrics,
+};

@@ -1,0 +1,125 @@
+//! A barrier across streams: every stream reaches a point before the host (or
+//! every other stream) goes on.
+
+use crate::error::{Error, Result};
+use crate::pool::{EventPool, PooledEvent};
+use driver::Stream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Counters of a [`CrossStreamBarrier`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BarrierStats {
+    /// Completed [`CrossStreamBarrier::synchronize`] calls.
+    pub synchronizations: u64,
+    /// Completed [`CrossStreamBarrier::arrive`] calls.
+    pub arrivals: u64,
+    /// Host time spent in `synchronize`, summed.
+    pub total_wait: Duration,
+}
+
+/// A barrier over a fixed set of streams, with events from a pool.
+///
+/// - [`synchronize`](Self::synchronize): the host blocks until every stream
+///   has finished the work enqueued before the call (one event per stream).
+/// - [`arrive`](Self::arrive): no host blocking; work enqueued on any of the
+///   streams after the call waits until every stream has reached the barrier.
+pub struct CrossStreamBarrier {
+    streams: Vec<Arc<Stream>>,
+    pool: Arc<EventPool>,
+    synchronizations: AtomicU64,
+    arrivals: AtomicU64,
+    wait_ns: AtomicU64,
+}
+
+impl CrossStreamBarrier {
+    /// A barrier over `streams` (at least one), taking events from `pool`.
+    pub fn new(streams: Vec<Arc<Stream>>, pool: Arc<EventPool>) -> Result<CrossStreamBarrier> {
+        if streams.is_empty() {
+            return Err(Error::EmptyBarrier);
+        }
+        Ok(CrossStreamBarrier {
+            streams,
+            pool,
+            synchronizations: AtomicU64::new(0),
+            arrivals: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
+        })
+    }
+
+    /// One event recorded at the current end of each stream.
+    fn mark(&self) -> Result<Vec<PooledEvent>> {
+        self.streams
+            .iter()
+            .map(|stream| {
+                let event = self.pool.acquire_event(false)?;
+                event.record(stream)?;
+                Ok(event)
+            })
+            .collect()
+    }
+
+    /// Block until every stream has finished the work enqueued before this
+    /// call; returns how long the host waited.
+    pub fn synchronize(&self) -> Result<Duration> {
+        let start = Instant::now();
+        // Record all first, so the streams drain in parallel while we wait.
+        for event in self.mark()? {
+            event.synchronize()?;
+        }
+        let waited = start.elapsed();
+        self.wait_ns.fetch_add(
+            u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        self.synchronizations.fetch_add(1, Ordering::Relaxed);
+        Ok(waited)
+    }
+
+    /// Device-side barrier: each stream waits (`cuStreamWaitEvent`) on every
+    /// other stream's event, recorded at its current end. The host returns at
+    /// once; the events go back to the pool right away (a wait captures the
+    /// event's state when it is enqueued).
+    pub fn arrive(&self) -> Result<()> {
+        // Every event is recorded before any wait is enqueued: otherwise a
+        // later event would include the earlier waits.
+        let events = self.mark()?;
+        for (i, stream) in self.streams.iter().enumerate() {
+            for (j, event) in events.iter().enumerate() {
+                if i != j {
+                    stream.wait_event(event)?;
+                }
+            }
+        }
+        self.arrivals.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The streams, in the order given.
+    pub fn streams(&self) -> &[Arc<Stream>] {
+        &self.streams
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> BarrierStats {
+        BarrierStats {
+            synchronizations: self.synchronizations.load(Ordering::Relaxed),
+            arrivals: self.arrivals.load(Ordering::Relaxed),
+            total_wait: Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl std::fmt::Debug for CrossStreamBarrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrossStreamBarrier")
+            .field(
+                "streams",
+                &self.streams.iter().map(|s| s.id()).collect::<Vec<_>>(),
+            )
+            .field("stats", &self.stats())
+            .finish()
+    }
+}

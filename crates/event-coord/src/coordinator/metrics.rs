@@ -1,0 +1,69 @@
+//! The coordinator's counters and the snapshot it hands out.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A snapshot of [`crate::OperationCoordinator::metrics`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CoordinatorMetrics {
+    /// Operations registered.
+    pub total_operations: u64,
+    /// Operations whose `complete_operation` succeeded.
+    pub completed_operations: u64,
+    /// Host time spent inside `register_operation`, `begin_operation` and
+    /// `complete_operation` (driver calls included), divided by
+    /// `total_operations`.
+    pub average_coordination_time: Duration,
+    /// Cycles reported by `detect_deadlocks`, summed over its calls.
+    pub deadlock_detections: u64,
+    /// Operations dropped after the GPU passed their completion event.
+    pub retired_operations: u64,
+    /// Operations the coordinator still holds (not yet retired).
+    pub in_flight: usize,
+    /// Completion callbacks that panicked (the panics were caught).
+    pub callback_panics: u64,
+}
+
+/// Shared with the completion host functions, which count panics.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) total: AtomicU64,
+    pub(crate) completed: AtomicU64,
+    pub(crate) coordination_ns: AtomicU64,
+    pub(crate) deadlocks: AtomicU64,
+    pub(crate) retired: AtomicU64,
+    pub(crate) callback_panics: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add_time(&self, elapsed: Duration) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.coordination_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, in_flight: usize) -> CoordinatorMetrics {
+        let total = self.total.load(Ordering::Relaxed);
+        let ns = self.coordination_ns.load(Ordering::Relaxed);
+        CoordinatorMetrics {
+            total_operations: total,
+            completed_operations: self.completed.load(Ordering::Relaxed),
+            average_coordination_time: Duration::from_nanos(ns / total.max(1)),
+            deadlock_detections: self.deadlocks.load(Ordering::Relaxed),
+            retired_operations: self.retired.load(Ordering::Relaxed),
+            in_flight,
+            callback_panics: self.callback_panics.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn panicked(&self, what: &str, payload: &(dyn Any + Send)) {
+        self.callback_panics.fetch_add(1, Ordering::Relaxed);
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic payload".to_owned());
+        eprintln!("cuda-streams: a completion callback of {what} panicked: {message}");
+    }
+}

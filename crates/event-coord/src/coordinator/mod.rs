@@ -1,0 +1,484 @@
+//! The operation coordinator: registration, begin/complete with cross-stream
+//! waits, completion callbacks. Retirement lives in `retire.rs`, the graph
+//! queries (deadlocks, ready list) in `graph.rs`.
+
+mod graph;
+mod hash;
+mod metrics;
+mod retire;
+
+pub use metrics::CoordinatorMetrics;
+
+use crate::error::{Error, Result};
+use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
+use crate::pool::{EventPool, PooledEvent};
+use dashmap::DashMap;
+use driver::Stream;
+use hash::IdBuild;
+use metrics::Counters;
+use retire::Lane;
+use std::collections::HashSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// A completion callback.
+type Callback = Box<dyn FnOnce() + Send + 'static>;
+
+/// A value reachable only through `&mut` or by value, so sharing `&Exclusive`
+/// between threads exposes nothing: it is `Sync` whenever `T` is `Send`
+/// (what `std::sync::Exclusive` does, unstable as of Rust 1.85). Callbacks
+/// need only be `Send`, yet the operation map must be `Sync`.
+struct Exclusive<T>(T);
+
+// SAFETY: no method gives shared access to the inner value (only `get_mut`,
+// which needs `&mut self`), so a `&Exclusive<T>` cannot be used to touch `T`
+// from two threads; moving it between threads needs `T: Send`.
+unsafe impl<T: Send> Sync for Exclusive<T> {}
+
+impl<T> Exclusive<T> {
+    fn get_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+/// Where an operation is, including the short window while its completion
+/// event is being recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Registered,
+    Begun,
+    Completed,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Registered => "registered",
+            Phase::Begun => "begun",
+            Phase::Completed => "completed",
+        }
+    }
+}
+
+/// One live operation.
+struct Op {
+    meta: EventMetadata,
+    stream: Arc<Stream>,
+    phase: Phase,
+    /// Position among the operations begun on any stream (0: not begun).
+    begun_at: u64,
+    /// Recorded by `complete_operation`; shared so that `begin_operation` can
+    /// wait on it without holding the map's lock during the driver call.
+    completion: Option<Arc<PooledEvent>>,
+    /// Callbacks added before the completion event was recorded.
+    callbacks: Exclusive<Vec<Callback>>,
+    /// Set by the completion host function, when there is one.
+    done: Option<Arc<AtomicBool>>,
+}
+
+/// Tracks operations across streams: dependencies become `cuStreamWaitEvent`s
+/// on pooled completion events, callbacks run when the GPU gets there, and the
+/// dependency and stream-order graph can be checked for deadlocks.
+///
+/// Life of an operation: [`register_operation`](Self::register_operation) →
+/// [`begin_operation`](Self::begin_operation) (enqueue its GPU work after this)
+/// → [`complete_operation`](Self::complete_operation) (records its completion
+/// event) → retired once the GPU has passed that event. A dependency on a
+/// retired operation is satisfied.
+///
+/// Every method takes `&self`; share it as `Arc<OperationCoordinator>` across
+/// threads.
+pub struct OperationCoordinator {
+    pool: Arc<EventPool>,
+    ops: DashMap<OperationId, Op, IdBuild>,
+    /// Completed operations per stream id, oldest first, waiting to retire.
+    lanes: DashMap<u64, Mutex<Lane>, IdBuild>,
+    /// The next id to issue; every id below it was issued.
+    next_id: AtomicU64,
+    begin_clock: AtomicU64,
+    /// Ids issued to registrations that failed: unknown, not retired.
+    abandoned: Mutex<HashSet<OperationId>>,
+    any_abandoned: AtomicBool,
+    counters: Arc<Counters>,
+}
+
+impl OperationCoordinator {
+    /// A coordinator taking its completion events from `pool`.
+    pub fn new(pool: Arc<EventPool>) -> OperationCoordinator {
+        OperationCoordinator {
+            pool,
+            ops: DashMap::with_hasher(IdBuild::default()),
+            lanes: DashMap::with_hasher(IdBuild::default()),
+            next_id: AtomicU64::new(1),
+            begin_clock: AtomicU64::new(1),
+            abandoned: Mutex::new(HashSet::new()),
+            any_abandoned: AtomicBool::new(false),
+            counters: Arc::new(Counters::default()),
+        }
+    }
+
+    /// The pool completion events come from.
+    pub fn pool(&self) -> &Arc<EventPool> {
+        &self.pool
+    }
+
+    /// Register an operation to run on `stream` after `dependencies`.
+    ///
+    /// Each dependency must be an operation of this coordinator (live or
+    /// retired); otherwise [`Error::UnknownDependency`] names both ids and the
+    /// new id is never usable.
+    pub fn register_operation(
+        &self,
+        operation_type: OperationType,
+        priority: EventPriority,
+        stream: &Arc<Stream>,
+        dependencies: Vec<OperationId>,
+        description: impl Into<String>,
+    ) -> Result<OperationId> {
+        let start = Instant::now();
+        let id = OperationId(self.next_id.fetch_add(1, Ordering::AcqRel));
+        if let Some(&dependency) = dependencies
+            .iter()
+            .find(|&&dep| dep == id || !self.is_known(dep))
+        {
+            self.abandon(id);
+            self.counters.add_time(start.elapsed());
+            return Err(Error::UnknownDependency {
+                operation: id,
+                dependency,
+            });
+        }
+        let op = Op {
+            meta: EventMetadata {
+                operation_type,
+                priority,
+                stream_id: stream.id(),
+                operation_id: id,
+                creation_time: start,
+                dependencies,
+                description: description.into(),
+            },
+            stream: Arc::clone(stream),
+            phase: Phase::Registered,
+            begun_at: 0,
+            completion: None,
+            callbacks: Exclusive(Vec::new()),
+            done: None,
+        };
+        self.ops.insert(id, op);
+        self.counters.total.fetch_add(1, Ordering::Relaxed);
+        self.counters.add_time(start.elapsed());
+        Ok(id)
+    }
+
+    /// Add `dependency` to an operation not begun yet (dependencies given at
+    /// registration can only name earlier operations; this can name any,
+    /// which is how plans with cycles arise, see
+    /// [`detect_deadlocks`](Self::detect_deadlocks)). Adding one already
+    /// present does nothing.
+    pub fn add_dependency(&self, id: OperationId, dependency: OperationId) -> Result<()> {
+        if id == dependency {
+            return Err(Error::SelfDependency { operation: id });
+        }
+        if !self.is_known(dependency) {
+            return Err(Error::UnknownDependency {
+                operation: id,
+                dependency,
+            });
+        }
+        let mut op = self.live_mut(id, "add_dependency")?;
+        match op.phase {
+            Phase::Registered => {}
+            Phase::Begun => return Err(Error::AlreadyBegun { operation: id }),
+            Phase::Completed => {
+                return Err(Error::AlreadyCompleted { operation: id });
+            }
+        }
+        if !op.meta.dependencies.contains(&dependency) {
+            op.meta.dependencies.push(dependency);
+        }
+        Ok(())
+    }
+
+    /// Mark `id` as starting on `stream` (the stream it was registered on):
+    /// for each dependency on another stream, `stream` waits
+    /// (`cuStreamWaitEvent`) for that dependency's completion event. Enqueue
+    /// the operation's GPU work after this returns.
+    ///
+    /// Every dependency must have been completed with
+    /// [`complete_operation`](Self::complete_operation) (or retired): a wait
+    /// on an unrecorded event would silently not wait, so that is
+    /// [`Error::DependencyNotComplete`] instead. On any error the operation
+    /// stays registered.
+    pub fn begin_operation(&self, id: OperationId, stream: &Stream) -> Result<()> {
+        let start = Instant::now();
+        let result = self.begin_inner(id, stream);
+        self.counters.add_time(start.elapsed());
+        result
+    }
+
+    fn begin_inner(&self, id: OperationId, stream: &Stream) -> Result<()> {
+        let dependencies = {
+            let mut op = self.live_mut(id, "begin_operation")?;
+            match op.phase {
+                Phase::Registered => {}
+                Phase::Begun => return Err(Error::AlreadyBegun { operation: id }),
+                Phase::Completed => {
+                    return Err(Error::AlreadyCompleted { operation: id });
+                }
+            }
+            if op.stream.id() != stream.id() {
+                return Err(Error::StreamMismatch {
+                    operation: id,
+                    registered: op.stream.id(),
+                    given: stream.id(),
+                });
+            }
+            // Claim it so a concurrent begin fails; undone on error below.
+            op.phase = Phase::Begun;
+            op.begun_at = self.begin_clock.fetch_add(1, Ordering::Relaxed);
+            op.meta.dependencies.clone()
+        };
+        let mut waits: Vec<Arc<PooledEvent>> = Vec::new();
+        for dependency in dependencies {
+            // Absent: retired, so the GPU is past it (it was known at registration).
+            let Some(dep) = self.ops.get(&dependency) else {
+                continue;
+            };
+            if dep.phase != Phase::Completed {
+                let state = dep.phase.name();
+                drop(dep);
+                self.unclaim_begin(id);
+                return Err(Error::DependencyNotComplete {
+                    operation: id,
+                    dependency,
+                    state,
+                });
+            }
+            // Same stream: stream order already puts us after it.
+            let finished = dep.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
+            if dep.stream.id() != stream.id() && !finished {
+                if let Some(event) = &dep.completion {
+                    waits.push(Arc::clone(event));
+                }
+            }
+        }
+        for event in &waits {
+            if let Err(err) = stream.wait_event(event) {
+                self.unclaim_begin(id);
+                return Err(err.into());
+            }
+        }
+        Ok(())
+    }
+
+    fn unclaim_begin(&self, id: OperationId) {
+        if let Some(mut op) = self.ops.get_mut(&id) {
+            op.phase = Phase::Registered;
+            op.begun_at = 0;
+        }
+    }
+
+    /// Record `id`'s completion event (from the pool) on its stream, after the
+    /// work enqueued since [`begin_operation`](Self::begin_operation).
+    /// Callbacks added so far are scheduled to run when the GPU reaches it.
+    pub fn complete_operation(&self, id: OperationId) -> Result<()> {
+        let start = Instant::now();
+        let result = self.complete_inner(id);
+        self.counters.add_time(start.elapsed());
+        result
+    }
+
+    fn complete_inner(&self, id: OperationId) -> Result<()> {
+        // The operation stays locked until its event is recorded and queued
+        // for retirement, so no one sees it half-completed and a sweep cannot
+        // retire it before it is marked completed.
+        let mut op = self.live_mut(id, "complete_operation")?;
+        match op.phase {
+            Phase::Begun => {}
+            Phase::Registered => return Err(Error::NotBegun { operation: id }),
+            Phase::Completed => return Err(Error::AlreadyCompleted { operation: id }),
+        }
+        let event = Arc::new(self.pool.acquire_event(false)?);
+        let sweep_due = self.record_and_queue(&op.stream, id, &event)?;
+        op.completion = Some(Arc::clone(&event));
+        op.phase = Phase::Completed;
+        let scheduled = if op.callbacks.get_mut().is_empty() {
+            None
+        } else {
+            let done = Arc::new(AtomicBool::new(false));
+            op.done = Some(Arc::clone(&done));
+            Some((std::mem::take(op.callbacks.get_mut()), done))
+        };
+        let stream = Arc::clone(&op.stream);
+        drop(op);
+        self.counters.completed.fetch_add(1, Ordering::Relaxed);
+        if let Some((callbacks, done)) = scheduled {
+            self.schedule_callbacks(id, &stream, &event, callbacks, done);
+        }
+        if sweep_due {
+            self.sweep(stream.id());
+        }
+        Ok(())
+    }
+
+    /// Run `callbacks` when `stream` passes `event` (recorded just before).
+    fn schedule_callbacks(
+        &self,
+        id: OperationId,
+        stream: &Stream,
+        event: &PooledEvent,
+        callbacks: Vec<Callback>,
+        done: Arc<AtomicBool>,
+    ) {
+        let counters = Arc::clone(&self.counters);
+        // The host function must not own driver objects (dropping them there
+        // is a driver call): only the closures, the flag and the counters.
+        let slot = Arc::new(Mutex::new(Some((callbacks, done))));
+        let for_host = Arc::clone(&slot);
+        let host = move || {
+            if let Some((callbacks, done)) = take_slot(&for_host) {
+                done.store(true, Ordering::Release);
+                run_callbacks(id, callbacks, &counters);
+            }
+        };
+        if let Err(err) = stream.add_callback(host) {
+            // Still exactly once, after the event: wait for it here.
+            eprintln!(
+                "cuda-streams: {id}: scheduling completion callbacks failed ({err}); running them after a host wait"
+            );
+            if let Some((callbacks, done)) = take_slot(&slot) {
+                if let Err(err) = event.synchronize() {
+                    eprintln!("cuda-streams: {id}: waiting for the completion event: {err}");
+                }
+                done.store(true, Ordering::Release);
+                run_callbacks(id, callbacks, &self.counters);
+            }
+        }
+    }
+
+    /// Run `f` once, when the GPU has passed `id`'s completion event.
+    ///
+    /// Before [`complete_operation`](Self::complete_operation), `f` waits for
+    /// it. After it, if the GPU is already past the event (or `id` is
+    /// retired), `f` runs now on the calling thread; otherwise it is enqueued
+    /// on the operation's stream, so it also waits for work enqueued there
+    /// since. A panic in `f` is caught and counted in
+    /// [`CoordinatorMetrics::callback_panics`].
+    pub fn add_completion_callback<F>(&self, id: OperationId, f: F) -> Result<()>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let late = match self.ops.get_mut(&id) {
+            None if self.is_known(id) => None,
+            None => {
+                return Err(Error::UnknownOperation {
+                    operation: id,
+                    call: "add_completion_callback",
+                });
+            }
+            Some(mut op) => {
+                if op.phase != Phase::Completed {
+                    op.callbacks.get_mut().push(Box::new(f));
+                    return Ok(());
+                }
+                let finished = op.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
+                (!finished).then(|| (Arc::clone(&op.stream), op.completion.clone()))
+            }
+        };
+        let callbacks: Vec<Callback> = vec![Box::new(f)];
+        if let Some((stream, Some(event))) = late {
+            if !event.query()? {
+                let done = Arc::new(AtomicBool::new(false));
+                self.schedule_callbacks(id, &stream, &event, callbacks, done);
+                return Ok(());
+            }
+        }
+        run_callbacks(id, callbacks, &self.counters);
+        Ok(())
+    }
+
+    /// Where `id` is, or `None` for an id this coordinator never issued.
+    pub fn state(&self, id: OperationId) -> Option<OperationState> {
+        match self.ops.get(&id) {
+            Some(op) => Some(match op.phase {
+                Phase::Registered => OperationState::Registered,
+                Phase::Begun => OperationState::Begun,
+                Phase::Completed => OperationState::Completed,
+            }),
+            None => self.is_known(id).then_some(OperationState::Retired),
+        }
+    }
+
+    /// A copy of `id`'s metadata, while the coordinator holds it (not retired).
+    pub fn metadata(&self, id: OperationId) -> Option<EventMetadata> {
+        self.ops.get(&id).map(|op| op.meta.clone())
+    }
+
+    /// Counters: operations, completions, coordination time, deadlocks found.
+    pub fn metrics(&self) -> CoordinatorMetrics {
+        self.counters.snapshot(self.ops.len())
+    }
+
+    fn live_mut(
+        &self,
+        id: OperationId,
+        call: &'static str,
+    ) -> Result<dashmap::mapref::one::RefMut<'_, OperationId, Op>> {
+        match self.ops.get_mut(&id) {
+            Some(op) => Ok(op),
+            // Retired operations were completed.
+            None if self.is_known(id) => Err(Error::AlreadyCompleted { operation: id }),
+            None => Err(Error::UnknownOperation {
+                operation: id,
+                call,
+            }),
+        }
+    }
+
+    /// Whether this coordinator issued `id` to a successful registration.
+    fn is_known(&self, id: OperationId) -> bool {
+        if self.ops.contains_key(&id) {
+            return true;
+        }
+        let issued = id.0 >= 1 && id.0 < self.next_id.load(Ordering::Acquire);
+        issued
+            && !(self.any_abandoned.load(Ordering::Acquire)
+                && self
+                    .abandoned
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&id))
+    }
+
+    fn abandon(&self, id: OperationId) {
+        self.abandoned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id);
+        self.any_abandoned.store(true, Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for OperationCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperationCoordinator")
+            .field("metrics", &self.metrics())
+            .finish()
+    }
+}
+
+fn take_slot<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+/// Run each callback, catching and counting panics so one cannot skip the rest.
+fn run_callbacks(id: OperationId, callbacks: Vec<Callback>, counters: &Counters) {
+    for callback in callbacks {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(callback)) {
+            counters.panicked(&id.to_string(), payload.as_ref());
+        }
+    }
+}

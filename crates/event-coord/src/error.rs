@@ -1,0 +1,101 @@
+//! The event-coordination layer's error type.
+
+/// Everything event coordination can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A call into the safe driver layer failed.
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    /// The pool would need more events of one kind than its cap allows.
+    #[error("event pool exhausted: all {cap} {kind} event(s) allowed by the cap are in use")]
+    PoolExhausted {
+        /// `regular` or `timing`.
+        kind: &'static str,
+        /// The cap on events of that kind.
+        cap: usize,
+    },
+    /// A pool asked to create more events up front than its cap allows.
+    #[error("event pool cap {cap} is below the {requested} {kind} event(s) requested up front")]
+    CapacityBelowInitial {
+        /// `regular` or `timing`.
+        kind: &'static str,
+        /// How many were requested up front.
+        requested: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// An operation id this coordinator never issued (or whose registration failed).
+    #[error("{operation} is unknown to this coordinator ({call})")]
+    UnknownOperation {
+        /// The id given.
+        operation: crate::OperationId,
+        /// The call that was given it, e.g. `begin_operation`.
+        call: &'static str,
+    },
+    /// Registering an operation with a dependency this coordinator never issued.
+    #[error("{operation} cannot depend on {dependency}: no such operation was registered")]
+    UnknownDependency {
+        /// The operation being registered (its id is not usable).
+        operation: crate::OperationId,
+        /// The unknown dependency.
+        dependency: crate::OperationId,
+    },
+    /// An operation made to depend on itself.
+    #[error("{operation} cannot depend on itself")]
+    SelfDependency {
+        /// The operation.
+        operation: crate::OperationId,
+    },
+    /// Beginning an operation whose dependency has not been completed with
+    /// `complete_operation` (its completion event is not recorded yet, and a
+    /// wait on it would silently not wait).
+    #[error(
+        "cannot begin {operation}: its dependency {dependency} is {state}, not completed (call complete_operation on it first)"
+    )]
+    DependencyNotComplete {
+        /// The operation being begun.
+        operation: crate::OperationId,
+        /// The dependency that is not complete.
+        dependency: crate::OperationId,
+        /// Where the dependency is: `registered` or `begun`.
+        state: &'static str,
+    },
+    /// `begin_operation` on an operation already begun.
+    #[error("{operation} was already begun")]
+    AlreadyBegun {
+        /// The operation.
+        operation: crate::OperationId,
+    },
+    /// `begin_operation` or `complete_operation` on an operation already completed.
+    #[error("{operation} was already completed")]
+    AlreadyCompleted {
+        /// The operation.
+        operation: crate::OperationId,
+    },
+    /// `complete_operation` on an operation that was never begun.
+    #[error("cannot complete {operation}: it was never begun (call begin_operation first)")]
+    NotBegun {
+        /// The operation.
+        operation: crate::OperationId,
+    },
+    /// `begin_operation` with a stream other than the one the operation was registered on.
+    #[error("{operation} was registered on stream {registered} but begun on stream {given}")]
+    StreamMismatch {
+        /// The operation.
+        operation: crate::OperationId,
+        /// The stream it was registered on.
+        registered: u64,
+        /// The stream given to `begin_operation`.
+        given: u64,
+    },
+    /// The async waiter's background thread could not be started.
+    #[error("starting the async event waiter's thread failed: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// A barrier over no streams.
+    #[error("a cross-stream barrier needs at least one stream, got 0")]
+    EmptyBarrier,
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,230 @@
+//! A pool of reusable events: acquiring one is a short lock and a `Vec::pop`,
+//! not a `cuEventCreate`.
+
+use crate::error::{Error, Result};
+use driver::{Context, Event, EventFlags};
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Free events of one kind, and how many of that kind exist.
+struct Shelf {
+    free: Mutex<Vec<Event>>,
+    /// Events of this kind created so far (free + in use). Only growth writes it.
+    created: AtomicUsize,
+    cap: usize,
+    flags: EventFlags,
+    kind: &'static str,
+}
+
+impl Shelf {
+    fn new(ctx: &Arc<Context>, flags: EventFlags, count: usize, cap: usize) -> Result<Self> {
+        let kind = if flags.timing { "timing" } else { "regular" };
+        if count > cap {
+            return Err(Error::CapacityBelowInitial {
+                kind,
+                requested: count,
+                cap,
+            });
+        }
+        let free = (0..count)
+            .map(|_| Event::new(ctx, flags))
+            .collect::<driver::Result<Vec<_>>>()?;
+        Ok(Self {
+            free: Mutex::new(free),
+            created: AtomicUsize::new(count),
+            cap,
+            flags,
+            kind,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Event>> {
+        // A panic while holding the lock cannot leave the Vec half-updated.
+        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Create one more event, unless the cap is reached.
+    fn grow(&self, ctx: &Arc<Context>) -> Result<Event> {
+        self.created
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.cap).then_some(n + 1)
+            })
+            .map_err(|_| Error::PoolExhausted {
+                kind: self.kind,
+                cap: self.cap,
+            })?;
+        Event::new(ctx, self.flags).map_err(|err| {
+            self.created.fetch_sub(1, Ordering::AcqRel);
+            err.into()
+        })
+    }
+}
+
+/// A pool of plain ("regular") and timing events, reused instead of created
+/// and destroyed for every use.
+///
+/// Acquiring pops a free event under a short lock; dropping the
+/// [`PooledEvent`] pushes it back. No driver call happens on that path. When a
+/// kind runs out, the pool creates one more event of that kind (counted by
+/// [`EventPool::growth_count`]) unless the cap is reached, which is an
+/// [`Error::PoolExhausted`].
+///
+/// A pooled event may still carry the mark of its previous use: record it
+/// before waiting on it or querying it.
+///
+/// ```
+/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::EventPool;
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let pool = Arc::new(EventPool::new(&ctx, 2, 1)?);
+/// let event = pool.acquire_event(false)?;
+/// event.record(&stream)?; // derefs to driver::Event
+/// event.synchronize()?;
+/// assert_eq!(pool.utilization(), (1, 1, 1));
+/// drop(event); // back to the pool
+/// assert_eq!(pool.utilization(), (2, 1, 0));
+/// # Ok(())
+/// # }
+/// ```
+pub struct EventPool {
+    ctx: Arc<Context>,
+    regular: Shelf,
+    timing: Shelf,
+    growth: AtomicU64,
+}
+
+impl EventPool {
+    /// A pool with `regular` plain events and `timing` timing events created up
+    /// front, growing without a cap.
+    pub fn new(ctx: &Arc<Context>, regular: usize, timing: usize) -> Result<EventPool> {
+        Self::with_capacity_limit(ctx, regular, timing, usize::MAX)
+    }
+
+    /// The same, with at most `cap` events of each kind in existence; growth
+    /// beyond it is an [`Error::PoolExhausted`]. A `cap` below `regular` or
+    /// `timing` is an [`Error::CapacityBelowInitial`].
+    pub fn with_capacity_limit(
+        ctx: &Arc<Context>,
+        regular: usize,
+        timing: usize,
+        cap: usize,
+    ) -> Result<EventPool> {
+        Ok(EventPool {
+            ctx: Arc::clone(ctx),
+            regular: Shelf::new(ctx, EventFlags::PLAIN, regular, cap)?,
+            timing: Shelf::new(ctx, EventFlags::TIMING, timing, cap)?,
+            growth: AtomicU64::new(0),
+        })
+    }
+
+    fn shelf(&self, timing: bool) -> &Shelf {
+        if timing { &self.timing } else { &self.regular }
+    }
+
+    /// A free event of the kind asked for (timing or plain), creating one when
+    /// none is free and the cap allows.
+    pub fn acquire_event(self: &Arc<Self>, timing: bool) -> Result<PooledEvent> {
+        let shelf = self.shelf(timing);
+        // Bind the pop's result first so the guard is released before growth.
+        let popped = shelf.lock().pop();
+        let event = match popped {
+            Some(event) => event,
+            None => {
+                let event = shelf.grow(&self.ctx)?;
+                self.growth.fetch_add(1, Ordering::Relaxed);
+                event
+            }
+        };
+        Ok(PooledEvent {
+            event: ManuallyDrop::new(event),
+            pool: Arc::clone(self),
+        })
+    }
+
+    /// Give an event back; the same as dropping it. An event always returns to
+    /// the pool it came from, whichever pool this is called on.
+    pub fn release_event(&self, event: PooledEvent) {
+        drop(event);
+    }
+
+    /// `(available regular, available timing, in use)` at this moment.
+    pub fn utilization(&self) -> (usize, usize, usize) {
+        let regular = self.regular.lock().len();
+        let timing = self.timing.lock().len();
+        let created = self.regular.created.load(Ordering::Acquire)
+            + self.timing.created.load(Ordering::Acquire);
+        // Another thread may grow or release between the reads above.
+        (regular, timing, created.saturating_sub(regular + timing))
+    }
+
+    /// How many events were created after construction because a kind ran out.
+    pub fn growth_count(&self) -> u64 {
+        self.growth.load(Ordering::Relaxed)
+    }
+
+    /// The cap on events of each kind (`usize::MAX` for [`EventPool::new`]).
+    pub fn capacity_limit(&self) -> usize {
+        self.regular.cap
+    }
+
+    /// The context the events belong to.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+}
+
+impl fmt::Debug for EventPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (regular, timing, in_use) = self.utilization();
+        f.debug_struct("EventPool")
+            .field("available_regular", &regular)
+            .field("available_timing", &timing)
+            .field("in_use", &in_use)
+            .field("growth", &self.growth_count())
+            .finish()
+    }
+}
+
+/// An event borrowed from an [`EventPool`]. Derefs to [`driver::Event`];
+/// returns to its pool when dropped (no driver call, so dropping one inside a
+/// stream callback is fine).
+pub struct PooledEvent {
+    event: ManuallyDrop<Event>,
+    pool: Arc<EventPool>,
+}
+
+impl PooledEvent {
+    /// The pool it returns to.
+    pub fn pool(&self) -> &Arc<EventPool> {
+        &self.pool
+    }
+}
+
+impl Deref for PooledEvent {
+    type Target = Event;
+
+    fn deref(&self) -> &Event {
+        &self.event
+    }
+}
+
+impl Drop for PooledEvent {
+    fn drop(&mut self) {
+        // SAFETY: `event` is taken exactly once, here, and `self` is not used
+        // afterwards.
+        let event = unsafe { ManuallyDrop::take(&mut self.event) };
+        self.pool.shelf(event.is_timing()).lock().push(event);
+    }
+}
+
+impl fmt::Debug for PooledEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("PooledEvent").field(&*self.event).finish()
+    }
+}

@@ -1,0 +1,159 @@
+//! The event pool: reuse, growth up to a cap, utilization, thread safety.
+
+mod support;
+
+use cuda_streams_event_coord as events;
+
+use driver::Event;
+use events::{Error, EventPool};
+use std::sync::Arc;
+use support::{Gate, ctx, streams};
+
+#[test]
+fn acquire_and_release_reuse_events_without_growth() {
+    let ctx = ctx();
+    let pool = Arc::new(EventPool::new(&ctx, 3, 2).unwrap());
+    assert_eq!(pool.utilization(), (3, 2, 0));
+    let a = pool.acquire_event(false).unwrap();
+    let t = pool.acquire_event(true).unwrap();
+    assert!(!a.is_timing());
+    assert!(t.is_timing());
+    assert_eq!(pool.utilization(), (2, 1, 2));
+    let raw = a.as_raw();
+    pool.release_event(a);
+    drop(t);
+    assert_eq!(pool.utilization(), (3, 2, 0));
+    // The last released is the next acquired: the same driver event.
+    assert_eq!(pool.acquire_event(false).unwrap().as_raw(), raw);
+    assert_eq!(pool.growth_count(), 0);
+    assert!(Arc::ptr_eq(pool.context(), &ctx));
+}
+
+#[test]
+fn pooled_events_work_as_events() {
+    let ctx = ctx();
+    let stream = &streams(&ctx, 1)[0];
+    let pool = Arc::new(EventPool::new(&ctx, 1, 2).unwrap());
+    let start = pool.acquire_event(true).unwrap();
+    let end = pool.acquire_event(true).unwrap();
+    let gate = Gate::close(stream);
+    start.record(stream).unwrap();
+    stream
+        .add_callback(|| std::thread::sleep(std::time::Duration::from_millis(2)))
+        .unwrap();
+    end.record(stream).unwrap();
+    assert!(!end.query().unwrap(), "the gate holds the stream");
+    gate.open();
+    end.synchronize().unwrap();
+    assert!(Event::elapsed(&start, &end).unwrap() > std::time::Duration::ZERO);
+}
+
+#[test]
+fn grows_when_exhausted_up_to_the_cap_then_errors() {
+    let ctx = ctx();
+    let pool = Arc::new(EventPool::with_capacity_limit(&ctx, 1, 0, 3).unwrap());
+    let held: Vec<_> = (0..3).map(|_| pool.acquire_event(false).unwrap()).collect();
+    assert_eq!(pool.growth_count(), 2);
+    assert_eq!(pool.utilization(), (0, 0, 3));
+    let err = pool.acquire_event(false).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::PoolExhausted {
+                kind: "regular",
+                cap: 3
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains('3'), "{err}");
+    // The timing kind has its own cap.
+    let timing: Vec<_> = (0..3).map(|_| pool.acquire_event(true).unwrap()).collect();
+    assert!(matches!(
+        pool.acquire_event(true),
+        Err(Error::PoolExhausted {
+            kind: "timing",
+            cap: 3
+        })
+    ));
+    assert_eq!(pool.growth_count(), 5);
+    drop(held);
+    drop(timing);
+    assert_eq!(pool.utilization(), (3, 3, 0));
+    // Now everything is reused.
+    let again: Vec<_> = (0..3).map(|_| pool.acquire_event(false).unwrap()).collect();
+    assert_eq!(pool.growth_count(), 5);
+    drop(again);
+}
+
+#[test]
+fn a_cap_below_the_initial_count_is_an_error() {
+    let ctx = ctx();
+    let err = EventPool::with_capacity_limit(&ctx, 5, 1, 4).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::CapacityBelowInitial {
+                kind: "regular",
+                requested: 5,
+                cap: 4
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn events_return_to_their_own_pool() {
+    let ctx = ctx();
+    let a = Arc::new(EventPool::new(&ctx, 1, 0).unwrap());
+    let b = Arc::new(EventPool::new(&ctx, 1, 0).unwrap());
+    let event = a.acquire_event(false).unwrap();
+    assert!(Arc::ptr_eq(event.pool(), &a));
+    b.release_event(event);
+    assert_eq!(a.utilization(), (1, 0, 0));
+    assert_eq!(b.utilization(), (1, 0, 0));
+}
+
+#[test]
+fn releasing_inside_a_stream_callback_makes_no_driver_call() {
+    let ctx = ctx();
+    let stream = &streams(&ctx, 1)[0];
+    let pool = Arc::new(EventPool::new(&ctx, 2, 0).unwrap());
+    let event = pool.acquire_event(false).unwrap();
+    event.record(stream).unwrap();
+    stream.add_callback(move || drop(event)).unwrap();
+    stream.synchronize().unwrap();
+    stream.check_callback_panics().unwrap();
+    assert_eq!(pool.utilization(), (2, 0, 0));
+}
+
+#[test]
+fn concurrent_acquire_release_keeps_the_books_straight() {
+    let ctx = ctx();
+    let pool = Arc::new(EventPool::new(&ctx, 4, 4).unwrap());
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let pool = Arc::clone(&pool);
+            s.spawn(move || {
+                for i in 0..2000 {
+                    let a = pool.acquire_event((i + t) % 3 == 0).unwrap();
+                    let b = pool.acquire_event(false).unwrap();
+                    assert_ne!(a.as_raw(), b.as_raw(), "an event is never handed out twice");
+                    drop(a);
+                    drop(b);
+                }
+            });
+        }
+    });
+    let (regular, timing, in_use) = pool.utilization();
+    assert_eq!(in_use, 0);
+    assert_eq!(
+        (regular + timing) as u64,
+        8 + pool.growth_count(),
+        "every event created is back"
+    );
+    fn is_send_sync<T: Send + Sync>() {}
+    is_send_sync::<EventPool>();
+    is_send_sync::<events::PooledEvent>();
+}

@@ -1,0 +1,178 @@
+//! The async event waiter: one background thread, callbacks once after their
+//! event, cancellation, panics caught, drop semantics.
+
+mod support;
+
+use cuda_streams_event_coord as events;
+use driver::Event;
+use events::{AsyncEventWaiter, EventPool};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use support::{Gate, HANG, ctx, streams};
+
+#[test]
+fn callbacks_run_once_after_their_event_on_the_waiters_thread() {
+    let ctx = ctx();
+    let s = streams(&ctx, 1);
+    let pool = Arc::new(EventPool::new(&ctx, 2, 0).unwrap());
+    let waiter = AsyncEventWaiter::new();
+    let gate = Gate::close(&s[0]);
+    let event = pool.acquire_event(false).unwrap();
+    event.record(&s[0]).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let caller = std::thread::current().id();
+    waiter.wait_async(event, move || {
+        tx.send(std::thread::current().id()).unwrap();
+    });
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(50))
+            .is_err(),
+        "not before the event completes"
+    );
+    gate.open();
+    let ran_on = rx.recv_timeout(HANG).unwrap();
+    assert_ne!(ran_on, caller);
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(20))
+            .is_err(),
+        "only once"
+    );
+    let m = waiter.metrics();
+    assert_eq!((m.fired, m.pending, m.cancelled), (1, 0, 0));
+    // The waiter dropped its PooledEvent: back in the pool.
+    assert_eq!(pool.utilization().2, 0);
+}
+
+#[test]
+fn the_specs_pattern_with_shared_events() {
+    let ctx = ctx();
+    let s = streams(&ctx, 3);
+    let waiter = AsyncEventWaiter::new();
+    let events: Vec<Arc<Event>> = s
+        .iter()
+        .map(|stream| Arc::new(stream.record_event().unwrap()))
+        .collect();
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel();
+    for (i, event) in events.iter().enumerate() {
+        let (results, tx) = (Arc::clone(&results), tx.clone());
+        waiter.wait_async(Arc::clone(event), move || {
+            results.lock().unwrap().push(i);
+            tx.send(()).unwrap();
+        });
+    }
+    for _ in 0..3 {
+        rx.recv_timeout(HANG).unwrap();
+    }
+    let mut got = results.lock().unwrap().clone();
+    got.sort_unstable();
+    assert_eq!(got, vec![0, 1, 2]);
+}
+
+#[test]
+fn cancel_before_firing_and_after() {
+    let ctx = ctx();
+    let s = streams(&ctx, 1);
+    let waiter = AsyncEventWaiter::new();
+    let fired = Arc::new(AtomicU32::new(0));
+    let gate = Gate::close(&s[0]);
+    let held = s[0].record_event().unwrap();
+    let f = Arc::clone(&fired);
+    let cancelled = waiter.wait_async(held, move || {
+        f.fetch_add(1, Ordering::SeqCst);
+    });
+    assert!(waiter.cancel_wait(cancelled), "pending: cancelled");
+    assert!(!waiter.cancel_wait(cancelled), "twice: no");
+    gate.open();
+    // A later wait on the same stream fires; the cancelled one never does.
+    let (tx, rx) = mpsc::channel();
+    let done = waiter.wait_async(s[0].record_event().unwrap(), move || tx.send(()).unwrap());
+    rx.recv_timeout(HANG).unwrap();
+    assert!(!waiter.cancel_wait(done), "already fired: not cancelled");
+    assert_eq!(fired.load(Ordering::SeqCst), 0);
+    let m = waiter.metrics();
+    assert_eq!((m.fired, m.cancelled, m.pending), (1, 1, 0));
+}
+
+#[test]
+fn a_panicking_callback_is_caught_and_the_waiter_goes_on() {
+    let ctx = ctx();
+    let s = streams(&ctx, 1);
+    let waiter = AsyncEventWaiter::new();
+    waiter.wait_async(s[0].record_event().unwrap(), || panic!("on purpose"));
+    let (tx, rx) = mpsc::channel();
+    waiter.wait_async(s[0].record_event().unwrap(), move || tx.send(()).unwrap());
+    rx.recv_timeout(HANG).unwrap();
+    let m = waiter.metrics();
+    assert_eq!((m.fired, m.panics), (2, 1));
+}
+
+#[test]
+fn drop_runs_pending_callbacks_once_their_events_complete() {
+    let ctx = ctx();
+    let s = streams(&ctx, 1);
+    let fired = Arc::new(AtomicU32::new(0));
+    let waiter = AsyncEventWaiter::new();
+    let gate = Gate::close(&s[0]);
+    for _ in 0..3 {
+        let f = Arc::clone(&fired);
+        waiter.wait_async(s[0].record_event().unwrap(), move || {
+            f.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+    let dropper = std::thread::spawn(move || drop(waiter));
+    std::thread::sleep(std::time::Duration::from_millis(20)); // let drop start waiting
+    assert_eq!(fired.load(Ordering::SeqCst), 0);
+    gate.open();
+    dropper.join().unwrap();
+    assert_eq!(
+        fired.load(Ordering::SeqCst),
+        3,
+        "drop returned after running them"
+    );
+}
+
+#[test]
+fn cancel_all_then_drop_does_not_wait() {
+    let ctx = ctx();
+    let s = streams(&ctx, 1);
+    let fired = Arc::new(AtomicU32::new(0));
+    let waiter = AsyncEventWaiter::new();
+    let gate = Gate::close(&s[0]);
+    for _ in 0..3 {
+        let f = Arc::clone(&fired);
+        waiter.wait_async(s[0].record_event().unwrap(), move || {
+            f.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+    assert_eq!(waiter.cancel_all(), 3);
+    drop(waiter); // returns with the gate still closed
+    gate.open();
+    s[0].synchronize().unwrap();
+    assert_eq!(fired.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn many_waits_each_fire_exactly_once() {
+    let ctx = ctx();
+    let s = streams(&ctx, 4);
+    let pool = Arc::new(EventPool::new(&ctx, 64, 0).unwrap());
+    let waiter = AsyncEventWaiter::new();
+    let counts: Arc<Vec<AtomicU32>> = Arc::new((0..2000).map(|_| AtomicU32::new(0)).collect());
+    let (tx, rx) = mpsc::channel();
+    for i in 0..2000 {
+        let event = pool.acquire_event(false).unwrap();
+        event.record(&s[i % 4]).unwrap();
+        let (counts, tx) = (Arc::clone(&counts), tx.clone());
+        waiter.wait_async(event, move || {
+            counts[i].fetch_add(1, Ordering::SeqCst);
+            tx.send(()).unwrap();
+        });
+    }
+    for _ in 0..2000 {
+        rx.recv_timeout(HANG).unwrap();
+    }
+    assert!(counts.iter().all(|c| c.load(Ordering::SeqCst) == 1));
+    drop(waiter);
+    assert_eq!(pool.utilization().2, 0);
+}
