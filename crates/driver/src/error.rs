@@ -2,7 +2,20 @@
 
 use sys::{DriverError, LoadError};
 
+use crate::launch::ArgKind;
+
 /// Everything the safe driver layer can fail with.
+///
+/// Messages name the values involved:
+///
+/// ```
+/// use cuda_streams_driver::{Context, DeviceBuffer, Error, Stream};
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let err = DeviceBuffer::<f32>::new_async(&stream, 0).unwrap_err();
+/// assert!(matches!(err, Error::ZeroSize { len: 0, .. }));
+/// assert_eq!(err.to_string(), "allocation of 0 bytes: a DeviceBuffer of 0 element(s) of 4 byte(s)");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -25,6 +38,176 @@ pub enum Error {
     /// Selecting the driver failed earlier in this process (the message of that failure).
     #[error("driver selection failed: {0}")]
     Selection(String),
+    /// A device ordinal outside `0..count`.
+    #[error("device {ordinal} does not exist: the driver reports {count} device(s)")]
+    InvalidDevice {
+        /// The ordinal asked for.
+        ordinal: i32,
+        /// How many devices the driver reports.
+        count: i32,
+    },
+    /// A raw stream priority outside the device's range.
+    #[error(
+        "stream priority {value} is outside the device's range {greatest} (greatest) ..= {least} (least)"
+    )]
+    InvalidPriority {
+        /// The priority asked for.
+        value: i32,
+        /// The least priority (numerically largest).
+        least: i32,
+        /// The greatest priority (numerically smallest).
+        greatest: i32,
+    },
+    /// An allocation of zero elements (or of a zero-sized type).
+    #[error("allocation of 0 bytes: a {what} of {len} element(s) of {elem_size} byte(s)")]
+    ZeroSize {
+        /// What was being allocated, e.g. `DeviceBuffer<f32>`.
+        what: &'static str,
+        /// The number of elements asked for.
+        len: usize,
+        /// The size of one element.
+        elem_size: usize,
+    },
+    /// An allocation whose size in bytes does not fit in `usize`.
+    #[error("allocation of {len} elements of {elem_size} bytes overflows usize ({what})")]
+    SizeOverflow {
+        /// What was being allocated.
+        what: &'static str,
+        /// The number of elements asked for.
+        len: usize,
+        /// The size of one element.
+        elem_size: usize,
+    },
+    /// A copy between regions of different lengths.
+    #[error(
+        "{operation}: the destination holds {expected} element(s) but the source holds {actual}"
+    )]
+    SizeMismatch {
+        /// The operation, e.g. `copy_from_host_async`.
+        operation: &'static str,
+        /// The destination's length in elements.
+        expected: usize,
+        /// The source's length in elements.
+        actual: usize,
+    },
+    /// `memset_u32_async` on a region whose size is not a multiple of 4 bytes.
+    #[error("memset_u32_async on {bytes} bytes: the size must be a multiple of 4")]
+    MisalignedMemset {
+        /// The region's size in bytes.
+        bytes: usize,
+    },
+    /// Objects from two different contexts were combined.
+    #[error("{what} belongs to context {found}, but the stream belongs to context {expected}")]
+    ContextMismatch {
+        /// The object that does not match.
+        what: &'static str,
+        /// The stream's context id.
+        expected: u64,
+        /// The object's context id.
+        found: u64,
+    },
+    /// A launch configuration the hardware cannot run.
+    #[error("invalid launch configuration: {reason}")]
+    InvalidLaunchConfig {
+        /// What is wrong, naming the value.
+        reason: String,
+    },
+    /// A kernel launched with the wrong number of arguments.
+    #[error("kernel `{kernel}` takes {expected} argument(s) but {actual} were given")]
+    ArgumentCount {
+        /// The kernel's name.
+        kernel: String,
+        /// The count its signature declares.
+        expected: usize,
+        /// The count given.
+        actual: usize,
+    },
+    /// A kernel argument of the wrong kind or size.
+    #[error(
+        "kernel `{kernel}` argument {index}: expected {expected} ({expected_size} bytes) but got {actual} ({actual_size} bytes)"
+    )]
+    ArgumentMismatch {
+        /// The kernel's name.
+        kernel: String,
+        /// The argument's position, from 0.
+        index: usize,
+        /// What the signature declares.
+        expected: ArgKind,
+        /// Its size in bytes.
+        expected_size: usize,
+        /// What was given.
+        actual: ArgKind,
+        /// Its size in bytes.
+        actual_size: usize,
+    },
+    /// Loading a module image failed.
+    #[error("loading a module image of {bytes} bytes failed: {source}{}", detail_suffix(.detail))]
+    ModuleLoad {
+        /// The image's size.
+        bytes: usize,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+        /// More detail from the software driver, when it has any.
+        detail: Option<String>,
+    },
+    /// A module image that is empty.
+    #[error("a module image of 0 bytes cannot be loaded")]
+    EmptyImage,
+    /// Looking up a kernel by name failed.
+    #[error("kernel `{name}` not found in the module: {source}")]
+    FunctionNotFound {
+        /// The name looked up.
+        name: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// A kernel name containing a NUL byte.
+    #[error("kernel name {name:?} contains a NUL byte")]
+    InvalidName {
+        /// The name given.
+        name: String,
+    },
+    /// `Event::elapsed` on an event created without timing.
+    #[error(
+        "elapsed time needs two timing events, but the {which} event was created without timing"
+    )]
+    NotTimingEvent {
+        /// `start` or `end`.
+        which: &'static str,
+    },
+    /// `Event::elapsed` on an event that was never recorded.
+    #[error("elapsed time needs recorded events, but the {which} event was never recorded")]
+    EventNotRecorded {
+        /// `start` or `end`.
+        which: &'static str,
+    },
+    /// Callbacks on a stream panicked (the panics were caught).
+    #[error("{count} callback(s) on stream {stream} panicked; the last said: {message}")]
+    CallbackPanicked {
+        /// The stream's id.
+        stream: u64,
+        /// How many panicked since the last check.
+        count: u64,
+        /// The last panic's message.
+        message: String,
+    },
+    /// A driver call from inside a stream callback, which CUDA forbids.
+    #[error(
+        "{operation} was called from inside a stream callback; CUDA forbids driver calls there"
+    )]
+    InsideCallback {
+        /// What was attempted.
+        operation: &'static str,
+    },
+}
+
+fn detail_suffix(detail: &Option<String>) -> String {
+    match detail {
+        Some(detail) => format!(" ({detail})"),
+        None => String::new(),
+    }
 }
 
 /// `Result` with this crate's [`Error`].

@@ -1,8 +1,119 @@
 //! Safe RAII layer over the CUDA driver: the same code runs on NVIDIA's driver
 //! and on the software driver.
+//!
+//! # A walk-through
+//!
+//! ```
+//! use cuda_streams_driver::{Context, DeviceBuffer, PinnedBuffer, Stream, StreamPriority};
+//! use std::sync::mpsc;
+//!
+//! # fn main() -> cuda_streams_driver::Result<()> {
+//! // The device's primary context (driver chosen by CUDA_STREAMS_DRIVER).
+//! let ctx = Context::new(0)?;
+//! // A non-blocking stream at the device's greatest priority.
+//! let stream = Stream::new_with_priority(&ctx, StreamPriority::High)?;
+//!
+//! // Page-locked host memory can be copied asynchronously.
+//! let input = PinnedBuffer::from_slice(&ctx, &[1u32, 2, 3, 4])?;
+//! let mut device = DeviceBuffer::<u32>::new_async(&stream, 4)?; // freed in stream order
+//! let mut output = PinnedBuffer::<u32>::new(&ctx, 4)?;
+//! stream.copy_from_host_async(&mut device, &input)?;
+//! stream.copy_to_host_async(&mut output, &device)?;
+//!
+//! // A callback runs when the stream gets there, not at synchronize().
+//! let (tx, rx) = mpsc::channel();
+//! stream.add_callback(move || tx.send("copies done").unwrap())?;
+//! assert_eq!(rx.recv().unwrap(), "copies done");
+//!
+//! stream.synchronize()?;
+//! assert_eq!(output.as_slice()?, &[1, 2, 3, 4]);
+//! let metrics = stream.metrics();
+//! assert_eq!((metrics.memory_transfers, metrics.bytes_transferred), (2, 32));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The pieces
+//!
+//! - [`driver`] / [`select`]: which implementation fills the function table.
+//! - [`Context`]: a device's primary context, shared as `Arc<Context>` by every
+//!   handle. [`Context::bind`] makes it current on the calling thread; it is
+//!   cached per thread, and every method here binds first, so handles work
+//!   from any thread.
+//! - [`Stream`]: priorities ([`StreamPriority`] mapped onto the device's
+//!   [`PriorityRange`]), copies, memsets, prefetches, callbacks, kernel
+//!   launches, event waits, and [`StreamMetrics`].
+//! - [`Event`]: plain or timing; record, query, synchronize, elapsed time.
+//! - [`DeviceBuffer`], [`PinnedBuffer`], [`UnifiedBuffer`] of [`DeviceCopy`]
+//!   values.
+//! - [`Module`], [`Kernel`], [`LaunchConfig`], [`KernelArg`], [`ArgKind`].
+//! - [`Error`]: one enum for everything; driver failures carry the `CUresult`.
+//!
+//! Raw access for interop: `as_raw()` on every handle, [`Stream::from_raw`],
+//! [`KernelArg::raw_pointer`], and [`Context::driver`] for the function table.
+//!
+//! # The safety design
+//!
+//! GPU work is asynchronous: a call returns once the work is *enqueued*, and
+//! the memory it touches must outlive the work, not the call. Two rules make
+//! that hold for safe code.
+//!
+//! **1. Host memory used by an asynchronous copy stays alive and untouched
+//! until the stream has passed the copy.** Asynchronous copies take only
+//! [`PinnedBuffer`] and [`UnifiedBuffer`] as host memory ([`HostMemory`]).
+//! Each such buffer remembers its outstanding uses as one event per stream
+//! that used it (created on first use, re-recorded after each later use).
+//! Host access waits for them: [`PinnedBuffer::as_slice`] for the uses that
+//! write the buffer, [`PinnedBuffer::as_mut_slice`] and `Drop` for all. Copies
+//! writing the buffer need `&mut`, so no slice can be borrowed while one is
+//! enqueued. Plain slices get a synchronous form ([`Stream::copy_from_host`],
+//! [`Stream::copy_to_host`]: enqueue, then wait for that copy) and an
+//! `unsafe` asynchronous form ([`Stream::copy_from_host_async_unchecked`]) with
+//! its contract written beside it.
+//!
+//! **2. Every device free is stream-ordered after every use.** A
+//! [`DeviceBuffer`] from [`DeviceBuffer::new_async`] has a *home stream*.
+//! Using it on another stream (a copy, a memset, a kernel argument) records an
+//! event on that stream (one per buffer and stream, re-recorded: one
+//! `cuEventRecord` per use; nothing extra on the home stream), and the first
+//! such use makes that stream wait until the home stream has passed the
+//! allocation. On `Drop` the home stream waits on those events
+//! (`cuStreamWaitEvent`) and the memory is freed with `cuMemFreeAsync` there:
+//! the host does not block. Buffers from `cuMemAlloc` ([`DeviceBuffer::new`])
+//! and unified buffers wait for their events on the host, then free. Streams
+//! used by a buffer need not outlive it; its home stream does (it holds an
+//! `Arc`). So safe code cannot make the GPU read or write freed memory.
+//!
+//! What stays the caller's job, as in CUDA: ordering the *contents* of a buffer
+//! between streams (a write on one stream and a read on another need
+//! [`Stream::wait_event`]). That is a data race on device memory, not a
+//! use-after-free. `Drop` never panics: failures are logged, and memory that
+//! could still be in use is leaked rather than freed. Callbacks run on a driver
+//! thread and must not call the driver (methods there return
+//! [`Error::InsideCallback`]); their panics are caught.
 
+mod callback;
+mod context;
+mod copy;
 mod error;
+mod event;
+mod launch;
+mod memory;
+mod metrics;
+mod module;
+mod priority;
 mod select;
+mod stream;
 
+pub use context::{Context, DeviceInfo};
 pub use error::{Error, Result};
+pub use event::{Event, EventFlags};
+pub use launch::{ArgKind, KernelArg, LaunchConfig};
+pub use memory::{DeviceBuffer, DeviceCopy, DeviceMemory, HostMemory, PinnedBuffer, UnifiedBuffer};
+pub use metrics::StreamMetrics;
+pub use module::{Kernel, Module};
+pub use priority::{PriorityRange, StreamPriority};
 pub use select::{DRIVER_ENV, DriverChoice, DriverKind, LoadedDriver, driver, select};
+pub use stream::Stream;
+/// The raw bindings this crate is built on, for interop and raw calls.
+pub use sys;

@@ -138,14 +138,12 @@ fn cuda() -> Result<LoadedDriver> {
         }
     };
     // SAFETY: cuInit takes flags (which must be 0) and no pointers.
-    table
-        .check(unsafe { (table.cuInit)(0) })
-        .map_err(Error::NoDevice)?;
+    let code = unsafe { (table.cuInit)(0) };
+    table.check(code).map_err(Error::NoDevice)?;
     let mut count = 0;
     // SAFETY: cuDeviceGetCount writes one int through a valid pointer.
-    table
-        .check(unsafe { (table.cuDeviceGetCount)(&mut count) })
-        .map_err(Error::NoDevice)?;
+    let code = unsafe { (table.cuDeviceGetCount)(&mut count) };
+    table.check(code).map_err(Error::NoDevice)?;
     if count == 0 {
         return Err(Error::NoDevice(
             CUresult::CUDA_ERROR_NO_DEVICE.result().unwrap_err(),

@@ -1,0 +1,103 @@
+//! Host callbacks: a Rust closure run when the stream reaches it (`cuLaunchHostFunc`).
+
+use crate::context::HostFnGuard;
+use crate::error::Result;
+use crate::metrics::Counters;
+use crate::stream::Stream;
+use std::any::Any;
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+/// What the trampoline receives: the closure and where to count a panic.
+struct Payload {
+    f: Box<dyn FnOnce() + Send + 'static>,
+    counters: Arc<Counters>,
+    stream_id: u64,
+}
+
+impl Stream {
+    /// Run `f` on a driver thread when the stream reaches this point: after the
+    /// work enqueued before it and before the work enqueued after it (not at
+    /// `synchronize`).
+    ///
+    /// `f` must be quick and must not call the driver: CUDA forbids driver
+    /// calls in a stream callback, so this crate's methods return
+    /// [`crate::Error::InsideCallback`] there, and handles dropped inside `f`
+    /// leak their driver object (with a log line) instead of deadlocking. Send
+    /// results out through a channel or an atomic. A panic in `f` is caught,
+    /// counted ([`crate::StreamMetrics::callback_panics`]) and reported by
+    /// [`Stream::check_callback_panics`]; the stream stays usable.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// use std::sync::mpsc;
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// let (tx, rx) = mpsc::channel();
+    /// stream.add_callback(move || tx.send("reached").unwrap()).unwrap();
+    /// // The callback fires without anyone synchronizing.
+    /// assert_eq!(rx.recv().unwrap(), "reached");
+    /// assert_eq!(stream.metrics().callbacks, 1);
+    /// ```
+    pub fn add_callback<F>(&self, f: F) -> Result<()>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let ctx = self.context();
+        ctx.bind()?;
+        let payload = Box::into_raw(Box::new(Payload {
+            f: Box::new(f),
+            counters: Arc::clone(&self.counters),
+            stream_id: self.id(),
+        }));
+        // SAFETY: the stream is live; `trampoline` matches CUhostFn and takes
+        // ownership of `payload` when (and only when) the driver runs it.
+        let code = unsafe {
+            (ctx.driver().cuLaunchHostFunc)(self.as_raw(), Some(trampoline), payload.cast())
+        };
+        if let Err(err) = ctx.check(code) {
+            // SAFETY: the driver refused the callback, so it will never run and
+            // the payload is still ours, from Box::into_raw above.
+            drop(unsafe { Box::from_raw(payload) });
+            return Err(err);
+        }
+        self.counters.callback();
+        Ok(())
+    }
+}
+
+/// The `CUhostFn` every callback goes through. Never unwinds into the driver.
+unsafe extern "C" fn trampoline(user_data: *mut c_void) {
+    // SAFETY: `user_data` is the `Payload` leaked by `add_callback`, handed to
+    // this function exactly once by the driver.
+    let payload = unsafe { Box::from_raw(user_data.cast::<Payload>()) };
+    // Reporting can panic too (a closed stderr); nothing may escape into C.
+    let _ = catch_unwind(AssertUnwindSafe(move || run(*payload)));
+}
+
+fn run(payload: Payload) {
+    let _guard = HostFnGuard::enter();
+    let Payload {
+        f,
+        counters,
+        stream_id,
+    } = payload;
+    // The closure's captures drop inside the call, so their panics are caught too.
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+        let message = panic_message(&*panic);
+        // Dropping a panic payload can itself panic.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(panic)));
+        counters.callback_panicked(stream_id, message);
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic with a non-string payload".to_string()
+    }
+}

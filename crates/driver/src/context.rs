@@ -1,0 +1,350 @@
+//! The device's primary context, shared by every handle, and binding it to threads.
+
+use crate::error::{Error, Result};
+use crate::priority::PriorityRange;
+use crate::select::{DriverKind, LoadedDriver, driver};
+use std::cell::Cell;
+use std::ffi::CStr;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use sys::{CUcontext, CUdevice, CUdevice_attribute, CUresult, Driver};
+
+thread_local! {
+    /// The id of the `Context` this thread last made current (0: none).
+    static CURRENT: Cell<u64> = const { Cell::new(0) };
+    /// Set while a stream callback runs on this thread.
+    static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
+}
+
+static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Live contexts, so that `Context::new` on the same device shares one handle.
+type Registry = Mutex<Vec<(DriverKind, i32, Weak<Context>)>>;
+static REGISTRY: Registry = Mutex::new(Vec::new());
+
+/// What the driver reports about a device.
+///
+/// ```
+/// let ctx = cuda_streams_driver::Context::new(0).unwrap();
+/// let info = ctx.info();
+/// let (major, minor) = info.compute_capability;
+/// println!("{}: sm_{major}{minor}, {} SMs, {} copy engines, {} MiB",
+///          info.name, info.multiprocessor_count, info.async_engine_count,
+///          info.total_memory >> 20);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceInfo {
+    /// The device ordinal.
+    pub ordinal: i32,
+    /// The device's name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (u32, u32),
+    /// Streaming multiprocessors.
+    pub multiprocessor_count: u32,
+    /// Total device memory in bytes.
+    pub total_memory: usize,
+    /// Copy engines that can run alongside kernels.
+    pub async_engine_count: u32,
+    /// The stream priority range (`cuCtxGetStreamPriorityRange`).
+    pub priority_range: PriorityRange,
+    /// Whether `cuMemAllocAsync` memory pools are supported.
+    pub memory_pools_supported: bool,
+    /// Whether managed (unified) memory is supported.
+    pub managed_memory: bool,
+    /// Whether host and device may touch managed memory at the same time.
+    pub concurrent_managed_access: bool,
+}
+
+/// A device's primary context. Every handle holds an `Arc<Context>`.
+///
+/// [`Context::new`] on a device that already has a live `Context` returns the
+/// same one, so creating contexts freely is cheap. Dropping the last `Arc`
+/// waits for the device to finish the context's work and releases the primary
+/// context.
+///
+/// ```
+/// use cuda_streams_driver::Context;
+/// let ctx = Context::new(0).unwrap();
+/// let info = ctx.info();
+/// assert!(info.multiprocessor_count > 0);
+/// assert!(info.priority_range.greatest <= info.priority_range.least);
+/// ctx.bind().unwrap(); // cheap: this thread already has it current
+/// println!("{} on the {} driver", info.name, ctx.loaded_driver().name());
+/// ```
+pub struct Context {
+    driver: LoadedDriver,
+    device: CUdevice,
+    raw: CUcontext,
+    id: u64,
+    info: DeviceInfo,
+}
+
+// SAFETY: a CUDA context handle may be used from any thread (that is what
+// cuCtxSetCurrent is for); `Context` only hands it to the driver and holds no
+// other shared mutable state.
+unsafe impl Send for Context {}
+// SAFETY: as above; every method takes `&self` and only calls the driver,
+// which is thread-safe.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// The primary context of device `ordinal` on the selected driver
+    /// ([`crate::driver`], from `CUDA_STREAMS_DRIVER`), made current on this thread.
+    pub fn new(ordinal: i32) -> Result<Arc<Self>> {
+        Self::with_driver(driver()?, ordinal)
+    }
+
+    /// The primary context of device `ordinal` on an explicitly chosen driver.
+    pub fn with_driver(driver: LoadedDriver, ordinal: i32) -> Result<Arc<Self>> {
+        let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+        registry.retain(|(_, _, weak)| weak.strong_count() > 0);
+        if let Some(ctx) = registry
+            .iter()
+            .filter(|(kind, ord, _)| *kind == driver.kind && *ord == ordinal)
+            .find_map(|(_, _, weak)| weak.upgrade())
+        {
+            drop(registry);
+            ctx.bind()?;
+            return Ok(ctx);
+        }
+        let ctx = Arc::new(Self::create(driver, ordinal)?);
+        registry.push((driver.kind, ordinal, Arc::downgrade(&ctx)));
+        Ok(ctx)
+    }
+
+    fn create(driver: LoadedDriver, ordinal: i32) -> Result<Self> {
+        let table = driver.table;
+        let check = |code: CUresult| table.check(code).map_err(Error::from);
+        // SAFETY: cuInit takes flags (0) and no pointers.
+        check(unsafe { (table.cuInit)(0) })?;
+        let mut count = 0;
+        // SAFETY: writes one int through a valid pointer.
+        check(unsafe { (table.cuDeviceGetCount)(&mut count) })?;
+        if ordinal < 0 || ordinal >= count {
+            return Err(Error::InvalidDevice { ordinal, count });
+        }
+        let mut device: CUdevice = 0;
+        // SAFETY: writes one CUdevice through a valid pointer; the ordinal is in range.
+        check(unsafe { (table.cuDeviceGet)(&mut device, ordinal) })?;
+        let mut raw: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one context handle through a valid pointer.
+        check(unsafe { (table.cuDevicePrimaryCtxRetain)(&mut raw, device) })?;
+        // From here on, dropping `ctx` releases the retain.
+        let mut ctx = Self {
+            driver,
+            device,
+            raw,
+            id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
+            info: DeviceInfo::default(),
+        };
+        ctx.bind()?;
+        ctx.info = ctx.query_info(ordinal)?;
+        Ok(ctx)
+    }
+
+    fn query_info(&self, ordinal: i32) -> Result<DeviceInfo> {
+        let table = self.driver.table;
+        let mut name = [0 as std::os::raw::c_char; 256];
+        // SAFETY: the buffer holds `len` bytes; the driver writes a NUL-terminated name.
+        self.check(unsafe { (table.cuDeviceGetName)(name.as_mut_ptr(), 256, self.device) })?;
+        name[255] = 0;
+        // SAFETY: NUL-terminated within the buffer (forced above).
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let mut total_memory = 0usize;
+        // SAFETY: writes one usize through a valid pointer.
+        self.check(unsafe { (table.cuDeviceTotalMem)(&mut total_memory, self.device) })?;
+        let (mut least, mut greatest) = (0, 0);
+        // SAFETY: writes two ints through valid pointers; the context is current (bound).
+        self.check(unsafe { (table.cuCtxGetStreamPriorityRange)(&mut least, &mut greatest) })?;
+        let attr = |attribute| self.attribute(attribute);
+        let flag = |attribute| self.attribute(attribute).map(|v| v != 0).unwrap_or(false);
+        use CUdevice_attribute as A;
+        Ok(DeviceInfo {
+            ordinal,
+            name,
+            compute_capability: (
+                attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
+                attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
+            ),
+            multiprocessor_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            total_memory,
+            async_engine_count: attr(A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT)? as u32,
+            priority_range: PriorityRange { least, greatest },
+            memory_pools_supported: flag(A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED),
+            managed_memory: flag(A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY),
+            concurrent_managed_access: flag(A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS),
+        })
+    }
+
+    /// One `cuDeviceGetAttribute` value of this context's device.
+    pub fn attribute(&self, attribute: CUdevice_attribute) -> Result<i32> {
+        let mut value = 0;
+        // SAFETY: writes one int through a valid pointer.
+        self.check(unsafe {
+            (self.driver.table.cuDeviceGetAttribute)(&mut value, attribute, self.device)
+        })?;
+        Ok(value)
+    }
+
+    /// Make this context current on the calling thread.
+    ///
+    /// Cheap: a thread-local remembers the last context bound, so repeated calls
+    /// make no driver call. Every method of this crate that calls the driver
+    /// binds first, so handles can be used from any thread. Code that changes the
+    /// current context behind this crate's back (raw calls, other libraries) must
+    /// call [`Context::force_bind`] afterwards.
+    ///
+    /// Fails with [`Error::InsideCallback`] inside a stream callback, where CUDA
+    /// forbids driver calls.
+    #[inline]
+    pub fn bind(&self) -> Result<()> {
+        if IN_HOST_FN.with(Cell::get) {
+            return Err(Error::InsideCallback {
+                operation: "a driver call",
+            });
+        }
+        if CURRENT.with(Cell::get) == self.id {
+            return Ok(());
+        }
+        self.force_bind()
+    }
+
+    /// Make this context current with `cuCtxSetCurrent`, whatever the cache says.
+    pub fn force_bind(&self) -> Result<()> {
+        // SAFETY: `raw` is a retained primary context, valid while `self` lives.
+        self.check(unsafe { (self.driver.table.cuCtxSetCurrent)(self.raw) })?;
+        CURRENT.with(|current| current.set(self.id));
+        Ok(())
+    }
+
+    /// Wait for all work in this context (`cuCtxSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: no arguments; the context is current.
+        self.check(unsafe { (self.driver.table.cuCtxSynchronize)() })
+    }
+
+    /// Free and total device memory in bytes (`cuMemGetInfo`).
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.bind()?;
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: writes two usizes through valid pointers; the context is current.
+        self.check(unsafe { (self.driver.table.cuMemGetInfo)(&mut free, &mut total) })?;
+        Ok((free, total))
+    }
+
+    /// The device's description, queried once at creation.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The device's stream priority range.
+    pub fn priority_range(&self) -> PriorityRange {
+        self.info.priority_range
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.info.ordinal
+    }
+
+    /// The raw device handle.
+    pub fn device(&self) -> CUdevice {
+        self.device
+    }
+
+    /// The raw context handle (for interop).
+    pub fn as_raw(&self) -> CUcontext {
+        self.raw
+    }
+
+    /// A process-unique id for this context (never 0).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The function table, for raw calls. Bind (`ctx.bind()`) before calling it.
+    pub fn driver(&self) -> &'static Driver {
+        self.driver.table
+    }
+
+    /// Which driver this context runs on.
+    pub fn kind(&self) -> DriverKind {
+        self.driver.kind
+    }
+
+    /// The driver table together with its kind.
+    pub fn loaded_driver(&self) -> LoadedDriver {
+        self.driver
+    }
+
+    /// Whether this context runs on a real GPU.
+    pub fn is_gpu(&self) -> bool {
+        self.driver.is_gpu()
+    }
+
+    /// `CUresult` to this crate's `Result`, with the driver's description.
+    pub(crate) fn check(&self, code: CUresult) -> Result<()> {
+        self.driver.table.check(code).map_err(Error::from)
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // Pending work (stream-ordered frees, callbacks) finishes before the
+        // context can go away.
+        match self.bind() {
+            Ok(()) => {
+                // SAFETY: no arguments; the context is current.
+                if let Err(err) = self.check(unsafe { (self.driver.table.cuCtxSynchronize)() }) {
+                    eprintln!(
+                        "cuda-streams: synchronizing context {} on drop: {err}",
+                        self.id
+                    );
+                }
+            }
+            Err(err) => eprintln!("cuda-streams: context {} dropped: {err}", self.id),
+        }
+        // SAFETY: releases the retain taken in `create`, once.
+        let code = unsafe { (self.driver.table.cuDevicePrimaryCtxRelease)(self.device) };
+        if let Err(err) = self.check(code) {
+            eprintln!("cuda-streams: releasing context {}: {err}", self.id);
+        }
+        CURRENT.with(|current| {
+            if current.get() == self.id {
+                current.set(0);
+            }
+        });
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("id", &self.id)
+            .field("driver", &self.driver.name())
+            .field("device", &self.info.name)
+            .field("ordinal", &self.info.ordinal)
+            .finish()
+    }
+}
+
+/// Marks the calling thread as running a stream callback for the guard's life.
+pub(crate) struct HostFnGuard(bool);
+
+impl HostFnGuard {
+    pub(crate) fn enter() -> Self {
+        Self(IN_HOST_FN.with(|flag| flag.replace(true)))
+    }
+}
+
+impl Drop for HostFnGuard {
+    fn drop(&mut self) {
+        IN_HOST_FN.with(|flag| flag.set(self.0));
+    }
+}

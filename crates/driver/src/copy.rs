@@ -1,0 +1,369 @@
+//! Copies, memsets and prefetches enqueued on a stream.
+//!
+//! Lengths are checked on every copy. Host memory used by an asynchronous copy
+//! is a [`HostMemory`] buffer, which tracks the copy; plain slices get a
+//! synchronous form (enqueue, then wait for that copy) and an `unsafe`
+//! asynchronous form whose contract is written beside it.
+
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::memory::{DeviceCopy, DeviceMemory, HostMemory, UnifiedBuffer};
+use crate::stream::Stream;
+use std::ffi::c_void;
+use sys::{CUmemLocation, CUmemLocationType};
+
+fn check_len(operation: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::SizeMismatch {
+            operation,
+            expected,
+            actual,
+        })
+    }
+}
+
+impl Stream {
+    /// Copy `src` (host) into `dst` (device) asynchronously.
+    ///
+    /// `src` stays readable meanwhile; writing it (`as_mut_slice`) or dropping
+    /// it waits for this copy. Lengths must match.
+    pub fn copy_from_host_async<T, D, H>(&self, dst: &mut D, src: &H) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+        H: HostMemory<T> + ?Sized,
+    {
+        const OP: &str = "copy_from_host_async";
+        check_len(OP, dst.device_len(), src.host_len())?;
+        self.check_context_id("the host buffer", src.host_context_id())?;
+        self.context().bind()?;
+        dst.before_device_use(self)?;
+        let bytes = dst.device_len() * std::mem::size_of::<T>();
+        // SAFETY: both regions hold `bytes` bytes and are tracked: they stay
+        // allocated (and the host side unwritten) until the stream passes the copy.
+        let code = unsafe {
+            (self.context().driver().cuMemcpyHtoDAsync)(
+                dst.device_ptr(),
+                src.host_ptr().cast::<c_void>(),
+                bytes,
+                self.as_raw(),
+            )
+        };
+        self.context().check(code)?;
+        self.counters.transfer(bytes);
+        let host = src.after_host_use(self, false);
+        dst.after_device_use(self, true).and(host)
+    }
+
+    /// Copy `src` (device) into `dst` (host) asynchronously. Reading or
+    /// writing `dst` on the host, or dropping it, waits for this copy.
+    pub fn copy_to_host_async<T, H, D>(&self, dst: &mut H, src: &D) -> Result<()>
+    where
+        T: DeviceCopy,
+        H: HostMemory<T> + ?Sized,
+        D: DeviceMemory<T> + ?Sized,
+    {
+        const OP: &str = "copy_to_host_async";
+        check_len(OP, dst.host_len(), src.device_len())?;
+        self.check_context_id("the host buffer", dst.host_context_id())?;
+        self.context().bind()?;
+        src.before_device_use(self)?;
+        let bytes = src.device_len() * std::mem::size_of::<T>();
+        // SAFETY: both regions hold `bytes` bytes and are tracked: host access
+        // to `dst` waits for this copy, and `src` is freed only after it.
+        let code = unsafe {
+            (self.context().driver().cuMemcpyDtoHAsync)(
+                dst.host_ptr().cast::<c_void>(),
+                src.device_ptr(),
+                bytes,
+                self.as_raw(),
+            )
+        };
+        self.context().check(code)?;
+        self.counters.transfer(bytes);
+        let host = dst.after_host_use(self, true);
+        src.after_device_use(self, false).and(host)
+    }
+
+    /// Copy `src` into `dst`, both device memory, asynchronously.
+    pub fn copy_device_to_device_async<T, D, S>(&self, dst: &mut D, src: &S) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+        S: DeviceMemory<T> + ?Sized,
+    {
+        check_len(
+            "copy_device_to_device_async",
+            dst.device_len(),
+            src.device_len(),
+        )?;
+        self.context().bind()?;
+        dst.before_device_use(self)?;
+        src.before_device_use(self)?;
+        let bytes = dst.device_len() * std::mem::size_of::<T>();
+        // SAFETY: both regions hold `bytes` bytes and are freed only after the
+        // stream passes this copy (tracked below).
+        let code = unsafe {
+            (self.context().driver().cuMemcpyDtoDAsync)(
+                dst.device_ptr(),
+                src.device_ptr(),
+                bytes,
+                self.as_raw(),
+            )
+        };
+        self.context().check(code)?;
+        self.counters.transfer(bytes);
+        let read = src.after_device_use(self, false);
+        dst.after_device_use(self, true).and(read)
+    }
+
+    /// Copy a plain host slice into `dst` and wait for that copy (not for
+    /// the rest of the stream). For overlap, use a [`crate::PinnedBuffer`]
+    /// with [`Stream::copy_from_host_async`].
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// let mut buf = DeviceBuffer::<f32>::new_async(&stream, 4).unwrap();
+    /// stream.copy_from_host(&mut buf, &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    /// let err = stream.copy_from_host(&mut buf, &[1.0, 2.0]).unwrap_err();
+    /// assert!(err.to_string().contains("holds 4 element(s) but the source holds 2"), "{err}");
+    /// let mut out = [0f32; 4];
+    /// stream.copy_to_host(&mut out, &buf).unwrap();
+    /// assert_eq!(out, [1.0, 2.0, 3.0, 4.0]);
+    /// ```
+    pub fn copy_from_host<T, D>(&self, dst: &mut D, src: &[T]) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+    {
+        // SAFETY: `src` outlives the copy: we wait for it before returning. The
+        // only error after enqueueing (an untracked use) has already waited for
+        // the stream.
+        unsafe { self.copy_from_host_async_unchecked(dst, src)? };
+        self.wait_for_enqueued()
+    }
+
+    /// Copy `src` into a plain host slice and wait for that copy.
+    pub fn copy_to_host<T, D>(&self, dst: &mut [T], src: &D) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+    {
+        // SAFETY: `dst` is valid for `dst.len()` writes and exclusively ours
+        // until this returns.
+        unsafe { self.copy_to_host_raw(dst.as_mut_ptr(), dst.len(), src) }
+    }
+
+    /// Copy into `dst_len` values at `dst` and wait for that copy.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `dst_len` writes of `T`, not accessed elsewhere
+    /// until this returns.
+    pub(crate) unsafe fn copy_to_host_raw<T, D>(
+        &self,
+        dst: *mut T,
+        dst_len: usize,
+        src: &D,
+    ) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+    {
+        // SAFETY: the caller's contract, and we wait for the copy before returning.
+        unsafe { self.copy_to_host_raw_async(dst, dst_len, src)? };
+        self.wait_for_enqueued()
+    }
+
+    /// Enqueue a copy of a plain host slice into `dst` without waiting.
+    ///
+    /// # Safety
+    /// `src` must stay alive and unmodified until the stream has passed this
+    /// copy (e.g. until an event recorded after it completes, or the stream is
+    /// synchronized). Dropping or writing it earlier is a data race with the
+    /// copy engine. On pageable memory the driver may also copy synchronously.
+    pub unsafe fn copy_from_host_async_unchecked<T, D>(&self, dst: &mut D, src: &[T]) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+    {
+        check_len("copy_from_host", dst.device_len(), src.len())?;
+        self.context().bind()?;
+        dst.before_device_use(self)?;
+        let bytes = std::mem::size_of_val(src);
+        // SAFETY: `dst` holds `bytes` bytes and is tracked; `src` is the
+        // caller's contract.
+        let code = unsafe {
+            (self.context().driver().cuMemcpyHtoDAsync)(
+                dst.device_ptr(),
+                src.as_ptr().cast::<c_void>(),
+                bytes,
+                self.as_raw(),
+            )
+        };
+        self.context().check(code)?;
+        self.counters.transfer(bytes);
+        dst.after_device_use(self, true)
+    }
+
+    /// Enqueue a copy from `src` into a plain host slice without waiting.
+    ///
+    /// # Safety
+    /// `dst` must stay alive, and must be neither read nor written by the host,
+    /// until the stream has passed this copy.
+    pub unsafe fn copy_to_host_async_unchecked<T, D>(&self, dst: &mut [T], src: &D) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+    {
+        // SAFETY: forwarded: the caller's contract covers `dst`.
+        unsafe { self.copy_to_host_raw_async(dst.as_mut_ptr(), dst.len(), src) }
+    }
+
+    /// # Safety
+    /// As `copy_to_host_async_unchecked`, for `dst_len` values at `dst`.
+    unsafe fn copy_to_host_raw_async<T, D>(
+        &self,
+        dst: *mut T,
+        dst_len: usize,
+        src: &D,
+    ) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+    {
+        check_len("copy_to_host", dst_len, src.device_len())?;
+        self.context().bind()?;
+        src.before_device_use(self)?;
+        let bytes = dst_len * std::mem::size_of::<T>();
+        // SAFETY: `src` holds `bytes` bytes and is tracked; `dst` is the caller's contract.
+        let code = unsafe {
+            (self.context().driver().cuMemcpyDtoHAsync)(
+                dst.cast::<c_void>(),
+                src.device_ptr(),
+                bytes,
+                self.as_raw(),
+            )
+        };
+        self.context().check(code)?;
+        self.counters.transfer(bytes);
+        src.after_device_use(self, false)
+    }
+
+    /// Set every byte of `dst` to `value`, asynchronously.
+    pub fn memset_u8_async<T, D>(&self, dst: &mut D, value: u8) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+    {
+        self.context().bind()?;
+        dst.before_device_use(self)?;
+        let bytes = dst.device_len() * std::mem::size_of::<T>();
+        // SAFETY: `dst` holds `bytes` bytes and is tracked.
+        let code = unsafe {
+            (self.context().driver().cuMemsetD8Async)(dst.device_ptr(), value, bytes, self.as_raw())
+        };
+        self.context().check(code)?;
+        self.counters.operation();
+        dst.after_device_use(self, true)
+    }
+
+    /// Set every 32-bit word of `dst` to `value`, asynchronously. The size in
+    /// bytes must be a multiple of 4.
+    pub fn memset_u32_async<T, D>(&self, dst: &mut D, value: u32) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemory<T> + ?Sized,
+    {
+        let bytes = dst.device_len() * std::mem::size_of::<T>();
+        if bytes % 4 != 0 {
+            return Err(Error::MisalignedMemset { bytes });
+        }
+        self.context().bind()?;
+        dst.before_device_use(self)?;
+        // SAFETY: `dst` holds `bytes / 4` words and is tracked.
+        let code = unsafe {
+            (self.context().driver().cuMemsetD32Async)(
+                dst.device_ptr(),
+                value,
+                bytes / 4,
+                self.as_raw(),
+            )
+        };
+        self.context().check(code)?;
+        self.counters.operation();
+        dst.after_device_use(self, true)
+    }
+
+    /// Migrate a unified buffer's pages to this stream's device ahead of use.
+    pub fn prefetch_to_device_async<T: DeviceCopy>(&self, buffer: &UnifiedBuffer<T>) -> Result<()> {
+        let location = CUmemLocation {
+            type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: self.context().ordinal(),
+        };
+        self.prefetch(buffer, location)
+    }
+
+    /// Migrate a unified buffer's pages to host memory ahead of host use.
+    pub fn prefetch_to_host_async<T: DeviceCopy>(&self, buffer: &UnifiedBuffer<T>) -> Result<()> {
+        let location = CUmemLocation {
+            type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
+            id: 0,
+        };
+        self.prefetch(buffer, location)
+    }
+
+    fn prefetch<T: DeviceCopy>(
+        &self,
+        buffer: &UnifiedBuffer<T>,
+        location: CUmemLocation,
+    ) -> Result<()> {
+        use crate::memory::sealed::DeviceUse;
+        self.context().bind()?;
+        buffer.before_device_use(self)?;
+        let bytes = buffer.size_in_bytes();
+        // SAFETY: the range is the whole managed allocation, tracked below so it
+        // is freed only after the prefetch.
+        let code = unsafe {
+            (self.context().driver().cuMemPrefetchAsync)(
+                buffer.as_device_ptr(),
+                bytes,
+                location,
+                0,
+                self.as_raw(),
+            )
+        };
+        self.context().check(code)?;
+        self.counters.transfer(bytes);
+        buffer.after_device_use(self, false)
+    }
+
+    /// Wait on the host for the work enqueued on this stream so far, with an
+    /// event rather than `cuStreamSynchronize`, so work other threads enqueue
+    /// later is not waited for. Falls back to synchronizing the stream.
+    fn wait_for_enqueued(&self) -> Result<()> {
+        let waited = Event::plain(self.context()).and_then(|event| {
+            event.record(self)?;
+            event.synchronize()
+        });
+        match waited {
+            Ok(()) => Ok(()),
+            Err(_) => self.synchronize(),
+        }
+    }
+
+    fn check_context_id(&self, what: &'static str, id: u64) -> Result<()> {
+        if id == self.context().id() {
+            Ok(())
+        } else {
+            Err(Error::ContextMismatch {
+                what,
+                expected: self.context().id(),
+                found: id,
+            })
+        }
+    }
+}

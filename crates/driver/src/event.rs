@@ -1,0 +1,223 @@
+//! Events: points in a stream that the host or other streams can wait for.
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::stream::Stream;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use sys::{CUevent, CUevent_flags};
+
+/// How an event is created.
+///
+/// ```
+/// use cuda_streams_driver::EventFlags;
+/// assert!(!EventFlags::PLAIN.timing);
+/// assert!(EventFlags::TIMING.timing);
+/// assert!(EventFlags::PLAIN.with_blocking_sync(true).blocking_sync);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct EventFlags {
+    /// Whether the event records a timestamp (needed by [`Event::elapsed`]).
+    /// Plain events are cheaper to record and wait on.
+    pub timing: bool,
+    /// Whether `synchronize` sleeps instead of spinning.
+    pub blocking_sync: bool,
+}
+
+impl EventFlags {
+    /// No timing, spinning synchronize: the cheapest event, for ordering.
+    pub const PLAIN: Self = Self {
+        timing: false,
+        blocking_sync: false,
+    };
+    /// With timing, for measuring GPU time.
+    pub const TIMING: Self = Self {
+        timing: true,
+        blocking_sync: false,
+    };
+
+    /// The same flags with `blocking_sync` set to `on`.
+    pub const fn with_blocking_sync(self, on: bool) -> Self {
+        Self {
+            blocking_sync: on,
+            ..self
+        }
+    }
+
+    fn raw(self) -> u32 {
+        let mut flags = CUevent_flags::CU_EVENT_DEFAULT.0;
+        if !self.timing {
+            flags |= CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
+        }
+        if self.blocking_sync {
+            flags |= CUevent_flags::CU_EVENT_BLOCKING_SYNC.0;
+        }
+        flags
+    }
+}
+
+/// A CUDA event. Record it on a stream, then query it, wait for it on the host
+/// ([`Event::synchronize`]) or on another stream ([`Stream::wait_event`]).
+/// Re-recording moves it to the stream's current end, so events can be pooled.
+///
+/// ```
+/// use cuda_streams_driver::{Context, Event, EventFlags, Stream};
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let start = Event::new(&ctx, EventFlags::TIMING).unwrap();
+/// let end = Event::new(&ctx, EventFlags::TIMING).unwrap();
+/// start.record(&stream).unwrap();
+/// stream.add_callback(|| std::thread::sleep(std::time::Duration::from_millis(2))).unwrap();
+/// end.record(&stream).unwrap();
+/// end.synchronize().unwrap();
+/// assert!(end.query().unwrap());
+/// let elapsed = Event::elapsed(&start, &end).unwrap();
+/// assert!(elapsed > std::time::Duration::ZERO);
+/// ```
+pub struct Event {
+    ctx: Arc<Context>,
+    raw: CUevent,
+    flags: EventFlags,
+    recorded: AtomicBool,
+}
+
+// SAFETY: CUDA event handles may be used from any thread; the only other state
+// is an atomic.
+unsafe impl Send for Event {}
+// SAFETY: as above; every method takes `&self` and the driver's event calls are
+// thread-safe.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Create an event with the given flags.
+    pub fn new(ctx: &Arc<Context>, flags: EventFlags) -> Result<Self> {
+        ctx.bind()?;
+        let mut raw: CUevent = std::ptr::null_mut();
+        // SAFETY: writes one event handle through a valid pointer; the context is current.
+        ctx.check(unsafe { (ctx.driver().cuEventCreate)(&mut raw, flags.raw()) })?;
+        Ok(Self {
+            ctx: Arc::clone(ctx),
+            raw,
+            flags,
+            recorded: AtomicBool::new(false),
+        })
+    }
+
+    /// A plain event (no timing).
+    pub fn plain(ctx: &Arc<Context>) -> Result<Self> {
+        Self::new(ctx, EventFlags::PLAIN)
+    }
+
+    /// A timing event.
+    pub fn timing(ctx: &Arc<Context>) -> Result<Self> {
+        Self::new(ctx, EventFlags::TIMING)
+    }
+
+    /// Mark the current end of `stream`; the event completes when the stream
+    /// gets there. May be called again to move the mark.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        stream.check_context("the event", &self.ctx)?;
+        self.ctx.bind()?;
+        // SAFETY: both handles are live (owned by `self` and `stream`); the context is current.
+        let code = unsafe { (self.ctx.driver().cuEventRecord)(self.raw, stream.as_raw()) };
+        self.ctx.check(code)?;
+        self.recorded.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether the event has completed (`true` also for a never-recorded event,
+    /// as in CUDA).
+    pub fn query(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: the handle is live; the context is current.
+        let code = unsafe { (self.ctx.driver().cuEventQuery)(self.raw) };
+        match self.ctx.driver().check(code) {
+            Ok(()) => Ok(true),
+            Err(err) if err.is_not_ready() => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Block the calling thread until the event completes.
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the handle is live; the context is current.
+        self.ctx
+            .check(unsafe { (self.ctx.driver().cuEventSynchronize)(self.raw) })
+    }
+
+    /// GPU time between two completed timing events.
+    ///
+    /// Errors when either was created without timing or never recorded, and
+    /// with `CUDA_ERROR_NOT_READY` when either has not completed yet.
+    pub fn elapsed(start: &Event, end: &Event) -> Result<Duration> {
+        for (which, event) in [("start", start), ("end", end)] {
+            if !event.flags.timing {
+                return Err(Error::NotTimingEvent { which });
+            }
+            if !event.recorded.load(Ordering::Relaxed) {
+                return Err(Error::EventNotRecorded { which });
+            }
+        }
+        start.ctx.bind()?;
+        let mut ms = 0f32;
+        // SAFETY: writes one float through a valid pointer; both handles are live.
+        start.ctx.check(unsafe {
+            (start.ctx.driver().cuEventElapsedTime)(&mut ms, start.raw, end.raw)
+        })?;
+        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
+    }
+
+    /// Whether this event records timestamps.
+    pub fn is_timing(&self) -> bool {
+        self.flags.timing
+    }
+
+    /// The flags it was created with.
+    pub fn flags(&self) -> EventFlags {
+        self.flags
+    }
+
+    /// Whether [`Event::record`] has been called at least once.
+    pub fn is_recorded(&self) -> bool {
+        self.recorded.load(Ordering::Relaxed)
+    }
+
+    /// The context it belongs to.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// The raw handle (for interop). It stays owned by this `Event`.
+    pub fn as_raw(&self) -> CUevent {
+        self.raw
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Err(err) = self.ctx.bind() {
+            eprintln!("cuda-streams: leaking event {:p}: {err}", self.raw);
+            return;
+        }
+        // CUDA releases a pending event's resources once it completes, so this
+        // does not wait.
+        // SAFETY: the handle is live and destroyed once.
+        let code = unsafe { (self.ctx.driver().cuEventDestroy)(self.raw) };
+        if let Err(err) = self.ctx.check(code) {
+            eprintln!("cuda-streams: destroying event {:p}: {err}", self.raw);
+        }
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("raw", &self.raw)
+            .field("flags", &self.flags)
+            .field("recorded", &self.is_recorded())
+            .finish()
+    }
+}

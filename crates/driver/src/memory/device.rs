@@ -1,0 +1,243 @@
+//! Device memory whose free is ordered after every stream that used it.
+
+use super::sealed::{DeviceAccess, DeviceUse};
+use super::tracker::UseTracker;
+use super::{DeviceCopy, byte_size};
+use crate::context::Context;
+use crate::error::Result;
+use crate::stream::Stream;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use sys::CUdeviceptr;
+
+/// `len` values of `T` in device memory.
+///
+/// Two kinds, by how the memory was allocated:
+/// - **stream-ordered** ([`DeviceBuffer::new_async`], `cuMemAllocAsync`): the
+///   buffer has a *home stream*. Uses on the home stream cost nothing extra. A
+///   use on any other stream first makes that stream wait for the allocation
+///   (once per stream), then records an event there (one per buffer and
+///   stream, re-recorded on each use). Drop makes the home stream wait for
+///   those events and frees with `cuMemFreeAsync` on it: the host never blocks.
+/// - **plain** ([`DeviceBuffer::new`], `cuMemAlloc`): every use records its
+///   stream's event; Drop waits for those events on the host, then `cuMemFree`.
+///
+/// Either way the memory is freed only after every stream has passed its last
+/// use, so safe code cannot make the GPU touch freed memory. The *contents*
+/// are not ordered across streams for you: a write on one stream and a read on
+/// another need an event between them ([`Stream::wait_event`]), as in CUDA.
+///
+/// ```
+/// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let buf = DeviceBuffer::from_slice(&stream, &[1u32, 2, 3]).unwrap();
+/// assert_eq!((buf.len(), buf.size_in_bytes()), (3, 12));
+/// assert_eq!(buf.to_vec(&stream).unwrap(), [1, 2, 3]);
+/// assert!(DeviceBuffer::<u32>::new_async(&stream, 0).is_err());
+/// ```
+pub struct DeviceBuffer<T: DeviceCopy> {
+    ctx: Arc<Context>,
+    home: Option<Arc<Stream>>,
+    ptr: CUdeviceptr,
+    len: usize,
+    tracker: UseTracker,
+    _marker: PhantomData<T>,
+}
+
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// Allocate with `cuMemAlloc` (synchronous, usable on every stream at
+    /// once). The contents are whatever the memory held.
+    pub fn new(ctx: &Arc<Context>, len: usize) -> Result<Self> {
+        let bytes = byte_size::<T>("DeviceBuffer", len)?;
+        ctx.bind()?;
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: writes one device pointer through a valid pointer; the context is current.
+        ctx.check(unsafe { (ctx.driver().cuMemAlloc)(&mut ptr, bytes) })?;
+        Ok(Self {
+            ctx: Arc::clone(ctx),
+            home: None,
+            ptr,
+            len,
+            tracker: UseTracker::default(),
+            _marker: PhantomData,
+        })
+    }
+
+    /// Allocate in stream order on `stream` (`cuMemAllocAsync`), which becomes
+    /// the buffer's home stream. The contents are whatever the memory held.
+    pub fn new_async(stream: &Arc<Stream>, len: usize) -> Result<Self> {
+        let bytes = byte_size::<T>("DeviceBuffer", len)?;
+        let ctx = stream.context();
+        ctx.bind()?;
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: writes one device pointer through a valid pointer; the stream is live.
+        ctx.check(unsafe { (ctx.driver().cuMemAllocAsync)(&mut ptr, bytes, stream.as_raw()) })?;
+        stream.counters.allocated(bytes);
+        Ok(Self {
+            ctx: Arc::clone(ctx),
+            home: Some(Arc::clone(stream)),
+            ptr,
+            len,
+            tracker: UseTracker::default(),
+            _marker: PhantomData,
+        })
+    }
+
+    /// [`DeviceBuffer::new_async`], then zero it on the home stream.
+    pub fn zeroed_async(stream: &Arc<Stream>, len: usize) -> Result<Self> {
+        let mut buffer = Self::new_async(stream, len)?;
+        stream.memset_u8_async(&mut buffer, 0)?;
+        Ok(buffer)
+    }
+
+    /// A stream-ordered buffer on `stream` holding a copy of `data` (the copy
+    /// has finished when this returns, so `data` is free again).
+    pub fn from_slice(stream: &Arc<Stream>, data: &[T]) -> Result<Self> {
+        let mut buffer = Self::new_async(stream, data.len())?;
+        stream.copy_from_host(&mut buffer, data)?;
+        Ok(buffer)
+    }
+
+    /// Copy the contents back through `stream`, waiting for the copy.
+    pub fn to_vec(&self, stream: &Stream) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(self.len);
+        // SAFETY: `out` has room for `len` values; the copy has completed when
+        // this returns Ok.
+        unsafe { stream.copy_to_host_raw(out.as_mut_ptr(), self.len, self)? };
+        // SAFETY: all `len` values were written by the copy, and any bytes are a
+        // valid `T` (DeviceCopy).
+        unsafe { out.set_len(self.len) };
+        Ok(out)
+    }
+
+    /// The number of elements (never 0).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: zero-length buffers are rejected at allocation.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+
+    /// The device address (for raw calls and interop; the buffer keeps owning it).
+    pub fn as_device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// The home stream of a stream-ordered buffer.
+    pub fn home_stream(&self) -> Option<&Arc<Stream>> {
+        self.home.as_ref()
+    }
+
+    /// Whether the buffer is freed in stream order on a home stream.
+    pub fn is_stream_ordered(&self) -> bool {
+        self.home.is_some()
+    }
+
+    /// How many streams (other than the home stream) have used the buffer.
+    pub fn foreign_stream_count(&self) -> usize {
+        self.tracker.stream_count()
+    }
+
+    /// The context the memory belongs to.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn is_home(&self, stream: &Stream) -> bool {
+        self.home
+            .as_ref()
+            .is_some_and(|home| home.id() == stream.id())
+    }
+}
+
+impl<T: DeviceCopy> DeviceUse for DeviceBuffer<T> {
+    fn context_id(&self) -> u64 {
+        self.ctx.id()
+    }
+
+    fn before_device_use(&self, stream: &Stream) -> Result<()> {
+        stream.check_context("the device buffer", &self.ctx)?;
+        match &self.home {
+            Some(home) if home.id() != stream.id() => {
+                self.tracker.order_after_home(&self.ctx, home, stream)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
+        if self.is_home(stream) {
+            return Ok(());
+        }
+        self.tracker.record_use(&self.ctx, stream, write)
+    }
+}
+
+impl<T: DeviceCopy> DeviceAccess<T> for DeviceBuffer<T> {
+    fn device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    fn device_len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        if let Err(err) = self.ctx.bind() {
+            eprintln!(
+                "cuda-streams: leaking device buffer {:#x} ({} bytes): {err}",
+                self.ptr,
+                self.size_in_bytes()
+            );
+            return;
+        }
+        let driver = self.ctx.driver();
+        match &self.home {
+            Some(home) => {
+                if self.tracker.order_before_free(&self.ctx, home) {
+                    // SAFETY: the pointer came from cuMemAllocAsync and is freed
+                    // once, after every recorded use (the home stream waits on them).
+                    let code = unsafe { (driver.cuMemFreeAsync)(self.ptr, home.as_raw()) };
+                    match self.ctx.check(code) {
+                        Ok(()) => home.counters.freed(self.size_in_bytes()),
+                        Err(err) => eprintln!("cuda-streams: freeing {:#x}: {err}", self.ptr),
+                    }
+                } else {
+                    eprintln!("cuda-streams: leaking device buffer {:#x}", self.ptr);
+                }
+            }
+            None => match self.tracker.wait_host(&self.ctx, true) {
+                Ok(()) => {
+                    // SAFETY: from cuMemAlloc, freed once, after every recorded use finished.
+                    let code = unsafe { (driver.cuMemFree)(self.ptr) };
+                    if let Err(err) = self.ctx.check(code) {
+                        eprintln!("cuda-streams: freeing {:#x}: {err}", self.ptr);
+                    }
+                }
+                Err(err) => eprintln!("cuda-streams: leaking device buffer {:#x}: {err}", self.ptr),
+            },
+        }
+        self.tracker.destroy_events(&self.ctx);
+    }
+}
+
+impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("len", &self.len)
+            .field("home", &self.home.as_ref().map(|s| s.id()))
+            .finish()
+    }
+}

@@ -1,0 +1,195 @@
+//! Unified (managed) memory: one address valid on the host and the device.
+
+use super::sealed::{DeviceAccess, DeviceUse, HostAccess};
+use super::tracker::UseTracker;
+use super::{DeviceCopy, byte_size};
+use crate::context::Context;
+use crate::error::Result;
+use crate::stream::Stream;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use sys::{CUdeviceptr, CUmemAttach_flags};
+
+/// `len` values of `T` in managed memory (`cuMemAllocManaged`, attached
+/// globally), zeroed.
+///
+/// Usable as device memory (copies, memsets, kernel arguments) and as host
+/// memory for asynchronous copies; [`crate::Stream::prefetch_to_device_async`] and
+/// [`crate::Stream::prefetch_to_host_async`] move its pages ahead of use. Every
+/// stream use records an event (one per buffer and stream); host access waits
+/// as for [`crate::PinnedBuffer`], and Drop waits for all uses before `cuMemFree`.
+/// Host access while a kernel runs elsewhere needs a device with concurrent
+/// managed access (`DeviceInfo::concurrent_managed_access`, true on the H200).
+///
+/// ```
+/// use cuda_streams_driver::{Context, Stream, UnifiedBuffer};
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let mut data = UnifiedBuffer::<u32>::new(&ctx, 256).unwrap();
+/// data.as_mut_slice().unwrap().fill(9);
+/// stream.prefetch_to_device_async(&data).unwrap();
+/// stream.memset_u32_async(&mut data, 3).unwrap();
+/// stream.prefetch_to_host_async(&data).unwrap();
+/// assert!(data.as_slice().unwrap().iter().all(|&v| v == 3));
+/// ```
+pub struct UnifiedBuffer<T: DeviceCopy> {
+    ctx: Arc<Context>,
+    ptr: CUdeviceptr,
+    len: usize,
+    tracker: UseTracker,
+    _marker: PhantomData<T>,
+}
+
+impl<T: DeviceCopy> UnifiedBuffer<T> {
+    /// Allocate `len` zeroed values.
+    pub fn new(ctx: &Arc<Context>, len: usize) -> Result<Self> {
+        let bytes = byte_size::<T>("UnifiedBuffer", len)?;
+        ctx.bind()?;
+        let mut ptr: CUdeviceptr = 0;
+        let flags = CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0;
+        // SAFETY: writes one pointer through a valid pointer; the context is current.
+        ctx.check(unsafe { (ctx.driver().cuMemAllocManaged)(&mut ptr, bytes, flags) })?;
+        let buffer = Self {
+            ctx: Arc::clone(ctx),
+            ptr,
+            len,
+            tracker: UseTracker::default(),
+            _marker: PhantomData,
+        };
+        // Fresh memory is uninitialized; Rust may not read it as `T`.
+        // SAFETY: `bytes` bytes at `ptr` belong to this allocation, which is
+        // host-accessible and not yet used by any stream.
+        unsafe { std::ptr::write_bytes(buffer.ptr as usize as *mut u8, 0, bytes) };
+        Ok(buffer)
+    }
+
+    /// Allocate and fill with a copy of `data`.
+    pub fn from_slice(ctx: &Arc<Context>, data: &[T]) -> Result<Self> {
+        let mut buffer = Self::new(ctx, data.len())?;
+        buffer.as_mut_slice()?.copy_from_slice(data);
+        Ok(buffer)
+    }
+
+    /// The contents, after waiting for the enqueued uses that may write them.
+    pub fn as_slice(&self) -> Result<&[T]> {
+        self.tracker.wait_host(&self.ctx, false)?;
+        // SAFETY: `len` initialized values at a host-accessible address; no
+        // write is in flight (waited above; new writes need `&mut self`).
+        Ok(unsafe { std::slice::from_raw_parts(self.host_ptr(), self.len) })
+    }
+
+    /// The contents for writing, after waiting for every enqueued use.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        self.tracker.wait_host(&self.ctx, true)?;
+        // SAFETY: as in `as_slice`, and no stream uses them (waited above).
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.host_ptr(), self.len) })
+    }
+
+    /// The contents copied into a `Vec`.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        Ok(self.as_slice()?.to_vec())
+    }
+
+    /// The number of elements (never 0).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: zero-length buffers are rejected at allocation.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+
+    /// The (device and host) address, for raw calls.
+    pub fn as_device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// The context the memory belongs to.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+}
+
+impl<T: DeviceCopy> DeviceUse for UnifiedBuffer<T> {
+    fn context_id(&self) -> u64 {
+        self.ctx.id()
+    }
+
+    fn before_device_use(&self, stream: &Stream) -> Result<()> {
+        stream.check_context("the unified buffer", &self.ctx)
+    }
+
+    fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
+        self.tracker.record_use(&self.ctx, stream, write)
+    }
+}
+
+impl<T: DeviceCopy> DeviceAccess<T> for UnifiedBuffer<T> {
+    fn device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    fn device_len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<T: DeviceCopy> HostAccess<T> for UnifiedBuffer<T> {
+    fn host_context_id(&self) -> u64 {
+        self.ctx.id()
+    }
+
+    fn host_ptr(&self) -> *mut T {
+        self.ptr as usize as *mut T
+    }
+
+    fn host_len(&self) -> usize {
+        self.len
+    }
+
+    fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()> {
+        self.tracker.record_use(&self.ctx, stream, write)
+    }
+}
+
+impl<T: DeviceCopy> Drop for UnifiedBuffer<T> {
+    fn drop(&mut self) {
+        let ready = self
+            .ctx
+            .bind()
+            .and_then(|()| self.tracker.wait_host(&self.ctx, true));
+        if let Err(err) = ready {
+            eprintln!(
+                "cuda-streams: leaking unified buffer {:#x} ({} bytes): {err}",
+                self.ptr,
+                self.size_in_bytes()
+            );
+            return;
+        }
+        // SAFETY: from cuMemAllocManaged, freed once, after every use finished.
+        let code = unsafe { (self.ctx.driver().cuMemFree)(self.ptr) };
+        if let Err(err) = self.ctx.check(code) {
+            eprintln!(
+                "cuda-streams: freeing unified buffer {:#x}: {err}",
+                self.ptr
+            );
+        }
+        self.tracker.destroy_events(&self.ctx);
+    }
+}
+
+impl<T: DeviceCopy> fmt::Debug for UnifiedBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnifiedBuffer")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("len", &self.len)
+            .finish()
+    }
+}

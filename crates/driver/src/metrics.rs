@@ -1,0 +1,158 @@
+//! Per-stream counters kept by the stream's own methods with relaxed atomics.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// A snapshot of a stream's counters ([`crate::Stream::metrics`]).
+///
+/// `operations_count` counts every piece of work enqueued through the stream's
+/// methods (copies, memsets, prefetches, kernel launches, callbacks, event
+/// waits) plus what callers report with `record_kernel_launch` /
+/// `record_memory_transfer`. Latency comes from timing events: each
+/// [`crate::Stream::timed`] section, once the GPU has passed it, and each
+/// [`crate::Stream::record_latency`] call.
+///
+/// ```
+/// use cuda_streams_driver::{Context, Stream};
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// stream.record_kernel_launch();
+/// stream.record_memory_transfer(4096);
+/// let m = stream.metrics();
+/// assert_eq!((m.operations_count, m.kernel_launches, m.bytes_transferred), (2, 1, 4096));
+/// assert_eq!(m.average_latency, None);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamMetrics {
+    /// The stream's id.
+    pub stream_id: u64,
+    /// Work items enqueued (see the type's docs).
+    pub operations_count: u64,
+    /// Copies and prefetches.
+    pub memory_transfers: u64,
+    /// Bytes moved by those transfers.
+    pub bytes_transferred: u64,
+    /// Kernel launches.
+    pub kernel_launches: u64,
+    /// Host callbacks enqueued.
+    pub callbacks: u64,
+    /// Host callbacks that panicked (the panic was caught).
+    pub callback_panics: u64,
+    /// Bytes of stream-ordered device memory currently allocated with this
+    /// stream as home.
+    pub current_memory: u64,
+    /// The most `current_memory` has been, or the largest value given to
+    /// `update_peak_memory`.
+    pub peak_memory: u64,
+    /// Operations whose GPU time was measured.
+    pub timed_operations: u64,
+    /// Their total GPU time.
+    pub total_latency: Duration,
+    /// `total_latency / timed_operations`, `None` before the first measurement.
+    pub average_latency: Option<Duration>,
+}
+
+/// The live counters behind [`StreamMetrics`]; shared with callbacks in flight.
+#[derive(Default)]
+pub(crate) struct Counters {
+    operations: AtomicU64,
+    memory_transfers: AtomicU64,
+    bytes_transferred: AtomicU64,
+    kernel_launches: AtomicU64,
+    callbacks: AtomicU64,
+    callback_panics: AtomicU64,
+    panics_checked: AtomicU64,
+    panic_reported: AtomicBool,
+    last_panic: Mutex<Option<String>>,
+    current_memory: AtomicU64,
+    peak_memory: AtomicU64,
+    timed_operations: AtomicU64,
+    total_latency_ns: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn operation(&self) {
+        self.operations.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn transfer(&self, bytes: usize) {
+        self.operations.fetch_add(1, Relaxed);
+        self.memory_transfers.fetch_add(1, Relaxed);
+        self.bytes_transferred.fetch_add(bytes as u64, Relaxed);
+    }
+
+    pub(crate) fn kernel_launch(&self) {
+        self.operations.fetch_add(1, Relaxed);
+        self.kernel_launches.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn callback(&self) {
+        self.operations.fetch_add(1, Relaxed);
+        self.callbacks.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn callback_panicked(&self, stream: u64, message: String) {
+        if !self.panic_reported.swap(true, Relaxed) {
+            eprintln!(
+                "cuda-streams: a callback on stream {stream} panicked (caught; further panics on this stream are only counted): {message}"
+            );
+        }
+        *self.last_panic.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
+        self.callback_panics.fetch_add(1, Relaxed);
+    }
+
+    /// Panics since the last call, with the last message.
+    pub(crate) fn take_panics(&self) -> Option<(u64, String)> {
+        let total = self.callback_panics.load(Relaxed);
+        let seen = self.panics_checked.swap(total, Relaxed);
+        (total > seen).then(|| {
+            let message = self
+                .last_panic
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .unwrap_or_default();
+            (total - seen, message)
+        })
+    }
+
+    pub(crate) fn allocated(&self, bytes: usize) {
+        let now = self.current_memory.fetch_add(bytes as u64, Relaxed) + bytes as u64;
+        self.peak_memory.fetch_max(now, Relaxed);
+    }
+
+    pub(crate) fn freed(&self, bytes: usize) {
+        self.current_memory.fetch_sub(bytes as u64, Relaxed);
+    }
+
+    pub(crate) fn update_peak(&self, bytes: u64) {
+        self.peak_memory.fetch_max(bytes, Relaxed);
+    }
+
+    pub(crate) fn latency(&self, elapsed: Duration) {
+        self.timed_operations.fetch_add(1, Relaxed);
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.total_latency_ns.fetch_add(ns, Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, stream_id: u64) -> StreamMetrics {
+        let timed = self.timed_operations.load(Relaxed);
+        let total_ns = self.total_latency_ns.load(Relaxed);
+        StreamMetrics {
+            stream_id,
+            operations_count: self.operations.load(Relaxed),
+            memory_transfers: self.memory_transfers.load(Relaxed),
+            bytes_transferred: self.bytes_transferred.load(Relaxed),
+            kernel_launches: self.kernel_launches.load(Relaxed),
+            callbacks: self.callbacks.load(Relaxed),
+            callback_panics: self.callback_panics.load(Relaxed),
+            current_memory: self.current_memory.load(Relaxed),
+            peak_memory: self.peak_memory.load(Relaxed),
+            timed_operations: timed,
+            total_latency: Duration::from_nanos(total_ns),
+            average_latency: (timed > 0).then(|| Duration::from_nanos(total_ns / timed)),
+        }
+    }
+}

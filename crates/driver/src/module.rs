@@ -1,0 +1,265 @@
+//! Loaded kernel images and the functions in them.
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::launch::ArgKind;
+use crate::select::DriverKind;
+use std::ffi::CString;
+use std::fmt;
+use std::sync::Arc;
+use sys::{CUfunction, CUmodule};
+
+/// A loaded cubin, fatbin or PTX image (`cuModuleLoadData`).
+///
+/// ```
+/// use cuda_streams_driver::{Context, Module};
+/// let ctx = Context::new(0).unwrap();
+/// // A fatbin from the kernels crate (its CPU twins serve the software driver).
+/// let module = Module::load(&ctx, kernels::ELEMENTWISE.fatbin()).unwrap();
+/// let kernel = module.function("saxpy").unwrap();
+/// assert_eq!(kernel.name(), "saxpy");
+/// assert!(module.function("no_such_kernel").is_err());
+/// ```
+pub struct Module {
+    ctx: Arc<Context>,
+    raw: CUmodule,
+}
+
+// SAFETY: module handles may be used from any thread; `Module` only passes it
+// to the driver.
+unsafe impl Send for Module {}
+// SAFETY: as above; all methods take `&self` and only call the driver.
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// Load an image. `image` is `'static` because the software driver finds
+    /// the CPU twins of an image's kernels by the image's address.
+    ///
+    /// On the GPU, an image that is not 8-byte aligned, or a PTX text without
+    /// its terminating NUL, is first copied into an aligned, terminated buffer.
+    /// A failure on the software driver carries its explanation.
+    pub fn load(ctx: &Arc<Context>, image: &'static [u8]) -> Result<Arc<Self>> {
+        if image.is_empty() {
+            return Err(Error::EmptyImage);
+        }
+        ctx.bind()?;
+        let aligned =
+            (ctx.kind() == DriverKind::Cuda && needs_copy(image)).then(|| aligned_copy(image));
+        let data = match &aligned {
+            Some(words) => words.as_ptr().cast::<std::ffi::c_void>(),
+            None => image.as_ptr().cast(),
+        };
+        let mut raw: CUmodule = std::ptr::null_mut();
+        // SAFETY: `data` points at a complete image (the original, or an
+        // aligned NUL-terminated copy alive until after the call); the
+        // context is current.
+        let code = unsafe { (ctx.driver().cuModuleLoadData)(&mut raw, data) };
+        if let Err(source) = ctx.driver().check(code) {
+            return Err(Error::ModuleLoad {
+                bytes: image.len(),
+                source,
+                detail: load_detail(ctx.kind()),
+            });
+        }
+        Ok(Arc::new(Self {
+            ctx: Arc::clone(ctx),
+            raw,
+        }))
+    }
+
+    /// Look up a kernel by its (unmangled, `extern "C"`) name.
+    pub fn function(self: &Arc<Self>, name: &str) -> Result<Kernel> {
+        let c_name = CString::new(name).map_err(|_| Error::InvalidName {
+            name: name.to_string(),
+        })?;
+        self.ctx.bind()?;
+        let mut raw: CUfunction = std::ptr::null_mut();
+        // SAFETY: writes one handle through a valid pointer; the name is
+        // NUL-terminated; the module is live.
+        let code =
+            unsafe { (self.ctx.driver().cuModuleGetFunction)(&mut raw, self.raw, c_name.as_ptr()) };
+        self.ctx
+            .driver()
+            .check(code)
+            .map_err(|source| Error::FunctionNotFound {
+                name: name.to_string(),
+                source,
+            })?;
+        Ok(Kernel {
+            module: Arc::clone(self),
+            raw,
+            name: name.into(),
+            signature: None,
+        })
+    }
+
+    /// The context it is loaded in.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// The raw handle (for interop; it stays owned by this `Module`).
+    pub fn as_raw(&self) -> CUmodule {
+        self.raw
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if let Err(err) = self.ctx.bind() {
+            eprintln!("cuda-streams: leaking module {:p}: {err}", self.raw);
+            return;
+        }
+        // Kernels launched from this module may still be queued; unloading the
+        // code under them is not something CUDA promises to wait for. Modules
+        // are dropped rarely, so wait for the context.
+        // SAFETY: no arguments; the context is current.
+        let code = unsafe { (self.ctx.driver().cuCtxSynchronize)() };
+        if let Err(err) = self.ctx.check(code) {
+            eprintln!("cuda-streams: leaking module {:p}: {err}", self.raw);
+            return;
+        }
+        // SAFETY: the module is owned by `self` and unloaded once.
+        let code = unsafe { (self.ctx.driver().cuModuleUnload)(self.raw) };
+        if let Err(err) = self.ctx.check(code) {
+            eprintln!("cuda-streams: unloading module {:p}: {err}", self.raw);
+        }
+    }
+}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module").field("raw", &self.raw).finish()
+    }
+}
+
+/// A kernel function in a loaded [`Module`] (which it keeps loaded), with an
+/// optional signature that launches are checked against.
+///
+/// ```
+/// use cuda_streams_driver::{ArgKind, Context, DeviceBuffer, KernelArg, LaunchConfig, Module, Stream};
+/// use kernels::ELEMENTWISE;
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// // saxpy(u64 n, f32 a, const f32* x, f32* y): y = a * x + y
+/// let saxpy = Module::load(&ctx, ELEMENTWISE.fatbin()).unwrap()
+///     .function("saxpy").unwrap()
+///     .with_signature(&[ArgKind::U64, ArgKind::F32, ArgKind::Pointer, ArgKind::Pointer]);
+/// let x = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0, 3.0]).unwrap();
+/// let mut y = DeviceBuffer::from_slice(&stream, &[10.0f32, 20.0, 30.0]).unwrap();
+/// let cfg = LaunchConfig::for_num_elems(3);
+/// saxpy.launch(&stream, cfg, &[3u64.into(), 2.0f32.into(), (&x).into(), (&mut y).into()]).unwrap();
+/// assert_eq!(y.to_vec(&stream).unwrap(), [12.0, 24.0, 36.0]);
+/// // A wrong argument count or kind is caught before the driver sees it.
+/// let err = saxpy.launch(&stream, cfg, &[3u64.into(), 2.0f64.into()]).unwrap_err();
+/// assert!(err.to_string().contains("takes 4 argument(s) but 2 were given"), "{err}");
+/// ```
+#[derive(Clone)]
+pub struct Kernel {
+    module: Arc<Module>,
+    raw: CUfunction,
+    name: Arc<str>,
+    signature: Option<Arc<[ArgKind]>>,
+}
+
+// SAFETY: function handles may be used from any thread; `Kernel` only passes it
+// to the driver, and the module it belongs to is kept loaded by the Arc.
+unsafe impl Send for Kernel {}
+// SAFETY: as above; immutable after creation.
+unsafe impl Sync for Kernel {}
+
+impl Kernel {
+    /// Declare the parameters, so that launches with the wrong count or kinds
+    /// are rejected before they reach the driver.
+    pub fn with_signature(mut self, signature: &[ArgKind]) -> Self {
+        self.signature = Some(signature.into());
+        self
+    }
+
+    /// Declare the parameters by size only (each is [`ArgKind::Bytes`]).
+    pub fn with_arg_sizes(mut self, sizes: &[usize]) -> Self {
+        self.signature = Some(sizes.iter().map(|&n| ArgKind::Bytes(n)).collect());
+        self
+    }
+
+    /// The declared parameters, if any.
+    pub fn signature(&self) -> Option<&[ArgKind]> {
+        self.signature.as_deref()
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The module it comes from.
+    pub fn module(&self) -> &Arc<Module> {
+        &self.module
+    }
+
+    /// The context it is loaded in.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.module.ctx
+    }
+
+    /// The raw handle (for interop).
+    pub fn as_raw(&self) -> CUfunction {
+        self.raw
+    }
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.name)
+            .field("signature", &self.signature)
+            .finish()
+    }
+}
+
+/// Fatbin and ELF (cubin) images are binary; anything else is taken as PTX text.
+fn needs_copy(image: &[u8]) -> bool {
+    const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
+    const ELF_MAGIC: [u8; 4] = *b"\x7fELF";
+    let binary = image.starts_with(&FATBIN_MAGIC) || image.starts_with(&ELF_MAGIC);
+    (image.as_ptr() as usize) % 8 != 0 || (!binary && image.last() != Some(&0))
+}
+
+/// The image in 8-byte words, followed by at least one zero byte.
+fn aligned_copy(image: &[u8]) -> Vec<u64> {
+    let mut words = vec![0u64; image.len() / 8 + 1];
+    // SAFETY: `words` holds at least `image.len() + 1` bytes; the regions are distinct.
+    unsafe {
+        std::ptr::copy_nonoverlapping(image.as_ptr(), words.as_mut_ptr().cast::<u8>(), image.len());
+    }
+    words
+}
+
+/// The software driver's explanation of the last failure, when it has one.
+fn load_detail(kind: DriverKind) -> Option<String> {
+    match kind {
+        DriverKind::Soft => soft_driver::last_error_detail(),
+        DriverKind::Cuda => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_are_copied_only_when_needed() {
+        let ptx = b"// ptx text without NUL";
+        let copy = aligned_copy(ptx);
+        // SAFETY: `copy` holds at least ptx.len() + 1 bytes.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(copy.as_ptr().cast::<u8>(), ptx.len() + 1) };
+        assert_eq!(&bytes[..ptx.len()], ptx);
+        assert_eq!(bytes[ptx.len()], 0);
+        let words = [u64::from_le_bytes([0x50, 0xED, 0x55, 0xBA, 1, 0, 0, 0]); 2];
+        // SAFETY: viewing two u64s as their 16 bytes.
+        let fatbin = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), 16) };
+        assert!(!needs_copy(fatbin));
+        assert!(needs_copy(&fatbin[1..]));
+    }
+}

@@ -1,0 +1,341 @@
+//! Streams: in-order queues of GPU work, with priorities and counters.
+//!
+//! Copies live in `copy.rs`, callbacks in `callback.rs`, kernel launches in
+//! `launch.rs`; this file holds the handle itself.
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::event::{Event, EventFlags};
+use crate::metrics::{Counters, StreamMetrics};
+use crate::priority::StreamPriority;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use sys::{CUstream, CUstream_flags};
+
+static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Timing event pairs: those waiting for the GPU, and spares to reuse.
+#[derive(Default)]
+struct Timings {
+    pending: Vec<(Event, Event)>,
+    spare: Vec<(Event, Event)>,
+}
+
+/// How many finished timing pairs a stream keeps for reuse.
+const SPARE_TIMING_PAIRS: usize = 4;
+
+/// A CUDA stream: work enqueued on it runs in order; work on different streams
+/// may overlap.
+///
+/// Streams are always created non-blocking (`CU_STREAM_NON_BLOCKING`: they do
+/// not synchronize with the legacy default stream) and are handed out as
+/// `Arc<Stream>`, since buffers keep their home stream alive. Every method takes
+/// `&self` and may be called from any thread.
+///
+/// ```
+/// use cuda_streams_driver::{Context, Stream, StreamPriority};
+/// let ctx = Context::new(0).unwrap();
+/// let high = Stream::new_with_priority(&ctx, StreamPriority::High).unwrap();
+/// let low = Stream::new_with_priority(&ctx, StreamPriority::Low).unwrap();
+/// assert!(high.priority().unwrap() < low.priority().unwrap());
+/// assert_eq!(high.priority().unwrap(), ctx.priority_range().greatest);
+/// high.synchronize().unwrap();
+/// assert!(high.query().unwrap());
+/// assert_ne!(high.id(), low.id());
+/// ```
+pub struct Stream {
+    ctx: Arc<Context>,
+    raw: CUstream,
+    owned: bool,
+    id: u64,
+    pub(crate) counters: Arc<Counters>,
+    timings: Mutex<Timings>,
+}
+
+// SAFETY: CUDA streams may be used from any thread; the raw handle is only
+// passed to the driver, and all other state is atomics or behind a Mutex.
+unsafe impl Send for Stream {}
+// SAFETY: as above: enqueueing on one stream from several threads is allowed by
+// CUDA (each call is atomic with respect to the queue).
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A stream of [`StreamPriority::Normal`] priority.
+    pub fn new(ctx: &Arc<Context>) -> Result<Arc<Self>> {
+        Self::new_with_priority(ctx, StreamPriority::Normal)
+    }
+
+    /// A stream whose priority class is mapped onto the device's range
+    /// ([`crate::PriorityRange::value`]): `High` = the greatest priority,
+    /// `Low` = the least, `Normal` = the midpoint rounded toward the least.
+    pub fn new_with_priority(ctx: &Arc<Context>, priority: StreamPriority) -> Result<Arc<Self>> {
+        Self::create(ctx, ctx.priority_range().value(priority))
+    }
+
+    /// A stream with a raw CUDA priority, which must lie in the device's range.
+    pub fn with_raw_priority(ctx: &Arc<Context>, priority: i32) -> Result<Arc<Self>> {
+        let range = ctx.priority_range();
+        if !range.contains(priority) {
+            return Err(Error::InvalidPriority {
+                value: priority,
+                least: range.least,
+                greatest: range.greatest,
+            });
+        }
+        Self::create(ctx, priority)
+    }
+
+    fn create(ctx: &Arc<Context>, priority: i32) -> Result<Arc<Self>> {
+        ctx.bind()?;
+        let mut raw: CUstream = std::ptr::null_mut();
+        let flags = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
+        // SAFETY: writes one stream handle through a valid pointer; the context is current.
+        ctx.check(unsafe { (ctx.driver().cuStreamCreateWithPriority)(&mut raw, flags, priority) })?;
+        // SAFETY: `raw` was just created in `ctx` and is owned by the new Stream.
+        Ok(unsafe { Self::from_raw(ctx, raw, true) })
+    }
+
+    /// Wrap a stream handle made elsewhere (cust, cudarc, raw driver calls).
+    ///
+    /// # Safety
+    /// `raw` must be a stream of `ctx` (or null, the legacy default stream) that
+    /// stays valid for the life of the returned `Stream`. With `owned = true`
+    /// the `Stream` destroys it on drop, so nothing else may destroy it.
+    pub unsafe fn from_raw(ctx: &Arc<Context>, raw: CUstream, owned: bool) -> Arc<Self> {
+        Arc::new(Self {
+            ctx: Arc::clone(ctx),
+            raw,
+            owned,
+            id: NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed),
+            counters: Arc::default(),
+            timings: Mutex::default(),
+        })
+    }
+
+    /// The priority the driver reports for this stream (`cuStreamGetPriority`).
+    pub fn priority(&self) -> Result<i32> {
+        self.ctx.bind()?;
+        let mut priority = 0;
+        // SAFETY: writes one int through a valid pointer; the stream is live.
+        let code = unsafe { (self.ctx.driver().cuStreamGetPriority)(self.raw, &mut priority) };
+        self.ctx.check(code)?;
+        Ok(priority)
+    }
+
+    /// Whether the driver reports the stream as non-blocking (`cuStreamGetFlags`).
+    pub fn is_non_blocking(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        let mut flags = 0;
+        // SAFETY: writes one unsigned int through a valid pointer; the stream is live.
+        let code = unsafe { (self.ctx.driver().cuStreamGetFlags)(self.raw, &mut flags) };
+        self.ctx.check(code)?;
+        Ok(flags & CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0)
+    }
+
+    /// Whether all work enqueued so far has finished (`NOT_READY` is `false`).
+    pub fn query(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: the stream is live; the context is current.
+        let code = unsafe { (self.ctx.driver().cuStreamQuery)(self.raw) };
+        match self.ctx.driver().check(code) {
+            Ok(()) => Ok(true),
+            Err(err) if err.is_not_ready() => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Block the calling thread until all work enqueued so far has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the stream is live; the context is current.
+        let code = unsafe { (self.ctx.driver().cuStreamSynchronize)(self.raw) };
+        self.ctx.check(code)?;
+        self.harvest_timings();
+        Ok(())
+    }
+
+    /// Make work enqueued after this call wait until `event` completes (the host
+    /// does not wait). An event never recorded completes at once.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.check_context("the event", event.context())?;
+        self.ctx.bind()?;
+        // SAFETY: both handles are live; flags 0 is CU_EVENT_WAIT_DEFAULT.
+        let code = unsafe { (self.ctx.driver().cuStreamWaitEvent)(self.raw, event.as_raw(), 0) };
+        self.ctx.check(code)?;
+        self.counters.operation();
+        Ok(())
+    }
+
+    /// Record a fresh plain event at the stream's current end (for handing to
+    /// another stream's [`Stream::wait_event`]).
+    pub fn record_event(&self) -> Result<Event> {
+        let event = Event::new(&self.ctx, EventFlags::PLAIN)?;
+        event.record(self)?;
+        Ok(event)
+    }
+
+    /// A small process-unique id (never 0), cheap to hash and compare.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The raw handle (for interop). It stays owned as given to `from_raw`.
+    pub fn as_raw(&self) -> CUstream {
+        self.raw
+    }
+
+    /// The context the stream belongs to.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// Whether the stream destroys its handle on drop.
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+
+    /// A snapshot of the counters. Folds in timing sections the GPU has passed.
+    pub fn metrics(&self) -> StreamMetrics {
+        self.harvest_timings();
+        self.counters.snapshot(self.id)
+    }
+
+    /// Count a kernel launch made outside this crate's API.
+    pub fn record_kernel_launch(&self) {
+        self.counters.kernel_launch();
+    }
+
+    /// Count a memory transfer of `bytes` made outside this crate's API.
+    pub fn record_memory_transfer(&self, bytes: usize) {
+        self.counters.transfer(bytes);
+    }
+
+    /// Raise the peak-memory mark to at least `bytes`.
+    pub fn update_peak_memory(&self, bytes: usize) {
+        self.counters.update_peak(bytes as u64);
+    }
+
+    /// Add one measured operation latency (e.g. from [`Event::elapsed`]).
+    pub fn record_latency(&self, elapsed: Duration) {
+        self.counters.latency(elapsed);
+    }
+
+    /// Run `f`, which enqueues work on this stream, between two timing events.
+    /// The GPU time between them is added to the latency metrics once the GPU
+    /// has passed the end (seen by [`Stream::metrics`] or
+    /// [`Stream::synchronize`]); the host does not wait here.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// let mut buf = DeviceBuffer::<u32>::new_async(&stream, 1024).unwrap();
+    /// stream.timed(|s| s.memset_u32_async(&mut buf, 7)).unwrap();
+    /// stream.synchronize().unwrap();
+    /// let m = stream.metrics();
+    /// assert_eq!(m.timed_operations, 1);
+    /// assert!(m.average_latency.is_some());
+    /// ```
+    pub fn timed<R>(&self, f: impl FnOnce(&Stream) -> Result<R>) -> Result<R> {
+        let spare = self.lock_timings().spare.pop();
+        let (start, end) = match spare {
+            Some(pair) => pair,
+            None => (Event::timing(&self.ctx)?, Event::timing(&self.ctx)?),
+        };
+        start.record(self)?;
+        let result = f(self);
+        end.record(self)?;
+        self.lock_timings().pending.push((start, end));
+        result
+    }
+
+    /// Fold finished timing sections into the counters.
+    fn harvest_timings(&self) {
+        let mut timings = self.lock_timings();
+        if timings.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut timings.pending);
+        for (start, end) in pending {
+            match end.query() {
+                Ok(true) => {
+                    match Event::elapsed(&start, &end) {
+                        Ok(elapsed) => self.counters.latency(elapsed),
+                        Err(err) => eprintln!("cuda-streams: timing on stream {}: {err}", self.id),
+                    }
+                    if timings.spare.len() < SPARE_TIMING_PAIRS {
+                        timings.spare.push((start, end));
+                    }
+                }
+                Ok(false) => timings.pending.push((start, end)),
+                Err(err) => eprintln!("cuda-streams: timing on stream {}: {err}", self.id),
+            }
+        }
+    }
+
+    fn lock_timings(&self) -> std::sync::MutexGuard<'_, Timings> {
+        self.timings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Return the callbacks that panicked since the last call as an error.
+    ///
+    /// Panics in callbacks are caught (they cannot unwind into the driver),
+    /// counted in [`StreamMetrics::callback_panics`], printed once per stream,
+    /// and reported here.
+    pub fn check_callback_panics(&self) -> Result<()> {
+        match self.counters.take_panics() {
+            None => Ok(()),
+            Some((count, message)) => Err(Error::CallbackPanicked {
+                stream: self.id,
+                count,
+                message,
+            }),
+        }
+    }
+
+    /// `Ok` when `other` is this stream's context.
+    pub(crate) fn check_context(&self, what: &'static str, other: &Context) -> Result<()> {
+        if other.id() == self.ctx.id() {
+            Ok(())
+        } else {
+            Err(Error::ContextMismatch {
+                what,
+                expected: self.ctx.id(),
+                found: other.id(),
+            })
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // Timing events go first: they only need the context.
+        let timings = std::mem::take(&mut *self.lock_timings());
+        drop(timings);
+        if !self.owned {
+            return;
+        }
+        if let Err(err) = self.ctx.bind() {
+            eprintln!("cuda-streams: leaking stream {}: {err}", self.id);
+            return;
+        }
+        // Work already enqueued still runs to completion, as CUDA specifies.
+        // SAFETY: the stream is owned by `self` and destroyed once.
+        let code = unsafe { (self.ctx.driver().cuStreamDestroy)(self.raw) };
+        if let Err(err) = self.ctx.check(code) {
+            eprintln!("cuda-streams: destroying stream {}: {err}", self.id);
+        }
+    }
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stream")
+            .field("id", &self.id)
+            .field("raw", &self.raw)
+            .field("owned", &self.owned)
+            .finish()
+    }
+}
