@@ -1,1 +1,51 @@
-//! Triple buffering, the three-stream async coordinator, pipeline stages, managed context, batch transfer planning (being built).
+//! The async pipeline: a triple buffer over real device buffers, a
+//! three-stream coordinator ordered by events, a stage manager that runs
+//! real kernels with upload, compute and download overlapped, a managed
+//! context with synchronous and asynchronous modes, and a batch transfer
+//! planner.
+//!
+//! Everything here runs the same on the GPU and on the software driver.
+//! See `docs/pipeline.md` for a walk-through.
+//!
+//! - [`GpuTripleBuffer`]: three slots, `Free -> Uploading -> Processing ->
+//!   Downloading -> Free`, one atomic byte each, guards that own a stage.
+//! - [`AsyncCoordinator`]: upload, compute and download streams; dependencies
+//!   through events; [`AsyncCoordinator::poll`] reports what the GPU finished.
+//! - [`PipelineStageManager`]: validated stage order (petgraph), three batches
+//!   in flight, statistics from timing events.
+//! - [`ManagedGpuContext`]: sync (one stream) or async (triple-buffered) mode.
+//! - [`BatchUploader`] / [`plan_transfers`]: decide once whether multi-stream
+//!   batch upload pays, and assign keys to streams balanced by bytes.
+
+#![forbid(unsafe_code)]
+
+mod batch_upload;
+mod coordinator;
+mod error;
+mod events;
+mod managed;
+mod manager;
+mod planner;
+mod stage;
+mod staging;
+mod triple_buffer;
+
+pub use batch_upload::BatchUploader;
+pub use coordinator::{AsyncCoordinator, CompletedOperation, OperationId, OperationKind};
+pub use error::{Error, Result};
+pub use managed::{ManagedGpuContext, PIPELINE_DEPTH, StepConfig, Telemetry};
+pub use manager::{IterationReport, PipelineStageManager, PipelineStats};
+pub use planner::{
+    ArraySpec, DEFAULT_MAX_STREAMS, DEFAULT_MIN_BATCH_MB, DEFAULT_MIN_BATCH_SIZE, ENV_MAX_STREAMS,
+    ENV_MIN_BATCH_MB, ENV_MIN_BATCH_SIZE, MAX_STREAMS_LIMIT, PlannerConfig, TransferPlan,
+    plan_transfers,
+};
+/// Stream purposes, from the stream pool.
+pub use pool::StreamPurpose;
+pub use stage::{GpuPipelineStage, StageArg};
+pub use triple_buffer::{GpuTripleBuffer, SlotState, SlotStatus, StageGuard};
+
+/// The guide's examples (`docs/pipeline.md`), compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/pipeline.md")]
+pub struct PipelineGuide;

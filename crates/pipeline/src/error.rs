@@ -1,0 +1,123 @@
+//! The pipeline crate's error type.
+
+use crate::triple_buffer::SlotState;
+
+/// Everything the pipeline can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A call into the safe driver layer failed.
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    /// The stream pool failed.
+    #[error(transparent)]
+    Pool(#[from] pool::Error),
+    /// A triple-buffer slot was asked to move where its state machine does not go.
+    #[error("triple-buffer slot {slot}: illegal transition {from:?} -> {to:?}{held}", held = if *.held { " (a guard still holds it)" } else { "" })]
+    IllegalTransition {
+        /// The slot index (0..3).
+        slot: usize,
+        /// Its state when the transition was attempted.
+        from: SlotState,
+        /// The state asked for.
+        to: SlotState,
+        /// Whether a guard held the slot at the time.
+        held: bool,
+    },
+    /// An operation id that this coordinator never handed out.
+    #[error("operation {id} is unknown to this coordinator (the next id would be {next})")]
+    UnknownOperation {
+        /// The id asked for.
+        id: u64,
+        /// The next id the coordinator will hand out.
+        next: u64,
+    },
+    /// Host and device sides of a copy differ in length.
+    #[error(
+        "{operation}: the device buffer holds {device} element(s) but the host side holds {host}"
+    )]
+    LengthMismatch {
+        /// The operation.
+        operation: &'static str,
+        /// Device buffer length.
+        device: usize,
+        /// Host length.
+        host: usize,
+    },
+    /// A stage index that was never added.
+    #[error("stage {index} does not exist (the manager has {stages} stage(s))")]
+    UnknownStage {
+        /// The index asked for.
+        index: usize,
+        /// How many stages exist.
+        stages: usize,
+    },
+    /// A stage index listed twice in an order.
+    #[error("stage {index} ({name:?}) appears more than once in the order")]
+    DuplicateStage {
+        /// The index.
+        index: usize,
+        /// The stage's name.
+        name: String,
+    },
+    /// A stage reads a buffer that is neither a pipeline input nor written by an earlier stage.
+    #[error(
+        "stage {index} ({name:?}) reads buffer {buffer}, which is neither a pipeline input nor written by an earlier stage"
+    )]
+    ReadBeforeWrite {
+        /// The stage index.
+        index: usize,
+        /// The stage's name.
+        name: String,
+        /// The buffer id.
+        buffer: usize,
+    },
+    /// The stages' data flow forms a cycle.
+    #[error("the stages' data flow forms a cycle: {cycle}")]
+    StageCycle {
+        /// The stages on the cycle, e.g. `0 "a" -> 1 "b" -> 0 "a"`.
+        cycle: String,
+    },
+    /// A stage passes a buffer to its kernel that it does not declare.
+    #[error(
+        "stage {index} ({name:?}) passes buffer {buffer} to its kernel without listing it in input_buffers or output_buffers"
+    )]
+    UndeclaredBuffer {
+        /// The stage index.
+        index: usize,
+        /// The stage's name.
+        name: String,
+        /// The buffer id.
+        buffer: usize,
+    },
+    /// The pipeline was run before `set_order`.
+    #[error("the pipeline has no execution order: call set_order first")]
+    NoOrder,
+    /// Something about the pipeline's configuration is not usable.
+    #[error("invalid pipeline configuration: {0}")]
+    InvalidConfig(String),
+    /// An environment variable holds a value that cannot be used.
+    #[error("environment variable {var}={value:?} is invalid: {reason}")]
+    InvalidEnv {
+        /// The variable's name.
+        var: &'static str,
+        /// The value found.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A batch does not match the arrays the planner was built for.
+    #[error("batch key {key:?}: {reason}")]
+    BatchMismatch {
+        /// The key.
+        key: String,
+        /// What does not match.
+        reason: String,
+    },
+    /// The managed context was asked for something its mode does not have.
+    #[error("{0}")]
+    Mode(&'static str),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

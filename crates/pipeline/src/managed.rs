@@ -1,0 +1,423 @@
+//! A device context with optional stream management: one stream, or a
+//! triple-buffered upload / kernel / download pipeline.
+
+use crate::coordinator::{AsyncCoordinator, OperationId};
+use crate::error::{Error, Result};
+use crate::manager::PipelineStageManager;
+use crate::triple_buffer::GpuTripleBuffer;
+use driver::{
+    Context, DeviceBuffer, DeviceCopy, Kernel, LaunchConfig, Module, PinnedBuffer, Stream,
+};
+use pool::{StreamPool, StreamPurpose};
+use std::fmt;
+use std::sync::Arc;
+
+/// Streams in the managed context's pool: one per purpose and spares.
+const POOL_SIZE: usize = 8;
+/// Batches in flight in asynchronous mode.
+pub const PIPELINE_DEPTH: u64 = 3;
+
+/// What one [`ManagedGpuContext::triple_buffered_step`] runs: `input` is
+/// uploaded, `kernels::COMPUTE`'s `compute` runs `iterations` steps of
+/// `v = v / 2 + x` on it, and the result is downloaded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepConfig {
+    /// The step's input. Every step of one context has the same length.
+    pub input: Vec<f32>,
+    /// The kernel's iteration count (its arithmetic intensity).
+    pub iterations: u32,
+}
+
+/// What the GPU sent back for one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Telemetry {
+    /// The step it belongs to (0 for the first call).
+    pub step: u64,
+    /// The kernel's output, downloaded.
+    pub output: Vec<f32>,
+}
+
+struct SyncState {
+    input: DeviceBuffer<f32>,
+    output: DeviceBuffer<f32>,
+    host: PinnedBuffer<f32>,
+}
+
+struct AsyncState {
+    slots: GpuTripleBuffer<f32>,
+    outputs: Vec<DeviceBuffer<f32>>,
+    host: Vec<PinnedBuffer<f32>>,
+    uploads: [Option<OperationId>; 3],
+    downloads: [Option<OperationId>; 3],
+    iterations: [u32; 3],
+    /// The step number each slot's batch came from.
+    step_of: [u64; 3],
+}
+
+enum Mode {
+    Sync {
+        stream: Arc<Stream>,
+        state: Option<SyncState>,
+    },
+    Async {
+        pool: Box<StreamPool>,
+        coordinator: AsyncCoordinator,
+        state: Option<Box<AsyncState>>,
+    },
+}
+
+/// A device context with stream management switched on or off.
+///
+/// - **Synchronous** (`enable_async = false`): one stream; each
+///   [`triple_buffered_step`](Self::triple_buffered_step) uploads, computes,
+///   downloads and waits, and returns that step's telemetry.
+/// - **Asynchronous** (`enable_async = true`): a [`StreamPool`] whose
+///   `ConfigUpload`, `KernelExecution` and `TelemetryDownload` streams drive
+///   an [`AsyncCoordinator`], and a [`GpuTripleBuffer`]: step *k* uploads
+///   config *k*, runs the kernel on config *k − 1* and downloads the result
+///   of config *k − 2*, all three at once. **Results lag by two steps**
+///   (the pipeline depth, 3, minus one): steps 0 and 1 return `None`, step
+///   *k* returns the telemetry of step *k − 2*, and
+///   [`finish_steps`](Self::finish_steps) returns the last two.
+///
+/// Both modes compute the same numbers; only the timing differs.
+///
+/// ```
+/// use driver::Context;
+/// use cuda_streams_pipeline::{ManagedGpuContext, StepConfig};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let device = Context::new(0)?;
+/// let mut ctx = ManagedGpuContext::new(&device, true)?;
+/// let mut results = Vec::new();
+/// for step in 0..4 {
+///     let config = StepConfig { input: vec![step as f32; 64], iterations: 1 };
+///     // None for the first two steps: the pipeline is filling.
+///     results.extend(ctx.triple_buffered_step(config)?);
+/// }
+/// results.extend(ctx.finish_steps()?);
+/// let steps: Vec<u64> = results.iter().map(|t| t.step).collect();
+/// assert_eq!(steps, [0, 1, 2, 3]);
+/// assert_eq!(results[3].output, vec![4.5; 64]); // 1 step of v = v/2 + x from v = x = 3
+/// # Ok(())
+/// # }
+/// ```
+pub struct ManagedGpuContext {
+    device: Arc<Context>,
+    mode: Mode,
+    kernel: Kernel,
+    len: Option<usize>,
+    /// Steps started, and steps whose telemetry was returned.
+    step: u64,
+    returned: u64,
+}
+
+impl ManagedGpuContext {
+    /// A managed context on `device`, asynchronous (triple-buffered, with a
+    /// stream pool) when `enable_async`.
+    pub fn new(device: &Arc<Context>, enable_async: bool) -> Result<Self> {
+        let kernel = Module::load(device, kernels::COMPUTE.fatbin())?.function("compute")?;
+        let mode = if enable_async {
+            let pool = StreamPool::new(device, POOL_SIZE)?;
+            let coordinator = AsyncCoordinator::with_streams(
+                pool.get_stream_for_purpose(StreamPurpose::ConfigUpload),
+                pool.get_stream_for_purpose(StreamPurpose::KernelExecution),
+                pool.get_stream_for_purpose(StreamPurpose::TelemetryDownload),
+            )?;
+            Mode::Async {
+                pool: Box::new(pool),
+                coordinator,
+                state: None,
+            }
+        } else {
+            Mode::Sync {
+                stream: Stream::new(device)?,
+                state: None,
+            }
+        };
+        Ok(Self {
+            device: Arc::clone(device),
+            mode,
+            kernel,
+            len: None,
+            step: 0,
+            returned: 0,
+        })
+    }
+
+    /// The underlying context.
+    pub fn device(&self) -> &Arc<Context> {
+        &self.device
+    }
+
+    /// Whether streams are managed (asynchronous mode).
+    pub fn has_stream_management(&self) -> bool {
+        matches!(self.mode, Mode::Async { .. })
+    }
+
+    /// The pool's stream for `purpose` (asynchronous mode; `None` otherwise).
+    pub fn get_stream(&self, purpose: StreamPurpose) -> Option<Arc<Stream>> {
+        match &self.mode {
+            Mode::Async { pool, .. } => Some(pool.get_stream_for_purpose(purpose)),
+            Mode::Sync { .. } => None,
+        }
+    }
+
+    /// The single stream of synchronous mode (`None` in asynchronous mode).
+    pub fn sync_stream(&self) -> Option<&Arc<Stream>> {
+        match &self.mode {
+            Mode::Sync { stream, .. } => Some(stream),
+            Mode::Async { .. } => None,
+        }
+    }
+
+    /// The stream pool (asynchronous mode).
+    pub fn stream_pool(&self) -> Option<&StreamPool> {
+        match &self.mode {
+            Mode::Async { pool, .. } => Some(pool),
+            Mode::Sync { .. } => None,
+        }
+    }
+
+    /// The coordinator (asynchronous mode).
+    pub fn async_coordinator(&self) -> Option<&AsyncCoordinator> {
+        match &self.mode {
+            Mode::Async { coordinator, .. } => Some(coordinator),
+            Mode::Sync { .. } => None,
+        }
+    }
+
+    /// The coordinator, mutably (asynchronous mode).
+    pub fn async_coordinator_mut(&mut self) -> Option<&mut AsyncCoordinator> {
+        match &mut self.mode {
+            Mode::Async { coordinator, .. } => Some(coordinator),
+            Mode::Sync { .. } => None,
+        }
+    }
+
+    /// A new triple buffer of `size` elements on this device.
+    pub fn create_triple_buffer<T: DeviceCopy>(&self, size: usize) -> Result<GpuTripleBuffer<T>> {
+        GpuTripleBuffer::new(&self.device, size)
+    }
+
+    /// A stage manager for buffers of `elements` `f32`s, on this context's
+    /// upload, compute and download streams (asynchronous mode only).
+    pub fn create_pipeline_manager(&self, elements: usize) -> Result<PipelineStageManager> {
+        let Mode::Async { pool, .. } = &self.mode else {
+            return Err(Error::Mode(
+                "a pipeline manager needs stream management: create the context with enable_async = true",
+            ));
+        };
+        let coordinator = AsyncCoordinator::with_streams(
+            pool.get_stream_for_purpose(StreamPurpose::ConfigUpload),
+            pool.get_stream_for_purpose(StreamPurpose::KernelExecution),
+            pool.get_stream_for_purpose(StreamPurpose::TelemetryDownload),
+        )?;
+        PipelineStageManager::new(coordinator, elements)
+    }
+
+    /// Run one step: upload `config.input`, run the kernel, download the
+    /// result. Synchronous mode returns this step's telemetry; asynchronous
+    /// mode returns step *k − 2*'s (`None` for the first two steps).
+    pub fn triple_buffered_step(&mut self, config: StepConfig) -> Result<Option<Telemetry>> {
+        let len = *self.len.get_or_insert(config.input.len());
+        if config.input.len() != len || len == 0 {
+            return Err(Error::LengthMismatch {
+                operation: "triple_buffered_step",
+                device: len,
+                host: config.input.len(),
+            });
+        }
+        let result = match &mut self.mode {
+            Mode::Sync { stream, state } => {
+                let state = match state {
+                    Some(state) => state,
+                    None => state.insert(SyncState {
+                        input: DeviceBuffer::new(&self.device, len)?,
+                        output: DeviceBuffer::new(&self.device, len)?,
+                        host: PinnedBuffer::new(&self.device, len)?,
+                    }),
+                };
+                Some(sync_step(stream, &self.kernel, state, &config, self.step)?)
+            }
+            Mode::Async {
+                coordinator, state, ..
+            } => {
+                let state = match state {
+                    Some(state) => state,
+                    None => state.insert(Box::new(AsyncState::new(&self.device, len)?)),
+                };
+                async_step(
+                    coordinator,
+                    &self.kernel,
+                    state,
+                    Some(&config),
+                    self.step,
+                    len,
+                )?
+            }
+        };
+        self.step += 1;
+        if result.is_some() {
+            self.returned += 1;
+        }
+        Ok(result)
+    }
+
+    /// Finish the steps still in flight (asynchronous mode: the last two)
+    /// and return their telemetry, oldest first.
+    pub fn finish_steps(&mut self) -> Result<Vec<Telemetry>> {
+        let mut out = Vec::new();
+        let len = self.len.unwrap_or(0);
+        if let Mode::Async {
+            coordinator,
+            state: Some(state),
+            ..
+        } = &mut self.mode
+        {
+            // Steps without a new upload until every step has come back.
+            while self.returned < self.step {
+                if let Some(t) = async_step(coordinator, &self.kernel, state, None, self.step, len)?
+                {
+                    self.returned += 1;
+                    out.push(t);
+                }
+            }
+            coordinator.synchronize_all()?;
+            coordinator.poll()?;
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Debug for ManagedGpuContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManagedGpuContext")
+            .field("async", &self.has_stream_management())
+            .field("step", &self.step)
+            .finish()
+    }
+}
+
+fn launch_config(len: usize) -> LaunchConfig {
+    LaunchConfig::for_num_elems(len.min(1 << 20) as u32)
+}
+
+fn sync_step(
+    stream: &Arc<Stream>,
+    kernel: &Kernel,
+    state: &mut SyncState,
+    config: &StepConfig,
+    step: u64,
+) -> Result<Telemetry> {
+    let len = config.input.len();
+    stream.copy_from_host(&mut state.input, &config.input)?;
+    stream.launch(
+        kernel,
+        launch_config(len),
+        &[
+            (len as u64).into(),
+            config.iterations.into(),
+            (&state.input).into(),
+            (&mut state.output).into(),
+        ],
+    )?;
+    stream.copy_to_host_async(&mut state.host, &state.output)?;
+    Ok(Telemetry {
+        step,
+        output: state.host.as_slice()?.to_vec(),
+    })
+}
+
+impl AsyncState {
+    fn new(ctx: &Arc<Context>, len: usize) -> Result<Self> {
+        Ok(Self {
+            slots: GpuTripleBuffer::new(ctx, len)?,
+            outputs: (0..3)
+                .map(|_| DeviceBuffer::new(ctx, len))
+                .collect::<driver::Result<_>>()?,
+            host: (0..3)
+                .map(|_| PinnedBuffer::new(ctx, len))
+                .collect::<driver::Result<_>>()?,
+            uploads: [None; 3],
+            downloads: [None; 3],
+            iterations: [0; 3],
+            step_of: [0; 3],
+        })
+    }
+}
+
+fn illegal(stage: &'static str) -> Error {
+    Error::Mode(stage)
+}
+
+/// Step `k` (the number given to an uploaded config): upload `config` (when given) into the next free slot, download
+/// step k − 2's output, run the kernel on step k − 1's input, in that order
+/// (a download waits for the computes queued before it). The slot guards
+/// follow the triple buffer's state machine; the coordinator's events order
+/// the GPU work.
+fn async_step(
+    coordinator: &mut AsyncCoordinator,
+    kernel: &Kernel,
+    state: &mut AsyncState,
+    config: Option<&StepConfig>,
+    k: u64,
+    len: usize,
+) -> Result<Option<Telemetry>> {
+    let AsyncState {
+        slots,
+        outputs,
+        host,
+        uploads,
+        downloads,
+        iterations,
+        step_of,
+    } = state;
+    // Claim the batch uploaded in an earlier step before this step's upload
+    // makes another slot ready for processing.
+    let process = slots.get_process_buffer();
+    if let Some(config) = config {
+        let mut slot = slots
+            .get_upload_buffer()
+            .ok_or_else(|| illegal("triple buffer: no free slot to upload into"))?;
+        let index = slot.slot();
+        uploads[index] = Some(coordinator.queue_upload(&config.input, &mut slot)?);
+        iterations[index] = config.iterations;
+        step_of[index] = k;
+    }
+    let mut downloaded = None;
+    if let Some(slot) = slots.get_download_buffer() {
+        let index = slot.slot();
+        downloads[index] = Some(coordinator.queue_download(&outputs[index], &mut host[index])?);
+        drop(slot);
+        slots.advance()?;
+        downloaded = Some(index);
+    }
+    if let Some(slot) = process {
+        let index = slot.slot();
+        // Its upload, and the download that may still read this slot's output.
+        let deps: Vec<OperationId> = uploads[index]
+            .iter()
+            .chain(&downloads[index])
+            .copied()
+            .collect();
+        coordinator.queue_compute(
+            kernel,
+            launch_config(len),
+            &[
+                (len as u64).into(),
+                iterations[index].into(),
+                (&*slot).into(),
+                (&mut outputs[index]).into(),
+            ],
+            &deps,
+        )?;
+    }
+    coordinator.poll()?;
+    match downloaded {
+        Some(index) => Ok(Some(Telemetry {
+            step: step_of[index],
+            output: host[index].as_slice()?.to_vec(),
+        })),
+        None => Ok(None),
+    }
+}

@@ -1,0 +1,552 @@
+//! Running a sequence of stages over batches, three batches in flight.
+
+use crate::coordinator::{AsyncCoordinator, OperationId};
+use crate::error::{Error, Result};
+use crate::stage::{GpuPipelineStage, StageArg, validate_order};
+use driver::{DeviceBuffer, Event, KernelArg, PinnedBuffer, Stream};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Batches in flight: one uploading, one computing, one downloading.
+const DEPTH: usize = 3;
+
+/// Statistics measured with timing events on the GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PipelineStats {
+    /// Batches whose stages the GPU has finished since the last reset.
+    pub iterations: usize,
+    /// GPU wall time per finished batch, in ms: from the first operation
+    /// after the reset to the end of the last finished batch's stages,
+    /// divided by `iterations`.
+    pub avg_iteration_ms: f64,
+    /// Finished batches per second of that wall time.
+    pub throughput: f64,
+    /// The compute stream's busy time (the stages, timed on the GPU) over
+    /// that wall time, 0.0 to 1.0.
+    pub gpu_utilization: f64,
+    /// The compute stream's busy time, in total.
+    pub compute_busy: Duration,
+    /// The wall time the figures above are measured over.
+    pub wall: Duration,
+}
+
+/// What one [`PipelineStageManager::execute_iteration`] queued.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IterationReport {
+    /// The batch uploaded in this step (`None` while draining).
+    pub uploaded: Option<u64>,
+    /// The batch whose stages were queued (one behind the upload).
+    pub computed: Option<u64>,
+    /// The batch whose outputs were queued for download (two behind);
+    /// [`PipelineStageManager::output`] reads them.
+    pub downloaded: Option<u64>,
+}
+
+/// The device buffers of one batch slot, by buffer id.
+type SlotBuffers = Vec<Option<DeviceBuffer<f32>>>;
+
+struct Slots {
+    device: Vec<SlotBuffers>,
+    host_in: Vec<HashMap<usize, PinnedBuffer<f32>>>,
+    host_out: Vec<HashMap<usize, PinnedBuffer<f32>>>,
+    /// Per slot: the uploads of its current batch, and its last downloads.
+    uploads: Vec<Vec<OperationId>>,
+    downloads: Vec<Vec<OperationId>>,
+}
+
+#[derive(Default)]
+struct Timing {
+    /// Recorded before the first operation after a reset.
+    wall_start: Option<Event>,
+    /// (start, end) around each batch's stages, oldest first.
+    pending: VecDeque<(Event, Event)>,
+    spare: Vec<Event>,
+    iterations: usize,
+    busy: Duration,
+    wall: Duration,
+}
+
+/// Runs stages over a stream of batches with upload, compute and download
+/// overlapped, as a triple buffer does.
+///
+/// Step *k* ([`execute_iteration`](Self::execute_iteration)) uploads batch
+/// *k* into slot *k* mod 3, downloads batch *k − 2*'s outputs and runs every
+/// stage, in order, on batch *k − 1*; the three go on the coordinator's three
+/// streams, ordered by events only, so they run at once. Results therefore
+/// lag two steps behind uploads; [`drain`](Self::drain) finishes the batches
+/// still in flight.
+///
+/// Pipeline inputs ([`set_inputs`](Self::set_inputs)) are uploaded each step
+/// from pinned host buffers ([`input_mut`](Self::input_mut),
+/// [`fill_input`](Self::fill_input)); outputs ([`set_outputs`](Self::set_outputs),
+/// by default the last stage's outputs) are downloaded into pinned host
+/// buffers ([`output`](Self::output)). All buffers are `f32` of the
+/// element count given to [`new`](Self::new).
+///
+/// ```
+/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let cfg = LaunchConfig::for_num_elems(256);
+/// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 256)?;
+/// let a = pipeline.add_stage(GpuPipelineStage::compute("first", compute.clone(), cfg, 1, 0, 1));
+/// let b = pipeline.add_stage(GpuPipelineStage::compute("second", compute, cfg, 1, 1, 2));
+/// pipeline.set_inputs(vec![0]);
+/// pipeline.set_order(vec![a, b])?; // outputs default to the last stage's: buffer 2
+/// pipeline.fill_input(0, &[2.0; 256])?;
+/// for _ in 0..5 {
+///     pipeline.execute_iteration()?;
+/// }
+/// pipeline.drain()?;
+/// // compute(x, 1 step) = 1.5 x, twice: 2.25 x.
+/// assert_eq!(pipeline.output(2)?, &[4.5; 256]);
+/// let stats = pipeline.get_stats()?;
+/// assert_eq!(stats.iterations, 5);
+/// assert!(stats.gpu_utilization > 0.0 && stats.gpu_utilization <= 1.0);
+/// # Ok(())
+/// # }
+/// ```
+pub struct PipelineStageManager {
+    coordinator: AsyncCoordinator,
+    elements: usize,
+    stages: Vec<GpuPipelineStage>,
+    order: Option<Vec<usize>>,
+    inputs: Vec<usize>,
+    outputs: Option<Vec<usize>>,
+    slots: Option<Slots>,
+    /// Steps taken; batches uploaded, computed and downloaded (queued).
+    step: u64,
+    fed: u64,
+    computed: u64,
+    downloaded: u64,
+    /// The slot of the last batch queued for download.
+    last_downloaded: Option<usize>,
+    timing: Timing,
+}
+
+impl PipelineStageManager {
+    /// A manager over `coordinator`'s streams, for buffers of `elements` `f32`s.
+    pub fn new(coordinator: AsyncCoordinator, elements: usize) -> Result<Self> {
+        if elements == 0 {
+            return Err(Error::InvalidConfig("a pipeline of 0 elements".into()));
+        }
+        Ok(Self {
+            coordinator,
+            elements,
+            stages: Vec::new(),
+            order: None,
+            inputs: Vec::new(),
+            outputs: None,
+            slots: None,
+            step: 0,
+            fed: 0,
+            computed: 0,
+            downloaded: 0,
+            last_downloaded: None,
+            timing: Timing::default(),
+        })
+    }
+
+    /// Add a stage; returns its index for [`set_order`](Self::set_order).
+    pub fn add_stage(&mut self, stage: GpuPipelineStage) -> usize {
+        self.stages.push(stage);
+        self.stages.len() - 1
+    }
+
+    /// The buffers uploaded from the host for every batch.
+    pub fn set_inputs(&mut self, inputs: Vec<usize>) {
+        self.inputs = inputs;
+        self.slots = None;
+    }
+
+    /// The buffers downloaded for every batch (default: the last stage's outputs).
+    pub fn set_outputs(&mut self, outputs: Vec<usize>) {
+        self.outputs = Some(outputs);
+        self.slots = None;
+    }
+
+    /// Set the execution order after validating it: every index names a
+    /// stage, once; the stages' data flow has no cycle; every stage reads
+    /// only pipeline inputs and buffers written by a stage before it.
+    /// Allocates the buffers of the three slots. On error nothing changes.
+    pub fn set_order(&mut self, order: Vec<usize>) -> Result<()> {
+        validate_order(&self.stages, &order, &self.inputs)?;
+        if order.is_empty() {
+            return Err(Error::InvalidConfig("an empty execution order".into()));
+        }
+        let outputs = self.outputs_for(&order);
+        let written: HashSet<usize> = order
+            .iter()
+            .flat_map(|&i| self.stages[i].output_buffers.iter().copied())
+            .chain(self.inputs.iter().copied())
+            .collect();
+        if let Some(&missing) = outputs.iter().find(|b| !written.contains(b)) {
+            return Err(Error::InvalidConfig(format!(
+                "output buffer {missing} is neither an input nor written by any stage"
+            )));
+        }
+        let ids: HashSet<usize> = order
+            .iter()
+            .flat_map(|&i| self.stages[i].buffers())
+            .chain(self.inputs.iter().copied())
+            .chain(outputs.iter().copied())
+            .collect();
+        self.slots = Some(self.allocate(&ids, &outputs)?);
+        self.order = Some(order);
+        Ok(())
+    }
+
+    fn outputs_for(&self, order: &[usize]) -> Vec<usize> {
+        match &self.outputs {
+            Some(outputs) => outputs.clone(),
+            None => order
+                .last()
+                .map(|&i| self.stages[i].output_buffers.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn allocate(&self, ids: &HashSet<usize>, outputs: &[usize]) -> Result<Slots> {
+        let ctx = self.coordinator.context();
+        let count = ids.iter().max().map_or(0, |m| m + 1);
+        let mut slots = Slots {
+            device: Vec::new(),
+            host_in: Vec::new(),
+            host_out: Vec::new(),
+            uploads: vec![Vec::new(); DEPTH],
+            downloads: vec![Vec::new(); DEPTH],
+        };
+        for _ in 0..DEPTH {
+            let mut device: SlotBuffers = (0..count).map(|_| None).collect();
+            for &id in ids {
+                device[id] = Some(DeviceBuffer::new(ctx, self.elements)?);
+            }
+            slots.device.push(device);
+            let pinned = |ids: &[usize]| -> Result<HashMap<usize, PinnedBuffer<f32>>> {
+                ids.iter()
+                    .map(|&id| Ok((id, PinnedBuffer::new(ctx, self.elements)?)))
+                    .collect()
+            };
+            slots.host_in.push(pinned(&self.inputs)?);
+            slots.host_out.push(pinned(outputs)?);
+        }
+        Ok(slots)
+    }
+
+    /// Write all three slots' host copies of input `id` (e.g. once, before a
+    /// run that reuses the same data). Waits for uploads still reading them.
+    pub fn fill_input(&mut self, id: usize, data: &[f32]) -> Result<()> {
+        let slots = self.slots.as_mut().ok_or(Error::NoOrder)?;
+        for host in &mut slots.host_in {
+            let buffer = host.get_mut(&id).ok_or_else(|| not_input(id))?;
+            let slice = buffer.as_mut_slice()?;
+            if slice.len() != data.len() {
+                return Err(Error::LengthMismatch {
+                    operation: "fill_input",
+                    device: slice.len(),
+                    host: data.len(),
+                });
+            }
+            slice.copy_from_slice(data);
+        }
+        Ok(())
+    }
+
+    /// The host copy of input `id` that the next step uploads, for writing
+    /// the next batch into (waits if its previous upload is still running).
+    pub fn input_mut(&mut self, id: usize) -> Result<&mut [f32]> {
+        let slot = (self.fed % DEPTH as u64) as usize;
+        let slots = self.slots.as_mut().ok_or(Error::NoOrder)?;
+        let buffer = slots.host_in[slot]
+            .get_mut(&id)
+            .ok_or_else(|| not_input(id))?;
+        Ok(buffer.as_mut_slice()?)
+    }
+
+    /// Output `id` of the batch most recently queued for download (waits for
+    /// that download).
+    pub fn output(&self, id: usize) -> Result<&[f32]> {
+        let slots = self.slots.as_ref().ok_or(Error::NoOrder)?;
+        let slot = self.last_downloaded.ok_or(Error::InvalidConfig(
+            "no batch has been downloaded yet (results lag two steps)".into(),
+        ))?;
+        let buffer = slots.host_out[slot]
+            .get(&id)
+            .ok_or_else(|| Error::InvalidConfig(format!("buffer {id} is not a pipeline output")))?;
+        Ok(buffer.as_slice()?)
+    }
+
+    /// One step: upload the next batch, queue the stages on the previous
+    /// one, queue the download of the one before. Never waits on the host
+    /// for the GPU (except to recycle timing events that are done).
+    pub fn execute_iteration(&mut self) -> Result<IterationReport> {
+        self.step_once(true)
+    }
+
+    /// Step without new uploads until every batch fed in has been computed
+    /// and downloaded, then wait for the GPU.
+    pub fn drain(&mut self) -> Result<Vec<IterationReport>> {
+        let mut reports = Vec::new();
+        while self.downloaded < self.fed {
+            reports.push(self.step_once(false)?);
+        }
+        self.coordinator.synchronize_all()?;
+        self.coordinator.poll()?;
+        Ok(reports)
+    }
+
+    fn step_once(&mut self, feed: bool) -> Result<IterationReport> {
+        let order = self.order.clone().ok_or(Error::NoOrder)?;
+        if self.slots.is_none() {
+            self.set_order(order.clone())?;
+        }
+        let mut report = IterationReport::default();
+        if self.timing.wall_start.is_none() {
+            let first = if feed && !self.inputs.is_empty() {
+                Arc::clone(self.coordinator.upload_stream())
+            } else {
+                Arc::clone(self.coordinator.compute_stream())
+            };
+            let start = self.timing_event()?;
+            start.record(&first)?;
+            self.timing.wall_start = Some(start);
+        }
+        let Self {
+            coordinator,
+            slots,
+            stages,
+            elements,
+            fed,
+            computed,
+            downloaded,
+            timing,
+            last_downloaded,
+            ..
+        } = self;
+        // What earlier steps left ready: uploaded batches to compute,
+        // computed batches to download.
+        let (fed_before, computed_before) = (*fed, *computed);
+        let slots = slots.as_mut().expect("allocated above");
+        // Upload, then download, then compute: a download waits for the
+        // computes queued before it, so it must not follow this step's compute.
+        if feed {
+            let batch = *fed;
+            let slot = (batch % DEPTH as u64) as usize;
+            let mut ids = Vec::new();
+            for (&id, host) in &slots.host_in[slot] {
+                let dst = slots.device[slot][id].as_mut().expect("allocated");
+                ids.push(coordinator.queue_upload_pinned(host, dst, &[])?);
+            }
+            slots.uploads[slot] = ids;
+            report.uploaded = Some(batch);
+            *fed += 1;
+        }
+        if *downloaded < computed_before {
+            let batch = *downloaded;
+            let slot = (batch % DEPTH as u64) as usize;
+            let mut ids = Vec::new();
+            for (&id, host) in slots.host_out[slot].iter_mut() {
+                let src = slots.device[slot][id].as_ref().expect("allocated");
+                ids.push(coordinator.queue_download(src, host)?);
+            }
+            slots.downloads[slot] = ids;
+            report.downloaded = Some(batch);
+            *downloaded += 1;
+            *last_downloaded = Some(slot);
+        }
+        if *computed < fed_before {
+            let batch = *computed;
+            let slot = (batch % DEPTH as u64) as usize;
+            // The batch's uploads, and the downloads still reading this slot's
+            // outputs from three batches ago.
+            let deps: Vec<OperationId> = slots.uploads[slot]
+                .iter()
+                .chain(&slots.downloads[slot])
+                .copied()
+                .collect();
+            let start = take_timing(timing, coordinator)?;
+            let end = take_timing(timing, coordinator)?;
+            let buffers = &mut slots.device[slot];
+            let n = *elements as u64;
+            coordinator.queue_compute_with(&deps, |stream| {
+                start.record(stream)?;
+                for &index in &order {
+                    launch_stage(stream, &stages[index], buffers, n)?;
+                }
+                end.record(stream)
+            })?;
+            timing.pending.push_back((start, end));
+            report.computed = Some(batch);
+            *computed += 1;
+        }
+        self.step += 1;
+        self.harvest()?;
+        self.coordinator.poll()?;
+        Ok(report)
+    }
+
+    fn timing_event(&mut self) -> Result<Event> {
+        take_timing(&mut self.timing, &self.coordinator)
+    }
+
+    /// Fold finished batches' timings into the statistics (never blocks).
+    fn harvest(&mut self) -> Result<()> {
+        while let Some((start, end)) = self.timing.pending.front() {
+            if !end.query()? {
+                break;
+            }
+            self.timing.busy += Event::elapsed(start, end)?;
+            if let Some(wall_start) = &self.timing.wall_start {
+                self.timing.wall = Event::elapsed(wall_start, end)?;
+            }
+            self.timing.iterations += 1;
+            let (start, end) = self.timing.pending.pop_front().expect("front exists");
+            self.timing.spare.extend([start, end]);
+        }
+        Ok(())
+    }
+
+    /// Statistics over the batches the GPU has finished since the last reset.
+    pub fn get_stats(&mut self) -> Result<PipelineStats> {
+        self.harvest()?;
+        let t = &self.timing;
+        let wall_s = t.wall.as_secs_f64();
+        let (avg, throughput, utilization) = if t.iterations == 0 || wall_s == 0.0 {
+            (0.0, 0.0, 0.0)
+        } else {
+            (
+                wall_s * 1000.0 / t.iterations as f64,
+                t.iterations as f64 / wall_s,
+                (t.busy.as_secs_f64() / wall_s).min(1.0),
+            )
+        };
+        Ok(PipelineStats {
+            iterations: t.iterations,
+            avg_iteration_ms: avg,
+            throughput,
+            gpu_utilization: utilization,
+            compute_busy: t.busy,
+            wall: t.wall,
+        })
+    }
+
+    /// Start the statistics afresh from the next step. Batches already in
+    /// flight are not counted.
+    pub fn reset_stats(&mut self) {
+        let t = &mut self.timing;
+        let old: Vec<Event> = t
+            .pending
+            .drain(..)
+            .flat_map(|(s, e)| [s, e])
+            .chain(t.wall_start.take())
+            .collect();
+        // Pending ones may still be in flight; re-recording them later is fine.
+        t.spare.extend(old);
+        t.iterations = 0;
+        t.busy = Duration::ZERO;
+        t.wall = Duration::ZERO;
+    }
+
+    /// Wait until everything queued so far has finished.
+    pub fn synchronize(&mut self) -> Result<()> {
+        self.coordinator.synchronize_all()?;
+        self.coordinator.poll()?;
+        self.harvest()
+    }
+
+    /// The coordinator whose streams the pipeline runs on.
+    pub fn coordinator(&self) -> &AsyncCoordinator {
+        &self.coordinator
+    }
+
+    /// The stages added so far.
+    pub fn stages(&self) -> &[GpuPipelineStage] {
+        &self.stages
+    }
+
+    /// The validated execution order, once set.
+    pub fn order(&self) -> Option<&[usize]> {
+        self.order.as_deref()
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+}
+
+impl fmt::Debug for PipelineStageManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PipelineStageManager")
+            .field("stages", &self.stages.len())
+            .field("order", &self.order)
+            .field("inputs", &self.inputs)
+            .field("step", &self.step)
+            .finish()
+    }
+}
+
+fn take_timing(timing: &mut Timing, coordinator: &AsyncCoordinator) -> Result<Event> {
+    match timing.spare.pop() {
+        Some(event) => Ok(event),
+        None => Ok(Event::timing(coordinator.context())?),
+    }
+}
+
+fn not_input(id: usize) -> Error {
+    Error::InvalidConfig(format!("buffer {id} is not a pipeline input"))
+}
+
+/// Launch one stage over one slot's buffers. A buffer the stage writes and
+/// passes once goes as `&mut`; others (read, or passed twice) as `&`: the
+/// driver tracks both kinds of use for the buffer's lifetime alike.
+fn launch_stage(
+    stream: &Stream,
+    stage: &GpuPipelineStage,
+    buffers: &mut SlotBuffers,
+    n: u64,
+) -> driver::Result<()> {
+    let passes = |b: usize| {
+        stage
+            .args
+            .iter()
+            .filter(|a| **a == StageArg::Buffer(b))
+            .count()
+    };
+    let writable: HashSet<usize> = stage
+        .output_buffers
+        .iter()
+        .copied()
+        .filter(|&b| passes(b) == 1)
+        .collect();
+    let mut muts = HashMap::new();
+    let mut shared = HashMap::new();
+    for (id, buffer) in buffers.iter_mut().enumerate() {
+        if let Some(buffer) = buffer {
+            if writable.contains(&id) {
+                muts.insert(id, buffer);
+            } else {
+                shared.insert(id, &*buffer);
+            }
+        }
+    }
+    let args: Vec<KernelArg<'_>> = stage
+        .args
+        .iter()
+        .map(|arg| match *arg {
+            StageArg::Len => n.into(),
+            StageArg::U32(v) => v.into(),
+            StageArg::U64(v) => v.into(),
+            StageArg::F32(v) => v.into(),
+            StageArg::Buffer(b) => match muts.remove(&b) {
+                Some(buffer) => KernelArg::from(buffer),
+                None => KernelArg::from(shared[&b]),
+            },
+        })
+        .collect();
+    stream.launch(&stage.kernel, stage.config, &args)
+}

@@ -1,0 +1,258 @@
+//! Deciding once whether a batch upload should use several streams, and
+//! which stream each key goes on.
+
+use crate::error::{Error, Result};
+use std::fmt;
+
+/// Batches smaller than this (in samples) use one stream by default.
+pub const DEFAULT_MIN_BATCH_SIZE: usize = 8;
+/// Batches smaller than this (in MiB) use one stream by default.
+pub const DEFAULT_MIN_BATCH_MB: f64 = 100.0;
+/// The most streams used by default.
+pub const DEFAULT_MAX_STREAMS: usize = 4;
+/// The most streams an override may ask for.
+pub const MAX_STREAMS_LIMIT: usize = 64;
+
+/// Overrides [`PlannerConfig::min_batch_size`].
+pub const ENV_MIN_BATCH_SIZE: &str = "CUDA_STREAMS_MIN_BATCH_SIZE";
+/// Overrides [`PlannerConfig::min_batch_mb`].
+pub const ENV_MIN_BATCH_MB: &str = "CUDA_STREAMS_MIN_BATCH_MB";
+/// Overrides [`PlannerConfig::max_streams`].
+pub const ENV_MAX_STREAMS: &str = "CUDA_STREAMS_MAX_STREAMS";
+
+/// One named array of a batch: the shape of one sample and its element size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArraySpec {
+    /// The key it is known by.
+    pub name: String,
+    /// The shape of one sample (e.g. `[64, 64, 32]`, or `[classes, d, h, w]`).
+    pub shape: Vec<usize>,
+    /// Bytes per element (4 for `f32`).
+    pub element_size: usize,
+}
+
+impl ArraySpec {
+    /// An array of `f32` samples of `shape`.
+    pub fn f32(name: impl Into<String>, shape: &[usize]) -> Self {
+        Self {
+            name: name.into(),
+            shape: shape.to_vec(),
+            element_size: 4,
+        }
+    }
+
+    /// Bytes per sample.
+    pub fn sample_bytes(&self) -> u64 {
+        self.shape.iter().map(|&d| d as u64).product::<u64>() * self.element_size as u64
+    }
+}
+
+/// The thresholds of the decision.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlannerConfig {
+    /// Fewer samples per batch than this: one stream.
+    pub min_batch_size: usize,
+    /// Fewer MiB per batch than this: one stream.
+    pub min_batch_mb: f64,
+    /// The most streams to spread keys over.
+    pub max_streams: usize,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        Self {
+            min_batch_size: DEFAULT_MIN_BATCH_SIZE,
+            min_batch_mb: DEFAULT_MIN_BATCH_MB,
+            max_streams: DEFAULT_MAX_STREAMS,
+        }
+    }
+}
+
+impl PlannerConfig {
+    /// The defaults, overridden by `CUDA_STREAMS_MIN_BATCH_SIZE`,
+    /// `CUDA_STREAMS_MIN_BATCH_MB` and `CUDA_STREAMS_MAX_STREAMS` when set.
+    /// A value that does not parse, or is out of range, is an error naming
+    /// the variable and the value.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|var| std::env::var(var).ok())
+    }
+
+    /// [`from_env`](Self::from_env) with the variables read through `lookup`.
+    ///
+    /// ```
+    /// use cuda_streams_pipeline::PlannerConfig;
+    /// let config = PlannerConfig::from_lookup(|var| {
+    ///     (var == "CUDA_STREAMS_MAX_STREAMS").then(|| "2".to_string())
+    /// }).unwrap();
+    /// assert_eq!((config.max_streams, config.min_batch_size), (2, 8));
+    /// let err = PlannerConfig::from_lookup(|_| Some("lots".into())).unwrap_err();
+    /// assert!(err.to_string().contains("CUDA_STREAMS_MIN_BATCH_SIZE=\"lots\""), "{err}");
+    /// ```
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut config = Self::default();
+        if let Some(value) = lookup(ENV_MIN_BATCH_SIZE) {
+            config.min_batch_size = parse_count(ENV_MIN_BATCH_SIZE, &value, 1, usize::MAX)?;
+        }
+        if let Some(value) = lookup(ENV_MIN_BATCH_MB) {
+            let mb = value.trim().parse::<f64>().map_err(|_| Error::InvalidEnv {
+                var: ENV_MIN_BATCH_MB,
+                value: value.clone(),
+                reason: "expected a number of MiB, e.g. 100 or 12.5".into(),
+            })?;
+            if !mb.is_finite() || mb < 0.0 {
+                return Err(Error::InvalidEnv {
+                    var: ENV_MIN_BATCH_MB,
+                    value,
+                    reason: "must be a finite number of MiB, 0 or more".into(),
+                });
+            }
+            config.min_batch_mb = mb;
+        }
+        if let Some(value) = lookup(ENV_MAX_STREAMS) {
+            config.max_streams = parse_count(ENV_MAX_STREAMS, &value, 1, MAX_STREAMS_LIMIT)?;
+        }
+        Ok(config)
+    }
+}
+
+fn parse_count(var: &'static str, value: &str, min: usize, max: usize) -> Result<usize> {
+    let parsed = value
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| Error::InvalidEnv {
+            var,
+            value: value.to_string(),
+            reason: "expected a whole number".into(),
+        })?;
+    if parsed < min || parsed > max {
+        return Err(Error::InvalidEnv {
+            var,
+            value: value.to_string(),
+            reason: if max == usize::MAX {
+                format!("must be at least {min}")
+            } else {
+                format!("must be between {min} and {max}")
+            },
+        });
+    }
+    Ok(parsed)
+}
+
+/// The decision and the key-to-stream assignment, computed once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransferPlan {
+    /// Whether keys are spread over several streams.
+    pub use_streams: bool,
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Bytes per batch, all keys together.
+    pub batch_bytes: u64,
+    /// The streams used (1 when `use_streams` is false).
+    pub streams: usize,
+    /// Each key's stream index, in the order the arrays were given.
+    pub assignment: Vec<(String, usize)>,
+    /// Bytes per batch on each stream.
+    pub stream_bytes: Vec<u64>,
+    /// Why streams are on or off (the thresholds that decided).
+    pub reason: String,
+}
+
+impl TransferPlan {
+    /// Bytes per batch in MiB.
+    pub fn batch_mb(&self) -> f64 {
+        self.batch_bytes as f64 / (1024.0 * 1024.0)
+    }
+
+    /// The stream index of `key`.
+    pub fn stream_of(&self, key: &str) -> Option<usize> {
+        self.assignment
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|&(_, stream)| stream)
+    }
+}
+
+impl fmt::Display for TransferPlan {
+    /// The one log line, e.g. `CUDA streams enabled: 4 streams, batch_size=16, memory=402.7MB`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CUDA streams {}: {} stream(s), batch_size={}, memory={:.1}MB ({})",
+            if self.use_streams {
+                "enabled"
+            } else {
+                "disabled"
+            },
+            self.streams,
+            self.batch_size,
+            self.batch_mb(),
+            self.reason
+        )
+    }
+}
+
+/// Decide whether a batch of `batch_size` samples of `arrays` should be
+/// uploaded on several streams, and assign each key a stream.
+///
+/// Streams are used when the batch has at least `min_batch_size` samples
+/// *and* at least `min_batch_mb` MiB. Then keys are assigned largest first,
+/// each to the stream with the fewest bytes so far (ties: the lower index),
+/// over `min(max_streams, keys)` streams; otherwise every key goes on stream 0.
+///
+/// ```
+/// use cuda_streams_pipeline::{ArraySpec, PlannerConfig, plan_transfers};
+/// // 16 samples of 256×256×64 float32: 16 × 16 MiB = 256 MiB ≥ 100 MiB.
+/// let plan = plan_transfers(&[ArraySpec::f32("raw", &[256, 256, 64])], 16, &PlannerConfig::default());
+/// assert!(plan.use_streams);
+/// assert_eq!(plan.batch_mb(), 256.0);
+/// ```
+pub fn plan_transfers(
+    arrays: &[ArraySpec],
+    batch_size: usize,
+    config: &PlannerConfig,
+) -> TransferPlan {
+    let bytes: Vec<u64> = arrays
+        .iter()
+        .map(|a| a.sample_bytes() * batch_size as u64)
+        .collect();
+    let batch_bytes: u64 = bytes.iter().sum();
+    let mb = batch_bytes as f64 / (1024.0 * 1024.0);
+    let big_enough = batch_size >= config.min_batch_size;
+    let heavy_enough = mb >= config.min_batch_mb;
+    let use_streams = big_enough && heavy_enough;
+    let reason = format!(
+        "batch size {batch_size} {} {}, batch {mb:.1} MiB {} {} MiB, {} key(s)",
+        if big_enough { ">=" } else { "<" },
+        config.min_batch_size,
+        if heavy_enough { ">=" } else { "<" },
+        config.min_batch_mb,
+        arrays.len()
+    );
+    let streams = if use_streams {
+        config.max_streams.min(arrays.len()).max(1)
+    } else {
+        1
+    };
+    let mut stream_bytes = vec![0u64; streams];
+    let mut assignment: Vec<(String, usize)> = arrays.iter().map(|a| (a.name.clone(), 0)).collect();
+    let mut largest_first: Vec<usize> = (0..arrays.len()).collect();
+    largest_first.sort_by(|&a, &b| bytes[b].cmp(&bytes[a]).then(a.cmp(&b)));
+    for key in largest_first {
+        let (stream, _) = stream_bytes
+            .iter()
+            .enumerate()
+            .min_by_key(|&(i, &load)| (load, i))
+            .expect("at least one stream");
+        stream_bytes[stream] += bytes[key];
+        assignment[key].1 = stream;
+    }
+    TransferPlan {
+        use_streams,
+        batch_size,
+        batch_bytes,
+        streams,
+        assignment,
+        stream_bytes,
+        reason,
+    }
+}

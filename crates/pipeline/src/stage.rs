@@ -1,0 +1,190 @@
+//! Pipeline stages and the validation of their execution order.
+
+use crate::error::{Error, Result};
+use driver::{Kernel, LaunchConfig};
+use petgraph::algo::tarjan_scc;
+use petgraph::graph::{DiGraph, NodeIndex};
+use std::collections::HashSet;
+
+/// One argument of a stage's kernel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StageArg {
+    /// The pipeline's element count, as a `u64` (the `n` most kernels take).
+    Len,
+    /// A `u32` scalar.
+    U32(u32),
+    /// A `u64` scalar.
+    U64(u64),
+    /// An `f32` scalar.
+    F32(f32),
+    /// A pipeline buffer by id, passed as its device pointer (of the batch
+    /// the stage is working on). It must be listed in `input_buffers` or
+    /// `output_buffers`; listed in `output_buffers` it is passed writable.
+    Buffer(usize),
+}
+
+/// One kernel launch in a pipeline: which buffers it reads and writes, the
+/// kernel, its launch shape and its arguments.
+///
+/// Buffers are ids into the pipeline's `f32` buffers (each of the pipeline's
+/// element count); every batch in flight has its own copy of each.
+#[derive(Clone, Debug)]
+pub struct GpuPipelineStage {
+    /// A name for messages and statistics.
+    pub name: String,
+    /// Buffers the kernel reads.
+    pub input_buffers: Vec<usize>,
+    /// Buffers the kernel writes.
+    pub output_buffers: Vec<usize>,
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Grid and block shape.
+    pub config: LaunchConfig,
+    /// The kernel's arguments, in order.
+    pub args: Vec<StageArg>,
+}
+
+impl GpuPipelineStage {
+    /// `kernels::COMPUTE`'s `compute(n, iterations, x, y)` as a stage reading
+    /// buffer `input` and writing buffer `output`.
+    pub fn compute(
+        name: impl Into<String>,
+        kernel: Kernel,
+        config: LaunchConfig,
+        iterations: u32,
+        input: usize,
+        output: usize,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            input_buffers: vec![input],
+            output_buffers: vec![output],
+            kernel,
+            config,
+            args: vec![
+                StageArg::Len,
+                StageArg::U32(iterations),
+                StageArg::Buffer(input),
+                StageArg::Buffer(output),
+            ],
+        }
+    }
+
+    /// Every buffer id the stage names.
+    pub(crate) fn buffers(&self) -> impl Iterator<Item = usize> + '_ {
+        self.input_buffers
+            .iter()
+            .chain(&self.output_buffers)
+            .copied()
+    }
+}
+
+/// Check an execution order: indices exist and appear once, the stages'
+/// data flow has no cycle, each stage reads only pipeline `inputs` or
+/// buffers an earlier stage wrote, and kernel buffer arguments are declared.
+pub(crate) fn validate_order(
+    stages: &[GpuPipelineStage],
+    order: &[usize],
+    inputs: &[usize],
+) -> Result<()> {
+    let mut seen = HashSet::new();
+    for &index in order {
+        let stage = stages.get(index).ok_or(Error::UnknownStage {
+            index,
+            stages: stages.len(),
+        })?;
+        if !seen.insert(index) {
+            return Err(Error::DuplicateStage {
+                index,
+                name: stage.name.clone(),
+            });
+        }
+        for arg in &stage.args {
+            if let StageArg::Buffer(buffer) = *arg {
+                if !stage.buffers().any(|b| b == buffer) {
+                    return Err(Error::UndeclaredBuffer {
+                        index,
+                        name: stage.name.clone(),
+                        buffer,
+                    });
+                }
+            }
+        }
+    }
+    check_cycles(stages, order)?;
+    let mut written: HashSet<usize> = inputs.iter().copied().collect();
+    for &index in order {
+        let stage = &stages[index];
+        if let Some(&buffer) = stage.input_buffers.iter().find(|b| !written.contains(b)) {
+            return Err(Error::ReadBeforeWrite {
+                index,
+                name: stage.name.clone(),
+                buffer,
+            });
+        }
+        written.extend(stage.output_buffers.iter().copied());
+    }
+    Ok(())
+}
+
+/// Stage `w` feeds stage `r` when `r` reads a buffer `w` writes. A stage that
+/// rewrites a buffer it reads (in place) is not fed by the other writers of
+/// that buffer, so sequential in-place stages do not count as a cycle.
+fn check_cycles(stages: &[GpuPipelineStage], order: &[usize]) -> Result<()> {
+    // Node i of the graph is stage order[i].
+    let mut graph = DiGraph::<usize, ()>::new();
+    let nodes: Vec<NodeIndex> = order.iter().map(|&s| graph.add_node(s)).collect();
+    for (ri, &r) in order.iter().enumerate() {
+        for (wi, &w) in order.iter().enumerate().filter(|&(_, &w)| w != r) {
+            let feeds = stages[r].input_buffers.iter().any(|b| {
+                stages[w].output_buffers.contains(b) && !stages[r].output_buffers.contains(b)
+            });
+            if feeds {
+                graph.add_edge(nodes[wi], nodes[ri], ());
+            }
+        }
+    }
+    for component in tarjan_scc(&graph) {
+        if component.len() > 1 {
+            return Err(Error::StageCycle {
+                cycle: describe_cycle(stages, &graph, &component),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One cycle through a strongly connected component, as `0 "a" -> 1 "b" -> 0 "a"`.
+fn describe_cycle(
+    stages: &[GpuPipelineStage],
+    graph: &DiGraph<usize, ()>,
+    component: &[NodeIndex],
+) -> String {
+    let members: HashSet<NodeIndex> = component.iter().copied().collect();
+    let start = *component
+        .iter()
+        .min_by_key(|n| graph[**n])
+        .expect("a component has members");
+    let mut path = vec![start];
+    let mut current = start;
+    // Walk inside the component until a stage repeats; every member has a
+    // successor inside it, so this ends within `component.len()` steps.
+    loop {
+        let next = graph
+            .neighbors(current)
+            .filter(|n| members.contains(n))
+            .min_by_key(|n| graph[*n])
+            .expect("strongly connected");
+        if let Some(pos) = path.iter().position(|&p| p == next) {
+            path.drain(..pos);
+            path.push(next);
+            break;
+        }
+        path.push(next);
+        current = next;
+    }
+    path.iter()
+        .map(|&n| format!("{} {:?}", graph[n], stages[graph[n]].name))
+        .collect::<Vec<_>>()
+        .join(" -> ")
+}

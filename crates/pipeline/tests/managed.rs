@@ -1,0 +1,100 @@
+//! The managed context: synchronous and asynchronous modes agree, streams by purpose.
+
+mod common;
+
+use common::{XorShift, ctx, reference_compute};
+use cuda_streams_pipeline::{Error, ManagedGpuContext, StepConfig, StreamPurpose};
+
+fn run(enable_async: bool, configs: &[StepConfig]) -> Vec<(u64, Vec<f32>)> {
+    let mut managed = ManagedGpuContext::new(&ctx(), enable_async).unwrap();
+    let mut out = Vec::new();
+    for (k, config) in configs.iter().enumerate() {
+        let telemetry = managed.triple_buffered_step(config.clone()).unwrap();
+        if enable_async {
+            // Results lag by two steps (pipeline depth 3).
+            assert_eq!(
+                telemetry.as_ref().map(|t| t.step),
+                k.checked_sub(2).map(|s| s as u64)
+            );
+        } else {
+            assert_eq!(telemetry.as_ref().map(|t| t.step), Some(k as u64));
+        }
+        out.extend(telemetry.map(|t| (t.step, t.output)));
+    }
+    out.extend(
+        managed
+            .finish_steps()
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.step, t.output)),
+    );
+    out
+}
+
+#[test]
+fn sync_and_async_modes_give_identical_results() {
+    let mut rng = XorShift::new(2024);
+    let configs: Vec<StepConfig> = (0..9)
+        .map(|k| StepConfig {
+            input: rng.f32s(20_000),
+            iterations: 1 + k % 4,
+        })
+        .collect();
+    let sync = run(false, &configs);
+    let asynchronous = run(true, &configs);
+    assert_eq!(sync.len(), configs.len());
+    assert!(sync == asynchronous, "the two modes disagree");
+    for (step, output) in &sync {
+        let config = &configs[*step as usize];
+        assert!(
+            *output == reference_compute(config.iterations, &config.input),
+            "step {step} differs from the CPU reference"
+        );
+    }
+}
+
+#[test]
+fn streams_by_purpose_only_with_stream_management() {
+    let device = ctx();
+    let managed = ManagedGpuContext::new(&device, true).unwrap();
+    assert!(managed.has_stream_management());
+    let coordinator = managed.async_coordinator().unwrap();
+    let upload = managed.get_stream(StreamPurpose::ConfigUpload).unwrap();
+    let kernels = managed.get_stream(StreamPurpose::KernelExecution).unwrap();
+    let download = managed
+        .get_stream(StreamPurpose::TelemetryDownload)
+        .unwrap();
+    assert_eq!(upload.id(), coordinator.upload_stream().id());
+    assert_eq!(kernels.id(), coordinator.compute_stream().id());
+    assert_eq!(download.id(), coordinator.download_stream().id());
+    assert!(managed.get_stream(StreamPurpose::AuxCompute).is_some());
+    let buffer = managed.create_triple_buffer::<u32>(128).unwrap();
+    assert_eq!(buffer.size(), 128);
+    assert!(managed.create_pipeline_manager(128).is_ok());
+
+    let mut sync = ManagedGpuContext::new(&device, false).unwrap();
+    assert!(!sync.has_stream_management());
+    assert!(sync.get_stream(StreamPurpose::KernelExecution).is_none());
+    assert!(sync.async_coordinator_mut().is_none());
+    assert!(matches!(
+        sync.create_pipeline_manager(128),
+        Err(Error::Mode(_))
+    ));
+    // A step of a different length than the first is refused.
+    let first = StepConfig {
+        input: vec![1.0; 8],
+        iterations: 1,
+    };
+    assert!(sync.triple_buffered_step(first).unwrap().is_some());
+    let err = sync
+        .triple_buffered_step(StepConfig {
+            input: vec![1.0; 9],
+            iterations: 1,
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("holds 8 element(s) but the host side holds 9"),
+        "{err}"
+    );
+}
