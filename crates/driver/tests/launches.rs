@@ -210,16 +210,33 @@ fn bad_block_shapes_are_rejected_naming_the_value() {
     assert_eq!(stream.metrics().operations_count, 0);
 }
 
+/// Whether calls that fail on purpose may run: compute-sanitizer counts every
+/// failed driver call as an error, so under it on the GPU they are skipped
+/// (the software driver runs them, and the code path is the same).
+fn deliberate_failures_allowed(ctx: &cuda_streams_driver::Context) -> bool {
+    let sanitized = std::env::var_os("NV_SANITIZER_INJECTION_PORT_BASE").is_some();
+    if ctx.is_gpu() && sanitized {
+        eprintln!("skipped under compute-sanitizer: these driver calls fail on purpose");
+        return false;
+    }
+    true
+}
+
 #[test]
 fn missing_functions_and_bad_images_are_clear_errors() {
     let ctx = ctx();
     let module = Module::load(&ctx, kernels::ELEMENTWISE.fatbin()).unwrap();
-    let err = module.function("no_such_kernel").unwrap_err();
-    assert!(err.to_string().contains("no_such_kernel"), "{err}");
+    // Rejected before any driver call.
     assert!(matches!(
         module.function("bad\0name"),
         Err(Error::InvalidName { .. })
     ));
+    assert!(matches!(Module::load(&ctx, b""), Err(Error::EmptyImage)));
+    if !deliberate_failures_allowed(&ctx) {
+        return;
+    }
+    let err = module.function("no_such_kernel").unwrap_err();
+    assert!(err.to_string().contains("no_such_kernel"), "{err}");
 
     static NOT_AN_IMAGE: &[u8] = b"this is not a kernel image\0";
     let err = Module::load(&ctx, NOT_AN_IMAGE).unwrap_err();
@@ -232,5 +249,4 @@ fn missing_functions_and_bad_images_are_clear_errors() {
         }
         other => panic!("expected ModuleLoad, got {other:?}"),
     }
-    assert!(matches!(Module::load(&ctx, b""), Err(Error::EmptyImage)));
 }
