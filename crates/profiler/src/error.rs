@@ -1,0 +1,35 @@
+//! The profiler's error type.
+
+/// Everything profiling can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A call into the safe driver layer failed.
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    /// The event pool could not hand out a timing event.
+    #[error(transparent)]
+    Events(#[from] events::Error),
+    /// A stream from another context than the profiler's event pool.
+    #[error(
+        "stream {stream} belongs to context {found}, but the profiler's event pool belongs to context {expected}"
+    )]
+    ContextMismatch {
+        /// The stream's id.
+        stream: u64,
+        /// The pool's context id.
+        expected: u64,
+        /// The stream's context id.
+        found: u64,
+    },
+    /// Writing a trace failed.
+    #[error("writing the Chrome trace failed: {source}")]
+    Io {
+        /// The writer's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

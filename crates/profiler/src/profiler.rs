@@ -1,0 +1,381 @@
+//! `StreamProfiler`: the entry point.
+
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::report::{ComprehensiveReport, StreamReport};
+use crate::scope::ScopeGuard;
+use crate::timeline::{Name, StreamSlot};
+use crate::trace::{self, Process, StreamTrack};
+use dashmap::DashMap;
+use driver::{Context, Stream};
+use events::EventPool;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// Timing events the pool of [`StreamProfiler::new`] creates up front.
+const INITIAL_TIMING_EVENTS: usize = 64;
+
+/// Profiles work on streams with GPU timestamps.
+///
+/// Created disabled; [`enable`](Self::enable) starts recording. While
+/// disabled every method returns at once after one atomic load, records
+/// nothing, and scopes are inert.
+///
+/// - [`scope`](Self::scope) / [`time`](Self::time): GPU-timed regions. Each
+///   boundary is a timing event from the [`EventPool`] recorded on the
+///   stream; a boundary with no work enqueued since the previous one reuses
+///   that event (back-to-back scopes cost one event each, not two).
+/// - [`record_operation`](Self::record_operation): a duration measured
+///   elsewhere (statistics only; it has no place on the timeline).
+/// - Kernel launches and transfers made through the driver layer are counted
+///   from the stream's metrics; [`record_kernel_launch`](Self::record_kernel_launch)
+///   and [`record_memory_transfer`](Self::record_memory_transfer) add work
+///   done outside it.
+///
+/// Timings are collected without stalling streams: finished operations are
+/// resolved (their events queried, converted to times, and given back to the
+/// pool) in batches as scopes close, and the rest when a report or trace is
+/// asked for, which waits on the host for the GPU to get there. All times are
+/// on one timeline that starts at a base event recorded when the first scope
+/// opens.
+///
+/// ```
+/// use cuda_streams_profiler::StreamProfiler;
+/// use driver::{Context, DeviceBuffer, Stream};
+/// # fn main() -> cuda_streams_profiler::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let profiler = StreamProfiler::new(&ctx)?;
+/// profiler.enable();
+///
+/// let mut buf = DeviceBuffer::<u32>::new_async(&stream, 1 << 16)?;
+/// {
+///     let _scope = profiler.scope(&stream, "clear")?;
+///     stream.memset_u32_async(&mut buf, 0)?;
+/// } // the end is recorded here
+/// profiler.time(&stream, "fill", |s| s.memset_u32_async(&mut buf, 7))??;
+///
+/// let report = profiler.get_stream_report(&stream).unwrap();
+/// assert_eq!(report.operation_count, 2);
+/// assert_eq!(report.operations["fill"].count, 1);
+/// println!("{report}");
+/// # Ok(())
+/// # }
+/// ```
+pub struct StreamProfiler {
+    enabled: AtomicBool,
+    pool: Arc<EventPool>,
+    slots: DashMap<u64, Arc<StreamSlot>>,
+    clock: OnceLock<Clock>,
+    clock_init: Mutex<()>,
+    errors: AtomicU64,
+}
+
+impl StreamProfiler {
+    /// A disabled profiler with its own event pool on `ctx`.
+    pub fn new(ctx: &Arc<Context>) -> Result<Self> {
+        let pool = EventPool::new(ctx, 0, INITIAL_TIMING_EVENTS)?;
+        Ok(Self::with_pool(Arc::new(pool)))
+    }
+
+    /// A disabled profiler taking its timing events from `pool`.
+    pub fn with_pool(pool: Arc<EventPool>) -> Self {
+        Self {
+            enabled: AtomicBool::new(false),
+            pool,
+            slots: DashMap::new(),
+            clock: OnceLock::new(),
+            clock_init: Mutex::new(()),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Start recording. Work counts of streams already seen restart from
+    /// their counters now (work done while disabled is not counted).
+    pub fn enable(&self) {
+        if !self.enabled.swap(true, Ordering::AcqRel) {
+            for slot in self.all_slots() {
+                let mut state = slot.lock();
+                let now = slot.current_metrics(&mut state);
+                state.start_counting(now);
+            }
+        }
+    }
+
+    /// Stop recording. Scopes already open still record their end; what was
+    /// recorded stays available to reports.
+    pub fn disable(&self) {
+        if self.enabled.swap(false, Ordering::AcqRel) {
+            for slot in self.all_slots() {
+                let mut state = slot.lock();
+                let now = slot.current_metrics(&mut state);
+                state.stop_counting(&now);
+            }
+        }
+    }
+
+    /// Whether recording is on.
+    #[inline]
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// The pool the timing events come from.
+    pub fn pool(&self) -> &Arc<EventPool> {
+        &self.pool
+    }
+
+    /// Time the work enqueued on `stream` until the returned guard is dropped.
+    /// Scopes nest.
+    ///
+    /// ```
+    /// # use cuda_streams_profiler::StreamProfiler;
+    /// # use driver::{Context, DeviceBuffer, Stream};
+    /// # fn main() -> cuda_streams_profiler::Result<()> {
+    /// # let ctx = Context::new(0)?;
+    /// # let stream = Stream::new(&ctx)?;
+    /// # let mut buf = DeviceBuffer::<u32>::new_async(&stream, 1024)?;
+    /// let profiler = StreamProfiler::new(&ctx)?;
+    /// profiler.enable();
+    /// {
+    ///     let _step = profiler.scope(&stream, "step")?;
+    ///     for i in 0..3 {
+    ///         let _inner = profiler.scope(&stream, "memset")?;
+    ///         stream.memset_u32_async(&mut buf, i)?;
+    ///     }
+    /// }
+    /// let report = profiler.get_stream_report(&stream).unwrap();
+    /// assert_eq!(report.operations["memset"].count, 3);
+    /// assert!(report.operations["step"].total >= report.operations["memset"].total);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn scope<'a>(
+        &'a self,
+        stream: &'a Arc<Stream>,
+        name: impl Into<Name>,
+    ) -> Result<ScopeGuard<'a>> {
+        if !self.is_enabled() {
+            return Ok(ScopeGuard::inert());
+        }
+        let ctx = self.pool.context();
+        if stream.context().id() != ctx.id() {
+            return Err(Error::ContextMismatch {
+                stream: stream.id(),
+                expected: ctx.id(),
+                found: stream.context().id(),
+            });
+        }
+        let clock = self.clock()?;
+        let slot = self.slot(stream);
+        let (start, depth) = {
+            let mut state = slot.lock();
+            let start = state.mark_now(stream, &self.pool, clock)?;
+            let depth = state.open;
+            state.open += 1;
+            (start, depth)
+        };
+        Ok(ScopeGuard::open(
+            self,
+            stream,
+            slot,
+            name.into(),
+            start,
+            depth,
+        ))
+    }
+
+    /// Time the work `f` enqueues on `stream`. The outer `Result` is the
+    /// profiler's, the value inside is `f`'s, so `?` twice unwraps both.
+    pub fn time<R>(
+        &self,
+        stream: &Arc<Stream>,
+        name: impl Into<Name>,
+        f: impl FnOnce(&Arc<Stream>) -> R,
+    ) -> Result<R> {
+        let scope = self.scope(stream, name)?;
+        let value = f(stream);
+        scope.finish()?;
+        Ok(value)
+    }
+
+    /// Record a duration measured elsewhere (e.g. with host timers or by
+    /// another tool). It counts in the statistics but has no place on the
+    /// timeline, so it is not in the trace or the overlap figures.
+    pub fn record_operation(
+        &self,
+        stream: &Arc<Stream>,
+        name: impl Into<Name>,
+        duration: Duration,
+    ) {
+        if self.is_enabled() {
+            self.slot(stream)
+                .lock()
+                .external
+                .push((name.into(), duration));
+        }
+    }
+
+    /// Count a kernel launch made outside the driver layer's API (launches
+    /// through [`driver::Stream::launch`] are counted already).
+    pub fn record_kernel_launch(&self, stream: &Arc<Stream>) {
+        if self.is_enabled() {
+            self.slot(stream).lock().manual.kernel_launches += 1;
+        }
+    }
+
+    /// Count a memory transfer of `bytes` made outside the driver layer's API
+    /// (copies through [`driver::Stream`] are counted already).
+    pub fn record_memory_transfer(&self, stream: &Arc<Stream>, bytes: usize) {
+        if self.is_enabled() {
+            let slot = self.slot(stream);
+            let mut state = slot.lock();
+            state.manual.memory_transfers += 1;
+            state.manual.bytes_transferred += bytes as u64;
+        }
+    }
+
+    /// The report of one stream, `None` if it was never profiled. Waits on
+    /// the host for the GPU to finish the stream's timed operations. A
+    /// failure to resolve is logged and leaves them counted in
+    /// [`StreamReport::unresolved`]; [`try_stream_report`](Self::try_stream_report)
+    /// returns it instead.
+    pub fn get_stream_report(&self, stream: &Stream) -> Option<StreamReport> {
+        let slot = self.slots.get(&stream.id())?.clone();
+        Some(self.report_slot(&slot, true).0)
+    }
+
+    /// [`get_stream_report`](Self::get_stream_report), failing when timings
+    /// cannot be resolved.
+    pub fn try_stream_report(&self, stream: &Stream) -> Result<Option<StreamReport>> {
+        let Some(slot) = self.slots.get(&stream.id()).map(|s| s.clone()) else {
+            return Ok(None);
+        };
+        self.resolve_slot(&slot)?;
+        Ok(Some(self.report_slot(&slot, false).0))
+    }
+
+    /// Every profiled stream, with overlap and concurrency over the GPU
+    /// timeline. Waits on the host for all timed operations to finish.
+    pub fn get_comprehensive_report(&self) -> ComprehensiveReport {
+        let parts = self
+            .all_slots()
+            .iter()
+            .map(|slot| self.report_slot(slot, true))
+            .collect();
+        ComprehensiveReport::build(parts, self.error_count())
+    }
+
+    /// Write the timeline as Chrome Trace Event Format JSON (open it in
+    /// <https://ui.perfetto.dev> or `chrome://tracing`): one track per stream,
+    /// one complete event per timed operation, microseconds after the base
+    /// event. Waits on the host for all timed operations to finish.
+    pub fn export_chrome_trace(&self, writer: &mut dyn io::Write) -> Result<()> {
+        let mut tracks = Vec::new();
+        for slot in self.all_slots() {
+            self.resolve_slot(&slot)?;
+            tracks.push(StreamTrack {
+                stream_id: slot.id,
+                ops: slot.lock().timed.clone(),
+            });
+        }
+        let ctx = self.pool.context();
+        let info = ctx.info();
+        let process = Process {
+            pid: i64::from(ctx.ordinal()),
+            name: format!(
+                "GPU {}: {} ({} driver)",
+                ctx.ordinal(),
+                info.name,
+                ctx.loaded_driver().name()
+            ),
+        };
+        trace::write_trace(writer, &process, tracks).map_err(|source| Error::Io { source })
+    }
+
+    /// [`export_chrome_trace`](Self::export_chrome_trace) into a `String`.
+    pub fn to_chrome_trace(&self) -> Result<String> {
+        let mut out = Vec::new();
+        self.export_chrome_trace(&mut out)?;
+        Ok(String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    }
+
+    /// Failures met where they could not be returned (a scope guard's drop).
+    /// The first is also printed to stderr.
+    pub fn error_count(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_error(&self, err: &Error) {
+        if self.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+            eprintln!("cuda-streams profiler: {err} (further errors are only counted)");
+        }
+    }
+
+    /// The base of the timeline, recorded when first needed.
+    pub(crate) fn clock(&self) -> Result<&Clock> {
+        if let Some(clock) = self.clock.get() {
+            return Ok(clock);
+        }
+        let _once = self.clock_init.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(clock) = self.clock.get() {
+            return Ok(clock);
+        }
+        let clock = Clock::start(self.pool.context())?;
+        Ok(self.clock.get_or_init(|| clock))
+    }
+
+    fn slot(&self, stream: &Arc<Stream>) -> Arc<StreamSlot> {
+        if let Some(slot) = self.slots.get(&stream.id()) {
+            return Arc::clone(&slot);
+        }
+        let counting = self.is_enabled();
+        Arc::clone(
+            &self
+                .slots
+                .entry(stream.id())
+                .or_insert_with(|| Arc::new(StreamSlot::new(stream, counting))),
+        )
+    }
+
+    /// A copy of the slot list, so no map lock is held while waiting on the GPU.
+    fn all_slots(&self) -> Vec<Arc<StreamSlot>> {
+        self.slots.iter().map(|e| Arc::clone(e.value())).collect()
+    }
+
+    fn resolve_slot(&self, slot: &StreamSlot) -> Result<()> {
+        if slot.lock().pending_len() == 0 {
+            return Ok(());
+        }
+        let clock = self.clock()?;
+        slot.lock().resolve(clock, true)
+    }
+
+    fn report_slot(&self, slot: &StreamSlot, resolve: bool) -> (StreamReport, Vec<(u64, u64)>) {
+        if resolve {
+            if let Err(err) = self.resolve_slot(slot) {
+                eprintln!(
+                    "cuda-streams profiler: resolving stream {}'s timings: {err}",
+                    slot.id
+                );
+            }
+        }
+        let mut state = slot.lock();
+        let now = slot.current_metrics(&mut state);
+        let counts = state.counts(&now);
+        StreamReport::build(slot.id, &state, counts)
+    }
+}
+
+impl std::fmt::Debug for StreamProfiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamProfiler")
+            .field("enabled", &self.is_enabled())
+            .field("streams", &self.slots.len())
+            .field("errors", &self.error_count())
+            .finish()
+    }
+}

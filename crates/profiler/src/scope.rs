@@ -1,0 +1,96 @@
+//! The guard that times a region of work on a stream.
+
+use crate::clock::Mark;
+use crate::error::Result;
+use crate::profiler::StreamProfiler;
+use crate::timeline::{Name, StreamSlot};
+use driver::Stream;
+use std::sync::Arc;
+
+/// Times the work enqueued on a stream while it is alive
+/// ([`StreamProfiler::scope`]): a timing event was recorded when it was made,
+/// another is recorded when it is dropped (or [`ScopeGuard::finish`]ed).
+///
+/// Made while profiling is disabled it is inert and costs nothing.
+#[must_use = "the scope ends when the guard is dropped; bind it: `let _scope = ...`"]
+pub struct ScopeGuard<'a> {
+    open: Option<Open<'a>>,
+}
+
+struct Open<'a> {
+    profiler: &'a StreamProfiler,
+    stream: &'a Arc<Stream>,
+    slot: Arc<StreamSlot>,
+    name: Name,
+    start: Arc<Mark>,
+    depth: u32,
+}
+
+impl<'a> ScopeGuard<'a> {
+    pub(crate) fn inert() -> Self {
+        Self { open: None }
+    }
+
+    pub(crate) fn open(
+        profiler: &'a StreamProfiler,
+        stream: &'a Arc<Stream>,
+        slot: Arc<StreamSlot>,
+        name: Name,
+        start: Arc<Mark>,
+        depth: u32,
+    ) -> Self {
+        Self {
+            open: Some(Open {
+                profiler,
+                stream,
+                slot,
+                name,
+                start,
+                depth,
+            }),
+        }
+    }
+
+    /// Whether this guard is timing (profiling was enabled when it was made).
+    pub fn is_active(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// End the scope now, reporting a failure to record its end (dropping the
+    /// guard counts such failures in [`StreamProfiler::error_count`] instead).
+    pub fn finish(mut self) -> Result<()> {
+        match self.open.take() {
+            Some(open) => open.close(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Open<'_> {
+    fn close(self) -> Result<()> {
+        let Self {
+            profiler,
+            stream,
+            slot,
+            name,
+            start,
+            depth,
+        } = self;
+        let clock = profiler.clock()?;
+        let mut state = slot.lock();
+        state.open = state.open.saturating_sub(1);
+        let end = state.mark_now(stream, profiler.pool(), clock)?;
+        state.push(name, start, end, depth, clock)
+    }
+}
+
+impl Drop for ScopeGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(open) = self.open.take() {
+            let profiler = open.profiler;
+            if let Err(err) = open.close() {
+                profiler.note_error(&err);
+            }
+        }
+    }
+}
