@@ -1,0 +1,175 @@
+//! Stream pool: handing out a pooled stream against creating and destroying
+//! one (`cuStreamCreateWithPriority` + `cuStreamDestroy`), and eight 10 ms
+//! spin kernels on the pool's streams against the same kernels on one stream.
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented function"
+)]
+
+use criterion::{Criterion, criterion_group};
+use cuda_streams_benches::{compare, figure, median_duration, median_ns};
+use driver::{Context, Kernel, LaunchConfig, Module, Stream, StreamPriority};
+use pool::{AllocationStrategy, StreamPool, StreamPurpose, WorkloadType};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+const POOL_SIZE: usize = 8;
+const SPINS: usize = 8;
+const SPIN: Duration = Duration::from_millis(10);
+
+fn setup() -> (Arc<Context>, StreamPool) {
+    let ctx = Context::new(0).expect("a context");
+    let pool = StreamPool::new_with_strategy(&ctx, POOL_SIZE, AllocationStrategy::RoundRobin)
+        .expect("a pool");
+    (ctx, pool)
+}
+
+fn create_and_destroy(ctx: &Arc<Context>) {
+    drop(black_box(
+        Stream::new_with_priority(ctx, StreamPriority::High).expect("a stream"),
+    ));
+}
+
+fn getters(c: &mut Criterion) {
+    let (ctx, pool) = setup();
+    let balanced = StreamPool::new_with_strategy(&ctx, POOL_SIZE, AllocationStrategy::LoadBalanced)
+        .expect("a pool");
+    let mut group = c.benchmark_group("pool");
+    group.bench_function("get_stream (round-robin)", |b| b.iter(|| pool.get_stream()));
+    group.bench_function("get_stream_for_workload", |b| {
+        b.iter(|| pool.get_stream_for_workload(black_box(WorkloadType::Compute)))
+    });
+    group.bench_function("get_priority_stream", |b| {
+        b.iter(|| pool.get_priority_stream(black_box(StreamPriority::High)))
+    });
+    group.bench_function("get_stream_for_purpose", |b| {
+        b.iter(|| pool.get_stream_for_purpose(black_box(StreamPurpose::KernelExecution)))
+    });
+    group.bench_function("get_stream (load-balanced, idle streams)", |b| {
+        b.iter(|| balanced.get_stream())
+    });
+    group.bench_function("baseline: Stream::new_with_priority + drop", |b| {
+        b.iter(|| create_and_destroy(&ctx))
+    });
+    group.finish();
+}
+
+fn spin_kernel(ctx: &Arc<Context>) -> Kernel {
+    let image = &kernels::TIMING;
+    Module::load(ctx, image.fatbin())
+        .and_then(|m| m.function("spin"))
+        .expect("spin")
+        .with_arg_sizes(image.arg_sizes("spin").expect("spin's signature"))
+}
+
+fn spin_on(stream: &Stream, kernel: &Kernel, duration: Duration) {
+    let one = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (1, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    stream
+        .launch(kernel, one, &[(duration.as_nanos() as u64).into()])
+        .expect("spin launches");
+}
+
+/// Wall time of `SPINS` spin kernels given to `streams` in turn, until all finish.
+fn spin_wall(streams: &[Arc<Stream>], kernel: &Kernel) -> Duration {
+    median_duration(5, || {
+        for i in 0..SPINS {
+            spin_on(&streams[i % streams.len()], kernel, SPIN);
+        }
+        for stream in streams {
+            stream.synchronize().expect("synchronize");
+        }
+    })
+}
+
+/// The `RATIO` and `FIGURE` lines, each side measured in this run.
+fn ratios() {
+    let (ctx, pool) = setup();
+    let create = median_ns(31, 20, || create_and_destroy(&ctx));
+    type Getter<'a> = Box<dyn Fn() + 'a>;
+    let getters: [(&'static str, &'static str, Getter<'_>); 4] = [
+        (
+            "pool get_stream vs stream create+destroy",
+            "pool get_stream median (target <= 50 ns on the H200)",
+            Box::new(|| drop(black_box(pool.get_stream()))),
+        ),
+        (
+            "pool get_stream_for_workload vs stream create+destroy",
+            "pool get_stream_for_workload median",
+            Box::new(|| {
+                drop(black_box(
+                    pool.get_stream_for_workload(WorkloadType::Memory),
+                ))
+            }),
+        ),
+        (
+            "pool get_priority_stream vs stream create+destroy",
+            "pool get_priority_stream median",
+            Box::new(|| drop(black_box(pool.get_priority_stream(StreamPriority::High)))),
+        ),
+        (
+            "pool get_stream_for_purpose vs stream create+destroy",
+            "pool get_stream_for_purpose median",
+            Box::new(|| {
+                drop(black_box(
+                    pool.get_stream_for_purpose(StreamPurpose::AuxCompute),
+                ))
+            }),
+        ),
+    ];
+    figure("stream create+destroy median (baseline)", create, "ns");
+    for (ratio, median, get) in &getters {
+        let ours = median_ns(101, 10_000, get);
+        figure(median, ours, "ns");
+        compare(ratio, ours, create);
+    }
+    let balanced = StreamPool::new_with_strategy(&ctx, POOL_SIZE, AllocationStrategy::LoadBalanced)
+        .expect("a pool");
+    figure(
+        "pool get_stream, load-balanced (driver queries)",
+        median_ns(51, 1_000, || drop(black_box(balanced.get_stream()))),
+        "ns",
+    );
+
+    let kernel = spin_kernel(&ctx);
+    let streams: Vec<_> = pool.streams().cloned().collect();
+    for stream in &streams {
+        spin_on(stream, &kernel, Duration::ZERO); // first launch may load the module
+        stream.synchronize().expect("synchronize");
+    }
+    let one = spin_wall(&streams[..1], &kernel);
+    let many = spin_wall(&streams, &kernel);
+    figure(
+        "8 x 10 ms spin kernels, one stream: wall",
+        one.as_secs_f64() * 1e3,
+        "ms",
+    );
+    figure(
+        "8 x 10 ms spin kernels, the pool's 8 streams: wall",
+        many.as_secs_f64() * 1e3,
+        "ms",
+    );
+    compare(
+        "8 x 10 ms spin: pool streams vs one stream",
+        many.as_nanos() as f64,
+        one.as_nanos() as f64,
+    );
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
+    targets = getters
+}
+
+fn main() {
+    benches();
+    ratios();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -1,0 +1,422 @@
+//! One stream's blocks: segments split into blocks, best-fit free lists by
+//! size, coalescing with free neighbours. Pure bookkeeping, no driver calls;
+//! the caller holds the stream's lock.
+
+use crate::hash::AddrMap;
+use crate::size::Class;
+use driver::Stream;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// A live block: what its handle checks and what its free needs.
+pub(crate) struct Live {
+    /// Matches the handle's id; a handle whose id no longer matches is dead.
+    pub(crate) id: u64,
+    pub(crate) requested: usize,
+    /// Other streams the block was used on (`record_stream`).
+    pub(crate) uses: Vec<Arc<Stream>>,
+}
+
+enum State {
+    Free,
+    Live(Live),
+    /// Freed, waiting for events before it can be reused (or leaked when no
+    /// event could prove the end of its uses).
+    Pending,
+}
+
+struct Block {
+    size: usize,
+    segment: u64,
+    /// Neighbours in the segment by address; 0 = none (no device address is 0).
+    prev: u64,
+    next: u64,
+    class: Class,
+    state: State,
+    /// The number of the last free merged into this block (0: never used).
+    freed_at: u64,
+}
+
+/// A segment leaving the arena (to the shared cache or the driver).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub(crate) base: u64,
+    pub(crate) size: usize,
+    pub(crate) class: Class,
+}
+
+/// One stream's share of the cache.
+#[derive(Default)]
+pub(crate) struct Arena {
+    blocks: AddrMap<Block>,
+    free: [BTreeSet<(usize, u64)>; 2],
+    segments: AddrMap<Segment>,
+    /// Fully free segments and the free sequence number that made them so.
+    idle: AddrMap<u64>,
+    /// The number of the last free, so a fence can say which frees it covers.
+    free_seq: u64,
+    next_id: u64,
+    /// Bytes of this arena's segments.
+    pub(crate) reserved: usize,
+    /// Bytes of its blocks in the `Free` state.
+    pub(crate) free_bytes: usize,
+    /// Whether a free since the last [`Arena::coalesce`] may have left free
+    /// neighbours unmerged.
+    dirty: bool,
+}
+
+fn slot(class: Class) -> usize {
+    match class {
+        Class::Small => 0,
+        Class::Large => 1,
+    }
+}
+
+impl Arena {
+    /// The best-fitting free block for `rounded` bytes of `class`, split when
+    /// the rest is worth keeping, marked live: `(address, block size, id)`.
+    pub(crate) fn take(
+        &mut self,
+        class: Class,
+        rounded: usize,
+        requested: usize,
+    ) -> Option<(u64, usize, u64)> {
+        let set = &mut self.free[slot(class)];
+        let &(size, ptr) = set.range((rounded, 0)..).next()?;
+        set.remove(&(size, ptr));
+        let block = self.blocks.get_mut(&ptr)?;
+        if block.prev == 0 && block.next == 0 {
+            self.idle.remove(&block.segment);
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        block.state = State::Live(Live {
+            id,
+            requested,
+            uses: Vec::new(),
+        });
+        let mut taken = size;
+        if class.should_split(size, rounded) {
+            let rest_ptr = ptr + rounded as u64;
+            let rest = Block {
+                size: size - rounded,
+                segment: block.segment,
+                prev: ptr,
+                next: block.next,
+                class,
+                state: State::Free,
+                freed_at: block.freed_at,
+            };
+            let after = block.next;
+            block.size = rounded;
+            block.next = rest_ptr;
+            taken = rounded;
+            self.free[slot(class)].insert((rest.size, rest_ptr));
+            self.blocks.insert(rest_ptr, rest);
+            if after != 0 {
+                if let Some(after) = self.blocks.get_mut(&after) {
+                    after.prev = rest_ptr;
+                }
+            }
+        }
+        self.free_bytes -= taken;
+        Some((ptr, taken, id))
+    }
+
+    /// The live block at `ptr` if its id is `id`.
+    pub(crate) fn live_mut(&mut self, ptr: u64, id: u64) -> Option<&mut Live> {
+        match self.blocks.get_mut(&ptr) {
+            Some(Block {
+                state: State::Live(live),
+                ..
+            }) if live.id == id => Some(live),
+            _ => None,
+        }
+    }
+
+    /// Take the live block at `ptr` (id `id`) out of service: it becomes
+    /// pending, and its handle dead. Returns its record and size.
+    pub(crate) fn retire(&mut self, ptr: u64, id: u64) -> Option<(Live, usize)> {
+        let block = self.blocks.get_mut(&ptr)?;
+        match &block.state {
+            State::Live(live) if live.id == id => {}
+            _ => return None,
+        }
+        match std::mem::replace(&mut block.state, State::Pending) {
+            State::Live(live) => Some((live, block.size)),
+            _ => None,
+        }
+    }
+
+    /// Every live block: `(address, id)`.
+    pub(crate) fn live_blocks(&self) -> Vec<(u64, u64)> {
+        self.blocks
+            .iter()
+            .filter_map(|(&ptr, block)| match &block.state {
+                State::Live(live) => Some((ptr, live.id)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Make a retired (pending) block free again. It is not merged with its
+    /// neighbours here: that is [`Arena::coalesce`]'s job on the miss path, so
+    /// the hit path (allocate and free the same sizes) stays two map
+    /// operations. Returns its size.
+    #[inline]
+    pub(crate) fn release(&mut self, ptr: u64) -> usize {
+        let Some(block) = self.blocks.get_mut(&ptr) else {
+            return 0;
+        };
+        if !matches!(block.state, State::Pending) {
+            return 0;
+        }
+        self.free_seq += 1;
+        block.state = State::Free;
+        block.freed_at = self.free_seq;
+        self.free[slot(block.class)].insert((block.size, ptr));
+        self.free_bytes += block.size;
+        self.dirty = true;
+        block.size
+    }
+
+    /// Merge every free block with its free neighbours, and note the segments
+    /// that became fully free. Returns whether anything merged.
+    pub(crate) fn coalesce(&mut self) -> bool {
+        if !self.dirty {
+            return false;
+        }
+        self.dirty = false;
+        let mut starts: Vec<u64> = self.free.iter().flatten().map(|&(_, ptr)| ptr).collect();
+        starts.sort_unstable();
+        let mut merged = false;
+        for ptr in starts {
+            let Some(block) = self.blocks.get(&ptr) else {
+                continue; // absorbed by a free block just below it
+            };
+            let (mut size, mut next, mut freed_at) = (block.size, block.next, block.freed_at);
+            let (class, segment, prev, own) = (block.class, block.segment, block.prev, block.size);
+            while let Some(after) = self.blocks.get(&next) {
+                if !matches!(after.state, State::Free) {
+                    break;
+                }
+                self.free[slot(class)].remove(&(after.size, next));
+                size += after.size;
+                freed_at = freed_at.max(after.freed_at);
+                let after_next = after.next;
+                self.blocks.remove(&next);
+                next = after_next;
+            }
+            if size != own {
+                merged = true;
+                self.free[slot(class)].remove(&(own, ptr));
+                self.free[slot(class)].insert((size, ptr));
+                if let Some(block) = self.blocks.get_mut(&ptr) {
+                    block.size = size;
+                    block.next = next;
+                    block.freed_at = freed_at;
+                }
+                if let Some(after) = self.blocks.get_mut(&next) {
+                    after.prev = ptr;
+                }
+            }
+            if prev == 0 && next == 0 {
+                self.idle.insert(segment, freed_at);
+            }
+        }
+        merged
+    }
+
+    /// Add a segment fresh from the driver or the shared cache: one free block.
+    pub(crate) fn adopt(&mut self, segment: Segment) {
+        self.blocks.insert(
+            segment.base,
+            Block {
+                size: segment.size,
+                segment: segment.base,
+                prev: 0,
+                next: 0,
+                class: segment.class,
+                state: State::Free,
+                freed_at: 0,
+            },
+        );
+        self.free[slot(segment.class)].insert((segment.size, segment.base));
+        self.segments.insert(segment.base, segment);
+        // Already proven unused by any stream: any fence covers it.
+        self.idle.insert(segment.base, 0);
+        self.reserved += segment.size;
+        self.free_bytes += segment.size;
+    }
+
+    /// What a fence recorded now covers: every free numbered below this
+    /// (frees are numbered from 1; segments adopted unused carry 0).
+    pub(crate) fn free_seq(&self) -> u64 {
+        self.free_seq + 1
+    }
+
+    /// Whether any segment is fully free.
+    pub(crate) fn has_idle(&self) -> bool {
+        !self.idle.is_empty()
+    }
+
+    /// Remove and return the fully free segments whose last free is numbered
+    /// below `before` (`u64::MAX`: all of them).
+    pub(crate) fn remove_idle(&mut self, before: u64) -> Vec<Segment> {
+        let bases: Vec<u64> = self
+            .idle
+            .iter()
+            .filter(|&(_, &seq)| seq < before)
+            .map(|(&base, _)| base)
+            .collect();
+        let mut out = Vec::with_capacity(bases.len());
+        for base in bases {
+            self.idle.remove(&base);
+            let Some(segment) = self.segments.remove(&base) else {
+                continue;
+            };
+            self.blocks.remove(&base);
+            self.free[slot(segment.class)].remove(&(segment.size, base));
+            self.reserved -= segment.size;
+            self.free_bytes -= segment.size;
+            out.push(segment);
+        }
+        out
+    }
+
+    /// Segments held.
+    pub(crate) fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The largest free block.
+    pub(crate) fn largest_free(&self) -> usize {
+        self.free
+            .iter()
+            .filter_map(|set| set.last().map(|&(size, _)| size))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::size::{MEDIUM_SEGMENT, SMALL_SEGMENT};
+
+    const BASE: u64 = 1 << 32;
+
+    fn arena_with(class: Class, size: usize) -> Arena {
+        let mut arena = Arena::default();
+        arena.adopt(Segment {
+            base: BASE,
+            size,
+            class,
+        });
+        arena
+    }
+
+    fn free(arena: &mut Arena, (ptr, _, id): (u64, usize, u64)) {
+        arena.retire(ptr, id).expect("live");
+        arena.release(ptr);
+        arena.coalesce();
+    }
+
+    #[test]
+    fn split_then_coalesce_back_to_one_block() {
+        let mut arena = arena_with(Class::Small, SMALL_SEGMENT);
+        let a = arena.take(Class::Small, 512, 100).unwrap();
+        let b = arena.take(Class::Small, 1024, 1000).unwrap();
+        let c = arena.take(Class::Small, 512, 512).unwrap();
+        assert_eq!((a.0, b.0, c.0), (BASE, BASE + 512, BASE + 1536));
+        assert!(!arena.has_idle());
+        assert_eq!(arena.free_bytes, SMALL_SEGMENT - 2048);
+        // Free the middle, then the ends: every order must merge back.
+        free(&mut arena, b);
+        assert_eq!(arena.largest_free(), SMALL_SEGMENT - 2048);
+        free(&mut arena, a);
+        assert_eq!(arena.largest_free(), SMALL_SEGMENT - 2048);
+        free(&mut arena, c);
+        assert_eq!(arena.largest_free(), SMALL_SEGMENT);
+        assert!(arena.has_idle());
+        assert_eq!(arena.blocks.len(), 1);
+        assert!(!arena.coalesce(), "nothing left to merge");
+        assert_eq!(arena.free_bytes, SMALL_SEGMENT);
+    }
+
+    #[test]
+    fn release_defers_merging_to_coalesce() {
+        let mut arena = arena_with(Class::Small, SMALL_SEGMENT);
+        let a = arena.take(Class::Small, 512, 512).unwrap();
+        let b = arena.take(Class::Small, 512, 512).unwrap();
+        for (ptr, _, id) in [a, b] {
+            arena.retire(ptr, id).unwrap();
+            arena.release(ptr);
+        }
+        assert!(!arena.has_idle(), "not merged yet");
+        assert_eq!(arena.free_bytes, SMALL_SEGMENT);
+        assert!(arena.coalesce());
+        assert!(arena.has_idle());
+        assert_eq!(arena.largest_free(), SMALL_SEGMENT);
+        // The segment's last free is b's (the second): a fence taken between
+        // the two frees does not cover it.
+        assert!(arena.remove_idle(2).is_empty());
+        assert_eq!(arena.remove_idle(3).len(), 1);
+    }
+
+    #[test]
+    fn freed_block_is_reused_best_fit() {
+        let mut arena = arena_with(Class::Small, SMALL_SEGMENT);
+        let a = arena.take(Class::Small, 4096, 4096).unwrap();
+        let _b = arena.take(Class::Small, 512, 512).unwrap();
+        free(&mut arena, a);
+        // The 4 KiB hole fits better than the rest of the segment.
+        let c = arena.take(Class::Small, 2048, 2048).unwrap();
+        assert_eq!(c.0, a.0);
+    }
+
+    #[test]
+    fn large_blocks_keep_small_remainders() {
+        let mut arena = arena_with(Class::Large, MEDIUM_SEGMENT);
+        let a = arena
+            .take(Class::Large, MEDIUM_SEGMENT - (1 << 20), 1)
+            .unwrap();
+        assert_eq!(a.1, MEDIUM_SEGMENT, "a 1 MiB rest is not split off");
+        assert!(arena.take(Class::Large, 2 << 20, 1).is_none());
+        assert!(
+            arena.take(Class::Small, 512, 1).is_none(),
+            "classes never mix"
+        );
+    }
+
+    #[test]
+    fn dead_ids_do_not_match() {
+        let mut arena = arena_with(Class::Small, SMALL_SEGMENT);
+        let a = arena.take(Class::Small, 512, 512).unwrap();
+        free(&mut arena, a);
+        let b = arena.take(Class::Small, 512, 512).unwrap();
+        assert_eq!(a.0, b.0);
+        assert!(arena.live_mut(a.0, a.2).is_none());
+        assert!(
+            arena.retire(a.0, a.2).is_none(),
+            "an old handle cannot free the new block"
+        );
+        assert!(arena.live_mut(b.0, b.2).is_some());
+    }
+
+    #[test]
+    fn idle_segments_leave_by_sequence() {
+        let mut arena = arena_with(Class::Small, SMALL_SEGMENT);
+        let fence = arena.free_seq();
+        let a = arena.take(Class::Small, 512, 512).unwrap();
+        free(&mut arena, a);
+        assert!(arena.remove_idle(fence).is_empty(), "freed after the fence");
+        let gone = arena.remove_idle(u64::MAX);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(
+            (arena.reserved, arena.free_bytes, arena.segment_count()),
+            (0, 0, 0)
+        );
+        assert!(arena.take(Class::Small, 512, 512).is_none());
+    }
+}

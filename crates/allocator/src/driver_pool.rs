@@ -1,0 +1,208 @@
+//! The driver-pool backend: `cuMemAllocAsync` / `cuMemFreeAsync` on the
+//! device's default pool. The driver caches and orders; this file tracks live
+//! allocations (for `free_for_stream` and statistics) and turns other streams'
+//! uses and dependencies into `cuStreamWaitEvent` before the free.
+
+use crate::error::{Error, Result};
+use crate::shared::{PoolHandle, PoolLive, Shared, Slot, SlotState, check, is_oom};
+use driver::Context;
+use driver::sys::{CUdeviceptr, CUmemPool_attribute, CUmemoryPool};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// The device's default pool, with its release threshold set.
+pub(crate) fn open_pool(ctx: &Arc<Context>, release_threshold: u64) -> Result<PoolHandle> {
+    if !ctx.info().memory_pools_supported {
+        return Err(Error::PoolsUnsupported);
+    }
+    ctx.bind()?;
+    let table = ctx.driver();
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: writes one pool handle through a valid local; the device is the
+    // context's; the context is current.
+    check(table, unsafe {
+        (table.cuDeviceGetDefaultMemPool)(&mut pool, ctx.device())
+    })?;
+    let mut threshold = release_threshold;
+    // SAFETY: RELEASE_THRESHOLD takes a cuuint64_t, passed by a valid pointer.
+    check(table, unsafe {
+        (table.cuMemPoolSetAttribute)(
+            pool,
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast::<c_void>(),
+        )
+    })?;
+    Ok(PoolHandle(pool))
+}
+
+impl Shared {
+    fn pool(&self) -> CUmemoryPool {
+        self.pool.map(|p| p.0).unwrap_or(std::ptr::null_mut())
+    }
+
+    /// One of the pool's byte attributes (`cuuint64_t`), 0 when unreadable.
+    pub(crate) fn pool_attribute(&self, attribute: CUmemPool_attribute) -> usize {
+        if self.ctx.bind().is_err() {
+            return 0;
+        }
+        let table = self.ctx.driver();
+        let mut value = 0u64;
+        // SAFETY: these attributes are cuuint64_t, written through a valid pointer.
+        let code = unsafe {
+            (table.cuMemPoolGetAttribute)(
+                self.pool(),
+                attribute,
+                (&mut value as *mut u64).cast::<c_void>(),
+            )
+        };
+        if check(table, code).is_err() {
+            return 0;
+        }
+        usize::try_from(value).unwrap_or(usize::MAX)
+    }
+
+    /// Reset the pool's high watermarks (CUDA resets them when set to 0).
+    pub(crate) fn reset_pool_peaks(&self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        let table = self.ctx.driver();
+        for attribute in [
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+        ] {
+            let mut zero = 0u64;
+            // SAFETY: a cuuint64_t passed by a valid pointer.
+            let code = unsafe {
+                (table.cuMemPoolSetAttribute)(
+                    self.pool(),
+                    attribute,
+                    (&mut zero as *mut u64).cast::<c_void>(),
+                )
+            };
+            let _ = check(table, code);
+        }
+    }
+
+    fn alloc_async(&self, slot: &Slot, bytes: usize) -> Result<CUdeviceptr> {
+        self.ctx.bind()?;
+        let table = self.ctx.driver();
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: writes one device pointer through a valid local; the stream
+        // is live (the slot holds it); the context is current.
+        check(table, unsafe {
+            (table.cuMemAllocAsync)(&mut ptr, bytes, slot.stream.as_raw())
+        })?;
+        self.counters.driver_allocs.fetch_add(1, Ordering::Relaxed);
+        Ok(ptr)
+    }
+
+    /// `cuMemAllocAsync` on `slot`'s stream, recovering once from out-of-memory.
+    pub(crate) fn pool_allocate(&self, slot: &Slot, bytes: usize) -> Result<(u64, u64)> {
+        let ptr = match self.alloc_async(slot, bytes) {
+            Ok(ptr) => ptr,
+            Err(err) if is_oom(&err) => {
+                // Frees still queued on other streams hold pool memory: let
+                // them complete, give the pool's unused memory back, retry.
+                self.pool_release(true, 0)?;
+                self.counters.oom_recoveries.fetch_add(1, Ordering::Relaxed);
+                match self.alloc_async(slot, bytes) {
+                    Ok(ptr) => ptr,
+                    Err(err) if is_oom(&err) => {
+                        return Err(Error::OutOfMemory {
+                            requested: bytes,
+                            reserved: self.pool_attribute(
+                                CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                            ),
+                            free: self.free_device_memory(),
+                        });
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+            Err(err) => return Err(err),
+        };
+        let mut st = slot.lock();
+        st.next_pool_id += 1;
+        let id = st.next_pool_id;
+        st.pool_live.insert(
+            ptr,
+            PoolLive {
+                id,
+                size: bytes,
+                uses: Vec::new(),
+            },
+        );
+        st.counts.add(bytes, bytes);
+        self.counters.allocated(bytes);
+        Ok((ptr, id))
+    }
+
+    /// Free `ptr` (id `id`) stream-ordered on `slot`'s stream, after its other
+    /// streams' uses and the stream's unfinished dependencies. A dead handle is
+    /// a no-op.
+    pub(crate) fn pool_free(&self, slot: &Slot, st: &mut SlotState, ptr: u64, id: u64) {
+        match st.pool_live.get(&ptr) {
+            Some(live) if live.id == id => {}
+            _ => return,
+        }
+        let Some(live) = st.pool_live.remove(&ptr) else {
+            return;
+        };
+        st.counts.sub(live.size, live.size);
+        self.counters.freed(live.size);
+        let Some(waits) = self.waits_for(&live.uses, &st.deps) else {
+            return; // leaked: no proof that the other streams are done
+        };
+        for wait in &waits {
+            if let Err(err) = slot.stream.wait_event(wait.event()) {
+                if !wait.done(true) {
+                    eprintln!(
+                        "cuda-streams-allocator: leaking {ptr:#x}: cannot order its free after \
+                         another stream's use ({err})"
+                    );
+                    return;
+                }
+            }
+        }
+        // The waits are enqueued; the pooled events can go back now.
+        drop(waits);
+        if let Err(err) = self.ctx.bind() {
+            eprintln!("cuda-streams-allocator: leaking {ptr:#x}: {err}");
+            return;
+        }
+        let table = self.ctx.driver();
+        // SAFETY: `ptr` came from cuMemAllocAsync and is freed once (its live
+        // record was just removed); the free is ordered after every use on
+        // this stream by stream order and after other streams' uses by the
+        // waits above.
+        match check(table, unsafe {
+            (table.cuMemFreeAsync)(ptr, slot.stream.as_raw())
+        }) {
+            Ok(()) => {
+                self.counters.driver_frees.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(err) => eprintln!("cuda-streams-allocator: freeing {ptr:#x}: {err}"),
+        }
+    }
+
+    /// Let queued frees complete (with `block`: synchronise every stream the
+    /// allocator knows) and trim the pool to `keep` bytes. Returns the bytes
+    /// the pool's reservation shrank by.
+    pub(crate) fn pool_release(&self, block: bool, keep: usize) -> Result<usize> {
+        if block {
+            for slot in self.all_slots() {
+                slot.stream.synchronize()?;
+            }
+        }
+        let before = self.pool_attribute(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        self.ctx.bind()?;
+        let table = self.ctx.driver();
+        // SAFETY: the default pool's handle; trimming only releases memory no
+        // allocation holds.
+        check(table, unsafe { (table.cuMemPoolTrimTo)(self.pool(), keep) })?;
+        let after = self.pool_attribute(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        Ok(before.saturating_sub(after))
+    }
+}

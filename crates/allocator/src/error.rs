@@ -1,0 +1,96 @@
+//! The allocator's error type.
+
+/// Everything the allocator can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A call into the safe driver layer (or a raw driver call) failed.
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    /// The event pool failed (an event could not be created).
+    #[error(transparent)]
+    Events(#[from] events::Error),
+    /// A request for zero bytes. Nothing was allocated and nothing changed.
+    #[error("allocation of 0 bytes on stream {stream}: ask for at least one byte")]
+    ZeroSize {
+        /// The stream's id.
+        stream: u64,
+    },
+    /// A request larger than the device's memory, or whose rounding overflows.
+    /// Nothing was allocated and nothing changed.
+    #[error(
+        "allocation of {requested} bytes on stream {stream} can never succeed: the device has {total} bytes in all"
+    )]
+    TooLarge {
+        /// The bytes asked for.
+        requested: usize,
+        /// The device's total memory.
+        total: usize,
+        /// The stream's id.
+        stream: u64,
+    },
+    /// The driver ran out of memory even after the allocator gave back every
+    /// cached block it could (waiting for the streams that still used them)
+    /// and retried. The allocator stays usable.
+    #[error(
+        "out of memory: allocation of {requested} bytes failed after releasing the cache; \
+         the allocator holds {reserved} bytes and the device reports {free} bytes free"
+    )]
+    OutOfMemory {
+        /// The bytes asked for.
+        requested: usize,
+        /// Bytes the allocator still holds from the driver (live allocations).
+        reserved: usize,
+        /// Free device memory as `cuMemGetInfo` reports it after the retry.
+        free: usize,
+    },
+    /// An allocation handle whose memory was already freed by
+    /// [`crate::StreamOrderedAllocator::free_for_stream`].
+    #[error(
+        "allocation {ptr:#x} on stream {stream} was freed by free_for_stream; the handle is dead"
+    )]
+    DeadAllocation {
+        /// The device address it had.
+        ptr: u64,
+        /// Its stream's id.
+        stream: u64,
+    },
+    /// A stream (or allocation) from another context or another allocator.
+    #[error("{what} belongs to context {found}, but the allocator belongs to context {expected}")]
+    ContextMismatch {
+        /// What does not match.
+        what: &'static str,
+        /// The allocator's context id.
+        expected: u64,
+        /// The object's context id.
+        found: u64,
+    },
+    /// An allocation handed to an allocator that did not make it.
+    #[error("allocation {ptr:#x} was made by another allocator")]
+    ForeignAllocation {
+        /// The allocation's device address.
+        ptr: u64,
+    },
+    /// `Backend::DriverPool` on a device without memory pools.
+    #[error("the device does not support memory pools (cuMemAllocAsync); use Backend::Caching")]
+    PoolsUnsupported,
+    /// A copy whose length does not match the allocation.
+    #[error("{operation}: the allocation holds {expected} bytes but the host slice holds {actual}")]
+    SizeMismatch {
+        /// The operation.
+        operation: &'static str,
+        /// The allocation's size in bytes.
+        expected: usize,
+        /// The slice's size in bytes.
+        actual: usize,
+    },
+}
+
+impl From<driver::sys::DriverError> for Error {
+    fn from(err: driver::sys::DriverError) -> Self {
+        Self::Driver(err.into())
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

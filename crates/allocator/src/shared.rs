@@ -1,0 +1,235 @@
+//! The allocator's shared state: per-stream slots, the shared cache of
+//! proven-free segments, counters, and the raw driver calls.
+
+use crate::arena::{Arena, Segment};
+use crate::config::Backend;
+use crate::dependency::{StreamDependency, Wait};
+use crate::error::{Error, Result};
+use crate::hash::{AddrHasher, AddrMap};
+use crate::size::Class;
+use crate::stats::{Counters, StreamCounts};
+use dashmap::DashMap;
+use driver::sys::{CUdeviceptr, CUmemoryPool, CUresult, DriverError};
+use driver::{Context, Stream};
+use events::{EventPool, PooledEvent};
+use std::collections::BTreeSet;
+use std::hash::BuildHasherDefault;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A freed block waiting for events.
+pub(crate) struct PendingFree {
+    pub(crate) ptr: u64,
+    pub(crate) waits: Vec<Wait>,
+}
+
+/// An event recorded on a stream that proves every free numbered below `seq`
+/// has been passed once it completes.
+pub(crate) struct Fence {
+    pub(crate) event: PooledEvent,
+    pub(crate) seq: u64,
+}
+
+/// A live driver-pool allocation.
+pub(crate) struct PoolLive {
+    pub(crate) id: u64,
+    pub(crate) size: usize,
+    pub(crate) uses: Vec<Arc<Stream>>,
+}
+
+/// What the allocator keeps per stream, under one lock.
+#[derive(Default)]
+pub(crate) struct SlotState {
+    pub(crate) arena: Arena,
+    pub(crate) pool_live: AddrMap<PoolLive>,
+    pub(crate) next_pool_id: u64,
+    pub(crate) pending: Vec<PendingFree>,
+    pub(crate) fence: Option<Fence>,
+    pub(crate) deps: Vec<StreamDependency>,
+    pub(crate) counts: StreamCounts,
+}
+
+/// One stream's entry. Holds the stream, so it lives as long as the allocator
+/// keeps blocks for it.
+pub(crate) struct Slot {
+    pub(crate) stream: Arc<Stream>,
+    state: Mutex<SlotState>,
+}
+
+impl Slot {
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SlotState> {
+        // The state is updated so that a panic cannot leave it half-changed
+        // in a way that frees memory twice; keep serving after one.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The default memory pool's handle.
+#[derive(Clone, Copy)]
+pub(crate) struct PoolHandle(pub(crate) CUmemoryPool);
+
+// SAFETY: a memory pool handle is an opaque driver object usable from any
+// thread; it is only passed to the (thread-safe) driver.
+unsafe impl Send for PoolHandle {}
+// SAFETY: as above; nothing is mutated through it on the Rust side.
+unsafe impl Sync for PoolHandle {}
+
+/// Everything behind a `StreamOrderedAllocator` and its `Allocation`s.
+pub(crate) struct Shared {
+    pub(crate) ctx: Arc<Context>,
+    pub(crate) backend: Backend,
+    pub(crate) total_memory: usize,
+    pub(crate) slots: DashMap<u64, Arc<Slot>, BuildHasherDefault<AddrHasher>>,
+    /// Fully free segments proven unused by any stream: `(class, size, base)`.
+    pub(crate) cache: Mutex<BTreeSet<(Class, usize, u64)>>,
+    pub(crate) events: Arc<EventPool>,
+    pub(crate) counters: Counters,
+    pub(crate) pool: Option<PoolHandle>,
+}
+
+/// Whether `err` is the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
+pub(crate) fn is_oom(err: &Error) -> bool {
+    matches!(err, Error::Driver(driver::Error::Driver(e)) if e.code() == CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// A raw driver status as this crate's error.
+pub(crate) fn check(table: &driver::sys::Driver, code: CUresult) -> Result<()> {
+    table
+        .check(code)
+        .map_err(|e: DriverError| Error::Driver(e.into()))
+}
+
+impl Shared {
+    /// The slot of `stream`, created on first use.
+    #[inline]
+    pub(crate) fn slot(&self, stream: &Arc<Stream>) -> Result<Arc<Slot>> {
+        if let Some(slot) = self.slots.get(&stream.id()) {
+            return Ok(Arc::clone(slot.value()));
+        }
+        self.check_stream(stream)?;
+        let slot = self.slots.entry(stream.id()).or_insert_with(|| {
+            Arc::new(Slot {
+                stream: Arc::clone(stream),
+                state: Mutex::default(),
+            })
+        });
+        Ok(Arc::clone(slot.value()))
+    }
+
+    /// The slot of `stream` if it has one.
+    pub(crate) fn existing_slot(&self, stream: &Stream) -> Option<Arc<Slot>> {
+        self.slots
+            .get(&stream.id())
+            .map(|slot| Arc::clone(slot.value()))
+    }
+
+    pub(crate) fn check_stream(&self, stream: &Stream) -> Result<()> {
+        let found = stream.context().id();
+        if found == self.ctx.id() {
+            Ok(())
+        } else {
+            Err(Error::ContextMismatch {
+                what: "the stream",
+                expected: self.ctx.id(),
+                found,
+            })
+        }
+    }
+
+    /// Every slot, collected so no map lock is held while slots are locked.
+    pub(crate) fn all_slots(&self) -> Vec<Arc<Slot>> {
+        self.slots.iter().map(|e| Arc::clone(e.value())).collect()
+    }
+
+    /// An event recorded now on `stream`.
+    pub(crate) fn record_on(&self, stream: &Stream) -> Result<PooledEvent> {
+        let event = self.events.acquire_event(false)?;
+        event.record(stream)?;
+        Ok(event)
+    }
+
+    /// Events proving that every use of a block on `uses`, and every
+    /// dependency of its home stream, is over. `None` when that cannot be
+    /// proven (the block must then never be reused).
+    pub(crate) fn waits_for(
+        &self,
+        uses: &[Arc<Stream>],
+        deps: &[StreamDependency],
+    ) -> Option<Vec<Wait>> {
+        let mut waits = Vec::new();
+        for stream in uses {
+            match self.record_on(stream) {
+                Ok(event) => waits.push(Wait::Use(event)),
+                // No event: wait for the stream itself instead.
+                Err(err) => {
+                    if let Err(sync) = stream.synchronize() {
+                        eprintln!(
+                            "cuda-streams-allocator: cannot prove stream {} is done with a block \
+                             ({err}; {sync}); the block is leaked rather than reused",
+                            stream.id()
+                        );
+                        return None;
+                    }
+                }
+            }
+        }
+        for dep in deps {
+            if !matches!(dep.event().query(), Ok(true)) {
+                waits.push(Wait::Dependency(dep.clone()));
+            }
+        }
+        Some(waits)
+    }
+
+    /// `cuMemAlloc` of one segment.
+    pub(crate) fn driver_alloc(&self, size: usize) -> Result<CUdeviceptr> {
+        self.ctx.bind()?;
+        let table = self.ctx.driver();
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: writes one device pointer through a valid local; the
+        // context is current (bound above).
+        check(table, unsafe { (table.cuMemAlloc)(&mut ptr, size) })?;
+        self.counters.reserved(size);
+        Ok(ptr)
+    }
+
+    /// `cuMemFree` of a segment that no stream can still be using.
+    pub(crate) fn driver_free(&self, segment: Segment) {
+        if let Err(err) = self.ctx.bind() {
+            eprintln!(
+                "cuda-streams-allocator: leaking segment {:#x}: {err}",
+                segment.base
+            );
+            return;
+        }
+        let table = self.ctx.driver();
+        // SAFETY: `base` came from cuMemAlloc in this context, is freed once
+        // (it has just left every list), and every stream that used it has
+        // been proven past its last use (a completed fence or an idle stream).
+        match check(table, unsafe { (table.cuMemFree)(segment.base) }) {
+            Ok(()) => self.counters.released(segment.size),
+            Err(err) => eprintln!(
+                "cuda-streams-allocator: freeing segment {:#x} of {} bytes: {err}",
+                segment.base, segment.size
+            ),
+        }
+    }
+
+    /// Free device memory now, for error messages.
+    pub(crate) fn free_device_memory(&self) -> usize {
+        self.ctx.memory_info().map(|(free, _)| free).unwrap_or(0)
+    }
+}
+
+impl Drop for Shared {
+    /// The last handle is gone (allocator and every allocation): give every
+    /// segment back. Each stream is synchronised first, because its last
+    /// frees may still be queued behind work that uses the memory.
+    fn drop(&mut self) {
+        if self.backend != Backend::Caching {
+            return;
+        }
+        // Blocks whose proof never came (leaked) keep their segments.
+        self.release_cache(true, 0);
+    }
+}

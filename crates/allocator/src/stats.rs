@@ -1,0 +1,164 @@
+//! Statistics: live atomics for the process-wide figures, snapshots for users.
+
+use crate::config::Backend;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// One stream's figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamStats {
+    /// The stream's id.
+    pub stream_id: u64,
+    /// Bytes of its live blocks (rounded sizes).
+    pub allocated_bytes: usize,
+    /// Bytes its live allocations asked for.
+    pub requested_bytes: usize,
+    /// Its live allocations.
+    pub live_allocations: usize,
+    /// Bytes of the segments it holds (caching backend; 0 for the driver pool).
+    pub reserved_bytes: usize,
+    /// Free bytes in those segments, reusable by this stream at once.
+    pub free_bytes: usize,
+    /// The largest free block in its lists.
+    pub largest_free: usize,
+    /// Segments it holds.
+    pub segments: usize,
+    /// Freed blocks waiting for events (other streams' uses, dependencies)
+    /// before they can be reused.
+    pub pending_frees: usize,
+    /// Allocations served from its own free lists.
+    pub cache_hits: u64,
+    /// Allocations that had to look further (shared cache, other streams, driver).
+    pub cache_misses: u64,
+    /// Dependencies registered with `add_stream_dependency`.
+    pub dependencies: usize,
+}
+
+/// A snapshot of the whole allocator.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct AllocatorStats {
+    /// The backend.
+    pub backend: Backend,
+    /// Bytes of live blocks (rounded sizes).
+    pub allocated_bytes: usize,
+    /// The most `allocated_bytes` has been (since construction or `reset_peaks`).
+    pub peak_allocated_bytes: usize,
+    /// Bytes live allocations asked for.
+    pub requested_bytes: usize,
+    /// Bytes held from the driver: segments (caching), or the pool's
+    /// reservation (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, driver pool).
+    pub reserved_bytes: usize,
+    /// The most `reserved_bytes` has been (`RESERVED_MEM_HIGH` for the pool).
+    pub peak_reserved_bytes: usize,
+    /// Reserved but not allocated.
+    pub cached_bytes: usize,
+    /// Segments held (caching backend).
+    pub segments: usize,
+    /// Fully free segments proven unused, waiting in the shared cache.
+    pub shared_cache_segments: usize,
+    /// The largest free block in any stream's lists or the shared cache.
+    pub largest_free_block: usize,
+    /// `1 - largest free block / free bytes` (0 when nothing is free): how
+    /// badly free memory is scattered.
+    pub fragmentation: f64,
+    /// Live allocations.
+    pub live_allocations: usize,
+    /// `cuMemAlloc` / `cuMemAllocAsync` calls.
+    pub driver_alloc_calls: u64,
+    /// `cuMemFree` / `cuMemFreeAsync` calls.
+    pub driver_free_calls: u64,
+    /// Allocations served from the stream's own free lists (caching backend).
+    pub cache_hits: u64,
+    /// Allocations that were not.
+    pub cache_misses: u64,
+    /// Segments handed from one stream to the shared cache after an event or
+    /// an idle stream proved the old stream had passed their frees.
+    pub cross_stream_handoffs: u64,
+    /// Out-of-memory failures recovered from by releasing the cache and retrying.
+    pub oom_recoveries: u64,
+    /// Per stream, by stream id.
+    pub per_stream: Vec<StreamStats>,
+}
+
+/// The process-wide figures, updated without locks.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) allocated: AtomicUsize,
+    pub(crate) peak_allocated: AtomicUsize,
+    pub(crate) reserved: AtomicUsize,
+    pub(crate) peak_reserved: AtomicUsize,
+    pub(crate) driver_allocs: AtomicU64,
+    pub(crate) driver_frees: AtomicU64,
+    pub(crate) handoffs: AtomicU64,
+    pub(crate) oom_recoveries: AtomicU64,
+}
+
+fn raise(peak: &AtomicUsize, now: usize) {
+    if now > peak.load(Ordering::Relaxed) {
+        peak.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+impl Counters {
+    /// Only the allocated total is process-wide (its peak needs it); request
+    /// sizes and counts are summed from the streams when asked for.
+    #[inline]
+    pub(crate) fn allocated(&self, bytes: usize) {
+        let now = self.allocated.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        raise(&self.peak_allocated, now);
+    }
+
+    #[inline]
+    pub(crate) fn freed(&self, bytes: usize) {
+        self.allocated.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn reserved(&self, bytes: usize) {
+        let now = self.reserved.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        raise(&self.peak_reserved, now);
+        self.driver_allocs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn released(&self, bytes: usize) {
+        self.reserved.fetch_sub(bytes, Ordering::Relaxed);
+        self.driver_frees.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn reset_peaks(&self) {
+        self.peak_allocated
+            .store(self.allocated.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.peak_reserved
+            .store(self.reserved.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// One stream's running figures, kept under its lock.
+#[derive(Default)]
+pub(crate) struct StreamCounts {
+    pub(crate) allocated: usize,
+    pub(crate) requested: usize,
+    pub(crate) live: usize,
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+}
+
+impl StreamCounts {
+    #[inline]
+    pub(crate) fn add(&mut self, bytes: usize, requested: usize) {
+        self.allocated += bytes;
+        self.requested += requested;
+        self.live += 1;
+    }
+
+    #[inline]
+    pub(crate) fn sub(&mut self, bytes: usize, requested: usize) {
+        self.allocated -= bytes;
+        self.requested -= requested;
+        self.live -= 1;
+    }
+}

@@ -1,0 +1,124 @@
+//! Helpers shared by the allocator's integration tests: the context, both
+//! backends, the spin and fill kernels, raw copies, and a small xorshift.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use cuda_streams_allocator::driver::sys::CUdeviceptr;
+use cuda_streams_allocator::driver::{
+    Context, DeviceBuffer, Kernel, KernelArg, LaunchConfig, Module, Stream,
+};
+use cuda_streams_allocator::{Allocation, Backend};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) fn ctx() -> Arc<Context> {
+    Context::new(0).expect("a context on device 0")
+}
+
+/// Both backends (the driver pool only where the device supports pools).
+pub(crate) fn backends(ctx: &Context) -> Vec<Backend> {
+    let mut out = vec![Backend::Caching];
+    if ctx.info().memory_pools_supported {
+        out.push(Backend::driver_pool());
+    } else {
+        eprintln!("the device has no memory pools: Backend::DriverPool not tested");
+    }
+    out
+}
+
+/// True (and prints why) when the test needs the software driver.
+pub(crate) fn skip_on_gpu(ctx: &Context, why: &str) -> bool {
+    if ctx.is_gpu() {
+        eprintln!("skipped on the GPU: {why}");
+        true
+    } else {
+        false
+    }
+}
+
+pub(crate) struct Kernels {
+    spin: Kernel,
+    fill: Kernel,
+}
+
+impl Kernels {
+    pub(crate) fn load(ctx: &Arc<Context>) -> Self {
+        let timing = Module::load(ctx, kernels::TIMING.fatbin()).expect("timing module");
+        let elementwise =
+            Module::load(ctx, kernels::ELEMENTWISE.fatbin()).expect("elementwise module");
+        Self {
+            spin: timing.function("spin").expect("spin"),
+            fill: elementwise.function("fill_u32").expect("fill_u32"),
+        }
+    }
+
+    /// Keep `stream` busy for `time`.
+    pub(crate) fn spin(&self, stream: &Stream, time: Duration) {
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        stream
+            .launch(&self.spin, cfg, &[(time.as_nanos() as u64).into()])
+            .expect("spin launch");
+    }
+
+    /// Fill `allocation` (whole u32 words) with `value` on `stream`.
+    pub(crate) fn fill(&self, stream: &Stream, allocation: &Allocation, value: u32) {
+        let n = (allocation.size() / 4) as u64;
+        let ptr = allocation.device_ptr().expect("live allocation");
+        // SAFETY: the kernel runs on `stream`, which is the allocation's home
+        // stream or one declared with record_stream in these tests, so the
+        // memory stays allocated until the kernel has run.
+        let out = unsafe { KernelArg::raw_pointer(ptr) };
+        stream
+            .launch(
+                &self.fill,
+                LaunchConfig::for_num_elems(n as u32),
+                &[n.into(), value.into(), out],
+            )
+            .expect("fill launch");
+    }
+}
+
+/// Enqueue a copy of `allocation` into `dst` on `stream`.
+pub(crate) fn copy_out(stream: &Stream, allocation: &Allocation, dst: &DeviceBuffer<u32>) {
+    assert_eq!(dst.size_in_bytes(), allocation.size());
+    let ctx = stream.context();
+    ctx.bind().unwrap();
+    let src: CUdeviceptr = allocation.device_ptr().expect("live allocation");
+    // SAFETY: both regions hold `size` bytes; `dst` is a cuMemAlloc buffer the
+    // test keeps until it has synchronised `stream`; the allocation is freed
+    // in order on its home stream after this copy, or its use on `stream` is
+    // declared with record_stream.
+    let code = unsafe {
+        (ctx.driver().cuMemcpyDtoDAsync)(
+            dst.as_device_ptr(),
+            src,
+            allocation.size(),
+            stream.as_raw(),
+        )
+    };
+    assert_eq!(
+        code,
+        cuda_streams_allocator::driver::sys::CUresult::CUDA_SUCCESS
+    );
+}
+
+/// A small xorshift64 for test data (never all zeros).
+pub(crate) struct XorShift(pub(crate) u64);
+
+impl XorShift {
+    pub(crate) fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
