@@ -29,6 +29,13 @@ while [ $# -gt 0 ]; do
   shift
 done
 mkdir -p "$logs"
+# The binaries travel compressed (the device tool carries at most 64 MiB).
+if [ -f "$here/payload.tar.xz" ]; then
+  unpacked="${TMPDIR:-/tmp}/cuda-streams-bundle"
+  rm -rf "$unpacked" && mkdir -p "$unpacked"
+  tar -xJf "$here/payload.tar.xz" -C "$unpacked" || { echo "run.sh: cannot unpack the payload" >&2; exit 2; }
+  here="$unpacked"
+fi
 export CUDA_STREAMS_DRIVER=cuda
 export PATH="/usr/local/cuda/bin:$PATH"
 summary="$logs/summary.txt"
