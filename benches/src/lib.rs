@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 /// The median time of one call of `f`, in nanoseconds, over `samples` batches
 /// of `batch` calls each (batches amortise the clock read for fast calls).
 pub fn median_ns(samples: usize, batch: usize, mut f: impl FnMut()) -> f64 {
-    assert!(samples > 0 && batch > 0, "median_ns needs samples and batch > 0");
+    assert!(
+        samples > 0 && batch > 0,
+        "median_ns needs samples and batch > 0"
+    );
     // Warm up: first calls pay for lazy initialisation and cold caches.
     for _ in 0..batch.min(1000) {
         f();

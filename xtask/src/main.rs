@@ -3,6 +3,7 @@
 //! One binary, no async runtime and no CLI framework: the commands are few and
 //! their arguments simple, so a `match` over `std::env::args` is all we need.
 
+mod bench_report;
 mod build_kernels;
 mod cuda_toolchain;
 mod gen_bindings;
@@ -23,6 +24,11 @@ Commands:
   build-kernels [--check]  compile kernels/*.cu with nvcc 13.0 into kernels/*.fatbin
                            (SASS sm_80..sm_120, PTX compute_80); --check rebuilds
                            and fails naming each committed image that is stale
+  bench-report [--from LOG_DIR] [--out PATH]
+                           write docs/benchmarks.md from the benches' RATIO and FIGURE
+                           lines: from LOG_DIR/bench-*.log and gpu.txt as
+                           target/gpu-bundle/run.sh writes them, or (no --from) by
+                           running `cargo bench -p cuda-streams-benches` here
   help                     print this text
 
 The CUDA 13.0 headers come from NVIDIA's Python wheels, installed on first use
@@ -43,6 +49,7 @@ fn main() -> ExitCode {
     let result = match command {
         "bindgen" => gen_bindings::run(check),
         "build-kernels" => build_kernels::run(check),
+        "bench-report" => bench_report::run(rest),
         "gpu-bundle" => gpu_bundle::run_bundle(!rest.iter().any(|a| a == "--no-bench")),
         "help" | "--help" | "-h" => {
             print!("{HELP}");

@@ -19,7 +19,9 @@ pub(crate) fn run() -> Result<(), String> {
         }
     };
     if choice == DriverChoice::Auto && loaded.kind == DriverKind::Soft {
-        println!("No GPU answered (libcuda.so.1 did not load or found no device); using the software driver.");
+        println!(
+            "No GPU answered (libcuda.so.1 did not load or found no device); using the software driver."
+        );
     }
     print(&loaded).map_err(|e| e.to_string())
 }
@@ -46,7 +48,11 @@ fn print(loaded: &LoadedDriver) -> Result<(), sys::DriverError> {
 
 /// # Safety
 /// `device` must be a device handle from `cuDeviceGet` on this driver.
-unsafe fn print_device(loaded: &LoadedDriver, ordinal: i32, device: CUdevice) -> Result<(), sys::DriverError> {
+unsafe fn print_device(
+    loaded: &LoadedDriver,
+    ordinal: i32,
+    device: CUdevice,
+) -> Result<(), sys::DriverError> {
     let d = loaded.table;
     let attribute = |attribute: CUdevice_attribute| -> Result<i32, sys::DriverError> {
         let mut value = 0;
@@ -58,7 +64,9 @@ unsafe fn print_device(loaded: &LoadedDriver, ordinal: i32, device: CUdevice) ->
     // SAFETY: the buffer holds 256 bytes and the length passed says so.
     d.check(unsafe { (d.cuDeviceGetName)(name.as_mut_ptr(), name.len() as i32, device) })?;
     // SAFETY: cuDeviceGetName writes a NUL-terminated string within the buffer.
-    let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
     let mut total = 0usize;
     // SAFETY: an out-pointer to one size_t.
     d.check(unsafe { (d.cuDeviceTotalMem)(&mut total, device) })?;
@@ -87,11 +95,28 @@ unsafe fn print_device(loaded: &LoadedDriver, ordinal: i32, device: CUdevice) ->
     println!("device {ordinal}:        {name}");
     println!("  compute capability: {major}.{minor}");
     println!("  multiprocessors:    {sms}");
-    println!("  memory:             {:.1} GiB ({total} bytes)", total as f64 / (1u64 << 30) as f64);
+    println!(
+        "  memory:             {:.1} GiB ({total} bytes)",
+        total as f64 / (1u64 << 30) as f64
+    );
     println!("  async copy engines: {engines}");
     println!("  stream priorities:  {least} (least) to {greatest} (greatest)");
-    println!("  memory pools:       {}", if pools != 0 { "supported" } else { "not supported" });
-    println!("  managed memory:     {}", if managed != 0 { "concurrent access" } else { "no concurrent access" });
+    println!(
+        "  memory pools:       {}",
+        if pools != 0 {
+            "supported"
+        } else {
+            "not supported"
+        }
+    );
+    println!(
+        "  managed memory:     {}",
+        if managed != 0 {
+            "concurrent access"
+        } else {
+            "no concurrent access"
+        }
+    );
     if loaded.kind == DriverKind::Soft {
         println!(
             "  (software driver: device memory is host memory, capped at the capacity above; \
@@ -100,4 +125,3 @@ unsafe fn print_device(loaded: &LoadedDriver, ordinal: i32, device: CUdevice) ->
     }
     Ok(())
 }
-

@@ -1,0 +1,34 @@
+//! The commonly used types of every enabled module: `use cuda_streams::prelude::*;`.
+//!
+//! Error types are left out (each crate has its own `Error`); use
+//! `Box<dyn std::error::Error>` or the module's `Error` by path.
+
+pub use driver::{
+    Context, DeviceBuffer, DriverKind, Event, Kernel, KernelArg, LaunchConfig, Module,
+    PinnedBuffer, Stream, StreamPriority, UnifiedBuffer,
+};
+
+#[cfg(feature = "pool")]
+pub use pool::{
+    AllocationStrategy, ExclusiveStream, MultiStreamCoordinator, StreamPool, StreamPurpose,
+    WorkloadType,
+};
+
+#[cfg(feature = "events")]
+pub use events::{
+    AsyncEventWaiter, CrossStreamBarrier, EventPool, EventPriority, OperationCoordinator,
+    OperationId, OperationType, PooledEvent,
+};
+
+#[cfg(feature = "allocator")]
+pub use allocator::{Allocation, Backend, StreamOrderedAllocator};
+
+#[cfg(feature = "profiler")]
+pub use profiler::{ComprehensiveReport, StreamProfiler};
+
+#[cfg(feature = "pipeline")]
+pub use pipeline::{
+    ArraySpec, AsyncCoordinator, BatchUploader, GpuPipelineStage, GpuTripleBuffer,
+    ManagedGpuContext, PipelineStageManager, PlannerConfig, StageArg, StepConfig, Telemetry,
+    plan_transfers,
+};

@@ -1,0 +1,76 @@
+//! Runs every example of this crate and checks that it succeeds.
+//!
+//! `cargo test` builds the examples but never runs them; this test does, from
+//! where cargo put them (`target/<profile>/examples/`, next to this test's
+//! `deps/` directory), each in a temporary working directory. The examples
+//! need every feature (`required-features`), so this test does too.
+#![cfg(all(
+    feature = "pool",
+    feature = "events",
+    feature = "allocator",
+    feature = "profiler",
+    feature = "pipeline",
+    feature = "kernels"
+))]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Every `[[example]]` of Cargo.toml.
+const EXAMPLES: &[&str] = &[
+    "stream_pool",
+    "event_coordination",
+    "allocator",
+    "triple_buffer",
+    "stage_manager",
+    "managed_context",
+    "batch_planner",
+    "profiler",
+];
+
+/// The directory cargo builds the examples into, if this test runs from
+/// cargo's layout (`target/<profile>/deps/examples-<hash>`).
+fn examples_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    (deps.file_name()? == "deps").then(|| deps.parent().unwrap().join("examples"))
+}
+
+fn executable(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+}
+
+#[test]
+fn every_example_runs() {
+    let Some(dir) = examples_dir() else {
+        // A copied test binary (e.g. in the GPU bundle) has no examples beside it.
+        println!(
+            "skipped: not in cargo's target layout, so the examples were not built beside this test"
+        );
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("cuda-streams-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let mut failures = Vec::new();
+    for name in EXAMPLES {
+        let path = executable(&dir, name);
+        assert!(
+            path.is_file(),
+            "example `{name}` is not built at {} (cargo test builds examples; \
+             with a `--test` filter run `cargo build -p cuda-streams --examples` first)",
+            path.display()
+        );
+        let output = Command::new(&path)
+            .current_dir(&work)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+        println!("--- {name}: {}", output.status);
+        print!("{}", String::from_utf8_lossy(&output.stdout));
+        if !output.status.success() {
+            eprint!("{}", String::from_utf8_lossy(&output.stderr));
+            failures.push(format!("{name} ({})", output.status));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(failures.is_empty(), "examples failed: {failures:?}");
+}
