@@ -61,10 +61,11 @@ if [ "$run_tests" = 1 ]; then
     name="$(basename "$t")"
     echo "$name" | grep -Eq -- "$only" || continue
     log="$logs/test-$name.log"
+    # A hung binary must not eat the whole GPU session: each gets a time limit.
     if [ -n "$sanitize" ]; then
-      cmd=(compute-sanitizer --tool "$sanitize" --error-exitcode 97 --print-limit 100 "$t")
+      cmd=(timeout -s KILL "${TEST_TIMEOUT:-300}" compute-sanitizer --tool "$sanitize" --error-exitcode 97 --print-limit 100 "$t")
     else
-      cmd=("$t")
+      cmd=(timeout -s KILL "${TEST_TIMEOUT:-120}" "$t")
     fi
     start=$(date +%s%N)
     "${cmd[@]}" > "$log" 2>&1
