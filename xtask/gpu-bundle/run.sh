@@ -3,7 +3,9 @@
 # benches and the CLI, run on the real driver (CUDA_STREAMS_DRIVER=cuda).
 #
 # usage: bash target/gpu-bundle/run.sh LOG_DIR [options]
-#   --sanitize[=TOOL]   run the test binaries under compute-sanitizer (default memcheck)
+#   --sanitize[=TOOL]   run the test binaries under compute-sanitizer (default memcheck);
+#                       API errors are not reported, since tests provoke them on purpose
+#                       (out of memory, zero sizes, unknown kernels)
 #   --only REGEX        only the test/bench binaries whose name matches
 #   --no-tests          skip the test binaries
 #   --no-bench          skip the benches
@@ -63,7 +65,7 @@ if [ "$run_tests" = 1 ]; then
     log="$logs/test-$name.log"
     # A hung binary must not eat the whole GPU session: each gets a time limit.
     if [ -n "$sanitize" ]; then
-      cmd=(timeout -s KILL "${TEST_TIMEOUT:-300}" compute-sanitizer --tool "$sanitize" --error-exitcode 97 --print-limit 100 "$t")
+      cmd=(timeout -s KILL "${TEST_TIMEOUT:-300}" compute-sanitizer --tool "$sanitize" --report-api-errors no --error-exitcode 97 --print-limit 100 "$t")
     else
       cmd=(timeout -s KILL "${TEST_TIMEOUT:-120}" "$t")
     fi

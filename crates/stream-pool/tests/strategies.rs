@@ -13,8 +13,21 @@ use support::{ctx, ids, spin, spin_kernel};
 /// Long enough that every check below runs while the stream is still busy.
 const BUSY: Duration = Duration::from_millis(600);
 
+/// The tests in this file run one at a time. On a GPU, a neighbouring test's
+/// stream or module teardown can hold the calling thread inside the driver
+/// until the whole device is idle, which would let our "busy" spin kernels
+/// finish before the strategy looks at them.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn priorities_are_read_back_from_the_driver() {
+    let _serial = serial();
     let ctx = ctx();
     let range = ctx.priority_range();
     let pool = StreamPool::new(&ctx, 8).unwrap();
@@ -62,6 +75,7 @@ fn priorities_are_read_back_from_the_driver() {
 
 #[test]
 fn a_pool_of_zero_streams_and_a_bad_split_are_errors() {
+    let _serial = serial();
     let ctx = ctx();
     let err = StreamPool::new(&ctx, 0).unwrap_err();
     assert!(matches!(err, Error::EmptyPool), "{err}");
@@ -82,6 +96,7 @@ fn a_pool_of_zero_streams_and_a_bad_split_are_errors() {
 
 #[test]
 fn round_robin_hands_out_every_stream_in_turn() {
+    let _serial = serial();
     let ctx = ctx();
     let pool = StreamPool::new(&ctx, 5).unwrap();
     let order = ids(pool.streams());
@@ -100,6 +115,7 @@ fn round_robin_hands_out_every_stream_in_turn() {
 
 #[test]
 fn round_robin_is_exact_under_many_threads() {
+    let _serial = serial();
     let ctx = ctx();
     let pool = StreamPool::new(&ctx, 8).unwrap();
     const THREADS: usize = 8;
@@ -134,6 +150,7 @@ fn round_robin_is_exact_under_many_threads() {
 
 #[test]
 fn workload_strategy_routes_by_type_to_the_documented_classes() {
+    let _serial = serial();
     let ctx = ctx();
     let pool = StreamPool::new_with_strategy(&ctx, 8, AllocationStrategy::Workload).unwrap();
     let class_ids = |class| ids(&pool.priority_streams(class));
@@ -175,6 +192,7 @@ fn workload_strategy_routes_by_type_to_the_documented_classes() {
 
 #[test]
 fn purposes_get_fixed_distinct_streams_of_their_class() {
+    let _serial = serial();
     let ctx = ctx();
     let pool = StreamPool::new(&ctx, 8).unwrap();
     let first: Vec<u64> = StreamPurpose::ALL
@@ -210,6 +228,7 @@ fn purposes_get_fixed_distinct_streams_of_their_class() {
 
 #[test]
 fn load_balanced_avoids_streams_busy_with_a_spin_kernel() {
+    let _serial = serial();
     let ctx = ctx();
     let spinner = spin_kernel(&ctx);
     let pool = StreamPool::new_with_strategy(&ctx, 4, AllocationStrategy::LoadBalanced).unwrap();
@@ -251,6 +270,7 @@ fn load_balanced_avoids_streams_busy_with_a_spin_kernel() {
 
 #[test]
 fn priority_strategy_prefers_the_most_urgent_idle_class() {
+    let _serial = serial();
     let ctx = ctx();
     let spinner = spin_kernel(&ctx);
     let split = ClassSplit {
@@ -298,6 +318,7 @@ fn priority_strategy_prefers_the_most_urgent_idle_class() {
 
 #[test]
 fn exclusive_streams_are_never_shared() {
+    let _serial = serial();
     let ctx = ctx();
     let pool = StreamPool::new(&ctx, 4).unwrap();
     let shared: HashSet<u64> = ids(pool.streams()).into_iter().collect();
@@ -327,6 +348,7 @@ fn exclusive_streams_are_never_shared() {
 
 #[test]
 fn exclusive_holders_never_overlap_across_threads() {
+    let _serial = serial();
     let ctx = ctx();
     let pool = StreamPool::new(&ctx, 2).unwrap();
     let in_use = std::sync::Mutex::new(HashSet::new());
@@ -347,6 +369,7 @@ fn exclusive_holders_never_overlap_across_threads() {
 
 #[test]
 fn metrics_sum_the_driver_layers_counters() {
+    let _serial = serial();
     let ctx = ctx();
     let spinner = spin_kernel(&ctx);
     let pool = StreamPool::new(&ctx, 3).unwrap();
