@@ -4,10 +4,11 @@ mod support;
 
 use cuda_streams_stream_pool::StreamPool;
 use std::time::{Duration, Instant};
-use support::{HANG, ctx, spin, spin_kernel};
+use support::{HANG, ctx, serial, spin, spin_kernel};
 
 #[test]
 fn wait_for_any_ready_returns_the_idle_stream_while_the_others_spin() {
+    let _serial = serial();
     let ctx = ctx();
     let spinner = spin_kernel(&ctx);
     let pool = StreamPool::new(&ctx, 4).unwrap();
@@ -38,6 +39,7 @@ fn wait_for_any_ready_returns_the_idle_stream_while_the_others_spin() {
 
 #[test]
 fn wait_for_any_ready_gives_none_at_its_timeout_then_some_when_work_ends() {
+    let _serial = serial();
     let ctx = ctx();
     let spinner = spin_kernel(&ctx);
     let pool = StreamPool::new(&ctx, 3).unwrap();
@@ -91,6 +93,7 @@ fn thread_cpu_time() -> Option<Duration> {
 #[cfg(target_os = "linux")]
 #[test]
 fn waiting_does_not_hold_a_core() {
+    let _serial = serial();
     let ctx = ctx();
     let spinner = spin_kernel(&ctx);
     let pool = StreamPool::new(&ctx, 2).unwrap();

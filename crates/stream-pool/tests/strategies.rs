@@ -8,22 +8,10 @@ use cuda_streams_stream_pool::{
 };
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
-use support::{ctx, ids, spin, spin_kernel};
+use support::{ctx, ids, serial, spin, spin_kernel};
 
 /// Long enough that every check below runs while the stream is still busy.
 const BUSY: Duration = Duration::from_millis(600);
-
-/// The tests in this file run one at a time. On a GPU, a neighbouring test's
-/// stream or module teardown can hold the calling thread inside the driver
-/// until the whole device is idle, which would let our "busy" spin kernels
-/// finish before the strategy looks at them.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 #[test]
 fn priorities_are_read_back_from_the_driver() {

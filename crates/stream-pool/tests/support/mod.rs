@@ -11,6 +11,17 @@ use std::time::Duration;
 /// Long enough that a hang fails instead of stalling the run.
 pub(crate) const HANG: Duration = Duration::from_secs(30);
 
+/// Serialises the tests of a file that asserts which streams are busy. On a
+/// GPU, a neighbouring test's stream or module teardown can hold the calling
+/// thread inside the driver until the whole device is idle, which would let
+/// "busy" spin kernels finish before the pool looks at them.
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The selected driver's device 0 (`CUDA_STREAMS_DRIVER`).
 pub(crate) fn ctx() -> Arc<Context> {
     Context::new(0).expect("a context on device 0")
