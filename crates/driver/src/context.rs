@@ -292,6 +292,34 @@ impl Context {
     pub(crate) fn check(&self, code: CUresult) -> Result<()> {
         self.driver.table.check(code).map_err(Error::from)
     }
+
+    /// A query's code (`cuStreamQuery`, `cuEventQuery`): `NOT_READY` is `false`.
+    pub(crate) fn check_ready(&self, code: CUresult) -> Result<bool> {
+        match self.driver.table.check(code) {
+            Ok(()) => Ok(true),
+            Err(err) if err.is_not_ready() => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// For a destructor, which has nowhere to return an error: bind, then make
+    /// the driver call `release` that frees `what` ("event 0x..."), printing a
+    /// failure of either on stderr (`doing` names the call: "destroying").
+    /// When binding fails nothing is called and `what` is leaked.
+    pub(crate) fn release_in_drop(
+        &self,
+        what: fmt::Arguments<'_>,
+        doing: &str,
+        release: impl FnOnce(&Driver) -> CUresult,
+    ) {
+        if let Err(err) = self.bind() {
+            eprintln!("cuda-streams: leaking {what}: {err}");
+            return;
+        }
+        if let Err(err) = self.check(release(self.driver())) {
+            eprintln!("cuda-streams: {doing} {what}: {err}");
+        }
+    }
 }
 
 impl Drop for Context {

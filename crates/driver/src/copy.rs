@@ -5,6 +5,7 @@
 //! synchronous form (enqueue, then wait for that copy) and an `unsafe`
 //! asynchronous form whose contract is written beside it.
 
+use crate::enqueue::{Use, Work};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::memory::{DeviceCopy, DeviceMemory, HostMemory, UnifiedBuffer};
@@ -35,26 +36,25 @@ impl Stream {
         D: DeviceMemory<T> + ?Sized,
         H: HostMemory<T> + ?Sized,
     {
-        const OP: &str = "copy_from_host_async";
-        check_len(OP, dst.device_len(), src.host_len())?;
+        check_len("copy_from_host_async", dst.device_len(), src.host_len())?;
         self.check_context_id("the host buffer", src.host_context_id())?;
-        self.context().bind()?;
-        dst.before_device_use(self)?;
         let bytes = dst.device_len() * std::mem::size_of::<T>();
-        // SAFETY: both regions hold `bytes` bytes and are tracked: they stay
-        // allocated (and the host side unwritten) until the stream passes the copy.
-        let code = unsafe {
-            (self.context().driver().cuMemcpyHtoDAsync)(
-                dst.device_ptr(),
-                src.host_ptr().cast::<c_void>(),
-                bytes,
-                self.as_raw(),
-            )
-        };
-        self.context().check(code)?;
-        self.counters.transfer(bytes);
-        let host = src.after_host_use(self, false);
-        dst.after_device_use(self, true).and(host)
+        let uses = [
+            Use::Device(dst.as_device_use(), true),
+            Use::Host(src.as_host_use(), false),
+        ];
+        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+            // SAFETY: both regions hold `bytes` bytes and are tracked: they stay
+            // allocated (and the host side unwritten) until the stream passes the copy.
+            unsafe {
+                (driver.cuMemcpyHtoDAsync)(
+                    dst.device_ptr(),
+                    src.host_ptr().cast::<c_void>(),
+                    bytes,
+                    stream,
+                )
+            }
+        })
     }
 
     /// Copy `src` (device) into `dst` (host) asynchronously. Reading or
@@ -65,26 +65,25 @@ impl Stream {
         H: HostMemory<T> + ?Sized,
         D: DeviceMemory<T> + ?Sized,
     {
-        const OP: &str = "copy_to_host_async";
-        check_len(OP, dst.host_len(), src.device_len())?;
+        check_len("copy_to_host_async", dst.host_len(), src.device_len())?;
         self.check_context_id("the host buffer", dst.host_context_id())?;
-        self.context().bind()?;
-        src.before_device_use(self)?;
         let bytes = src.device_len() * std::mem::size_of::<T>();
-        // SAFETY: both regions hold `bytes` bytes and are tracked: host access
-        // to `dst` waits for this copy, and `src` is freed only after it.
-        let code = unsafe {
-            (self.context().driver().cuMemcpyDtoHAsync)(
-                dst.host_ptr().cast::<c_void>(),
-                src.device_ptr(),
-                bytes,
-                self.as_raw(),
-            )
-        };
-        self.context().check(code)?;
-        self.counters.transfer(bytes);
-        let host = dst.after_host_use(self, true);
-        src.after_device_use(self, false).and(host)
+        let uses = [
+            Use::Device(src.as_device_use(), false),
+            Use::Host(dst.as_host_use(), true),
+        ];
+        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+            // SAFETY: both regions hold `bytes` bytes and are tracked: host access
+            // to `dst` waits for this copy, and `src` is freed only after it.
+            unsafe {
+                (driver.cuMemcpyDtoHAsync)(
+                    dst.host_ptr().cast::<c_void>(),
+                    src.device_ptr(),
+                    bytes,
+                    stream,
+                )
+            }
+        })
     }
 
     /// Copy `src` into `dst`, both device memory, asynchronously.
@@ -99,24 +98,16 @@ impl Stream {
             dst.device_len(),
             src.device_len(),
         )?;
-        self.context().bind()?;
-        dst.before_device_use(self)?;
-        src.before_device_use(self)?;
         let bytes = dst.device_len() * std::mem::size_of::<T>();
-        // SAFETY: both regions hold `bytes` bytes and are freed only after the
-        // stream passes this copy (tracked below).
-        let code = unsafe {
-            (self.context().driver().cuMemcpyDtoDAsync)(
-                dst.device_ptr(),
-                src.device_ptr(),
-                bytes,
-                self.as_raw(),
-            )
-        };
-        self.context().check(code)?;
-        self.counters.transfer(bytes);
-        let read = src.after_device_use(self, false);
-        dst.after_device_use(self, true).and(read)
+        let uses = [
+            Use::Device(dst.as_device_use(), true),
+            Use::Device(src.as_device_use(), false),
+        ];
+        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+            // SAFETY: both regions hold `bytes` bytes and are freed only after the
+            // stream passes this copy (tracked).
+            unsafe { (driver.cuMemcpyDtoDAsync)(dst.device_ptr(), src.device_ptr(), bytes, stream) }
+        })
     }
 
     /// Copy a plain host slice into `dst` and wait for that copy (not for
@@ -191,22 +182,20 @@ impl Stream {
         D: DeviceMemory<T> + ?Sized,
     {
         check_len("copy_from_host", dst.device_len(), src.len())?;
-        self.context().bind()?;
-        dst.before_device_use(self)?;
         let bytes = std::mem::size_of_val(src);
-        // SAFETY: `dst` holds `bytes` bytes and is tracked; `src` is the
-        // caller's contract.
-        let code = unsafe {
-            (self.context().driver().cuMemcpyHtoDAsync)(
-                dst.device_ptr(),
-                src.as_ptr().cast::<c_void>(),
-                bytes,
-                self.as_raw(),
-            )
-        };
-        self.context().check(code)?;
-        self.counters.transfer(bytes);
-        dst.after_device_use(self, true)
+        let uses = [Use::Device(dst.as_device_use(), true)];
+        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+            // SAFETY: `dst` holds `bytes` bytes and is tracked; `src` is the
+            // caller's contract.
+            unsafe {
+                (driver.cuMemcpyHtoDAsync)(
+                    dst.device_ptr(),
+                    src.as_ptr().cast::<c_void>(),
+                    bytes,
+                    stream,
+                )
+            }
+        })
     }
 
     /// Enqueue a copy from `src` into a plain host slice without waiting.
@@ -236,21 +225,14 @@ impl Stream {
         D: DeviceMemory<T> + ?Sized,
     {
         check_len("copy_to_host", dst_len, src.device_len())?;
-        self.context().bind()?;
-        src.before_device_use(self)?;
         let bytes = dst_len * std::mem::size_of::<T>();
-        // SAFETY: `src` holds `bytes` bytes and is tracked; `dst` is the caller's contract.
-        let code = unsafe {
-            (self.context().driver().cuMemcpyDtoHAsync)(
-                dst.cast::<c_void>(),
-                src.device_ptr(),
-                bytes,
-                self.as_raw(),
-            )
-        };
-        self.context().check(code)?;
-        self.counters.transfer(bytes);
-        src.after_device_use(self, false)
+        let uses = [Use::Device(src.as_device_use(), false)];
+        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+            // SAFETY: `src` holds `bytes` bytes and is tracked; `dst` is the caller's contract.
+            unsafe {
+                (driver.cuMemcpyDtoHAsync)(dst.cast::<c_void>(), src.device_ptr(), bytes, stream)
+            }
+        })
     }
 
     /// Set every byte of `dst` to `value`, asynchronously.
@@ -259,16 +241,12 @@ impl Stream {
         T: DeviceCopy,
         D: DeviceMemory<T> + ?Sized,
     {
-        self.context().bind()?;
-        dst.before_device_use(self)?;
         let bytes = dst.device_len() * std::mem::size_of::<T>();
-        // SAFETY: `dst` holds `bytes` bytes and is tracked.
-        let code = unsafe {
-            (self.context().driver().cuMemsetD8Async)(dst.device_ptr(), value, bytes, self.as_raw())
-        };
-        self.context().check(code)?;
-        self.counters.operation();
-        dst.after_device_use(self, true)
+        let uses = [Use::Device(dst.as_device_use(), true)];
+        self.enqueue_tracked(uses, Work::Operation, |driver, stream| {
+            // SAFETY: `dst` holds `bytes` bytes and is tracked.
+            unsafe { (driver.cuMemsetD8Async)(dst.device_ptr(), value, bytes, stream) }
+        })
     }
 
     /// Set every 32-bit word of `dst` to `value`, asynchronously. The size in
@@ -282,20 +260,11 @@ impl Stream {
         if bytes % 4 != 0 {
             return Err(Error::MisalignedMemset { bytes });
         }
-        self.context().bind()?;
-        dst.before_device_use(self)?;
-        // SAFETY: `dst` holds `bytes / 4` words and is tracked.
-        let code = unsafe {
-            (self.context().driver().cuMemsetD32Async)(
-                dst.device_ptr(),
-                value,
-                bytes / 4,
-                self.as_raw(),
-            )
-        };
-        self.context().check(code)?;
-        self.counters.operation();
-        dst.after_device_use(self, true)
+        let uses = [Use::Device(dst.as_device_use(), true)];
+        self.enqueue_tracked(uses, Work::Operation, |driver, stream| {
+            // SAFETY: `dst` holds `bytes / 4` words and is tracked.
+            unsafe { (driver.cuMemsetD32Async)(dst.device_ptr(), value, bytes / 4, stream) }
+        })
     }
 
     /// Migrate a unified buffer's pages to this stream's device ahead of use.
@@ -321,24 +290,15 @@ impl Stream {
         buffer: &UnifiedBuffer<T>,
         location: CUmemLocation,
     ) -> Result<()> {
-        use crate::memory::sealed::DeviceUse;
-        self.context().bind()?;
-        buffer.before_device_use(self)?;
         let bytes = buffer.size_in_bytes();
-        // SAFETY: the range is the whole managed allocation, tracked below so it
-        // is freed only after the prefetch.
-        let code = unsafe {
-            (self.context().driver().cuMemPrefetchAsync)(
-                buffer.as_device_ptr(),
-                bytes,
-                location,
-                0,
-                self.as_raw(),
-            )
-        };
-        self.context().check(code)?;
-        self.counters.transfer(bytes);
-        buffer.after_device_use(self, false)
+        let uses = [Use::Device(buffer, false)];
+        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+            // SAFETY: the range is the whole managed allocation, tracked so it is
+            // freed only after the prefetch.
+            unsafe {
+                (driver.cuMemPrefetchAsync)(buffer.as_device_ptr(), bytes, location, 0, stream)
+            }
+        })
     }
 
     /// Wait on the host for the work enqueued on this stream so far, with an
@@ -352,18 +312,6 @@ impl Stream {
         match waited {
             Ok(()) => Ok(()),
             Err(_) => self.synchronize(),
-        }
-    }
-
-    fn check_context_id(&self, what: &'static str, id: u64) -> Result<()> {
-        if id == self.context().id() {
-            Ok(())
-        } else {
-            Err(Error::ContextMismatch {
-                what,
-                expected: self.context().id(),
-                found: id,
-            })
         }
     }
 }

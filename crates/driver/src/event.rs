@@ -133,11 +133,7 @@ impl Event {
         self.ctx.bind()?;
         // SAFETY: the handle is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuEventQuery)(self.raw) };
-        match self.ctx.driver().check(code) {
-            Ok(()) => Ok(true),
-            Err(err) if err.is_not_ready() => Ok(false),
-            Err(err) => Err(err.into()),
-        }
+        self.ctx.check_ready(code)
     }
 
     /// Block the calling thread until the event completes.
@@ -198,17 +194,13 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        if let Err(err) = self.ctx.bind() {
-            eprintln!("cuda-streams: leaking event {:p}: {err}", self.raw);
-            return;
-        }
         // CUDA releases a pending event's resources once it completes, so this
         // does not wait.
-        // SAFETY: the handle is live and destroyed once.
-        let code = unsafe { (self.ctx.driver().cuEventDestroy)(self.raw) };
-        if let Err(err) = self.ctx.check(code) {
-            eprintln!("cuda-streams: destroying event {:p}: {err}", self.raw);
-        }
+        let what = format_args!("event {:p}", self.raw);
+        self.ctx.release_in_drop(what, "destroying", |driver| {
+            // SAFETY: the handle is live and destroyed once.
+            unsafe { (driver.cuEventDestroy)(self.raw) }
+        });
     }
 }
 

@@ -1,5 +1,6 @@
 //! Launch configuration, typed kernel arguments, and launching on a stream.
 
+use crate::enqueue::{Use, Work};
 use crate::error::{Error, Result};
 use crate::memory::sealed::DeviceUse;
 use crate::memory::{DeviceBuffer, DeviceCopy, UnifiedBuffer};
@@ -290,11 +291,10 @@ impl Stream {
         config.validate()?;
         self.check_context("the kernel", kernel.context())?;
         kernel.check_args(args)?;
-        self.context().bind()?;
-        let buffers = || args.iter().filter_map(|arg| arg.buffer);
-        for (buffer, _) in buffers() {
-            buffer.before_device_use(self)?;
-        }
+        let uses = args
+            .iter()
+            .filter_map(|arg| arg.buffer)
+            .map(|(buffer, write)| Use::Device(buffer, write));
         let mut params: Vec<*mut c_void> = args.iter().map(KernelArg::param).collect();
         let params_ptr = if params.is_empty() {
             std::ptr::null_mut()
@@ -303,34 +303,27 @@ impl Stream {
         };
         let (gx, gy, gz) = config.grid_dim;
         let (bx, by, bz) = config.block_dim;
-        // SAFETY: `params[i]` points at argument i's value inside `args`, alive
-        // for this call (the driver copies them); buffer arguments stay
-        // allocated until the stream passes the launch (tracked below); the
-        // kernel's handle is kept alive by `kernel`.
-        let code = unsafe {
-            (self.context().driver().cuLaunchKernel)(
-                kernel.as_raw(),
-                gx,
-                gy,
-                gz,
-                bx,
-                by,
-                bz,
-                config.shared_mem_bytes,
-                self.as_raw(),
-                params_ptr,
-                std::ptr::null_mut(),
-            )
-        };
-        self.context().check(code)?;
-        self.counters.kernel_launch();
-        // Every buffer is tracked even when an earlier one fails.
-        let mut result = Ok(());
-        for (buffer, write) in buffers() {
-            let tracked = buffer.after_device_use(self, write);
-            result = result.and(tracked);
-        }
-        result
+        self.enqueue_tracked(uses, Work::KernelLaunch, |driver, stream| {
+            // SAFETY: `params[i]` points at argument i's value inside `args`, alive
+            // for this call (the driver copies them); buffer arguments stay
+            // allocated until the stream passes the launch (tracked); the
+            // kernel's handle is kept alive by `kernel`.
+            unsafe {
+                (driver.cuLaunchKernel)(
+                    kernel.as_raw(),
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
+                    config.shared_mem_bytes,
+                    stream,
+                    params_ptr,
+                    std::ptr::null_mut(),
+                )
+            }
+        })
     }
 }
 

@@ -95,6 +95,7 @@
 mod callback;
 mod context;
 mod copy;
+mod enqueue;
 mod error;
 mod event;
 mod launch;

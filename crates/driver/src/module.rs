@@ -106,24 +106,18 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        if let Err(err) = self.ctx.bind() {
-            eprintln!("cuda-streams: leaking module {:p}: {err}", self.raw);
-            return;
-        }
         // Kernels launched from this module may still be queued; unloading the
         // code under them is not something CUDA promises to wait for. Modules
-        // are dropped rarely, so wait for the context.
-        // SAFETY: no arguments; the context is current.
-        let code = unsafe { (self.ctx.driver().cuCtxSynchronize)() };
-        if let Err(err) = self.ctx.check(code) {
+        // are dropped rarely, so wait for the context (binding it first).
+        if let Err(err) = self.ctx.synchronize() {
             eprintln!("cuda-streams: leaking module {:p}: {err}", self.raw);
             return;
         }
-        // SAFETY: the module is owned by `self` and unloaded once.
-        let code = unsafe { (self.ctx.driver().cuModuleUnload)(self.raw) };
-        if let Err(err) = self.ctx.check(code) {
-            eprintln!("cuda-streams: unloading module {:p}: {err}", self.raw);
-        }
+        let what = format_args!("module {:p}", self.raw);
+        self.ctx.release_in_drop(what, "unloading", |driver| {
+            // SAFETY: the module is owned by `self` and unloaded once.
+            unsafe { (driver.cuModuleUnload)(self.raw) }
+        });
     }
 }
 

@@ -139,11 +139,7 @@ impl Stream {
         self.ctx.bind()?;
         // SAFETY: the stream is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuStreamQuery)(self.raw) };
-        match self.ctx.driver().check(code) {
-            Ok(()) => Ok(true),
-            Err(err) if err.is_not_ready() => Ok(false),
-            Err(err) => Err(err.into()),
-        }
+        self.ctx.check_ready(code)
     }
 
     /// Block the calling thread until all work enqueued so far has finished.
@@ -297,13 +293,18 @@ impl Stream {
 
     /// `Ok` when `other` is this stream's context.
     pub(crate) fn check_context(&self, what: &'static str, other: &Context) -> Result<()> {
-        if other.id() == self.ctx.id() {
+        self.check_context_id(what, other.id())
+    }
+
+    /// `Ok` when `id` is this stream's context's id.
+    pub(crate) fn check_context_id(&self, what: &'static str, id: u64) -> Result<()> {
+        if id == self.ctx.id() {
             Ok(())
         } else {
             Err(Error::ContextMismatch {
                 what,
                 expected: self.ctx.id(),
-                found: other.id(),
+                found: id,
             })
         }
     }
@@ -317,16 +318,12 @@ impl Drop for Stream {
         if !self.owned {
             return;
         }
-        if let Err(err) = self.ctx.bind() {
-            eprintln!("cuda-streams: leaking stream {}: {err}", self.id);
-            return;
-        }
         // Work already enqueued still runs to completion, as CUDA specifies.
-        // SAFETY: the stream is owned by `self` and destroyed once.
-        let code = unsafe { (self.ctx.driver().cuStreamDestroy)(self.raw) };
-        if let Err(err) = self.ctx.check(code) {
-            eprintln!("cuda-streams: destroying stream {}: {err}", self.id);
-        }
+        let what = format_args!("stream {}", self.id);
+        self.ctx.release_in_drop(what, "destroying", |driver| {
+            // SAFETY: the stream is owned by `self` and destroyed once.
+            unsafe { (driver.cuStreamDestroy)(self.raw) }
+        });
     }
 }
 

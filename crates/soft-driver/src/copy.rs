@@ -48,6 +48,43 @@ fn copy(
     })])
 }
 
+fn device_to_device(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    len: usize,
+    stream: CUstream,
+) -> Result<(), CUresult> {
+    copy(dst as usize, src as usize, len, true, true, stream)
+}
+
+/// Submit `action`, a memset of `count` values `width` bytes wide at `dst`,
+/// once the stream, the alignment and then the range have been checked.
+fn memset(
+    stream: CUstream,
+    dst: CUdeviceptr,
+    count: usize,
+    width: usize,
+    action: Action,
+) -> Result<(), CUresult> {
+    require()?;
+    let stream = resolve(stream)?;
+    let dst = dst as usize;
+    if dst % width != 0 {
+        return Err(fail(
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!(
+                "{}-bit memset destination {dst:#x} is not {width}-byte aligned",
+                width * 8
+            ),
+        ));
+    }
+    let len = count
+        .checked_mul(width)
+        .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    check_device(dst, len, "memset destination")?;
+    stream.submit(&[Template::Act(action)])
+}
+
 pub(crate) unsafe extern "C" fn cuMemcpyHtoDAsync(
     dstDevice: CUdeviceptr,
     srcHost: *const c_void,
@@ -78,14 +115,7 @@ pub(crate) unsafe extern "C" fn cuMemcpyDtoDAsync(
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult {
-    code(copy(
-        dstDevice as usize,
-        srcDevice as usize,
-        ByteCount,
-        true,
-        true,
-        hStream,
-    ))
+    code(device_to_device(dstDevice, srcDevice, ByteCount, hStream))
 }
 
 pub(crate) unsafe extern "C" fn cuMemcpyPeerAsync(
@@ -99,16 +129,7 @@ pub(crate) unsafe extern "C" fn cuMemcpyPeerAsync(
     code(
         check_context(dstContext)
             .and(check_context(srcContext))
-            .and_then(|()| {
-                copy(
-                    dstDevice as usize,
-                    srcDevice as usize,
-                    ByteCount,
-                    true,
-                    true,
-                    hStream,
-                )
-            }),
+            .and_then(|()| device_to_device(dstDevice, srcDevice, ByteCount, hStream)),
     )
 }
 
@@ -118,17 +139,12 @@ pub(crate) unsafe extern "C" fn cuMemsetD8Async(
     N: usize,
     hStream: CUstream,
 ) -> CUresult {
-    code((|| {
-        require()?;
-        let stream = resolve(hStream)?;
-        let dst = dstDevice as usize;
-        check_device(dst, N, "memset destination")?;
-        stream.submit(&[Template::Act(Action::Set8 {
-            dst,
-            value: uc,
-            count: N,
-        })])
-    })())
+    let action = Action::Set8 {
+        dst: dstDevice as usize,
+        value: uc,
+        count: N,
+    };
+    code(memset(hStream, dstDevice, N, 1, action))
 }
 
 pub(crate) unsafe extern "C" fn cuMemsetD32Async(
@@ -137,24 +153,12 @@ pub(crate) unsafe extern "C" fn cuMemsetD32Async(
     N: usize,
     hStream: CUstream,
 ) -> CUresult {
-    code((|| {
-        require()?;
-        let stream = resolve(hStream)?;
-        let dst = dstDevice as usize;
-        if dst % 4 != 0 {
-            return Err(fail(
-                CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!("32-bit memset destination {dst:#x} is not 4-byte aligned"),
-            ));
-        }
-        let len = N.checked_mul(4).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        check_device(dst, len, "memset destination")?;
-        stream.submit(&[Template::Act(Action::Set32 {
-            dst,
-            value: ui,
-            count: N,
-        })])
-    })())
+    let action = Action::Set32 {
+        dst: dstDevice as usize,
+        value: ui,
+        count: N,
+    };
+    code(memset(hStream, dstDevice, N, 4, action))
 }
 
 pub(crate) unsafe extern "C" fn cuMemPrefetchAsync(

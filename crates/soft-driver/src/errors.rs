@@ -111,40 +111,50 @@ fn interned(key: (u32, bool), make: impl FnOnce() -> String) -> *const c_char {
     text.as_ptr()
 }
 
+/// Write the text for `error` (made by `make` from its name, once per code and
+/// kind) to `*pStr`; for a code without a name, NULL and `INVALID_VALUE`.
+///
+/// # Safety
+/// `pStr` is null or valid for a write (the CUDA API's contract).
+unsafe fn write_error_text(
+    error: CUresult,
+    pStr: *mut *const c_char,
+    description: bool,
+    make: impl FnOnce(&'static str) -> String,
+) -> CUresult {
+    let Some(name) = sys::error_name(error) else {
+        // SAFETY: CUDA leaves NULL in *pStr for an unknown code; pStr is null
+        // or writable per the caller's contract.
+        let _ = unsafe { write_out(pStr, std::ptr::null()) };
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    let text = interned((error.0, description), || make(name));
+    // SAFETY: pStr is null or writable per the caller's contract.
+    code(unsafe { write_out(pStr, text) })
+}
+
 pub(crate) unsafe extern "C" fn cuGetErrorName(
     error: CUresult,
     pStr: *mut *const c_char,
 ) -> CUresult {
-    let Some(name) = sys::error_name(error) else {
-        // SAFETY: CUDA leaves NULL in *pStr for an unknown code; pStr is null
-        // or writable per the API.
-        let _ = unsafe { write_out(pStr, std::ptr::null()) };
-        return CUresult::CUDA_ERROR_INVALID_VALUE;
-    };
-    let text = interned((error.0, false), || name.to_string());
     // SAFETY: pStr is null or writable per the API.
-    code(unsafe { write_out(pStr, text) })
+    unsafe { write_error_text(error, pStr, false, str::to_string) }
 }
 
 pub(crate) unsafe extern "C" fn cuGetErrorString(
     error: CUresult,
     pStr: *mut *const c_char,
 ) -> CUresult {
-    let Some(name) = sys::error_name(error) else {
-        // SAFETY: as in cuGetErrorName.
-        let _ = unsafe { write_out(pStr, std::ptr::null()) };
-        return CUresult::CUDA_ERROR_INVALID_VALUE;
-    };
-    let text = interned((error.0, true), || match description(error) {
+    let describe = |name: &str| match description(error) {
         Some(text) => text.to_string(),
         None => name
             .trim_start_matches("CUDA_ERROR_")
             .trim_start_matches("CUDA_")
             .replace('_', " ")
             .to_lowercase(),
-    });
+    };
     // SAFETY: pStr is null or writable per the API.
-    code(unsafe { write_out(pStr, text) })
+    unsafe { write_error_text(error, pStr, true, describe) }
 }
 
 #[cfg(test)]

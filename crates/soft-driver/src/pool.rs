@@ -43,6 +43,15 @@ pub(crate) unsafe extern "C" fn cuMemPoolTrimTo(
 
 type A = CUmemPool_attribute;
 
+/// What both attribute calls check first: the pool, then the value pointer.
+fn check_attribute_args(pool: CUmemoryPool, value: *mut c_void) -> Result<(), CUresult> {
+    check_pool(pool)?;
+    if value.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(())
+}
+
 fn is_reuse(attr: A) -> Option<usize> {
     match attr {
         A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES => Some(0),
@@ -58,10 +67,7 @@ pub(crate) unsafe extern "C" fn cuMemPoolSetAttribute(
     value: *mut c_void,
 ) -> CUresult {
     code((|| {
-        check_pool(pool)?;
-        if value.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
+        check_attribute_args(pool, value)?;
         if let Some(index) = is_reuse(attr) {
             // SAFETY: for the reuse attributes CUDA passes an int.
             let on = unsafe { value.cast::<i32>().read_unaligned() };
@@ -96,10 +102,7 @@ pub(crate) unsafe extern "C" fn cuMemPoolGetAttribute(
     value: *mut c_void,
 ) -> CUresult {
     code((|| {
-        check_pool(pool)?;
-        if value.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
+        check_attribute_args(pool, value)?;
         let stats = with_pool(|stats| *stats);
         if let Some(index) = is_reuse(attr) {
             // SAFETY: for the reuse attributes CUDA expects an int.

@@ -112,20 +112,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         Ok(out)
     }
 
-    /// The number of elements (never 0).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always `false`: zero-length buffers are rejected at allocation.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The size in bytes.
-    pub fn size_in_bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
-    }
+    common_accessors!();
 
     /// The device address (for raw calls and interop; the buffer keeps owning it).
     pub fn as_device_ptr(&self) -> CUdeviceptr {
@@ -145,11 +132,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// How many streams (other than the home stream) have used the buffer.
     pub fn foreign_stream_count(&self) -> usize {
         self.tracker.stream_count()
-    }
-
-    /// The context the memory belongs to.
-    pub fn context(&self) -> &Arc<Context> {
-        &self.ctx
     }
 
     fn is_home(&self, stream: &Stream) -> bool {
@@ -179,6 +161,10 @@ impl<T: DeviceCopy> DeviceUse for DeviceBuffer<T> {
             return Ok(());
         }
         self.tracker.record_use(&self.ctx, stream, write)
+    }
+
+    fn as_device_use(&self) -> &dyn DeviceUse {
+        self
     }
 }
 

@@ -1,6 +1,85 @@
 //! Buffers: device, page-locked host, and unified memory, with the use tracking
 //! that keeps asynchronous work from outliving the memory it touches.
 
+/// The accessors every buffer type shares, expanded inside its `impl` block
+/// (each buffer has `ctx: Arc<Context>` and `len: usize`).
+macro_rules! common_accessors {
+    () => {
+        /// The number of elements (never 0).
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        /// Always `false`: zero-length buffers are rejected at allocation.
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+
+        /// The size in bytes.
+        pub fn size_in_bytes(&self) -> usize {
+            self.len * std::mem::size_of::<T>()
+        }
+
+        /// The context the memory belongs to.
+        pub fn context(&self) -> &Arc<Context> {
+            &self.ctx
+        }
+    };
+}
+
+/// Host access for the buffers with a host side ([`PinnedBuffer`],
+/// [`UnifiedBuffer`]): the contents, once the stream uses that may touch them
+/// have finished, and the registration of copies that use them. Each buffer
+/// has `ctx`, `len` and `tracker: UseTracker`, and implements
+/// [`sealed::HostAccess`] for the address.
+macro_rules! host_side {
+    ($buffer:ident) => {
+        impl<T: DeviceCopy> $buffer<T> {
+            /// Allocate and fill with a copy of `data`.
+            pub fn from_slice(ctx: &Arc<Context>, data: &[T]) -> Result<Self> {
+                let mut buffer = Self::new(ctx, data.len())?;
+                buffer.as_mut_slice()?.copy_from_slice(data);
+                Ok(buffer)
+            }
+
+            /// The contents, after waiting for the enqueued uses that may write them.
+            pub fn as_slice(&self) -> Result<&[T]> {
+                self.tracker.wait_host(&self.ctx, false)?;
+                // SAFETY: `len` initialized values (zeroed at allocation, then
+                // written only by finished uses) at a host-accessible address;
+                // no write is in flight (waited above; new writes need `&mut self`).
+                Ok(unsafe { std::slice::from_raw_parts(self.host_ptr(), self.len) })
+            }
+
+            /// The contents for writing, after waiting for every enqueued use.
+            pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+                self.tracker.wait_host(&self.ctx, true)?;
+                // SAFETY: as in `as_slice`, and no stream uses them (waited above).
+                Ok(unsafe { std::slice::from_raw_parts_mut(self.host_ptr(), self.len) })
+            }
+
+            /// The contents copied into a `Vec`.
+            pub fn to_vec(&self) -> Result<Vec<T>> {
+                Ok(self.as_slice()?.to_vec())
+            }
+        }
+
+        impl<T: DeviceCopy> HostUse for $buffer<T> {
+            fn host_context_id(&self) -> u64 {
+                self.ctx.id()
+            }
+
+            fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()> {
+                self.tracker.record_use(&self.ctx, stream, write)
+            }
+
+            fn as_host_use(&self) -> &dyn HostUse {
+                self
+            }
+        }
+    };
+}
+
 mod device;
 mod pinned;
 mod tracker;
@@ -95,6 +174,9 @@ pub(crate) mod sealed {
         fn before_device_use(&self, stream: &Stream) -> Result<()>;
         /// After enqueueing on `stream`: remember the use so the free waits for it.
         fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()>;
+        /// Itself as a trait object, so operations can list the buffers they
+        /// use whatever their types (generic callers may hold `?Sized` ones).
+        fn as_device_use(&self) -> &dyn DeviceUse;
     }
 
     /// A device-side region.
@@ -105,17 +187,23 @@ pub(crate) mod sealed {
         fn device_len(&self) -> usize;
     }
 
-    /// A host-side region for asynchronous copies.
-    pub trait HostAccess<T> {
+    /// How an operation on a stream registers its use of a host region.
+    pub trait HostUse {
         /// The buffer's context id.
         fn host_context_id(&self) -> u64;
+        /// After enqueueing on `stream`: remember the use so host access and
+        /// the free wait for it.
+        fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()>;
+        /// Itself as a trait object (see [`DeviceUse::as_device_use`]).
+        fn as_host_use(&self) -> &dyn HostUse;
+    }
+
+    /// A host-side region for asynchronous copies.
+    pub trait HostAccess<T>: HostUse {
         /// Its host address.
         fn host_ptr(&self) -> *mut T;
         /// Its length in elements.
         fn host_len(&self) -> usize;
-        /// After enqueueing on `stream`: remember the use so host access and
-        /// the free wait for it.
-        fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()>;
     }
 }
 

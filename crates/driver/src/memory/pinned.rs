@@ -1,6 +1,6 @@
 //! Page-locked host memory, the source and destination of asynchronous copies.
 
-use super::sealed::HostAccess;
+use super::sealed::{HostAccess, HostUse};
 use super::tracker::UseTracker;
 use super::{DeviceCopy, byte_size};
 use crate::context::Context;
@@ -67,67 +67,18 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         })
     }
 
-    /// Allocate and fill with a copy of `data`.
-    pub fn from_slice(ctx: &Arc<Context>, data: &[T]) -> Result<Self> {
-        let mut buffer = Self::new(ctx, data.len())?;
-        buffer.as_mut_slice()?.copy_from_slice(data);
-        Ok(buffer)
-    }
-
-    /// The contents, after waiting for the enqueued copies that write them.
-    pub fn as_slice(&self) -> Result<&[T]> {
-        self.tracker.wait_host(&self.ctx, false)?;
-        // SAFETY: `len` initialized values (zeroed at allocation, then written
-        // by finished copies); no write is in flight (waited above, and new
-        // writes need `&mut self`).
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
-    }
-
-    /// The contents for writing, after waiting for every enqueued copy that
-    /// uses them.
-    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.tracker.wait_host(&self.ctx, true)?;
-        // SAFETY: as in `as_slice`, and no copy reads them either (waited above).
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
-    }
-
-    /// The contents copied into a `Vec`.
-    pub fn to_vec(&self) -> Result<Vec<T>> {
-        Ok(self.as_slice()?.to_vec())
-    }
-
-    /// The number of elements (never 0).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always `false`: zero-length buffers are rejected at allocation.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The size in bytes.
-    pub fn size_in_bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
-    }
+    common_accessors!();
 
     /// The host address, for raw calls. Reading or writing through it while a
     /// copy is in flight is a data race; prefer `as_slice`.
     pub fn as_ptr(&self) -> *const T {
         self.ptr.as_ptr()
     }
-
-    /// The context the memory belongs to.
-    pub fn context(&self) -> &Arc<Context> {
-        &self.ctx
-    }
 }
 
-impl<T: DeviceCopy> HostAccess<T> for PinnedBuffer<T> {
-    fn host_context_id(&self) -> u64 {
-        self.ctx.id()
-    }
+host_side!(PinnedBuffer);
 
+impl<T: DeviceCopy> HostAccess<T> for PinnedBuffer<T> {
     fn host_ptr(&self) -> *mut T {
         self.ptr.as_ptr()
     }
@@ -135,19 +86,11 @@ impl<T: DeviceCopy> HostAccess<T> for PinnedBuffer<T> {
     fn host_len(&self) -> usize {
         self.len
     }
-
-    fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()> {
-        self.tracker.record_use(&self.ctx, stream, write)
-    }
 }
 
 impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
-        let ready = self
-            .ctx
-            .bind()
-            .and_then(|()| self.tracker.wait_host(&self.ctx, true));
-        if let Err(err) = ready {
+        if let Err(err) = self.tracker.wait_host(&self.ctx, true) {
             // Freeing memory a copy may still touch would be worse than a leak.
             eprintln!(
                 "cuda-streams: leaking pinned buffer {:p} ({} bytes): {err}",

@@ -1,6 +1,6 @@
 //! Unified (managed) memory: one address valid on the host and the device.
 
-use super::sealed::{DeviceAccess, DeviceUse, HostAccess};
+use super::sealed::{DeviceAccess, DeviceUse, HostAccess, HostUse};
 use super::tracker::UseTracker;
 use super::{DeviceCopy, byte_size};
 use crate::context::Context;
@@ -64,58 +64,15 @@ impl<T: DeviceCopy> UnifiedBuffer<T> {
         Ok(buffer)
     }
 
-    /// Allocate and fill with a copy of `data`.
-    pub fn from_slice(ctx: &Arc<Context>, data: &[T]) -> Result<Self> {
-        let mut buffer = Self::new(ctx, data.len())?;
-        buffer.as_mut_slice()?.copy_from_slice(data);
-        Ok(buffer)
-    }
-
-    /// The contents, after waiting for the enqueued uses that may write them.
-    pub fn as_slice(&self) -> Result<&[T]> {
-        self.tracker.wait_host(&self.ctx, false)?;
-        // SAFETY: `len` initialized values at a host-accessible address; no
-        // write is in flight (waited above; new writes need `&mut self`).
-        Ok(unsafe { std::slice::from_raw_parts(self.host_ptr(), self.len) })
-    }
-
-    /// The contents for writing, after waiting for every enqueued use.
-    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.tracker.wait_host(&self.ctx, true)?;
-        // SAFETY: as in `as_slice`, and no stream uses them (waited above).
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.host_ptr(), self.len) })
-    }
-
-    /// The contents copied into a `Vec`.
-    pub fn to_vec(&self) -> Result<Vec<T>> {
-        Ok(self.as_slice()?.to_vec())
-    }
-
-    /// The number of elements (never 0).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always `false`: zero-length buffers are rejected at allocation.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The size in bytes.
-    pub fn size_in_bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
-    }
+    common_accessors!();
 
     /// The (device and host) address, for raw calls.
     pub fn as_device_ptr(&self) -> CUdeviceptr {
         self.ptr
     }
-
-    /// The context the memory belongs to.
-    pub fn context(&self) -> &Arc<Context> {
-        &self.ctx
-    }
 }
+
+host_side!(UnifiedBuffer);
 
 impl<T: DeviceCopy> DeviceUse for UnifiedBuffer<T> {
     fn context_id(&self) -> u64 {
@@ -128,6 +85,10 @@ impl<T: DeviceCopy> DeviceUse for UnifiedBuffer<T> {
 
     fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
         self.tracker.record_use(&self.ctx, stream, write)
+    }
+
+    fn as_device_use(&self) -> &dyn DeviceUse {
+        self
     }
 }
 
@@ -142,10 +103,6 @@ impl<T: DeviceCopy> DeviceAccess<T> for UnifiedBuffer<T> {
 }
 
 impl<T: DeviceCopy> HostAccess<T> for UnifiedBuffer<T> {
-    fn host_context_id(&self) -> u64 {
-        self.ctx.id()
-    }
-
     fn host_ptr(&self) -> *mut T {
         self.ptr as usize as *mut T
     }
@@ -153,19 +110,11 @@ impl<T: DeviceCopy> HostAccess<T> for UnifiedBuffer<T> {
     fn host_len(&self) -> usize {
         self.len
     }
-
-    fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()> {
-        self.tracker.record_use(&self.ctx, stream, write)
-    }
 }
 
 impl<T: DeviceCopy> Drop for UnifiedBuffer<T> {
     fn drop(&mut self) {
-        let ready = self
-            .ctx
-            .bind()
-            .and_then(|()| self.tracker.wait_host(&self.ctx, true));
-        if let Err(err) = ready {
+        if let Err(err) = self.tracker.wait_host(&self.ctx, true) {
             eprintln!(
                 "cuda-streams: leaking unified buffer {:#x} ({} bytes): {err}",
                 self.ptr,
