@@ -3,19 +3,14 @@
 //! `cuMemAlloc` + `cuMemFree`, measured in the same run; and a random trace
 //! (sizes 1 KiB to 64 MiB log-uniform, random lifetimes, 4 streams) reporting
 //! peak reserved over peak live for both backends and the raw driver pool.
-#![allow(
-    missing_docs,
-    reason = "criterion_group! generates an undocumented function"
-)]
 
 use allocator::{Backend, StreamOrderedAllocator};
-use criterion::{Criterion, criterion_group};
-use cuda_streams_benches::{compare, figure, median_ns};
+use criterion::Criterion;
+use cuda_streams_benches::{compare, criterion_summary, figure, median_ns, run_criterion};
 use driver::{Context, Stream};
 use std::ffi::c_void;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Duration;
 use sys::{CUdeviceptr, CUmemPool_attribute, CUmemoryPool, CUresult};
 
 const SIZE: usize = 1 << 20;
@@ -298,17 +293,9 @@ fn traces() {
     reset_pool(&ctx, &streams, pool);
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .measurement_time(Duration::from_secs(2))
-        .warm_up_time(Duration::from_millis(500));
-    targets = bench_hits
-}
-
 fn main() {
-    benches();
+    run_criterion(&[bench_hits]);
     comparisons();
     traces();
-    Criterion::default().configure_from_args().final_summary();
+    criterion_summary();
 }

@@ -2,14 +2,12 @@
 //! the coordinator's host overhead per operation with 100k operations in
 //! flight, against the driver calls it makes; the async waiter's latency
 //! (event done -> callback) and its CPU time while idle.
-#![allow(
-    missing_docs,
-    reason = "criterion_group! generates an undocumented function"
-)]
 
-use criterion::{Criterion, criterion_group};
-use cuda_streams_benches::{compare, figure, median_ns};
-use driver::{Context, Event, Kernel, LaunchConfig, Module, Stream};
+use criterion::Criterion;
+use cuda_streams_benches::{
+    compare, criterion_summary, figure, median_ns, run_criterion, spin_kernel,
+};
+use driver::{Context, Event, LaunchConfig, Stream};
 use events::{AsyncEventWaiter, EventPool, EventPriority, OperationCoordinator, OperationType};
 use std::hint::black_box;
 use std::sync::{Arc, Mutex, mpsc};
@@ -93,14 +91,6 @@ fn thread_cpu_ns(name_prefix: &str) -> Option<u64> {
         }
     }
     None
-}
-
-fn spin_kernel(ctx: &Arc<Context>) -> Kernel {
-    let image = &kernels::TIMING;
-    Module::load(ctx, image.fatbin())
-        .and_then(|m| m.function("spin"))
-        .expect("spin")
-        .with_arg_sizes(image.arg_sizes("spin").expect("spin's signature"))
 }
 
 /// Median time from the stream reaching a point to the waiter's callback for
@@ -257,16 +247,8 @@ fn ratios() {
     figure("async waiter polls during the run", m.polls as f64, "polls");
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .measurement_time(Duration::from_secs(2))
-        .warm_up_time(Duration::from_millis(500));
-    targets = criterion_groups
-}
-
 fn main() {
-    benches();
+    run_criterion(&[criterion_groups]);
     ratios();
-    Criterion::default().configure_from_args().final_summary();
+    criterion_summary();
 }

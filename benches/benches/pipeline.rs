@@ -6,13 +6,9 @@
 //! iteration count sets the intensity, calibrated from measured stage times)
 //! and downloads the result. Buffers are 64 MiB on the GPU, much smaller on
 //! the software driver (where the figures only show the bench runs).
-#![allow(
-    missing_docs,
-    reason = "criterion_group! generates an undocumented function"
-)]
 
-use criterion::{Criterion, criterion_group};
-use cuda_streams_benches::{compare, figure, median_duration};
+use criterion::Criterion;
+use cuda_streams_benches::{compare, criterion_summary, figure, median_duration, run_criterion};
 use driver::{Context, DeviceBuffer, Event, Kernel, LaunchConfig, Module, PinnedBuffer, Stream};
 use pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
 use std::ffi::c_void;
@@ -413,14 +409,6 @@ fn bench_step(c: &mut Criterion) {
     pipeline.drain().unwrap();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .measurement_time(Duration::from_secs(2))
-        .warm_up_time(Duration::from_millis(500));
-    targets = bench_step
-}
-
 fn main() {
     let ctx = Context::new(0).expect("a device");
     let kernel = Module::load(&ctx, kernels::COMPUTE.fatbin())
@@ -452,6 +440,6 @@ fn main() {
         "pipeline workloads took {:.1} s",
         start.elapsed().as_secs_f64()
     );
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    run_criterion(&[bench_step]);
+    criterion_summary();
 }

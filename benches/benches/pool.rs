@@ -1,14 +1,12 @@
 //! Stream pool: handing out a pooled stream against creating and destroying
 //! one (`cuStreamCreateWithPriority` + `cuStreamDestroy`), and eight 10 ms
 //! spin kernels on the pool's streams against the same kernels on one stream.
-#![allow(
-    missing_docs,
-    reason = "criterion_group! generates an undocumented function"
-)]
 
-use criterion::{Criterion, criterion_group};
-use cuda_streams_benches::{compare, figure, median_duration, median_ns};
-use driver::{Context, Kernel, LaunchConfig, Module, Stream, StreamPriority};
+use criterion::Criterion;
+use cuda_streams_benches::{
+    compare, criterion_summary, figure, median_duration, median_ns, run_criterion, spin_kernel,
+};
+use driver::{Context, Kernel, LaunchConfig, Stream, StreamPriority};
 use pool::{AllocationStrategy, StreamPool, StreamPurpose, WorkloadType};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -53,14 +51,6 @@ fn getters(c: &mut Criterion) {
         b.iter(|| create_and_destroy(&ctx))
     });
     group.finish();
-}
-
-fn spin_kernel(ctx: &Arc<Context>) -> Kernel {
-    let image = &kernels::TIMING;
-    Module::load(ctx, image.fatbin())
-        .and_then(|m| m.function("spin"))
-        .expect("spin")
-        .with_arg_sizes(image.arg_sizes("spin").expect("spin's signature"))
 }
 
 fn spin_on(stream: &Stream, kernel: &Kernel, duration: Duration) {
@@ -160,16 +150,8 @@ fn ratios() {
     );
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .measurement_time(Duration::from_secs(2))
-        .warm_up_time(Duration::from_millis(500));
-    targets = getters
-}
-
 fn main() {
-    benches();
+    run_criterion(&[getters]);
     ratios();
-    Criterion::default().configure_from_args().final_summary();
+    criterion_summary();
 }

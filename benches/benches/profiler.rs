@@ -7,13 +7,9 @@
 //! path; it is the worst case. `large` (fills of 64 MiB) is GPU-bound: the
 //! host's extra work hides behind the GPU's, and what remains is the GPU's
 //! cost of the events themselves.
-#![allow(
-    missing_docs,
-    reason = "criterion_group! generates an undocumented function"
-)]
 
-use criterion::{Criterion, criterion_group};
-use cuda_streams_benches::{compare, figure};
+use criterion::Criterion;
+use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
 use driver::{Context, DeviceBuffer, Kernel, KernelArg, LaunchConfig, Module, Stream};
 use profiler::StreamProfiler;
 use std::hint::black_box;
@@ -250,17 +246,9 @@ fn compare_overhead(workload: Workload) {
     );
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .measurement_time(Duration::from_secs(2))
-        .warm_up_time(Duration::from_millis(500));
-    targets = bench_profiler
-}
-
 fn main() {
-    benches();
+    run_criterion(&[bench_profiler]);
     compare_overhead(SMALL);
     compare_overhead(LARGE);
-    Criterion::default().configure_from_args().final_summary();
+    criterion_summary();
 }

@@ -6,6 +6,12 @@
 //! [`median_ns`] and prints one `RATIO` line that `run.sh` and
 //! `cargo xtask bench-report` pick up.
 
+mod harness;
+mod spin;
+
+pub use harness::{criterion, criterion_summary, run_criterion};
+pub use spin::spin_kernel;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -32,7 +32,7 @@ use std::sync::Arc;
 /// [`Allocation::record_stream`]. The methods below (memsets, synchronous
 /// copies) need no `unsafe`.
 pub struct Allocation {
-    pub(crate) shared: Arc<Shared>,
+    /// The home stream's slot, which also holds the allocator's shared state.
     pub(crate) slot: Arc<Slot>,
     pub(crate) ptr: u64,
     pub(crate) size: usize,
@@ -41,6 +41,11 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    #[inline]
+    fn shared(&self) -> &Shared {
+        &self.slot.shared
+    }
+
     /// The device address, or [`Error::DeadAllocation`] after `free_for_stream`.
     pub fn device_ptr(&self) -> Result<CUdeviceptr> {
         if self.is_live() {
@@ -53,7 +58,7 @@ impl Allocation {
     /// Whether the memory is still this handle's (not freed by `free_for_stream`).
     pub fn is_live(&self) -> bool {
         let mut st = self.slot.lock();
-        match self.shared.backend {
+        match self.shared().backend {
             Backend::Caching => st.arena.live_mut(self.ptr, self.id).is_some(),
             Backend::DriverPool { .. } => {
                 matches!(st.pool_live.get(&self.ptr), Some(live) if live.id == self.id)
@@ -85,12 +90,12 @@ impl Allocation {
     /// the block is not reused until an event recorded on `stream` when the
     /// allocation is freed has completed. Using the home stream is a no-op.
     pub fn record_stream(&self, stream: &Arc<Stream>) -> Result<()> {
-        self.shared.check_stream(stream)?;
+        self.shared().check_stream(stream)?;
         if stream.id() == self.stream_id() {
             return Ok(());
         }
         let mut st = self.slot.lock();
-        let uses = match self.shared.backend {
+        let uses = match self.shared().backend {
             Backend::Caching => st.arena.live_mut(self.ptr, self.id).map(|l| &mut l.uses),
             Backend::DriverPool { .. } => match st.pool_live.get_mut(&self.ptr) {
                 Some(live) if live.id == self.id => Some(&mut live.uses),
@@ -183,7 +188,7 @@ impl Allocation {
         ) -> driver::sys::CUresult,
     ) -> Result<()> {
         let mut st = self.slot.lock();
-        let live = match self.shared.backend {
+        let live = match self.shared().backend {
             Backend::Caching => st.arena.live_mut(self.ptr, self.id).is_some(),
             Backend::DriverPool { .. } => {
                 matches!(st.pool_live.get(&self.ptr), Some(live) if live.id == self.id)
@@ -192,7 +197,7 @@ impl Allocation {
         if !live {
             return Err(self.dead());
         }
-        let ctx = &self.shared.ctx;
+        let ctx = &self.shared().ctx;
         ctx.bind()?;
         let table = ctx.driver();
         let code = op(table, self.ptr, self.slot.stream.as_raw());
@@ -201,7 +206,7 @@ impl Allocation {
     }
 
     fn wait_for_home_stream(&self) -> Result<()> {
-        let event = self.shared.record_on(&self.slot.stream)?;
+        let event = self.shared().record_on(&self.slot.stream)?;
         event.synchronize()?;
         Ok(())
     }
@@ -217,10 +222,10 @@ impl Allocation {
 impl Drop for Allocation {
     fn drop(&mut self) {
         let mut st = self.slot.lock();
-        match self.shared.backend {
-            Backend::Caching => self.shared.caching_free(&mut st, self.ptr, self.id),
+        match self.shared().backend {
+            Backend::Caching => self.shared().caching_free(&mut st, self.ptr, self.id),
             Backend::DriverPool { .. } => self
-                .shared
+                .shared()
                 .pool_free(&self.slot, &mut st, self.ptr, self.id),
         }
     }

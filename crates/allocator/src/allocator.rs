@@ -5,6 +5,7 @@ use crate::config::Backend;
 use crate::dependency::StreamDependency;
 use crate::driver_pool::open_pool;
 use crate::error::{Error, Result};
+use crate::last_slot;
 use crate::shared::{Shared, Slot};
 use crate::size::round_request;
 use crate::stats::{AllocatorStats, Counters, StreamStats};
@@ -63,10 +64,12 @@ impl StreamOrderedAllocator {
         let events = Arc::new(EventPool::new(ctx, INITIAL_EVENTS, 0)?);
         Ok(Self {
             shared: Arc::new(Shared {
+                id: last_slot::next_allocator_id(),
                 ctx: Arc::clone(ctx),
                 backend,
                 total_memory: ctx.info().total_memory,
                 slots: DashMap::default(),
+                retired: Mutex::default(),
                 cache: Mutex::default(),
                 events,
                 counters: Counters::default(),
@@ -116,7 +119,6 @@ impl StreamOrderedAllocator {
             }
         };
         Ok(Allocation {
-            shared: Arc::clone(&self.shared),
             slot,
             ptr,
             size: bytes,
@@ -156,7 +158,7 @@ impl StreamOrderedAllocator {
 
     /// [`Allocation::record_stream`]: declare a use of `allocation` on `stream`.
     pub fn record_stream(&self, allocation: &Allocation, stream: &Arc<Stream>) -> Result<()> {
-        if !Arc::ptr_eq(&allocation.shared, &self.shared) {
+        if !Arc::ptr_eq(&allocation.slot.shared, &self.shared) {
             return Err(Error::ForeignAllocation {
                 ptr: allocation.ptr,
             });
@@ -328,6 +330,16 @@ fn stream_stats(slot: &Slot) -> StreamStats {
         cache_hits: st.counts.hits,
         cache_misses: st.counts.misses,
         dependencies: st.deps.len(),
+    }
+}
+
+impl Drop for StreamOrderedAllocator {
+    /// Break the cycle between the shared state and its slots: each slot now
+    /// lives only as long as allocations of its stream do.
+    fn drop(&mut self) {
+        let slots = self.shared.all_slots();
+        self.shared.slots.clear();
+        drop(slots);
     }
 }
 

@@ -1,6 +1,12 @@
 //! One stream's blocks: segments split into blocks, best-fit free lists by
 //! size, coalescing with free neighbours. Pure bookkeeping, no driver calls;
 //! the caller holds the stream's lock.
+//!
+//! Blocks freed since the last merge wait in a short list per class before
+//! joining the sorted sets: the hit path (free a block, allocate the same
+//! size again) then takes an exact fit from that list, which is a best fit,
+//! without a sorted-set insert, search and removal. Any other request first
+//! moves the list into the sets, so best-fit choices are unchanged.
 
 use crate::hash::AddrMap;
 use crate::size::Class;
@@ -45,11 +51,19 @@ pub(crate) struct Segment {
     pub(crate) class: Class,
 }
 
+/// How many recently freed blocks per class wait outside the sorted sets.
+const RECENT: usize = 8;
+
 /// One stream's share of the cache.
 #[derive(Default)]
 pub(crate) struct Arena {
     blocks: AddrMap<Block>,
+    /// Free blocks by `(size, address)`, per class, except those in `recent`.
     free: [BTreeSet<(usize, u64)>; 2],
+    /// Free blocks not yet in `free` (`(size, address)`, at most [`RECENT`]
+    /// per class); never holds a fully free segment that `idle` lists, since
+    /// only [`Arena::coalesce`] (which empties it first) fills `idle`.
+    recent: [Vec<(usize, u64)>; 2],
     segments: AddrMap<Segment>,
     /// Fully free segments and the free sequence number that made them so.
     idle: AddrMap<u64>,
@@ -81,9 +95,17 @@ impl Arena {
         rounded: usize,
         requested: usize,
     ) -> Option<(u64, usize, u64)> {
-        let set = &mut self.free[slot(class)];
-        let &(size, ptr) = set.range((rounded, 0)..).next()?;
-        set.remove(&(size, ptr));
+        let recent = &mut self.recent[slot(class)];
+        let (size, ptr) = match recent.iter().rposition(|&(size, _)| size == rounded) {
+            Some(i) => recent.swap_remove(i),
+            None => {
+                self.flush_recent();
+                let set = &mut self.free[slot(class)];
+                let found = set.range((rounded, 0)..).next().copied()?;
+                set.remove(&found);
+                found
+            }
+        };
         let block = self.blocks.get_mut(&ptr)?;
         if block.prev == 0 && block.next == 0 {
             self.idle.remove(&block.segment);
@@ -135,16 +157,54 @@ impl Arena {
     }
 
     /// Take the live block at `ptr` (id `id`) out of service: it becomes
-    /// pending, and its handle dead. Returns its record and size.
-    pub(crate) fn retire(&mut self, ptr: u64, id: u64) -> Option<(Live, usize)> {
+    /// pending, and its handle dead; then, if `now` says it has nothing to
+    /// wait for, [`Arena::release`] it (one lookup for both). Returns its
+    /// record, its size and whether it was released.
+    #[inline]
+    pub(crate) fn retire_then(
+        &mut self,
+        ptr: u64,
+        id: u64,
+        now: impl FnOnce(&Live) -> bool,
+    ) -> Option<(Live, usize, bool)> {
         let block = self.blocks.get_mut(&ptr)?;
         match &block.state {
             State::Live(live) if live.id == id => {}
             _ => return None,
         }
-        match std::mem::replace(&mut block.state, State::Pending) {
-            State::Live(live) => Some((live, block.size)),
-            _ => None,
+        let State::Live(live) = std::mem::replace(&mut block.state, State::Pending) else {
+            return None;
+        };
+        let size = block.size;
+        if !now(&live) {
+            return Some((live, size, false));
+        }
+        self.free_seq += 1;
+        block.state = State::Free;
+        block.freed_at = self.free_seq;
+        let class = block.class;
+        self.push_free(class, size, ptr);
+        Some((live, size, true))
+    }
+
+    /// A block that just became free joins the recent list, or the sorted
+    /// set when the list is full.
+    #[inline]
+    fn push_free(&mut self, class: Class, size: usize, ptr: u64) {
+        let recent = &mut self.recent[slot(class)];
+        if recent.len() < RECENT {
+            recent.push((size, ptr));
+        } else {
+            self.free[slot(class)].insert((size, ptr));
+        }
+        self.free_bytes += size;
+        self.dirty = true;
+    }
+
+    /// Move the recent lists into the sorted sets.
+    fn flush_recent(&mut self) {
+        for (recent, set) in self.recent.iter_mut().zip(&mut self.free) {
+            set.extend(recent.drain(..));
         }
     }
 
@@ -174,10 +234,9 @@ impl Arena {
         self.free_seq += 1;
         block.state = State::Free;
         block.freed_at = self.free_seq;
-        self.free[slot(block.class)].insert((block.size, ptr));
-        self.free_bytes += block.size;
-        self.dirty = true;
-        block.size
+        let (class, size) = (block.class, block.size);
+        self.push_free(class, size, ptr);
+        size
     }
 
     /// Merge every free block with its free neighbours, and note the segments
@@ -187,6 +246,7 @@ impl Arena {
             return false;
         }
         self.dirty = false;
+        self.flush_recent();
         let mut starts: Vec<u64> = self.free.iter().flatten().map(|&(_, ptr)| ptr).collect();
         starts.sort_unstable();
         let mut merged = false;
@@ -263,6 +323,7 @@ impl Arena {
     /// Remove and return the fully free segments whose last free is numbered
     /// below `before` (`u64::MAX`: all of them).
     pub(crate) fn remove_idle(&mut self, before: u64) -> Vec<Segment> {
+        self.flush_recent();
         let bases: Vec<u64> = self
             .idle
             .iter()
@@ -291,9 +352,10 @@ impl Arena {
 
     /// The largest free block.
     pub(crate) fn largest_free(&self) -> usize {
-        self.free
-            .iter()
-            .filter_map(|set| set.last().map(|&(size, _)| size))
+        let sorted = self.free.iter().filter_map(|set| set.last());
+        sorted
+            .chain(self.recent.iter().flatten())
+            .map(|&(size, _)| size)
             .max()
             .unwrap_or(0)
     }
@@ -317,7 +379,7 @@ mod tests {
     }
 
     fn free(arena: &mut Arena, (ptr, _, id): (u64, usize, u64)) {
-        arena.retire(ptr, id).expect("live");
+        arena.retire_then(ptr, id, |_| false).expect("live");
         arena.release(ptr);
         arena.coalesce();
     }
@@ -350,7 +412,7 @@ mod tests {
         let a = arena.take(Class::Small, 512, 512).unwrap();
         let b = arena.take(Class::Small, 512, 512).unwrap();
         for (ptr, _, id) in [a, b] {
-            arena.retire(ptr, id).unwrap();
+            arena.retire_then(ptr, id, |_| false).unwrap();
             arena.release(ptr);
         }
         assert!(!arena.has_idle(), "not merged yet");
@@ -398,7 +460,7 @@ mod tests {
         assert_eq!(a.0, b.0);
         assert!(arena.live_mut(a.0, a.2).is_none());
         assert!(
-            arena.retire(a.0, a.2).is_none(),
+            arena.retire_then(a.0, a.2, |_| true).is_none(),
             "an old handle cannot free the new block"
         );
         assert!(arena.live_mut(b.0, b.2).is_some());

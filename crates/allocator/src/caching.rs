@@ -15,6 +15,7 @@ use crate::arena::Segment;
 use crate::error::{Error, Result};
 use crate::shared::{Fence, PendingFree, Shared, Slot, SlotState, is_oom};
 use crate::size::{Class, segment_size};
+use driver::Stream;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -192,14 +193,18 @@ impl Shared {
     /// `free_for_stream`: return it to its stream's lists, after the events
     /// its other uses need. A dead handle (id no longer matching) is a no-op.
     pub(crate) fn caching_free(&self, st: &mut SlotState, ptr: u64, id: u64) {
-        let Some((live, size)) = st.arena.retire(ptr, id) else {
+        // With no other uses and no dependencies, stream order makes the block
+        // safe to reuse on this stream at once.
+        let no_deps = st.deps.is_empty();
+        let Some((live, size, released)) = st
+            .arena
+            .retire_then(ptr, id, |live| no_deps && live.uses.is_empty())
+        else {
             return;
         };
         st.counts.sub(size, live.requested);
         self.counters.freed(size);
-        if live.uses.is_empty() && st.deps.is_empty() {
-            // Stream order makes the block safe to reuse on this stream at once.
-            st.arena.release(ptr);
+        if released {
             return;
         }
         match self.waits_for(&live.uses, &st.deps) {
@@ -215,40 +220,7 @@ impl Shared {
     /// Move `slot`'s proven-free segments to the shared cache; with `block`,
     /// wait for the stream so that all of them are proven.
     pub(crate) fn harvest(&self, slot: &Slot, block: bool) {
-        let segments = {
-            let mut st = slot.lock();
-            if !st.pending.is_empty() {
-                settle_pending(&mut st, block);
-            }
-            st.arena.coalesce();
-            if !st.arena.has_idle() {
-                return;
-            }
-            let mut proven = match &st.fence {
-                Some(fence) if matches!(fence.event.query(), Ok(true)) => fence.seq,
-                _ => 0,
-            };
-            if proven > 0 {
-                st.fence = None;
-            }
-            if matches!(slot.stream.query(), Ok(true))
-                || (block && slot.stream.synchronize().is_ok())
-            {
-                proven = u64::MAX;
-            }
-            let segments = st.arena.remove_idle(proven);
-            if st.arena.has_idle() && st.fence.is_none() {
-                let seq = st.arena.free_seq();
-                match self.record_on(&slot.stream) {
-                    Ok(event) => st.fence = Some(Fence { event, seq }),
-                    Err(err) => eprintln!(
-                        "cuda-streams-allocator: fence on stream {}: {err}",
-                        slot.stream.id()
-                    ),
-                }
-            }
-            segments
-        };
+        let segments = self.proven_segments(&slot.stream, &mut slot.lock(), block);
         if segments.is_empty() {
             return;
         }
@@ -259,6 +231,46 @@ impl Shared {
         for s in segments {
             cache.insert((s.class, s.size, s.base));
         }
+    }
+
+    /// Take the fully free segments of `stream`'s state that are proven
+    /// unused (the stream idle, or a fence passed; with `block`, wait for the
+    /// stream), recording a fence for the rest.
+    pub(crate) fn proven_segments(
+        &self,
+        stream: &Stream,
+        st: &mut SlotState,
+        block: bool,
+    ) -> Vec<Segment> {
+        if !st.pending.is_empty() {
+            settle_pending(st, block);
+        }
+        st.arena.coalesce();
+        if !st.arena.has_idle() {
+            return Vec::new();
+        }
+        let mut proven = match &st.fence {
+            Some(fence) if matches!(fence.event.query(), Ok(true)) => fence.seq,
+            _ => 0,
+        };
+        if proven > 0 {
+            st.fence = None;
+        }
+        if matches!(stream.query(), Ok(true)) || (block && stream.synchronize().is_ok()) {
+            proven = u64::MAX;
+        }
+        let segments = st.arena.remove_idle(proven);
+        if st.arena.has_idle() && st.fence.is_none() {
+            let seq = st.arena.free_seq();
+            match self.record_on(stream) {
+                Ok(event) => st.fence = Some(Fence { event, seq }),
+                Err(err) => eprintln!(
+                    "cuda-streams-allocator: fence on stream {}: {err}",
+                    stream.id()
+                ),
+            }
+        }
+        segments
     }
 
     /// [`Shared::harvest`] every stream but `except`.

@@ -63,6 +63,7 @@ mod dependency;
 mod driver_pool;
 mod error;
 mod hash;
+mod last_slot;
 mod shared;
 mod size;
 mod stats;

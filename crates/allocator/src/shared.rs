@@ -6,6 +6,7 @@ use crate::config::Backend;
 use crate::dependency::{StreamDependency, Wait};
 use crate::error::{Error, Result};
 use crate::hash::{AddrHasher, AddrMap};
+use crate::last_slot;
 use crate::size::Class;
 use crate::stats::{Counters, StreamCounts};
 use dashmap::DashMap;
@@ -49,8 +50,12 @@ pub(crate) struct SlotState {
 }
 
 /// One stream's entry. Holds the stream, so it lives as long as the allocator
-/// keeps blocks for it.
+/// keeps blocks for it, and the allocator's shared state, so that an
+/// [`crate::Allocation`] needs only its slot (one reference count, not two).
+/// The allocator's map holds every slot until the allocator is dropped; a
+/// slot then lives on while allocations of its stream do.
 pub(crate) struct Slot {
+    pub(crate) shared: Arc<Shared>,
     pub(crate) stream: Arc<Stream>,
     state: Mutex<SlotState>,
 }
@@ -62,6 +67,35 @@ impl Slot {
         // in a way that frees memory twice; keep serving after one.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+impl Drop for Slot {
+    /// The allocator is gone and so is the stream's last allocation: hand the
+    /// stream's blocks to the shared state, which gives their segments back
+    /// when its own last reference goes (as it did when it held the slots).
+    fn drop(&mut self) {
+        if self.shared.backend != Backend::Caching {
+            return;
+        }
+        let state = std::mem::take(self.state.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if state.arena.segment_count() == 0 && state.pending.is_empty() {
+            return;
+        }
+        self.shared
+            .retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Retired {
+                stream: Arc::clone(&self.stream),
+                state,
+            });
+    }
+}
+
+/// A dropped slot's blocks, waiting for [`Shared`]'s drop.
+pub(crate) struct Retired {
+    pub(crate) stream: Arc<Stream>,
+    pub(crate) state: SlotState,
 }
 
 /// The default memory pool's handle.
@@ -76,10 +110,15 @@ unsafe impl Sync for PoolHandle {}
 
 /// Everything behind a `StreamOrderedAllocator` and its `Allocation`s.
 pub(crate) struct Shared {
+    /// Unique in the process, for the per-thread slot memo.
+    pub(crate) id: u64,
     pub(crate) ctx: Arc<Context>,
     pub(crate) backend: Backend,
     pub(crate) total_memory: usize,
+    /// Cleared when the allocator is dropped: the slots hold this state.
     pub(crate) slots: DashMap<u64, Arc<Slot>, BuildHasherDefault<AddrHasher>>,
+    /// Slots dropped after the allocator (see [`Slot`]'s `Drop`).
+    pub(crate) retired: Mutex<Vec<Retired>>,
     /// Fully free segments proven unused by any stream: `(class, size, base)`.
     pub(crate) cache: Mutex<BTreeSet<(Class, usize, u64)>>,
     pub(crate) events: Arc<EventPool>,
@@ -102,13 +141,24 @@ pub(crate) fn check(table: &driver::sys::Driver, code: CUresult) -> Result<()> {
 impl Shared {
     /// The slot of `stream`, created on first use.
     #[inline]
-    pub(crate) fn slot(&self, stream: &Arc<Stream>) -> Result<Arc<Slot>> {
+    pub(crate) fn slot(self: &Arc<Self>, stream: &Arc<Stream>) -> Result<Arc<Slot>> {
+        if let Some(slot) = last_slot::get(self.id, stream.id()) {
+            return Ok(slot);
+        }
+        let slot = self.map_slot(stream)?;
+        last_slot::set(self.id, stream.id(), &slot);
+        Ok(slot)
+    }
+
+    #[cold]
+    fn map_slot(self: &Arc<Self>, stream: &Arc<Stream>) -> Result<Arc<Slot>> {
         if let Some(slot) = self.slots.get(&stream.id()) {
             return Ok(Arc::clone(slot.value()));
         }
         self.check_stream(stream)?;
         let slot = self.slots.entry(stream.id()).or_insert_with(|| {
             Arc::new(Slot {
+                shared: Arc::clone(self),
                 stream: Arc::clone(stream),
                 state: Mutex::default(),
             })
@@ -228,6 +278,12 @@ impl Drop for Shared {
     fn drop(&mut self) {
         if self.backend != Backend::Caching {
             return;
+        }
+        let retired = std::mem::take(self.retired.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for mut slot in retired {
+            let segments = self.proven_segments(&slot.stream, &mut slot.state, true);
+            self.lock_cache()
+                .extend(segments.into_iter().map(|s| (s.class, s.size, s.base)));
         }
         // Blocks whose proof never came (leaked) keep their segments.
         self.release_cache(true, 0);

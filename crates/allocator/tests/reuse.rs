@@ -43,7 +43,7 @@ fn cross_stream_free_is_never_reused_early() {
             DeviceBuffer::<u32>::new(&ctx, n).unwrap(),
         );
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
-        let (value_a, value_b) = (rng.next() as u32 | 1, rng.next() as u32 | 2);
+        let (value_a, value_b) = (rng.next_u64() as u32 | 1, rng.next_u64() as u32 | 2);
 
         let x = alloc.allocate_for_stream(&a, n * 4).unwrap();
         let x_ptr = x.device_ptr().unwrap();

@@ -5,19 +5,12 @@
 
 mod common;
 
-use common::{Kernels, backends, ctx, skip_on_gpu};
+use common::{Kernels, backends, ctx, serial, skip_on_gpu};
 use cuda_streams_allocator::driver::Stream;
 use cuda_streams_allocator::{Backend, Error, StreamOrderedAllocator};
-use std::sync::Mutex;
 use std::time::Duration;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
 const MIB: usize = 1 << 20;
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Sets the software device's capacity to what is in use plus `headroom`,
 /// and restores the old capacity on drop (also when the test fails).

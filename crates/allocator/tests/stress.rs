@@ -45,7 +45,7 @@ fn many_threads_many_streams_keep_their_data() {
                         } as usize;
                         let stream = &streams[rng.below(STREAMS as u64) as usize];
                         let a = alloc.allocate_for_stream(stream, words * 4).unwrap();
-                        let value = (rng.next() as u32) | 1;
+                        let value = (rng.next_u64() as u32) | 1;
                         a.memset_u32_async(value).unwrap();
                         live.push((a, value));
                         if live.len() > 6 || round == ROUNDS - 1 {

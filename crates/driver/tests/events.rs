@@ -7,7 +7,7 @@ use cuda_streams_driver::{
     DeviceBuffer, Error, Event, EventFlags, KernelArg, LaunchConfig, Stream,
 };
 use std::time::Duration;
-use support::{Gate, ctx, kernel, serial, spin};
+use support::{GATE_LIMIT, Gate, ctx, kernel, serial, spin};
 
 #[test]
 fn an_event_completes_when_the_stream_passes_it() {
@@ -20,7 +20,7 @@ fn an_event_completes_when_the_stream_passes_it() {
         event.query().unwrap(),
         "never recorded: complete, as in CUDA"
     );
-    let gate = Gate::close(&stream);
+    let gate = Gate::close_within(&stream, GATE_LIMIT);
     spin(&stream, &spin_kernel, Duration::from_millis(100));
     event.record(&stream).unwrap();
     let passed = event.query().unwrap();
@@ -31,7 +31,7 @@ fn an_event_completes_when_the_stream_passes_it() {
     event.synchronize().unwrap();
     assert!(event.query().unwrap());
     // Re-recording moves the mark.
-    let gate = Gate::close(&stream);
+    let gate = Gate::close_within(&stream, GATE_LIMIT);
     event.record(&stream).unwrap();
     let passed = event.query().unwrap();
     if gate.still_held() {

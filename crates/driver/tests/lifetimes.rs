@@ -12,7 +12,7 @@ use cuda_streams_driver::{DeviceBuffer, Stream};
 use kernels::reference;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{Gate, XorShift, checksum, ctx, kernel, serial, spin};
+use support::{GATE_LIMIT, Gate, XorShift, checksum, ctx, kernel, serial, spin};
 
 const N: usize = 1 << 16;
 const SLOW: Duration = Duration::from_millis(300);
@@ -39,7 +39,7 @@ fn a_kernel_on_another_stream_keeps_the_buffer_alive() {
 
     let input = DeviceBuffer::from_slice(&a, &data).unwrap(); // home: A
     let mut sum = DeviceBuffer::<u64>::zeroed_async(&b, 1).unwrap(); // home: B
-    let gate = Gate::close(&b);
+    let gate = Gate::close_within(&b, GATE_LIMIT);
     spin(&b, &spin_kernel, SLOW);
     checksum(&b, &checksum_kernel, &input, &mut sum);
     assert_eq!(input.foreign_stream_count(), 1);
@@ -73,7 +73,7 @@ fn a_copy_on_another_stream_keeps_the_buffer_alive() {
 
     let source = DeviceBuffer::from_slice(&a, &data).unwrap();
     let mut copy = DeviceBuffer::<u32>::new_async(&b, N).unwrap();
-    let gate = Gate::close(&b);
+    let gate = Gate::close_within(&b, GATE_LIMIT);
     spin(&b, &spin_kernel, SLOW);
     b.copy_device_to_device_async(&mut copy, &source).unwrap();
     drop(source);
@@ -102,7 +102,7 @@ fn the_free_waits_for_every_stream_that_used_the_buffer() {
         let mut sum = DeviceBuffer::<u64>::zeroed_async(stream, 1).unwrap();
         // Each stream reads twice; the free must wait for the second read.
         checksum(stream, &checksum_kernel, &input, &mut sum);
-        gates.push(Gate::close(stream));
+        gates.push(Gate::close_within(stream, GATE_LIMIT));
         spin(stream, &spin_kernel, SLOW * (i as u32 + 1) / 2);
         checksum(stream, &checksum_kernel, &input, &mut sum);
         sums.push(sum);

@@ -2,22 +2,15 @@
 //! GPU would not survive (destroyed or foreign handles are undefined behaviour
 //! on NVIDIA's driver, so they are only exercised here).
 //!
-//! Every test takes `SERIAL`: sticky context errors, the capacity and pending
+//! Every test takes `serial()`: sticky context errors, the capacity and pending
 //! allocation failures are process-wide.
 
 mod common;
 
 use common::*;
 use soft_driver::faults;
-use std::sync::Mutex;
 use std::time::Duration;
 use sys::CUresult;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 #[test]
 fn a_failed_launch_is_sticky_until_cleared() {

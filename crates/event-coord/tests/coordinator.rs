@@ -385,9 +385,13 @@ fn retirement_happens_on_its_own_while_running() {
         }
         s[0].synchronize().unwrap();
     }
-    // No explicit retire_completed: the periodic sweeps keep it small.
+    // No explicit retire_completed: the periodic sweeps keep it small. Every
+    // batch before the last was synchronised before the next began, so the
+    // sweeps during a batch retire all of them; whether they also catch some
+    // of the last batch depends on how far the GPU got, so up to one batch
+    // (100) may remain.
     let m = coordinator.metrics();
-    assert!(m.in_flight < 100, "the coordinator did not grow: {m:?}");
+    assert!(m.in_flight <= 100, "the coordinator did not grow: {m:?}");
     assert!(m.retired_operations >= 1900, "{m:?}");
     // And the pool did not grow past what was in flight at once.
     assert!(

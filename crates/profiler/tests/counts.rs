@@ -20,7 +20,7 @@ fn launches_and_transfers_through_the_driver_layer_are_counted() {
     let profiler = StreamProfiler::new(&ctx).unwrap();
 
     // Before the profiler is enabled and has seen the stream: not counted.
-    fill(&stream, &fill_kernel, &mut buf, 1.0);
+    fill(&stream, &fill_kernel, 1.0, &mut buf);
     profiler.enable();
     // Some inside scopes, some not: all counted.
     profiler
@@ -32,9 +32,9 @@ fn launches_and_transfers_through_the_driver_layer_are_counted() {
     for i in 0..7 {
         if i % 2 == 0 {
             let _scope = profiler.scope(&stream, "fill").unwrap();
-            fill(&stream, &fill_kernel, &mut buf, i as f32);
+            fill(&stream, &fill_kernel, i as f32, &mut buf);
         } else {
-            fill(&stream, &fill_kernel, &mut buf, i as f32);
+            fill(&stream, &fill_kernel, i as f32, &mut buf);
         }
     }
     let mut back = PinnedBuffer::<f32>::new(&ctx, 1000).unwrap();
@@ -67,7 +67,7 @@ fn disabled_profiling_records_nothing() {
     for i in 0..10 {
         let scope = profiler.scope(&stream, "fill").unwrap();
         assert!(!scope.is_active());
-        fill(&stream, &fill_kernel, &mut buf, i as f32);
+        fill(&stream, &fill_kernel, i as f32, &mut buf);
     }
     let value = profiler
         .time(&stream, "closure", |_| 42)
@@ -98,18 +98,18 @@ fn only_enabled_periods_are_counted() {
 
     profiler.enable();
     profiler
-        .time(&stream, "a", |s| fill(s, &fill_kernel, &mut buf, 1.0))
+        .time(&stream, "a", |s| fill(s, &fill_kernel, 1.0, &mut buf))
         .unwrap();
     profiler.disable();
     for _ in 0..5 {
         profiler
-            .time(&stream, "b", |s| fill(s, &fill_kernel, &mut buf, 2.0))
+            .time(&stream, "b", |s| fill(s, &fill_kernel, 2.0, &mut buf))
             .unwrap();
     }
     profiler.record_kernel_launch(&stream);
     profiler.enable();
-    fill(&stream, &fill_kernel, &mut buf, 3.0);
-    fill(&stream, &fill_kernel, &mut buf, 4.0);
+    fill(&stream, &fill_kernel, 3.0, &mut buf);
+    fill(&stream, &fill_kernel, 4.0, &mut buf);
 
     let report = profiler.get_stream_report(&stream).unwrap();
     assert_eq!(report.kernel_launches, 1 + 2, "{report}");
@@ -164,7 +164,7 @@ fn many_threads_profile_their_own_streams_at_once() {
                 for i in 0..(50 + 10 * t) {
                     let _outer = profiler.scope(stream, "outer").unwrap();
                     let _inner = profiler.scope(stream, "inner").unwrap();
-                    fill(stream, fill_kernel, &mut buf, i as f32);
+                    fill(stream, fill_kernel, i as f32, &mut buf);
                 }
             });
         }
@@ -194,7 +194,7 @@ fn a_capped_pool_is_enough_for_many_scopes() {
     profiler.enable();
     for i in 0..100 {
         let _scope = profiler.scope(&stream, "fill").unwrap();
-        fill(&stream, &fill_kernel, &mut buf, i as f32);
+        fill(&stream, &fill_kernel, i as f32, &mut buf);
     }
     let report = profiler.get_stream_report(&stream).unwrap();
     assert_eq!(report.operations["fill"].count, 100);

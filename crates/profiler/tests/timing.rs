@@ -100,7 +100,7 @@ fn closing_scopes_never_waits_for_the_gpu() {
     // More than one resolve batch, all behind the gate.
     for i in 0..200 {
         let _scope = profiler.scope(&stream, "fill").unwrap();
-        fill(&stream, &fill_kernel, &mut buf, i as f32);
+        fill(&stream, &fill_kernel, i as f32, &mut buf);
     }
     // Had any scope synchronized, this thread would still be blocked at the
     // gate; the stream has not even reached the first fill.

@@ -1,6 +1,11 @@
 //! Helpers shared by the allocator's integration tests: the context, both
-//! backends, the spin and fill kernels, raw copies, and a small xorshift.
-#![allow(dead_code, reason = "each test binary uses a different subset")]
+//! backends, the spin and fill kernels, raw copies; the generic ones come
+//! from `test_support`.
+#![allow(
+    dead_code,
+    unused_imports,
+    reason = "each test binary uses a different subset"
+)]
 
 use cuda_streams_allocator::driver::sys::CUdeviceptr;
 use cuda_streams_allocator::driver::{
@@ -10,9 +15,9 @@ use cuda_streams_allocator::{Allocation, Backend};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) fn ctx() -> Arc<Context> {
-    Context::new(0).expect("a context on device 0")
-}
+// The plain xorshift64 these tests' data was drawn from, seeded directly
+// (`XorShift(seed)`).
+pub(crate) use test_support::{XorShift64 as XorShift, ctx, serial};
 
 /// Both backends (the driver pool only where the device supports pools).
 pub(crate) fn backends(ctx: &Context) -> Vec<Backend> {
@@ -53,14 +58,7 @@ impl Kernels {
 
     /// Keep `stream` busy for `time`.
     pub(crate) fn spin(&self, stream: &Stream, time: Duration) {
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        stream
-            .launch(&self.spin, cfg, &[(time.as_nanos() as u64).into()])
-            .expect("spin launch");
+        test_support::spin(stream, &self.spin, time);
     }
 
     /// Fill `allocation` (whole u32 words) with `value` on `stream`.
@@ -103,22 +101,4 @@ pub(crate) fn copy_out(stream: &Stream, allocation: &Allocation, dst: &DeviceBuf
         code,
         cuda_streams_allocator::driver::sys::CUresult::CUDA_SUCCESS
     );
-}
-
-/// A small xorshift64 for test data (never all zeros).
-pub(crate) struct XorShift(pub(crate) u64);
-
-impl XorShift {
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }

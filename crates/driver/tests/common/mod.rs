@@ -3,13 +3,19 @@
 //! driver and, with `CUDA_STREAMS_DRIVER=cuda`, on the GPU), binding the primary
 //! context on the calling thread, and small RAII wrappers so a failing
 //! assertion does not leak streams.
-#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    dead_code,
+    unused_imports,
+    reason = "each test binary uses a different subset"
+)]
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc};
 use std::time::Duration;
 use sys::{CUdeviceptr, CUevent, CUresult, CUstream, Driver};
+
+pub(crate) use test_support::serial;
 
 /// How long a test waits for something that must happen before it calls it a
 /// hang. Generous: this is a deadlock guard, not a speed assertion.
