@@ -221,8 +221,8 @@ impl Arena {
 
     /// Make a retired (pending) block free again. It is not merged with its
     /// neighbours here: that is [`Arena::coalesce`]'s job on the miss path, so
-    /// the hit path (allocate and free the same sizes) stays two map
-    /// operations. Returns its size.
+    /// the hit path (allocate and free the same sizes) stays a list push and
+    /// pop. Returns its size.
     #[inline]
     pub(crate) fn release(&mut self, ptr: u64) -> usize {
         let Some(block) = self.blocks.get_mut(&ptr) else {
@@ -464,6 +464,58 @@ mod tests {
             "an old handle cannot free the new block"
         );
         assert!(arena.live_mut(b.0, b.2).is_some());
+    }
+
+    #[test]
+    fn recent_frees_serve_exact_fits_and_join_best_fit_otherwise() {
+        let mut arena = arena_with(Class::Small, SMALL_SEGMENT);
+        let a = arena.take(Class::Small, 4096, 4096).unwrap();
+        let b = arena.take(Class::Small, 1024, 1024).unwrap();
+        let _c = arena.take(Class::Small, 512, 512).unwrap();
+        for (ptr, _, id) in [a, b] {
+            arena.retire_then(ptr, id, |_| true).unwrap();
+        }
+        assert_eq!(arena.recent[0].len(), 2, "both wait outside the sorted set");
+        assert_eq!(arena.largest_free(), SMALL_SEGMENT - 5632);
+        // An exact fit comes straight from the recent list...
+        let again = arena.take(Class::Small, 4096, 1).unwrap();
+        assert_eq!(again.0, a.0);
+        assert_eq!(arena.recent[0].len(), 1);
+        // ...and any other size sees every free block: the freed 1 KiB block
+        // is the best fit for 512 bytes, not the segment's tail.
+        let d = arena.take(Class::Small, 512, 1).unwrap();
+        assert_eq!(d.0, b.0);
+        assert!(arena.recent[0].is_empty());
+    }
+
+    #[test]
+    fn many_frees_overflow_into_the_sorted_set_and_merge_back() {
+        let mut arena = arena_with(Class::Small, SMALL_SEGMENT);
+        let blocks: Vec<_> = (0..3 * RECENT)
+            .map(|_| arena.take(Class::Small, 512, 512).unwrap())
+            .collect();
+        for &(ptr, _, id) in &blocks {
+            let (_, size, released) = arena.retire_then(ptr, id, |_| true).unwrap();
+            assert_eq!((size, released), (512, true));
+        }
+        assert_eq!(arena.recent[0].len(), RECENT);
+        assert_eq!(arena.free_bytes, SMALL_SEGMENT);
+        assert!(arena.coalesce());
+        assert!(arena.recent[0].is_empty());
+        assert_eq!(arena.blocks.len(), 1);
+        assert_eq!(arena.largest_free(), SMALL_SEGMENT);
+        assert!(arena.has_idle());
+    }
+
+    #[test]
+    fn a_block_that_must_wait_is_not_reusable() {
+        let mut arena = arena_with(Class::Small, SMALL_SEGMENT);
+        let a = arena.take(Class::Small, 512, 512).unwrap();
+        let (_, _, released) = arena.retire_then(a.0, a.2, |_| false).unwrap();
+        assert!(!released);
+        assert_ne!(arena.take(Class::Small, 512, 512).unwrap().0, a.0);
+        assert_eq!(arena.release(a.0), 512);
+        assert_eq!(arena.take(Class::Small, 512, 512).unwrap().0, a.0);
     }
 
     #[test]

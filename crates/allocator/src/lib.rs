@@ -9,8 +9,9 @@
 //! - **Caching** (PyTorch's caching allocator, RMM's pool): `cuMemAlloc`
 //!   segments split into blocks (512-byte granules; small requests packed into
 //!   2 MiB segments, larger ones best-fit from split blocks, coalesced with
-//!   free neighbours on the miss path), per-stream free lists, so allocate + free on one stream is a lock,
-//!   two map operations and no driver call. A block goes to another stream only
+//!   free neighbours on the miss path), per-stream free lists, so allocate +
+//!   free on one stream is a lock each way, a few bookkeeping steps and no
+//!   driver call (see `docs/allocator.md`). A block goes to another stream only
 //!   once its segment is fully free and the old stream is proven past the free
 //!   (idle, or a pooled fence event recorded after it has completed).
 //! - **Driver pool**: `cuMemAllocAsync` / `cuMemFreeAsync` on the device's

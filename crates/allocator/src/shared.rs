@@ -272,9 +272,10 @@ impl Shared {
 }
 
 impl Drop for Shared {
-    /// The last handle is gone (allocator and every allocation): give every
-    /// segment back. Each stream is synchronised first, because its last
-    /// frees may still be queued behind work that uses the memory.
+    /// The last handle is gone (the allocator, and every slot with it every
+    /// allocation): give every segment back, the retired slots' included.
+    /// Each stream is synchronised first, because its last frees may still be
+    /// queued behind work that uses the memory.
     fn drop(&mut self) {
         if self.backend != Backend::Caching {
             return;
