@@ -1,98 +1,17 @@
 //! A pool of reusable events: acquiring one is a short lock and a `Vec::pop`,
 //! not a `cuEventCreate`.
-//!
-//! The lock is a spin lock rather than a `Mutex`: its critical sections are a
-//! push or a pop, and its release is a plain store where a futex mutex's is an
-//! atomic swap, which takes two of the six atomic operations of an acquire +
-//! release round trip (the others: the lock's compare-exchange each way and
-//! the pool's reference count each way).
 
 use crate::error::{Error, Result};
 use driver::{Context, Event, EventFlags};
-use std::cell::UnsafeCell;
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-
-/// Spins before a waiting thread starts yielding its time slice (the holder
-/// may have been preempted).
-const SPINS: u32 = 64;
-
-/// A `Vec` of free events behind a spin lock, reached only through
-/// [`FreeList::with`].
-struct FreeList {
-    locked: AtomicBool,
-    events: UnsafeCell<Vec<Event>>,
-}
-
-// SAFETY: the Vec is only reached through `with`, which holds `locked` for
-// the whole access, so one thread at a time uses it; `Event` is `Send`.
-unsafe impl Sync for FreeList {}
-
-/// Releases the lock when dropped, so a panic in the critical section (an
-/// allocation failure growing the Vec) cannot leave it locked.
-struct Unlock<'a>(&'a AtomicBool);
-
-impl Drop for Unlock<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
-impl FreeList {
-    fn new(events: Vec<Event>) -> Self {
-        Self {
-            locked: AtomicBool::new(false),
-            events: UnsafeCell::new(events),
-        }
-    }
-
-    /// Run `f` on the Vec under the lock. `f` must not call `with` again.
-    #[inline]
-    fn with<R>(&self, f: impl FnOnce(&mut Vec<Event>) -> R) -> R {
-        if self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            self.lock_contended();
-        }
-        let _unlock = Unlock(&self.locked);
-        // SAFETY: this thread holds `locked` (taken above with Acquire, so it
-        // sees the previous holder's writes) until `_unlock` drops, after `f`
-        // returns or unwinds; no other reference to the Vec exists meanwhile,
-        // and `f` cannot keep this one (it is borrowed for the call only).
-        f(unsafe { &mut *self.events.get() })
-    }
-
-    #[cold]
-    fn lock_contended(&self) {
-        let mut spins = 0;
-        loop {
-            while self.locked.load(Ordering::Relaxed) {
-                if spins < SPINS {
-                    spins += 1;
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            if self
-                .locked
-                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
-            }
-        }
-    }
-}
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Free events of one kind, and how many of that kind exist.
 struct Shelf {
-    free: FreeList,
+    free: Mutex<Vec<Event>>,
     /// Events of this kind created so far (free + in use). Only growth writes it.
     created: AtomicUsize,
     cap: usize,
@@ -114,7 +33,7 @@ impl Shelf {
             .map(|_| Event::new(ctx, flags))
             .collect::<driver::Result<Vec<_>>>()?;
         Ok(Self {
-            free: FreeList::new(free),
+            free: Mutex::new(free),
             created: AtomicUsize::new(count),
             cap,
             flags,
@@ -122,9 +41,9 @@ impl Shelf {
         })
     }
 
-    /// Free events now.
-    fn available(&self) -> usize {
-        self.free.with(|free| free.len())
+    fn lock(&self) -> MutexGuard<'_, Vec<Event>> {
+        // A panic while holding the lock cannot leave the Vec half-updated.
+        self.free.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Create one more event, unless the cap is reached.
@@ -147,7 +66,7 @@ impl Shelf {
 /// A pool of plain ("regular") and timing events, reused instead of created
 /// and destroyed for every use.
 ///
-/// Acquiring pops a free event under a short spin lock; dropping the
+/// Acquiring pops a free event under a short lock; dropping the
 /// [`PooledEvent`] pushes it back. No driver call happens on that path. When a
 /// kind runs out, the pool creates one more event of that kind (counted by
 /// [`EventPool::growth_count`]) unless the cap is reached, which is an
@@ -212,7 +131,8 @@ impl EventPool {
     /// none is free and the cap allows.
     pub fn acquire_event(self: &Arc<Self>, timing: bool) -> Result<PooledEvent> {
         let shelf = self.shelf(timing);
-        let popped = shelf.free.with(Vec::pop);
+        // Bind the pop's result first so the guard is released before growth.
+        let popped = shelf.lock().pop();
         let event = match popped {
             Some(event) => event,
             None => {
@@ -235,8 +155,8 @@ impl EventPool {
 
     /// `(available regular, available timing, in use)` at this moment.
     pub fn utilization(&self) -> (usize, usize, usize) {
-        let regular = self.regular.available();
-        let timing = self.timing.available();
+        let regular = self.regular.lock().len();
+        let timing = self.timing.lock().len();
         let created = self.regular.created.load(Ordering::Acquire)
             + self.timing.created.load(Ordering::Acquire);
         // Another thread may grow or release between the reads above.
@@ -299,8 +219,7 @@ impl Drop for PooledEvent {
         // SAFETY: `event` is taken exactly once, here, and `self` is not used
         // afterwards.
         let event = unsafe { ManuallyDrop::take(&mut self.event) };
-        let shelf = self.pool.shelf(event.is_timing());
-        shelf.free.with(|free| free.push(event));
+        self.pool.shelf(event.is_timing()).lock().push(event);
     }
 }
 
