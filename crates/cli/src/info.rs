@@ -1,11 +1,9 @@
 //! `cuda-streams info`: what driver answered and what each device is.
 //!
-//! This talks to the raw function table on purpose: it must work, and say
-//! something useful, even where the safe layer cannot create a context.
+//! Driver version and device count come from the raw table (the safe layer
+//! has no call for them); each device is described by its `Context`.
 
-use driver::{DriverChoice, DriverKind, LoadedDriver};
-use std::ffi::{CStr, c_char};
-use sys::{CUdevice, CUdevice_attribute};
+use driver::{Context, DeviceInfo, DriverChoice, DriverKind, LoadedDriver};
 
 pub(crate) fn run() -> Result<(), String> {
     let choice = DriverChoice::from_env().map_err(|e| e.to_string())?;
@@ -26,102 +24,58 @@ pub(crate) fn run() -> Result<(), String> {
     print(&loaded).map_err(|e| e.to_string())
 }
 
-fn print(loaded: &LoadedDriver) -> Result<(), sys::DriverError> {
+fn print(loaded: &LoadedDriver) -> Result<(), driver::Error> {
     let d = loaded.table;
-    // SAFETY: every call below passes valid out-pointers of the declared types.
+    let (mut version, mut count) = (0, 0);
+    // SAFETY: cuInit takes flags only; the other two write one int each
+    // through valid out-pointers.
     unsafe {
         d.check((d.cuInit)(0))?;
-        let mut version = 0;
         d.check((d.cuDriverGetVersion)(&mut version))?;
-        let mut count = 0;
         d.check((d.cuDeviceGetCount)(&mut count))?;
-        println!("driver:          {} (version {version})", loaded.name());
-        println!("devices:         {count}");
-        for ordinal in 0..count {
-            let mut device: CUdevice = 0;
-            d.check((d.cuDeviceGet)(&mut device, ordinal))?;
-            print_device(loaded, ordinal, device)?;
-        }
+    }
+    println!("driver:          {} (version {version})", loaded.name());
+    println!("devices:         {count}");
+    for ordinal in 0..count {
+        // The safe layer already knows how to describe a device.
+        let ctx = Context::with_driver(*loaded, ordinal)?;
+        print_device(loaded, ctx.info());
     }
     Ok(())
 }
 
-/// # Safety
-/// `device` must be a device handle from `cuDeviceGet` on this driver.
-unsafe fn print_device(
-    loaded: &LoadedDriver,
-    ordinal: i32,
-    device: CUdevice,
-) -> Result<(), sys::DriverError> {
-    let d = loaded.table;
-    let attribute = |attribute: CUdevice_attribute| -> Result<i32, sys::DriverError> {
-        let mut value = 0;
-        // SAFETY: a valid device and an out-pointer to one int.
-        d.check(unsafe { (d.cuDeviceGetAttribute)(&mut value, attribute, device) })?;
-        Ok(value)
-    };
-    let mut name = [0 as c_char; 256];
-    // SAFETY: the buffer holds 256 bytes and the length passed says so.
-    d.check(unsafe { (d.cuDeviceGetName)(name.as_mut_ptr(), name.len() as i32, device) })?;
-    // SAFETY: cuDeviceGetName writes a NUL-terminated string within the buffer.
-    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
-    let mut total = 0usize;
-    // SAFETY: an out-pointer to one size_t.
-    d.check(unsafe { (d.cuDeviceTotalMem)(&mut total, device) })?;
-    let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-    let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-    let sms = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    let engines = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT)?;
-    let pools = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?;
-    let managed = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)?;
-
-    // The priority range is a property of a context: bind the primary one briefly.
-    let mut context = std::ptr::null_mut();
-    // SAFETY: valid device and out-pointer; the context is released below.
-    d.check(unsafe { (d.cuDevicePrimaryCtxRetain)(&mut context, device) })?;
-    let (mut least, mut greatest) = (0, 0);
-    // SAFETY: `context` was just retained; the out-pointers are valid ints.
-    let range = unsafe {
-        d.check((d.cuCtxSetCurrent)(context))
-            .and_then(|()| d.check((d.cuCtxGetStreamPriorityRange)(&mut least, &mut greatest)))
-    };
-    // SAFETY: releases the reference retained above, exactly once.
-    let released = d.check(unsafe { (d.cuDevicePrimaryCtxRelease)(device) });
-    range?;
-    released?;
-
-    println!("device {ordinal}:        {name}");
+fn print_device(loaded: &LoadedDriver, info: &DeviceInfo) {
+    let (major, minor) = info.compute_capability;
+    let range = info.priority_range;
+    let total = info.total_memory;
+    println!("device {}:        {}", info.ordinal, info.name);
     println!("  compute capability: {major}.{minor}");
-    println!("  multiprocessors:    {sms}");
+    println!("  multiprocessors:    {}", info.multiprocessor_count);
     println!(
         "  memory:             {:.1} GiB ({total} bytes)",
         total as f64 / (1u64 << 30) as f64
     );
-    println!("  async copy engines: {engines}");
-    println!("  stream priorities:  {least} (least) to {greatest} (greatest)");
+    println!("  async copy engines: {}", info.async_engine_count);
     println!(
-        "  memory pools:       {}",
-        if pools != 0 {
-            "supported"
-        } else {
-            "not supported"
-        }
+        "  stream priorities:  {} (least) to {} (greatest)",
+        range.least, range.greatest
     );
-    println!(
-        "  managed memory:     {}",
-        if managed != 0 {
-            "concurrent access"
-        } else {
-            "no concurrent access"
-        }
-    );
+    let pools = if info.memory_pools_supported {
+        "supported"
+    } else {
+        "not supported"
+    };
+    println!("  memory pools:       {pools}");
+    let managed = if info.concurrent_managed_access {
+        "concurrent access"
+    } else {
+        "no concurrent access"
+    };
+    println!("  managed memory:     {managed}");
     if loaded.kind == DriverKind::Soft {
         println!(
             "  (software driver: device memory is host memory, capped at the capacity above; \
              set CUDA_STREAMS_SOFT_CAPACITY_MB to change it)"
         );
     }
-    Ok(())
 }
