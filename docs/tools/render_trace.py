@@ -17,8 +17,9 @@ Run it from the repository root:
         TRACE.json OUT.png [--width 1600] [--title TEXT]
 
 docs/images/demo-timeline.png is the trace.json that the three-stream profiler
-demo (``cargo run -p cuda-streams-profiler --example profiler_demo -- FILE``)
-wrote on the NVIDIA H200, rendered with
+example (then ``profiler_demo`` in the profiler crate, now
+``cargo run -p cuda-streams --example profiler -- FILE``) wrote on the NVIDIA
+H200, rendered with
 ``--title "profiler_demo on GPU 0: NVIDIA H200 (CUDA driver), 3 streams"``.
 """
 

@@ -28,12 +28,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let profiler = StreamProfiler::new(&ctx)?;
     profiler.enable();
     for (i, stream) in streams.iter().enumerate() {
-        let mut buf = DeviceBuffer::<f32>::new_async(stream, 1 << 16)?;
-        for step in 0..2 {
+        let mut buf = DeviceBuffer::<f32>::new_async(stream, 1 << 20)?;
+        for step in 0..3 {
             let _step = profiler.scope(stream, format!("step {step}"))?;
-            let args = [(1u64 << 16).into(), (i as f32).into(), (&mut buf).into()];
+            let args = [(1u64 << 20).into(), (i as f32).into(), (&mut buf).into()];
             profiler.time(stream, "fill", |s| {
-                s.launch(&fill, LaunchConfig::for_num_elems(1 << 16), &args)
+                s.launch(&fill, LaunchConfig::for_num_elems(1 << 20), &args)
             })??;
             let ns = Duration::from_millis(2 + i as u64).as_nanos() as u64;
             profiler.time(stream, "spin", |s| s.launch(&spin, one, &[ns.into()]))??;
@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spin_time = report.stream(streams[2].id()).expect("profiled").operations["spin"].total;
     assert!(
         spin_time >= Duration::from_millis(8),
-        "two 4 ms spins, GPU-timed: {spin_time:?}"
+        "three 4 ms spins, GPU-timed: {spin_time:?}"
     );
     std::fs::write(&path, profiler.to_chrome_trace()?)?;
     println!(
