@@ -55,7 +55,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
         let bytes =
             std::fs::read(&built).map_err(|e| format!("cannot read {}: {e}", built.display()))?;
         let committed = kernels.join(format!("{stem}.fatbin"));
-        match write_or_check(&committed, &bytes, check) {
+        match write_or_check(&committed, &bytes, check, "build-kernels") {
             Ok(true) => eprintln!("wrote {} ({} bytes)", committed.display(), bytes.len()),
             Ok(false) if !check => {
                 eprintln!(

@@ -161,7 +161,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
     ];
     let mut changed = 0;
     for (name, contents) in files {
-        if write_or_check(&out.join(name), contents.as_bytes(), check)? {
+        if write_or_check(&out.join(name), contents.as_bytes(), check, "bindgen")? {
             changed += 1;
             eprintln!("xtask: wrote cuda-sys/src/{name}");
         }

@@ -74,20 +74,21 @@ pub(crate) fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Write `contents` to `path`, or with `check` compare and report a stale file.
-pub(crate) fn write_or_check(path: &Path, contents: &[u8], check: bool) -> Result<bool> {
+/// Write `contents` to `path`, or with `check` compare and report a stale file,
+/// naming `command`, the xtask subcommand that regenerates it.
+pub(crate) fn write_or_check(
+    path: &Path,
+    contents: &[u8],
+    check: bool,
+    command: &str,
+) -> Result<bool> {
     let current = std::fs::read(path).ok();
     let same = current.as_deref() == Some(contents);
     if check {
         if !same {
             return Err(format!(
-                "{} is stale: run `cargo xtask {}` and commit the result",
-                path.display(),
-                if path.extension().is_some_and(|e| e == "fatbin") {
-                    "build-kernels"
-                } else {
-                    "bindgen"
-                }
+                "{} is stale: run `cargo xtask {command}` and commit the result",
+                path.display()
             ));
         }
         return Ok(false);
