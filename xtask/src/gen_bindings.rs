@@ -338,10 +338,6 @@ fn header_renames(cuda_h: &str) -> BTreeMap<String, String> {
             renames
                 .entry(name.to_string())
                 .or_insert_with(|| target.to_string());
-        } else if name == "cuGraphInstantiate" {
-            renames
-                .entry(name.to_string())
-                .or_insert_with(|| target.to_string());
         }
     }
     renames
