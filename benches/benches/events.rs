@@ -68,6 +68,11 @@ fn criterion_groups(c: &mut Criterion) {
     group.bench_function("pool acquire + release", |b| {
         b.iter(|| pool_round_trip(&pool))
     });
+    let capped = Arc::new(EventPool::with_capacity_limit(&ctx, 64, 16, 1 << 20).expect("a pool"));
+    group.bench_function(
+        "pool acquire + release, shared shelf only (capped pool)",
+        |b| b.iter(|| pool_round_trip(&capped)),
+    );
     group.bench_function("baseline: Event::plain + drop", |b| {
         b.iter(|| create_and_destroy(&ctx))
     });
@@ -133,6 +138,15 @@ fn ratios() {
         "event pool acquire+release (target <= 60 ns on the H200)",
         ours,
         "ns",
+    );
+    // A capped pool keeps every free event on the shared, locked shelf: the
+    // same round trip without the per-thread shelves.
+    let capped = Arc::new(EventPool::with_capacity_limit(&ctx, 64, 16, 1 << 20).expect("a pool"));
+    let shared_only = median_ns(101, 10_000, || pool_round_trip(&capped));
+    compare(
+        "event pool acquire+release: per-thread shelf vs shared shelf only (capped pool)",
+        ours,
+        shared_only,
     );
 
     // Per operation the coordinator makes one driver call (cuEventRecord of

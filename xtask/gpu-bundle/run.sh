@@ -11,12 +11,21 @@
 #   --no-bench          skip the benches
 #   --bench-args "..."  extra arguments for every bench binary (e.g. "--warm-up-time 1")
 #   --cli "..."         extra CLI runs, `;`-separated, e.g. "demo;bench"
+#   --parallel          run each binary's tests in parallel, as `cargo test` does
+#                       (by default they run one at a time here: see below)
 # Full logs go to LOG_DIR; a short summary is printed last.
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 logs="${1:?usage: run.sh LOG_DIR [--sanitize[=TOOL]] [--only REGEX] [--no-tests] [--no-bench]}"
 shift
 sanitize=""; only="."; run_tests=1; run_bench=1; bench_args=""; cli_runs="info"
+# On a GPU, cuMemFree, cuMemFreeHost, cuModuleUnload and stream teardown can
+# hold every other thread's driver calls until the whole device is idle. Tests
+# of one binary running side by side then disturb each other: one that asserts
+# a stream is still busy sees its kernel finish while a neighbour's free held
+# it up, or waits out a neighbour's gate. Each test makes its own threads where
+# it tests concurrency, so the binaries run their tests one at a time here.
+test_threads="--test-threads=1"
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) sanitize=memcheck ;;
@@ -26,6 +35,7 @@ while [ $# -gt 0 ]; do
     --no-bench) run_bench=0 ;;
     --bench-args) bench_args="$2"; shift ;;
     --cli) cli_runs="info;$2"; shift ;;
+    --parallel) test_threads="" ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -65,9 +75,9 @@ if [ "$run_tests" = 1 ]; then
     log="$logs/test-$name.log"
     # A hung binary must not eat the whole GPU session: each gets a time limit.
     if [ -n "$sanitize" ]; then
-      cmd=(timeout -s KILL "${TEST_TIMEOUT:-300}" compute-sanitizer --tool "$sanitize" --report-api-errors no --error-exitcode 97 --print-limit 100 "$t")
+      cmd=(timeout -s KILL "${TEST_TIMEOUT:-300}" compute-sanitizer --tool "$sanitize" --report-api-errors no --error-exitcode 97 --print-limit 100 "$t" $test_threads)
     else
-      cmd=(timeout -s KILL "${TEST_TIMEOUT:-120}" "$t")
+      cmd=(timeout -s KILL "${TEST_TIMEOUT:-120}" "$t" $test_threads)
     fi
     start=$(date +%s%N)
     "${cmd[@]}" > "$log" 2>&1

@@ -203,7 +203,7 @@ impl Context {
     /// forbids driver calls.
     #[inline]
     pub fn bind(&self) -> Result<()> {
-        if IN_HOST_FN.with(Cell::get) {
+        if in_stream_callback() {
             return Err(Error::InsideCallback {
                 operation: "a driver call",
             });
@@ -360,6 +360,28 @@ impl fmt::Debug for Context {
             .field("ordinal", &self.info.ordinal)
             .finish()
     }
+}
+
+/// Whether the calling thread is running a stream callback (a closure given to
+/// [`crate::Stream::add_callback`]), where CUDA forbids driver calls.
+///
+/// Code that may run in a callback and would otherwise make a driver call
+/// later on this thread (a cache whose entries are destroyed at thread exit,
+/// say) checks it first.
+///
+/// ```
+/// use cuda_streams_driver::{Context, Stream, in_stream_callback};
+/// use std::sync::mpsc;
+/// assert!(!in_stream_callback());
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let (tx, rx) = mpsc::channel();
+/// stream.add_callback(move || tx.send(in_stream_callback()).unwrap()).unwrap();
+/// assert!(rx.recv().unwrap());
+/// ```
+#[inline]
+pub fn in_stream_callback() -> bool {
+    IN_HOST_FN.with(Cell::get)
 }
 
 /// Marks the calling thread as running a stream callback for the guard's life.

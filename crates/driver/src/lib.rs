@@ -106,7 +106,7 @@ mod priority;
 mod select;
 mod stream;
 
-pub use context::{Context, DeviceInfo};
+pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};

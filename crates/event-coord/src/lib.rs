@@ -19,6 +19,7 @@ mod coordinator;
 mod error;
 mod operation;
 mod pool;
+mod thread_shelf;
 mod waiter;
 
 pub use barrier::{BarrierStats, CrossStreamBarrier};

@@ -1,13 +1,15 @@
-//! A pool of reusable events: acquiring one is a short lock and a `Vec::pop`,
-//! not a `cuEventCreate`.
+//! A pool of reusable events: acquiring one is a `Vec::pop` from the thread's
+//! own shelf or, failing that, from the shared one under a short lock; never a
+//! `cuEventCreate` unless the pool has run out.
 
 use crate::error::{Error, Result};
+use crate::thread_shelf::{self, HeldCounts};
 use driver::{Context, Event, EventFlags};
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 /// Free events of one kind, and how many of that kind exist.
 struct Shelf {
@@ -43,7 +45,7 @@ impl Shelf {
 
     fn lock(&self) -> MutexGuard<'_, Vec<Event>> {
         // A panic while holding the lock cannot leave the Vec half-updated.
-        self.free.lock().unwrap_or_else(|p| p.into_inner())
+        self.free.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Create one more event, unless the cap is reached.
@@ -66,11 +68,23 @@ impl Shelf {
 /// A pool of plain ("regular") and timing events, reused instead of created
 /// and destroyed for every use.
 ///
-/// Acquiring pops a free event under a short lock; dropping the
-/// [`PooledEvent`] pushes it back. No driver call happens on that path. When a
-/// kind runs out, the pool creates one more event of that kind (counted by
-/// [`EventPool::growth_count`]) unless the cap is reached, which is an
-/// [`Error::PoolExhausted`].
+/// Acquiring pops a free event; dropping the [`PooledEvent`] puts it back. No
+/// driver call happens on that path. When a kind runs out, the pool creates
+/// one more event of that kind (counted by [`EventPool::growth_count`]) unless
+/// the cap is reached, which is an [`Error::PoolExhausted`].
+///
+/// **Per-thread shelves.** A pool without a cap ([`EventPool::new`]) lets each
+/// thread keep up to 32 free events of each kind that it released, and
+/// acquire takes from there first: the common round trip on one thread then
+/// takes no lock. Events released inside a stream callback, and events beyond
+/// those 32, go to the shared shelf. Kept events count as available in
+/// [`EventPool::utilization`]; they return to the shared shelf when their
+/// thread ends, or are destroyed then if the pool is gone (or earlier, when
+/// the thread next starts keeping events for another pool). Another thread
+/// cannot take them, so under a producer/consumer pattern the pool may grow by
+/// up to 32 events per thread and kind. A capped pool
+/// ([`EventPool::with_capacity_limit`]) keeps every free event shared, so that
+/// a free event is never out of reach of a thread that hit the cap.
 ///
 /// A pooled event may still carry the mark of its previous use: record it
 /// before waiting on it or querying it.
@@ -97,6 +111,10 @@ pub struct EventPool {
     regular: Shelf,
     timing: Shelf,
     growth: AtomicU64,
+    /// Whether threads keep their released events (uncapped pools only).
+    per_thread: bool,
+    /// The counts of events each thread keeps, for `utilization`.
+    threads: Mutex<Vec<Weak<HeldCounts>>>,
 }
 
 impl EventPool {
@@ -120,6 +138,8 @@ impl EventPool {
             regular: Shelf::new(ctx, EventFlags::PLAIN, regular, cap)?,
             timing: Shelf::new(ctx, EventFlags::TIMING, timing, cap)?,
             growth: AtomicU64::new(0),
+            per_thread: cap == usize::MAX,
+            threads: Mutex::new(Vec::new()),
         })
     }
 
@@ -131,8 +151,13 @@ impl EventPool {
     /// none is free and the cap allows.
     pub fn acquire_event(self: &Arc<Self>, timing: bool) -> Result<PooledEvent> {
         let shelf = self.shelf(timing);
+        let kept = if self.per_thread {
+            thread_shelf::take(self, timing)
+        } else {
+            None
+        };
         // Bind the pop's result first so the guard is released before growth.
-        let popped = shelf.lock().pop();
+        let popped = kept.or_else(|| shelf.lock().pop());
         let event = match popped {
             Some(event) => event,
             None => {
@@ -154,9 +179,20 @@ impl EventPool {
     }
 
     /// `(available regular, available timing, in use)` at this moment.
+    /// Available counts the free events threads keep for themselves too.
     pub fn utilization(&self) -> (usize, usize, usize) {
-        let regular = self.regular.lock().len();
-        let timing = self.timing.lock().len();
+        let (mut regular, mut timing) = (0, 0);
+        self.lock_threads().retain(|held| match held.upgrade() {
+            Some(held) => {
+                let (r, t) = held.get();
+                regular += r;
+                timing += t;
+                true
+            }
+            None => false,
+        });
+        let regular = regular + self.regular.lock().len();
+        let timing = timing + self.timing.lock().len();
         let created = self.regular.created.load(Ordering::Acquire)
             + self.timing.created.load(Ordering::Acquire);
         // Another thread may grow or release between the reads above.
@@ -176,6 +212,22 @@ impl EventPool {
     /// The context the events belong to.
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
+    }
+
+    fn lock_threads(&self) -> MutexGuard<'_, Vec<Weak<HeldCounts>>> {
+        self.threads.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A thread started keeping events of this pool.
+    pub(crate) fn register_thread(&self, held: &Arc<HeldCounts>) {
+        self.lock_threads().push(Arc::downgrade(held));
+    }
+
+    /// Put free events on the shared shelves.
+    pub(crate) fn shelve(&self, events: impl Iterator<Item = Event>) {
+        for event in events {
+            self.shelf(event.is_timing()).lock().push(event);
+        }
     }
 }
 
@@ -219,6 +271,14 @@ impl Drop for PooledEvent {
         // SAFETY: `event` is taken exactly once, here, and `self` is not used
         // afterwards.
         let event = unsafe { ManuallyDrop::take(&mut self.event) };
+        let event = if self.pool.per_thread {
+            match thread_shelf::keep(&self.pool, event) {
+                Ok(()) => return,
+                Err(event) => event,
+            }
+        } else {
+            event
+        };
         self.pool.shelf(event.is_timing()).lock().push(event);
     }
 }

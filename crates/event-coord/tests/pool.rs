@@ -157,3 +157,99 @@ fn concurrent_acquire_release_keeps_the_books_straight() {
     is_send_sync::<EventPool>();
     is_send_sync::<events::PooledEvent>();
 }
+
+#[test]
+fn a_thread_keeps_what_it_released_and_gives_it_back_when_it_ends() {
+    let ctx = ctx();
+    let pool = Arc::new(EventPool::new(&ctx, 8, 0).unwrap());
+    let (to_main, from_thread) = std::sync::mpsc::channel();
+    let (to_thread, from_main) = std::sync::mpsc::channel::<()>();
+    let worker = {
+        let pool = Arc::clone(&pool);
+        std::thread::spawn(move || {
+            let held: Vec<_> = (0..40)
+                .map(|_| pool.acquire_event(false).unwrap())
+                .collect();
+            let raws: Vec<_> = held.iter().map(|e| e.as_raw() as usize).collect();
+            drop(held);
+            // The first 32 released stayed on this thread's shelf, the rest
+            // went to the shared one; the next acquire takes the last one kept.
+            let again = pool.acquire_event(false).unwrap();
+            assert_eq!(again.as_raw() as usize, raws[31]);
+            drop(again);
+            to_main.send(raws).unwrap();
+            from_main.recv().unwrap();
+        })
+    };
+    let raws = from_thread.recv().unwrap();
+    // 32 kept by the thread, 8 on the shared shelf; all count as available.
+    assert_eq!(pool.growth_count(), 32);
+    assert_eq!(pool.utilization(), (40, 0, 0));
+    to_thread.send(()).unwrap();
+    worker.join().unwrap();
+    // The thread is gone and its shelf went back to the pool: all 40 can be
+    // acquired here without creating any.
+    let here: Vec<_> = (0..40)
+        .map(|_| pool.acquire_event(false).unwrap())
+        .collect();
+    assert_eq!(pool.growth_count(), 32);
+    let mut got: Vec<_> = here.iter().map(|e| e.as_raw() as usize).collect();
+    let mut expected = raws;
+    got.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn events_released_in_a_callback_go_to_the_shared_shelf() {
+    let ctx = ctx();
+    let stream = &streams(&ctx, 1)[0];
+    let pool = Arc::new(EventPool::new(&ctx, 1, 0).unwrap());
+    let event = pool.acquire_event(false).unwrap();
+    let raw = event.as_raw();
+    stream.add_callback(move || drop(event)).unwrap();
+    stream.synchronize().unwrap();
+    // Another thread, with no shelf of its own, finds it without growth.
+    let pool2 = Arc::clone(&pool);
+    let found = std::thread::spawn(move || pool2.acquire_event(false).unwrap().as_raw() as usize)
+        .join()
+        .unwrap();
+    assert_eq!(found, raw as usize);
+    assert_eq!(pool.growth_count(), 0);
+}
+
+#[test]
+fn a_capped_pool_shares_every_free_event_between_threads() {
+    let ctx = ctx();
+    let pool = Arc::new(EventPool::with_capacity_limit(&ctx, 1, 0, 1).unwrap());
+    let pool2 = Arc::clone(&pool);
+    // Released on one thread, acquired on another at the cap.
+    std::thread::spawn(move || drop(pool2.acquire_event(false).unwrap()))
+        .join()
+        .unwrap();
+    let event = pool.acquire_event(false).unwrap();
+    assert_eq!(pool.utilization(), (0, 0, 1));
+    drop(event);
+}
+
+#[test]
+fn a_thread_drops_the_events_of_pools_that_are_gone() {
+    let ctx = ctx();
+    let old = Arc::new(EventPool::new(&ctx, 2, 2).unwrap());
+    let kept = Arc::downgrade(&old);
+    drop((
+        old.acquire_event(false).unwrap(),
+        old.acquire_event(true).unwrap(),
+    ));
+    drop(old);
+    assert!(
+        kept.upgrade().is_none(),
+        "a thread's shelf does not keep its pool alive"
+    );
+    // Keeping events for a new pool clears out the old pool's shelf; the new
+    // pool's books are unaffected.
+    let new = Arc::new(EventPool::new(&ctx, 1, 1).unwrap());
+    drop(new.acquire_event(true).unwrap());
+    assert_eq!(new.utilization(), (1, 1, 0));
+    assert_eq!(new.growth_count(), 0);
+}
