@@ -49,6 +49,10 @@ if [ -f "$here/payload.tar.xz" ]; then
   here="$unpacked"
 fi
 export CUDA_STREAMS_DRIVER=cuda
+# Tests whose premise a sanitizer's instrumentation changes skip, saying so.
+export CUDA_STREAMS_SANITIZER="$sanitize"
+# The facade's `examples` test runs the example binaries from here.
+export CUDA_STREAMS_EXAMPLES_DIR="$here/examples"
 export PATH="/usr/local/cuda/bin:$PATH"
 summary="$logs/summary.txt"
 : > "$summary"
@@ -75,7 +79,7 @@ if [ "$run_tests" = 1 ]; then
     log="$logs/test-$name.log"
     # A hung binary must not eat the whole GPU session: each gets a time limit.
     if [ -n "$sanitize" ]; then
-      cmd=(timeout -s KILL "${TEST_TIMEOUT:-300}" compute-sanitizer --tool "$sanitize" --report-api-errors no --error-exitcode 97 --print-limit 100 "$t" $test_threads)
+      cmd=(timeout -s KILL "${TEST_TIMEOUT:-300}" compute-sanitizer --tool "$sanitize" --report-api-errors no --require-cuda-init no --target-processes all --error-exitcode 97 --print-limit 100 "$t" $test_threads)
     else
       cmd=(timeout -s KILL "${TEST_TIMEOUT:-120}" "$t" $test_threads)
     fi

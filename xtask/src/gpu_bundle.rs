@@ -1,7 +1,8 @@
 //! `cargo xtask gpu-bundle`: everything the H200 runs, in one folder.
 //!
 //! The GPU machine has no Rust toolchain, so we build here: every test binary
-//! of the workspace, the bench binaries and the CLI, in release mode, stripped,
+//! of the workspace, the facade's examples (its `examples` test runs them), the
+//! bench binaries and the CLI, in release mode, stripped,
 //! next to `run.sh` (which sets `CUDA_STREAMS_DRIVER=cuda` so that a missing GPU
 //! fails instead of passing on the software driver).
 
@@ -20,32 +21,33 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
         std::fs::remove_dir_all(&out)
             .map_err(|e| format!("cannot clear {}: {e}", out.display()))?;
     }
-    for dir in ["tests", "benches", "bin"] {
+    for dir in ["tests", "examples", "benches", "bin"] {
         std::fs::create_dir_all(out.join(dir)).map_err(|e| format!("cannot create {dir}: {e}"))?;
     }
 
+    // `cargo test` builds the examples too; the facade's `examples` test finds
+    // them through CUDA_STREAMS_EXAMPLES_DIR, which run.sh sets.
+    let built = built_executables(&root, &["test", "--workspace", "--release", "--no-run"])?;
     // xtask's and the bench helpers' own unit tests have nothing to do with a GPU.
-    let tests: Vec<_> =
-        built_executables(&root, &["test", "--workspace", "--release", "--no-run"])?
-            .into_iter()
-            .filter(|(name, _)| {
-                !name.starts_with("xtask-") && !name.starts_with("cuda-streams-benches-")
-            })
-            .collect();
-    for (name, path) in &tests {
-        copy_stripped(path, &out.join("tests").join(name))?;
+    let tests: Vec<_> = built
+        .iter()
+        .filter(|b| b.is_test)
+        .filter(|b| !b.name.starts_with("xtask-") && !b.name.starts_with("cuda-streams-benches-"))
+        .collect();
+    for test in &tests {
+        copy_stripped(&test.path, &out.join("tests").join(&test.name))?;
+    }
+    for example in built.iter().filter(|b| b.kind == "example") {
+        copy_stripped(&example.path, &out.join("examples").join(&example.target))?;
     }
     let mut benches = Vec::new();
     if with_benches && root.join("benches").join("Cargo.toml").is_file() {
         benches = built_executables(&root, &["bench", "--workspace", "--no-run"])?
             .into_iter()
-            .filter(|(name, _)| name.starts_with("bench-"))
+            .filter(|b| b.kind == "bench")
             .collect();
-        for (name, path) in &benches {
-            copy_stripped(
-                path,
-                &out.join("benches").join(name.trim_start_matches("bench-")),
-            )?;
+        for bench in &benches {
+            copy_stripped(&bench.path, &out.join("benches").join(&bench.target))?;
         }
     }
     run(Command::new("cargo").current_dir(&root).args([
@@ -77,7 +79,7 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
         .map_err(|e| format!("cannot write MANIFEST: {e}"))?;
     // Some 60 test binaries of ~1.3 MiB each exceed what the device tool carries;
     // they compress about 4x, and run.sh unpacks them on the GPU machine.
-    pack(&out, &["tests", "benches", "bin", "MANIFEST"])?;
+    pack(&out, &["tests", "examples", "benches", "bin", "MANIFEST"])?;
     let size = dir_size(&out)?;
     if size > SIZE_LIMIT {
         return Err(format!(
@@ -93,9 +95,22 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
     Ok(())
 }
 
-/// Run a cargo build with JSON messages and collect the executables it made,
-/// named `<package>-<target>` (`bench-<target>` for bench targets).
-fn built_executables(root: &Path, args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+/// An executable a cargo build made.
+struct Built {
+    /// `<package>-<target>`, or `<package>-unit` for a library's or binary's
+    /// own tests: the name a test binary gets in the bundle.
+    name: String,
+    /// The cargo target's name.
+    target: String,
+    /// The target kind: `lib`, `bin`, `test`, `example`, `bench`...
+    kind: String,
+    /// Whether it is a test harness build.
+    is_test: bool,
+    path: PathBuf,
+}
+
+/// Run a cargo build with JSON messages and collect the executables it made.
+fn built_executables(root: &Path, args: &[&str]) -> Result<Vec<Built>> {
     let output = Command::new("cargo")
         .current_dir(root)
         .args(args)
@@ -124,18 +139,19 @@ fn built_executables(root: &Path, args: &[&str]) -> Result<Vec<(String, PathBuf)
             .and_then(package_name)
             .unwrap_or_else(|| target.to_string());
         let name = match kind {
-            "bench" => format!("bench-{target}"),
             "lib" | "bin" | "proc-macro" => format!("{package}-unit"),
             _ => format!("{package}-{target}"),
         };
-        let is_test = message["profile"]["test"] == true;
-        if (args[0] == "test" && !is_test) || (args[0] == "bench" && kind != "bench") {
-            continue;
-        }
-        found.push((name, PathBuf::from(executable)));
+        found.push(Built {
+            name,
+            target: target.to_string(),
+            kind: kind.to_string(),
+            is_test: message["profile"]["test"] == true,
+            path: PathBuf::from(executable),
+        });
     }
-    found.sort();
-    found.dedup_by(|a, b| a.0 == b.0);
+    found.sort_by(|a, b| (&a.name, a.is_test).cmp(&(&b.name, b.is_test)));
+    found.dedup_by(|a, b| a.name == b.name && a.is_test == b.is_test);
     Ok(found)
 }
 

@@ -1,9 +1,10 @@
 //! Runs every example of this crate and checks that it succeeds.
 //!
 //! `cargo test` builds the examples but never runs them; this test does, from
-//! where cargo put them (`target/<profile>/examples/`, next to this test's
-//! `deps/` directory), each in a temporary working directory. The examples
-//! need every feature (`required-features`), so this test does too.
+//! `CUDA_STREAMS_EXAMPLES_DIR` when set (the GPU bundle's `run.sh` sets it) or
+//! else from where cargo put them (`target/<profile>/examples/`, next to this
+//! test's `deps/` directory), each in a temporary working directory. The
+//! examples need every feature (`required-features`), so this test does too.
 #![cfg(all(
     feature = "pool",
     feature = "events",
@@ -28,9 +29,13 @@ const EXAMPLES: &[&str] = &[
     "profiler",
 ];
 
-/// The directory cargo builds the examples into, if this test runs from
-/// cargo's layout (`target/<profile>/deps/examples-<hash>`).
+/// Where the examples are: `CUDA_STREAMS_EXAMPLES_DIR`, or the directory
+/// cargo builds them into if this test runs from cargo's layout
+/// (`target/<profile>/deps/examples-<hash>`).
 fn examples_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("CUDA_STREAMS_EXAMPLES_DIR") {
+        return Some(dir.into());
+    }
     let exe = std::env::current_exe().ok()?;
     let deps = exe.parent()?;
     (deps.file_name()? == "deps").then(|| deps.parent().unwrap().join("examples"))
@@ -42,13 +47,10 @@ fn executable(dir: &Path, name: &str) -> PathBuf {
 
 #[test]
 fn every_example_runs() {
-    let Some(dir) = examples_dir() else {
-        // A copied test binary (e.g. in the GPU bundle) has no examples beside it.
-        println!(
-            "skipped: not in cargo's target layout, so the examples were not built beside this test"
-        );
-        return;
-    };
+    let dir = examples_dir().expect(
+        "this test binary is not in cargo's target layout: \
+         set CUDA_STREAMS_EXAMPLES_DIR to the folder holding the example binaries",
+    );
     let work = std::env::temp_dir().join(format!("cuda-streams-examples-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
     let mut failures = Vec::new();

@@ -57,6 +57,12 @@ fn work_on_one_stream_runs_in_submission_order() {
 
 #[test]
 fn a_blocked_stream_does_not_block_another() {
+    if skip_under_sanitizer(
+        "on the H200 under memcheck, a host function blocking one stream held \
+         another stream's memset and copy until it returned",
+    ) {
+        return;
+    }
     let table = table();
     let (slow, fast) = (Stream::new(table), Stream::new(table));
     // The slow stream's host function holds its stream until we open the gate.
