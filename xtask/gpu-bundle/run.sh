@@ -18,6 +18,11 @@ set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 logs="${1:?usage: run.sh LOG_DIR [--sanitize[=TOOL]] [--only REGEX] [--no-tests] [--no-bench]}"
 shift
+# What this run was asked for, for `cargo xtask bench-report --from LOG_DIR`.
+invocation="bash target/gpu-bundle/run.sh <log dir>"
+for arg in "$@"; do
+  case "$arg" in *" "*) invocation="$invocation \"$arg\"" ;; *) invocation="$invocation $arg" ;; esac
+done
 sanitize=""; only="."; run_tests=1; run_bench=1; bench_args=""; cli_runs="info"
 # On a GPU, cuMemFree, cuMemFreeHost, cuModuleUnload and stream teardown can
 # hold every other thread's driver calls until the whole device is idle. Tests
@@ -41,6 +46,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 mkdir -p "$logs"
+echo "$invocation" > "$logs/command.txt"
 # The binaries travel compressed (the device tool carries at most 64 MiB).
 if [ -f "$here/payload.tar.xz" ]; then
   unpacked="${TMPDIR:-/tmp}/cuda-streams-bundle"

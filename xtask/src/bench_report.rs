@@ -69,9 +69,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 machine: gpu_machine(&dir),
                 date: logs_date(&dir)?,
                 command: format!(
-                    "`bash target/gpu-bundle/run.sh {0}` (each bench binary with `--bench`, \
-                     `CUDA_STREAMS_DRIVER=cuda`), then `cargo xtask bench-report --from {0}`",
-                    dir.display()
+                    "`{}` (each bench binary with `--bench`, `CUDA_STREAMS_DRIVER=cuda`), \
+                     then `cargo xtask bench-report --from <log dir>`",
+                    run_command(&dir)
                 ),
             };
             (dir, provenance)
@@ -167,6 +167,16 @@ fn bench_names(manifest: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// The `run.sh` command line that wrote the logs, from the `command.txt` it
+/// leaves there (logs from before it did get the plain form).
+fn run_command(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("command.txt"))
+        .ok()
+        .and_then(|text| text.lines().next().map(str::trim).map(str::to_string))
+        .filter(|line| !line.is_empty())
+        .unwrap_or_else(|| "bash target/gpu-bundle/run.sh <log dir>".to_string())
 }
 
 /// Run `command`, echo its stdout and stderr as they come, and return both
