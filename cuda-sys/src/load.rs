@@ -8,6 +8,26 @@ use std::ffi::c_void;
 const LIBRARY_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 
 /// Why the CUDA driver could not be loaded.
+///
+/// The message says what was looked for and how to fix it:
+///
+/// ```
+/// use cuda_streams_sys::{Driver, LoadError};
+/// let err = LoadError::MissingSymbols {
+///     library: "libcuda.so.1",
+///     missing: vec!["cuMemAlloc_v2", "cuEventElapsedTime_v2"],
+/// };
+/// let text = err.to_string();
+/// assert!(text.starts_with("libcuda.so.1 lacks 2 driver entry point(s)"), "{text}");
+/// assert!(text.contains("cuMemAlloc_v2, cuEventElapsedTime_v2"), "{text}");
+///
+/// // Loading never panics; without an NVIDIA driver it says what to do instead.
+/// match Driver::load() {
+///     Ok(driver) => println!("loaded {driver:?}"),
+///     Err(LoadError::LibraryNotFound { tried }) => assert_eq!(tried[0].0, "libcuda.so.1"),
+///     Err(other) => eprintln!("{other}"), // a driver older than CUDA 13.0
+/// }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LoadError {

@@ -6,6 +6,17 @@ use std::ffi::CStr;
 use std::fmt;
 
 /// A driver call that did not return `CUDA_SUCCESS`.
+///
+/// ```
+/// use cuda_streams_sys::{CUresult, DriverError};
+/// let err: DriverError = CUresult::CUDA_ERROR_OUT_OF_MEMORY.result().unwrap_err();
+/// assert_eq!(err.code(), CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+/// assert_eq!(err.name(), "CUDA_ERROR_OUT_OF_MEMORY");
+/// assert_eq!(err.to_string(), "CUDA_ERROR_OUT_OF_MEMORY (2)");
+/// // `Driver::check` adds the driver's description; `result` has none.
+/// assert_eq!(err.description(), None);
+/// assert!(!err.is_not_ready());
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DriverError {
     code: CUresult,

@@ -31,6 +31,29 @@ use std::sync::Arc;
 /// (the free is ordered after it) or on a stream declared with
 /// [`Allocation::record_stream`]. The methods below (memsets, synchronous
 /// copies) need no `unsafe`.
+///
+/// ```
+/// use cuda_streams_allocator::StreamOrderedAllocator;
+/// use cuda_streams_allocator::driver::{Context, Stream};
+/// # fn main() -> cuda_streams_allocator::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let (stream, reader) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// let allocator = StreamOrderedAllocator::new(&ctx)?;
+/// let data = allocator.allocate_for_stream(&stream, 1000)?;
+/// assert_eq!((data.size(), data.block_size()), (1000, 1024));
+/// assert_eq!(data.stream_id(), stream.id());
+/// data.memset_u8_async(3)?;
+/// let mut back = vec![0u8; 1000];
+/// data.copy_to_host(&mut back)?; // on the home stream, so after the memset
+/// assert!(back.iter().all(|&byte| byte == 3));
+/// // Work on `reader` uses it too: its block waits for `reader` once freed.
+/// data.record_stream(&reader)?;
+/// assert!(data.is_live());
+/// drop(data);
+/// assert_eq!(allocator.stats().live_allocations, 0);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Allocation {
     /// The home stream's slot, which also holds the allocator's shared state.
     pub(crate) slot: Arc<Slot>,

@@ -15,6 +15,29 @@
 ///   back at every synchronisation and makes the next allocation pay for it
 ///   again. The default pool is shared by everything in the process that uses
 ///   `cuMemAllocAsync`, so the threshold (and its statistics) are too.
+///
+/// ```
+/// use cuda_streams_allocator::{Backend, Error, StreamOrderedAllocator};
+/// use cuda_streams_allocator::driver::{Context, Stream};
+/// # fn main() -> cuda_streams_allocator::Result<()> {
+/// assert_eq!(Backend::default(), Backend::Caching);
+/// let backend = Backend::driver_pool();
+/// assert_eq!(backend, Backend::DriverPool { release_threshold: u64::MAX });
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// match StreamOrderedAllocator::with_backend(&ctx, backend) {
+///     Ok(allocator) => {
+///         assert_eq!(allocator.backend().name(), "driver-pool");
+///         let block = allocator.allocate_for_stream(&stream, 1000)?;
+///         assert_eq!(block.block_size(), 1000); // the driver does any rounding
+///     }
+///     // A device without memory pools has only the caching backend.
+///     Err(Error::PoolsUnsupported) => {}
+///     Err(err) => return Err(err),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Backend {
     /// `cuMemAlloc` segments with this crate's caching.

@@ -7,6 +7,25 @@ use std::sync::Arc;
 /// An event that a stream's frees must wait for (see
 /// [`crate::StreamOrderedAllocator::add_stream_dependency`]): a plain shared
 /// [`Event`] or one borrowed from an [`events::EventPool`].
+///
+/// ```
+/// use cuda_streams_allocator::{StreamDependency, StreamOrderedAllocator};
+/// use cuda_streams_allocator::driver::{Context, Stream};
+/// # fn main() -> cuda_streams_allocator::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let (producer, consumer) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// let allocator = StreamOrderedAllocator::new(&ctx)?;
+/// // `consumer` reads `producer`'s memory up to here: `producer`'s frees must wait.
+/// let read_done = StreamDependency::from(consumer.record_event()?);
+/// assert!(matches!(read_done, StreamDependency::Event(_)));
+/// allocator.add_stream_dependency(&producer, read_done.clone())?;
+/// consumer.synchronize()?;
+/// assert!(read_done.event().query()?);
+/// assert!(allocator.dependencies_satisfied(&producer)?);
+/// assert_eq!(allocator.clear_dependencies(&producer), 1);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub enum StreamDependency {
     /// A shared driver event.

@@ -1,6 +1,25 @@
 //! The allocator's error type.
 
 /// Everything the allocator can fail with.
+///
+/// Each message names the stream and the sizes involved:
+///
+/// ```
+/// use cuda_streams_allocator::{Error, StreamOrderedAllocator};
+/// use cuda_streams_allocator::driver::{Context, Stream};
+/// # fn main() -> cuda_streams_allocator::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let allocator = StreamOrderedAllocator::new(&ctx)?;
+/// let err = allocator.allocate_for_stream(&stream, 0).unwrap_err();
+/// assert!(matches!(err, Error::ZeroSize { stream: id } if id == stream.id()));
+/// let err = allocator.allocate_for_stream(&stream, usize::MAX).unwrap_err();
+/// assert!(matches!(err, Error::TooLarge { requested: usize::MAX, .. }));
+/// assert!(err.to_string().contains(&format!("{} bytes", usize::MAX)), "{err}");
+/// assert_eq!(allocator.stats().live_allocations, 0); // nothing changed
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -3,7 +3,26 @@
 use crate::config::Backend;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// One stream's figures.
+/// One stream's figures, from [`crate::StreamOrderedAllocator::stream_stats`]
+/// or [`AllocatorStats::per_stream`].
+///
+/// ```
+/// use cuda_streams_allocator::{SMALL_SEGMENT, StreamOrderedAllocator};
+/// use cuda_streams_allocator::driver::{Context, Stream};
+/// # fn main() -> cuda_streams_allocator::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let allocator = StreamOrderedAllocator::new(&ctx)?;
+/// let _block = allocator.allocate_for_stream(&stream, 1000)?;
+/// let stats = allocator.stream_stats(&stream).expect("the allocator has seen the stream");
+/// assert_eq!(stats.stream_id, stream.id());
+/// assert_eq!((stats.requested_bytes, stats.allocated_bytes), (1000, 1024)); // 512-byte granules
+/// assert_eq!((stats.live_allocations, stats.segments), (1, 1));
+/// assert_eq!(stats.reserved_bytes, SMALL_SEGMENT); // small requests share 2 MiB segments
+/// assert_eq!((stats.cache_hits, stats.cache_misses), (0, 1));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StreamStats {
@@ -34,7 +53,28 @@ pub struct StreamStats {
     pub dependencies: usize,
 }
 
-/// A snapshot of the whole allocator.
+/// A snapshot of the whole allocator, from
+/// [`crate::StreamOrderedAllocator::stats`].
+///
+/// ```
+/// use cuda_streams_allocator::{Backend, SMALL_SEGMENT, StreamOrderedAllocator};
+/// use cuda_streams_allocator::driver::{Context, Stream};
+/// # fn main() -> cuda_streams_allocator::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let allocator = StreamOrderedAllocator::new(&ctx)?;
+/// drop(allocator.allocate_for_stream(&stream, 4096)?);
+/// let stats = allocator.stats();
+/// assert_eq!(stats.backend, Backend::Caching);
+/// assert_eq!((stats.allocated_bytes, stats.peak_allocated_bytes), (0, 4096));
+/// // The segment stays cached for the next allocation.
+/// assert_eq!(stats.reserved_bytes, SMALL_SEGMENT);
+/// assert_eq!(stats.cached_bytes, stats.reserved_bytes);
+/// assert_eq!((stats.driver_alloc_calls, stats.driver_free_calls), (1, 0));
+/// assert_eq!(stats.per_stream[0].stream_id, stream.id());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct AllocatorStats {

@@ -13,6 +13,16 @@ use sys::{CUresult, Driver};
 pub const DRIVER_ENV: &str = "CUDA_STREAMS_DRIVER";
 
 /// Which implementation fills the function table.
+///
+/// ```
+/// use cuda_streams_driver::{DriverKind, driver};
+/// let loaded = driver().unwrap();
+/// // The same tests run on either; code that must know asks.
+/// match loaded.kind {
+///     DriverKind::Cuda => assert!(loaded.is_gpu()),
+///     DriverKind::Soft => assert_eq!(loaded.name(), "software"),
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DriverKind {
     /// NVIDIA's `libcuda.so.1`: a real GPU.
@@ -21,7 +31,16 @@ pub enum DriverKind {
     Soft,
 }
 
-/// What the user asked for.
+/// What the user asked for, usually through `CUDA_STREAMS_DRIVER`.
+///
+/// ```
+/// use cuda_streams_driver::DriverChoice;
+/// assert_eq!(DriverChoice::parse("CUDA").unwrap(), DriverChoice::Cuda);
+/// assert_eq!(DriverChoice::parse("software").unwrap(), DriverChoice::Soft);
+/// assert_eq!(DriverChoice::parse("").unwrap(), DriverChoice::Auto);
+/// let err = DriverChoice::parse("tpu").unwrap_err();
+/// assert!(err.to_string().contains("tpu"), "{err}");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum DriverChoice {
     /// The GPU, or an error.
@@ -59,6 +78,17 @@ impl DriverChoice {
 }
 
 /// A driver table together with what it is.
+///
+/// ```
+/// use cuda_streams_driver::{driver, sys::CUresult};
+/// let loaded = driver().unwrap();
+/// // Raw calls go through the table, for interop or what the safe layer lacks.
+/// let mut version = 0;
+/// // SAFETY: `version` is a valid place for the driver to write an int.
+/// let code = unsafe { (loaded.table.cuDriverGetVersion)(&mut version) };
+/// assert_eq!(code, CUresult::CUDA_SUCCESS);
+/// assert!(version >= 13000, "{} driver reports {version}", loaded.name());
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct LoadedDriver {
     /// The function table every call goes through.

@@ -8,7 +8,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Counters of a [`CrossStreamBarrier`].
+/// Counters of a [`CrossStreamBarrier`], from [`CrossStreamBarrier::stats`].
+///
+/// ```
+/// use cuda_streams_event_coord::{CrossStreamBarrier, EventPool};
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let streams = vec![Stream::new(&ctx)?, Stream::new(&ctx)?];
+/// let barrier = CrossStreamBarrier::new(streams, Arc::new(EventPool::new(&ctx, 2, 0)?))?;
+/// barrier.arrive()?;
+/// let waited = barrier.synchronize()?;
+/// let stats = barrier.stats();
+/// assert_eq!((stats.arrivals, stats.synchronizations), (1, 1));
+/// assert_eq!(stats.total_wait, waited);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BarrierStats {
@@ -26,6 +43,25 @@ pub struct BarrierStats {
 ///   has finished the work enqueued before the call (one event per stream).
 /// - [`arrive`](Self::arrive): no host blocking; work enqueued on any of the
 ///   streams after the call waits until every stream has reached the barrier.
+///
+/// ```
+/// use cuda_streams_event_coord::{CrossStreamBarrier, Error, EventPool};
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let pool = Arc::new(EventPool::new(&ctx, 2, 0)?);
+/// let streams = vec![Stream::new(&ctx)?, Stream::new(&ctx)?];
+/// let barrier = CrossStreamBarrier::new(streams, Arc::clone(&pool))?;
+/// // Work enqueued on either stream from here on waits for both.
+/// barrier.arrive()?;
+/// // The host waits for both streams to drain.
+/// barrier.synchronize()?;
+/// assert!(barrier.streams().iter().all(|stream| stream.query().unwrap()));
+/// assert!(matches!(CrossStreamBarrier::new(vec![], pool), Err(Error::EmptyBarrier)));
+/// # Ok(())
+/// # }
+/// ```
 pub struct CrossStreamBarrier {
     streams: Vec<Arc<Stream>>,
     pool: Arc<EventPool>,

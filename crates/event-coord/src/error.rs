@@ -1,6 +1,29 @@
 //! The event-coordination layer's error type.
 
 /// Everything event coordination can fail with.
+///
+/// Each message names the ids and values involved:
+///
+/// ```
+/// use cuda_streams_event_coord::{
+///     Error, EventPool, EventPriority, OperationCoordinator, OperationId, OperationType,
+/// };
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 1, 0)?));
+/// let err = coordinator
+///     .register_operation(
+///         OperationType::Kernel, EventPriority::Normal, &stream, vec![OperationId(42)], "orphan",
+///     )
+///     .unwrap_err();
+/// assert!(matches!(err, Error::UnknownDependency { dependency: OperationId(42), .. }));
+/// assert!(err.to_string().contains("depend on operation 42"), "{err}");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -6,6 +6,28 @@ use std::time::Instant;
 
 /// An operation's id within one [`crate::OperationCoordinator`]: issued in
 /// registration order, from 1, never reused.
+///
+/// ```
+/// use cuda_streams_event_coord::{
+///     EventPool, EventPriority, OperationCoordinator, OperationId, OperationType,
+/// };
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let (kind, priority) = (OperationType::Kernel, EventPriority::Normal);
+/// let first = coordinator.register_operation(kind, priority, &stream, vec![], "first")?;
+/// let second = coordinator.register_operation(kind, priority, &stream, vec![first], "second")?;
+/// assert_eq!(first, OperationId(1));
+/// assert!(first < second);
+/// assert_eq!(second.get(), 2);
+/// assert_eq!(u64::from(second), 2);
+/// assert_eq!(second.to_string(), "operation 2");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OperationId(pub u64);
 
@@ -29,6 +51,24 @@ impl From<OperationId> for u64 {
 }
 
 /// What kind of GPU work an operation is.
+///
+/// ```
+/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 1, 0)?));
+/// let upload = coordinator.register_operation(
+///     OperationType::MemoryTransfer, EventPriority::High, &stream, vec![], "upload",
+/// )?;
+/// let metadata = coordinator.metadata(upload).expect("not retired yet");
+/// assert_eq!(metadata.operation_type, OperationType::MemoryTransfer);
+/// assert_eq!(OperationType::ALL.len(), 7);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OperationType {
     /// A compute kernel.
@@ -63,6 +103,29 @@ impl OperationType {
 /// How urgent an operation is. The derived order puts `Critical` first:
 /// `Critical < High < Normal < Low < Cleanup`, so sorting ascending lists the
 /// most urgent first.
+///
+/// ```
+/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let mut priorities = vec![EventPriority::Low, EventPriority::Critical, EventPriority::Normal];
+/// priorities.sort();
+/// assert_eq!(priorities, [EventPriority::Critical, EventPriority::Normal, EventPriority::Low]);
+///
+/// // The coordinator's ready list puts the most urgent first.
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let register = |priority| {
+///     coordinator.register_operation(OperationType::Kernel, priority, &stream, vec![], "")
+/// };
+/// let tidy = register(EventPriority::Cleanup)?;
+/// let urgent = register(EventPriority::Critical)?;
+/// assert_eq!(coordinator.ready_operations(), [urgent, tidy]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EventPriority {
     /// Must run immediately.
@@ -89,7 +152,29 @@ impl EventPriority {
 }
 
 /// What the coordinator records about each operation (the spec's fields; ids
-/// are [`OperationId`] rather than bare `u64`).
+/// are [`OperationId`] rather than bare `u64`), from
+/// [`OperationCoordinator::metadata`](crate::OperationCoordinator::metadata).
+///
+/// ```
+/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let (kind, priority) = (OperationType::Kernel, EventPriority::High);
+/// let load = coordinator.register_operation(kind, priority, &stream, vec![], "load")?;
+/// let scale = coordinator.register_operation(kind, priority, &stream, vec![load], "scale")?;
+/// let metadata = coordinator.metadata(scale).expect("not retired yet");
+/// assert_eq!(metadata.operation_id, scale);
+/// assert_eq!(metadata.priority, EventPriority::High);
+/// assert_eq!(metadata.stream_id, stream.id());
+/// assert_eq!(metadata.dependencies, [load]);
+/// assert_eq!(metadata.description, "scale");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct EventMetadata {
     /// What kind of work it is.
@@ -108,7 +193,34 @@ pub struct EventMetadata {
     pub description: String,
 }
 
-/// Where an operation is in its life.
+/// Where an operation is in its life, from
+/// [`OperationCoordinator::state`](crate::OperationCoordinator::state).
+///
+/// ```
+/// use cuda_streams_event_coord::{
+///     EventPool, EventPriority, OperationCoordinator, OperationId, OperationState, OperationType,
+/// };
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 1, 0)?));
+/// let op = coordinator.register_operation(
+///     OperationType::Kernel, EventPriority::Normal, &stream, vec![], "kernel",
+/// )?;
+/// assert_eq!(coordinator.state(op), Some(OperationState::Registered));
+/// coordinator.begin_operation(op, &stream)?;
+/// assert_eq!(coordinator.state(op), Some(OperationState::Begun));
+/// coordinator.complete_operation(op)?;
+/// assert_eq!(coordinator.state(op), Some(OperationState::Completed));
+/// stream.synchronize()?; // the GPU is past the completion event
+/// coordinator.retire_completed();
+/// assert_eq!(coordinator.state(op), Some(OperationState::Retired));
+/// assert_eq!(coordinator.state(OperationId(99)), None); // never issued
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OperationState {
     /// Registered; `begin_operation` not called yet.

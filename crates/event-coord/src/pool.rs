@@ -246,6 +246,25 @@ impl fmt::Debug for EventPool {
 /// An event borrowed from an [`EventPool`]. Derefs to [`driver::Event`];
 /// returns to its pool when dropped (no driver call, so dropping one inside a
 /// stream callback is fine).
+///
+/// ```
+/// use cuda_streams_event_coord::{EventPool, PooledEvent};
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let pool = Arc::new(EventPool::new(&ctx, 1, 0)?);
+/// let event: PooledEvent = pool.acquire_event(false)?;
+/// assert!(Arc::ptr_eq(event.pool(), &pool));
+/// event.record(&stream)?; // a driver::Event method, through Deref
+/// event.synchronize()?;
+/// assert!(event.query()?);
+/// drop(event);
+/// assert_eq!(pool.utilization(), (1, 0, 0)); // back in the pool
+/// # Ok(())
+/// # }
+/// ```
 pub struct PooledEvent {
     event: ManuallyDrop<Event>,
     pool: Arc<EventPool>,

@@ -29,6 +29,39 @@ const QUICK_POLLS: u32 = 16;
 
 /// Something holding an event alive: the waiter keeps it until the callback
 /// has run (or the wait was cancelled).
+///
+/// Implemented for [`Event`], [`PooledEvent`] and `Arc`s of them; implement
+/// it to keep other things alive until the event completes, such as the host
+/// buffer a copy reads:
+///
+/// ```
+/// use cuda_streams_event_coord::{AsyncEventWaiter, WaitEvent};
+/// use driver::{Context, Event, Stream};
+/// use std::sync::mpsc;
+///
+/// struct Upload {
+///     done: Event,
+///     _staging: Vec<u8>, // freed only after `done` completes
+/// }
+///
+/// impl WaitEvent for Upload {
+///     fn event(&self) -> &Event {
+///         &self.done
+///     }
+/// }
+///
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let upload = Upload { done: stream.record_event()?, _staging: vec![0; 64] };
+/// let waiter = AsyncEventWaiter::new();
+/// let (tx, rx) = mpsc::channel();
+/// waiter.wait_async(upload, move || tx.send(()).unwrap());
+/// rx.recv().unwrap();
+/// assert_eq!(waiter.metrics().fired, 1);
+/// # Ok(())
+/// # }
+/// ```
 pub trait WaitEvent: Send + 'static {
     /// The event to wait for.
     fn event(&self) -> &Event;
@@ -58,7 +91,31 @@ impl WaitEvent for Arc<PooledEvent> {
     }
 }
 
-/// Identifies one [`AsyncEventWaiter::wait_async`] call.
+/// Identifies one [`AsyncEventWaiter::wait_async`] call, for
+/// [`AsyncEventWaiter::cancel_wait`].
+///
+/// ```
+/// use cuda_streams_event_coord::AsyncEventWaiter;
+/// use driver::{Context, Stream};
+/// use std::sync::mpsc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// // Hold the stream with a host callback, so the event behind it cannot complete yet.
+/// let (open, gate) = mpsc::channel::<()>();
+/// stream.add_callback(move || {
+///     let _ = gate.recv(); // returns when `open` is dropped
+/// })?;
+/// let waiter = AsyncEventWaiter::new();
+/// let id = waiter.wait_async(stream.record_event()?, || unreachable!("cancelled"));
+/// assert_eq!(id.to_string(), format!("wait {}", id.0));
+/// assert!(waiter.cancel_wait(id)); // not fired: its callback will never run
+/// assert!(!waiter.cancel_wait(id)); // already cancelled
+/// drop(open);
+/// stream.synchronize()?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WaitId(pub u64);
 
@@ -68,7 +125,25 @@ impl fmt::Display for WaitId {
     }
 }
 
-/// Counters of an [`AsyncEventWaiter`].
+/// Counters of an [`AsyncEventWaiter`], from [`AsyncEventWaiter::metrics`].
+///
+/// ```
+/// use cuda_streams_event_coord::AsyncEventWaiter;
+/// use driver::{Context, Stream};
+/// use std::sync::mpsc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let waiter = AsyncEventWaiter::new();
+/// let (tx, rx) = mpsc::channel();
+/// waiter.wait_async(stream.record_event()?, move || tx.send(()).unwrap());
+/// rx.recv().unwrap();
+/// let metrics = waiter.metrics();
+/// assert_eq!((metrics.pending, metrics.fired, metrics.cancelled), (0, 1, 0));
+/// assert_eq!(metrics.panics, 0);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WaiterMetrics {

@@ -15,7 +15,25 @@ use std::sync::Arc;
 /// Identifies one queued operation. Ids grow from 0 in queueing order.
 pub type OperationId = u64;
 
-/// What an operation does.
+/// What an operation does: which of the coordinator's three streams it ran on.
+///
+/// ```
+/// use driver::{Context, DeviceBuffer, PinnedBuffer};
+/// use cuda_streams_pipeline::{AsyncCoordinator, OperationKind};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut coordinator = AsyncCoordinator::new(&ctx)?;
+/// let mut buf = DeviceBuffer::<u32>::new(&ctx, 3)?;
+/// let mut host = PinnedBuffer::<u32>::new(&ctx, 3)?;
+/// coordinator.queue_upload(&[1, 2, 3], &mut buf)?;
+/// coordinator.queue_download(&buf, &mut host)?;
+/// coordinator.synchronize_all()?;
+/// let kinds: Vec<OperationKind> = coordinator.poll()?.iter().map(|op| op.op_type).collect();
+/// assert_eq!(kinds, [OperationKind::Upload, OperationKind::Download]);
+/// assert_eq!(OperationKind::Compute.to_string(), "compute");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OperationKind {
     /// Host to device, on the upload stream.
@@ -37,6 +55,22 @@ impl fmt::Display for OperationKind {
 }
 
 /// An operation the GPU has finished, as reported by [`AsyncCoordinator::poll`].
+///
+/// ```
+/// use driver::{Context, DeviceBuffer};
+/// use cuda_streams_pipeline::{AsyncCoordinator, CompletedOperation, OperationKind};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut coordinator = AsyncCoordinator::new(&ctx)?;
+/// let mut buf = DeviceBuffer::<f32>::new(&ctx, 8)?;
+/// let upload = coordinator.queue_upload(&[1.0; 8], &mut buf)?;
+/// coordinator.wait(upload)?;
+/// let done = coordinator.poll()?;
+/// assert_eq!(done, [CompletedOperation { op_id: upload, op_type: OperationKind::Upload }]);
+/// assert!(coordinator.poll()?.is_empty()); // each operation is reported once
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CompletedOperation {
     /// Its id.

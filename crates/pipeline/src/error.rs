@@ -3,6 +3,25 @@
 use crate::triple_buffer::SlotState;
 
 /// Everything the pipeline can fail with.
+///
+/// Messages name the value at fault, e.g. an operation id the coordinator
+/// never handed out:
+///
+/// ```
+/// use driver::Context;
+/// use cuda_streams_pipeline::{AsyncCoordinator, Error};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut coordinator = AsyncCoordinator::new(&ctx)?;
+/// let err = coordinator.wait(42).unwrap_err();
+/// assert!(matches!(err, Error::UnknownOperation { id: 42, next: 0 }));
+/// assert_eq!(
+///     err.to_string(),
+///     "operation 42 is unknown to this coordinator (the next id would be 0)"
+/// );
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

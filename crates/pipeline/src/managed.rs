@@ -20,6 +20,23 @@ pub const PIPELINE_DEPTH: u64 = 3;
 /// What one [`ManagedGpuContext::triple_buffered_step`] runs: `input` is
 /// uploaded, `kernels::COMPUTE`'s `compute` runs `iterations` steps of
 /// `v = v / 2 + x` on it, and the result is downloaded.
+///
+/// ```
+/// use driver::Context;
+/// use cuda_streams_pipeline::{ManagedGpuContext, StepConfig};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let device = Context::new(0)?;
+/// let mut ctx = ManagedGpuContext::new(&device, false)?; // synchronous: no lag
+/// let config = StepConfig { input: vec![2.0; 16], iterations: 2 };
+/// let telemetry = ctx.triple_buffered_step(config.clone())?.expect("answered at once");
+/// assert_eq!(telemetry.output, vec![3.5; 16]); // v = x = 2, then 3, then 3.5
+/// // Every step of one context has the length of the first.
+/// let short = StepConfig { input: vec![1.0; 8], ..config };
+/// let err = ctx.triple_buffered_step(short).unwrap_err();
+/// assert!(err.to_string().contains("holds 16 element(s) but the host side holds 8"), "{err}");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepConfig {
     /// The step's input. Every step of one context has the same length.
@@ -29,6 +46,25 @@ pub struct StepConfig {
 }
 
 /// What the GPU sent back for one step.
+///
+/// ```
+/// use driver::Context;
+/// use cuda_streams_pipeline::{ManagedGpuContext, StepConfig, Telemetry};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let device = Context::new(0)?;
+/// let mut ctx = ManagedGpuContext::new(&device, true)?; // asynchronous: results lag
+/// for x in [1.0, 2.0] {
+///     let step = ctx.triple_buffered_step(StepConfig { input: vec![x; 4], iterations: 1 })?;
+///     assert_eq!(step, None); // the pipeline is still filling
+/// }
+/// let telemetry = ctx.finish_steps()?;
+/// assert_eq!(telemetry, [
+///     Telemetry { step: 0, output: vec![1.5; 4] }, // one step of v = v/2 + x from v = x
+///     Telemetry { step: 1, output: vec![3.0; 4] },
+/// ]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Telemetry {
     /// The step it belongs to (0 for the first call).

@@ -12,7 +12,33 @@ use std::time::Duration;
 /// Batches in flight: one uploading, one computing, one downloading.
 const DEPTH: usize = 3;
 
-/// Statistics measured with timing events on the GPU.
+/// Statistics measured with timing events on the GPU
+/// ([`PipelineStageManager::get_stats`]).
+///
+/// ```
+/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager, PipelineStats};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 64)?;
+/// let cfg = LaunchConfig::for_num_elems(64);
+/// let stage = pipeline.add_stage(GpuPipelineStage::compute("c", compute, cfg, 1, 0, 1));
+/// pipeline.set_inputs(vec![0]);
+/// pipeline.set_order(vec![stage])?;
+/// assert_eq!(pipeline.get_stats()?, PipelineStats::default()); // nothing has run
+/// for _ in 0..3 {
+///     pipeline.execute_iteration()?;
+/// }
+/// pipeline.drain()?;
+/// let stats = pipeline.get_stats()?;
+/// assert_eq!(stats.iterations, 3);
+/// assert!((0.0..=1.0).contains(&stats.gpu_utilization));
+/// pipeline.reset_stats();
+/// assert_eq!(pipeline.get_stats()?, PipelineStats::default());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PipelineStats {
     /// Batches whose stages the GPU has finished since the last reset.
@@ -33,6 +59,31 @@ pub struct PipelineStats {
 }
 
 /// What one [`PipelineStageManager::execute_iteration`] queued.
+///
+/// Batches are numbered from 0 in upload order; computing lags one step
+/// behind uploading, downloading two.
+///
+/// ```
+/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, IterationReport, PipelineStageManager};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 64)?;
+/// let cfg = LaunchConfig::for_num_elems(64);
+/// let stage = pipeline.add_stage(GpuPipelineStage::compute("c", compute, cfg, 1, 0, 1));
+/// pipeline.set_inputs(vec![0]);
+/// pipeline.set_order(vec![stage])?;
+/// let first = pipeline.execute_iteration()?;
+/// assert_eq!(first, IterationReport { uploaded: Some(0), computed: None, downloaded: None });
+/// pipeline.execute_iteration()?;
+/// let third = pipeline.execute_iteration()?;
+/// assert_eq!(third, IterationReport { uploaded: Some(2), computed: Some(1), downloaded: Some(0) });
+/// let drained = pipeline.drain()?; // no uploads: finish batches 1 and 2
+/// assert_eq!(drained[1], IterationReport { uploaded: None, computed: None, downloaded: Some(2) });
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IterationReport {
     /// The batch uploaded in this step (`None` while draining).

@@ -21,6 +21,15 @@ pub const ENV_MIN_BATCH_MB: &str = "CUDA_STREAMS_MIN_BATCH_MB";
 pub const ENV_MAX_STREAMS: &str = "CUDA_STREAMS_MAX_STREAMS";
 
 /// One named array of a batch: the shape of one sample and its element size.
+///
+/// ```
+/// use cuda_streams_pipeline::ArraySpec;
+/// let image = ArraySpec::f32("image", &[64, 64, 32]);
+/// assert_eq!(image.sample_bytes(), 64 * 64 * 32 * 4);
+/// // Other element types: give the size (here one-byte labels).
+/// let labels = ArraySpec { name: "labels".into(), shape: vec![64, 64, 32], element_size: 1 };
+/// assert_eq!(labels.sample_bytes(), 131_072);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArraySpec {
     /// The key it is known by.
@@ -48,6 +57,17 @@ impl ArraySpec {
 }
 
 /// The thresholds of the decision.
+///
+/// ```
+/// use cuda_streams_pipeline::{ArraySpec, PlannerConfig, plan_transfers};
+/// let config = PlannerConfig::default();
+/// assert_eq!((config.min_batch_size, config.min_batch_mb, config.max_streams), (8, 100.0, 4));
+/// // Two arrays of 4 MiB per sample: 8 samples are 64 MiB, below the default 100 MiB.
+/// let arrays = [ArraySpec::f32("a", &[1024, 1024]), ArraySpec::f32("b", &[1024, 1024])];
+/// assert!(!plan_transfers(&arrays, 8, &config).use_streams);
+/// let lower = PlannerConfig { min_batch_mb: 16.0, ..config };
+/// assert!(plan_transfers(&arrays, 8, &lower).use_streams);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlannerConfig {
     /// Fewer samples per batch than this: one stream.
@@ -139,6 +159,23 @@ fn parse_count(var: &'static str, value: &str, min: usize, max: usize) -> Result
 }
 
 /// The decision and the key-to-stream assignment, computed once.
+///
+/// ```
+/// use cuda_streams_pipeline::{ArraySpec, PlannerConfig, plan_transfers};
+/// let arrays = [
+///     ArraySpec::f32("image", &[256, 256, 64]), // 16 MiB per sample
+///     ArraySpec::f32("mask", &[256, 256, 16]),  // 4 MiB
+///     ArraySpec::f32("weights", &[256, 256, 16]),
+/// ];
+/// let config = PlannerConfig { max_streams: 2, ..PlannerConfig::default() };
+/// let plan = plan_transfers(&arrays, 16, &config);
+/// assert!(plan.use_streams && plan.streams == 2);
+/// // Largest first onto the least loaded stream: the image alone, the rest together.
+/// assert_eq!((plan.stream_of("image"), plan.stream_of("weights")), (Some(0), Some(1)));
+/// assert_eq!(plan.stream_bytes, [256 << 20, 128 << 20]);
+/// let line = plan.to_string(); // the one log line
+/// assert!(line.starts_with("CUDA streams enabled: 2 stream(s), batch_size=16, memory=384.0MB"));
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct TransferPlan {
     /// Whether keys are spread over several streams.

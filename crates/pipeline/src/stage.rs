@@ -7,6 +7,21 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use std::collections::HashSet;
 
 /// One argument of a stage's kernel.
+///
+/// ```
+/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::{GpuPipelineStage, StageArg};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let cfg = LaunchConfig::for_num_elems(256);
+/// let stage = GpuPipelineStage::compute("smooth", compute, cfg, 4, 0, 1);
+/// // compute(n, iterations, x, y): the element count, a scalar, then buffers 0 and 1.
+/// let expected = [StageArg::Len, StageArg::U32(4), StageArg::Buffer(0), StageArg::Buffer(1)];
+/// assert_eq!(stage.args, expected);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum StageArg {
     /// The pipeline's element count, as a `u64` (the `n` most kernels take).
@@ -28,6 +43,35 @@ pub enum StageArg {
 ///
 /// Buffers are ids into the pipeline's `f32` buffers (each of the pipeline's
 /// element count); every batch in flight has its own copy of each.
+///
+/// Any kernel can be a stage; here `saxpy(n, a, x, y)` (`y = a x + y`)
+/// updates buffer 1 in place:
+///
+/// ```
+/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager, StageArg};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let saxpy = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("saxpy")?;
+/// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 32)?;
+/// let stage = pipeline.add_stage(GpuPipelineStage {
+///     name: "saxpy".into(),
+///     input_buffers: vec![0, 1],
+///     output_buffers: vec![1],
+///     kernel: saxpy,
+///     config: LaunchConfig::for_num_elems(32),
+///     args: vec![StageArg::Len, StageArg::F32(2.0), StageArg::Buffer(0), StageArg::Buffer(1)],
+/// });
+/// pipeline.set_inputs(vec![0, 1]);
+/// pipeline.set_order(vec![stage])?;
+/// pipeline.fill_input(0, &[1.0; 32])?;
+/// pipeline.fill_input(1, &[3.0; 32])?;
+/// pipeline.execute_iteration()?;
+/// pipeline.drain()?;
+/// assert_eq!(pipeline.output(1)?, &[5.0; 32]); // 2 * 1 + 3
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct GpuPipelineStage {
     /// A name for messages and statistics.

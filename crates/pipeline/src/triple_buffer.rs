@@ -14,6 +14,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// nowhere else. The state names the stage the slot was last handed to:
 /// `Uploading` covers "a guard is uploading" and "uploaded, waiting to be
 /// processed"; [`GpuTripleBuffer::get_states`] says which.
+///
+/// ```
+/// use driver::Context;
+/// use cuda_streams_pipeline::{GpuTripleBuffer, SlotState};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let buffer = GpuTripleBuffer::<u32>::new(&ctx, 16)?;
+/// let upload = buffer.get_upload_buffer().expect("slot 0 is free");
+/// assert_eq!(upload.stage(), SlotState::Uploading);
+/// upload.finish();
+/// // Uploaded and waiting for processing: still the stage it was last handed to.
+/// let states: Vec<SlotState> = buffer.get_states().iter().map(|s| s.state).collect();
+/// assert_eq!(states, [SlotState::Uploading, SlotState::Free, SlotState::Free]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum SlotState {
@@ -66,6 +82,21 @@ const HELD: u8 = 0x80;
 const STATE_MASK: u8 = 0x03;
 
 /// One slot's state as seen by [`GpuTripleBuffer::get_states`].
+///
+/// ```
+/// use driver::Context;
+/// use cuda_streams_pipeline::{GpuTripleBuffer, SlotState, SlotStatus};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let buffer = GpuTripleBuffer::<u32>::new(&ctx, 16)?;
+/// let upload = buffer.get_upload_buffer().expect("slot 0 is free");
+/// let uploading = SlotStatus { state: SlotState::Uploading, held: true };
+/// assert_eq!(buffer.get_states()[0], uploading); // the guard is enqueueing the upload
+/// drop(upload);
+/// assert_eq!(buffer.get_states()[0], SlotStatus { held: false, ..uploading });
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SlotStatus {
     /// The stage.
@@ -269,6 +300,26 @@ impl<T: DeviceCopy> fmt::Debug for GpuTripleBuffer<T> {
 /// Exclusive use of one slot's buffer for one stage. Derefs to the
 /// [`DeviceBuffer`]; dropping it (or [`finish`](Self::finish)) releases the
 /// slot to the next stage.
+///
+/// ```
+/// use driver::{Context, Stream};
+/// use cuda_streams_pipeline::GpuTripleBuffer;
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let buffer = GpuTripleBuffer::<u32>::new(&ctx, 4)?;
+/// {
+///     let mut slot = buffer.get_upload_buffer().expect("slot 0 is free");
+///     stream.copy_from_host(&mut *slot, &[1, 2, 3, 4])?; // a `&mut DeviceBuffer<u32>`
+/// } // dropped: slot 0 moves on to processing
+/// let slot = buffer.get_process_buffer().expect("slot 0 was uploaded");
+/// assert_eq!(slot.slot(), 0);
+/// let mut host = [0u32; 4];
+/// stream.copy_to_host(&mut host, &*slot)?;
+/// assert_eq!(host, [1, 2, 3, 4]);
+/// # Ok(())
+/// # }
+/// ```
 pub struct StageGuard<'a, T: DeviceCopy> {
     slot: &'a Slot<T>,
     index: usize,

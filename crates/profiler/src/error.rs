@@ -1,6 +1,20 @@
 //! The profiler's error type.
 
 /// Everything profiling can fail with.
+///
+/// ```
+/// use cuda_streams_profiler::{Error, StreamProfiler};
+/// use driver::Context;
+/// # fn main() -> cuda_streams_profiler::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let profiler = StreamProfiler::new(&ctx)?;
+/// let mut too_small = [0u8; 16];
+/// let err = profiler.export_chrome_trace(&mut &mut too_small[..]).unwrap_err();
+/// assert!(matches!(err, Error::Io { .. }));
+/// assert_eq!(err.to_string(), "writing the Chrome trace failed: failed to write whole buffer");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -12,6 +12,27 @@ use std::sync::Arc;
 /// another is recorded when it is dropped (or [`ScopeGuard::finish`]ed).
 ///
 /// Made while profiling is disabled it is inert and costs nothing.
+///
+/// ```
+/// use cuda_streams_profiler::StreamProfiler;
+/// use driver::{Context, DeviceBuffer, Stream};
+/// # fn main() -> cuda_streams_profiler::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let mut buf = DeviceBuffer::<u32>::new_async(&stream, 1024)?;
+/// let profiler = StreamProfiler::new(&ctx)?;
+/// assert!(!profiler.scope(&stream, "unseen")?.is_active()); // disabled: inert
+/// profiler.enable();
+/// let scope = profiler.scope(&stream, "clear")?;
+/// assert!(scope.is_active());
+/// stream.memset_u32_async(&mut buf, 0)?;
+/// scope.finish()?; // ends it here, returning any failure to record the end
+/// let report = profiler.get_stream_report(&stream).unwrap();
+/// assert_eq!(report.operation_count, 1);
+/// assert_eq!(report.operations["clear"].count, 1);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "the scope ends when the guard is dropped; bind it: `let _scope = ...`"]
 pub struct ScopeGuard<'a> {
     open: Option<Open<'a>>,

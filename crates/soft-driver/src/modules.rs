@@ -17,7 +17,24 @@ use std::ffi::{CStr, c_char, c_uint, c_void};
 use std::sync::{Arc, Mutex};
 use sys::{CUfunction, CUmodule, CUresult, CUstream};
 
-/// The launch configuration a twin runs under.
+/// The launch configuration a twin runs under: `cuLaunchKernel`'s grid,
+/// block and shared-memory arguments.
+///
+/// ```
+/// use cuda_streams_soft_driver::LaunchDims;
+/// use std::ffi::c_void;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// static THREADS: AtomicU64 = AtomicU64::new(0);
+/// // A twin that covers exactly the threads launched (no grid-stride loop).
+/// unsafe fn count_threads(dims: &LaunchDims, _params: *mut *mut c_void) {
+///     let ((gx, gy, gz), (bx, by, bz)) = (dims.grid, dims.block);
+///     THREADS.store(u64::from(gx * gy * gz) * u64::from(bx * by * bz), Ordering::Relaxed);
+/// }
+/// let dims = LaunchDims { grid: (4, 2, 1), block: (128, 1, 1), shared_mem_bytes: 0 };
+/// // SAFETY: the twin reads no arguments.
+/// unsafe { count_threads(&dims, std::ptr::null_mut()) };
+/// assert_eq!(THREADS.load(Ordering::Relaxed), 1024);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LaunchDims {
     /// Blocks in the grid (x, y, z).
@@ -41,6 +58,44 @@ pub type KernelTwin = unsafe fn(dims: &LaunchDims, params: *mut *mut c_void);
 /// does (the caller may free its `kernelParams` array and the values it points
 /// at as soon as the call returns); exactly `arg_sizes.len()` arguments are
 /// copied.
+///
+/// ```
+/// use cuda_streams_soft_driver::{self as soft, LaunchDims, TwinSpec, register_image};
+/// use std::ffi::c_void;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// static IMAGE: [u8; 6] = *b"store\0"; // stands in for a cubin or PTX image
+/// static STORED: AtomicU32 = AtomicU32::new(0);
+/// /// Twin of `store(u32 value)`.
+/// unsafe fn store(_: &LaunchDims, params: *mut *mut c_void) {
+///     // SAFETY: params[0] points at a copy of the one 4-byte argument.
+///     STORED.store(unsafe { *(*params).cast::<u32>() }, Ordering::Relaxed);
+/// }
+/// # fn main() -> Result<(), sys::DriverError> {
+/// register_image(&IMAGE, &[TwinSpec { name: "store", arg_sizes: &[4], run: store }]);
+/// # let table = soft::driver();
+/// # let (mut dev, mut ctx) = (0, std::ptr::null_mut());
+/// # // SAFETY: valid out-pointers.
+/// # unsafe {
+/// #     (table.cuDeviceGet)(&mut dev, 0).result()?;
+/// #     (table.cuDevicePrimaryCtxRetain)(&mut ctx, dev).result()?;
+/// #     (table.cuCtxSetCurrent)(ctx).result()?;
+/// # }
+/// let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
+/// let mut value = 7u32;
+/// let mut params = [(&raw mut value).cast::<c_void>()];
+/// // SAFETY: valid out-pointers, a registered image, one u32 argument.
+/// unsafe {
+///     (table.cuModuleLoadData)(&mut module, IMAGE.as_ptr().cast()).result()?;
+///     (table.cuModuleGetFunction)(&mut function, module, c"store".as_ptr()).result()?;
+///     let (stream, extra) = (std::ptr::null_mut(), std::ptr::null_mut());
+///     (table.cuLaunchKernel)(function, 1, 1, 1, 1, 1, 1, 0, stream, params.as_mut_ptr(), extra)
+///         .result()?;
+///     (table.cuCtxSynchronize)().result()?;
+/// }
+/// assert_eq!(STORED.load(Ordering::Relaxed), 7);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct TwinSpec {
     /// The kernel's symbol name.

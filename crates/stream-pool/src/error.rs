@@ -3,6 +3,26 @@
 use std::fmt;
 
 /// Everything the stream pool and the coordinator can fail with.
+///
+/// Each message names the streams and values involved:
+///
+/// ```
+/// use cuda_streams_stream_pool::driver::{Context, Stream};
+/// use cuda_streams_stream_pool::{Error, MultiStreamCoordinator, StreamPool};
+/// # fn main() -> Result<(), cuda_streams_stream_pool::Error> {
+/// let ctx = Context::new(0)?;
+/// assert!(matches!(StreamPool::new(&ctx, 0), Err(Error::EmptyPool)));
+/// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// let mut coordinator = MultiStreamCoordinator::new([a.clone(), b.clone()]);
+/// coordinator.add_dependency(&a, &b)?; // a waits for b
+/// let err = coordinator.add_dependency(&b, &a).unwrap_err();
+/// assert!(matches!(&err, Error::Cycle { path } if *path == [b.id(), a.id(), b.id()]));
+/// let (a, b) = (a.id(), b.id());
+/// let cycle = format!("stream {b} -> stream {a} -> stream {b}");
+/// assert_eq!(err.to_string(), format!("dependency would close a cycle: {cycle}"));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -72,6 +92,27 @@ impl Error {
 }
 
 /// One stream's failure inside [`Error::Parallel`].
+///
+/// ```
+/// use cuda_streams_stream_pool::driver::Context;
+/// use cuda_streams_stream_pool::{Error, StreamPool};
+/// # fn main() -> Result<(), cuda_streams_stream_pool::Error> {
+/// let ctx = Context::new(0)?;
+/// let coordinator = StreamPool::new(&ctx, 3)?.coordinator();
+/// let bad = coordinator.streams()[1].id();
+/// let err = coordinator
+///     .execute_parallel(|stream| match stream.id() == bad {
+///         true => Err(Error::other("bad input")),
+///         false => Ok(()),
+///     })
+///     .unwrap_err();
+/// let Error::Parallel { failures, total } = err else { unreachable!() };
+/// assert_eq!((failures.len(), total), (1, 3));
+/// assert_eq!(failures[0].stream, bad);
+/// assert_eq!(failures[0].error.to_string(), "bad input");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct StreamFailure {
     /// The stream's id.

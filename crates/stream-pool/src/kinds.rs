@@ -19,6 +19,31 @@ use driver::StreamPriority;
 /// the last point an event showed it had passed wins (each busy candidate
 /// carries one probe event, re-recorded when it completes). So a stream busy
 /// with one long kernel is avoided even though it was handed out only once.
+///
+/// ```
+/// use cuda_streams_stream_pool::driver::Context;
+/// use cuda_streams_stream_pool::{AllocationStrategy, StreamPool};
+/// use std::collections::HashSet;
+/// use std::sync::{Arc, mpsc};
+/// # fn main() -> Result<(), cuda_streams_stream_pool::Error> {
+/// let ctx = Context::new(0)?;
+/// let pool = StreamPool::new(&ctx, 4)?;
+/// assert_eq!(pool.strategy(), AllocationStrategy::RoundRobin); // the default
+/// let ids: HashSet<u64> = (0..4).map(|_| pool.get_stream().id()).collect();
+/// assert_eq!(ids.len(), 4); // each stream in turn
+///
+/// pool.set_strategy(AllocationStrategy::LoadBalanced);
+/// let busy = Arc::clone(pool.streams().next().unwrap());
+/// let (open, gate) = mpsc::channel::<()>();
+/// busy.add_callback(move || {
+///     let _ = gate.recv(); // holds `busy` until `open` is dropped
+/// })?;
+/// assert!((0..8).all(|_| pool.get_stream().id() != busy.id()));
+/// drop(open);
+/// busy.synchronize()?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum AllocationStrategy {
     /// Hand the streams out in turn: one atomic increment, no driver call.
@@ -60,6 +85,24 @@ impl AllocationStrategy {
 /// Default assignment: `Compute` the High class, `Memory` the first half of
 /// the Normal class, `Mixed` its second half, `Coordination` the Low class
 /// (an empty class borrows its nearest neighbour's streams).
+///
+/// ```
+/// use cuda_streams_stream_pool::driver::Context;
+/// use cuda_streams_stream_pool::{AllocationStrategy, StreamPool, WorkloadType};
+/// # fn main() -> Result<(), cuda_streams_stream_pool::Error> {
+/// let ctx = Context::new(0)?;
+/// let pool = StreamPool::new_with_strategy(&ctx, 8, AllocationStrategy::Workload)?;
+/// for workload in WorkloadType::ALL {
+///     let stream = pool.get_stream_for_workload(workload);
+///     assert_eq!(pool.class_of(&stream), Some(workload.default_class()));
+/// }
+/// // Memory and Mixed split the Normal class between them.
+/// let ids = |workload| pool.workload_streams(workload).iter().map(|s| s.id()).collect::<Vec<_>>();
+/// let memory = ids(WorkloadType::Memory);
+/// assert!(ids(WorkloadType::Mixed).iter().all(|id| !memory.contains(id)));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum WorkloadType {
     /// Computation-heavy kernels (matrix products, convolutions).
@@ -94,6 +137,26 @@ impl WorkloadType {
 /// ([`crate::StreamPool::get_stream_for_purpose`]). A purpose always gets the
 /// same stream, so work of one purpose stays in order; different purposes get
 /// different streams while the pool has at least five.
+///
+/// ```
+/// use cuda_streams_stream_pool::driver::Context;
+/// use cuda_streams_stream_pool::{StreamPool, StreamPurpose};
+/// use std::collections::HashSet;
+/// # fn main() -> Result<(), cuda_streams_stream_pool::Error> {
+/// let ctx = Context::new(0)?;
+/// let pool = StreamPool::new(&ctx, 8)?;
+/// let kernels = pool.get_stream_for_purpose(StreamPurpose::KernelExecution);
+/// assert_eq!(kernels.id(), pool.get_stream_for_purpose(StreamPurpose::KernelExecution).id());
+/// let mut ids = HashSet::new();
+/// for purpose in StreamPurpose::ALL {
+///     let stream = pool.get_stream_for_purpose(purpose);
+///     assert_eq!(pool.class_of(&stream), Some(purpose.preferred_class()));
+///     ids.insert(stream.id());
+/// }
+/// assert_eq!(ids.len(), StreamPurpose::ALL.len()); // one stream each
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StreamPurpose {
     /// Host-to-device configuration uploads.

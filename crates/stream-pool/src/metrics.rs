@@ -4,7 +4,29 @@ use crate::pool::StreamPool;
 use driver::StreamMetrics;
 use std::time::Duration;
 
-/// Every shared stream's [`StreamMetrics`] and their sums.
+/// Every shared stream's [`StreamMetrics`] and their sums, from
+/// [`StreamPool::metrics`].
+///
+/// ```
+/// use cuda_streams_stream_pool::StreamPool;
+/// use cuda_streams_stream_pool::driver::Context;
+/// use std::sync::mpsc;
+/// # fn main() -> Result<(), cuda_streams_stream_pool::Error> {
+/// let ctx = Context::new(0)?;
+/// let pool = StreamPool::new(&ctx, 2)?;
+/// let stream = pool.get_stream();
+/// let (tx, rx) = mpsc::channel();
+/// stream.add_callback(move || tx.send(()).unwrap())?;
+/// rx.recv().unwrap();
+/// stream.synchronize()?;
+/// let metrics = pool.metrics();
+/// assert_eq!(metrics.streams.len(), 2);
+/// assert_eq!((metrics.callbacks, metrics.callback_panics), (1, 0));
+/// assert_eq!(metrics.idle_streams, 2);
+/// assert_eq!(metrics.average_latency, None); // no operation timed yet
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolMetrics {

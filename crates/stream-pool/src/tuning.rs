@@ -27,6 +27,33 @@ struct Stat {
 pub(crate) struct WorkloadStats([Stat; 4]);
 
 /// What [`StreamPool::optimize_configuration`] changed.
+///
+/// ```
+/// use cuda_streams_stream_pool::driver::Context;
+/// use cuda_streams_stream_pool::{AllocationStrategy, ConfigChange, StreamPool, WorkloadType};
+/// use std::time::Duration;
+/// # fn main() -> Result<(), cuda_streams_stream_pool::Error> {
+/// let ctx = Context::new(0)?;
+/// let pool = StreamPool::new(&ctx, 8)?; // round-robin
+/// pool.record_workload_completion(WorkloadType::Compute, Duration::from_millis(1));
+/// pool.record_workload_completion(WorkloadType::Memory, Duration::from_millis(10));
+/// let changes = pool.optimize_configuration()?;
+/// // Operations this unequal are better handed out by live load.
+/// let (from, to) = (AllocationStrategy::RoundRobin, AllocationStrategy::LoadBalanced);
+/// assert!(changes.contains(&ConfigChange::Strategy { from, to }));
+/// // Memory took most of the time, so it gets more streams.
+/// let memory = changes.iter().find_map(|change| match change {
+///     ConfigChange::WorkloadStreams { workload: WorkloadType::Memory, before, after } => {
+///         Some((before.len(), after.len()))
+///     }
+///     _ => None,
+/// });
+/// let (before, after) = memory.expect("memory was under-provisioned");
+/// assert!(after > before);
+/// assert!(pool.optimize_configuration()?.is_empty()); // nothing new to change
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigChange {

@@ -5,6 +5,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// A snapshot of [`crate::OperationCoordinator::metrics`].
+///
+/// ```
+/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
+/// use driver::{Context, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let (kind, priority) = (OperationType::Kernel, EventPriority::Normal);
+/// let done = coordinator.register_operation(kind, priority, &stream, vec![], "done")?;
+/// coordinator.register_operation(kind, priority, &stream, vec![done], "waiting")?;
+/// coordinator.begin_operation(done, &stream)?;
+/// coordinator.complete_operation(done)?;
+/// stream.synchronize()?;
+/// assert_eq!(coordinator.retire_completed(), 1);
+/// let metrics = coordinator.metrics();
+/// assert_eq!((metrics.total_operations, metrics.completed_operations), (2, 1));
+/// assert_eq!((metrics.retired_operations, metrics.in_flight), (1, 1));
+/// assert_eq!(metrics.deadlock_detections, 0);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CoordinatorMetrics {

@@ -90,6 +90,32 @@ struct Op {
 ///
 /// Every method takes `&self`; share it as `Arc<OperationCoordinator>` across
 /// threads.
+///
+/// ```
+/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
+/// use driver::{Context, Stream};
+/// use std::sync::{Arc, mpsc};
+/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let (copies, compute) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let upload = coordinator.register_operation(
+///     OperationType::MemoryTransfer, EventPriority::High, &copies, vec![], "upload",
+/// )?;
+/// let kernel = coordinator.register_operation(
+///     OperationType::Kernel, EventPriority::Normal, &compute, vec![upload], "kernel",
+/// )?;
+/// let (tx, rx) = mpsc::channel();
+/// coordinator.add_completion_callback(kernel, move || tx.send("kernel done").unwrap())?;
+/// coordinator.begin_operation(upload, &copies)?; // then enqueue the copy on `copies`
+/// coordinator.complete_operation(upload)?;
+/// coordinator.begin_operation(kernel, &compute)?; // `compute` now waits for the upload
+/// coordinator.complete_operation(kernel)?;
+/// assert_eq!(rx.recv().unwrap(), "kernel done"); // run when the GPU got there
+/// assert_eq!(coordinator.metrics().completed_operations, 2);
+/// # Ok(())
+/// # }
+/// ```
 pub struct OperationCoordinator {
     pool: Arc<EventPool>,
     ops: DashMap<OperationId, Op, IdBuild>,
