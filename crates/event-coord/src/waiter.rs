@@ -27,8 +27,9 @@ pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_micros(500);
 /// complete within microseconds of being waited on.
 const QUICK_POLLS: u32 = 16;
 
-/// Something holding an event alive: the waiter keeps it until the callback
-/// has run (or the wait was cancelled).
+/// Something holding an event alive: the waiter keeps it until the event has
+/// completed, and drops it just before running the callback (or when the wait
+/// is cancelled).
 ///
 /// Implemented for [`Event`], [`PooledEvent`] and `Arc`s of them; implement
 /// it to keep other things alive until the event completes, such as the host
@@ -262,7 +263,11 @@ impl AsyncEventWaiter {
     }
 
     /// Run `callback` on the waiter's thread once `event` completes. The
-    /// waiter keeps `event` alive until then.
+    /// waiter keeps `event` alive until then, and drops it just before the
+    /// callback runs (a pooled event is back in its pool by the time the
+    /// callback signals anyone). Callbacks whose events the waiter finds
+    /// complete at the same poll run in the order the waits were made, so
+    /// waits on events of one stream fire in stream order.
     pub fn wait_async<E, F>(&self, event: E, callback: F) -> WaitId
     where
         E: WaitEvent,
@@ -428,22 +433,27 @@ fn poll(shared: &Shared, pending: &mut Vec<Wait>) -> Vec<Wait> {
     finished
 }
 
-/// Run the callbacks of finished waits that were not cancelled meanwhile.
+/// Run the callbacks of finished waits that were not cancelled meanwhile, in
+/// the order the waits were made (polling does not keep it).
 fn fire(shared: &Shared, finished: Vec<Wait>) {
-    let to_run: Vec<Wait> = {
+    let mut to_run: Vec<Wait> = {
         let mut queue = shared.lock();
         finished
             .into_iter()
             .filter(|w| queue.live.remove(&w.id))
             .collect()
     };
+    to_run.sort_unstable_by_key(|w| w.id.0);
     for wait in to_run {
         let Wait {
             id,
             event,
             callback,
         } = wait;
-        // Counted first, so a callback that signals someone is already counted.
+        // The event has done its job; released and counted first, so a
+        // callback that signals someone leaves nothing behind and is already
+        // counted.
+        drop(event);
         shared.fired.fetch_add(1, Ordering::Relaxed);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(callback)) {
             shared.panics.fetch_add(1, Ordering::Relaxed);
@@ -452,7 +462,6 @@ fn fire(shared: &Shared, finished: Vec<Wait>) {
                 panic_message(payload.as_ref())
             );
         }
-        drop(event);
     }
 }
 

@@ -26,7 +26,9 @@ const INITIAL_TIMING_EVENTS: usize = 64;
 /// - [`scope`](Self::scope) / [`time`](Self::time): GPU-timed regions. Each
 ///   boundary is a timing event from the [`EventPool`] recorded on the
 ///   stream; a boundary with no work enqueued since the previous one reuses
-///   that event (back-to-back scopes cost one event each, not two).
+///   that event (back-to-back scopes cost one event each, not two), unless
+///   the stream may have gone idle since: more than 20 µs of host time
+///   passed and the GPU has already reached the event.
 /// - [`record_operation`](Self::record_operation): a duration measured
 ///   elsewhere (statistics only; it has no place on the timeline).
 /// - Kernel launches and transfers made through the driver layer are counted

@@ -8,7 +8,13 @@ use events::EventPool;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long after recording a mark the profiler reuses it as the next
+/// boundary without asking the GPU: at most this much host time (while the
+/// stream may have sat idle) can be counted into a scope that starts there.
+/// Scopes opened back to back, nested or one per launch, stay within it.
+pub(crate) const REUSE_WITHOUT_QUERY: Duration = Duration::from_micros(20);
 
 /// An operation's name: literals cost no allocation.
 pub(crate) type Name = Cow<'static, str>;
@@ -102,14 +108,42 @@ impl StreamSlot {
     }
 }
 
+/// The latest mark of a stream and what is needed to decide whether the next
+/// boundary may reuse it.
+struct Tail {
+    mark: Arc<Mark>,
+    /// The stream's operation count when the mark was recorded.
+    ops: u64,
+    /// When the host recorded it.
+    at: Instant,
+}
+
+impl Tail {
+    /// Whether the next work enqueued starts where this mark is. Once the GPU
+    /// has passed the mark the stream may sit idle until the next work
+    /// arrives, and starting the next scope at the mark would count that idle
+    /// time, the host's and not the GPU's, as the scope's. So: a mark the GPU
+    /// has not reached yet (the next work follows it at once), or one
+    /// recorded so recently that the idle time is negligible.
+    fn reusable(&self) -> bool {
+        if self.at.elapsed() <= REUSE_WITHOUT_QUERY {
+            return true;
+        }
+        // If the GPU reaches it between this query and the next enqueue, the
+        // scope gains that gap: the host's enqueue time.
+        self.mark.ns().is_none() && matches!(self.mark.event.query(), Ok(false))
+    }
+}
+
 /// Everything the profiler knows about one stream.
 #[derive(Default)]
 pub(crate) struct StreamState {
     next_seq: u64,
     /// The latest mark, with the stream's operation count when it was
-    /// recorded: while the count is unchanged the mark is still the stream's
-    /// current end and is reused instead of recording another event.
-    tail: Option<(Arc<Mark>, u64)>,
+    /// recorded: while the count is unchanged and the GPU has not reached the
+    /// mark, it is still the point where the next work starts, and is reused
+    /// instead of recording another event.
+    tail: Option<Tail>,
     /// Scopes open on this stream.
     pub(crate) open: u32,
     pending: VecDeque<PendingOp>,
@@ -133,7 +167,8 @@ pub(crate) struct StreamState {
 
 impl StreamState {
     /// A mark at the stream's current end: the tail when nothing was enqueued
-    /// since it, a fresh timing event from the pool otherwise.
+    /// since it and the stream is still busy before it, a fresh timing event
+    /// from the pool otherwise.
     pub(crate) fn mark_now(
         &mut self,
         stream: &Stream,
@@ -143,9 +178,9 @@ impl StreamState {
         // Read before recording: work enqueued in between then only costs a
         // new mark later, instead of being hidden inside a reused one.
         let ops = stream.metrics().operations_count;
-        if let Some((mark, at)) = &self.tail {
-            if *at == ops {
-                return Ok(Arc::clone(mark));
+        if let Some(tail) = &self.tail {
+            if tail.ops == ops && tail.reusable() {
+                return Ok(Arc::clone(&tail.mark));
             }
         }
         let event = match pool.acquire_event(true) {
@@ -161,7 +196,11 @@ impl StreamState {
         event.record(stream)?;
         let mark = Arc::new(Mark::new(self.next_seq, event));
         self.next_seq += 1;
-        self.tail = Some((Arc::clone(&mark), ops));
+        self.tail = Some(Tail {
+            mark: Arc::clone(&mark),
+            ops,
+            at: Instant::now(),
+        });
         Ok(mark)
     }
 

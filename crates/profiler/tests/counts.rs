@@ -178,8 +178,14 @@ fn many_threads_profile_their_own_streams_at_once() {
         assert_eq!(r.kernel_launches, n);
         assert_eq!(r.operations["outer"].count, n);
         assert_eq!(r.operations["inner"].count, n);
-        // Nothing happens between the scopes' boundaries: same interval.
-        assert_eq!(r.operations["outer"].total, r.operations["inner"].total);
+        // Nothing is enqueued between the scopes' boundaries, so they share
+        // them, unless a thread was held up between opening the two (six
+        // threads here on however many cores): then the outer one starts
+        // earlier. Either way it contains the inner one.
+        assert!(
+            r.operations["outer"].total >= r.operations["inner"].total,
+            "{r}"
+        );
     }
 }
 

@@ -155,3 +155,57 @@ fn times_are_on_one_timeline_across_streams() {
     assert!(report.overlap_efficiency <= 1.01, "{report}");
     assert_eq!(report.max_concurrency, 1, "{report}");
 }
+
+#[test]
+fn idle_time_before_a_scope_is_not_counted_in_it() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let spin_kernel = kernel(&ctx, &kernels::TIMING, "spin");
+    let profiler = StreamProfiler::new(&ctx).unwrap();
+    profiler.enable();
+    const LENGTH: Duration = Duration::from_millis(2);
+    const IDLE: Duration = Duration::from_millis(150);
+    profiler
+        .time(&stream, "first", |s| spin(s, &spin_kernel, LENGTH))
+        .unwrap();
+    // The stream passes the first scope's end and sits idle while the host
+    // does something else (the sleep *is* that something: it makes the gap).
+    stream.synchronize().unwrap();
+    std::thread::sleep(IDLE);
+    // Nothing was enqueued since the first scope's end, but the stream went
+    // idle: the second scope must start where its own work starts.
+    profiler
+        .time(&stream, "second", |s| spin(s, &spin_kernel, LENGTH))
+        .unwrap();
+    let report = profiler.get_stream_report(&stream).unwrap();
+    let second = report.operations["second"];
+    assert!(
+        second.total >= LENGTH.mul_f64(0.9),
+        "the second spin was timed at {:?}",
+        second.total
+    );
+    assert!(
+        second.total < IDLE / 2,
+        "the second scope counted the idle gap before it: {:?}",
+        second.total
+    );
+    // Back-to-back on a busy stream, the end of one is still the start of the
+    // next (the GPU goes straight from one to the other).
+    let gate = Gate::close(&stream);
+    for name in ["third", "fourth"] {
+        profiler
+            .time(&stream, name, |s| spin(s, &spin_kernel, LENGTH))
+            .unwrap();
+    }
+    gate.open();
+    let report = profiler.get_stream_report(&stream).unwrap();
+    for name in ["third", "fourth"] {
+        let stats = report.operations[name];
+        assert!(
+            stats.total >= LENGTH.mul_f64(0.9),
+            "{name}: {:?}",
+            stats.total
+        );
+        assert!(stats.total < IDLE / 2, "{name}: {:?}", stats.total);
+    }
+}
