@@ -27,7 +27,7 @@ const INITIAL_TIMING_EVENTS: usize = 64;
 ///   boundary is a timing event from the [`EventPool`] recorded on the
 ///   stream; a boundary with no work enqueued since the previous one reuses
 ///   that event (back-to-back scopes cost one event each, not two), unless
-///   the stream may have gone idle since: more than 20 µs of host time
+///   the stream may have gone idle since: more than 100 µs of host time
 ///   passed and the GPU has already reached the event.
 /// - [`record_operation`](Self::record_operation): a duration measured
 ///   elsewhere (statistics only; it has no place on the timeline).
