@@ -69,8 +69,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 machine: gpu_machine(&dir),
                 date: logs_date(&dir)?,
                 command: format!(
-                    "`{}` (each bench binary with `--bench`, `CUDA_STREAMS_DRIVER=cuda`), \
+                    "{}`{}` (each bench binary with `--bench`, `CUDA_STREAMS_DRIVER=cuda`), \
                      then `cargo xtask bench-report --from <log dir>`",
+                    bundle_commit(&dir)
+                        .map(|commit| format!("`cargo xtask gpu-bundle` at commit {commit}, "))
+                        .unwrap_or_default(),
                     run_command(&dir)
                 ),
             };
@@ -177,6 +180,17 @@ fn run_command(dir: &Path) -> String {
         .and_then(|text| text.lines().next().map(str::trim).map(str::to_string))
         .filter(|line| !line.is_empty())
         .unwrap_or_else(|| "bash target/gpu-bundle/run.sh <log dir>".to_string())
+}
+
+/// The commit the bundle was built from, from the `bundle: commit <rev>, ...`
+/// line of `run.sh`'s summary.
+fn bundle_commit(dir: &Path) -> Option<String> {
+    let summary = std::fs::read_to_string(dir.join("summary.txt")).ok()?;
+    let line = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("bundle: commit "))?;
+    let commit = line.split(',').next()?.trim();
+    (!commit.is_empty()).then(|| commit.to_string())
 }
 
 /// Run `command`, echo its stdout and stderr as they come, and return both
