@@ -218,9 +218,13 @@ impl EventPool {
         self.threads.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A thread started keeping events of this pool.
+    /// A thread started keeping events of this pool. Threads that have ended
+    /// are dropped from the list here too, so it does not grow with every
+    /// short-lived thread that ever released an event.
     pub(crate) fn register_thread(&self, held: &Arc<HeldCounts>) {
-        self.lock_threads().push(Arc::downgrade(held));
+        let mut threads = self.lock_threads();
+        threads.retain(|held| held.strong_count() > 0);
+        threads.push(Arc::downgrade(held));
     }
 
     /// Put free events on the shared shelves.
