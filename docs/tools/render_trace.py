@@ -63,6 +63,8 @@ ROW_H = 24  # one nesting level
 ROW_GAP = 2
 TRACK_PAD = 8
 MIN_TEXT_W = 28  # narrower boxes get no name
+LEGEND_ROW_H = 22
+LABEL_H = 50  # a track's name and slice count need this much height
 
 
 @dataclass
@@ -146,6 +148,11 @@ def parse(path: Path) -> tuple[str, list[Track]]:
     return title, ordered
 
 
+def track_height(t: "Track") -> int:
+    """Room for the track's nesting levels, and at least for its label."""
+    return max(t.levels * (ROW_H + ROW_GAP) + 2 * TRACK_PAD, LABEL_H)
+
+
 def infer_depths(slices: list[Slice]) -> None:
     """Fill in depths the trace left out, by containment (as viewers do)."""
     slices.sort(key=lambda s: (s.ts, -s.dur))
@@ -198,8 +205,26 @@ def render(trace: Path, out: Path, width: int, title: str | None) -> None:
     font_bold = load_font(14, bold=True)
     font_title = load_font(16, bold=True)
 
-    title_h, axis_h, legend_h = 34, 30, 40
-    tracks_h = sum(t.levels * (ROW_H + ROW_GAP) + 2 * TRACK_PAD for t in tracks)
+    # Legend entries: the colour of every name (narrow slices carry no text),
+    # laid out in rows that wrap at the right margin, then a note line.
+    entries: dict[str, str] = {}
+    for n in sorted({s.name for t in tracks for s in t.slices}):
+        key = "".join(c for c in n if not c.isdigit()).strip()
+        entries.setdefault(key, n if key == n else key + " N")
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    legend_rows: list[list[tuple[str, str, int]]] = [[]]
+    lx = 12
+    for key, shown in entries.items():
+        w = 20 + int(measure.textlength(shown, font=font)) + 24
+        if legend_rows[-1] and lx + w > width - MARGIN_R:
+            legend_rows.append([])
+            lx = 12
+        legend_rows[-1].append((key, shown, lx))
+        lx += w
+    legend_h = 12 + LEGEND_ROW_H * (len(legend_rows) + 1)
+
+    title_h, axis_h = 34, 30
+    tracks_h = sum(track_height(t) for t in tracks)
     height = title_h + axis_h + tracks_h + legend_h
     img = Image.new("RGB", (width, height), BACKGROUND)
     d = ImageDraw.Draw(img)
@@ -228,7 +253,7 @@ def render(trace: Path, out: Path, width: int, title: str | None) -> None:
     # Tracks.
     y = top
     for t in tracks:
-        h = t.levels * (ROW_H + ROW_GAP) + 2 * TRACK_PAD
+        h = track_height(t)
         d.rectangle([0, y, LABEL_W - 1, y + h - 1], fill=LABEL_BG)
         d.text((12, y + TRACK_PAD + 4), t.name, font=font_bold, fill=TEXT)
         busy = f"{len(t.slices)} slices"
@@ -251,20 +276,14 @@ def render(trace: Path, out: Path, width: int, title: str | None) -> None:
         d.line([0, y - 1, width, y - 1], fill=TRACK_RULE)
     d.line([LABEL_W - 1, title_h, LABEL_W - 1, bottom - 1], fill=TRACK_RULE)
 
-    # Legend: the colour of every name (narrow slices carry no text).
-    entries: dict[str, str] = {}
-    for n in sorted({s.name for t in tracks for s in t.slices}):
-        key = "".join(c for c in n if not c.isdigit()).strip()
-        entries.setdefault(key, n if key == n else key + " N")
-    lx, ly = 12, bottom + 12
-    for key, shown in entries.items():
-        rgb = colour_for(key)
-        d.rectangle([lx, ly + 2, lx + 14, ly + 16], fill=rgb)
-        d.text((lx + 20, ly + 1), shown, font=font, fill=TEXT)
-        lx += 20 + int(d.textlength(shown, font=font)) + 24
+    ly = bottom + 12
+    for row in legend_rows:
+        for key, shown, lx in row:
+            d.rectangle([lx, ly + 2, lx + 14, ly + 16], fill=colour_for(key))
+            d.text((lx + 20, ly + 1), shown, font=font, fill=TEXT)
+        ly += LEGEND_ROW_H
     note = f"time after the profiler's base event; last slice ends at {t1 / 1000:.3f} ms"
-    d.text((width - MARGIN_R - d.textlength(note, font=font_small), ly + 2), note,
-           font=font_small, fill=MUTED)
+    d.text((12, ly + 2), note, font=font_small, fill=MUTED)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     img.save(out, optimize=True)
