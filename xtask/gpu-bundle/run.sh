@@ -98,7 +98,7 @@ if [ "$run_tests" = 1 ]; then
     i=$(grep -Eo '[0-9]+ ignored' "$log" | awk '{s+=$1} END {print s+0}')
     passed=$((passed + p)); failed=$((failed + f)); ignored=$((ignored + i))
     extra=""
-    if [ -n "$sanitize" ]; then extra=" | $(grep -E 'ERROR SUMMARY' "$log" | tail -n1)"; fi
+    if [ -n "$sanitize" ]; then extra=" | $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n1)"; fi
     if [ "$rc" != 0 ]; then
       bad_binaries+=("$name")
       [ "$f" = 0 ] && failed=$((failed + 1))
