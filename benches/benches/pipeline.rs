@@ -8,8 +8,10 @@
 //! the software driver (where the figures only show the bench runs).
 
 use criterion::Criterion;
-use cuda_streams_benches::{compare, criterion_summary, figure, median_duration, run_criterion};
-use driver::{Context, DeviceBuffer, Event, Kernel, LaunchConfig, Module, PinnedBuffer, Stream};
+use cuda_streams_benches::{
+    compare, criterion_summary, figure, kernel, median_duration, run_criterion,
+};
+use driver::{Context, DeviceBuffer, Event, Kernel, LaunchConfig, PinnedBuffer, Stream};
 use pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -387,10 +389,7 @@ fn workloads(s: &Setup) {
 fn bench_step(c: &mut Criterion) {
     // Host cost of one step with tiny buffers: the overhead the pipeline adds.
     let ctx = Context::new(0).unwrap();
-    let kernel = Module::load(&ctx, kernels::COMPUTE.fatbin())
-        .unwrap()
-        .function("compute")
-        .unwrap();
+    let kernel = kernel(&ctx, &kernels::COMPUTE, "compute");
     let mut pipeline =
         PipelineStageManager::new(AsyncCoordinator::new(&ctx).unwrap(), 256).unwrap();
     let stage = pipeline.add_stage(GpuPipelineStage::compute(
@@ -411,10 +410,7 @@ fn bench_step(c: &mut Criterion) {
 
 fn main() {
     let ctx = Context::new(0).expect("a device");
-    let kernel = Module::load(&ctx, kernels::COMPUTE.fatbin())
-        .unwrap()
-        .function("compute")
-        .unwrap();
+    let kernel = kernel(&ctx, &kernels::COMPUTE, "compute");
     let gpu = ctx.is_gpu();
     let setup = Setup {
         elements: if gpu { 16 << 20 } else { 1 << 16 },

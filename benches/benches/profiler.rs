@@ -9,8 +9,8 @@
 //! cost of the events themselves.
 
 use criterion::Criterion;
-use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
-use driver::{Context, DeviceBuffer, Kernel, KernelArg, LaunchConfig, Module, Stream};
+use cuda_streams_benches::{compare, criterion_summary, figure, kernel, run_criterion};
+use driver::{Context, DeviceBuffer, Kernel, KernelArg, LaunchConfig, Stream};
 use profiler::StreamProfiler;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -65,11 +65,7 @@ impl Setup {
             .iter()
             .map(|s| DeviceBuffer::new_async(s, elements).expect("a buffer"))
             .collect();
-        let image = &kernels::ELEMENTWISE;
-        let fill = Module::load(&ctx, image.fatbin())
-            .and_then(|m| m.function("fill_f32"))
-            .expect("fill_f32")
-            .with_arg_sizes(image.arg_sizes("fill_f32").expect("fill_f32's signature"));
+        let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
         let seed = StreamProfiler::new(&ctx).expect("a profiler");
         Self {
             ctx,

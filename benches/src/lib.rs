@@ -7,10 +7,9 @@
 //! `cargo xtask bench-report` pick up.
 
 mod harness;
-mod spin;
 
 pub use harness::{criterion, criterion_summary, run_criterion};
-pub use spin::spin_kernel;
+pub use test_support::{kernel, spin_kernel};
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

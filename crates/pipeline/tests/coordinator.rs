@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{XorShift, ctx, reference_compute};
+use common::{ONE_THREAD, XorShift, ctx, kernel, reference_compute, spin_kernel};
 use cuda_streams_pipeline::{AsyncCoordinator, Error, OperationKind};
-use driver::{DeviceBuffer, LaunchConfig, Module, PinnedBuffer};
+use driver::{DeviceBuffer, LaunchConfig, PinnedBuffer};
 
 const SPIN_NS: u64 = 300_000_000;
 
@@ -13,20 +13,12 @@ const SPIN_NS: u64 = 300_000_000;
 fn poll_does_not_report_work_the_gpu_has_not_finished() {
     let ctx = ctx();
     let mut coordinator = AsyncCoordinator::new(&ctx).unwrap();
-    let spin = Module::load(&ctx, kernels::TIMING.fatbin())
-        .unwrap()
-        .function("spin")
-        .unwrap();
+    let spin = spin_kernel(&ctx);
     let mut buffer = DeviceBuffer::<f32>::new(&ctx, 256).unwrap();
     let mut host = PinnedBuffer::<f32>::new(&ctx, 256).unwrap();
     let upload = coordinator.queue_upload(&[1.5; 256], &mut buffer).unwrap();
-    let one_thread = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (1, 1, 1),
-        shared_mem_bytes: 0,
-    };
     let held = coordinator
-        .queue_compute(&spin, one_thread, &[SPIN_NS.into()], &[upload])
+        .queue_compute(&spin, ONE_THREAD, &[SPIN_NS.into()], &[upload])
         .unwrap();
     let download = coordinator.queue_download(&buffer, &mut host).unwrap();
     // The spin holds the compute stream for 300 ms and the download waits
@@ -67,14 +59,8 @@ fn poll_does_not_report_work_the_gpu_has_not_finished() {
 fn upload_compute_download_are_ordered_by_events() {
     let ctx = ctx();
     let mut coordinator = AsyncCoordinator::new(&ctx).unwrap();
-    let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())
-        .unwrap()
-        .function("compute")
-        .unwrap();
-    let spin = Module::load(&ctx, kernels::TIMING.fatbin())
-        .unwrap()
-        .function("spin")
-        .unwrap();
+    let compute = kernel(&ctx, &kernels::COMPUTE, "compute");
+    let spin = spin_kernel(&ctx);
     let n = 50_000;
     let mut rng = XorShift::new(42);
     let one = LaunchConfig::for_num_elems(1);
@@ -124,14 +110,8 @@ fn upload_compute_download_are_ordered_by_events() {
 fn an_upload_waits_for_the_kernel_still_reading_its_buffer() {
     let ctx = ctx();
     let mut coordinator = AsyncCoordinator::new(&ctx).unwrap();
-    let spin = Module::load(&ctx, kernels::TIMING.fatbin())
-        .unwrap()
-        .function("spin")
-        .unwrap();
-    let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())
-        .unwrap()
-        .function("compute")
-        .unwrap();
+    let spin = spin_kernel(&ctx);
+    let compute = kernel(&ctx, &kernels::COMPUTE, "compute");
     let n = 4096;
     let mut x = DeviceBuffer::<f32>::new(&ctx, n).unwrap();
     let mut y = DeviceBuffer::<f32>::new(&ctx, n).unwrap();
@@ -158,10 +138,7 @@ fn an_upload_waits_for_the_kernel_still_reading_its_buffer() {
 fn errors_name_the_operation() {
     let ctx = ctx();
     let mut coordinator = AsyncCoordinator::new(&ctx).unwrap();
-    let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())
-        .unwrap()
-        .function("compute")
-        .unwrap();
+    let compute = kernel(&ctx, &kernels::COMPUTE, "compute");
     let mut x = DeviceBuffer::<f32>::new(&ctx, 8).unwrap();
     let mut y = DeviceBuffer::<f32>::new(&ctx, 8).unwrap();
     let args = [8u64.into(), 1u32.into(), (&x).into(), (&mut y).into()];

@@ -3,22 +3,15 @@
 
 mod common;
 
-use common::{XorShift, ctx, reference_compute};
+use common::{XorShift, ctx, kernel, reference_compute, spin_kernel};
 use cuda_streams_pipeline::{
     AsyncCoordinator, Error, GpuPipelineStage, PipelineStageManager, StageArg,
 };
-use driver::{Kernel, LaunchConfig, Module};
-
-fn compute_kernel(ctx: &std::sync::Arc<driver::Context>) -> Kernel {
-    Module::load(ctx, kernels::COMPUTE.fatbin())
-        .unwrap()
-        .function("compute")
-        .unwrap()
-}
+use driver::{Kernel, LaunchConfig};
 
 fn manager(n: usize) -> (PipelineStageManager, Kernel) {
     let ctx = ctx();
-    let kernel = compute_kernel(&ctx);
+    let kernel = kernel(&ctx, &kernels::COMPUTE, "compute");
     let coordinator = AsyncCoordinator::new(&ctx).unwrap();
     (PipelineStageManager::new(coordinator, n).unwrap(), kernel)
 }
@@ -204,10 +197,7 @@ fn utilisation_is_measured_not_assumed() {
     // compute stream busy almost all the time; utilisation must say so, and
     // must be far lower when the stage is tiny and the host is slow.
     let ctx = ctx();
-    let spin = Module::load(&ctx, kernels::TIMING.fatbin())
-        .unwrap()
-        .function("spin")
-        .unwrap();
+    let spin = spin_kernel(&ctx);
     let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx).unwrap(), 16).unwrap();
     let s = pipeline.add_stage(GpuPipelineStage {
         name: "spin".into(),

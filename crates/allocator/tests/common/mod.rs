@@ -9,7 +9,7 @@
 
 use cuda_streams_allocator::driver::sys::CUdeviceptr;
 use cuda_streams_allocator::driver::{
-    Context, DeviceBuffer, Kernel, KernelArg, LaunchConfig, Module, Stream,
+    Context, DeviceBuffer, Kernel, KernelArg, LaunchConfig, Stream,
 };
 use cuda_streams_allocator::{Allocation, Backend};
 use std::sync::Arc;
@@ -47,12 +47,9 @@ pub(crate) struct Kernels {
 
 impl Kernels {
     pub(crate) fn load(ctx: &Arc<Context>) -> Self {
-        let timing = Module::load(ctx, kernels::TIMING.fatbin()).expect("timing module");
-        let elementwise =
-            Module::load(ctx, kernels::ELEMENTWISE.fatbin()).expect("elementwise module");
         Self {
-            spin: timing.function("spin").expect("spin"),
-            fill: elementwise.function("fill_u32").expect("fill_u32"),
+            spin: test_support::spin_kernel(ctx),
+            fill: test_support::kernel(ctx, &kernels::ELEMENTWISE, "fill_u32"),
         }
     }
 
