@@ -302,7 +302,7 @@ impl Drop for PooledEvent {
         } else {
             event
         };
-        self.pool.shelf(event.is_timing()).lock().push(event);
+        self.pool.shelve(std::iter::once(event));
     }
 }
 

@@ -443,7 +443,7 @@ fn fire(shared: &Shared, finished: Vec<Wait>) {
             .filter(|w| queue.live.remove(&w.id))
             .collect()
     };
-    to_run.sort_unstable_by_key(|w| w.id.0);
+    to_run.sort_unstable_by_key(|w| w.id);
     for wait in to_run {
         let Wait {
             id,
