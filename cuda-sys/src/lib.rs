@@ -38,6 +38,7 @@ mod driver_table;
 mod error_names;
 mod load;
 mod result;
+pub mod signature;
 
 pub use bindings::*;
 pub use driver_table::{Driver, SYMBOLS};
