@@ -18,7 +18,8 @@ pub(crate) struct Aligned<T: ?Sized>(pub(crate) T);
 /// let image = &cuda_streams_kernels::ELEMENTWISE;
 /// assert_eq!(image.name(), "elementwise");
 /// assert!(image.functions().any(|f| f == "saxpy"));
-/// assert_eq!(image.arg_sizes("saxpy"), Some(&[8, 4, 8, 8][..]));
+/// let sizes: Vec<usize> = image.signature("saxpy").unwrap().iter().map(|p| p.size()).collect();
+/// assert_eq!(sizes, [8, 4, 8, 8]);
 /// let bytes: &'static [u8] = image.fatbin(); // ready for cuModuleLoadData
 /// assert_eq!(bytes.as_ptr() as usize % 64, 0);
 /// ```
@@ -64,10 +65,14 @@ impl KernelImage {
         self.twins.iter().map(|twin| twin.name)
     }
 
-    /// The size in bytes of each argument of `function`, or `None` when the image
-    /// has no such function.
-    pub fn arg_sizes(&self, function: &str) -> Option<&'static [usize]> {
-        self.twin(function).map(|twin| twin.arg_sizes)
+    /// The parameters of `function` (exact scalar types; pointers with their
+    /// element type, access and extent), or `None` when the image has no such
+    /// function.
+    pub fn signature(
+        &self,
+        function: &str,
+    ) -> Option<&'static [soft_driver::sys::signature::Param]> {
+        self.twin(function).map(|twin| twin.params)
     }
 
     /// The CPU twin of `function`, or `None` when the image has no such function.

@@ -16,31 +16,81 @@ use crate::reference;
 use soft_driver::{LaunchDims, TwinSpec};
 use std::ffi::c_void;
 
-const U64: usize = size_of::<u64>();
-const U32: usize = size_of::<u32>();
-const F32: usize = size_of::<f32>();
-const PTR: usize = size_of::<u64>(); // a CUdeviceptr
+use soft_driver::sys::signature::{Access, Extent, Param, Scalar};
+
+const N: Param = Param::Scalar(Scalar::U64);
+const F32: Param = Param::Scalar(Scalar::F32);
+const U32: Param = Param::Scalar(Scalar::U32);
+
+/// A pointer to `n` elements (parameter 0 counts them in every kernel here).
+const fn buffer(elem: Scalar, access: Access) -> Param {
+    Param::Pointer {
+        elem,
+        access,
+        extent: Extent::Arg(0),
+    }
+}
+
+/// The parameters of `saxpy(u64 n, f32 a, const f32* x, f32* y)`.
+pub const SAXPY: &[Param] = &[
+    N,
+    F32,
+    buffer(Scalar::F32, Access::Read),
+    buffer(Scalar::F32, Access::Write),
+];
+/// The parameters of `fill_f32(u64 n, f32 value, f32* out)`.
+pub const FILL_F32: &[Param] = &[N, F32, buffer(Scalar::F32, Access::Write)];
+/// The parameters of `fill_u32(u64 n, u32 value, u32* out)`.
+pub const FILL_U32: &[Param] = &[N, U32, buffer(Scalar::U32, Access::Write)];
+/// The parameters of `scale_add(u64 n, f32 a, const f32* x, f32 b, const f32* y, f32* out)`.
+pub const SCALE_ADD: &[Param] = &[
+    N,
+    F32,
+    buffer(Scalar::F32, Access::Read),
+    F32,
+    buffer(Scalar::F32, Access::Read),
+    buffer(Scalar::F32, Access::Write),
+];
+/// The parameters of `checksum(u64 n, const u32* data, u64* out)`: `out` is one accumulator.
+pub const CHECKSUM: &[Param] = &[
+    N,
+    buffer(Scalar::U32, Access::Read),
+    Param::Pointer {
+        elem: Scalar::U64,
+        access: Access::Write,
+        extent: Extent::Elements(1),
+    },
+];
+/// The parameters of `spin(u64 nanoseconds)`.
+pub const SPIN: &[Param] = &[N];
+/// The parameters of `compute(u64 n, u32 iterations, const f32* x, f32* y)`.
+pub const COMPUTE_PARAMS: &[Param] = &[
+    N,
+    U32,
+    buffer(Scalar::F32, Access::Read),
+    buffer(Scalar::F32, Access::Write),
+];
 
 /// The twins of `elementwise.cu`.
 pub const ELEMENTWISE: &[TwinSpec] = &[
     TwinSpec {
         name: "saxpy",
-        arg_sizes: &[U64, F32, PTR, PTR],
+        params: SAXPY,
         run: saxpy,
     },
     TwinSpec {
         name: "fill_f32",
-        arg_sizes: &[U64, F32, PTR],
+        params: FILL_F32,
         run: fill_f32,
     },
     TwinSpec {
         name: "fill_u32",
-        arg_sizes: &[U64, U32, PTR],
+        params: FILL_U32,
         run: fill_u32,
     },
     TwinSpec {
         name: "scale_add",
-        arg_sizes: &[U64, F32, PTR, F32, PTR, PTR],
+        params: SCALE_ADD,
         run: scale_add,
     },
 ];
@@ -48,21 +98,21 @@ pub const ELEMENTWISE: &[TwinSpec] = &[
 /// The twins of `reduce.cu`.
 pub const REDUCE: &[TwinSpec] = &[TwinSpec {
     name: "checksum",
-    arg_sizes: &[U64, PTR, PTR],
+    params: CHECKSUM,
     run: checksum,
 }];
 
 /// The twins of `timing.cu`.
 pub const TIMING: &[TwinSpec] = &[TwinSpec {
     name: "spin",
-    arg_sizes: &[U64],
+    params: SPIN,
     run: spin,
 }];
 
 /// The twins of `compute.cu`.
 pub const COMPUTE: &[TwinSpec] = &[TwinSpec {
     name: "compute",
-    arg_sizes: &[U64, U32, PTR, PTR],
+    params: COMPUTE_PARAMS,
     run: compute,
 }];
 

@@ -77,7 +77,7 @@ fn a_panicking_twin_is_a_launch_failure_naming_it() {
         &IMAGE,
         &[soft_driver::TwinSpec {
             name: "boom",
-            arg_sizes: &[],
+            params: &[],
             run: boom,
         }],
     );

@@ -66,7 +66,9 @@ pub use errors::last_error_detail;
 pub use memory::{
     ALIGNMENT, CAPACITY_ENV, DEFAULT_CAPACITY, capacity, memory_in_use, set_capacity,
 };
-pub use modules::{KernelTwin, LaunchDims, TwinSpec, register_image};
+pub use modules::{KernelTwin, LaunchDims, TwinSpec, register_image, registered_signature};
+/// The raw bindings the table is made of (and the kernel-signature vocabulary).
+pub use sys;
 
 use sys::Driver;
 

@@ -15,6 +15,7 @@ use crate::stream::resolve;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_uint, c_void};
 use std::sync::{Arc, Mutex};
+use sys::signature::Param;
 use sys::{CUfunction, CUmodule, CUresult, CUstream};
 
 /// The launch configuration a twin runs under: `cuLaunchKernel`'s grid,
@@ -51,16 +52,19 @@ pub struct LaunchDims {
 pub type KernelTwin = unsafe fn(dims: &LaunchDims, params: *mut *mut c_void);
 
 /// One kernel of an image: its name (as `cuModuleGetFunction` is asked for
-/// it, i.e. the `extern "C"` or mangled symbol), the byte size of each of its
-/// arguments in order, and its twin.
+/// it, i.e. the `extern "C"` or mangled symbol), its parameters in order
+/// ([`sys::signature::Param`]: exact scalar types, and pointers with their
+/// element type, access and extent), and its twin.
 ///
-/// The sizes let `cuLaunchKernel` copy the arguments at launch time, as CUDA
-/// does (the caller may free its `kernelParams` array and the values it points
-/// at as soon as the call returns); exactly `arg_sizes.len()` arguments are
-/// copied.
+/// The parameters' sizes let `cuLaunchKernel` copy the arguments at launch
+/// time, as CUDA does (the caller may free its `kernelParams` array and the
+/// values it points at as soon as the call returns); exactly `params.len()`
+/// arguments are copied. The safe layer reads the same description to check
+/// launches (`Module::function` attaches it to the kernel).
 ///
 /// ```
 /// use cuda_streams_soft_driver::{self as soft, LaunchDims, TwinSpec, register_image};
+/// use sys::signature::{Param, Scalar};
 /// use std::ffi::c_void;
 /// use std::sync::atomic::{AtomicU32, Ordering};
 /// static IMAGE: [u8; 6] = *b"store\0"; // stands in for a cubin or PTX image
@@ -71,7 +75,7 @@ pub type KernelTwin = unsafe fn(dims: &LaunchDims, params: *mut *mut c_void);
 ///     STORED.store(unsafe { *(*params).cast::<u32>() }, Ordering::Relaxed);
 /// }
 /// # fn main() -> Result<(), sys::DriverError> {
-/// register_image(&IMAGE, &[TwinSpec { name: "store", arg_sizes: &[4], run: store }]);
+/// register_image(&IMAGE, &[TwinSpec { name: "store", params: &[Param::Scalar(Scalar::U32)], run: store }]);
 /// # let table = soft::driver();
 /// # let (mut dev, mut ctx) = (0, std::ptr::null_mut());
 /// # // SAFETY: valid out-pointers.
@@ -100,8 +104,8 @@ pub type KernelTwin = unsafe fn(dims: &LaunchDims, params: *mut *mut c_void);
 pub struct TwinSpec {
     /// The kernel's symbol name.
     pub name: &'static str,
-    /// Byte size of each argument, in order (`size_of` of the C type).
-    pub arg_sizes: &'static [usize],
+    /// The parameters, in order.
+    pub params: &'static [Param],
     /// The CPU implementation.
     pub run: KernelTwin,
 }
@@ -121,7 +125,7 @@ static IMAGES: Mutex<Option<HashMap<usize, Image>>> = Mutex::new(None);
 /// use cuda_streams_soft_driver::{LaunchDims, TwinSpec, register_image};
 /// static IMAGE: [u8; 4] = *b"demo";
 /// unsafe fn nothing(_: &LaunchDims, _: *mut *mut std::ffi::c_void) {}
-/// register_image(&IMAGE, &[TwinSpec { name: "nothing", arg_sizes: &[], run: nothing }]);
+/// register_image(&IMAGE, &[TwinSpec { name: "nothing", params: &[], run: nothing }]);
 /// ```
 pub fn register_image(image: &'static [u8], twins: &[TwinSpec]) {
     let mut images = lock(&IMAGES);
@@ -135,6 +139,32 @@ pub fn register_image(image: &'static [u8], twins: &[TwinSpec]) {
     for twin in twins {
         entry.twins.insert(twin.name, *twin);
     }
+}
+
+/// The parameters registered for `name` in the image at `image` (its
+/// address, as passed to `cuModuleLoadData`), if twins were registered for it.
+///
+/// The safe layer asks this for every kernel it looks up, on either driver:
+/// an image of the kernels crate declares its kernels' signatures once, with
+/// their twins.
+///
+/// ```
+/// use cuda_streams_soft_driver::{LaunchDims, TwinSpec, register_image, registered_signature};
+/// use sys::signature::{Param, Scalar};
+/// static IMAGE: [u8; 4] = *b"sigs";
+/// unsafe fn nothing(_: &LaunchDims, _: *mut *mut std::ffi::c_void) {}
+/// const PARAMS: &[Param] = &[Param::Scalar(Scalar::F32)];
+/// register_image(&IMAGE, &[TwinSpec { name: "f", params: PARAMS, run: nothing }]);
+/// assert_eq!(registered_signature(IMAGE.as_ptr() as usize, "f"), Some(PARAMS));
+/// assert_eq!(registered_signature(IMAGE.as_ptr() as usize, "g"), None);
+/// ```
+pub fn registered_signature(image: usize, name: &str) -> Option<&'static [Param]> {
+    lock(&IMAGES)
+        .as_ref()?
+        .get(&image)?
+        .twins
+        .get(name)
+        .map(|spec| spec.params)
 }
 
 struct Module {
@@ -291,18 +321,18 @@ pub(crate) unsafe extern "C" fn cuLaunchKernel(
                 "the software driver takes kernel arguments through kernelParams, not `extra`",
             ));
         }
-        if kernelParams.is_null() && !spec.arg_sizes.is_empty() {
+        if kernelParams.is_null() && !spec.params.is_empty() {
             return Err(fail(
                 CUresult::CUDA_ERROR_INVALID_VALUE,
                 format!(
                     "launch of `{}` without kernelParams; it takes {} arguments",
                     spec.name,
-                    spec.arg_sizes.len()
+                    spec.params.len()
                 ),
             ));
         }
-        let mut args = Vec::with_capacity(spec.arg_sizes.len());
-        for (i, &size) in spec.arg_sizes.iter().enumerate() {
+        let mut args = Vec::with_capacity(spec.params.len());
+        for (i, size) in spec.params.iter().map(Param::size).enumerate() {
             // SAFETY: kernelParams has one entry per kernel argument (the CUDA
             // contract), and the twin's spec says how many there are.
             let source = unsafe { *kernelParams.add(i) };

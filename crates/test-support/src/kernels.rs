@@ -12,18 +12,18 @@ pub const ONE_THREAD: LaunchConfig = LaunchConfig {
     shared_mem_bytes: 0,
 };
 
-/// `function` from `image`, with the argument sizes the kernels crate
-/// declares, so a launch with the wrong arguments fails instead of reading
-/// garbage.
+/// `function` from `image`, with the signature the kernels crate declares,
+/// so a launch with the wrong arguments fails instead of reading garbage.
 pub fn kernel(ctx: &Arc<Context>, image: &'static KernelImage, function: &str) -> Kernel {
     let module = Module::load(ctx, image.fatbin()).expect("the image loads");
-    let sizes = image
-        .arg_sizes(function)
-        .expect("the image has the function");
+    assert!(
+        image.signature(function).is_some(),
+        "the image has the function"
+    );
+    // The signature comes with the function: the kernels crate registers it.
     module
         .function(function)
         .expect("the function is in the image")
-        .with_arg_sizes(sizes)
 }
 
 /// The `spin` kernel of [`kernels::TIMING`].

@@ -13,6 +13,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc};
 use std::time::Duration;
+use sys::signature::{Access, Extent, Param, Scalar};
 use sys::{CUdeviceptr, CUevent, CUresult, CUstream, Driver};
 
 pub(crate) use test_support::serial;
@@ -390,7 +391,15 @@ pub(crate) fn register_test_image() {
         TEST_IMAGE,
         &[soft_driver::TwinSpec {
             name: "add_u32",
-            arg_sizes: &[8, 4, 4],
+            params: &[
+                Param::Pointer {
+                    elem: Scalar::U32,
+                    access: Access::Write,
+                    extent: Extent::Arg(1),
+                },
+                Param::Scalar(Scalar::U32),
+                Param::Scalar(Scalar::U32),
+            ],
             run: add_u32_twin,
         }],
     );
