@@ -23,6 +23,11 @@
 //! `min(ceil(n / 256), 4 * SMs)`. `spin` needs one thread: every thread waits the
 //! full time on its own. `checksum` *adds* to `*out`: zero it first.
 //!
+//! [`typed`] has a safe method per kernel (`Elementwise::saxpy`, …) taking
+//! buffers of the right element type and checking their lengths; the raw
+//! kernels from `Module::function` come with their signatures, so
+//! `Stream::launch` checks their arguments too.
+//!
 //! Floating-point results are bit-identical to [`reference`](mod@reference): the CUDA source
 //! writes every fused multiply-add as `fmaf`, the reference as `f32::mul_add`.
 //!
@@ -42,6 +47,10 @@
 mod image;
 pub mod reference;
 pub mod twins;
+pub mod typed;
+
+/// The safe driver layer the typed wrappers launch through.
+pub use driver;
 
 use image::Aligned;
 pub use image::KernelImage;

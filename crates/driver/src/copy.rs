@@ -8,7 +8,9 @@
 use crate::enqueue::{Use, Work};
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::memory::{DeviceCopy, DeviceMemory, HostMemory, UnifiedBuffer};
+use crate::memory::{
+    DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory, UnifiedBuffer, device_bytes,
+};
 use crate::stream::Stream;
 use std::ffi::c_void;
 use sys::{CUmemLocation, CUmemLocationType};
@@ -33,14 +35,14 @@ impl Stream {
     pub fn copy_from_host_async<T, D, H>(&self, dst: &mut D, src: &H) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemoryMut<Elem = T>,
         H: HostMemory<T> + ?Sized,
     {
         check_len("copy_from_host_async", dst.device_len(), src.host_len())?;
         self.check_context_id("the host buffer", src.host_context_id())?;
-        let bytes = dst.device_len() * std::mem::size_of::<T>();
+        let bytes = device_bytes(&*dst);
         let uses = [
-            Use::Device(dst.as_device_use(), true),
+            Use::Device(&*dst, true),
             Use::Host(src.as_host_use(), false),
         ];
         self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
@@ -63,15 +65,12 @@ impl Stream {
     where
         T: DeviceCopy,
         H: HostMemory<T> + ?Sized,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemory<Elem = T>,
     {
         check_len("copy_to_host_async", dst.host_len(), src.device_len())?;
         self.check_context_id("the host buffer", dst.host_context_id())?;
-        let bytes = src.device_len() * std::mem::size_of::<T>();
-        let uses = [
-            Use::Device(src.as_device_use(), false),
-            Use::Host(dst.as_host_use(), true),
-        ];
+        let bytes = device_bytes(src);
+        let uses = [Use::Device(src, false), Use::Host(dst.as_host_use(), true)];
         self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
             // SAFETY: both regions hold `bytes` bytes and are tracked: host access
             // to `dst` waits for this copy, and `src` is freed only after it.
@@ -90,19 +89,16 @@ impl Stream {
     pub fn copy_device_to_device_async<T, D, S>(&self, dst: &mut D, src: &S) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
-        S: DeviceMemory<T> + ?Sized,
+        D: DeviceMemoryMut<Elem = T>,
+        S: DeviceMemory<Elem = T>,
     {
         check_len(
             "copy_device_to_device_async",
             dst.device_len(),
             src.device_len(),
         )?;
-        let bytes = dst.device_len() * std::mem::size_of::<T>();
-        let uses = [
-            Use::Device(dst.as_device_use(), true),
-            Use::Device(src.as_device_use(), false),
-        ];
+        let bytes = device_bytes(&*dst);
+        let uses = [Use::Device(&*dst, true), Use::Device(src, false)];
         self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
             // SAFETY: both regions hold `bytes` bytes and are freed only after the
             // stream passes this copy (tracked).
@@ -129,7 +125,7 @@ impl Stream {
     pub fn copy_from_host<T, D>(&self, dst: &mut D, src: &[T]) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemoryMut<Elem = T>,
     {
         // SAFETY: `src` outlives the copy: we wait for it before returning. The
         // only error after enqueueing (an untracked use) has already waited for
@@ -142,7 +138,7 @@ impl Stream {
     pub fn copy_to_host<T, D>(&self, dst: &mut [T], src: &D) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemory<Elem = T>,
     {
         // SAFETY: `dst` is valid for `dst.len()` writes and exclusively ours
         // until this returns.
@@ -162,7 +158,7 @@ impl Stream {
     ) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemory<Elem = T>,
     {
         // SAFETY: the caller's contract, and we wait for the copy before returning.
         unsafe { self.copy_to_host_raw_async(dst, dst_len, src)? };
@@ -179,11 +175,11 @@ impl Stream {
     pub unsafe fn copy_from_host_async_unchecked<T, D>(&self, dst: &mut D, src: &[T]) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemoryMut<Elem = T>,
     {
         check_len("copy_from_host", dst.device_len(), src.len())?;
         let bytes = std::mem::size_of_val(src);
-        let uses = [Use::Device(dst.as_device_use(), true)];
+        let uses = [Use::Device(&*dst, true)];
         self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
             // SAFETY: `dst` holds `bytes` bytes and is tracked; `src` is the
             // caller's contract.
@@ -206,7 +202,7 @@ impl Stream {
     pub unsafe fn copy_to_host_async_unchecked<T, D>(&self, dst: &mut [T], src: &D) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemory<Elem = T>,
     {
         // SAFETY: forwarded: the caller's contract covers `dst`.
         unsafe { self.copy_to_host_raw_async(dst.as_mut_ptr(), dst.len(), src) }
@@ -222,11 +218,11 @@ impl Stream {
     ) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemory<Elem = T>,
     {
         check_len("copy_to_host", dst_len, src.device_len())?;
         let bytes = dst_len * std::mem::size_of::<T>();
-        let uses = [Use::Device(src.as_device_use(), false)];
+        let uses = [Use::Device(src, false)];
         self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
             // SAFETY: `src` holds `bytes` bytes and is tracked; `dst` is the caller's contract.
             unsafe {
@@ -239,10 +235,10 @@ impl Stream {
     pub fn memset_u8_async<T, D>(&self, dst: &mut D, value: u8) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemoryMut<Elem = T>,
     {
-        let bytes = dst.device_len() * std::mem::size_of::<T>();
-        let uses = [Use::Device(dst.as_device_use(), true)];
+        let bytes = device_bytes(&*dst);
+        let uses = [Use::Device(&*dst, true)];
         self.enqueue_tracked(uses, Work::Operation, |driver, stream| {
             // SAFETY: `dst` holds `bytes` bytes and is tracked.
             unsafe { (driver.cuMemsetD8Async)(dst.device_ptr(), value, bytes, stream) }
@@ -254,13 +250,13 @@ impl Stream {
     pub fn memset_u32_async<T, D>(&self, dst: &mut D, value: u32) -> Result<()>
     where
         T: DeviceCopy,
-        D: DeviceMemory<T> + ?Sized,
+        D: DeviceMemoryMut<Elem = T>,
     {
-        let bytes = dst.device_len() * std::mem::size_of::<T>();
+        let bytes = device_bytes(&*dst);
         if bytes % 4 != 0 {
             return Err(Error::MisalignedMemset { bytes });
         }
-        let uses = [Use::Device(dst.as_device_use(), true)];
+        let uses = [Use::Device(&*dst, true)];
         self.enqueue_tracked(uses, Work::Operation, |driver, stream| {
             // SAFETY: `dst` holds `bytes / 4` words and is tracked.
             unsafe { (driver.cuMemsetD32Async)(dst.device_ptr(), value, bytes / 4, stream) }

@@ -3,7 +3,8 @@
 //! host, while a stream may still use it.
 
 use crate::error::Result;
-use crate::memory::sealed::{DeviceUse, HostUse};
+use crate::memory::DeviceUse;
+use crate::memory::sealed::HostUse;
 use crate::stream::Stream;
 use sys::{CUresult, CUstream, Driver};
 
@@ -45,7 +46,10 @@ impl Stream {
         self.context().bind()?;
         for used in uses.clone() {
             if let Use::Device(buffer, _) = used {
-                buffer.before_device_use(self)?;
+                // Checked here, not left to each implementation: memory of
+                // another context is never handed to this stream's driver.
+                self.check_context_id("a buffer", buffer.use_context_id())?;
+                buffer.before_use(self)?;
             }
         }
         self.context()
@@ -58,7 +62,7 @@ impl Stream {
         let mut result = Ok(());
         for used in uses {
             let tracked = match used {
-                Use::Device(buffer, write) => buffer.after_device_use(self, write),
+                Use::Device(buffer, write) => buffer.after_use(self, write),
                 Use::Host(buffer, write) => buffer.after_host_use(self, write),
             };
             result = result.and(tracked);

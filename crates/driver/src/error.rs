@@ -3,6 +3,7 @@
 use sys::{DriverError, LoadError};
 
 use crate::launch::ArgKind;
+use sys::signature::{InvalidSignature, Param, Scalar};
 
 /// Everything the safe driver layer can fail with.
 ///
@@ -122,23 +123,50 @@ pub enum Error {
         /// The count given.
         actual: usize,
     },
-    /// A kernel argument of the wrong kind or size.
-    #[error(
-        "kernel `{kernel}` argument {index}: expected {expected} ({expected_size} bytes) but got {actual} ({actual_size} bytes)"
-    )]
+    /// A kernel argument that is not what its parameter declares.
+    #[error("kernel `{kernel}` argument {index}: expected {expected} but got {actual}")]
     ArgumentMismatch {
         /// The kernel's name.
         kernel: String,
         /// The argument's position, from 0.
         index: usize,
         /// What the signature declares.
-        expected: ArgKind,
-        /// Its size in bytes.
-        expected_size: usize,
+        expected: Param,
         /// What was given.
         actual: ArgKind,
-        /// Its size in bytes.
-        actual_size: usize,
+    },
+    /// A buffer shorter than the elements the kernel is told to touch.
+    #[error(
+        "kernel `{kernel}` argument {index}: the kernel touches {elements} element(s) of {elem} but the buffer holds {bytes} bytes"
+    )]
+    ArgumentTooShort {
+        /// The kernel's name.
+        kernel: String,
+        /// The buffer argument's position, from 0.
+        index: usize,
+        /// The elements the kernel would touch.
+        elements: u64,
+        /// Their type.
+        elem: Scalar,
+        /// The buffer's size in bytes.
+        bytes: usize,
+    },
+    /// A checked launch of a kernel without a declared signature.
+    #[error(
+        "kernel `{kernel}` has no declared signature, so its arguments cannot be checked: declare one with the unsafe `Kernel::with_signature`, or launch with the unsafe `Stream::launch_unchecked`"
+    )]
+    UncheckedKernel {
+        /// The kernel's name.
+        kernel: String,
+    },
+    /// A signature whose pointer extents do not name integer parameters.
+    #[error("kernel `{kernel}`: invalid signature: {source}")]
+    InvalidSignature {
+        /// The kernel's name.
+        kernel: String,
+        /// What is wrong.
+        #[source]
+        source: InvalidSignature,
     },
     /// Loading a module image failed.
     #[error("loading a module image of {bytes} bytes failed: {source}{}", detail_suffix(.detail))]

@@ -2,13 +2,13 @@
 
 use crate::enqueue::{Use, Work};
 use crate::error::{Error, Result};
-use crate::memory::sealed::DeviceUse;
-use crate::memory::{DeviceBuffer, DeviceCopy, UnifiedBuffer};
+use crate::memory::{DeviceCopy, DeviceMemory, DeviceMemoryMut, DeviceUse, device_bytes};
 use crate::module::Kernel;
 use crate::stream::Stream;
 use std::ffi::c_void;
 use std::fmt;
 use sys::CUdeviceptr;
+use sys::signature::{Access, Extent, Param, Scalar};
 
 /// Grid and block shape of a launch, with dynamic shared memory.
 ///
@@ -79,70 +79,56 @@ impl LaunchConfig {
     }
 }
 
-/// The kind of a kernel parameter, for signature checks.
+/// What a [`KernelArg`] is, for signature checks and error messages.
 ///
 /// ```
-/// use cuda_streams_driver::ArgKind;
-/// assert_eq!(ArgKind::Pointer.size(), 8);
-/// assert!(ArgKind::Bytes(4).accepts(ArgKind::F32));
-/// assert!(!ArgKind::F32.accepts(ArgKind::U32), "same size, different kind");
+/// use cuda_streams_driver::{ArgKind, Context, DeviceBuffer, KernelArg, Stream};
+/// use cuda_streams_driver::sys::signature::Scalar;
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let mut buf = DeviceBuffer::<f32>::new_async(&stream, 16).unwrap();
+/// assert_eq!(KernelArg::from(2.5f32).kind(), ArgKind::Scalar(Scalar::F32));
+/// assert_eq!(KernelArg::from(2.5).kind(), ArgKind::Scalar(Scalar::F64), "an unsuffixed float is f64");
+/// assert_eq!(
+///     KernelArg::from(&mut buf).kind(),
+///     ArgKind::Buffer { elem: Some(Scalar::F32), writable: true }
+/// );
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ArgKind {
-    /// `unsigned int`.
-    U32,
-    /// `int`.
-    I32,
-    /// `unsigned long long` / `size_t`.
-    U64,
-    /// `long long`.
-    I64,
-    /// `float`.
-    F32,
-    /// `double`.
-    F64,
-    /// A device pointer (`T*`).
-    Pointer,
-    /// Any value of this many bytes (when only sizes are known).
-    Bytes(usize),
-}
-
-impl ArgKind {
-    /// The parameter's size in bytes.
-    pub fn size(self) -> usize {
-        match self {
-            Self::U32 | Self::I32 | Self::F32 => 4,
-            Self::U64 | Self::I64 | Self::F64 | Self::Pointer => 8,
-            Self::Bytes(n) => n,
-        }
-    }
-
-    /// Whether an argument of kind `actual` may be passed for this parameter.
-    pub fn accepts(self, actual: ArgKind) -> bool {
-        match self {
-            Self::Bytes(n) => actual.size() == n,
-            expected => expected == actual,
-        }
-    }
+    /// A value of this scalar type.
+    Scalar(Scalar),
+    /// A buffer: its element type when it is a C scalar, and whether it was
+    /// lent mutably (`&mut`), so the kernel may write it.
+    Buffer {
+        /// The element type, when it is a C scalar type.
+        elem: Option<Scalar>,
+        /// Whether the kernel may write it.
+        writable: bool,
+    },
+    /// A raw device pointer ([`KernelArg::raw_pointer`]): unchecked launches only.
+    RawPointer,
 }
 
 impl fmt::Display for ArgKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::U32 => f.write_str("u32"),
-            Self::I32 => f.write_str("i32"),
-            Self::U64 => f.write_str("u64"),
-            Self::I64 => f.write_str("i64"),
-            Self::F32 => f.write_str("f32"),
-            Self::F64 => f.write_str("f64"),
-            Self::Pointer => f.write_str("a device pointer"),
-            Self::Bytes(n) => write!(f, "a {n}-byte value"),
+            Self::Scalar(scalar) => write!(f, "{scalar}"),
+            Self::Buffer { elem, writable } => {
+                let lent = if *writable { "&mut" } else { "&" };
+                match elem {
+                    Some(elem) => write!(f, "a buffer of {elem} lent as {lent}"),
+                    None => write!(f, "a buffer of a non-scalar type lent as {lent}"),
+                }
+            }
+            Self::RawPointer => f.write_str("a raw pointer"),
         }
     }
 }
 
 #[derive(Clone, Copy, Debug)]
 enum ArgValue {
+    U8(u8),
     U32(u32),
     I32(i32),
     U64(u64),
@@ -152,42 +138,62 @@ enum ArgValue {
     Pointer(CUdeviceptr),
 }
 
-/// One kernel argument: a scalar, or a buffer (passed as its device pointer).
+/// A buffer argument: the memory's use hooks and what a signature checks.
+#[derive(Clone, Copy)]
+struct BufferArg<'a> {
+    memory: &'a dyn DeviceUse,
+    writable: bool,
+    elem: Option<Scalar>,
+    bytes: usize,
+}
+
+/// One kernel argument: a scalar of an exact type, or a buffer (passed as
+/// its device pointer).
 ///
-/// Build them with `.into()` / `KernelArg::from`: `&buffer` passes a buffer
-/// the kernel reads, `&mut buffer` one it writes. A buffer argument registers
-/// the launch as a use of the buffer on the stream, so the buffer is not freed
-/// before the kernel has run.
+/// Build them with `.into()` / `KernelArg::from`: `&buffer` lends any
+/// [`DeviceMemory`] for reading, `&mut buffer` a [`DeviceMemoryMut`] for
+/// writing. A buffer argument registers the launch as a use of the buffer on
+/// the stream, so the buffer is neither freed nor handed to the host before
+/// the kernel has run.
 ///
 /// ```
 /// use cuda_streams_driver::{ArgKind, Context, DeviceBuffer, KernelArg, Stream};
+/// use cuda_streams_driver::sys::signature::Scalar;
 /// let ctx = Context::new(0).unwrap();
 /// let stream = Stream::new(&ctx).unwrap();
 /// let mut buf = DeviceBuffer::<f32>::new_async(&stream, 16).unwrap();
 /// let args = [KernelArg::from(&mut buf), 2.5f32.into(), 16u32.into()];
-/// assert_eq!(args.map(|a| a.kind()), [ArgKind::Pointer, ArgKind::F32, ArgKind::U32]);
+/// assert_eq!(args[1].kind(), ArgKind::Scalar(Scalar::F32));
+/// assert_eq!(args[2].kind(), ArgKind::Scalar(Scalar::U32));
 /// ```
 pub struct KernelArg<'a> {
     value: ArgValue,
-    buffer: Option<(&'a dyn DeviceUse, bool)>,
+    buffer: Option<BufferArg<'a>>,
 }
 
 impl KernelArg<'_> {
     /// The argument's kind.
     pub fn kind(&self) -> ArgKind {
-        match self.value {
-            ArgValue::U32(_) => ArgKind::U32,
-            ArgValue::I32(_) => ArgKind::I32,
-            ArgValue::U64(_) => ArgKind::U64,
-            ArgValue::I64(_) => ArgKind::I64,
-            ArgValue::F32(_) => ArgKind::F32,
-            ArgValue::F64(_) => ArgKind::F64,
-            ArgValue::Pointer(_) => ArgKind::Pointer,
+        match (self.value, &self.buffer) {
+            (_, Some(buffer)) => ArgKind::Buffer {
+                elem: buffer.elem,
+                writable: buffer.writable,
+            },
+            (ArgValue::Pointer(_), None) => ArgKind::RawPointer,
+            (ArgValue::U8(_), None) => ArgKind::Scalar(Scalar::U8),
+            (ArgValue::U32(_), None) => ArgKind::Scalar(Scalar::U32),
+            (ArgValue::I32(_), None) => ArgKind::Scalar(Scalar::I32),
+            (ArgValue::U64(_), None) => ArgKind::Scalar(Scalar::U64),
+            (ArgValue::I64(_), None) => ArgKind::Scalar(Scalar::I64),
+            (ArgValue::F32(_), None) => ArgKind::Scalar(Scalar::F32),
+            (ArgValue::F64(_), None) => ArgKind::Scalar(Scalar::F64),
         }
     }
 
-    /// A raw device pointer from memory this crate does not own (another
-    /// allocator, cudarc, cust).
+    /// A raw device pointer from memory this crate does not own, for
+    /// [`Stream::launch_unchecked`] (a checked launch refuses it: its length
+    /// is unknown). Memory from other crates is better passed through a
+    /// [`DeviceMemory`] implementation, which checked launches accept.
     ///
     /// # Safety
     /// The memory must stay allocated until the kernel launched with this
@@ -199,9 +205,23 @@ impl KernelArg<'_> {
         }
     }
 
+    /// The value as an element count, when it is an integer scalar.
+    fn count(&self) -> Option<u64> {
+        match (self.value, &self.buffer) {
+            (_, Some(_)) | (ArgValue::Pointer(_), _) => None,
+            (ArgValue::U8(v), _) => Some(u64::from(v)),
+            (ArgValue::U32(v), _) => Some(u64::from(v)),
+            (ArgValue::I32(v), _) => Some(v.max(0) as u64),
+            (ArgValue::U64(v), _) => Some(v),
+            (ArgValue::I64(v), _) => Some(v.max(0) as u64),
+            (ArgValue::F32(_) | ArgValue::F64(_), _) => None,
+        }
+    }
+
     /// Where the value lives, as `cuLaunchKernel` wants it.
     fn param(&self) -> *mut c_void {
         let ptr: *const c_void = match &self.value {
+            ArgValue::U8(v) => (v as *const u8).cast(),
             ArgValue::U32(v) => (v as *const u32).cast(),
             ArgValue::I32(v) => (v as *const i32).cast(),
             ArgValue::U64(v) => (v as *const u64).cast(),
@@ -216,8 +236,12 @@ impl KernelArg<'_> {
 
 impl fmt::Debug for KernelArg<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.buffer {
-            Some((_, write)) => write!(f, "{:?} (buffer, write: {write})", self.value),
+        match &self.buffer {
+            Some(buffer) => write!(
+                f,
+                "{:?} ({} bytes, writable: {})",
+                self.value, buffer.bytes, buffer.writable
+            ),
             None => write!(f, "{:?}", self.value),
         }
     }
@@ -227,13 +251,14 @@ macro_rules! scalar_arg {
     ($($t:ty => $variant:ident),*) => { $(
         impl From<$t> for KernelArg<'_> {
             fn from(value: $t) -> Self {
-                Self { value: ArgValue::$variant(value.into()), buffer: None }
+                Self { value: ArgValue::$variant(value), buffer: None }
             }
         }
     )* };
 }
-scalar_arg!(u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64);
+scalar_arg!(u8 => U8, u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64);
 
+/// `usize` is a `u64` (`size_t`) on every platform CUDA supports.
 impl From<usize> for KernelArg<'_> {
     fn from(value: usize) -> Self {
         Self {
@@ -243,46 +268,107 @@ impl From<usize> for KernelArg<'_> {
     }
 }
 
-/// `&buffer` / `&mut buffer` as an argument. `$shared_write` says whether a
-/// shared borrow still counts as a write: for unified memory it does, since the
-/// host can see that memory and a kernel may write whatever it is given.
-macro_rules! buffer_arg {
-    ($($buffer:ident => $shared_write:expr),*) => { $(
-        impl<'a, T: DeviceCopy> From<&'a $buffer<T>> for KernelArg<'a> {
-            fn from(buffer: &'a $buffer<T>) -> Self {
-                Self {
-                    value: ArgValue::Pointer(buffer.as_device_ptr()),
-                    buffer: Some((buffer, $shared_write)),
-                }
-            }
+/// `&memory`: lent for reading.
+impl<'a, M: DeviceMemory> From<&'a M> for KernelArg<'a> {
+    fn from(memory: &'a M) -> Self {
+        Self {
+            value: ArgValue::Pointer(memory.device_ptr()),
+            buffer: Some(BufferArg {
+                memory,
+                writable: false,
+                elem: M::Elem::SCALAR,
+                bytes: device_bytes(memory),
+            }),
         }
-        impl<'a, T: DeviceCopy> From<&'a mut $buffer<T>> for KernelArg<'a> {
-            fn from(buffer: &'a mut $buffer<T>) -> Self {
-                Self {
-                    value: ArgValue::Pointer(buffer.as_device_ptr()),
-                    buffer: Some((&*buffer, true)),
-                }
-            }
-        }
-    )* };
+    }
 }
-buffer_arg!(DeviceBuffer => false, UnifiedBuffer => true);
+
+/// `&mut memory`: lent for writing.
+impl<'a, M: DeviceMemoryMut> From<&'a mut M> for KernelArg<'a> {
+    fn from(memory: &'a mut M) -> Self {
+        let memory = &*memory;
+        Self {
+            value: ArgValue::Pointer(memory.device_ptr()),
+            buffer: Some(BufferArg {
+                memory,
+                writable: true,
+                elem: M::Elem::SCALAR,
+                bytes: device_bytes(memory),
+            }),
+        }
+    }
+}
+
+/// Arguments up to this many are laid out on the stack.
+const INLINE_ARGS: usize = 16;
 
 impl Stream {
-    /// Launch `kernel` with `config` and `args`, asynchronously.
+    /// Launch `kernel` with `config` and `args`, asynchronously, after
+    /// checking every argument against the kernel's signature.
     ///
-    /// Checks the configuration ([`LaunchConfig::validate`]), the argument
-    /// count and kinds when the kernel has a signature
-    /// ([`Kernel::with_signature`]), and that every buffer belongs to this
-    /// stream's context; then registers each buffer argument as used on this
-    /// stream, so no buffer is freed (or, for unified memory, handed to the
-    /// host) before the kernel has run.
+    /// The kernel must have a signature: kernels of this workspace's images
+    /// get theirs from the kernels crate when looked up
+    /// ([`Module::function`](crate::Module::function)); others are declared
+    /// with the `unsafe` [`Kernel::with_signature`], or launched with
+    /// [`Stream::launch_unchecked`]. Checked before the driver sees anything:
+    /// the configuration ([`LaunchConfig::validate`]); the argument count;
+    /// each scalar's exact type (an `f64` is no `f32`, a `u32` no `u64`); each
+    /// pointer parameter gets a buffer (never a raw pointer) of its element
+    /// type, lent `&mut` when the kernel writes it, and holding at least the
+    /// elements the kernel is told to touch; every buffer belongs to this
+    /// stream's context. Then each buffer is registered as used on this
+    /// stream, so none is freed, or handed to the host, before the kernel has
+    /// run.
     ///
-    /// Kernels are trusted code: what a kernel does with the pointers it is
-    /// given (out-of-bounds accesses, writes through a `&buffer`) is beyond
-    /// any host-side check, as with every CUDA binding. The images this
-    /// workspace ships are tested against CPU references.
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
+    /// use kernels::ELEMENTWISE;
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = std::sync::Arc::new(Stream::new(&ctx).unwrap());
+    /// // fill_f32(u64 n, f32 value, f32* out): its signature comes with it.
+    /// let fill = Module::load(&ctx, ELEMENTWISE.fatbin()).unwrap().function("fill_f32").unwrap();
+    /// let mut out = DeviceBuffer::<f32>::new_async(&stream, 4).unwrap();
+    /// let cfg = LaunchConfig::for_num_elems(4);
+    /// stream.launch(&fill, cfg, &[4u64.into(), 2.5f32.into(), (&mut out).into()]).unwrap();
+    /// assert_eq!(out.to_vec(&stream).unwrap(), [2.5; 4]);
+    /// // Each of these is refused before the driver sees it:
+    /// let refused = |args: &[cuda_streams_driver::KernelArg<'_>], says: &str| {
+    ///     let err = stream.launch(&fill, cfg, args).unwrap_err();
+    ///     assert!(err.to_string().contains(says), "{err}");
+    /// };
+    /// refused(&[4u32.into(), 2.5f32.into(), (&mut out).into()], "expected u64");
+    /// refused(&[4u64.into(), 2.5.into(), (&mut out).into()], "expected f32");
+    /// refused(&[5u64.into(), 2.5f32.into(), (&mut out).into()], "holds 16 bytes");
+    /// refused(&[4u64.into(), 2.5f32.into(), (&out).into()], "lent as &");
+    /// ```
     pub fn launch(
+        &self,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
+        kernel.check_args(args)?;
+        // SAFETY: every argument matches the kernel's declared parameters
+        // (checked above): exact scalar types, and buffers of the declared
+        // element type that hold every element the kernel touches, lent
+        // mutably where it writes. The declaration is the contract of the
+        // `unsafe` `with_signature`, or the kernels crate's own.
+        unsafe { self.launch_unchecked(kernel, config, args) }
+    }
+
+    /// Launch `kernel` without checking `args` against a signature (one is
+    /// not needed); the configuration, the buffers' contexts and their use
+    /// tracking are still handled as by [`Stream::launch`].
+    ///
+    /// # Safety
+    /// The arguments must be what the kernel's parameters are, in count,
+    /// order and type, and every pointer must address memory that holds what
+    /// the kernel reads and writes through it, for as long as the kernel
+    /// runs (buffers passed as [`KernelArg`]s stay allocated by themselves;
+    /// raw pointers are the caller's to keep alive). The kernel must not
+    /// write through a buffer lent as `&` (a shared borrow: the host may be
+    /// reading it).
+    pub unsafe fn launch_unchecked(
         &self,
         kernel: &Kernel,
         config: LaunchConfig,
@@ -290,12 +376,21 @@ impl Stream {
     ) -> Result<()> {
         config.validate()?;
         self.check_context("the kernel", kernel.context())?;
-        kernel.check_args(args)?;
         let uses = args
             .iter()
             .filter_map(|arg| arg.buffer)
-            .map(|(buffer, write)| Use::Device(buffer, write));
-        let mut params: Vec<*mut c_void> = args.iter().map(KernelArg::param).collect();
+            .map(|buffer| Use::Device(buffer.memory, buffer.writable));
+        let mut inline = [std::ptr::null_mut::<c_void>(); INLINE_ARGS];
+        let mut spilled = Vec::new();
+        let params: &mut [*mut c_void] = if args.len() <= INLINE_ARGS {
+            for (slot, arg) in inline.iter_mut().zip(args) {
+                *slot = arg.param();
+            }
+            &mut inline[..args.len()]
+        } else {
+            spilled.extend(args.iter().map(KernelArg::param));
+            &mut spilled
+        };
         let params_ptr = if params.is_empty() {
             std::ptr::null_mut()
         } else {
@@ -307,7 +402,8 @@ impl Stream {
             // SAFETY: `params[i]` points at argument i's value inside `args`, alive
             // for this call (the driver copies them); buffer arguments stay
             // allocated until the stream passes the launch (tracked); the
-            // kernel's handle is kept alive by `kernel`.
+            // kernel's handle is kept alive by `kernel`; what the arguments
+            // mean to the kernel is the caller's contract.
             unsafe {
                 (driver.cuLaunchKernel)(
                     kernel.as_raw(),
@@ -338,10 +434,12 @@ impl Kernel {
         stream.launch(self, config, args)
     }
 
-    /// Check `args` against the signature, when there is one.
+    /// Check `args` against the signature, as [`Stream::launch`] does.
     pub fn check_args(&self, args: &[KernelArg<'_>]) -> Result<()> {
         let Some(signature) = self.signature() else {
-            return Ok(());
+            return Err(Error::UncheckedKernel {
+                kernel: self.name().to_string(),
+            });
         };
         if signature.len() != args.len() {
             return Err(Error::ArgumentCount {
@@ -350,17 +448,51 @@ impl Kernel {
                 actual: args.len(),
             });
         }
-        for (index, (expected, arg)) in signature.iter().zip(args).enumerate() {
-            let actual = arg.kind();
-            if !expected.accepts(actual) {
-                return Err(Error::ArgumentMismatch {
-                    kernel: self.name().to_string(),
-                    index,
-                    expected: *expected,
-                    expected_size: expected.size(),
-                    actual,
-                    actual_size: actual.size(),
-                });
+        let mismatch =
+            |index: usize, expected: Param, arg: &KernelArg<'_>| Error::ArgumentMismatch {
+                kernel: self.name().to_string(),
+                index,
+                expected,
+                actual: arg.kind(),
+            };
+        for (index, (param, arg)) in signature.iter().zip(args).enumerate() {
+            match *param {
+                Param::Scalar(scalar) => {
+                    if arg.kind() != ArgKind::Scalar(scalar) {
+                        return Err(mismatch(index, *param, arg));
+                    }
+                }
+                Param::Pointer {
+                    elem,
+                    access,
+                    extent,
+                } => {
+                    let Some(buffer) = &arg.buffer else {
+                        return Err(mismatch(index, *param, arg));
+                    };
+                    if buffer.elem != Some(elem) || (access == Access::Write && !buffer.writable) {
+                        return Err(mismatch(index, *param, arg));
+                    }
+                    let count = match extent {
+                        Extent::Elements(count) => count,
+                        // The signature was validated: the index is an integer scalar,
+                        // whose argument was checked above or is checked below.
+                        Extent::Arg(at) => match args.get(at).and_then(KernelArg::count) {
+                            Some(count) => count,
+                            None => return Err(mismatch(at, signature[at], &args[at])),
+                        },
+                    };
+                    let needed = count.checked_mul(elem.size() as u64);
+                    if needed.is_none_or(|needed| needed > buffer.bytes as u64) {
+                        return Err(Error::ArgumentTooShort {
+                            kernel: self.name().to_string(),
+                            index,
+                            elements: count,
+                            elem,
+                            bytes: buffer.bytes,
+                        });
+                    }
+                }
             }
         }
         Ok(())

@@ -110,7 +110,10 @@ pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};
-pub use memory::{DeviceBuffer, DeviceCopy, DeviceMemory, HostMemory, PinnedBuffer, UnifiedBuffer};
+pub use memory::{
+    DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory, PinnedBuffer,
+    UnifiedBuffer,
+};
 pub use metrics::StreamMetrics;
 pub use module::{Kernel, Module};
 pub use priority::{PriorityRange, StreamPriority};

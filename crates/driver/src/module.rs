@@ -2,11 +2,11 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::launch::ArgKind;
 use crate::select::DriverKind;
 use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
+use sys::signature::{self, Param};
 use sys::{CUfunction, CUmodule};
 
 /// A loaded cubin, fatbin or PTX image (`cuModuleLoadData`).
@@ -23,6 +23,9 @@ use sys::{CUfunction, CUmodule};
 pub struct Module {
     ctx: Arc<Context>,
     raw: CUmodule,
+    /// The image's address: the kernels crate registers its kernels'
+    /// signatures under it.
+    image: usize,
 }
 
 // SAFETY: module handles may be used from any thread; `Module` only passes it
@@ -64,10 +67,16 @@ impl Module {
         Ok(Arc::new(Self {
             ctx: Arc::clone(ctx),
             raw,
+            image: image.as_ptr() as usize,
         }))
     }
 
     /// Look up a kernel by its (unmangled, `extern "C"`) name.
+    ///
+    /// A kernel of an image whose parameters were registered with it (every
+    /// image of the kernels crate) comes with its signature, so it launches
+    /// safely ([`crate::Stream::launch`]); others need the `unsafe`
+    /// [`Kernel::with_signature`] first.
     pub fn function(self: &Arc<Self>, name: &str) -> Result<Kernel> {
         let c_name = CString::new(name).map_err(|_| Error::InvalidName {
             name: name.to_string(),
@@ -89,7 +98,7 @@ impl Module {
             module: Arc::clone(self),
             raw,
             name: name.into(),
-            signature: None,
+            signature: soft_driver::registered_signature(self.image, name).map(Arc::from),
         })
     }
 
@@ -127,18 +136,18 @@ impl fmt::Debug for Module {
     }
 }
 
-/// A kernel function in a loaded [`Module`] (which it keeps loaded), with an
-/// optional signature that launches are checked against.
+/// A kernel function in a loaded [`Module`] (which it keeps loaded), with the
+/// signature that checked launches need.
 ///
 /// ```
-/// use cuda_streams_driver::{ArgKind, Context, DeviceBuffer, KernelArg, LaunchConfig, Module, Stream};
+/// use cuda_streams_driver::{Context, DeviceBuffer, KernelArg, LaunchConfig, Module, Stream};
 /// use kernels::ELEMENTWISE;
 /// let ctx = Context::new(0).unwrap();
 /// let stream = Stream::new(&ctx).unwrap();
-/// // saxpy(u64 n, f32 a, const f32* x, f32* y): y = a * x + y
-/// let saxpy = Module::load(&ctx, ELEMENTWISE.fatbin()).unwrap()
-///     .function("saxpy").unwrap()
-///     .with_signature(&[ArgKind::U64, ArgKind::F32, ArgKind::Pointer, ArgKind::Pointer]);
+/// // saxpy(u64 n, f32 a, const f32* x, f32* y): y = a * x + y; the kernels
+/// // crate declares its signature, so it comes with the function.
+/// let saxpy = Module::load(&ctx, ELEMENTWISE.fatbin()).unwrap().function("saxpy").unwrap();
+/// assert_eq!(saxpy.signature().unwrap().len(), 4);
 /// let x = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0, 3.0]).unwrap();
 /// let mut y = DeviceBuffer::from_slice(&stream, &[10.0f32, 20.0, 30.0]).unwrap();
 /// let cfg = LaunchConfig::for_num_elems(3);
@@ -153,7 +162,7 @@ pub struct Kernel {
     module: Arc<Module>,
     raw: CUfunction,
     name: Arc<str>,
-    signature: Option<Arc<[ArgKind]>>,
+    signature: Option<Arc<[Param]>>,
 }
 
 // SAFETY: function handles may be used from any thread; `Kernel` only passes it
@@ -163,21 +172,44 @@ unsafe impl Send for Kernel {}
 unsafe impl Sync for Kernel {}
 
 impl Kernel {
-    /// Declare the parameters, so that launches with the wrong count or kinds
-    /// are rejected before they reach the driver.
-    pub fn with_signature(mut self, signature: &[ArgKind]) -> Self {
-        self.signature = Some(signature.into());
-        self
-    }
-
-    /// Declare the parameters by size only (each is [`ArgKind::Bytes`]).
-    pub fn with_arg_sizes(mut self, sizes: &[usize]) -> Self {
-        self.signature = Some(sizes.iter().map(|&n| ArgKind::Bytes(n)).collect());
-        self
+    /// Declare the kernel's parameters, so that it launches with
+    /// [`crate::Stream::launch`], which checks every argument against them.
+    /// Fails when a pointer's extent names a parameter that is not an
+    /// integer scalar.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Module};
+    /// use cuda_streams_driver::sys::signature::{Access, Extent, Param, Scalar};
+    /// let ctx = Context::new(0).unwrap();
+    /// let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin()).unwrap().function("fill_u32").unwrap();
+    /// // SAFETY: fill_u32(u64 n, u32 value, u32* out) writes out[0..n].
+    /// let fill = unsafe {
+    ///     fill.with_signature(&[
+    ///         Param::Scalar(Scalar::U64),
+    ///         Param::Scalar(Scalar::U32),
+    ///         Param::Pointer { elem: Scalar::U32, access: Access::Write, extent: Extent::Arg(0) },
+    ///     ])
+    /// }.unwrap();
+    /// assert_eq!(fill.signature().unwrap().len(), 3);
+    /// ```
+    ///
+    /// # Safety
+    /// The parameters must be the kernel's own: their count, order and
+    /// exact types; a pointer the kernel writes through must be declared
+    /// [`Access::Write`](sys::signature::Access::Write); and the kernel must
+    /// touch no element of a pointer beyond its declared extent, counted from
+    /// the pointer. Checked launches trust this declaration.
+    pub unsafe fn with_signature(mut self, params: &[Param]) -> crate::Result<Self> {
+        signature::validate(params).map_err(|source| Error::InvalidSignature {
+            kernel: self.name.to_string(),
+            source,
+        })?;
+        self.signature = Some(params.into());
+        Ok(self)
     }
 
     /// The declared parameters, if any.
-    pub fn signature(&self) -> Option<&[ArgKind]> {
+    pub fn signature(&self) -> Option<&[Param]> {
         self.signature.as_deref()
     }
 

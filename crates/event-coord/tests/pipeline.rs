@@ -144,14 +144,19 @@ fn parallel_pipeline_with_synchronization() {
         reduction_stream.launch(&saxpy, cfg, &args).unwrap();
     }
     let mut sum = DeviceBuffer::<u64>::zeroed_async(&reduction_stream, 1).unwrap();
-    // checksum reads the f32 bits as u32.
-    reduction_stream
-        .launch(
+    // checksum reads the f32 bits as u32: a reinterpretation the checked
+    // launch refuses (its signature says `const u32*`), so unchecked here.
+    // SAFETY: `total` holds `n` 4-byte values (any bits are a valid u32) and
+    // `sum` one u64, as checksum(n, data, out) touches; both stay allocated
+    // until the kernel has run (tracked as kernel arguments).
+    unsafe {
+        reduction_stream.launch_unchecked(
             &checksum,
             cfg,
             &[n.into(), (&total).into(), (&mut sum).into()],
         )
-        .unwrap();
+    }
+    .unwrap();
     coordinator.complete_operation(reduction).unwrap();
 
     // The CPU reference, in the same order of operations.

@@ -1,8 +1,7 @@
 //! Device memory whose free is ordered after every stream that used it.
 
-use super::sealed::{DeviceAccess, DeviceUse};
 use super::tracker::UseTracker;
-use super::{DeviceCopy, byte_size};
+use super::{DeviceCopy, DeviceMemory, DeviceMemoryMut, byte_size};
 use crate::context::Context;
 use crate::error::Result;
 use crate::stream::Stream;
@@ -141,7 +140,22 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 }
 
-impl<T: DeviceCopy> DeviceUse for DeviceBuffer<T> {
+// SAFETY: `len` values at `ptr` belong to this buffer, of `ctx`; the free
+// waits for every use reported here (home stream: ordered by the stream;
+// others: their events, waited for by the home stream or the host); a use on
+// another stream of a stream-ordered buffer first waits for the allocation.
+// There is no host view of device memory.
+unsafe impl<T: DeviceCopy> DeviceMemory for DeviceBuffer<T> {
+    type Elem = T;
+
+    fn device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    fn device_len(&self) -> usize {
+        self.len
+    }
+
     fn context_id(&self) -> u64 {
         self.ctx.id()
     }
@@ -162,21 +176,10 @@ impl<T: DeviceCopy> DeviceUse for DeviceBuffer<T> {
         }
         self.tracker.record_use(&self.ctx, stream, write)
     }
-
-    fn as_device_use(&self) -> &dyn DeviceUse {
-        self
-    }
 }
 
-impl<T: DeviceCopy> DeviceAccess<T> for DeviceBuffer<T> {
-    fn device_ptr(&self) -> CUdeviceptr {
-        self.ptr
-    }
-
-    fn device_len(&self) -> usize {
-        self.len
-    }
-}
+// SAFETY: the buffer owns its memory; `&mut self` is the only way to it.
+unsafe impl<T: DeviceCopy> DeviceMemoryMut for DeviceBuffer<T> {}
 
 impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {

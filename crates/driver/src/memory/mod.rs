@@ -90,6 +90,9 @@ pub use pinned::PinnedBuffer;
 pub use unified::UnifiedBuffer;
 
 use crate::error::{Error, Result};
+use crate::stream::Stream;
+use sys::CUdeviceptr;
+use sys::signature::Scalar;
 
 /// Types that may be copied to and from the GPU as raw bytes.
 ///
@@ -107,35 +110,137 @@ use crate::error::{Error, Result};
 /// GPU can write anything into a buffer, and freshly allocated device memory
 /// holds whatever was there), and the type must hold no pointers or references
 /// into host memory.
-pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
+pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {
+    /// The C scalar type this is, for kernel signatures: a buffer of `f32`
+    /// passes for a `float*` parameter, a buffer of a user type for none
+    /// (those go through [`crate::Stream::launch_unchecked`]).
+    const SCALAR: Option<Scalar> = None;
+}
 
 macro_rules! device_copy {
-    ($($t:ty),*) => { $(
+    ($($t:ty => $scalar:expr),*) => { $(
         // SAFETY: a primitive number: every bit pattern is valid, no pointers.
-        unsafe impl DeviceCopy for $t {}
+        unsafe impl DeviceCopy for $t {
+            const SCALAR: Option<Scalar> = $scalar;
+        }
     )* };
 }
 device_copy!(
-    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64
+    u8 => Some(Scalar::U8), u16 => None, u32 => Some(Scalar::U32), u64 => Some(Scalar::U64),
+    u128 => None, usize => None, i8 => None, i16 => None, i32 => Some(Scalar::I32),
+    i64 => Some(Scalar::I64), i128 => None, isize => None, f32 => Some(Scalar::F32),
+    f64 => Some(Scalar::F64)
 );
 // SAFETY: an array of valid-for-any-bits elements is itself valid for any bits.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 
-/// Memory the GPU can read or write in stream order: [`DeviceBuffer`] and
-/// [`UnifiedBuffer`]. Sealed: the buffers' use tracking depends on it.
+/// Memory the GPU can use in stream order: the one memory model every launch,
+/// copy and memset of this crate takes, open to other crates' buffers (the
+/// idea of cudarc's `DevicePtr`).
+///
+/// [`DeviceBuffer`], [`UnifiedBuffer`] and the allocator's views implement it.
+/// A shared borrow lets the GPU *read* the memory; writing it (a copy's
+/// destination, a memset, a kernel parameter declared [`Access::Write`](sys::signature::Access::Write)) takes
+/// `&mut` of a [`DeviceMemoryMut`].
+///
+/// The two hooks let the memory follow its uses: the driver layer calls
+/// [`before_device_use`](Self::before_device_use) before enqueueing work that
+/// uses it on a stream, and [`after_device_use`](Self::after_device_use) once
+/// the work is enqueued (also when a later step of the same call failed), so
+/// the memory can delay its free, or its host access, until that work is done.
 ///
 /// ```
-/// use cuda_streams_driver::{Context, DeviceBuffer, DeviceMemory, Result, Stream, UnifiedBuffer};
-/// // Works for either kind of device memory.
-/// fn zero<D: DeviceMemory<u32>>(stream: &Stream, memory: &mut D) -> Result<()> {
-///     stream.memset_u32_async(memory, 0)
+/// use cuda_streams_driver::{Context, DeviceBuffer, DeviceMemory, DeviceMemoryMut, Result, Stream};
+/// use cuda_streams_driver::sys::CUdeviceptr;
+/// use std::sync::Arc;
+///
+/// /// A window onto the second half of a buffer, borrowed from it.
+/// struct SecondHalf<'a>(&'a mut DeviceBuffer<u32>);
+///
+/// // SAFETY: the window lies inside the buffer, which outlives the borrow and
+/// // keeps tracking its uses (the hooks forward to it); `&mut self` holds the
+/// // buffer's only mutable borrow.
+/// unsafe impl DeviceMemory for SecondHalf<'_> {
+///     type Elem = u32;
+///     fn device_ptr(&self) -> CUdeviceptr {
+///         self.0.device_ptr() + (self.device_len() * 4) as CUdeviceptr
+///     }
+///     fn device_len(&self) -> usize { self.0.len() / 2 }
+///     fn context_id(&self) -> u64 { self.0.context().id() }
+///     fn before_device_use(&self, stream: &Stream) -> Result<()> { self.0.before_device_use(stream) }
+///     fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
+///         self.0.after_device_use(stream, write)
+///     }
 /// }
-/// let ctx = Context::new(0).unwrap();
-/// let stream = Stream::new(&ctx).unwrap();
-/// zero(&stream, &mut DeviceBuffer::<u32>::new_async(&stream, 8).unwrap()).unwrap();
-/// zero(&stream, &mut UnifiedBuffer::<u32>::new(&ctx, 8).unwrap()).unwrap();
+/// // SAFETY: as above.
+/// unsafe impl DeviceMemoryMut for SecondHalf<'_> {}
+///
+/// # fn main() -> Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Arc::new(Stream::new(&ctx)?);
+/// let mut buffer = DeviceBuffer::from_slice(&stream, &[1u32; 8])?;
+/// stream.memset_u32_async(&mut SecondHalf(&mut buffer), 7)?;
+/// assert_eq!(buffer.to_vec(&stream)?, [1, 1, 1, 1, 7, 7, 7, 7]);
+/// # Ok(())
+/// # }
 /// ```
-pub trait DeviceMemory<T: DeviceCopy>: sealed::DeviceAccess<T> {}
+///
+/// # Safety
+/// For as long as the value exists, an implementor promises that:
+/// - `device_len() * size_of::<Elem>()` bytes from `device_ptr()` are memory
+///   the GPU of the context [`Context::id`](crate::Context::id)` == context_id()`
+///   may read and write (device, managed, or mapped pinned memory), holding
+///   valid `Elem`s;
+/// - that memory stays allocated until every use reported to
+///   `after_device_use` has completed on its stream (a free ordered after
+///   those streams, or after the host has waited for them);
+/// - when `before_device_use(stream)` returns `Ok`, work enqueued next on
+///   `stream` runs after the memory became valid (a stream-ordered
+///   allocation on another stream must be waited for);
+/// - no live host reference (`&[Elem]`, `&mut [Elem]`) sees the memory while
+///   a use reported as a write may still run, and none sees it mutably while
+///   any use may still run;
+/// - `device_ptr`, `device_len` and `context_id` return the same values for
+///   the life of the value.
+pub unsafe trait DeviceMemory {
+    /// The element type.
+    type Elem: DeviceCopy;
+
+    /// Its device address.
+    fn device_ptr(&self) -> CUdeviceptr;
+
+    /// Its length in elements.
+    fn device_len(&self) -> usize;
+
+    /// The [`Context::id`](crate::Context::id) of the context it belongs to.
+    fn context_id(&self) -> u64;
+
+    /// Before enqueueing work on `stream` that uses the memory: order `stream`
+    /// after whatever made the memory valid. The default does nothing (memory
+    /// that is valid on every stream once allocated).
+    fn before_device_use(&self, stream: &Stream) -> Result<()> {
+        let _ = stream;
+        Ok(())
+    }
+
+    /// After enqueueing work on `stream` that uses the memory (`write`: the
+    /// work may write it): remember the use so the free, and host access,
+    /// wait for it. The default does nothing (memory freed only after the
+    /// host has waited for every stream that may use it).
+    fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
+        let _ = (stream, write);
+        Ok(())
+    }
+}
+
+/// [`DeviceMemory`] the GPU may write: `&mut self` is exclusive access to the
+/// memory, so no host slice or other safe handle sees it while the GPU writes
+/// through the borrow.
+///
+/// # Safety
+/// While `&mut self` is borrowed, no other value lets the host or a safe call
+/// of this crate reach the memory.
+pub unsafe trait DeviceMemoryMut: DeviceMemory {}
 
 /// Host memory that asynchronous copies may use: [`PinnedBuffer`] and
 /// [`UnifiedBuffer`], which keep their host side untouched until the streams
@@ -154,8 +259,36 @@ pub trait DeviceMemory<T: DeviceCopy>: sealed::DeviceAccess<T> {}
 /// ```
 pub trait HostMemory<T: DeviceCopy>: sealed::HostAccess<T> {}
 
-impl<T: DeviceCopy, M: sealed::DeviceAccess<T>> DeviceMemory<T> for M {}
 impl<T: DeviceCopy, M: sealed::HostAccess<T>> HostMemory<T> for M {}
+
+/// What the driver layer needs of any [`DeviceMemory`], as a trait object, so
+/// an operation can list the buffers it uses whatever their element types.
+pub(crate) trait DeviceUse {
+    fn use_context_id(&self) -> u64;
+    fn before_use(&self, stream: &Stream) -> Result<()>;
+    fn after_use(&self, stream: &Stream, write: bool) -> Result<()>;
+}
+
+impl<M: DeviceMemory> DeviceUse for M {
+    fn use_context_id(&self) -> u64 {
+        self.context_id()
+    }
+    fn before_use(&self, stream: &Stream) -> Result<()> {
+        self.before_device_use(stream)
+    }
+    fn after_use(&self, stream: &Stream, write: bool) -> Result<()> {
+        self.after_device_use(stream, write)
+    }
+}
+
+/// The bytes a [`DeviceMemory`] spans (lengths are checked at allocation, so
+/// this cannot overflow for this crate's buffers; others saturate, and the
+/// driver rejects what they do not own).
+pub(crate) fn device_bytes<M: DeviceMemory>(memory: &M) -> usize {
+    memory
+        .device_len()
+        .saturating_mul(std::mem::size_of::<M::Elem>())
+}
 
 #[allow(
     unreachable_pub,
@@ -164,28 +297,6 @@ impl<T: DeviceCopy, M: sealed::HostAccess<T>> HostMemory<T> for M {}
 pub(crate) mod sealed {
     use crate::error::Result;
     use crate::stream::Stream;
-    use sys::CUdeviceptr;
-
-    /// How an operation on a stream registers its use of a buffer.
-    pub trait DeviceUse {
-        /// The buffer's context id.
-        fn context_id(&self) -> u64;
-        /// Before enqueueing on `stream`: order the use after the allocation.
-        fn before_device_use(&self, stream: &Stream) -> Result<()>;
-        /// After enqueueing on `stream`: remember the use so the free waits for it.
-        fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()>;
-        /// Itself as a trait object, so operations can list the buffers they
-        /// use whatever their types (generic callers may hold `?Sized` ones).
-        fn as_device_use(&self) -> &dyn DeviceUse;
-    }
-
-    /// A device-side region.
-    pub trait DeviceAccess<T>: DeviceUse {
-        /// Its device address.
-        fn device_ptr(&self) -> CUdeviceptr;
-        /// Its length in elements.
-        fn device_len(&self) -> usize;
-    }
 
     /// How an operation on a stream registers its use of a host region.
     pub trait HostUse {
@@ -194,7 +305,7 @@ pub(crate) mod sealed {
         /// After enqueueing on `stream`: remember the use so host access and
         /// the free wait for it.
         fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()>;
-        /// Itself as a trait object (see [`DeviceUse::as_device_use`]).
+        /// Itself as a trait object (generic callers may hold `?Sized` ones).
         fn as_host_use(&self) -> &dyn HostUse;
     }
 

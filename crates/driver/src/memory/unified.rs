@@ -1,8 +1,8 @@
 //! Unified (managed) memory: one address valid on the host and the device.
 
-use super::sealed::{DeviceAccess, DeviceUse, HostAccess, HostUse};
+use super::sealed::{HostAccess, HostUse};
 use super::tracker::UseTracker;
-use super::{DeviceCopy, byte_size};
+use super::{DeviceCopy, DeviceMemory, DeviceMemoryMut, byte_size};
 use crate::context::Context;
 use crate::error::Result;
 use crate::stream::Stream;
@@ -74,7 +74,21 @@ impl<T: DeviceCopy> UnifiedBuffer<T> {
 
 host_side!(UnifiedBuffer);
 
-impl<T: DeviceCopy> DeviceUse for UnifiedBuffer<T> {
+// SAFETY: `len` values at `ptr` belong to this managed allocation of `ctx`;
+// every use records its stream's event, and Drop waits for all of them before
+// `cuMemFree`. Host slices wait for writes (`as_slice`) or for every use
+// (`as_mut_slice`), and a write needs `&mut self`, which no slice can outlive.
+unsafe impl<T: DeviceCopy> DeviceMemory for UnifiedBuffer<T> {
+    type Elem = T;
+
+    fn device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    fn device_len(&self) -> usize {
+        self.len
+    }
+
     fn context_id(&self) -> u64 {
         self.ctx.id()
     }
@@ -86,21 +100,10 @@ impl<T: DeviceCopy> DeviceUse for UnifiedBuffer<T> {
     fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
         self.tracker.record_use(&self.ctx, stream, write)
     }
-
-    fn as_device_use(&self) -> &dyn DeviceUse {
-        self
-    }
 }
 
-impl<T: DeviceCopy> DeviceAccess<T> for UnifiedBuffer<T> {
-    fn device_ptr(&self) -> CUdeviceptr {
-        self.ptr
-    }
-
-    fn device_len(&self) -> usize {
-        self.len
-    }
-}
+// SAFETY: `&mut self` excludes every host slice (they borrow `self`).
+unsafe impl<T: DeviceCopy> DeviceMemoryMut for UnifiedBuffer<T> {}
 
 impl<T: DeviceCopy> HostAccess<T> for UnifiedBuffer<T> {
     fn host_ptr(&self) -> *mut T {
