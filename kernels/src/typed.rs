@@ -8,10 +8,9 @@
 //! ```
 //! use cuda_streams_kernels::driver::{Context, DeviceBuffer, Stream};
 //! use cuda_streams_kernels::typed::Elementwise;
-//! use std::sync::Arc;
 //! # fn main() -> cuda_streams_kernels::driver::Result<()> {
 //! let ctx = Context::new(0)?;
-//! let stream = Arc::new(Stream::new(&ctx)?);
+//! let stream = Stream::new(&ctx)?;
 //! let elementwise = Elementwise::load(&ctx)?;
 //! let x = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0, 3.0])?;
 //! let mut y = DeviceBuffer::from_slice(&stream, &[10.0f32, 20.0, 30.0])?;

@@ -324,7 +324,7 @@ impl Stream {
     /// use cuda_streams_driver::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
     /// use kernels::ELEMENTWISE;
     /// let ctx = Context::new(0).unwrap();
-    /// let stream = std::sync::Arc::new(Stream::new(&ctx).unwrap());
+    /// let stream = Stream::new(&ctx).unwrap();
     /// // fill_f32(u64 n, f32 value, f32* out): its signature comes with it.
     /// let fill = Module::load(&ctx, ELEMENTWISE.fatbin()).unwrap().function("fill_f32").unwrap();
     /// let mut out = DeviceBuffer::<f32>::new_async(&stream, 4).unwrap();
@@ -496,5 +496,30 @@ impl Kernel {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Context, DeviceBuffer, Module};
+
+    #[test]
+    fn a_kernel_without_a_signature_launches_only_unchecked() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let module = Module::load(&ctx, kernels::ELEMENTWISE.fatbin()).unwrap();
+        let mut fill = module.function("fill_u32").unwrap();
+        // As a kernel of an image nobody declared would be.
+        fill.signature = None;
+        let mut out = DeviceBuffer::<u32>::new_async(&stream, 8).unwrap();
+        let cfg = LaunchConfig::for_num_elems(8);
+        let args = [KernelArg::from(8u64), 3u32.into(), (&mut out).into()];
+        let err = stream.launch(&fill, cfg, &args).unwrap_err();
+        assert!(matches!(err, Error::UncheckedKernel { .. }), "{err:?}");
+        assert!(err.to_string().contains("fill_u32"), "{err}");
+        // SAFETY: fill_u32(u64 n, u32 value, u32* out) over a buffer of n u32s.
+        unsafe { stream.launch_unchecked(&fill, cfg, &args) }.unwrap();
+        assert_eq!(out.to_vec(&stream).unwrap(), [3; 8]);
     }
 }

@@ -45,12 +45,18 @@
 //!   launches, event waits, and [`StreamMetrics`].
 //! - [`Event`]: plain or timing; record, query, synchronize, elapsed time.
 //! - [`DeviceBuffer`], [`PinnedBuffer`], [`UnifiedBuffer`] of [`DeviceCopy`]
-//!   values.
-//! - [`Module`], [`Kernel`], [`LaunchConfig`], [`KernelArg`], [`ArgKind`].
+//!   values; [`DeviceMemory`] / [`DeviceMemoryMut`], the open memory model
+//!   every launch, copy and memset takes (the allocator's views and other
+//!   crates' buffers implement it too).
+//! - [`Module`], [`Kernel`], [`LaunchConfig`], [`KernelArg`], [`ArgKind`]:
+//!   kernels with declared signatures ([`sys::signature`]) launch safely
+//!   through [`Stream::launch`]; others only through the `unsafe`
+//!   [`Stream::launch_unchecked`].
 //! - [`Error`]: one enum for everything; driver failures carry the `CUresult`.
 //!
 //! Raw access for interop: `as_raw()` on every handle, [`Stream::from_raw`],
-//! [`KernelArg::raw_pointer`], and [`Context::driver`] for the function table.
+//! [`KernelArg::raw_pointer`] (unchecked launches only), and
+//! [`Context::driver`] for the function table.
 //!
 //! # The safety design
 //!
@@ -84,6 +90,17 @@
 //! used by a buffer need not outlive it; its home stream does (it holds an
 //! `Arc`). So safe code cannot make the GPU read or write freed memory.
 //!
+//! **3. The GPU writes only what it was lent mutably, and only as much as it
+//! was lent.** A checked launch ([`Stream::launch`]) compares every argument
+//! with the kernel's declared signature: exact scalar types, buffers of the
+//! declared element type holding every element the kernel is told to touch
+//! (the extent names the count parameter), and `&mut` for every parameter
+//! the kernel writes. A shared borrow lends memory for reading only, so no
+//! host slice (`UnifiedBuffer::as_slice`) sees a GPU write. Kernels whose
+//! parameters the library cannot know launch through `unsafe`
+//! [`Stream::launch_unchecked`]. [`borrow_rules`] shows each rule as code
+//! that does not compile.
+//!
 //! What stays the caller's job, as in CUDA: ordering the *contents* of a buffer
 //! between streams (a write on one stream and a read on another need
 //! [`Stream::wait_event`]). That is a data race on device memory, not a
@@ -92,6 +109,7 @@
 //! thread and must not call the driver (methods there return
 //! [`Error::InsideCallback`]); their panics are caught.
 
+pub mod borrow_rules;
 mod callback;
 mod context;
 mod copy;

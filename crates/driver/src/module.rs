@@ -162,7 +162,7 @@ pub struct Kernel {
     module: Arc<Module>,
     raw: CUfunction,
     name: Arc<str>,
-    signature: Option<Arc<[Param]>>,
+    pub(crate) signature: Option<Arc<[Param]>>,
 }
 
 // SAFETY: function handles may be used from any thread; `Kernel` only passes it

@@ -152,7 +152,6 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 /// ```
 /// use cuda_streams_driver::{Context, DeviceBuffer, DeviceMemory, DeviceMemoryMut, Result, Stream};
 /// use cuda_streams_driver::sys::CUdeviceptr;
-/// use std::sync::Arc;
 ///
 /// /// A window onto the second half of a buffer, borrowed from it.
 /// struct SecondHalf<'a>(&'a mut DeviceBuffer<u32>);
@@ -177,7 +176,7 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 ///
 /// # fn main() -> Result<()> {
 /// let ctx = Context::new(0)?;
-/// let stream = Arc::new(Stream::new(&ctx)?);
+/// let stream = Stream::new(&ctx)?;
 /// let mut buffer = DeviceBuffer::from_slice(&stream, &[1u32; 8])?;
 /// stream.memset_u32_async(&mut SecondHalf(&mut buffer), 7)?;
 /// assert_eq!(buffer.to_vec(&stream)?, [1, 1, 1, 1, 7, 7, 7, 7]);
