@@ -127,7 +127,7 @@ fn raw_pointers_need_the_unchecked_launch() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_u32");
-    let mut out = DeviceBuffer::<u32>::new_async(&stream, N).unwrap();
+    let out = DeviceBuffer::<u32>::new_async(&stream, N).unwrap();
     let cfg = LaunchConfig::for_num_elems(N as u32);
     // SAFETY: the buffer outlives the launch (it is synchronized below).
     let raw = unsafe { KernelArg::raw_pointer(out.as_device_ptr()) };
