@@ -135,7 +135,10 @@
 
 #![forbid(unsafe_code)]
 
+mod error;
 pub mod prelude;
+
+pub use error::{Error, Result};
 
 /// The stream-ordered allocator (`cuda-streams-allocator`).
 #[cfg(feature = "allocator")]

@@ -1,7 +1,8 @@
 //! The commonly used types of every enabled module: `use cuda_streams::prelude::*;`.
 //!
-//! Error types are left out (each crate has its own `Error`); use
-//! `Box<dyn std::error::Error>` or the module's `Error` by path.
+//! Error types are left out (each crate has its own `Error`): use
+//! [`cuda_streams::Error`](crate::Error), which converts from each, so `?`
+//! works across crates.
 
 pub use driver::{
     Context, DeviceBuffer, DriverKind, Event, Kernel, KernelArg, LaunchConfig, Module,

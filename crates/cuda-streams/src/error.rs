@@ -1,0 +1,50 @@
+//! One error for code that uses several crates: `?` works across them.
+
+/// Any error of the crates behind this facade, each kept whole (match on the
+/// variant to reach the crate's own error and its details).
+///
+/// ```
+/// use cuda_streams::prelude::*;
+///
+/// fn upload_and_plan(data: &[f32]) -> Result<usize, cuda_streams::Error> {
+///     let ctx = Context::new(0)?; // a driver error
+///     let stream = Stream::new(&ctx)?;
+///     let buffer = DeviceBuffer::from_slice(&stream, data)?;
+///     let pool = StreamPool::new(&ctx, 2)?; // a stream-pool error
+///     Ok(buffer.len() + pool.len())
+/// }
+/// assert_eq!(upload_and_plan(&[1.0, 2.0]).unwrap(), 4);
+/// let err = upload_and_plan(&[]).unwrap_err();
+/// assert!(matches!(err, cuda_streams::Error::Driver(_)), "{err}");
+/// assert!(err.to_string().contains("0 bytes"), "{err}");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// From the safe driver layer (contexts, streams, buffers, launches).
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    /// From the stream pool.
+    #[cfg(feature = "pool")]
+    #[error(transparent)]
+    Pool(#[from] pool::Error),
+    /// From event coordination.
+    #[cfg(feature = "events")]
+    #[error(transparent)]
+    Events(#[from] events::Error),
+    /// From the allocator.
+    #[cfg(feature = "allocator")]
+    #[error(transparent)]
+    Allocator(#[from] allocator::Error),
+    /// From the profiler.
+    #[cfg(feature = "profiler")]
+    #[error(transparent)]
+    Profiler(#[from] profiler::Error),
+    /// From the pipeline.
+    #[cfg(feature = "pipeline")]
+    #[error(transparent)]
+    Pipeline(#[from] pipeline::Error),
+}
+
+/// `Result` with the facade's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
