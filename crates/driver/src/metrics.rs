@@ -95,8 +95,8 @@ impl Counters {
 
     pub(crate) fn callback_panicked(&self, stream: u64, message: String) {
         if !self.panic_reported.swap(true, Relaxed) {
-            eprintln!(
-                "cuda-streams: a callback on stream {stream} panicked (caught; further panics on this stream are only counted): {message}"
+            tracing::warn!(
+                "a callback on stream {stream} panicked (caught; further panics on this stream are only counted): {message}"
             );
         }
         *self.last_panic.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);

@@ -119,7 +119,7 @@ impl Drop for Module {
         // code under them is not something CUDA promises to wait for. Modules
         // are dropped rarely, so wait for the context (binding it first).
         if let Err(err) = self.ctx.synchronize() {
-            eprintln!("cuda-streams: leaking module {:p}: {err}", self.raw);
+            tracing::warn!("leaking module {:p}: {err}", self.raw);
             return;
         }
         let what = format_args!("module {:p}", self.raw);

@@ -186,9 +186,7 @@ fn cuda() -> Result<LoadedDriver> {
 }
 
 fn log_selection(driver: &LoadedDriver) {
-    if std::env::var_os("CUDA_STREAMS_QUIET").is_none() {
-        eprintln!("cuda-streams: using the {} driver", driver.name());
-    }
+    tracing::info!(driver = driver.name(), "driver selected");
 }
 
 #[cfg(test)]

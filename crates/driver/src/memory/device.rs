@@ -184,8 +184,8 @@ unsafe impl<T: DeviceCopy> DeviceMemoryMut for DeviceBuffer<T> {}
 impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         if let Err(err) = self.ctx.bind() {
-            eprintln!(
-                "cuda-streams: leaking device buffer {:#x} ({} bytes): {err}",
+            tracing::warn!(
+                "leaking device buffer {:#x} ({} bytes): {err}",
                 self.ptr,
                 self.size_in_bytes()
             );
@@ -200,10 +200,10 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
                     let code = unsafe { (driver.cuMemFreeAsync)(self.ptr, home.as_raw()) };
                     match self.ctx.check(code) {
                         Ok(()) => home.counters.freed(self.size_in_bytes()),
-                        Err(err) => eprintln!("cuda-streams: freeing {:#x}: {err}", self.ptr),
+                        Err(err) => tracing::warn!("freeing {:#x}: {err}", self.ptr),
                     }
                 } else {
-                    eprintln!("cuda-streams: leaking device buffer {:#x}", self.ptr);
+                    tracing::warn!("leaking device buffer {:#x}", self.ptr);
                 }
             }
             None => match self.tracker.wait_host(&self.ctx, true) {
@@ -211,10 +211,10 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
                     // SAFETY: from cuMemAlloc, freed once, after every recorded use finished.
                     let code = unsafe { (driver.cuMemFree)(self.ptr) };
                     if let Err(err) = self.ctx.check(code) {
-                        eprintln!("cuda-streams: freeing {:#x}: {err}", self.ptr);
+                        tracing::warn!("freeing {:#x}: {err}", self.ptr);
                     }
                 }
-                Err(err) => eprintln!("cuda-streams: leaking device buffer {:#x}: {err}", self.ptr),
+                Err(err) => tracing::warn!("leaking device buffer {:#x}: {err}", self.ptr),
             },
         }
         self.tracker.destroy_events(&self.ctx);

@@ -92,8 +92,8 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
         if let Err(err) = self.tracker.wait_host(&self.ctx, true) {
             // Freeing memory a copy may still touch would be worse than a leak.
-            eprintln!(
-                "cuda-streams: leaking pinned buffer {:p} ({} bytes): {err}",
+            tracing::warn!(
+                "leaking pinned buffer {:p} ({} bytes): {err}",
                 self.ptr,
                 self.size_in_bytes()
             );
@@ -102,7 +102,7 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
         // SAFETY: from cuMemHostAlloc, freed once, after every use finished.
         let code = unsafe { (self.ctx.driver().cuMemFreeHost)(self.ptr.as_ptr().cast()) };
         if let Err(err) = self.ctx.check(code) {
-            eprintln!("cuda-streams: freeing pinned buffer {:p}: {err}", self.ptr);
+            tracing::warn!("freeing pinned buffer {:p}: {err}", self.ptr);
         }
         self.tracker.destroy_events(&self.ctx);
     }

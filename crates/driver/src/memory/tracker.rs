@@ -142,14 +142,14 @@ impl UseTracker {
             // SAFETY: both handles are live; flags 0 is CU_EVENT_WAIT_DEFAULT.
             let code = unsafe { (ctx.driver().cuStreamWaitEvent)(home.as_raw(), entry.event, 0) };
             if let Err(err) = ctx.check(code) {
-                eprintln!(
-                    "cuda-streams: ordering a free after stream {}: {err}; waiting on the host",
+                tracing::warn!(
+                    "ordering a free after stream {}: {err}; waiting on the host",
                     entry.stream
                 );
                 // SAFETY: the event is live; the context is current.
                 let code = unsafe { (ctx.driver().cuEventSynchronize)(entry.event) };
                 if let Err(err) = ctx.check(code) {
-                    eprintln!("cuda-streams: waiting for stream {}: {err}", entry.stream);
+                    tracing::warn!("waiting for stream {}: {err}", entry.stream);
                     return false;
                 }
             }
@@ -187,7 +187,7 @@ fn destroy_event(ctx: &Context, event: CUevent) {
     // event once it completes, and waits already enqueued on it still hold.
     let code = unsafe { (ctx.driver().cuEventDestroy)(event) };
     if let Err(err) = ctx.check(code) {
-        eprintln!("cuda-streams: destroying a tracking event: {err}");
+        tracing::warn!("destroying a tracking event: {err}");
     }
 }
 
@@ -197,8 +197,8 @@ fn wait_untracked(ctx: &Context, stream: &Stream, err: crate::Error) -> crate::E
     // SAFETY: the stream is live; the context is current.
     let code = unsafe { (ctx.driver().cuStreamSynchronize)(stream.as_raw()) };
     if let Err(sync_err) = ctx.check(code) {
-        eprintln!(
-            "cuda-streams: stream {} could not be waited for after an untracked use: {sync_err}",
+        tracing::warn!(
+            "stream {} could not be waited for after an untracked use: {sync_err}",
             stream.id()
         );
     }

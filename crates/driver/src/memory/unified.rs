@@ -118,8 +118,8 @@ impl<T: DeviceCopy> HostAccess<T> for UnifiedBuffer<T> {
 impl<T: DeviceCopy> Drop for UnifiedBuffer<T> {
     fn drop(&mut self) {
         if let Err(err) = self.tracker.wait_host(&self.ctx, true) {
-            eprintln!(
-                "cuda-streams: leaking unified buffer {:#x} ({} bytes): {err}",
+            tracing::warn!(
+                "leaking unified buffer {:#x} ({} bytes): {err}",
                 self.ptr,
                 self.size_in_bytes()
             );
@@ -128,10 +128,7 @@ impl<T: DeviceCopy> Drop for UnifiedBuffer<T> {
         // SAFETY: from cuMemAllocManaged, freed once, after every use finished.
         let code = unsafe { (self.ctx.driver().cuMemFree)(self.ptr) };
         if let Err(err) = self.ctx.check(code) {
-            eprintln!(
-                "cuda-streams: freeing unified buffer {:#x}: {err}",
-                self.ptr
-            );
+            tracing::warn!("freeing unified buffer {:#x}: {err}", self.ptr);
         }
         self.tracker.destroy_events(&self.ctx);
     }
