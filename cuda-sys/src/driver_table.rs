@@ -97,6 +97,13 @@ pub struct Driver {
         fn_: CUhostFn,
         userData: *mut ::std::os::raw::c_void,
     ) -> CUresult,
+    /// `cuStreamWriteValue32_v2`
+    pub cuStreamWriteValue32: unsafe extern "C" fn(
+        stream: CUstream,
+        addr: CUdeviceptr,
+        value: cuuint32_t,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult,
     /// `cuEventCreate`
     pub cuEventCreate: unsafe extern "C" fn(
         phEvent: *mut CUevent,
@@ -179,6 +186,12 @@ pub struct Driver {
     ) -> CUresult,
     /// `cuMemFreeHost`
     pub cuMemFreeHost: unsafe extern "C" fn(p: *mut ::std::os::raw::c_void) -> CUresult,
+    /// `cuMemHostGetDevicePointer_v2`
+    pub cuMemHostGetDevicePointer: unsafe extern "C" fn(
+        pdptr: *mut CUdeviceptr,
+        p: *mut ::std::os::raw::c_void,
+        Flags: ::std::os::raw::c_uint,
+    ) -> CUresult,
     /// `cuMemAllocManaged`
     pub cuMemAllocManaged: unsafe extern "C" fn(
         dptr: *mut CUdeviceptr,
@@ -302,7 +315,7 @@ pub struct Driver {
 }
 /// Each entry point's name as documented and the versioned symbol the
 /// CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 60usize] = [
+pub const SYMBOLS: [(&str, &str); 62usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -325,6 +338,7 @@ pub const SYMBOLS: [(&str, &str); 60usize] = [
     ("cuStreamGetPriority", "cuStreamGetPriority"),
     ("cuStreamGetFlags", "cuStreamGetFlags"),
     ("cuLaunchHostFunc", "cuLaunchHostFunc"),
+    ("cuStreamWriteValue32", "cuStreamWriteValue32_v2"),
     ("cuEventCreate", "cuEventCreate"),
     ("cuEventDestroy", "cuEventDestroy_v2"),
     ("cuEventRecord", "cuEventRecord"),
@@ -343,6 +357,7 @@ pub const SYMBOLS: [(&str, &str); 60usize] = [
     ("cuMemPoolGetAttribute", "cuMemPoolGetAttribute"),
     ("cuMemHostAlloc", "cuMemHostAlloc"),
     ("cuMemFreeHost", "cuMemFreeHost"),
+    ("cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2"),
     ("cuMemAllocManaged", "cuMemAllocManaged"),
     ("cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2"),
     ("cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2"),
@@ -409,6 +424,7 @@ impl Driver {
         let cuStreamGetPriority = resolve("cuStreamGetPriority");
         let cuStreamGetFlags = resolve("cuStreamGetFlags");
         let cuLaunchHostFunc = resolve("cuLaunchHostFunc");
+        let cuStreamWriteValue32 = resolve("cuStreamWriteValue32_v2");
         let cuEventCreate = resolve("cuEventCreate");
         let cuEventDestroy = resolve("cuEventDestroy_v2");
         let cuEventRecord = resolve("cuEventRecord");
@@ -427,6 +443,7 @@ impl Driver {
         let cuMemPoolGetAttribute = resolve("cuMemPoolGetAttribute");
         let cuMemHostAlloc = resolve("cuMemHostAlloc");
         let cuMemFreeHost = resolve("cuMemFreeHost");
+        let cuMemHostGetDevicePointer = resolve("cuMemHostGetDevicePointer_v2");
         let cuMemAllocManaged = resolve("cuMemAllocManaged");
         let cuMemcpyHtoDAsync = resolve("cuMemcpyHtoDAsync_v2");
         let cuMemcpyDtoHAsync = resolve("cuMemcpyDtoHAsync_v2");
@@ -581,6 +598,15 @@ impl Driver {
                         userData: *mut ::std::os::raw::c_void,
                     ) -> CUresult,
                 >(cuLaunchHostFunc),
+                cuStreamWriteValue32: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        stream: CUstream,
+                        addr: CUdeviceptr,
+                        value: cuuint32_t,
+                        flags: ::std::os::raw::c_uint,
+                    ) -> CUresult,
+                >(cuStreamWriteValue32),
                 cuEventCreate: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -693,6 +719,14 @@ impl Driver {
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(p: *mut ::std::os::raw::c_void) -> CUresult,
                 >(cuMemFreeHost),
+                cuMemHostGetDevicePointer: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        pdptr: *mut CUdeviceptr,
+                        p: *mut ::std::os::raw::c_void,
+                        Flags: ::std::os::raw::c_uint,
+                    ) -> CUresult,
+                >(cuMemHostGetDevicePointer),
                 cuMemAllocManaged: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

@@ -42,6 +42,7 @@ const ENTRY_POINTS: &[&str] = &[
     "cuStreamGetPriority",
     "cuStreamGetFlags",
     "cuLaunchHostFunc",
+    "cuStreamWriteValue32",
     // Events.
     "cuEventCreate",
     "cuEventDestroy",
@@ -62,6 +63,7 @@ const ENTRY_POINTS: &[&str] = &[
     "cuMemPoolGetAttribute",
     "cuMemHostAlloc",
     "cuMemFreeHost",
+    "cuMemHostGetDevicePointer",
     "cuMemAllocManaged",
     "cuMemcpyHtoDAsync",
     "cuMemcpyDtoHAsync",

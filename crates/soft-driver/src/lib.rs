@@ -60,6 +60,7 @@ mod ops;
 mod pool;
 mod stream;
 mod stream_api;
+mod stream_memops;
 
 pub use device::{DEVICE_NAME, DRIVER_VERSION};
 pub use errors::last_error_detail;
@@ -85,6 +86,7 @@ pub fn driver() -> &'static Driver {
     use modules::*;
     use pool::*;
     use stream_api::*;
+    use stream_memops::*;
     static TABLE: Driver = Driver {
         cuInit,
         cuDriverGetVersion,
@@ -108,6 +110,7 @@ pub fn driver() -> &'static Driver {
         cuStreamGetPriority,
         cuStreamGetFlags,
         cuLaunchHostFunc,
+        cuStreamWriteValue32,
         cuEventCreate,
         cuEventDestroy,
         cuEventRecord,
@@ -126,6 +129,7 @@ pub fn driver() -> &'static Driver {
         cuMemPoolGetAttribute,
         cuMemHostAlloc,
         cuMemFreeHost,
+        cuMemHostGetDevicePointer,
         cuMemAllocManaged,
         cuMemcpyHtoDAsync,
         cuMemcpyDtoHAsync,

@@ -61,6 +61,11 @@ pub(crate) enum Action {
     Free(usize),
     /// An ordered operation with no effect here (prefetch).
     Nop,
+    /// `cuStreamWriteValue32`: an atomic store (see `stream_memops`).
+    Write32 {
+        dst: usize,
+        value: u32,
+    },
 }
 
 /// What a stream in capture mode records, replayed by `cuGraphLaunch`.
@@ -156,6 +161,7 @@ impl Action {
                 None
             }
             Action::Kernel(launch) => launch.run(),
+            Action::Write32 { dst, value } => crate::stream_memops::write32(dst, value),
         }
     }
 }
