@@ -80,6 +80,8 @@ pub struct Context {
     raw: CUcontext,
     id: u64,
     info: DeviceInfo,
+    /// Wakes the futures of this context; started on the first wait.
+    reactor: std::sync::OnceLock<crate::reactor::Reactor>,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (that is what
@@ -139,6 +141,7 @@ impl Context {
             raw,
             id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
             info: DeviceInfo::default(),
+            reactor: std::sync::OnceLock::new(),
         };
         ctx.bind()?;
         ctx.info = ctx.query_info(ordinal)?;
@@ -236,6 +239,13 @@ impl Context {
         // SAFETY: writes two usizes through valid pointers; the context is current.
         self.check(unsafe { (self.driver.table.cuMemGetInfo)(&mut free, &mut total) })?;
         Ok((free, total))
+    }
+
+    /// The reactor that wakes this context's futures (its thread starts on
+    /// the first wait).
+    pub fn reactor(&self) -> &crate::reactor::Reactor {
+        self.reactor
+            .get_or_init(|| crate::reactor::Reactor::new(self.driver.table, self.raw))
     }
 
     /// The device's description, queried once at creation.
@@ -337,6 +347,11 @@ impl Drop for Context {
                 }
             }
             Err(err) => eprintln!("cuda-streams: context {} dropped: {err}", self.id),
+        }
+        // Every future holds the context, so none is left; after the
+        // synchronize above every flag write has landed.
+        if let Some(reactor) = self.reactor.take() {
+            reactor.shutdown();
         }
         // SAFETY: releases the retain taken in `create`, once.
         let code = unsafe { (self.driver.table.cuDevicePrimaryCtxRelease)(self.device) };

@@ -229,6 +229,9 @@ pub enum Error {
         /// What was attempted.
         operation: &'static str,
     },
+    /// The context's reactor thread (which wakes futures) could not start.
+    #[error("the reactor thread that wakes futures could not start: {0}")]
+    ReactorThread(String),
 }
 
 fn detail_suffix(detail: &Option<String>) -> String {

@@ -52,6 +52,10 @@
 //!   kernels with declared signatures ([`sys::signature`]) launch safely
 //!   through [`Stream::launch`]; others only through the `unsafe`
 //!   [`Stream::launch_unchecked`].
+//! - Futures: [`Stream::completion`], [`Event::wait_async`] (and `.await` on
+//!   `&Event`), [`Stream::copy_to_host_future`] resolve through the context's
+//!   [`Reactor`], which watches flags the streams write into mapped pinned
+//!   memory. Runtime-agnostic: only `std::task`.
 //! - [`Error`]: one enum for everything; driver failures carry the `CUresult`.
 //!
 //! Raw access for interop: `as_raw()` on every handle, [`Stream::from_raw`],
@@ -116,17 +120,20 @@ mod copy;
 mod enqueue;
 mod error;
 mod event;
+mod future;
 mod launch;
 mod memory;
 mod metrics;
 mod module;
 mod priority;
+mod reactor;
 mod select;
 mod stream;
 
 pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
+pub use future::{Completion, CopyFuture};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};
 pub use memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory, PinnedBuffer,
@@ -135,6 +142,7 @@ pub use memory::{
 pub use metrics::StreamMetrics;
 pub use module::{Kernel, Module};
 pub use priority::{PriorityRange, StreamPriority};
+pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use select::{DRIVER_ENV, DriverChoice, DriverKind, LoadedDriver, driver, select};
 pub use stream::Stream;
 /// The raw bindings this crate is built on, for interop and raw calls.

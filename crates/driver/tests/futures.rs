@@ -1,0 +1,310 @@
+//! Futures woken by the context's reactor: they resolve only after their
+//! work (checked by data), a dropped future never fires and leaks no slot,
+//! many concurrent waits each complete exactly once, and a failing stream
+//! wakes its futures with the error.
+//!
+//! The executor is hand-written with `std` (the library is runtime-agnostic).
+//! Tests that look at the reactor's counters take `serial()`: the context,
+//! and so its reactor, is shared by every test of this binary.
+
+use cuda_streams_driver::{
+    Context, DeviceBuffer, Event, PinnedBuffer, Reactor, ReactorConfig, Stream, WakeMode,
+};
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+use test_support::{Gate, HANG, fill, kernel, serial, spin, spin_kernel};
+
+/// Wakes a parked thread and counts wake-ups.
+struct Unpark {
+    thread: Thread,
+    wakes: AtomicUsize,
+}
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+}
+
+fn unpark_waker() -> (Arc<Unpark>, Waker) {
+    let unpark = Arc::new(Unpark {
+        thread: std::thread::current(),
+        wakes: AtomicUsize::new(0),
+    });
+    (Arc::clone(&unpark), Waker::from(unpark))
+}
+
+/// Poll `f` on this thread until it is ready, parking in between.
+fn block_on<F: Future>(f: F) -> F::Output {
+    let (_, waker) = unpark_waker();
+    let mut f = pin!(f);
+    let deadline = Instant::now() + HANG;
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut TaskContext::from_waker(&waker)) {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "a future hung");
+        std::thread::park_timeout(HANG);
+    }
+}
+
+/// Poll once.
+fn poll_once<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(f).poll(&mut TaskContext::from_waker(waker))
+}
+
+/// Wait (bounded) until the reactor has freed every slot: a cancelled slot
+/// is freed by the reactor thread once its write has landed.
+fn wait_for_no_slots(reactor: &Reactor) {
+    let deadline = Instant::now() + HANG;
+    while reactor.stats().slots_in_use != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "slots never freed: {:?}",
+            reactor.stats()
+        );
+        std::thread::yield_now();
+    }
+}
+
+fn ctx() -> Arc<Context> {
+    Context::new(0).expect("a context")
+}
+
+#[test]
+fn a_copy_future_resolves_only_after_its_work() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let spin_k = spin_kernel(&ctx);
+    let fill_k = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let mut device = DeviceBuffer::<f32>::new_async(&stream, 4096).unwrap();
+    let mut host = PinnedBuffer::<f32>::new(&ctx, 4096).unwrap();
+    for round in 1..=5 {
+        let value = round as f32 * 1.5;
+        let gate = Gate::close(&stream);
+        spin(&stream, &spin_k, Duration::from_millis(2));
+        fill(&stream, &fill_k, value, &mut device);
+        let mut copied = stream.copy_to_host_future(&mut host, &device).unwrap();
+        let (unpark, waker) = unpark_waker();
+        if gate.still_held() {
+            assert!(poll_once(&mut copied, &waker).is_pending());
+        }
+        gate.open();
+        let host = block_on(copied).unwrap();
+        assert!(
+            host.as_slice().unwrap().iter().all(|&v| v == value),
+            "round {round}: the future resolved before the fill and copy"
+        );
+        let _ = unpark;
+    }
+}
+
+#[test]
+fn a_completion_sees_everything_enqueued_before_it() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let spin_k = spin_kernel(&ctx);
+    let fill_k = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let mut device = DeviceBuffer::<f32>::new_async(&stream, 1 << 16).unwrap();
+    let mut host = PinnedBuffer::<f32>::new(&ctx, 1 << 16).unwrap();
+    spin(&stream, &spin_k, Duration::from_millis(5));
+    fill(&stream, &fill_k, 7.0, &mut device);
+    stream.copy_to_host_async(&mut host, &device).unwrap();
+    block_on(stream.completion().unwrap()).unwrap();
+    // The stream has passed the copy: the stream itself says so.
+    assert!(stream.query().unwrap());
+    assert!(host.as_slice().unwrap().iter().all(|&v| v == 7.0));
+}
+
+#[test]
+fn an_event_can_be_awaited_and_dropped_meanwhile() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let gate = Gate::close(&stream);
+    let event = stream.record_event().unwrap();
+    let mut waiting = event.wait_async().unwrap();
+    // The future does not borrow the event.
+    drop(event);
+    let (_, waker) = unpark_waker();
+    if gate.still_held() {
+        assert!(poll_once(&mut waiting, &waker).is_pending());
+    }
+    gate.open();
+    block_on(waiting).unwrap();
+    assert!(stream.query().unwrap());
+
+    // `.await` on `&Event`; a never-recorded event is complete at once.
+    let fresh = Event::plain(&ctx).unwrap();
+    block_on(async { (&fresh).await }).unwrap();
+}
+
+#[test]
+fn a_dropped_future_never_fires_and_frees_its_slot() {
+    let _serial = serial();
+    let ctx = ctx();
+    let reactor = ctx.reactor();
+    let stream = Stream::new(&ctx).unwrap();
+    let before = reactor.stats();
+    for _ in 0..50 {
+        let gate = Gate::close(&stream);
+        let mut completion = stream.completion().unwrap();
+        let (unpark, waker) = unpark_waker();
+        let first = poll_once(&mut completion, &waker);
+        drop(completion);
+        gate.open();
+        stream.synchronize().unwrap();
+        wait_for_no_slots(reactor);
+        if first.is_pending() {
+            assert_eq!(
+                unpark.wakes.load(Ordering::SeqCst),
+                0,
+                "a dropped future was woken"
+            );
+        }
+    }
+    let after = reactor.stats();
+    assert_eq!(after.pending, 0);
+    assert_eq!(after.slots_in_use, 0);
+    // Freed slots are reused: 50 waits in a row never needed a second chunk.
+    assert_eq!(after.slot_capacity, before.slot_capacity.max(4096));
+    assert!(after.cancelled > before.cancelled);
+}
+
+/// A hand-written `join_all`: polls only the futures that were woken.
+fn join_all<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
+    struct Flag {
+        index: usize,
+        queue: Arc<Mutex<Vec<usize>>>,
+        thread: Thread,
+    }
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.queue.lock().unwrap().push(self.index);
+            self.thread.unpark();
+        }
+    }
+    let queue = Arc::new(Mutex::new((0..futures.len()).collect::<Vec<_>>()));
+    let wakers: Vec<Waker> = (0..futures.len())
+        .map(|index| {
+            Waker::from(Arc::new(Flag {
+                index,
+                queue: Arc::clone(&queue),
+                thread: std::thread::current(),
+            }))
+        })
+        .collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    let mut left = futures.len();
+    let deadline = Instant::now() + HANG;
+    while left > 0 {
+        let woken = std::mem::take(&mut *queue.lock().unwrap());
+        for index in woken {
+            if outputs[index].is_some() {
+                continue; // a wake after completion: nothing to poll
+            }
+            if let Poll::Ready(out) = poll_once(&mut futures[index], &wakers[index]) {
+                outputs[index] = Some(out);
+                left -= 1;
+            }
+        }
+        if left > 0 && queue.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "{left} futures hung");
+            std::thread::park_timeout(HANG);
+        }
+    }
+    outputs.into_iter().map(Option::unwrap).collect()
+}
+
+#[test]
+fn ten_thousand_concurrent_waits_each_complete_once() {
+    let _serial = serial();
+    let ctx = ctx();
+    let reactor = ctx.reactor();
+    let before = reactor.stats();
+    let streams: Vec<_> = (0..8).map(|_| Stream::new(&ctx).unwrap()).collect();
+    let mut buffers: Vec<_> = streams
+        .iter()
+        .map(|s| DeviceBuffer::<u32>::new_async(s, 1024).unwrap())
+        .collect();
+    let completed = Arc::new(AtomicUsize::new(0));
+    let mut futures = Vec::new();
+    for i in 0..10_000u32 {
+        let s = i as usize % streams.len();
+        streams[s].memset_u32_async(&mut buffers[s], i).unwrap();
+        let completion = streams[s].completion().unwrap();
+        let completed = Arc::clone(&completed);
+        futures.push(Box::pin(async move {
+            completion.await.unwrap();
+            completed.fetch_add(1, Ordering::SeqCst);
+            i
+        }));
+    }
+    let outputs = join_all(futures);
+    assert_eq!(outputs, (0..10_000).collect::<Vec<_>>());
+    assert_eq!(completed.load(Ordering::SeqCst), 10_000);
+    let after = reactor.stats();
+    assert_eq!(after.completed - before.completed, 10_000);
+    assert_eq!(after.pending, 0);
+    assert_eq!(after.slots_in_use, 0);
+}
+
+#[test]
+fn every_wake_mode_wakes() {
+    let _serial = serial();
+    let ctx = ctx();
+    let reactor = ctx.reactor();
+    let original = reactor.config();
+    let stream = Stream::new(&ctx).unwrap();
+    let spin_k = spin_kernel(&ctx);
+    for mode in [WakeMode::Spin, WakeMode::HostFn, WakeMode::Adaptive] {
+        reactor.set_config(ReactorConfig::default().with_mode(mode));
+        for _ in 0..20 {
+            spin(&stream, &spin_k, Duration::from_micros(200));
+            block_on(stream.completion().unwrap()).unwrap();
+        }
+    }
+    reactor.set_config(original);
+    assert_eq!(reactor.stats().pending, 0);
+}
+
+#[test]
+fn a_failing_stream_wakes_its_futures_with_the_error() {
+    if ctx().is_gpu() {
+        eprintln!("skipped on the GPU: fault injection is a software-driver feature");
+        return;
+    }
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill_k = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let mut device = DeviceBuffer::<f32>::new_async(&stream, 256).unwrap();
+    let gate = Gate::close(&stream);
+    soft_driver::faults::fail_next_launch(stream.as_raw()).unwrap();
+    fill(&stream, &fill_k, 1.0, &mut device);
+    let first = stream.completion().unwrap();
+    let (_, waker) = unpark_waker();
+    let mut second = stream.completion().unwrap();
+    assert!(poll_once(&mut second, &waker).is_pending() || !gate.still_held());
+    gate.open();
+    for future in [first, second] {
+        let err = block_on(future).unwrap_err();
+        assert!(
+            err.to_string().contains("CUDA_ERROR_LAUNCH_FAILED"),
+            "expected the launch failure, got {err}"
+        );
+    }
+    // The error came from the stream: a new wait cannot even be enqueued.
+    assert!(stream.completion().is_err());
+    soft_driver::faults::clear(stream.as_raw()).unwrap();
+    block_on(stream.completion().unwrap()).unwrap();
+    wait_for_no_slots(ctx.reactor());
+}
