@@ -1,0 +1,229 @@
+//! How soon the host learns that GPU work ended, and what it costs to wait.
+//!
+//! Each round launches a 200 µs `spin` kernel and times, from the launch,
+//! how long until the waiting thread knows it ended. The floor is busy
+//! polling `cuEventQuery` (the soonest the host can know, one core spinning);
+//! every other mode is reported as its median *beyond* that floor, measured
+//! in the same run, together with the CPU the process used per second of
+//! waiting (`getrusage`, all threads: the reactor's and the driver's).
+//!
+//! Modes: busy polling; a blocking-sync event (`CU_EVENT_BLOCKING_SYNC` +
+//! `cuEventSynchronize`); a host function (`cuLaunchHostFunc`) that unparks
+//! the waiter; and the reactor's futures (`Stream::completion`) in each
+//! `WakeMode`. Then the reactor's CPU with nothing pending.
+//!
+//! On the software driver the kernel is a sleeping CPU twin and the driver's
+//! threads are ordinary threads: the figures say nothing about a GPU. Run it
+//! on the H200: `cargo bench -p cuda-streams-benches --bench futures` with
+//! `CUDA_STREAMS_DRIVER=cuda` (or through `cargo xtask gpu-bundle`).
+
+use criterion::Criterion;
+use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
+use driver::{Context, Event, EventFlags, ReactorConfig, Stream, WakeMode};
+use kernels::typed::Timing;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+const KERNEL: Duration = Duration::from_micros(200);
+
+/// Rounds per mode: enough for a stable median, little GPU time (≈ 0.1 s).
+fn rounds() -> usize {
+    std::env::var("CUDA_STREAMS_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(400)
+}
+
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A minimal executor: poll, park until woken.
+fn block_on<F: Future>(f: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut f = pin!(f);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut TaskContext::from_waker(&waker)) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+/// CPU time of the whole process so far (user + system).
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes one rusage through a valid pointer.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+struct Measured {
+    median: Duration,
+    /// CPU seconds per second of the loop (cores busy).
+    cores: f64,
+}
+
+/// Launch the kernel, then `wait`; time launch→known for each round.
+fn measure(stream: &Stream, timing: &Timing, mut wait: impl FnMut()) -> Measured {
+    // Warm up (lazy initialisation, reactor thread start, caches).
+    for _ in 0..10 {
+        timing.spin(stream, KERNEL).expect("spin launches");
+        wait();
+    }
+    let rounds = rounds();
+    let mut samples = Vec::with_capacity(rounds);
+    let (cpu0, wall0) = (cpu_time(), Instant::now());
+    for _ in 0..rounds {
+        let start = Instant::now();
+        timing.spin(stream, KERNEL).expect("spin launches");
+        wait();
+        samples.push(start.elapsed());
+    }
+    let (cpu, wall) = (cpu_time() - cpu0, wall0.elapsed());
+    samples.sort();
+    Measured {
+        median: samples[samples.len() / 2],
+        cores: cpu.as_secs_f64() / wall.as_secs_f64(),
+    }
+}
+
+fn report(mode: &'static str, ratio_name: &'static str, m: &Measured, floor: &Measured) {
+    let beyond = m.median.as_secs_f64() * 1e6 - floor.median.as_secs_f64() * 1e6;
+    figure(
+        &format!("futures wake, {mode}: latency beyond busy polling"),
+        beyond,
+        "us",
+    );
+    figure(
+        &format!("futures wake, {mode}: CPU while waiting"),
+        m.cores,
+        "cores",
+    );
+    compare(
+        ratio_name,
+        m.median.as_nanos() as f64,
+        floor.median.as_nanos() as f64,
+    );
+}
+
+fn bench_completion(c: &mut Criterion) {
+    let ctx = Context::new(0).expect("a context");
+    let stream = Stream::new(&ctx).expect("a stream");
+    c.bench_function("futures: completion of an idle stream, awaited", |b| {
+        b.iter(|| block_on(stream.completion().expect("a completion")).expect("completes"))
+    });
+}
+
+fn main() {
+    run_criterion(&[bench_completion]);
+
+    let ctx = Context::new(0).expect("a context");
+    if !ctx.is_gpu() {
+        println!(
+            "note: the software driver runs the spin kernel as a sleeping CPU thread; \
+             these figures say nothing about a GPU"
+        );
+    }
+    let stream = Stream::new(&ctx).expect("a stream");
+    let timing = Timing::load(&ctx).expect("the timing image loads");
+
+    let polled = Event::new(&ctx, EventFlags::PLAIN).expect("an event");
+    let floor = measure(&stream, &timing, || {
+        polled.record(&stream).expect("record");
+        while !polled.query().expect("query") {
+            std::hint::spin_loop();
+        }
+    });
+    figure(
+        "futures wake, busy polling cuEventQuery: 200 us kernel noticed after",
+        floor.median.as_secs_f64() * 1e6,
+        "us",
+    );
+    figure(
+        "futures wake, busy polling cuEventQuery: CPU while waiting",
+        floor.cores,
+        "cores",
+    );
+
+    let blocking = Event::new(&ctx, EventFlags::PLAIN.with_blocking_sync(true)).expect("an event");
+    let m = measure(&stream, &timing, || {
+        blocking.record(&stream).expect("record");
+        blocking.synchronize().expect("synchronize");
+    });
+    report(
+        "blocking-sync event",
+        "futures wake: blocking-sync event vs busy polling",
+        &m,
+        &floor,
+    );
+
+    let m = measure(&stream, &timing, || {
+        let done = Arc::new(AtomicBool::new(false));
+        let (flag, waiter) = (Arc::clone(&done), std::thread::current());
+        stream
+            .add_callback(move || {
+                flag.store(true, Ordering::Release);
+                waiter.unpark();
+            })
+            .expect("a host function");
+        while !done.load(Ordering::Acquire) {
+            std::thread::park();
+        }
+    });
+    report(
+        "cuLaunchHostFunc",
+        "futures wake: cuLaunchHostFunc vs busy polling",
+        &m,
+        &floor,
+    );
+
+    let reactor = ctx.reactor();
+    let modes: [(WakeMode, &str, &str); 3] = [
+        (
+            WakeMode::Adaptive,
+            "reactor adaptive (default)",
+            "futures wake: reactor adaptive (default) vs busy polling",
+        ),
+        (
+            WakeMode::Spin,
+            "reactor spin",
+            "futures wake: reactor spin vs busy polling",
+        ),
+        (
+            WakeMode::HostFn,
+            "reactor host function",
+            "futures wake: reactor host function vs busy polling",
+        ),
+    ];
+    for (mode, name, ratio) in modes {
+        reactor.set_config(ReactorConfig::default().with_mode(mode));
+        let m = measure(&stream, &timing, || {
+            block_on(stream.completion().expect("a completion")).expect("completes");
+        });
+        report(name, ratio, &m, &floor);
+    }
+    reactor.set_config(ReactorConfig::default());
+
+    // Nothing pending: the reactor thread parks without a timeout.
+    let (cpu0, wall0) = (cpu_time(), Instant::now());
+    std::thread::sleep(Duration::from_millis(200));
+    figure(
+        "futures reactor, nothing pending: CPU",
+        (cpu_time() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64(),
+        "cores",
+    );
+    criterion_summary();
+}
