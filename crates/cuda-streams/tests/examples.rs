@@ -27,6 +27,7 @@ const EXAMPLES: &[&str] = &[
     "managed_context",
     "batch_planner",
     "profiler",
+    "async_loader",
 ];
 
 /// Where the examples are: `CUDA_STREAMS_EXAMPLES_DIR`, or the directory
