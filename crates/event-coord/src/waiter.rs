@@ -1,31 +1,36 @@
 //! One background thread that runs callbacks when events complete.
 //!
-//! Events are not tied to a stream the waiter knows, so it polls
-//! `cuEventQuery`: right away after a new wait, then with a back-off that
-//! doubles from [`MIN_BACKOFF`] up to a cap (default [`DEFAULT_MAX_BACKOFF`])
-//! while nothing completes. With nothing pending it sleeps on a condvar and
-//! uses no CPU.
+//! Built on the driver's futures: each wait is an [`Event::wait_async`]
+//! future, woken by the context's reactor (a stream writes a flag into mapped
+//! pinned memory after the event; the reactor thread sees it). The waker
+//! queues the wait's id and wakes this thread, which polls that future and
+//! runs the callback. So the thread neither polls `cuEventQuery` nor sleeps
+//! on a timer: it waits on a condvar, and uses no CPU while nothing is ready.
 
 use crate::error::{Error, Result};
 use crate::pool::PooledEvent;
+use driver::Completion;
 use driver::Event;
 use std::any::Any;
+use std::collections::HashMap;
 use std::collections::HashSet;
 use std::fmt;
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// The first sleep between polls once quick polls found nothing.
+/// The shortest safety-net interval [`AsyncEventWaiter::with_max_backoff`]
+/// accepts.
 pub const MIN_BACKOFF: Duration = Duration::from_micros(20);
-/// The longest sleep between polls, unless set with
-/// [`AsyncEventWaiter::with_max_backoff`].
+/// The default safety-net interval: how long the thread waits for a wake-up
+/// before it polls every pending wait anyway. Wake-ups come from the reactor,
+/// so this does not set the latency.
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_micros(500);
-/// Polls that only yield the thread before the first sleep: events often
-/// complete within microseconds of being waited on.
-const QUICK_POLLS: u32 = 16;
 
 /// Something holding an event alive: the waiter keeps it until the event has
 /// completed, and drops it just before running the callback (or when the wait
@@ -156,10 +161,11 @@ pub struct WaiterMetrics {
     pub cancelled: u64,
     /// Callbacks that panicked (caught; the waiter kept running).
     pub panics: u64,
-    /// Event queries that failed; the callback ran anyway (the event will not
-    /// complete more than that).
+    /// Waits that failed (the event's stream failed, or the wait could not
+    /// be started); the callback ran anyway (the event will not complete
+    /// more than that).
     pub query_errors: u64,
-    /// Rounds of `cuEventQuery` over the pending waits.
+    /// Rounds in which the thread polled the futures of woken waits.
     pub polls: u64,
 }
 
@@ -169,6 +175,9 @@ struct Wait {
     id: WaitId,
     event: Box<dyn WaitEvent>,
     callback: Callback,
+    /// The reactor's wait, started by the thread when it picks the wait up.
+    completion: Option<Completion>,
+    waker: Waker,
 }
 
 #[derive(Default)]
@@ -177,7 +186,25 @@ struct Queue {
     incoming: Vec<Wait>,
     /// Waits not yet fired or cancelled.
     live: HashSet<WaitId>,
+    /// Waits whose future was woken since the thread last looked.
+    woken: Vec<WaitId>,
     shutdown: bool,
+}
+
+/// Queues its wait's id and wakes the waiter's thread.
+struct WakeWait {
+    id: WaitId,
+    shared: Arc<Shared>,
+}
+
+impl Wake for WakeWait {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.shared.lock().woken.push(self.id);
+        self.shared.wake.notify_one();
+    }
 }
 
 #[derive(Default)]
@@ -246,9 +273,10 @@ impl AsyncEventWaiter {
         Self::with_max_backoff(DEFAULT_MAX_BACKOFF)
     }
 
-    /// Like [`try_new`](Self::try_new), with the longest sleep between polls
-    /// set to `max_backoff` (at least [`MIN_BACKOFF`]): shorter reacts sooner,
-    /// longer wakes less while events are pending.
+    /// Like [`try_new`](Self::try_new), with the safety-net interval set to
+    /// `max_backoff` (at least [`MIN_BACKOFF`]): how long the thread waits for
+    /// the reactor's wake-up before polling every pending wait anyway. The
+    /// reactor sets the latency, not this.
     pub fn with_max_backoff(max_backoff: Duration) -> Result<AsyncEventWaiter> {
         let shared = Arc::new(Shared::default());
         let for_thread = Arc::clone(&shared);
@@ -278,6 +306,11 @@ impl AsyncEventWaiter {
             id,
             event: Box::new(event),
             callback: Box::new(callback),
+            completion: None,
+            waker: Waker::from(Arc::new(WakeWait {
+                id,
+                shared: Arc::clone(&self.shared),
+            })),
         };
         {
             let mut queue = self.shared.lock();
@@ -356,81 +389,112 @@ impl Drop for AsyncEventWaiter {
     }
 }
 
-/// The background thread: pick up waits, poll, fire, back off.
-fn run(shared: &Shared, max_backoff: Duration) {
-    let mut pending: Vec<Wait> = Vec::new();
-    let mut quick = 0u32;
-    let mut backoff = MIN_BACKOFF;
+/// The background thread: pick up waits, start their futures, poll the
+/// woken ones, fire.
+fn run(shared: &Arc<Shared>, max_backoff: Duration) {
+    let mut pending: HashMap<WaitId, Wait> = HashMap::new();
     loop {
-        {
+        let (fresh, woken) = {
             let mut queue = shared.lock();
             loop {
-                if !queue.incoming.is_empty() {
-                    pending.append(&mut queue.incoming);
-                    quick = 0;
-                    backoff = MIN_BACKOFF;
+                // Cancelled waits leave without firing: dropping a wait drops
+                // its future, which cancels the reactor's wait.
+                pending.retain(|id, _| queue.live.contains(id));
+                let fresh: Vec<Wait> = std::mem::take(&mut queue.incoming)
+                    .into_iter()
+                    .filter(|w| queue.live.contains(&w.id))
+                    .collect();
+                let woken = std::mem::take(&mut queue.woken);
+                if !fresh.is_empty() || !woken.is_empty() {
+                    break (fresh, woken);
                 }
-                // Cancelled waits leave without their event being polled.
-                pending.retain(|w| queue.live.contains(&w.id));
-                if !pending.is_empty() {
-                    break;
-                }
-                if queue.shutdown {
+                if pending.is_empty() && queue.shutdown {
                     return;
                 }
-                queue = shared.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
+                let (guard, timeout) = shared
+                    .wake
+                    .wait_timeout(queue, max_backoff)
+                    .unwrap_or_else(|p| p.into_inner());
+                queue = guard;
+                if timeout.timed_out() && !pending.is_empty() {
+                    // The safety net: look at every pending wait.
+                    break (Vec::new(), pending.keys().copied().collect());
+                }
+            }
+        };
+        shared.polls.fetch_add(1, Ordering::Relaxed);
+        let mut finished = Vec::new();
+        for mut wait in fresh {
+            start(shared, &mut wait);
+            poll(shared, wait, &mut pending, &mut finished);
+        }
+        for id in woken {
+            if let Some(wait) = pending.remove(&id) {
+                poll(shared, wait, &mut pending, &mut finished);
             }
         }
-        let finished = poll(shared, &mut pending);
         if !finished.is_empty() {
             fire(shared, finished);
-            quick = 0;
-            backoff = MIN_BACKOFF;
-            continue;
         }
-        if quick < QUICK_POLLS {
-            quick += 1;
-            std::thread::yield_now();
-            continue;
-        }
-        // Sleep, but wake for a new wait or a cancellation.
-        let queue = shared.lock();
-        if queue.incoming.is_empty() && queue.live.len() == pending.len() {
-            drop(
-                shared
-                    .wake
-                    .wait_timeout(queue, backoff)
-                    .unwrap_or_else(|p| p.into_inner()),
-            );
-        }
-        backoff = (backoff * 2).min(max_backoff);
     }
 }
 
-/// Move the waits whose events have completed out of `pending`.
-fn poll(shared: &Shared, pending: &mut Vec<Wait>) -> Vec<Wait> {
-    shared.polls.fetch_add(1, Ordering::Relaxed);
-    let mut finished = Vec::new();
-    let mut i = 0;
-    while i < pending.len() {
-        let complete = match pending[i].event.event().query() {
-            Ok(complete) => complete,
-            Err(err) => {
-                shared.query_errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
-                    "cuda-streams: async waiter: querying the event of {}: {err}; running its callback",
-                    pending[i].id
-                );
-                true
-            }
-        };
-        if complete {
-            finished.push(pending.swap_remove(i));
-        } else {
-            i += 1;
+/// Start the reactor's wait for `wait`'s event. User code runs here (the
+/// `WaitEvent::event` accessor), so panics are caught: a wait that cannot
+/// start is treated as a failed query, and its callback runs.
+fn start(shared: &Shared, wait: &mut Wait) {
+    let started = catch_unwind(AssertUnwindSafe(|| wait.event.event().wait_async()));
+    match started {
+        Ok(Ok(completion)) => wait.completion = Some(completion),
+        Ok(Err(err)) => {
+            shared.query_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "async waiter: waiting for the event of {}: {err}; running its callback",
+                wait.id
+            );
+        }
+        Err(payload) => {
+            shared.query_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "async waiter: the event of {} panicked: {}; running its callback",
+                wait.id,
+                panic_message(payload.as_ref())
+            );
+            // Dropping a panic payload can itself panic.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
         }
     }
-    finished
+}
+
+/// Poll `wait`'s future: finished waits go to `finished`, others back to
+/// `pending` (their waker brings them back).
+fn poll(
+    shared: &Shared,
+    mut wait: Wait,
+    pending: &mut HashMap<WaitId, Wait>,
+    finished: &mut Vec<Wait>,
+) {
+    let Some(completion) = wait.completion.as_mut() else {
+        finished.push(wait);
+        return;
+    };
+    let waker = wait.waker.clone();
+    match Pin::new(completion).poll(&mut TaskContext::from_waker(&waker)) {
+        Poll::Pending => {
+            pending.insert(wait.id, wait);
+        }
+        Poll::Ready(outcome) => {
+            if let Err(err) = outcome {
+                shared.query_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "async waiter: the event of {} failed: {err}; running its callback",
+                    wait.id
+                );
+            }
+            wait.completion = None;
+            finished.push(wait);
+        }
+    }
 }
 
 /// Run the callbacks of finished waits that were not cancelled meanwhile, in
@@ -449,11 +513,20 @@ fn fire(shared: &Shared, finished: Vec<Wait>) {
             id,
             event,
             callback,
+            completion,
+            waker,
         } = wait;
+        drop((completion, waker));
         // The event has done its job; released and counted first, so a
         // callback that signals someone leaves nothing behind and is already
-        // counted.
-        drop(event);
+        // counted. Its Drop is user code: a panic there is caught.
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(event))) {
+            tracing::warn!(
+                "async waiter: dropping the event of {id} panicked: {}",
+                panic_message(payload.as_ref())
+            );
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+        }
         shared.fired.fetch_add(1, Ordering::Relaxed);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(callback)) {
             shared.panics.fetch_add(1, Ordering::Relaxed);
