@@ -31,6 +31,12 @@ const QUICK_POLLS: u32 = 16;
 /// completed, and drops it just before running the callback (or when the wait
 /// is cancelled).
 ///
+/// `event()` and `Drop` run on the waiter's thread. A panic in either is
+/// caught, counted in [`WaiterMetrics::event_panics`] and logged (a `tracing`
+/// error); the waiter keeps serving the other waits. A wait whose `event()`
+/// panics is treated like one whose query failed: its callback runs at once,
+/// since nothing will tell when that event completes.
+///
 /// Implemented for [`Event`], [`PooledEvent`] and `Arc`s of them; implement
 /// it to keep other things alive until the event completes, such as the host
 /// buffer a copy reads:
@@ -154,8 +160,12 @@ pub struct WaiterMetrics {
     pub fired: u64,
     /// Waits cancelled before firing.
     pub cancelled: u64,
-    /// Callbacks that panicked (caught; the waiter kept running).
+    /// Callbacks that panicked, when run or when dropped unrun after a
+    /// cancellation (caught; the waiter kept running).
     pub panics: u64,
+    /// Panics of [`WaitEvent::event`] or of a waited-on value's `Drop`
+    /// (caught; the waiter kept running).
+    pub event_panics: u64,
     /// Event queries that failed; the callback ran anyway (the event will not
     /// complete more than that).
     pub query_errors: u64,
@@ -188,6 +198,7 @@ struct Shared {
     fired: AtomicU64,
     cancelled: AtomicU64,
     panics: AtomicU64,
+    event_panics: AtomicU64,
     query_errors: AtomicU64,
     polls: AtomicU64,
 }
@@ -322,6 +333,7 @@ impl AsyncEventWaiter {
             fired: s.fired.load(Ordering::Relaxed),
             cancelled: s.cancelled.load(Ordering::Relaxed),
             panics: s.panics.load(Ordering::Relaxed),
+            event_panics: s.event_panics.load(Ordering::Relaxed),
             query_errors: s.query_errors.load(Ordering::Relaxed),
             polls: s.polls.load(Ordering::Relaxed),
         }
@@ -347,10 +359,10 @@ impl Drop for AsyncEventWaiter {
         self.shared.lock().shutdown = true;
         self.shared.wake.notify_one();
         if let Some(thread) = self.thread.take() {
-            // The thread catches callback panics, so joining cannot fail
-            // except through a bug; never panic in drop.
+            // The thread catches the panics of user code, so joining cannot
+            // fail except through a bug; never panic in drop.
             if thread.join().is_err() {
-                eprintln!("cuda-streams: the async event waiter's thread panicked");
+                tracing::error!("the async event waiter's thread panicked");
             }
         }
     }
@@ -361,6 +373,7 @@ fn run(shared: &Shared, max_backoff: Duration) {
     let mut pending: Vec<Wait> = Vec::new();
     let mut quick = 0u32;
     let mut backoff = MIN_BACKOFF;
+    let mut cancelled: Vec<Wait> = Vec::new();
     loop {
         {
             let mut queue = shared.lock();
@@ -371,8 +384,15 @@ fn run(shared: &Shared, max_backoff: Duration) {
                     backoff = MIN_BACKOFF;
                 }
                 // Cancelled waits leave without their event being polled.
-                pending.retain(|w| queue.live.contains(&w.id));
-                if !pending.is_empty() {
+                let mut i = 0;
+                while i < pending.len() {
+                    if queue.live.contains(&pending[i].id) {
+                        i += 1;
+                    } else {
+                        cancelled.push(pending.swap_remove(i));
+                    }
+                }
+                if !pending.is_empty() || !cancelled.is_empty() {
                     break;
                 }
                 if queue.shutdown {
@@ -380,6 +400,13 @@ fn run(shared: &Shared, max_backoff: Duration) {
                 }
                 queue = shared.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
             }
+        }
+        // Their drops are user code: outside the lock, panics caught.
+        for wait in cancelled.drain(..) {
+            discard(shared, wait);
+        }
+        if pending.is_empty() {
+            continue;
         }
         let finished = poll(shared, &mut pending);
         if !finished.is_empty() {
@@ -413,13 +440,24 @@ fn poll(shared: &Shared, pending: &mut Vec<Wait>) -> Vec<Wait> {
     let mut finished = Vec::new();
     let mut i = 0;
     while i < pending.len() {
-        let complete = match pending[i].event.event().query() {
-            Ok(complete) => complete,
-            Err(err) => {
+        let wait = &pending[i];
+        let complete = match catch(|| wait.event.event().query()) {
+            Ok(Ok(complete)) => complete,
+            Ok(Err(err)) => {
                 shared.query_errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
-                    "cuda-streams: async waiter: querying the event of {}: {err}; running its callback",
-                    pending[i].id
+                tracing::error!(
+                    wait = wait.id.0,
+                    "async waiter: querying the event of {}: {err}; running its callback",
+                    wait.id
+                );
+                true
+            }
+            Err(message) => {
+                shared.event_panics.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    wait = wait.id.0,
+                    "async waiter: WaitEvent::event of {} panicked: {message}; running its callback",
+                    wait.id
                 );
                 true
             }
@@ -453,16 +491,54 @@ fn fire(shared: &Shared, finished: Vec<Wait>) {
         // The event has done its job; released and counted first, so a
         // callback that signals someone leaves nothing behind and is already
         // counted.
-        drop(event);
+        drop_event(shared, id, event);
         shared.fired.fetch_add(1, Ordering::Relaxed);
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(callback)) {
+        if let Err(message) = catch(callback) {
             shared.panics.fetch_add(1, Ordering::Relaxed);
-            eprintln!(
-                "cuda-streams: async waiter: the callback of {id} panicked: {}",
-                panic_message(payload.as_ref())
+            tracing::error!(
+                wait = id.0,
+                "async waiter: the callback of {id} panicked: {message}"
             );
         }
     }
+}
+
+/// Drop a cancelled wait: its event and its callback, unrun.
+fn discard(shared: &Shared, wait: Wait) {
+    let Wait {
+        id,
+        event,
+        callback,
+    } = wait;
+    drop_event(shared, id, event);
+    if let Err(message) = catch(move || drop(callback)) {
+        shared.panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            wait = id.0,
+            "async waiter: dropping the cancelled callback of {id} panicked: {message}"
+        );
+    }
+}
+
+/// Drop what a wait held alive; its `Drop` is user code.
+fn drop_event(shared: &Shared, id: WaitId, event: Box<dyn WaitEvent>) {
+    if let Err(message) = catch(move || drop(event)) {
+        shared.event_panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            wait = id.0,
+            "async waiter: dropping the event of {id} panicked: {message}"
+        );
+    }
+}
+
+/// Run user code on the waiter's thread, turning a panic into its message.
+fn catch<R>(f: impl FnOnce() -> R) -> std::result::Result<R, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
+        let message = panic_message(payload.as_ref());
+        // Dropping a panic payload can itself panic.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+        message
+    })
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
