@@ -60,7 +60,7 @@ fn dropping_the_last_context_in_a_callback_calls_no_driver_from_it() {
             "a driver call was made from the callback"
         );
     } else {
-        println!("on the GPU only the absence of a crash is checked here");
+        eprintln!("on the GPU only the absence of a crash is checked here");
     }
     // The device is usable again afterwards.
     let ctx = Context::new(0).unwrap();
