@@ -1,12 +1,16 @@
 //! `cargo xtask gpu-bundle`: everything the H200 runs, in one folder.
 //!
 //! The GPU machine has no Rust toolchain, so we build here: every test binary
-//! of the workspace, the facade's examples (its `examples` test runs them), the
-//! bench binaries and the CLI, in release mode, stripped,
-//! next to `run.sh` (which sets `CUDA_STREAMS_DRIVER=cuda` so that a missing GPU
-//! fails instead of passing on the software driver).
+//! of the workspace, the doc tests (README, the `docs/*.md` guides the crates
+//! include, rustdoc examples: see `doctests.rs`), the facade's examples (its
+//! `examples` test runs them), the bench binaries and the CLI, in release mode,
+//! stripped, next to `run.sh` (which sets `CUDA_STREAMS_DRIVER=cuda` so that a
+//! missing GPU fails instead of passing on the software driver).
+//!
+//! Nothing in the bundle reads the source tree: it may be built in any
+//! checkout and run where none is (tests embed what they compare against).
 
-use crate::{Result, cuda_toolchain::run, workspace_root};
+use crate::{Result, cuda_toolchain::run, doctests, workspace_root};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -21,7 +25,7 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
         std::fs::remove_dir_all(&out)
             .map_err(|e| format!("cannot clear {}: {e}", out.display()))?;
     }
-    for dir in ["tests", "examples", "benches", "bin"] {
+    for dir in ["tests", "doctests", "examples", "benches", "bin"] {
         std::fs::create_dir_all(out.join(dir)).map_err(|e| format!("cannot create {dir}: {e}"))?;
     }
 
@@ -36,6 +40,10 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
         .collect();
     for test in &tests {
         copy_stripped(&test.path, &out.join("tests").join(&test.name))?;
+    }
+    let doctests = doctests::build(&root, &root.join("target").join("gpu-bundle-doctests"))?;
+    for doctest in &doctests {
+        copy_stripped(&doctest.path, &out.join("doctests").join(&doctest.name))?;
     }
     for example in built.iter().filter(|b| b.kind == "example") {
         copy_stripped(&example.path, &out.join("examples").join(&example.target))?;
@@ -70,8 +78,9 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
         .unwrap_or_default();
     let unpacked = dir_size(&out)?;
     let manifest = format!(
-        "commit {commit}, {} test binaries, {} bench binaries, {:.1} MiB unpacked\n",
+        "commit {commit}, {} test binaries, {} doc-test binaries, {} bench binaries, {:.1} MiB unpacked\n",
         tests.len(),
+        doctests.len(),
         benches.len(),
         unpacked as f64 / (1 << 20) as f64
     );
@@ -79,7 +88,12 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
         .map_err(|e| format!("cannot write MANIFEST: {e}"))?;
     // Some 60 test binaries of ~1.3 MiB each exceed what the device tool carries;
     // they compress about 4x, and run.sh unpacks them on the GPU machine.
-    pack(&out, &["tests", "examples", "benches", "bin", "MANIFEST"])?;
+    pack(
+        &out,
+        &[
+            "tests", "doctests", "examples", "benches", "bin", "MANIFEST",
+        ],
+    )?;
     let size = dir_size(&out)?;
     if size > SIZE_LIMIT {
         return Err(format!(

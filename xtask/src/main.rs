@@ -6,6 +6,7 @@
 mod bench_report;
 mod build_kernels;
 mod cuda_toolchain;
+mod doctests;
 mod gen_bindings;
 mod gpu_bundle;
 
@@ -19,8 +20,9 @@ Commands:
   bindgen [--check]        regenerate cuda-sys/src/{bindings,driver_table,error_names}.rs
                            from CUDA 13.0's cuda.h; --check fails when the committed
                            files differ from a fresh generation
-  gpu-bundle [--no-bench]  build every test binary, the benches and the CLI in release
-                           mode into target/gpu-bundle with run.sh (see shared/gpu/README.md)
+  gpu-bundle [--no-bench]  build every test binary, the doc tests, the benches and the CLI
+                           in release mode into target/gpu-bundle with run.sh
+                           (see shared/gpu/README.md and docs/testing.md)
   build-kernels [--check]  compile kernels/*.cu with nvcc 13.0 into kernels/*.fatbin
                            (SASS sm_80..sm_120, PTX compute_80); --check rebuilds
                            and fails naming each committed image that is stale

@@ -65,6 +65,11 @@ pub struct DeviceInfo {
 /// waits for the device to finish the context's work and releases the primary
 /// context.
 ///
+/// When that last `Arc` is dropped inside a stream callback, where CUDA
+/// forbids driver calls, the wait and the release happen on a short-lived
+/// thread (`cuda-streams-context-release`) instead, once the callback has
+/// returned; the drop itself makes no driver call.
+///
 /// ```
 /// use cuda_streams_driver::Context;
 /// let ctx = Context::new(0).unwrap();
@@ -313,9 +318,9 @@ impl Context {
     }
 
     /// For a destructor, which has nowhere to return an error: bind, then make
-    /// the driver call `release` that frees `what` ("event 0x..."), printing a
-    /// failure of either on stderr (`doing` names the call: "destroying").
-    /// When binding fails nothing is called and `what` is leaked.
+    /// the driver call `release` that frees `what` ("event 0x..."), logging a
+    /// failure of either (a `tracing` error; `doing` names the call:
+    /// "destroying"). When binding fails nothing is called and `what` is leaked.
     pub(crate) fn release_in_drop(
         &self,
         what: fmt::Arguments<'_>,
@@ -323,46 +328,96 @@ impl Context {
         release: impl FnOnce(&Driver) -> CUresult,
     ) {
         if let Err(err) = self.bind() {
-            eprintln!("cuda-streams: leaking {what}: {err}");
+            tracing::error!(context = self.id, "leaking {what}: {err}");
             return;
         }
         if let Err(err) = self.check(release(self.driver())) {
-            eprintln!("cuda-streams: {doing} {what}: {err}");
+            tracing::error!(context = self.id, "{doing} {what}: {err}");
         }
     }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // Pending work (stream-ordered frees, callbacks) finishes before the
-        // context can go away.
-        match self.bind() {
+        let release = Release {
+            driver: self.driver,
+            device: self.device,
+            raw: self.raw,
+            id: self.id,
+            reactor: self.reactor.take(),
+        };
+        let bound = CURRENT.with(|current| current.replace(0) == self.id);
+        if !in_stream_callback() {
+            release.run(bound);
+            return;
+        }
+        // CUDA forbids driver calls in a stream callback, and this one would
+        // wait for the very stream running it: hand the release to a thread
+        // of its own, whose cuCtxSynchronize returns once the callback has.
+        let id = self.id;
+        let spawned = std::thread::Builder::new()
+            .name("cuda-streams-context-release".into())
+            .spawn(move || release.run(false));
+        if let Err(err) = spawned {
+            tracing::error!(
+                context = id,
+                "cannot start a thread to release context {id} outside a stream callback: {err}; \
+                 its primary context stays retained"
+            );
+        }
+    }
+}
+
+/// What releasing a context's retain of the primary context needs, apart from
+/// the `Context`, so that it can move to another thread.
+struct Release {
+    driver: LoadedDriver,
+    device: CUdevice,
+    raw: CUcontext,
+    id: u64,
+    /// Shut down once the context's work (and so every flag write) is done.
+    reactor: Option<crate::reactor::Reactor>,
+}
+
+// SAFETY: a context handle may be used from any thread (see `Context`); the
+// retain it stands for is released exactly once, by `run`, on whichever thread
+// holds the `Release`.
+unsafe impl Send for Release {}
+
+impl Release {
+    /// Wait for the context's work (stream-ordered frees, callbacks) and
+    /// release the retain taken in `Context::create`. `bound`: the calling
+    /// thread has the context current already. Never from a stream callback.
+    fn run(self, bound: bool) {
+        let table = self.driver.table;
+        let id = self.id;
+        let check = |code: CUresult| table.check(code);
+        let current = if bound {
+            Ok(())
+        } else {
+            // SAFETY: `raw` is a primary context retained until the release below.
+            check(unsafe { (table.cuCtxSetCurrent)(self.raw) })
+        };
+        match current {
             Ok(()) => {
-                // SAFETY: no arguments; the context is current.
-                if let Err(err) = self.check(unsafe { (self.driver.table.cuCtxSynchronize)() }) {
-                    eprintln!(
-                        "cuda-streams: synchronizing context {} on drop: {err}",
-                        self.id
-                    );
+                // SAFETY: no arguments; the context is current on this thread.
+                if let Err(err) = check(unsafe { (table.cuCtxSynchronize)() }) {
+                    tracing::error!(context = id, "synchronizing context {id} on drop: {err}");
                 }
             }
-            Err(err) => eprintln!("cuda-streams: context {} dropped: {err}", self.id),
+            Err(err) => tracing::error!(context = id, "binding context {id} on drop: {err}"),
         }
         // Every future holds the context, so none is left; after the
         // synchronize above every flag write has landed.
-        if let Some(reactor) = self.reactor.take() {
+        if let Some(reactor) = self.reactor {
             reactor.shutdown();
         }
-        // SAFETY: releases the retain taken in `create`, once.
-        let code = unsafe { (self.driver.table.cuDevicePrimaryCtxRelease)(self.device) };
-        if let Err(err) = self.check(code) {
-            eprintln!("cuda-streams: releasing context {}: {err}", self.id);
+        // SAFETY: releases the retain taken in `create`, once: `Release` is
+        // made once per `Context`, in its `Drop`, and consumed here.
+        let code = unsafe { (table.cuDevicePrimaryCtxRelease)(self.device) };
+        if let Err(err) = check(code) {
+            tracing::error!(context = id, "releasing context {id}: {err}");
         }
-        CURRENT.with(|current| {
-            if current.get() == self.id {
-                current.set(0);
-            }
-        });
     }
 }
 

@@ -159,8 +159,12 @@ pub struct WaiterMetrics {
     pub fired: u64,
     /// Waits cancelled before firing.
     pub cancelled: u64,
-    /// Callbacks that panicked (caught; the waiter kept running).
+    /// Callbacks that panicked, when run or when dropped unrun after a
+    /// cancellation (caught; the waiter kept running).
     pub panics: u64,
+    /// Panics of [`WaitEvent::event`] or of a waited-on value's `Drop`
+    /// (caught; the waiter kept running).
+    pub event_panics: u64,
     /// Waits that failed (the event's stream failed, or the wait could not
     /// be started); the callback ran anyway (the event will not complete
     /// more than that).
@@ -215,6 +219,7 @@ struct Shared {
     fired: AtomicU64,
     cancelled: AtomicU64,
     panics: AtomicU64,
+    event_panics: AtomicU64,
     query_errors: AtomicU64,
     polls: AtomicU64,
 }
@@ -355,6 +360,7 @@ impl AsyncEventWaiter {
             fired: s.fired.load(Ordering::Relaxed),
             cancelled: s.cancelled.load(Ordering::Relaxed),
             panics: s.panics.load(Ordering::Relaxed),
+            event_panics: s.event_panics.load(Ordering::Relaxed),
             query_errors: s.query_errors.load(Ordering::Relaxed),
             polls: s.polls.load(Ordering::Relaxed),
         }
@@ -383,7 +389,7 @@ impl Drop for AsyncEventWaiter {
             // The thread catches callback panics, so joining cannot fail
             // except through a bug; never panic in drop.
             if thread.join().is_err() {
-                eprintln!("cuda-streams: the async event waiter's thread panicked");
+                tracing::error!("the async event waiter's thread panicked");
             }
         }
     }
@@ -393,19 +399,28 @@ impl Drop for AsyncEventWaiter {
 /// woken ones, fire.
 fn run(shared: &Arc<Shared>, max_backoff: Duration) {
     let mut pending: HashMap<WaitId, Wait> = HashMap::new();
+    let mut discarded: Vec<Wait> = Vec::new();
     loop {
         let (fresh, woken) = {
             let mut queue = shared.lock();
             loop {
                 // Cancelled waits leave without firing: dropping a wait drops
-                // its future, which cancels the reactor's wait.
-                pending.retain(|id, _| queue.live.contains(id));
-                let fresh: Vec<Wait> = std::mem::take(&mut queue.incoming)
-                    .into_iter()
-                    .filter(|w| queue.live.contains(&w.id))
+                // its future, which cancels the reactor's wait. Their events
+                // and callbacks are user values, dropped below, outside the
+                // lock (a panicking Drop must not poison it).
+                let gone: Vec<WaitId> = pending
+                    .keys()
+                    .filter(|id| !queue.live.contains(id))
+                    .copied()
                     .collect();
+                discarded.extend(gone.iter().filter_map(|id| pending.remove(id)));
+                let (fresh, cancelled): (Vec<Wait>, Vec<Wait>) =
+                    std::mem::take(&mut queue.incoming)
+                        .into_iter()
+                        .partition(|w| queue.live.contains(&w.id));
+                discarded.extend(cancelled);
                 let woken = std::mem::take(&mut queue.woken);
-                if !fresh.is_empty() || !woken.is_empty() {
+                if !fresh.is_empty() || !woken.is_empty() || !discarded.is_empty() {
                     break (fresh, woken);
                 }
                 if pending.is_empty() && queue.shutdown {
@@ -422,6 +437,9 @@ fn run(shared: &Arc<Shared>, max_backoff: Duration) {
                 }
             }
         };
+        for wait in discarded.drain(..) {
+            discard(shared, wait);
+        }
         shared.polls.fetch_add(1, Ordering::Relaxed);
         let mut finished = Vec::new();
         for mut wait in fresh {
@@ -454,7 +472,7 @@ fn start(shared: &Shared, wait: &mut Wait) {
             );
         }
         Err(payload) => {
-            shared.query_errors.fetch_add(1, Ordering::Relaxed);
+            shared.event_panics.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 "async waiter: the event of {} panicked: {}; running its callback",
                 wait.id,
@@ -520,21 +538,51 @@ fn fire(shared: &Shared, finished: Vec<Wait>) {
         // The event has done its job; released and counted first, so a
         // callback that signals someone leaves nothing behind and is already
         // counted. Its Drop is user code: a panic there is caught.
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(event))) {
+        drop_caught(shared, id, event);
+        shared.fired.fetch_add(1, Ordering::Relaxed);
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(callback)) {
+            shared.panics.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
-                "async waiter: dropping the event of {id} panicked: {}",
+                "async waiter: the callback of {id} panicked: {}",
                 panic_message(payload.as_ref())
             );
             let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
         }
-        shared.fired.fetch_add(1, Ordering::Relaxed);
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(callback)) {
-            shared.panics.fetch_add(1, Ordering::Relaxed);
-            eprintln!(
-                "cuda-streams: async waiter: the callback of {id} panicked: {}",
-                panic_message(payload.as_ref())
-            );
-        }
+    }
+}
+
+/// Drop a waited-on value, which is user code: a panic is caught and counted.
+fn drop_caught<T>(shared: &Shared, id: WaitId, value: T) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        shared.event_panics.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            "async waiter: dropping the event of {id} panicked: {}",
+            panic_message(payload.as_ref())
+        );
+        // Dropping a panic payload can itself panic.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    }
+}
+
+/// A cancelled wait: its event and its callback (never run) are dropped, each
+/// caught, since both are user values.
+fn discard(shared: &Shared, wait: Wait) {
+    let Wait {
+        id,
+        event,
+        callback,
+        completion,
+        waker,
+    } = wait;
+    drop((completion, waker));
+    drop_caught(shared, id, event);
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(callback))) {
+        shared.panics.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            "async waiter: dropping the callback of cancelled wait {id} panicked: {}",
+            panic_message(payload.as_ref())
+        );
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
     }
 }
 

@@ -107,6 +107,69 @@ fn a_panicking_callback_is_caught_and_the_waiter_goes_on() {
     assert_eq!((m.fired, m.panics), (2, 1));
 }
 
+/// A waited-on value whose `event()` or `Drop` panics: user code the waiter
+/// runs on its own thread.
+struct Faulty {
+    event: Event,
+    panic_in_event: bool,
+    panic_in_drop: bool,
+}
+
+impl events::WaitEvent for Faulty {
+    fn event(&self) -> &Event {
+        assert!(!self.panic_in_event, "event() panics on purpose");
+        &self.event
+    }
+}
+
+impl Drop for Faulty {
+    fn drop(&mut self) {
+        if self.panic_in_drop {
+            panic!("Drop panics on purpose");
+        }
+    }
+}
+
+#[test]
+fn a_panicking_event_or_drop_is_caught_and_later_waits_still_fire() {
+    let ctx = ctx();
+    let s = streams(&ctx, 1);
+    let waiter = AsyncEventWaiter::new();
+    let (tx, rx) = mpsc::channel();
+    // event() panics: the wait cannot be polled, so it fires (as a failed
+    // query does) and the thread goes on.
+    let faulty = |panic_in_event, panic_in_drop| Faulty {
+        event: s[0].record_event().unwrap(),
+        panic_in_event,
+        panic_in_drop,
+    };
+    let t = tx.clone();
+    waiter.wait_async(faulty(true, false), move || t.send("event").unwrap());
+    assert_eq!(rx.recv_timeout(HANG).unwrap(), "event");
+    // Drop panics when the waiter releases it before the callback.
+    let t = tx.clone();
+    waiter.wait_async(faulty(false, true), move || t.send("drop").unwrap());
+    assert_eq!(rx.recv_timeout(HANG).unwrap(), "drop");
+    // Drop panics when a cancelled wait is discarded.
+    let gate = Gate::close(&s[0]);
+    let id = waiter.wait_async(faulty(false, true), || unreachable!("cancelled"));
+    assert!(waiter.cancel_wait(id));
+    gate.open();
+    // The waiter is alive: a later wait still fires.
+    let t = tx.clone();
+    waiter.wait_async(s[0].record_event().unwrap(), move || {
+        t.send("later").unwrap()
+    });
+    assert_eq!(
+        rx.recv_timeout(HANG)
+            .expect("the waiter survived the panics"),
+        "later"
+    );
+    let m = waiter.metrics();
+    assert_eq!((m.fired, m.cancelled, m.pending), (3, 1, 0));
+    assert_eq!((m.event_panics, m.panics), (3, 0));
+}
+
 #[test]
 fn drop_runs_pending_callbacks_once_their_events_complete() {
     let ctx = ctx();

@@ -13,13 +13,16 @@ struct Key {
     device: DeviceBuffer<u8>,
     /// Recorded after the key's upload.
     ready: Event,
+    /// The streams that waited for the latest upload ([`BatchUploader::wait_key`]):
+    /// they may still read `device`, so the next upload waits for them.
+    consumers: Vec<Arc<Stream>>,
 }
 
 /// Uploads batches of named arrays: one stacked copy per key from pinned
 /// staging, each key on the stream the plan assigned it.
 ///
 /// Everything per-batch was decided in [`new`](Self::new): the
-/// [`TransferPlan`] (logged once, to stderr), the streams (created once and
+/// [`TransferPlan`] (logged once, as a `tracing` event), the streams (created once and
 /// kept), the key-to-stream assignment, and the staging and device buffers.
 /// [`upload_batch`](Self::upload_batch) is then a memcpy per sample into
 /// staging and one `cuMemcpyHtoDAsync` per key.
@@ -31,6 +34,13 @@ struct Key {
 /// ones. They do **not** add bandwidth: copies in one direction share one
 /// copy engine, so the batch as a whole takes as long on four streams as on
 /// one.
+///
+/// A stream that reads a key's device buffer declares itself with
+/// [`wait_key`](Self::wait_key) or [`wait_all`](Self::wait_all) before it
+/// reads. The next upload of that key waits (on the GPU, through an event
+/// recorded on the consumer) for everything the consumer had enqueued by then,
+/// so it never overwrites a batch still being read. Reads on a stream that did
+/// not wait are ordered after nothing and race with the uploads.
 ///
 /// ```
 /// use driver::Context;
@@ -56,8 +66,8 @@ pub struct BatchUploader {
 }
 
 impl BatchUploader {
-    /// Plan once with `config` and set up the streams and buffers; prints the
-    /// decision once.
+    /// Plan once with `config` and set up the streams and buffers; logs the
+    /// decision once (a `tracing` info event).
     pub fn new(
         ctx: &Arc<Context>,
         arrays: &[ArraySpec],
@@ -71,7 +81,7 @@ impl BatchUploader {
             )));
         }
         let plan = plan_transfers(arrays, batch_size, &config);
-        eprintln!("cuda-streams: {plan}");
+        tracing::info!("{plan}");
         let streams = (0..plan.streams)
             .map(|_| Stream::new(ctx))
             .collect::<driver::Result<Vec<_>>>()?;
@@ -85,6 +95,7 @@ impl BatchUploader {
                     staging: PinnedBuffer::new(ctx, bytes)?,
                     device: DeviceBuffer::new(ctx, bytes)?,
                     ready: Event::plain(ctx)?,
+                    consumers: Vec::new(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -104,7 +115,9 @@ impl BatchUploader {
     /// Stack each key's samples into its staging buffer and upload it with
     /// one copy on its stream. Every key must be given, with `batch_size`
     /// samples of the array's sample size. Waits only when a key's staging
-    /// buffer is still being read by the previous batch's upload.
+    /// buffer is still being read by the previous batch's upload. Each key's
+    /// copy is ordered (on the GPU) after the work enqueued so far on the
+    /// streams that waited for its previous upload.
     pub fn upload_batch(&mut self, batch: &[(&str, &[&[u8]])]) -> Result<()> {
         for key in &self.keys {
             let (_, samples) = batch
@@ -145,6 +158,12 @@ impl BatchUploader {
                 chunk.copy_from_slice(sample);
             }
             let stream = &self.streams[key.stream];
+            // The consumers of the previous batch may still read `device`.
+            for consumer in key.consumers.drain(..) {
+                if consumer.id() != stream.id() {
+                    stream.wait_event(&consumer.record_event()?)?;
+                }
+            }
             stream.copy_from_host_async(&mut key.device, &key.staging)?;
             key.ready.record(stream)?;
         }
@@ -152,17 +171,26 @@ impl BatchUploader {
         Ok(())
     }
 
-    /// Make `consumer` wait (on the GPU) until `key`'s latest upload has landed.
-    pub fn wait_key(&self, key: &str, consumer: &Stream) -> Result<()> {
-        let key = self.key(key)?;
-        consumer.wait_event(&key.ready)?;
+    /// Make `consumer` wait (on the GPU) until `key`'s latest upload has
+    /// landed, and declare it a reader of that upload: the next upload of
+    /// `key` waits for the work enqueued on `consumer` until then.
+    pub fn wait_key(&mut self, key: &str, consumer: &Arc<Stream>) -> Result<()> {
+        let index = self.index_of(key)?;
+        Self::consume(&mut self.keys[index], consumer)
+    }
+
+    /// [`wait_key`](Self::wait_key) for every key.
+    pub fn wait_all(&mut self, consumer: &Arc<Stream>) -> Result<()> {
+        for key in &mut self.keys {
+            Self::consume(key, consumer)?;
+        }
         Ok(())
     }
 
-    /// Make `consumer` wait (on the GPU) for every key's latest upload.
-    pub fn wait_all(&self, consumer: &Stream) -> Result<()> {
-        for key in &self.keys {
-            consumer.wait_event(&key.ready)?;
+    fn consume(key: &mut Key, consumer: &Arc<Stream>) -> Result<()> {
+        consumer.wait_event(&key.ready)?;
+        if !key.consumers.iter().any(|c| c.id() == consumer.id()) {
+            key.consumers.push(Arc::clone(consumer));
         }
         Ok(())
     }
@@ -206,10 +234,10 @@ impl BatchUploader {
         self.batches
     }
 
-    fn key(&self, key: &str) -> Result<&Key> {
+    fn index_of(&self, key: &str) -> Result<usize> {
         self.keys
             .iter()
-            .find(|k| k.spec.name == key)
+            .position(|k| k.spec.name == key)
             .ok_or_else(|| mismatch(key, "not one of the planned arrays".into()))
     }
 }

@@ -3,8 +3,10 @@
 
 mod common;
 
-use common::ctx;
+use common::{ctx, spin, spin_kernel};
 use cuda_streams_pipeline::{ArraySpec, BatchUploader, Error, PlannerConfig, plan_transfers};
+use driver::{PinnedBuffer, Stream};
+use std::time::Duration;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -221,4 +223,65 @@ fn batches_are_stacked_and_uploaded_per_key() {
             .contains("\"extra\": not one of the planned arrays"),
         "{err}"
     );
+}
+
+/// A consumer still reading a key's previous batch (held by a slow kernel
+/// before its copy) must see that batch, not the next one: the next upload of
+/// the key waits for the streams that waited for the previous one.
+#[test]
+fn the_next_upload_waits_for_the_consumers_of_the_previous_batch() {
+    let ctx = ctx();
+    let spin_k = spin_kernel(&ctx);
+    let specs = [ArraySpec {
+        name: "raw".into(),
+        shape: vec![4096],
+        element_size: 1,
+    }];
+    for use_streams in [false, true] {
+        let config = PlannerConfig {
+            min_batch_size: if use_streams { 1 } else { 1000 },
+            min_batch_mb: 0.0,
+            max_streams: 2,
+        };
+        let mut uploader = BatchUploader::new(&ctx, &specs, 2, config).unwrap();
+        let consumers = [Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap()];
+        let mut seen: Vec<PinnedBuffer<u8>> = (0..2)
+            .map(|_| PinnedBuffer::new(&ctx, 2 * 4096).unwrap())
+            .collect();
+        for batch in 0..4u8 {
+            let samples: Vec<Vec<u8>> = (0..2).map(|s| vec![batch * 2 + s + 1; 4096]).collect();
+            let refs: Vec<&[u8]> = samples.iter().map(Vec::as_slice).collect();
+            // Batch `batch` overwrites what the consumers of `batch - 1` are
+            // still reading (their kernels spin before their copies).
+            uploader.upload_batch(&[("raw", &refs)]).unwrap();
+            if batch > 0 {
+                for (consumer, seen) in consumers.iter().zip(&seen) {
+                    consumer.synchronize().unwrap();
+                    let expected: Vec<u8> = (0..2)
+                        .flat_map(|s| vec![(batch - 1) * 2 + s + 1; 4096])
+                        .collect();
+                    assert!(
+                        seen.as_slice().unwrap() == &expected[..],
+                        "use_streams {use_streams}: a consumer of batch {} saw the next batch's data",
+                        batch - 1
+                    );
+                }
+            }
+            if batch == 3 {
+                break;
+            }
+            for (i, (consumer, seen)) in consumers.iter().zip(&mut seen).enumerate() {
+                if i == 0 {
+                    uploader.wait_key("raw", consumer).unwrap();
+                } else {
+                    uploader.wait_all(consumer).unwrap();
+                }
+                spin(consumer, &spin_k, Duration::from_millis(100));
+                consumer
+                    .copy_to_host_async(seen, uploader.device_buffer("raw").unwrap())
+                    .unwrap();
+            }
+        }
+        uploader.synchronize().unwrap();
+    }
 }

@@ -13,7 +13,10 @@
 //! - **kernels** run as CPU twins registered with [`register_image`];
 //! - **handles** are checked against registries: a destroyed or foreign handle
 //!   is `CUDA_ERROR_INVALID_HANDLE`, never undefined behaviour;
-//! - [`faults`] injects launch failures, out-of-memory and worker delays.
+//! - [`faults`] injects launch failures, out-of-memory and worker delays;
+//! - a **host function** that calls the driver is refused
+//!   (`CUDA_ERROR_NOT_PERMITTED`, counted by [`refused_in_host_functions`]), as
+//!   CUDA may refuse it.
 //!
 //! Where it differs from a GPU is listed in `docs/testing.md`.
 //!
@@ -62,6 +65,7 @@ mod stream;
 mod stream_api;
 mod stream_memops;
 
+pub use context::{primary_context_retains, refused_in_host_functions};
 pub use device::{DEVICE_NAME, DRIVER_VERSION};
 pub use errors::last_error_detail;
 pub use memory::{

@@ -108,10 +108,13 @@ impl Action {
     fn run(self, faulted: bool) -> Option<Fault> {
         match self {
             Action::Host { f, data } => {
-                // SAFETY: the caller of cuLaunchHostFunc promised that f may be
-                // called with userData once the preceding work is done; an
-                // extern "C" function cannot unwind into us.
-                unsafe { f(data as *mut c_void) };
+                // Marked, so that driver calls from `f` are refused as CUDA may.
+                crate::context::as_host_function(|| {
+                    // SAFETY: the caller of cuLaunchHostFunc promised that f may
+                    // be called with userData once the preceding work is done;
+                    // an extern "C" function cannot unwind into us.
+                    unsafe { f(data as *mut c_void) }
+                });
                 None
             }
             Action::Free(ptr) => {

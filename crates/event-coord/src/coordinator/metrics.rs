@@ -87,6 +87,6 @@ impl Counters {
             .map(|s| (*s).to_owned())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a non-string panic payload".to_owned());
-        eprintln!("cuda-streams: a completion callback of {what} panicked: {message}");
+        tracing::error!("a completion callback of {what} panicked: {message}");
     }
 }

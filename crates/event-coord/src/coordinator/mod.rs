@@ -372,12 +372,16 @@ impl OperationCoordinator {
         };
         if let Err(err) = stream.add_callback(host) {
             // Still exactly once, after the event: wait for it here.
-            eprintln!(
-                "cuda-streams: {id}: scheduling completion callbacks failed ({err}); running them after a host wait"
+            tracing::warn!(
+                operation = id.0,
+                "{id}: scheduling completion callbacks failed ({err}); running them after a host wait"
             );
             if let Some((callbacks, done)) = take_slot(&slot) {
                 if let Err(err) = event.synchronize() {
-                    eprintln!("cuda-streams: {id}: waiting for the completion event: {err}");
+                    tracing::error!(
+                        operation = id.0,
+                        "{id}: waiting for the completion event: {err}"
+                    );
                 }
                 done.store(true, Ordering::Release);
                 run_callbacks(id, callbacks, &self.counters);

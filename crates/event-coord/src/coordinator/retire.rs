@@ -34,7 +34,10 @@ fn lock(lane: &Mutex<Lane>) -> MutexGuard<'_, Lane> {
 /// Whether the GPU has passed `event`; a failed query counts as "not yet".
 fn passed(id: OperationId, event: &PooledEvent) -> bool {
     event.query().unwrap_or_else(|err| {
-        eprintln!("cuda-streams: querying the completion event of {id}: {err}");
+        tracing::error!(
+            operation = id.0,
+            "querying the completion event of {id}: {err}"
+        );
         false
     })
 }

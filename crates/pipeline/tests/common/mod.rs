@@ -7,7 +7,9 @@
 )]
 
 // The plain xorshift64 these tests' data was drawn from (`XorShift::new`).
-pub(crate) use test_support::{ONE_THREAD, XorShift64 as XorShift, ctx, kernel, spin_kernel};
+pub(crate) use test_support::{
+    HANG, ONE_THREAD, XorShift64 as XorShift, ctx, kernel, spin, spin_kernel,
+};
 
 /// `compute(iterations)` on the CPU, bit-identical to the kernel.
 pub(crate) fn reference_compute(iterations: u32, x: &[f32]) -> Vec<f32> {
