@@ -103,7 +103,14 @@ fn a_panicking_callback_is_caught_and_the_waiter_goes_on() {
     let (tx, rx) = mpsc::channel();
     waiter.wait_async(s[0].record_event().unwrap(), move || tx.send(()).unwrap());
     rx.recv_timeout(HANG).unwrap();
-    let m = waiter.metrics();
+    // The two waits' completions may reach the reactor in either order, so
+    // the panicking callback may still be unwinding: wait for its count.
+    let deadline = std::time::Instant::now() + HANG;
+    let mut m = waiter.metrics();
+    while m.panics == 0 && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+        m = waiter.metrics();
+    }
     assert_eq!((m.fired, m.panics), (2, 1));
 }
 
