@@ -109,7 +109,7 @@
 //! Copies into device memory, memsets and writing kernel parameters take
 //! `&mut` of a [`DeviceMemoryMut`]; a shared borrow cannot be written.
 //!
-//! ```compile_fail,E0596
+//! ```compile_fail,E0308
 //! # use cuda_streams_driver::{Context, DeviceBuffer, Stream};
 //! # let ctx = Context::new(0).unwrap();
 //! # let stream = Stream::new(&ctx).unwrap();
