@@ -1,11 +1,12 @@
 //! The allocation handle: device memory that frees itself, in stream order, on drop.
 
+use crate::arena::Pins;
 use crate::config::Backend;
 use crate::error::{Error, Result};
-use crate::shared::{Shared, Slot, check};
+use crate::shared::{Shared, Slot, SlotState};
+use crate::view::{AllocationView, AllocationViewMut};
 use driver::sys::CUdeviceptr;
 use driver::{DeviceCopy, Stream};
-use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
 
@@ -24,13 +25,14 @@ use std::sync::Arc;
 /// (never a double free, even if the address has been handed out again).
 ///
 /// # Using it in kernels and copies
-/// [`Allocation::device_ptr`] gives the address. Passing it to a kernel goes
-/// through `driver::KernelArg::raw_pointer`, which is `unsafe` because the
-/// driver layer cannot track this memory: the caller promises the allocation
-/// outlives the kernel, which holds when the kernel runs on the home stream
-/// (the free is ordered after it) or on a stream declared with
-/// [`Allocation::record_stream`]. The methods below (memsets, synchronous
-/// copies) need no `unsafe`.
+/// [`Allocation::as_device`] and [`Allocation::as_device_mut`] give typed
+/// views that implement the driver layer's memory traits, so the memory is a
+/// kernel argument (checked against the kernel's signature), a copy source
+/// or destination and a memset target through the same safe calls as any
+/// buffer, and every such enqueue is counted by the stream. Work on another
+/// stream through a view is ordered after the allocation and declared like
+/// [`Allocation::record_stream`] by itself. The methods below (memsets,
+/// synchronous copies) go through views on the home stream.
 ///
 /// ```
 /// use cuda_streams_allocator::StreamOrderedAllocator;
@@ -81,12 +83,7 @@ impl Allocation {
     /// Whether the memory is still this handle's (not freed by `free_for_stream`).
     pub fn is_live(&self) -> bool {
         let mut st = self.slot.lock();
-        match self.shared().backend {
-            Backend::Caching => st.arena.live_mut(self.ptr, self.id).is_some(),
-            Backend::DriverPool { .. } => {
-                matches!(st.pool_live.get(&self.ptr), Some(live) if live.id == self.id)
-            }
-        }
+        self.record(&mut st).is_some_and(|(pins, _)| !pins.doomed)
     }
 
     /// The bytes asked for.
@@ -112,35 +109,51 @@ impl Allocation {
     /// Declare a use on `stream` (work already enqueued there, or about to be):
     /// the block is not reused until an event recorded on `stream` when the
     /// allocation is freed has completed. Using the home stream is a no-op.
+    ///
+    /// Work enqueued through a view ([`Allocation::as_device`]) declares
+    /// itself; this is for work the allocator cannot see (raw launches).
     pub fn record_stream(&self, stream: &Arc<Stream>) -> Result<()> {
         self.shared().check_stream(stream)?;
         if stream.id() == self.stream_id() {
             return Ok(());
         }
         let mut st = self.slot.lock();
-        let uses = match self.shared().backend {
-            Backend::Caching => st.arena.live_mut(self.ptr, self.id).map(|l| &mut l.uses),
-            Backend::DriverPool { .. } => match st.pool_live.get_mut(&self.ptr) {
-                Some(live) if live.id == self.id => Some(&mut live.uses),
-                _ => None,
-            },
-        };
-        let Some(uses) = uses else {
+        let Some((pins, uses)) = self.record(&mut st) else {
             return Err(self.dead());
         };
+        if pins.doomed {
+            return Err(self.dead());
+        }
         if !uses.iter().any(|s| s.id() == stream.id()) {
             uses.push(Arc::clone(stream));
         }
         Ok(())
     }
 
+    /// A view of the memory as `size / size_of::<T>()` values of `T`, for
+    /// reading: a kernel argument lent `&`, a copy's source. It implements
+    /// the driver layer's [`DeviceMemory`](driver::DeviceMemory), so every
+    /// launch, copy and memset takes it, and work on other streams than the
+    /// home stream is ordered after the allocation and declared by itself.
+    /// While a view exists the memory is not freed, even by
+    /// [`crate::StreamOrderedAllocator::free_for_stream`] (which then frees
+    /// it when the last view goes).
+    ///
+    /// Fails when the size is not a whole number of `T`s, or the handle is dead.
+    pub fn as_device<T: DeviceCopy>(&self) -> Result<AllocationView<'_, T>> {
+        AllocationView::pin(self)
+    }
+
+    /// A view for writing (and reading): a copy's destination, a memset, a
+    /// kernel argument lent `&mut`. See [`Allocation::as_device`].
+    pub fn as_device_mut<T: DeviceCopy>(&mut self) -> Result<AllocationViewMut<'_, T>> {
+        AllocationView::pin(self).map(AllocationViewMut)
+    }
+
     /// Set every byte to `value`, asynchronously on the home stream.
     pub fn memset_u8_async(&self, value: u8) -> Result<()> {
-        self.enqueue(|table, ptr, stream| {
-            // SAFETY: `size` bytes at `ptr` belong to this live allocation,
-            // which cannot be freed before the stream passes this memset.
-            unsafe { (table.cuMemsetD8Async)(ptr, value, self.size, stream) }
-        })
+        let mut view = AllocationViewMut(AllocationView::<u8>::pin(self)?);
+        Ok(self.slot.stream.memset_u8_async(&mut view, value)?)
     }
 
     /// Set every 4-byte word to `value`, asynchronously on the home stream.
@@ -153,38 +166,26 @@ impl Allocation {
                 actual: self.size / 4 * 4,
             });
         }
-        self.enqueue(|table, ptr, stream| {
-            // SAFETY: as in memset_u8_async; `size / 4` words fit exactly.
-            unsafe { (table.cuMemsetD32Async)(ptr, value, self.size / 4, stream) }
-        })
+        let mut view = AllocationViewMut(AllocationView::<u32>::pin(self)?);
+        Ok(self.slot.stream.memset_u32_async(&mut view, value)?)
     }
 
     /// Copy `src` into the allocation on the home stream and wait for that
     /// copy. `src` must fill it exactly.
     pub fn copy_from_host<T: DeviceCopy>(&self, src: &[T]) -> Result<()> {
         self.check_len("copy_from_host", std::mem::size_of_val(src))?;
-        self.enqueue(|table, ptr, stream| {
-            // SAFETY: the device side is this live allocation; `src` outlives
-            // the copy because we wait for it below before returning.
-            unsafe {
-                (table.cuMemcpyHtoDAsync)(ptr, src.as_ptr().cast::<c_void>(), self.size, stream)
-            }
-        })?;
-        self.wait_for_home_stream()
+        let mut view = AllocationViewMut(AllocationView::<T>::pin(self)?);
+        // The driver layer waits for the copy (or, if it cannot record an
+        // event for that, for the whole stream) before returning.
+        Ok(self.slot.stream.copy_from_host(&mut view, src)?)
     }
 
     /// Copy the allocation into `dst` on the home stream and wait for that
     /// copy. `dst` must match it exactly.
     pub fn copy_to_host<T: DeviceCopy>(&self, dst: &mut [T]) -> Result<()> {
         self.check_len("copy_to_host", std::mem::size_of_val(dst))?;
-        let host = dst.as_mut_ptr().cast::<c_void>();
-        self.enqueue(|table, ptr, stream| {
-            // SAFETY: the device side is this live allocation; `dst` is
-            // borrowed mutably until we have waited for the copy below, and
-            // `T: DeviceCopy` accepts any bytes.
-            unsafe { (table.cuMemcpyDtoHAsync)(host, ptr, self.size, stream) }
-        })?;
-        self.wait_for_home_stream()
+        let view = AllocationView::<T>::pin(self)?;
+        Ok(self.slot.stream.copy_to_host(dst, &view)?)
     }
 
     fn check_len(&self, operation: &'static str, bytes: usize) -> Result<()> {
@@ -199,42 +200,35 @@ impl Allocation {
         }
     }
 
-    /// Run one raw enqueue on the home stream while holding the stream's lock,
-    /// so `free_for_stream` cannot free the block between the liveness check
-    /// and the enqueue.
-    fn enqueue(
+    /// This handle's record (its pins and other-stream uses), if the block
+    /// is still this handle's.
+    pub(crate) fn record<'s>(
         &self,
-        op: impl FnOnce(
-            &driver::sys::Driver,
-            CUdeviceptr,
-            driver::sys::CUstream,
-        ) -> driver::sys::CUresult,
-    ) -> Result<()> {
-        let mut st = self.slot.lock();
-        let live = match self.shared().backend {
-            Backend::Caching => st.arena.live_mut(self.ptr, self.id).is_some(),
-            Backend::DriverPool { .. } => {
-                matches!(st.pool_live.get(&self.ptr), Some(live) if live.id == self.id)
-            }
-        };
-        if !live {
-            return Err(self.dead());
+        st: &'s mut SlotState,
+    ) -> Option<(&'s mut Pins, &'s mut Vec<Arc<Stream>>)> {
+        match self.shared().backend {
+            Backend::Caching => st
+                .arena
+                .live_mut(self.ptr, self.id)
+                .map(|live| (&mut live.pins, &mut live.uses)),
+            Backend::DriverPool { .. } => match st.pool_live.get_mut(&self.ptr) {
+                Some(live) if live.id == self.id => Some((&mut live.pins, &mut live.uses)),
+                _ => None,
+            },
         }
-        let ctx = &self.shared().ctx;
-        ctx.bind()?;
-        let table = ctx.driver();
-        let code = op(table, self.ptr, self.slot.stream.as_raw());
-        drop(st);
-        check(table, code)
     }
 
-    fn wait_for_home_stream(&self) -> Result<()> {
-        let event = self.shared().record_on(&self.slot.stream)?;
-        event.synchronize()?;
-        Ok(())
+    /// Free the block now (the handle's drop, or the last view of a doomed one).
+    pub(crate) fn free_now(&self, st: &mut SlotState) {
+        match self.shared().backend {
+            Backend::Caching => self.shared().caching_free(st, self.ptr, self.id),
+            Backend::DriverPool { .. } => {
+                self.shared().pool_free(&self.slot, st, self.ptr, self.id)
+            }
+        }
     }
 
-    fn dead(&self) -> Error {
+    pub(crate) fn dead(&self) -> Error {
         Error::DeadAllocation {
             ptr: self.ptr,
             stream: self.stream_id(),
@@ -244,13 +238,9 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
+        // No view can outlive the handle, so nothing pins the block now.
         let mut st = self.slot.lock();
-        match self.shared().backend {
-            Backend::Caching => self.shared().caching_free(&mut st, self.ptr, self.id),
-            Backend::DriverPool { .. } => self
-                .shared()
-                .pool_free(&self.slot, &mut st, self.ptr, self.id),
-        }
+        self.free_now(&mut st);
     }
 }
 

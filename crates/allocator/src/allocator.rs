@@ -139,18 +139,39 @@ impl StreamOrderedAllocator {
         let freed = match self.shared.backend {
             Backend::Caching => {
                 let live = st.arena.live_blocks();
+                let mut freed = 0;
                 for &(ptr, id) in &live {
+                    // A block with views is freed when its last view goes.
+                    if let Some(pins) = st.arena.live_mut(ptr, id).map(|l| &mut l.pins)
+                        && pins.views > 0
+                    {
+                        freed += usize::from(!std::mem::replace(&mut pins.doomed, true));
+                        continue;
+                    }
                     self.shared.caching_free(&mut st, ptr, id);
+                    freed += 1;
                 }
-                live.len()
+                freed
             }
             Backend::DriverPool { .. } => {
-                let live: Vec<(u64, u64)> =
-                    st.pool_live.iter().map(|(&ptr, l)| (ptr, l.id)).collect();
-                for &(ptr, id) in &live {
+                let live: Vec<(u64, u64, bool)> = st
+                    .pool_live
+                    .iter()
+                    .map(|(&ptr, l)| (ptr, l.id, l.pins.doomed))
+                    .collect();
+                let mut freed = 0;
+                for &(ptr, id, doomed) in &live {
+                    if let Some(live) = st.pool_live.get_mut(&ptr)
+                        && live.pins.views > 0
+                    {
+                        live.pins.doomed = true;
+                        freed += usize::from(!doomed);
+                        continue;
+                    }
                     self.shared.pool_free(&slot, &mut st, ptr, id);
+                    freed += 1;
                 }
-                live.len()
+                freed
             }
         };
         Ok(freed)

@@ -21,6 +21,16 @@ pub(crate) struct Live {
     pub(crate) requested: usize,
     /// Other streams the block was used on (`record_stream`).
     pub(crate) uses: Vec<Arc<Stream>>,
+    /// Views that keep the block from being freed.
+    pub(crate) pins: Pins,
+}
+
+/// How many views of a live allocation exist, and whether `free_for_stream`
+/// freed it meanwhile: its free then waits for the last view to go.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Pins {
+    pub(crate) views: u32,
+    pub(crate) doomed: bool,
 }
 
 enum State {
@@ -116,6 +126,7 @@ impl Arena {
             id,
             requested,
             uses: Vec::new(),
+            pins: Pins::default(),
         });
         let mut taken = size;
         if class.should_split(size, rounded) {

@@ -37,6 +37,10 @@ impl Shared {
         let class = Class::of(rounded);
         {
             let mut st = slot.lock();
+            // The oldest free still waiting for another stream comes back as
+            // soon as that stream is done, not at the next miss: one event
+            // query per allocation while one waits (frees settle in order).
+            settle_oldest(&mut st);
             // A hit: the stream's own lists serve it, directly or once its
             // free blocks are merged and its settled frees released.
             let own = match st.arena.take(class, rounded, bytes) {
@@ -335,6 +339,18 @@ impl PopLargest for std::collections::BTreeSet<(Class, usize, u64)> {
             size: largest.1,
             base: largest.2,
         })
+    }
+}
+
+/// Release the oldest pending block if its events have completed.
+#[inline]
+fn settle_oldest(st: &mut SlotState) {
+    let Some(oldest) = st.pending.first() else {
+        return;
+    };
+    if oldest.waits.iter().all(|wait| wait.done(false)) {
+        let free = st.pending.remove(0);
+        st.arena.release(free.ptr);
     }
 }
 

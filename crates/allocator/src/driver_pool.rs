@@ -132,6 +132,7 @@ impl Shared {
                 id,
                 size: bytes,
                 uses: Vec::new(),
+                pins: crate::arena::Pins::default(),
             },
         );
         st.counts.add(bytes, bytes);

@@ -68,6 +68,7 @@ mod last_slot;
 mod shared;
 mod size;
 mod stats;
+mod view;
 
 pub use allocation::Allocation;
 pub use allocator::StreamOrderedAllocator;
@@ -82,3 +83,4 @@ pub use size::{
     BLOCK_GRANULE, MEDIUM_LIMIT, MEDIUM_SEGMENT, SEGMENT_GRANULE, SMALL_LIMIT, SMALL_SEGMENT,
 };
 pub use stats::{AllocatorStats, StreamStats};
+pub use view::{AllocationView, AllocationViewMut};

@@ -35,6 +35,7 @@ pub(crate) struct PoolLive {
     pub(crate) id: u64,
     pub(crate) size: usize,
     pub(crate) uses: Vec<Arc<Stream>>,
+    pub(crate) pins: crate::arena::Pins,
 }
 
 /// What the allocator keeps per stream, under one lock.

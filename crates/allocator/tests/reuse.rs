@@ -45,14 +45,14 @@ fn cross_stream_free_is_never_reused_early() {
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
         let (value_a, value_b) = (rng.next_u64() as u32 | 1, rng.next_u64() as u32 | 2);
 
-        let x = alloc.allocate_for_stream(&a, n * 4).unwrap();
+        let mut x = alloc.allocate_for_stream(&a, n * 4).unwrap();
         let x_ptr = x.device_ptr().unwrap();
-        k.fill(&a, &x, value_a);
+        k.fill(&a, &mut x, value_a);
         k.spin(&a, SLOW);
         copy_out(&a, &x, &out_a);
         drop(x); // stream-ordered: A still has the spin and the read queued
 
-        let y = alloc.allocate_for_stream(&b, n * 4).unwrap();
+        let mut y = alloc.allocate_for_stream(&b, n * 4).unwrap();
         if backend == Backend::Caching && still_busy(&a) {
             assert_ne!(
                 y.device_ptr().unwrap(),
@@ -61,7 +61,7 @@ fn cross_stream_free_is_never_reused_early() {
             );
         }
         k.spin(&b, SLOW / 5);
-        k.fill(&b, &y, value_b);
+        k.fill(&b, &mut y, value_b);
         copy_out(&b, &y, &out_b);
 
         assert!(
@@ -165,9 +165,9 @@ fn record_stream_holds_the_block_for_the_other_stream() {
         let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
         let n = (256 << 10) / 4;
         let out = DeviceBuffer::<u32>::new(&ctx, n).unwrap();
-        let x = alloc.allocate_for_stream(&a, n * 4).unwrap();
+        let mut x = alloc.allocate_for_stream(&a, n * 4).unwrap();
         let x_ptr = x.device_ptr().unwrap();
-        k.fill(&a, &x, 0xA11CE);
+        k.fill(&a, &mut x, 0xA11CE);
         a.synchronize().unwrap();
         // B reads x late.
         k.spin(&b, SLOW);
@@ -175,12 +175,12 @@ fn record_stream_holds_the_block_for_the_other_stream() {
         alloc.record_stream(&x, &b).unwrap();
         drop(x);
         // A allocates and writes at once; it must not get x's block.
-        let y = alloc.allocate_for_stream(&a, n * 4).unwrap();
+        let mut y = alloc.allocate_for_stream(&a, n * 4).unwrap();
         if backend == Backend::Caching && still_busy(&b) {
             assert_ne!(y.device_ptr().unwrap(), x_ptr);
             assert_eq!(alloc.stream_stats(&a).unwrap().pending_frees, 1);
         }
-        k.fill(&a, &y, 0xB0B);
+        k.fill(&a, &mut y, 0xB0B);
         assert!(
             out.to_vec(&b).unwrap().iter().all(|&v| v == 0xA11CE),
             "{backend:?}"
@@ -209,9 +209,9 @@ fn dependencies_are_tracked_and_delay_reuse() {
         );
         let n = (64 << 10) / 4;
         let out = DeviceBuffer::<u32>::new(&ctx, n).unwrap();
-        let x = alloc.allocate_for_stream(&a, n * 4).unwrap();
+        let mut x = alloc.allocate_for_stream(&a, n * 4).unwrap();
         let x_ptr = x.device_ptr().unwrap();
-        k.fill(&a, &x, 0xD00D);
+        k.fill(&a, &mut x, 0xD00D);
         a.synchronize().unwrap();
         k.spin(&b, SLOW);
         copy_out(&b, &x, &out);
@@ -220,7 +220,7 @@ fn dependencies_are_tracked_and_delay_reuse() {
         alloc.add_stream_dependency(&a, Arc::clone(&done)).unwrap();
         let satisfied = alloc.dependencies_satisfied(&a).unwrap();
         drop(x);
-        let y = alloc.allocate_for_stream(&a, n * 4).unwrap();
+        let mut y = alloc.allocate_for_stream(&a, n * 4).unwrap();
         if still_busy(&b) {
             // B was busy throughout, so the dependency was unmet at each step.
             assert!(!satisfied);
@@ -228,7 +228,7 @@ fn dependencies_are_tracked_and_delay_reuse() {
                 assert_ne!(y.device_ptr().unwrap(), x_ptr, "x waits for the dependency");
             }
         }
-        k.fill(&a, &y, 0xBAD);
+        k.fill(&a, &mut y, 0xBAD);
         assert!(
             out.to_vec(&b).unwrap().iter().all(|&v| v == 0xD00D),
             "{backend:?}"

@@ -151,6 +151,13 @@ pub enum Error {
         /// The buffer's size in bytes.
         bytes: usize,
     },
+    /// A [`crate::DeviceMemory`] implementation's use hook failed for a
+    /// reason of its own (not a driver error).
+    #[error("a buffer could not be used on the stream: {reason}")]
+    MemoryHook {
+        /// What went wrong, from the implementation.
+        reason: String,
+    },
     /// A checked launch of a kernel without a declared signature.
     #[error(
         "kernel `{kernel}` has no declared signature, so its arguments cannot be checked: declare one with the unsafe `Kernel::with_signature`, or launch with the unsafe `Stream::launch_unchecked`"

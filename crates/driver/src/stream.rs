@@ -46,6 +46,8 @@ const SPARE_TIMING_PAIRS: usize = 4;
 /// assert_ne!(high.id(), low.id());
 /// ```
 pub struct Stream {
+    /// Itself, for [`Stream::to_arc`].
+    me: std::sync::Weak<Stream>,
     ctx: Arc<Context>,
     raw: CUstream,
     owned: bool,
@@ -104,7 +106,8 @@ impl Stream {
     /// stays valid for the life of the returned `Stream`. With `owned = true`
     /// the `Stream` destroys it on drop, so nothing else may destroy it.
     pub unsafe fn from_raw(ctx: &Arc<Context>, raw: CUstream, owned: bool) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             ctx: Arc::clone(ctx),
             raw,
             owned,
@@ -112,6 +115,15 @@ impl Stream {
             counters: Arc::default(),
             timings: Mutex::default(),
         })
+    }
+
+    /// Another handle to this stream. Every `Stream` lives in an `Arc`
+    /// (the constructors return one), so code given `&Stream` can keep it.
+    pub fn to_arc(&self) -> Arc<Stream> {
+        // `&self` proves a strong reference exists.
+        self.me
+            .upgrade()
+            .expect("a Stream is only reachable through its Arc")
     }
 
     /// The priority the driver reports for this stream (`cuStreamGetPriority`).

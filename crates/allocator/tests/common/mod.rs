@@ -58,28 +58,24 @@ impl Kernels {
         test_support::spin(stream, &self.spin, time);
     }
 
-    /// Fill `allocation` (whole u32 words) with `value` on `stream`.
-    pub(crate) fn fill(&self, stream: &Stream, allocation: &Allocation, value: u32) {
-        let n = (allocation.size() / 4) as u64;
-        let ptr = allocation.device_ptr().expect("live allocation");
-        // SAFETY: the kernel runs on `stream`, which is the allocation's home
-        // stream or one declared with record_stream in these tests, so the
-        // memory stays allocated until the kernel has run.
-        let out = unsafe { KernelArg::raw_pointer(ptr) };
-        // SAFETY: fill_u32(n, value, out) writes n words, which the
-        // allocation holds (n = size / 4); its lifetime is argued above.
-        unsafe {
-            stream.launch_unchecked(
+    /// Fill `allocation` (whole u32 words) with `value` on `stream`,
+    /// through a view and the checked launch.
+    pub(crate) fn fill(&self, stream: &Stream, allocation: &mut Allocation, value: u32) {
+        let mut words = allocation.as_device_mut::<u32>().expect("live allocation");
+        let n = words.len() as u64;
+        stream
+            .launch(
                 &self.fill,
                 LaunchConfig::for_num_elems(n as u32),
-                &[n.into(), value.into(), out],
+                &[n.into(), value.into(), (&mut words).into()],
             )
-        }
-        .expect("fill launch");
+            .expect("fill launch");
     }
 }
 
-/// Enqueue a copy of `allocation` into `dst` on `stream`.
+/// Enqueue a copy of `allocation` into `dst` on `stream` with a raw driver
+/// call, which the allocator cannot see: the tests of `record_stream` and of
+/// stream dependencies declare this use themselves.
 pub(crate) fn copy_out(stream: &Stream, allocation: &Allocation, dst: &DeviceBuffer<u32>) {
     assert_eq!(dst.size_in_bytes(), allocation.size());
     let ctx = stream.context();

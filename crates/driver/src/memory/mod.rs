@@ -232,13 +232,16 @@ pub unsafe trait DeviceMemory {
     }
 }
 
-/// [`DeviceMemory`] the GPU may write: `&mut self` is exclusive access to the
-/// memory, so no host slice or other safe handle sees it while the GPU writes
-/// through the borrow.
+/// [`DeviceMemory`] the GPU may write: while `&mut self` is borrowed no host
+/// reference sees the memory, so no `&[T]` can watch the GPU write it.
+///
+/// Ordering the *contents* between streams (a write on one stream and a
+/// read on another) stays the caller's job, as in CUDA.
 ///
 /// # Safety
-/// While `&mut self` is borrowed, no other value lets the host or a safe call
-/// of this crate reach the memory.
+/// While `&mut self` is borrowed, no host reference (`&[Elem]`, `&mut
+/// [Elem]`) into the memory is alive, and none can be made through another
+/// value.
 pub unsafe trait DeviceMemoryMut: DeviceMemory {}
 
 /// Host memory that asynchronous copies may use: [`PinnedBuffer`] and
