@@ -33,6 +33,29 @@ unsafe fn allocate_into(out: *mut CUdeviceptr, size: usize, kind: Kind) -> Resul
     unsafe { write_out(out, ptr as CUdeviceptr) }
 }
 
+/// A stream-ordered allocation: the address is returned at once, and the
+/// memory becomes usable when `stream` reaches this point (as memcheck sees
+/// it on a GPU): work on other streams must be ordered after it.
+///
+/// # Safety
+/// `out` is null or writable.
+unsafe fn allocate_ordered(
+    out: *mut CUdeviceptr,
+    size: usize,
+    stream: &std::sync::Arc<crate::stream::Stream>,
+) -> Result<(), CUresult> {
+    if out.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let ptr = allocate(size, Kind::Pool)?;
+    if let Err(err) = stream.submit(&[Template::Act(Action::Ready(ptr))]) {
+        let _ = free(ptr, &[Kind::Pool]);
+        return Err(err);
+    }
+    // SAFETY: non-null; writable per the caller's contract.
+    unsafe { write_out(out, ptr as CUdeviceptr) }
+}
+
 pub(crate) unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     code((|| {
         require()?;
@@ -55,11 +78,10 @@ pub(crate) unsafe extern "C" fn cuMemAllocAsync(
 ) -> CUresult {
     code((|| {
         require()?;
-        resolve(hStream)?.check_usable()?;
-        // Returns at once: stream order does not matter for a fresh allocation,
-        // which the stream's later work may use.
+        let stream = resolve(hStream)?;
+        stream.check_usable()?;
         // SAFETY: null or writable per the API.
-        unsafe { allocate_into(dptr, bytesize, Kind::Pool) }
+        unsafe { allocate_ordered(dptr, bytesize, &stream) }
     })())
 }
 
@@ -72,9 +94,10 @@ pub(crate) unsafe extern "C" fn cuMemAllocFromPoolAsync(
     code((|| {
         require()?;
         crate::pool::check_pool(pool)?;
-        resolve(hStream)?.check_usable()?;
+        let stream = resolve(hStream)?;
+        stream.check_usable()?;
         // SAFETY: null or writable per the API.
-        unsafe { allocate_into(dptr, bytesize, Kind::Pool) }
+        unsafe { allocate_ordered(dptr, bytesize, &stream) }
     })())
 }
 

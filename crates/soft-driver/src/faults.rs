@@ -4,8 +4,12 @@
 //! A failed launch leaves a *sticky* error, as a faulting kernel does on a
 //! GPU: afterwards every call on that stream (submissions, query, synchronize,
 //! events recorded on it) and `cuCtxSynchronize` answer
-//! `CUDA_ERROR_LAUNCH_FAILED`. On a GPU the only way out is to destroy the
-//! context; here tests call [`clear`] (one stream) or [`reset`] (everything).
+//! `CUDA_ERROR_LAUNCH_FAILED`. An illegal address (a kernel, copy or memset
+//! touching memory that is not live, not yet usable in stream order, or too
+//! short) is sticky for the whole context, as on a GPU: every stream answers
+//! `CUDA_ERROR_ILLEGAL_ADDRESS` from then on. On a GPU the only way out is to
+//! destroy the context; here tests call [`clear`] (one stream) or [`reset`]
+//! (everything).
 //!
 //! These functions take raw stream handles from the software driver's table;
 //! a handle from elsewhere is an `INVALID_HANDLE` error.
@@ -13,13 +17,16 @@
 use crate::handles::lock;
 use crate::ops::Fault;
 use crate::stream::{STREAMS, Stream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use sys::{CUresult, CUstream, DriverError};
 
 static FAIL_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 static CONTEXT_FAULT: Mutex<Option<Fault>> = Mutex::new(None);
+/// An illegal address poisons the whole context, as on a GPU: every stream
+/// then answers with it (checked on every submission, hence the flag).
+static CONTEXT_POISONED: AtomicBool = AtomicBool::new(false);
 
 fn stream(handle: CUstream) -> Result<Arc<Stream>, DriverError> {
     STREAMS
@@ -77,6 +84,7 @@ pub fn clear(stream: CUstream) -> Result<(), DriverError> {
         .all(|s| s.state().fault.is_none())
     {
         *lock(&CONTEXT_FAULT) = None;
+        CONTEXT_POISONED.store(false, Ordering::Release);
     }
     Ok(())
 }
@@ -91,6 +99,7 @@ pub fn reset() {
         state.delay = None;
     }
     *lock(&CONTEXT_FAULT) = None;
+    CONTEXT_POISONED.store(false, Ordering::Release);
 }
 
 /// Consume one injected allocation failure, if any is pending.
@@ -101,8 +110,21 @@ pub(crate) fn take_allocation_failure() -> bool {
 }
 
 /// A stream faulted: the context is faulted too (for `cuCtxSynchronize`).
+/// An illegal address also poisons every other stream of the context, as on
+/// a GPU; injected launch failures stay with their stream (a test tool).
 pub(crate) fn note_context_fault(fault: &Fault) {
     lock(&CONTEXT_FAULT).get_or_insert_with(|| fault.clone());
+    if fault.code == CUresult::CUDA_ERROR_ILLEGAL_ADDRESS {
+        CONTEXT_POISONED.store(true, Ordering::Release);
+    }
+}
+
+/// The illegal address that poisoned the context, if one did.
+pub(crate) fn poison() -> Option<Fault> {
+    if !CONTEXT_POISONED.load(Ordering::Acquire) {
+        return None;
+    }
+    lock(&CONTEXT_FAULT).clone()
 }
 
 /// The context's sticky error, for `cuCtxSynchronize`.

@@ -101,6 +101,9 @@ struct Allocation {
     raw: usize,
     kind: Kind,
     free_pending: bool,
+    /// Stream-ordered memory becomes usable when its stream reaches the
+    /// allocation; everything else at once.
+    ready: bool,
 }
 
 /// The default pool's attributes, kept as CUDA defines them.
@@ -229,6 +232,7 @@ pub(crate) fn allocate(size: usize, kind: Kind) -> Result<usize, CUresult> {
             raw,
             kind,
             free_pending: false,
+            ready: kind != Kind::Pool,
         },
     );
     Ok(ptr)
@@ -309,12 +313,35 @@ pub(crate) fn release_async(base: usize) {
     let _ = free(base, &[Kind::Device, Kind::Pool, Kind::Managed]);
 }
 
-/// Ok when `[ptr, ptr + len)` lies inside one live allocation; otherwise why not.
+/// The worker of the allocating stream reached a `cuMemAllocAsync`: its
+/// memory may be used from now on, in stream order.
+pub(crate) fn mark_ready(base: usize) {
+    if let Some(allocation) = lock(&MEMORY).allocations.get_mut(&base) {
+        allocation.ready = true;
+    }
+}
+
+/// Ok when `[ptr, ptr + len)` lies inside one live allocation that the
+/// device may use now (a stream-ordered allocation once its stream has
+/// reached it); otherwise why not. For the workers, at the time an
+/// operation runs.
 pub(crate) fn check_range(ptr: usize, len: usize) -> Result<Kind, String> {
+    check_range_at(ptr, len, true)
+}
+
+fn check_range_at(ptr: usize, len: usize, in_stream_order: bool) -> Result<Kind, String> {
     let memory = lock(&MEMORY);
     let Some((base, allocation)) = memory.containing(ptr) else {
         return Err(format!("{ptr:#x} is not inside any live allocation"));
     };
+    if in_stream_order && !allocation.ready {
+        return Err(format!(
+            "{ptr:#x} is in a stream-ordered allocation ({} bytes at {base:#x}) that its \
+             stream has not reached yet: order the use after the cuMemAllocAsync (an \
+             event recorded after it, waited on)",
+            allocation.size
+        ));
+    }
     let end = ptr.checked_add(len).ok_or("the range overflows")?;
     if end > base + allocation.size {
         return Err(format!(
@@ -327,7 +354,9 @@ pub(crate) fn check_range(ptr: usize, len: usize) -> Result<Kind, String> {
 
 /// Check a range claimed to be device memory, for an entry point.
 pub(crate) fn check_device(ptr: usize, len: usize, what: &str) -> Result<Kind, CUresult> {
-    check_range(ptr, len)
+    // At the call, not in stream order: the work runs later, and the worker
+    // checks again then.
+    check_range_at(ptr, len, false)
         .map_err(|why| fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{what}: {why}")))
 }
 

@@ -357,6 +357,7 @@ pub(crate) unsafe extern "C" fn cuLaunchKernel(
             Action::Kernel(Arc::new(Launch {
                 name: spec.name,
                 twin: spec.run,
+                params: spec.params,
                 dims,
                 args,
             }))

@@ -8,6 +8,7 @@ use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use sys::CUresult;
+use sys::signature::{Extent, Param, count_from_bytes};
 
 /// A sticky stream error: what a faulting kernel leaves behind on a GPU.
 #[derive(Clone, Debug)]
@@ -21,6 +22,9 @@ pub(crate) struct Fault {
 pub(crate) struct Launch {
     pub(crate) name: &'static str,
     pub(crate) twin: crate::modules::KernelTwin,
+    /// The kernel's declared parameters: pointers are checked against the
+    /// allocation table before the twin runs.
+    pub(crate) params: &'static [Param],
     pub(crate) dims: LaunchDims,
     /// One buffer per argument, 16-byte aligned so any by-value argument
     /// (including `float4`/`double2`) is read at its natural alignment.
@@ -59,6 +63,8 @@ pub(crate) enum Action {
     InjectedFault(&'static str),
     /// A stream-ordered free (`cuMemFreeAsync`).
     Free(usize),
+    /// A stream-ordered allocation becomes usable (`cuMemAllocAsync`).
+    Ready(usize),
     /// An ordered operation with no effect here (prefetch).
     Nop,
     /// `cuStreamWriteValue32`: an atomic store (see `stream_memops`).
@@ -121,6 +127,10 @@ impl Action {
                 crate::memory::release_async(ptr);
                 None
             }
+            Action::Ready(ptr) => {
+                crate::memory::mark_ready(ptr);
+                None
+            }
             _ if faulted => None,
             Action::Nop => None,
             Action::InjectedFault(name) => Some(Fault {
@@ -180,7 +190,61 @@ fn still_live(ptr: usize, len: usize, device: bool, verb: &str) -> Option<Fault>
 }
 
 impl Launch {
+    /// The bytes of argument `index`, as copied at launch.
+    fn arg_bytes(&self, index: usize) -> &[u8] {
+        let size = self.params.get(index).map_or(0, Param::size);
+        let words = &self.args[index];
+        // SAFETY: a `[u128]` buffer viewed as its bytes; `size` is at most
+        // the buffer's length in bytes (it was allocated for `size`).
+        let bytes =
+            unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 16) };
+        &bytes[..size.min(bytes.len())]
+    }
+
+    /// What memcheck checks on a GPU, before the twin touches anything:
+    /// every pointer parameter addresses live device-usable memory with
+    /// room for the elements the kernel is told to touch.
+    fn check_pointers(&self) -> Option<Fault> {
+        for (index, param) in self.params.iter().enumerate() {
+            let Param::Pointer { elem, extent, .. } = *param else {
+                continue;
+            };
+            let count = match extent {
+                Extent::Elements(count) => Some(count),
+                Extent::Arg(at) => self.params.get(at).and_then(|p| match p {
+                    Param::Scalar(scalar) => count_from_bytes(*scalar, self.arg_bytes(at)),
+                    Param::Pointer { .. } => None,
+                }),
+            };
+            let illegal = |why: String| Fault {
+                code: CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+                detail: format!("kernel `{}` parameter {index}: {why}", self.name),
+            };
+            let Some(count) = count else {
+                return Some(illegal("its element count cannot be read".into()));
+            };
+            if count == 0 {
+                continue; // touches nothing: any pointer, even null, is fine
+            }
+            let ptr = u64::from_ne_bytes(self.arg_bytes(index).try_into().unwrap_or([0; 8]));
+            let Some(bytes) = count.checked_mul(elem.size() as u64) else {
+                return Some(illegal(format!("{count} elements of {elem} overflow")));
+            };
+            let ptr = usize::try_from(ptr).unwrap_or(usize::MAX);
+            let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+            if let Err(why) = crate::memory::check_range(ptr, bytes) {
+                return Some(illegal(format!(
+                    "{count} element(s) of {elem} ({bytes} bytes) at {ptr:#x}: {why}"
+                )));
+            }
+        }
+        None
+    }
+
     fn run(&self) -> Option<Fault> {
+        if let Some(fault) = self.check_pointers() {
+            return Some(fault);
+        }
         // A fresh copy per run: a twin may scribble on its arguments, and a
         // graph replays the same launch many times.
         let mut args = self.args.clone();

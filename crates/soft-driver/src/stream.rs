@@ -47,8 +47,8 @@ pub(crate) struct State {
 impl State {
     /// The sticky error, as the code to return (with its detail for this thread).
     pub(crate) fn fault_status(&self) -> Status {
-        match &self.fault {
-            Some(fault) => Err(fail(fault.code, fault.detail.clone())),
+        match self.fault.clone().or_else(crate::faults::poison) {
+            Some(fault) => Err(fail(fault.code, fault.detail)),
             None => Ok(()),
         }
     }
@@ -97,7 +97,8 @@ impl Stream {
         loop {
             if let Some(op) = state.queue.pop_front() {
                 let delay = state.delay.take();
-                return Some((op, delay, state.fault.is_some()));
+                let faulted = state.fault.is_some() || crate::faults::poison().is_some();
+                return Some((op, delay, faulted));
             }
             if state.closing {
                 return None;
