@@ -9,7 +9,7 @@
 //! queue never fills and blocks the host.
 
 use criterion::Criterion;
-use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
+use cuda_streams_benches::{compare, criterion_summary, figure, median_ns, run_criterion};
 use driver::{Context, DeviceBuffer, DeviceMemory, Kernel, LaunchConfig, Stream};
 use kernels::typed::Elementwise;
 use std::ffi::c_void;
@@ -154,6 +154,18 @@ fn ratios() {
         checked_ns - unchecked_ns,
         "ns",
     );
+    // The difference of two ~3 µs medians is noisy to a few tens of ns; the
+    // check itself, with no driver call around it, is what the typed launch
+    // adds.
+    let check_ns = median_ns(200, 1000, || {
+        let args = [
+            (ELEMENTS as u64).into(),
+            black_box(1.5f32).into(),
+            (&mut s.out).into(),
+        ];
+        s.fill.check_args(black_box(&args)).expect("checked");
+    });
+    figure("checked launch: signature check alone", check_ns, "ns");
 }
 
 fn main() {

@@ -13,6 +13,18 @@ use test_support::HANG;
 #[test]
 fn dropping_the_last_context_in_a_callback_calls_no_driver_from_it() {
     let ctx = Context::new(0).unwrap();
+    // Under compute-sanitizer on the GPU, destroying a stream whose host
+    // function is still running blocks until it returns (seen on the H200:
+    // the stream's drop below waited out the gate), so the premise of the
+    // test, that the main thread lets go of every handle while the callback
+    // is blocked, does not hold there. The plain GPU run and the software
+    // driver test it.
+    if ctx.is_gpu() && std::env::var_os("CUDA_STREAMS_SANITIZER").is_some_and(|v| !v.is_empty()) {
+        eprintln!(
+            "skipped under compute-sanitizer: stream destruction waits for the blocked host function"
+        );
+        return;
+    }
     let soft = ctx.kind() == DriverKind::Soft;
     if soft {
         assert_eq!(soft_driver::primary_context_retains(), 1);
