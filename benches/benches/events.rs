@@ -5,7 +5,7 @@
 
 use criterion::Criterion;
 use cuda_streams_benches::{
-    compare, criterion_summary, figure, median_ns, run_criterion, spin_kernel,
+    compare, criterion_summary, figure, median_ns, run_criterion, spin_kernel, thread_cpu_ns,
 };
 use driver::{Context, Event, LaunchConfig, Stream};
 use events::{AsyncEventWaiter, EventPool, EventPriority, OperationCoordinator, OperationType};
@@ -83,19 +83,6 @@ fn criterion_groups(c: &mut Criterion) {
     );
     group.finish();
     stream.synchronize().expect("synchronize");
-}
-
-/// CPU time the named thread of this process has used (schedstat, ns).
-fn thread_cpu_ns(name_prefix: &str) -> Option<u64> {
-    for entry in std::fs::read_dir("/proc/self/task").ok()? {
-        let dir = entry.ok()?.path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if comm.trim_end().starts_with(name_prefix) {
-            let stat = std::fs::read_to_string(dir.join("schedstat")).ok()?;
-            return stat.split_whitespace().next()?.parse().ok();
-        }
-    }
-    None
 }
 
 /// Median time from the stream reaching a point to the waiter's callback for

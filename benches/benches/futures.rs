@@ -18,7 +18,7 @@
 //! `CUDA_STREAMS_DRIVER=cuda` (or through `cargo xtask gpu-bundle`).
 
 use criterion::Criterion;
-use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
+use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion, thread_cpu_ns};
 use driver::{Context, Event, EventFlags, ReactorConfig, Stream, WakeMode};
 use kernels::typed::Timing;
 use std::future::Future;
@@ -55,6 +55,19 @@ fn block_on<F: Future>(f: F) -> F::Output {
             return out;
         }
         std::thread::park();
+    }
+}
+
+/// A spinning executor: polls until ready, never parks, so the time it
+/// returns is when the future became ready (no thread wake-up in between).
+fn spin_on<F: Future>(f: F) -> F::Output {
+    let waker = Waker::noop();
+    let mut f = pin!(f);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut TaskContext::from_waker(waker)) {
+            return out;
+        }
+        std::hint::spin_loop();
     }
 }
 
@@ -191,29 +204,76 @@ fn main() {
     );
 
     let reactor = ctx.reactor();
-    let modes: [(WakeMode, &str, &str); 3] = [
+    // Start the reactor's thread, so its CPU time can be read from the start.
+    block_on(stream.completion().expect("a completion")).expect("completes");
+    let adaptive = |spin_us: u64, min_us: u64, max_us: u64| {
+        let mut config = ReactorConfig::default();
+        config.spin = Duration::from_micros(spin_us);
+        config.min_park = Duration::from_micros(min_us);
+        config.max_park = Duration::from_micros(max_us);
+        config
+    };
+    let modes: [(ReactorConfig, &str, &str); 6] = [
         (
-            WakeMode::Adaptive,
+            ReactorConfig::default(),
             "reactor adaptive (default)",
             "futures wake: reactor adaptive (default) vs busy polling",
         ),
         (
-            WakeMode::Spin,
+            adaptive(10, 2, 8),
+            "reactor adaptive, parks 2-8 us",
+            "futures wake: reactor adaptive 2-8 us vs busy polling",
+        ),
+        (
+            adaptive(10, 8, 32),
+            "reactor adaptive, parks 8-32 us",
+            "futures wake: reactor adaptive 8-32 us vs busy polling",
+        ),
+        (
+            adaptive(10, 16, 64),
+            "reactor adaptive, parks 16-64 us",
+            "futures wake: reactor adaptive 16-64 us vs busy polling",
+        ),
+        (
+            ReactorConfig::default().with_mode(WakeMode::Spin),
             "reactor spin",
             "futures wake: reactor spin vs busy polling",
         ),
         (
-            WakeMode::HostFn,
+            ReactorConfig::default().with_mode(WakeMode::HostFn),
             "reactor host function",
             "futures wake: reactor host function vs busy polling",
         ),
     ];
-    for (mode, name, ratio) in modes {
-        reactor.set_config(ReactorConfig::default().with_mode(mode));
+    for (config, name, ratio) in modes {
+        reactor.set_config(config);
+        // A thread that parks until woken: what an async runtime's worker
+        // does; its latency includes the OS waking that thread.
+        let reactor_cpu0 = thread_cpu_ns("cuda-streams-re");
+        let wall0 = Instant::now();
         let m = measure(&stream, &timing, || {
             block_on(stream.completion().expect("a completion")).expect("completes");
         });
+        let reactor_cores = thread_cpu_ns("cuda-streams-re")
+            .zip(reactor_cpu0)
+            .map(|(after, before)| (after - before) as f64 / 1e9 / wall0.elapsed().as_secs_f64());
         report(name, ratio, &m, &floor);
+        if let Some(cores) = reactor_cores {
+            figure(
+                &format!("futures wake, {name}: reactor thread CPU while waiting"),
+                cores,
+                "cores",
+            );
+        }
+        // A spinning executor: the moment the future became ready.
+        let ready = measure(&stream, &timing, || {
+            spin_on(stream.completion().expect("a completion")).expect("completes");
+        });
+        figure(
+            &format!("futures wake, {name}: ready (spinning executor) beyond busy polling"),
+            ready.median.as_secs_f64() * 1e6 - floor.median.as_secs_f64() * 1e6,
+            "us",
+        );
     }
     reactor.set_config(ReactorConfig::default());
 

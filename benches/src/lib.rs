@@ -101,6 +101,21 @@ pub fn median_duration(runs: usize, mut f: impl FnMut()) -> Duration {
     times[times.len() / 2]
 }
 
+/// CPU time the named thread of this process has used so far, in
+/// nanoseconds (`/proc/self/task/*/schedstat`; Linux only). Thread names are
+/// cut to 15 characters by the kernel: pass a prefix of at most that.
+pub fn thread_cpu_ns(name_prefix: &str) -> Option<u64> {
+    for entry in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = entry.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end().starts_with(name_prefix) {
+            let stat = std::fs::read_to_string(dir.join("schedstat")).ok()?;
+            return stat.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
 /// Keep a value alive and opaque to the optimiser.
 pub fn keep<T>(value: T) -> T {
     black_box(value)
