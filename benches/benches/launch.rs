@@ -19,7 +19,7 @@ use std::time::Instant;
 
 const ELEMENTS: usize = 256;
 const BATCH: usize = 256;
-const SAMPLES: usize = 60;
+const SAMPLES: usize = 400;
 
 struct Setup {
     stream: Arc<Stream>,
