@@ -268,10 +268,7 @@ impl Shared {
             let seq = st.arena.free_seq();
             match self.record_on(stream) {
                 Ok(event) => st.fence = Some(Fence { event, seq }),
-                Err(err) => eprintln!(
-                    "cuda-streams-allocator: fence on stream {}: {err}",
-                    stream.id()
-                ),
+                Err(err) => tracing::warn!("fence on stream {}: {err}", stream.id()),
             }
         }
         segments

@@ -159,8 +159,8 @@ impl Shared {
         for wait in &waits {
             if let Err(err) = slot.stream.wait_event(wait.event()) {
                 if !wait.done(true) {
-                    eprintln!(
-                        "cuda-streams-allocator: leaking {ptr:#x}: cannot order its free after \
+                    tracing::warn!(
+                        "leaking {ptr:#x}: cannot order its free after \
                          another stream's use ({err})"
                     );
                     return;
@@ -170,7 +170,7 @@ impl Shared {
         // The waits are enqueued; the pooled events can go back now.
         drop(waits);
         if let Err(err) = self.ctx.bind() {
-            eprintln!("cuda-streams-allocator: leaking {ptr:#x}: {err}");
+            tracing::warn!("leaking {ptr:#x}: {err}");
             return;
         }
         let table = self.ctx.driver();
@@ -184,7 +184,7 @@ impl Shared {
             Ok(()) => {
                 self.counters.driver_frees.fetch_add(1, Ordering::Relaxed);
             }
-            Err(err) => eprintln!("cuda-streams-allocator: freeing {ptr:#x}: {err}"),
+            Err(err) => tracing::warn!("freeing {ptr:#x}: {err}"),
         }
     }
 

@@ -214,8 +214,8 @@ impl Shared {
                 // No event: wait for the stream itself instead.
                 Err(err) => {
                     if let Err(sync) = stream.synchronize() {
-                        eprintln!(
-                            "cuda-streams-allocator: cannot prove stream {} is done with a block \
+                        tracing::warn!(
+                            "cannot prove stream {} is done with a block \
                              ({err}; {sync}); the block is leaked rather than reused",
                             stream.id()
                         );
@@ -247,10 +247,7 @@ impl Shared {
     /// `cuMemFree` of a segment that no stream can still be using.
     pub(crate) fn driver_free(&self, segment: Segment) {
         if let Err(err) = self.ctx.bind() {
-            eprintln!(
-                "cuda-streams-allocator: leaking segment {:#x}: {err}",
-                segment.base
-            );
+            tracing::warn!("leaking segment {:#x}: {err}", segment.base);
             return;
         }
         let table = self.ctx.driver();
@@ -259,9 +256,10 @@ impl Shared {
         // been proven past its last use (a completed fence or an idle stream).
         match check(table, unsafe { (table.cuMemFree)(segment.base) }) {
             Ok(()) => self.counters.released(segment.size),
-            Err(err) => eprintln!(
-                "cuda-streams-allocator: freeing segment {:#x} of {} bytes: {err}",
-                segment.base, segment.size
+            Err(err) => tracing::warn!(
+                "freeing segment {:#x} of {} bytes: {err}",
+                segment.base,
+                segment.size
             ),
         }
     }

@@ -271,14 +271,14 @@ impl Stream {
                 Ok(true) => {
                     match Event::elapsed(&start, &end) {
                         Ok(elapsed) => self.counters.latency(elapsed),
-                        Err(err) => eprintln!("cuda-streams: timing on stream {}: {err}", self.id),
+                        Err(err) => tracing::warn!("timing on stream {}: {err}", self.id),
                     }
                     if timings.spare.len() < SPARE_TIMING_PAIRS {
                         timings.spare.push((start, end));
                     }
                 }
                 Ok(false) => timings.pending.push((start, end)),
-                Err(err) => eprintln!("cuda-streams: timing on stream {}: {err}", self.id),
+                Err(err) => tracing::warn!("timing on stream {}: {err}", self.id),
             }
         }
     }

@@ -306,14 +306,14 @@ impl StreamProfiler {
     }
 
     /// Failures met where they could not be returned (a scope guard's drop).
-    /// The first is also printed to stderr.
+    /// The first is also logged (a `tracing` warning).
     pub fn error_count(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
     }
 
     pub(crate) fn note_error(&self, err: &Error) {
         if self.errors.fetch_add(1, Ordering::Relaxed) == 0 {
-            eprintln!("cuda-streams profiler: {err} (further errors are only counted)");
+            tracing::warn!("{err} (further errors are only counted)");
         }
     }
 
@@ -359,10 +359,7 @@ impl StreamProfiler {
     fn report_slot(&self, slot: &StreamSlot, resolve: bool) -> (StreamReport, Vec<(u64, u64)>) {
         if resolve {
             if let Err(err) = self.resolve_slot(slot) {
-                eprintln!(
-                    "cuda-streams profiler: resolving stream {}'s timings: {err}",
-                    slot.id
-                );
+                tracing::warn!("resolving stream {}'s timings: {err}", slot.id);
             }
         }
         let mut state = slot.lock();
