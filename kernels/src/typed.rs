@@ -25,8 +25,8 @@
 
 use crate::KernelImage;
 use driver::{
-    Context, DeviceMemory, DeviceMemoryMut, Error, Kernel, KernelArg, LaunchConfig, Module, Result,
-    Stream,
+    Context, DeviceMemory, DeviceMemoryMut, Kernel, KernelArg, LaunchConfig, Module, Result,
+    Stream, check_len,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,19 +41,6 @@ fn grid_for(n: usize) -> LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),
         block_dim: (LaunchConfig::DEFAULT_BLOCK, 1, 1),
         shared_mem_bytes: 0,
-    }
-}
-
-/// `expected == actual`, or the error naming both.
-fn same_len(operation: &'static str, expected: usize, actual: usize) -> Result<()> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(Error::SizeMismatch {
-            operation,
-            expected,
-            actual,
-        })
     }
 }
 
@@ -89,7 +76,7 @@ impl Elementwise {
         Y: DeviceMemoryMut<Elem = f32>,
     {
         let n = y.device_len();
-        same_len("saxpy", n, x.device_len())?;
+        check_len("saxpy", n, x.device_len())?;
         stream.launch(
             &self.saxpy,
             grid_for(n),
@@ -140,8 +127,8 @@ impl Elementwise {
         O: DeviceMemoryMut<Elem = f32>,
     {
         let n = out.device_len();
-        same_len("scale_add (x)", n, x.device_len())?;
-        same_len("scale_add (y)", n, y.device_len())?;
+        check_len("scale_add (x)", n, x.device_len())?;
+        check_len("scale_add (y)", n, y.device_len())?;
         let args: [KernelArg<'_>; 6] = [
             (n as u64).into(),
             a.into(),
@@ -251,7 +238,7 @@ impl Compute {
         Y: DeviceMemoryMut<Elem = f32>,
     {
         let n = y.device_len();
-        same_len("compute", n, x.device_len())?;
+        check_len("compute", n, x.device_len())?;
         stream.launch(
             &self.compute,
             grid_for(n),

@@ -15,7 +15,14 @@ use crate::stream::Stream;
 use std::ffi::c_void;
 use sys::{CUmemLocation, CUmemLocationType};
 
-fn check_len(operation: &'static str, expected: usize, actual: usize) -> Result<()> {
+/// `Ok` when two lengths match, else [`Error::SizeMismatch`] naming both:
+/// the check every copy makes, for wrappers that take several buffers.
+///
+/// ```
+/// let err = cuda_streams_driver::check_len("saxpy", 4, 3).unwrap_err();
+/// assert!(err.to_string().contains("holds 4 element(s) but the source holds 3"));
+/// ```
+pub fn check_len(operation: &'static str, expected: usize, actual: usize) -> Result<()> {
     if expected == actual {
         Ok(())
     } else {

@@ -131,6 +131,7 @@ mod select;
 mod stream;
 
 pub use context::{Context, DeviceInfo, in_stream_callback};
+pub use copy::check_len;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use future::{Completion, CopyFuture};

@@ -540,27 +540,27 @@ fn fire(shared: &Shared, finished: Vec<Wait>) {
         // counted. Its Drop is user code: a panic there is caught.
         drop_caught(shared, id, event);
         shared.fired.fetch_add(1, Ordering::Relaxed);
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(callback)) {
+        if let Some(why) = caught(callback) {
             shared.panics.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                "async waiter: the callback of {id} panicked: {}",
-                panic_message(payload.as_ref())
-            );
-            let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+            tracing::warn!("async waiter: the callback of {id} panicked: {why}");
         }
     }
 }
 
+/// Run user code (a callback, a Drop), catching a panic: its message, if any.
+fn caught(f: impl FnOnce()) -> Option<String> {
+    let payload = catch_unwind(AssertUnwindSafe(f)).err()?;
+    let why = panic_message(payload.as_ref());
+    // Dropping a panic payload can itself panic.
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    Some(why)
+}
+
 /// Drop a waited-on value, which is user code: a panic is caught and counted.
 fn drop_caught<T>(shared: &Shared, id: WaitId, value: T) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+    if let Some(why) = caught(move || drop(value)) {
         shared.event_panics.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            "async waiter: dropping the event of {id} panicked: {}",
-            panic_message(payload.as_ref())
-        );
-        // Dropping a panic payload can itself panic.
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+        tracing::warn!("async waiter: dropping the event of {id} panicked: {why}");
     }
 }
 
@@ -576,13 +576,11 @@ fn discard(shared: &Shared, wait: Wait) {
     } = wait;
     drop((completion, waker));
     drop_caught(shared, id, event);
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(callback))) {
+    if let Some(why) = caught(move || drop(callback)) {
         shared.panics.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
-            "async waiter: dropping the callback of cancelled wait {id} panicked: {}",
-            panic_message(payload.as_ref())
+            "async waiter: dropping the callback of cancelled wait {id} panicked: {why}"
         );
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
     }
 }
 
