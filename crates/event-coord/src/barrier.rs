@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 ///
 /// ```
 /// use cuda_streams_event_coord::{CrossStreamBarrier, EventPool};
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -46,7 +46,7 @@ pub struct BarrierStats {
 ///
 /// ```
 /// use cuda_streams_event_coord::{CrossStreamBarrier, Error, EventPool};
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;

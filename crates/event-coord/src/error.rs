@@ -8,7 +8,7 @@
 /// use cuda_streams_event_coord::{
 ///     Error, EventPool, EventPriority, OperationCoordinator, OperationId, OperationType,
 /// };
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;

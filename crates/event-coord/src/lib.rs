@@ -32,6 +32,9 @@ pub use pool::{EventPool, PooledEvent};
 #[doc = include_str!("../../../docs/event-coord.md")]
 mod docs_examples {}
 
+/// The safe driver layer this crate builds on (contexts, streams, buffers),
+/// so examples can name it through this crate.
+pub use driver;
 pub use waiter::{
     AsyncEventWaiter, DEFAULT_MAX_BACKOFF, MIN_BACKOFF, WaitEvent, WaitId, WaiterMetrics,
 };

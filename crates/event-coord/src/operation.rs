@@ -11,7 +11,7 @@ use std::time::Instant;
 /// use cuda_streams_event_coord::{
 ///     EventPool, EventPriority, OperationCoordinator, OperationId, OperationType,
 /// };
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -54,7 +54,7 @@ impl From<OperationId> for u64 {
 ///
 /// ```
 /// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -106,7 +106,7 @@ impl OperationType {
 ///
 /// ```
 /// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let mut priorities = vec![EventPriority::Low, EventPriority::Critical, EventPriority::Normal];
@@ -157,7 +157,7 @@ impl EventPriority {
 ///
 /// ```
 /// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -200,7 +200,7 @@ pub struct EventMetadata {
 /// use cuda_streams_event_coord::{
 ///     EventPool, EventPriority, OperationCoordinator, OperationId, OperationState, OperationType,
 /// };
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;

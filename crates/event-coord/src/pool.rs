@@ -90,7 +90,7 @@ impl Shelf {
 /// before waiting on it or querying it.
 ///
 /// ```
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use cuda_streams_event_coord::EventPool;
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
@@ -253,7 +253,7 @@ impl fmt::Debug for EventPool {
 ///
 /// ```
 /// use cuda_streams_event_coord::{EventPool, PooledEvent};
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;

@@ -42,7 +42,7 @@ pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_micros(500);
 ///
 /// ```
 /// use cuda_streams_event_coord::{AsyncEventWaiter, WaitEvent};
-/// use driver::{Context, Event, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Event, Stream};
 /// use std::sync::mpsc;
 ///
 /// struct Upload {
@@ -102,7 +102,7 @@ impl WaitEvent for Arc<PooledEvent> {
 ///
 /// ```
 /// use cuda_streams_event_coord::AsyncEventWaiter;
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::mpsc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -135,7 +135,7 @@ impl fmt::Display for WaitId {
 ///
 /// ```
 /// use cuda_streams_event_coord::AsyncEventWaiter;
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::mpsc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -244,7 +244,7 @@ impl Shared {
 /// [`cancel_all`](Self::cancel_all) first to drop them instead.
 ///
 /// ```
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use cuda_streams_event_coord::AsyncEventWaiter;
 /// use std::sync::mpsc;
 /// let ctx = Context::new(0).unwrap();

@@ -43,7 +43,7 @@ struct Key {
 /// not wait are ordered after nothing and race with the uploads.
 ///
 /// ```
-/// use driver::Context;
+/// use cuda_streams_pipeline::driver::Context;
 /// use cuda_streams_pipeline::{ArraySpec, BatchUploader, PlannerConfig};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;

@@ -18,7 +18,7 @@ pub type OperationId = u64;
 /// What an operation does: which of the coordinator's three streams it ran on.
 ///
 /// ```
-/// use driver::{Context, DeviceBuffer, PinnedBuffer};
+/// use cuda_streams_pipeline::driver::{Context, DeviceBuffer, PinnedBuffer};
 /// use cuda_streams_pipeline::{AsyncCoordinator, OperationKind};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -57,7 +57,7 @@ impl fmt::Display for OperationKind {
 /// An operation the GPU has finished, as reported by [`AsyncCoordinator::poll`].
 ///
 /// ```
-/// use driver::{Context, DeviceBuffer};
+/// use cuda_streams_pipeline::driver::{Context, DeviceBuffer};
 /// use cuda_streams_pipeline::{AsyncCoordinator, CompletedOperation, OperationKind};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -122,7 +122,7 @@ struct Pending {
 /// host access waits for the copies that use them.
 ///
 /// ```
-/// use driver::{Context, DeviceBuffer, LaunchConfig, Module, PinnedBuffer};
+/// use cuda_streams_pipeline::driver::{Context, DeviceBuffer, LaunchConfig, Module, PinnedBuffer};
 /// use cuda_streams_pipeline::AsyncCoordinator;
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;

@@ -8,7 +8,7 @@ use crate::triple_buffer::SlotState;
 /// never handed out:
 ///
 /// ```
-/// use driver::Context;
+/// use cuda_streams_pipeline::driver::Context;
 /// use cuda_streams_pipeline::{AsyncCoordinator, Error};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;

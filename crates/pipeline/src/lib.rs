@@ -32,6 +32,9 @@ mod triple_buffer;
 
 pub use batch_upload::BatchUploader;
 pub use coordinator::{AsyncCoordinator, CompletedOperation, OperationId, OperationKind};
+/// The safe driver layer this crate builds on (contexts, streams, buffers),
+/// so examples can name it through this crate.
+pub use driver;
 pub use error::{Error, Result};
 pub use managed::{ManagedGpuContext, PIPELINE_DEPTH, StepConfig, Telemetry};
 pub use manager::{IterationReport, PipelineStageManager, PipelineStats};

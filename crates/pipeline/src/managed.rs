@@ -22,7 +22,7 @@ pub const PIPELINE_DEPTH: u64 = 3;
 /// `v = v / 2 + x` on it, and the result is downloaded.
 ///
 /// ```
-/// use driver::Context;
+/// use cuda_streams_pipeline::driver::Context;
 /// use cuda_streams_pipeline::{ManagedGpuContext, StepConfig};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let device = Context::new(0)?;
@@ -48,7 +48,7 @@ pub struct StepConfig {
 /// What the GPU sent back for one step.
 ///
 /// ```
-/// use driver::Context;
+/// use cuda_streams_pipeline::driver::Context;
 /// use cuda_streams_pipeline::{ManagedGpuContext, StepConfig, Telemetry};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let device = Context::new(0)?;
@@ -119,7 +119,7 @@ enum Mode {
 /// Both modes compute the same numbers; only the timing differs.
 ///
 /// ```
-/// use driver::Context;
+/// use cuda_streams_pipeline::driver::Context;
 /// use cuda_streams_pipeline::{ManagedGpuContext, StepConfig};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let device = Context::new(0)?;

@@ -16,7 +16,7 @@ const DEPTH: usize = 3;
 /// ([`PipelineStageManager::get_stats`]).
 ///
 /// ```
-/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
 /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager, PipelineStats};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -64,7 +64,7 @@ pub struct PipelineStats {
 /// behind uploading, downloading two.
 ///
 /// ```
-/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
 /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, IterationReport, PipelineStageManager};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -137,7 +137,7 @@ struct Timing {
 /// element count given to [`new`](Self::new).
 ///
 /// ```
-/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
 /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 /// One argument of a stage's kernel.
 ///
 /// ```
-/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
 /// use cuda_streams_pipeline::{GpuPipelineStage, StageArg};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -48,7 +48,7 @@ pub enum StageArg {
 /// updates buffer 1 in place:
 ///
 /// ```
-/// use driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
 /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager, StageArg};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;

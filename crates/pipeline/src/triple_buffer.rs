@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// processed"; [`GpuTripleBuffer::get_states`] says which.
 ///
 /// ```
-/// use driver::Context;
+/// use cuda_streams_pipeline::driver::Context;
 /// use cuda_streams_pipeline::{GpuTripleBuffer, SlotState};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -84,7 +84,7 @@ const STATE_MASK: u8 = 0x03;
 /// One slot's state as seen by [`GpuTripleBuffer::get_states`].
 ///
 /// ```
-/// use driver::Context;
+/// use cuda_streams_pipeline::driver::Context;
 /// use cuda_streams_pipeline::{GpuTripleBuffer, SlotState, SlotStatus};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -132,7 +132,7 @@ struct Slot<T: DeviceCopy> {
 /// stages' streams is the job of the [`crate::AsyncCoordinator`] (events).
 ///
 /// ```
-/// use driver::Context;
+/// use cuda_streams_pipeline::driver::Context;
 /// use cuda_streams_pipeline::{GpuTripleBuffer, SlotState};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -302,7 +302,7 @@ impl<T: DeviceCopy> fmt::Debug for GpuTripleBuffer<T> {
 /// slot to the next stage.
 ///
 /// ```
-/// use driver::{Context, Stream};
+/// use cuda_streams_pipeline::driver::{Context, Stream};
 /// use cuda_streams_pipeline::GpuTripleBuffer;
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;

@@ -4,7 +4,7 @@
 ///
 /// ```
 /// use cuda_streams_profiler::{Error, StreamProfiler};
-/// use driver::Context;
+/// use cuda_streams_profiler::driver::Context;
 /// # fn main() -> cuda_streams_profiler::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let profiler = StreamProfiler::new(&ctx)?;

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use cuda_streams_profiler::StreamProfiler;
-//! use driver::{Context, LaunchConfig, Module, Stream};
+//! use cuda_streams_profiler::driver::{Context, LaunchConfig, Module, Stream};
 //! # fn main() -> cuda_streams_profiler::Result<()> {
 //! let ctx = Context::new(0)?;
 //! let spin = Module::load(&ctx, kernels::TIMING.fatbin())?.function("spin")?;
@@ -46,6 +46,9 @@ mod timeline;
 mod trace;
 
 pub use display::{format_bytes, format_duration};
+/// The safe driver layer this crate builds on (contexts, streams, buffers),
+/// so examples can name it through this crate.
+pub use driver;
 pub use error::{Error, Result};
 pub use profiler::StreamProfiler;
 pub use report::{ComprehensiveReport, OperationStats, StreamReport};

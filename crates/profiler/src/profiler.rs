@@ -45,7 +45,7 @@ const INITIAL_TIMING_EVENTS: usize = 64;
 ///
 /// ```
 /// use cuda_streams_profiler::StreamProfiler;
-/// use driver::{Context, DeviceBuffer, Stream};
+/// use cuda_streams_profiler::driver::{Context, DeviceBuffer, Stream};
 /// # fn main() -> cuda_streams_profiler::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;

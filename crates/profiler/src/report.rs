@@ -9,7 +9,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use cuda_streams_profiler::StreamProfiler;
-/// use driver::{Context, Stream};
+/// use cuda_streams_profiler::driver::{Context, Stream};
 /// use std::time::Duration;
 /// # fn main() -> cuda_streams_profiler::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -52,7 +52,7 @@ pub struct OperationStats {
 ///
 /// ```
 /// use cuda_streams_profiler::StreamProfiler;
-/// use driver::{Context, DeviceBuffer, Stream};
+/// use cuda_streams_profiler::driver::{Context, DeviceBuffer, Stream};
 /// use std::time::Duration;
 /// # fn main() -> cuda_streams_profiler::Result<()> {
 /// let ctx = Context::new(0)?;
@@ -107,7 +107,7 @@ pub struct StreamReport {
 ///
 /// ```
 /// use cuda_streams_profiler::StreamProfiler;
-/// use driver::{Context, DeviceBuffer, Stream};
+/// use cuda_streams_profiler::driver::{Context, DeviceBuffer, Stream};
 /// use std::time::Duration;
 /// # fn main() -> cuda_streams_profiler::Result<()> {
 /// let ctx = Context::new(0)?;

@@ -22,7 +22,7 @@
 //!
 //! ```
 //! use cuda_streams_soft_driver as soft;
-//! use sys::{CUresult, CUstream};
+//! use cuda_streams_soft_driver::sys::{CUresult, CUstream};
 //! let table = soft::driver();
 //! // SAFETY: every pointer passed is a valid local.
 //! unsafe {

@@ -64,7 +64,7 @@ pub type KernelTwin = unsafe fn(dims: &LaunchDims, params: *mut *mut c_void);
 ///
 /// ```
 /// use cuda_streams_soft_driver::{self as soft, LaunchDims, TwinSpec, register_image};
-/// use sys::signature::{Param, Scalar};
+/// use cuda_streams_soft_driver::sys::signature::{Param, Scalar};
 /// use std::ffi::c_void;
 /// use std::sync::atomic::{AtomicU32, Ordering};
 /// static IMAGE: [u8; 6] = *b"store\0"; // stands in for a cubin or PTX image
@@ -150,7 +150,7 @@ pub fn register_image(image: &'static [u8], twins: &[TwinSpec]) {
 ///
 /// ```
 /// use cuda_streams_soft_driver::{LaunchDims, TwinSpec, register_image, registered_signature};
-/// use sys::signature::{Param, Scalar};
+/// use cuda_streams_soft_driver::sys::signature::{Param, Scalar};
 /// static IMAGE: [u8; 4] = *b"sigs";
 /// unsafe fn nothing(_: &LaunchDims, _: *mut *mut std::ffi::c_void) {}
 /// const PARAMS: &[Param] = &[Param::Scalar(Scalar::F32)];

@@ -8,7 +8,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::Arc;
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;

@@ -93,7 +93,7 @@ struct Op {
 ///
 /// ```
 /// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use driver::{Context, Stream};
+/// use cuda_streams_event_coord::driver::{Context, Stream};
 /// use std::sync::{Arc, mpsc};
 /// # fn main() -> cuda_streams_event_coord::Result<()> {
 /// let ctx = Context::new(0)?;
