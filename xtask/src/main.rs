@@ -22,7 +22,7 @@ Commands:
                            files differ from a fresh generation
   gpu-bundle [--no-bench]  build every test binary, the doc tests, the benches and the CLI
                            in release mode into target/gpu-bundle with run.sh
-                           (see shared/gpu/README.md and docs/testing.md)
+                           (see docs/testing.md)
   build-kernels [--check]  compile kernels/*.cu with nvcc 13.0 into kernels/*.fatbin
                            (SASS sm_80..sm_120, PTX compute_80); --check rebuilds
                            and fails naming each committed image that is stale
@@ -34,7 +34,7 @@ Commands:
   help                     print this text
 
 The CUDA 13.0 headers come from NVIDIA's Python wheels, installed on first use
-into target/cuda-toolchain (see shared/gpu/README.md); bindgen needs libclang
+into target/cuda-toolchain (pinned to 13.0, the GPU machines' driver); bindgen needs libclang
 (`apt-get install libclang-dev`), which is installed when missing and possible.
 ";
 
