@@ -58,6 +58,48 @@ fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// Unparks the waiting thread and notes when the reactor called the waker.
+struct StampedUnpark {
+    thread: std::thread::Thread,
+    woken: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Wake for StampedUnpark {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let now = Instant::now();
+        self.woken
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get_or_insert(now);
+        self.thread.unpark();
+    }
+}
+
+/// [`block_on`], returning also when the future's waker was first called:
+/// the moment the reactor knew the work ended and made the future ready,
+/// before the OS resumed the parked thread.
+fn block_on_stamped<F: Future>(f: F) -> (F::Output, Option<Instant>) {
+    let stamp = Arc::new(StampedUnpark {
+        thread: std::thread::current(),
+        woken: std::sync::Mutex::new(None),
+    });
+    let waker = Waker::from(Arc::clone(&stamp));
+    let mut f = pin!(f);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut TaskContext::from_waker(&waker)) {
+            let woken = *stamp
+                .woken
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            return (out, woken);
+        }
+        std::thread::park();
+    }
+}
+
 /// A spinning executor: polls until ready, never parks, so the time it
 /// returns is when the future became ready (no thread wake-up in between).
 fn spin_on<F: Future>(f: F) -> F::Output {
@@ -85,12 +127,26 @@ fn cpu_time() -> Duration {
 
 struct Measured {
     median: Duration,
+    /// Median launch→waker called, where the wait reports it.
+    woken: Option<Duration>,
     /// CPU seconds per second of the loop (cores busy).
     cores: f64,
 }
 
 /// Launch the kernel, then `wait`; time launch→known for each round.
 fn measure(stream: &Stream, timing: &Timing, mut wait: impl FnMut()) -> Measured {
+    measure_stamped(stream, timing, || {
+        wait();
+        None
+    })
+}
+
+/// [`measure`] for a wait that also returns when its waker was called.
+fn measure_stamped(
+    stream: &Stream,
+    timing: &Timing,
+    mut wait: impl FnMut() -> Option<Instant>,
+) -> Measured {
     // Warm up (lazy initialisation, reactor thread start, caches).
     for _ in 0..10 {
         timing.spin(stream, KERNEL).expect("spin launches");
@@ -98,17 +154,23 @@ fn measure(stream: &Stream, timing: &Timing, mut wait: impl FnMut()) -> Measured
     }
     let rounds = rounds();
     let mut samples = Vec::with_capacity(rounds);
+    let mut woken = Vec::with_capacity(rounds);
     let (cpu0, wall0) = (cpu_time(), Instant::now());
     for _ in 0..rounds {
         let start = Instant::now();
         timing.spin(stream, KERNEL).expect("spin launches");
-        wait();
+        let stamp = wait();
         samples.push(start.elapsed());
+        woken.extend(stamp.map(|at| at.duration_since(start)));
     }
     let (cpu, wall) = (cpu_time() - cpu0, wall0.elapsed());
     samples.sort();
+    woken.sort();
     Measured {
         median: samples[samples.len() / 2],
+        // Only when every round reported its wake (a future that was ready
+        // at its first poll is never woken).
+        woken: (woken.len() == samples.len()).then(|| woken[woken.len() / 2]),
         cores: cpu.as_secs_f64() / wall.as_secs_f64(),
     }
 }
@@ -251,13 +313,25 @@ fn main() {
         // does; its latency includes the OS waking that thread.
         let reactor_cpu0 = thread_cpu_ns("cuda-streams-re");
         let wall0 = Instant::now();
-        let m = measure(&stream, &timing, || {
-            block_on(stream.completion().expect("a completion")).expect("completes");
+        let m = measure_stamped(&stream, &timing, || {
+            let (done, woken) = block_on_stamped(stream.completion().expect("a completion"));
+            done.expect("completes");
+            woken
         });
         let reactor_cores = thread_cpu_ns("cuda-streams-re")
             .zip(reactor_cpu0)
             .map(|(after, before)| (after - before) as f64 / 1e9 / wall0.elapsed().as_secs_f64());
         report(name, ratio, &m, &floor);
+        if let Some(woken) = m.woken {
+            // The reactor's own latency: completion to the waker being
+            // called (the future is ready from then on); what follows is
+            // the executor's thread being resumed by the OS.
+            figure(
+                &format!("futures wake, {name}: waker called beyond busy polling"),
+                woken.as_secs_f64() * 1e6 - floor.median.as_secs_f64() * 1e6,
+                "us",
+            );
+        }
         if let Some(cores) = reactor_cores {
             figure(
                 &format!("futures wake, {name}: reactor thread CPU while waiting"),
