@@ -87,6 +87,9 @@ pub struct Context {
     info: DeviceInfo,
     /// Wakes the futures of this context; started on the first wait.
     reactor: std::sync::OnceLock<crate::reactor::Reactor>,
+    /// The shared event pool, while anyone holds it (a strong reference here
+    /// would be a cycle: pooled events hold their context).
+    event_pool: std::sync::Mutex<std::sync::Weak<crate::event_pool::EventPool>>,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (that is what
@@ -147,6 +150,7 @@ impl Context {
             id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
             info: DeviceInfo::default(),
             reactor: std::sync::OnceLock::new(),
+            event_pool: std::sync::Mutex::default(),
         };
         ctx.bind()?;
         ctx.info = ctx.query_info(ordinal)?;
@@ -187,6 +191,32 @@ impl Context {
             managed_memory: flag(A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY),
             concurrent_managed_access: flag(A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS),
         })
+    }
+
+    /// The context's shared pool of plain and timing events, growing without
+    /// a cap. Streams use it for their waits on other streams, timed sections
+    /// and buffer tracking; take events from it rather than creating them.
+    /// It lives while any stream that used it, or any caller, holds it.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// use std::sync::Arc;
+    /// let ctx = Context::new(0).unwrap();
+    /// let pool = ctx.event_pool();
+    /// assert!(Arc::ptr_eq(&pool, &ctx.event_pool())); // one per context
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// let event = pool.acquire_event(false).unwrap();
+    /// event.record(&stream).unwrap();
+    /// event.synchronize().unwrap();
+    /// ```
+    pub fn event_pool(self: &Arc<Self>) -> Arc<crate::event_pool::EventPool> {
+        let mut slot = self.event_pool.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pool) = slot.upgrade() {
+            return pool;
+        }
+        let pool = Arc::new(crate::event_pool::EventPool::empty(self));
+        *slot = Arc::downgrade(&pool);
+        pool
     }
 
     /// One `cuDeviceGetAttribute` value of this context's device.

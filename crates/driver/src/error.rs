@@ -47,6 +47,26 @@ pub enum Error {
         /// How many devices the driver reports.
         count: i32,
     },
+    /// An [`EventPool`](crate::EventPool) would need more events of one kind
+    /// than its cap allows.
+    #[error("event pool exhausted: all {cap} {kind} event(s) allowed by the cap are in use")]
+    EventPoolExhausted {
+        /// `regular` or `timing`.
+        kind: &'static str,
+        /// The cap on events of that kind.
+        cap: usize,
+    },
+    /// An [`EventPool`](crate::EventPool) asked to create more events up
+    /// front than its cap allows.
+    #[error("event pool cap {cap} is below the {requested} {kind} event(s) requested up front")]
+    EventPoolCapBelowInitial {
+        /// `regular` or `timing`.
+        kind: &'static str,
+        /// How many were requested up front.
+        requested: usize,
+        /// The cap.
+        cap: usize,
+    },
     /// A raw stream priority outside the device's range.
     #[error(
         "stream priority {value} is outside the device's range {greatest} (greatest) ..= {least} (least)"

@@ -6,6 +6,7 @@
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
+use crate::event_pool::{EventPool, PooledEvent};
 use crate::metrics::{Counters, StreamMetrics};
 use crate::priority::StreamPriority;
 use std::fmt;
@@ -16,15 +17,11 @@ use sys::{CUstream, CUstream_flags};
 
 static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Timing event pairs: those waiting for the GPU, and spares to reuse.
+/// Timing event pairs waiting for the GPU (from the context's event pool).
 #[derive(Default)]
 struct Timings {
-    pending: Vec<(Event, Event)>,
-    spare: Vec<(Event, Event)>,
+    pending: Vec<(PooledEvent, PooledEvent)>,
 }
-
-/// How many finished timing pairs a stream keeps for reuse.
-const SPARE_TIMING_PAIRS: usize = 4;
 
 /// A CUDA stream: work enqueued on it runs in order; work on different streams
 /// may overlap.
@@ -54,6 +51,8 @@ pub struct Stream {
     id: u64,
     pub(crate) counters: Arc<Counters>,
     timings: Mutex<Timings>,
+    /// The context's event pool, once this stream needed an event.
+    pub(crate) pool: std::sync::OnceLock<Arc<EventPool>>,
 }
 
 // SAFETY: CUDA streams may be used from any thread; the raw handle is only
@@ -114,6 +113,7 @@ impl Stream {
             id: NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed),
             counters: Arc::default(),
             timings: Mutex::default(),
+            pool: std::sync::OnceLock::new(),
         })
     }
 
@@ -247,11 +247,8 @@ impl Stream {
     /// assert!(m.average_latency.is_some());
     /// ```
     pub fn timed<R>(&self, f: impl FnOnce(&Stream) -> Result<R>) -> Result<R> {
-        let spare = self.lock_timings().spare.pop();
-        let (start, end) = match spare {
-            Some(pair) => pair,
-            None => (Event::timing(&self.ctx)?, Event::timing(&self.ctx)?),
-        };
+        let pool = self.event_pool();
+        let (start, end) = (pool.acquire_event(true)?, pool.acquire_event(true)?);
         start.record(self)?;
         let result = f(self);
         end.record(self)?;
@@ -268,15 +265,10 @@ impl Stream {
         let pending = std::mem::take(&mut timings.pending);
         for (start, end) in pending {
             match end.query() {
-                Ok(true) => {
-                    match Event::elapsed(&start, &end) {
-                        Ok(elapsed) => self.counters.latency(elapsed),
-                        Err(err) => tracing::warn!("timing on stream {}: {err}", self.id),
-                    }
-                    if timings.spare.len() < SPARE_TIMING_PAIRS {
-                        timings.spare.push((start, end));
-                    }
-                }
+                Ok(true) => match Event::elapsed(&start, &end) {
+                    Ok(elapsed) => self.counters.latency(elapsed),
+                    Err(err) => tracing::warn!("timing on stream {}: {err}", self.id),
+                },
                 Ok(false) => timings.pending.push((start, end)),
                 Err(err) => tracing::warn!("timing on stream {}: {err}", self.id),
             }

@@ -2,8 +2,7 @@
 //! every other stream) goes on.
 
 use crate::error::{Error, Result};
-use crate::pool::{EventPool, PooledEvent};
-use driver::Stream;
+use driver::{EventPool, Stream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -85,26 +84,15 @@ impl CrossStreamBarrier {
         })
     }
 
-    /// One event recorded at the current end of each stream.
-    fn mark(&self) -> Result<Vec<PooledEvent>> {
-        self.streams
-            .iter()
-            .map(|stream| {
-                let event = self.pool.acquire_event(false)?;
-                event.record(stream)?;
-                Ok(event)
-            })
-            .collect()
+    fn refs(&self) -> Vec<&Stream> {
+        self.streams.iter().map(|stream| &**stream).collect()
     }
 
     /// Block until every stream has finished the work enqueued before this
     /// call; returns how long the host waited.
     pub fn synchronize(&self) -> Result<Duration> {
         let start = Instant::now();
-        // Record all first, so the streams drain in parallel while we wait.
-        for event in self.mark()? {
-            event.synchronize()?;
-        }
+        self.pool.synchronize_all(&self.refs())?;
         let waited = start.elapsed();
         self.wait_ns.fetch_add(
             u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
@@ -119,16 +107,7 @@ impl CrossStreamBarrier {
     /// once; the events go back to the pool right away (a wait captures the
     /// event's state when it is enqueued).
     pub fn arrive(&self) -> Result<()> {
-        // Every event is recorded before any wait is enqueued: otherwise a
-        // later event would include the earlier waits.
-        let events = self.mark()?;
-        for (i, stream) in self.streams.iter().enumerate() {
-            for (j, event) in events.iter().enumerate() {
-                if i != j {
-                    stream.wait_event(event)?;
-                }
-            }
-        }
+        self.pool.barrier(&self.refs())?;
         self.arrivals.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -30,24 +30,6 @@ pub enum Error {
     /// A call into the safe driver layer failed.
     #[error(transparent)]
     Driver(#[from] driver::Error),
-    /// The pool would need more events of one kind than its cap allows.
-    #[error("event pool exhausted: all {cap} {kind} event(s) allowed by the cap are in use")]
-    PoolExhausted {
-        /// `regular` or `timing`.
-        kind: &'static str,
-        /// The cap on events of that kind.
-        cap: usize,
-    },
-    /// A pool asked to create more events up front than its cap allows.
-    #[error("event pool cap {cap} is below the {requested} {kind} event(s) requested up front")]
-    CapacityBelowInitial {
-        /// `regular` or `timing`.
-        kind: &'static str,
-        /// How many were requested up front.
-        requested: usize,
-        /// The cap.
-        cap: usize,
-    },
     /// An operation id this coordinator never issued (or whose registration failed).
     #[error("{operation} is unknown to this coordinator ({call})")]
     UnknownOperation {

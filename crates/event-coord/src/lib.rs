@@ -18,15 +18,15 @@ mod barrier;
 mod coordinator;
 mod error;
 mod operation;
-mod pool;
-mod thread_shelf;
 mod waiter;
 
 pub use barrier::{BarrierStats, CrossStreamBarrier};
 pub use coordinator::{CoordinatorMetrics, OperationCoordinator};
+/// The seed's event pool, which lives in the driver layer: every context has
+/// one ([`driver::Context::event_pool`]), and [`EventPool::new`] makes more.
+pub use driver::{EventPool, EventPoolUtilization, PooledEvent};
 pub use error::{Error, Result};
 pub use operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
-pub use pool::{EventPool, PooledEvent};
 /// The examples of `docs/event-coord.md`, compiled and run as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/event-coord.md")]

@@ -8,9 +8,9 @@
 //! on a timer: it waits on a condvar, and uses no CPU while nothing is ready.
 
 use crate::error::{Error, Result};
-use crate::pool::PooledEvent;
 use driver::Completion;
 use driver::Event;
+use driver::PooledEvent;
 use std::any::Any;
 use std::collections::HashMap;
 use std::collections::HashSet;

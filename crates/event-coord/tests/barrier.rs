@@ -36,7 +36,7 @@ fn synchronize_returns_only_when_every_stream_got_there() {
     let stats = barrier.stats();
     assert_eq!((stats.synchronizations, stats.arrivals), (1, 0));
     assert_eq!(
-        events.utilization().2,
+        events.utilization().in_use,
         0,
         "the barrier's events went back to the pool"
     );

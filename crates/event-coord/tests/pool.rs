@@ -4,8 +4,9 @@ mod support;
 
 use cuda_streams_event_coord as events;
 
+use driver::Error;
 use driver::Event;
-use events::{Error, EventPool};
+use events::EventPool;
 use std::sync::Arc;
 use support::{Gate, ctx, streams};
 
@@ -13,16 +14,16 @@ use support::{Gate, ctx, streams};
 fn acquire_and_release_reuse_events_without_growth() {
     let ctx = ctx();
     let pool = Arc::new(EventPool::new(&ctx, 3, 2).unwrap());
-    assert_eq!(pool.utilization(), (3, 2, 0));
+    assert_eq!(pool.utilization(), usage(3, 2, 0));
     let a = pool.acquire_event(false).unwrap();
     let t = pool.acquire_event(true).unwrap();
     assert!(!a.is_timing());
     assert!(t.is_timing());
-    assert_eq!(pool.utilization(), (2, 1, 2));
+    assert_eq!(pool.utilization(), usage(2, 1, 2));
     let raw = a.as_raw();
     pool.release_event(a);
     drop(t);
-    assert_eq!(pool.utilization(), (3, 2, 0));
+    assert_eq!(pool.utilization(), usage(3, 2, 0));
     // The last released is the next acquired: the same driver event.
     assert_eq!(pool.acquire_event(false).unwrap().as_raw(), raw);
     assert_eq!(pool.growth_count(), 0);
@@ -54,12 +55,12 @@ fn grows_when_exhausted_up_to_the_cap_then_errors() {
     let pool = Arc::new(EventPool::with_capacity_limit(&ctx, 1, 0, 3).unwrap());
     let held: Vec<_> = (0..3).map(|_| pool.acquire_event(false).unwrap()).collect();
     assert_eq!(pool.growth_count(), 2);
-    assert_eq!(pool.utilization(), (0, 0, 3));
+    assert_eq!(pool.utilization(), usage(0, 0, 3));
     let err = pool.acquire_event(false).unwrap_err();
     assert!(
         matches!(
             err,
-            Error::PoolExhausted {
+            Error::EventPoolExhausted {
                 kind: "regular",
                 cap: 3
             }
@@ -71,7 +72,7 @@ fn grows_when_exhausted_up_to_the_cap_then_errors() {
     let timing: Vec<_> = (0..3).map(|_| pool.acquire_event(true).unwrap()).collect();
     assert!(matches!(
         pool.acquire_event(true),
-        Err(Error::PoolExhausted {
+        Err(Error::EventPoolExhausted {
             kind: "timing",
             cap: 3
         })
@@ -79,7 +80,7 @@ fn grows_when_exhausted_up_to_the_cap_then_errors() {
     assert_eq!(pool.growth_count(), 5);
     drop(held);
     drop(timing);
-    assert_eq!(pool.utilization(), (3, 3, 0));
+    assert_eq!(pool.utilization(), usage(3, 3, 0));
     // Now everything is reused.
     let again: Vec<_> = (0..3).map(|_| pool.acquire_event(false).unwrap()).collect();
     assert_eq!(pool.growth_count(), 5);
@@ -93,7 +94,7 @@ fn a_cap_below_the_initial_count_is_an_error() {
     assert!(
         matches!(
             err,
-            Error::CapacityBelowInitial {
+            Error::EventPoolCapBelowInitial {
                 kind: "regular",
                 requested: 5,
                 cap: 4
@@ -111,8 +112,8 @@ fn events_return_to_their_own_pool() {
     let event = a.acquire_event(false).unwrap();
     assert!(Arc::ptr_eq(event.pool(), &a));
     b.release_event(event);
-    assert_eq!(a.utilization(), (1, 0, 0));
-    assert_eq!(b.utilization(), (1, 0, 0));
+    assert_eq!(a.utilization(), usage(1, 0, 0));
+    assert_eq!(b.utilization(), usage(1, 0, 0));
 }
 
 #[test]
@@ -125,7 +126,7 @@ fn releasing_inside_a_stream_callback_makes_no_driver_call() {
     stream.add_callback(move || drop(event)).unwrap();
     stream.synchronize().unwrap();
     stream.check_callback_panics().unwrap();
-    assert_eq!(pool.utilization(), (2, 0, 0));
+    assert_eq!(pool.utilization(), usage(2, 0, 0));
 }
 
 #[test]
@@ -146,7 +147,8 @@ fn concurrent_acquire_release_keeps_the_books_straight() {
             });
         }
     });
-    let (regular, timing, in_use) = pool.utilization();
+    let u = pool.utilization();
+    let (regular, timing, in_use) = (u.available_regular, u.available_timing, u.in_use);
     assert_eq!(in_use, 0);
     assert_eq!(
         (regular + timing) as u64,
@@ -184,7 +186,7 @@ fn a_thread_keeps_what_it_released_and_gives_it_back_when_it_ends() {
     let raws = from_thread.recv().unwrap();
     // 32 kept by the thread, 8 on the shared shelf; all count as available.
     assert_eq!(pool.growth_count(), 32);
-    assert_eq!(pool.utilization(), (40, 0, 0));
+    assert_eq!(pool.utilization(), usage(40, 0, 0));
     to_thread.send(()).unwrap();
     worker.join().unwrap();
     // The thread is gone and its shelf went back to the pool: all 40 can be
@@ -228,7 +230,7 @@ fn a_capped_pool_shares_every_free_event_between_threads() {
         .join()
         .unwrap();
     let event = pool.acquire_event(false).unwrap();
-    assert_eq!(pool.utilization(), (0, 0, 1));
+    assert_eq!(pool.utilization(), usage(0, 0, 1));
     drop(event);
 }
 
@@ -250,6 +252,19 @@ fn a_thread_drops_the_events_of_pools_that_are_gone() {
     // pool's books are unaffected.
     let new = Arc::new(EventPool::new(&ctx, 1, 1).unwrap());
     drop(new.acquire_event(true).unwrap());
-    assert_eq!(new.utilization(), (1, 1, 0));
+    assert_eq!(new.utilization(), usage(1, 1, 0));
     assert_eq!(new.growth_count(), 0);
+}
+
+/// Expected pool counts, by name.
+fn usage(
+    available_regular: usize,
+    available_timing: usize,
+    in_use: usize,
+) -> cuda_streams_event_coord::EventPoolUtilization {
+    cuda_streams_event_coord::EventPoolUtilization {
+        available_regular,
+        available_timing,
+        in_use,
+    }
 }

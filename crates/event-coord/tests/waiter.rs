@@ -40,7 +40,7 @@ fn callbacks_run_once_after_their_event_on_the_waiters_thread() {
     let m = waiter.metrics();
     assert_eq!((m.fired, m.pending, m.cancelled), (1, 0, 0));
     // The waiter dropped its PooledEvent: back in the pool.
-    assert_eq!(pool.utilization().2, 0);
+    assert_eq!(pool.utilization().in_use, 0);
 }
 
 #[test]
@@ -244,5 +244,5 @@ fn many_waits_each_fire_exactly_once() {
     }
     assert!(counts.iter().all(|c| c.load(Ordering::SeqCst) == 1));
     drop(waiter);
-    assert_eq!(pool.utilization().2, 0);
+    assert_eq!(pool.utilization().in_use, 0);
 }

@@ -1,12 +1,11 @@
 //! Upload, compute and download on three streams, ordered by events.
 
 use crate::error::{Error, Result};
-use crate::events::EventRecycler;
 use crate::staging::StagingPool;
 use driver::sys::CUdeviceptr;
 use driver::{
     Context, DeviceBuffer, DeviceCopy, Event, Kernel, KernelArg, LaunchConfig, PinnedBuffer,
-    Stream, StreamPriority,
+    PooledEvent, Stream, StreamPriority,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -82,7 +81,7 @@ pub struct CompletedOperation {
 struct Pending {
     kind: OperationKind,
     /// Recorded on the operation's stream right after it.
-    event: Event,
+    event: PooledEvent,
     /// Staging memory a staged upload reads; returned to the pool once done.
     staging: Option<crate::staging::Staged>,
     /// Set when `wait` or `synchronize_all` saw it finish (poll still reports it).
@@ -148,7 +147,6 @@ pub struct AsyncCoordinator {
     upload: Arc<Stream>,
     compute: Arc<Stream>,
     download: Arc<Stream>,
-    events: EventRecycler,
     staging: StagingPool,
     pending: BTreeMap<OperationId, Pending>,
     next_id: OperationId,
@@ -194,7 +192,6 @@ impl AsyncCoordinator {
             }
         }
         Ok(Self {
-            events: EventRecycler::new(&ctx),
             staging: StagingPool::default(),
             ctx,
             upload,
@@ -342,7 +339,7 @@ impl AsyncCoordinator {
             }
         }
         op(stream)?;
-        let event = self.events.take()?;
+        let event = stream.event_pool().acquire_event(false)?;
         event.record(stream)?;
         let id = self.next_id;
         self.next_id += 1;
@@ -427,7 +424,7 @@ impl AsyncCoordinator {
     /// The event recorded after operation `id`, while it is unreported
     /// (for making other streams wait on it).
     pub fn event_of(&self, id: OperationId) -> Option<&Event> {
-        self.pending.get(&id).map(|op| &op.event)
+        self.pending.get(&id).map(|op| &*op.event)
     }
 
     fn retire(&mut self, id: OperationId) -> CompletedOperation {
@@ -435,7 +432,6 @@ impl AsyncCoordinator {
         if let Some(staged) = op.staging {
             self.staging.give_back(staged);
         }
-        self.events.give_back(op.event);
         CompletedOperation {
             op_id: id,
             op_type: op.kind,

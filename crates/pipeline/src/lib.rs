@@ -22,7 +22,6 @@
 mod batch_upload;
 mod coordinator;
 mod error;
-mod events;
 mod managed;
 mod manager;
 mod planner;

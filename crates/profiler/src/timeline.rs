@@ -189,7 +189,7 @@ impl StreamState {
         }
         let event = match pool.acquire_event(true) {
             Ok(event) => event,
-            Err(events::Error::PoolExhausted { .. }) if !self.pending.is_empty() => {
+            Err(driver::Error::EventPoolExhausted { .. }) if !self.pending.is_empty() => {
                 // A capped pool: give back what this stream holds, then retry.
                 self.resolve(clock, true)?;
                 self.tail = None;

@@ -163,9 +163,7 @@ unsafe impl<T: DeviceCopy> DeviceMemory for DeviceBuffer<T> {
     fn before_device_use(&self, stream: &Stream) -> Result<()> {
         stream.check_context("the device buffer", &self.ctx)?;
         match &self.home {
-            Some(home) if home.id() != stream.id() => {
-                self.tracker.order_after_home(&self.ctx, home, stream)
-            }
+            Some(home) if home.id() != stream.id() => self.tracker.order_after_home(home, stream),
             _ => Ok(()),
         }
     }
@@ -174,7 +172,7 @@ unsafe impl<T: DeviceCopy> DeviceMemory for DeviceBuffer<T> {
         if self.is_home(stream) {
             return Ok(());
         }
-        self.tracker.record_use(&self.ctx, stream, write)
+        self.tracker.record_use(stream, write)
     }
 }
 
@@ -194,7 +192,7 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
         let driver = self.ctx.driver();
         match &self.home {
             Some(home) => {
-                if self.tracker.order_before_free(&self.ctx, home) {
+                if self.tracker.order_before_free(home) {
                     // SAFETY: the pointer came from cuMemAllocAsync and is freed
                     // once, after every recorded use (the home stream waits on them).
                     let code = unsafe { (driver.cuMemFreeAsync)(self.ptr, home.as_raw()) };
@@ -217,7 +215,7 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
                 Err(err) => tracing::warn!("leaking device buffer {:#x}: {err}", self.ptr),
             },
         }
-        self.tracker.destroy_events(&self.ctx);
+        self.tracker.release_events();
     }
 }
 

@@ -70,7 +70,7 @@ macro_rules! host_side {
             }
 
             fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()> {
-                self.tracker.record_use(&self.ctx, stream, write)
+                self.tracker.record_use(stream, write)
             }
 
             fn as_host_use(&self) -> &dyn HostUse {

@@ -104,7 +104,7 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
         if let Err(err) = self.ctx.check(code) {
             tracing::warn!("freeing pinned buffer {:p}: {err}", self.ptr);
         }
-        self.tracker.destroy_events(&self.ctx);
+        self.tracker.release_events();
     }
 }
 

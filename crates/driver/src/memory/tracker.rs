@@ -3,13 +3,15 @@
 //! Each use on a tracked stream re-records that stream's event after the
 //! operation, so the event always marks the stream's last use. Freeing waits on
 //! these events (stream-ordered for device memory, on the host otherwise) and
-//! host access waits on the ones that may write.
+//! host access waits on the ones that may write. The events come from the
+//! context's pool ([`crate::Context::event_pool`]) and go back when the
+//! buffer is dropped.
 
 use crate::context::Context;
 use crate::error::Result;
+use crate::event_pool::PooledEvent;
 use crate::stream::Stream;
 use std::sync::{Mutex, MutexGuard};
-use sys::{CUevent, CUevent_flags};
 
 /// What a stream's recorded uses may still be doing to the buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,7 +26,7 @@ enum Pending {
 
 struct Use {
     stream: u64,
-    event: CUevent,
+    event: PooledEvent,
     pending: Pending,
 }
 
@@ -33,7 +35,7 @@ struct Inner {
     uses: Vec<Use>,
     /// Recorded on the home stream at the first use elsewhere: a point after
     /// the stream-ordered allocation, which other streams wait for.
-    ready: Option<CUevent>,
+    ready: Option<PooledEvent>,
 }
 
 /// The per-buffer record of uses on streams.
@@ -41,12 +43,6 @@ struct Inner {
 pub(crate) struct UseTracker {
     inner: Mutex<Inner>,
 }
-
-// SAFETY: the raw event handles are only passed to the (thread-safe) driver,
-// always under the Mutex.
-unsafe impl Send for UseTracker {}
-// SAFETY: as above; all access goes through the Mutex.
-unsafe impl Sync for UseTracker {}
 
 impl UseTracker {
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -56,32 +52,18 @@ impl UseTracker {
     /// Before a first use on `stream` (not `home`) of memory allocated in
     /// stream order on `home`: make `stream` wait until `home` has passed the
     /// allocation. Later uses on the same stream are already ordered.
-    pub(crate) fn order_after_home(
-        &self,
-        ctx: &Context,
-        home: &Stream,
-        stream: &Stream,
-    ) -> Result<()> {
+    pub(crate) fn order_after_home(&self, home: &Stream, stream: &Stream) -> Result<()> {
         let mut inner = self.lock();
         if inner.uses.iter().any(|u| u.stream == stream.id()) {
             return Ok(());
         }
-        let ready = match inner.ready {
-            Some(ready) => ready,
-            None => {
-                let event = create_event(ctx)?;
-                // SAFETY: both handles are live; the context is current (callers bind).
-                let code = unsafe { (ctx.driver().cuEventRecord)(event, home.as_raw()) };
-                if let Err(err) = ctx.check(code) {
-                    destroy_event(ctx, event);
-                    return Err(err);
-                }
-                inner.ready = Some(event);
-                event
-            }
-        };
-        // SAFETY: both handles are live; flags 0 is CU_EVENT_WAIT_DEFAULT.
-        ctx.check(unsafe { (ctx.driver().cuStreamWaitEvent)(stream.as_raw(), ready, 0) })
+        if inner.ready.is_none() {
+            inner.ready = Some(home.mark()?);
+        }
+        match &inner.ready {
+            Some(ready) => stream.wait_event(ready),
+            None => Ok(()),
+        }
     }
 
     /// After enqueueing a use on `stream`: re-record the stream's event there.
@@ -89,11 +71,11 @@ impl UseTracker {
     /// When the event cannot be recorded the use cannot be tracked, so this
     /// waits for the stream on the host before returning the error: nothing
     /// untracked is left in flight.
-    pub(crate) fn record_use(&self, ctx: &Context, stream: &Stream, write: bool) -> Result<()> {
+    pub(crate) fn record_use(&self, stream: &Stream, write: bool) -> Result<()> {
         let mut inner = self.lock();
         let index = match inner.uses.iter().position(|u| u.stream == stream.id()) {
             Some(index) => index,
-            None => match create_event(ctx) {
+            None => match stream.event_pool().acquire_event(false) {
                 Ok(event) => {
                     inner.uses.push(Use {
                         stream: stream.id(),
@@ -102,14 +84,12 @@ impl UseTracker {
                     });
                     inner.uses.len() - 1
                 }
-                Err(err) => return Err(wait_untracked(ctx, stream, err)),
+                Err(err) => return Err(wait_untracked(stream, err)),
             },
         };
         let entry = &mut inner.uses[index];
-        // SAFETY: both handles are live; the context is current (callers bind).
-        let code = unsafe { (ctx.driver().cuEventRecord)(entry.event, stream.as_raw()) };
-        if let Err(err) = ctx.check(code) {
-            return Err(wait_untracked(ctx, stream, err));
+        if let Err(err) = entry.event.record(stream) {
+            return Err(wait_untracked(stream, err));
         }
         let kind = if write { Pending::Write } else { Pending::Read };
         entry.pending = entry.pending.max(kind);
@@ -126,8 +106,7 @@ impl UseTracker {
         let mut inner = self.lock();
         let threshold = if all { Pending::Read } else { Pending::Write };
         for entry in inner.uses.iter_mut().filter(|u| u.pending >= threshold) {
-            // SAFETY: the event is live; the context is current.
-            ctx.check(unsafe { (ctx.driver().cuEventSynchronize)(entry.event) })?;
+            entry.event.synchronize()?;
             entry.pending = Pending::Idle;
         }
         Ok(())
@@ -136,19 +115,15 @@ impl UseTracker {
     /// Make `home` wait (without blocking the host) for every recorded use.
     /// Returns `false` when some use could be neither ordered nor waited for:
     /// the memory must then not be freed.
-    pub(crate) fn order_before_free(&self, ctx: &Context, home: &Stream) -> bool {
+    pub(crate) fn order_before_free(&self, home: &Stream) -> bool {
         let inner = self.lock();
         for entry in inner.uses.iter().filter(|u| u.pending > Pending::Idle) {
-            // SAFETY: both handles are live; flags 0 is CU_EVENT_WAIT_DEFAULT.
-            let code = unsafe { (ctx.driver().cuStreamWaitEvent)(home.as_raw(), entry.event, 0) };
-            if let Err(err) = ctx.check(code) {
+            if let Err(err) = home.wait_event(&entry.event) {
                 tracing::warn!(
                     "ordering a free after stream {}: {err}; waiting on the host",
                     entry.stream
                 );
-                // SAFETY: the event is live; the context is current.
-                let code = unsafe { (ctx.driver().cuEventSynchronize)(entry.event) };
-                if let Err(err) = ctx.check(code) {
+                if let Err(err) = entry.event.synchronize() {
                     tracing::warn!("waiting for stream {}: {err}", entry.stream);
                     return false;
                 }
@@ -157,15 +132,12 @@ impl UseTracker {
         true
     }
 
-    /// Destroy the events (the owner calls this last, from its Drop).
-    pub(crate) fn destroy_events(&self, ctx: &Context) {
+    /// Give the events back to their pool (the owner calls this last, from
+    /// its Drop; no driver call).
+    pub(crate) fn release_events(&self) {
         let mut inner = self.lock();
-        for entry in inner.uses.drain(..) {
-            destroy_event(ctx, entry.event);
-        }
-        if let Some(ready) = inner.ready.take() {
-            destroy_event(ctx, ready);
-        }
+        inner.uses.clear();
+        inner.ready = None;
     }
 
     /// How many streams other than the home stream have used the buffer.
@@ -174,29 +146,10 @@ impl UseTracker {
     }
 }
 
-fn create_event(ctx: &Context) -> Result<CUevent> {
-    let mut event: CUevent = std::ptr::null_mut();
-    let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
-    // SAFETY: writes one handle through a valid pointer; the context is current.
-    ctx.check(unsafe { (ctx.driver().cuEventCreate)(&mut event, flags) })?;
-    Ok(event)
-}
-
-fn destroy_event(ctx: &Context, event: CUevent) {
-    // SAFETY: the event is live and destroyed once; CUDA releases a pending
-    // event once it completes, and waits already enqueued on it still hold.
-    let code = unsafe { (ctx.driver().cuEventDestroy)(event) };
-    if let Err(err) = ctx.check(code) {
-        tracing::warn!("destroying a tracking event: {err}");
-    }
-}
-
 /// A use could not be tracked: wait for the stream so that nothing untracked
 /// is left in flight, and return the original error.
-fn wait_untracked(ctx: &Context, stream: &Stream, err: crate::Error) -> crate::Error {
-    // SAFETY: the stream is live; the context is current.
-    let code = unsafe { (ctx.driver().cuStreamSynchronize)(stream.as_raw()) };
-    if let Err(sync_err) = ctx.check(code) {
+fn wait_untracked(stream: &Stream, err: crate::Error) -> crate::Error {
+    if let Err(sync_err) = stream.synchronize() {
         tracing::warn!(
             "stream {} could not be waited for after an untracked use: {sync_err}",
             stream.id()

@@ -98,7 +98,7 @@ unsafe impl<T: DeviceCopy> DeviceMemory for UnifiedBuffer<T> {
     }
 
     fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
-        self.tracker.record_use(&self.ctx, stream, write)
+        self.tracker.record_use(stream, write)
     }
 }
 
@@ -130,7 +130,7 @@ impl<T: DeviceCopy> Drop for UnifiedBuffer<T> {
         if let Err(err) = self.ctx.check(code) {
             tracing::warn!("freeing unified buffer {:#x}: {err}", self.ptr);
         }
-        self.tracker.destroy_events(&self.ctx);
+        self.tracker.release_events();
     }
 }
 

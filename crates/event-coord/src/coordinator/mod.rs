@@ -11,9 +11,9 @@ pub use metrics::CoordinatorMetrics;
 
 use crate::error::{Error, Result};
 use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
-use crate::pool::{EventPool, PooledEvent};
 use dashmap::DashMap;
 use driver::Stream;
+use driver::{EventPool, PooledEvent};
 use hash::IdBuild;
 use metrics::Counters;
 use retire::Lane;

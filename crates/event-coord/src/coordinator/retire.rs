@@ -11,7 +11,7 @@
 use super::OperationCoordinator;
 use crate::error::Result;
 use crate::operation::OperationId;
-use crate::pool::PooledEvent;
+use driver::PooledEvent;
 use driver::Stream;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;

@@ -1,15 +1,23 @@
 //! A pool of reusable events: acquiring one is a `Vec::pop` from the thread's
 //! own shelf or, failing that, from the shared one under a short lock; never a
 //! `cuEventCreate` unless the pool has run out.
+//!
+//! Every context has one ([`Context::event_pool`]), which the driver layer's
+//! own event users share: stream ordering ([`Stream::wait_stream`](crate::Stream::wait_stream)),
+//! timed sections, the buffers' use tracking. Separate pools
+//! ([`EventPool::new`]) serve callers that want their own counts or a cap.
 
+mod thread_shelf;
+
+use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::thread_shelf::{self, HeldCounts};
-use driver::{Context, Event, EventFlags};
+use crate::event::{Event, EventFlags};
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use thread_shelf::HeldCounts;
 
 /// Free events of one kind, and how many of that kind exist.
 struct Shelf {
@@ -25,7 +33,7 @@ impl Shelf {
     fn new(ctx: &Arc<Context>, flags: EventFlags, count: usize, cap: usize) -> Result<Self> {
         let kind = if flags.timing { "timing" } else { "regular" };
         if count > cap {
-            return Err(Error::CapacityBelowInitial {
+            return Err(Error::EventPoolCapBelowInitial {
                 kind,
                 requested: count,
                 cap,
@@ -33,7 +41,7 @@ impl Shelf {
         }
         let free = (0..count)
             .map(|_| Event::new(ctx, flags))
-            .collect::<driver::Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             free: Mutex::new(free),
             created: AtomicUsize::new(count),
@@ -54,14 +62,47 @@ impl Shelf {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.cap).then_some(n + 1)
             })
-            .map_err(|_| Error::PoolExhausted {
+            .map_err(|_| Error::EventPoolExhausted {
                 kind: self.kind,
                 cap: self.cap,
             })?;
-        Event::new(ctx, self.flags).map_err(|err| {
+        Event::new(ctx, self.flags).inspect_err(|_| {
             self.created.fetch_sub(1, Ordering::AcqRel);
-            err.into()
         })
+    }
+}
+
+/// How many events of an [`EventPool`] are free and in use, from
+/// [`EventPool::utilization`].
+///
+/// ```
+/// use cuda_streams_driver::{Context, EventPool, EventPoolUtilization};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_driver::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let pool = Arc::new(EventPool::new(&ctx, 3, 1)?);
+/// let held = pool.acquire_event(true)?;
+/// let usage = pool.utilization();
+/// assert_eq!(usage, EventPoolUtilization { available_regular: 3, available_timing: 0, in_use: 1 });
+/// assert_eq!(usage.total(), 4);
+/// # drop(held);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EventPoolUtilization {
+    /// Free plain events.
+    pub available_regular: usize,
+    /// Free timing events.
+    pub available_timing: usize,
+    /// Events acquired and not yet dropped.
+    pub in_use: usize,
+}
+
+impl EventPoolUtilization {
+    /// Every event the pool has created and not destroyed.
+    pub const fn total(&self) -> usize {
+        self.available_regular + self.available_timing + self.in_use
     }
 }
 
@@ -71,7 +112,7 @@ impl Shelf {
 /// Acquiring pops a free event; dropping the [`PooledEvent`] puts it back. No
 /// driver call happens on that path. When a kind runs out, the pool creates
 /// one more event of that kind (counted by [`EventPool::growth_count`]) unless
-/// the cap is reached, which is an [`Error::PoolExhausted`].
+/// the cap is reached, which is an [`Error::EventPoolExhausted`].
 ///
 /// **Per-thread shelves.** A pool without a cap ([`EventPool::new`]) lets each
 /// thread keep up to 32 free events of each kind that it released, and
@@ -90,19 +131,20 @@ impl Shelf {
 /// before waiting on it or querying it.
 ///
 /// ```
-/// use cuda_streams_event_coord::driver::{Context, Stream};
-/// use cuda_streams_event_coord::EventPool;
+/// use cuda_streams_driver::{Context, Stream};
+/// use cuda_streams_driver::EventPool;
 /// use std::sync::Arc;
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_driver::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
 /// let pool = Arc::new(EventPool::new(&ctx, 2, 1)?);
 /// let event = pool.acquire_event(false)?;
-/// event.record(&stream)?; // derefs to driver::Event
+/// event.record(&stream)?; // derefs to Event
 /// event.synchronize()?;
-/// assert_eq!(pool.utilization(), (1, 1, 1));
+/// let usage = pool.utilization();
+/// assert_eq!((usage.available_regular, usage.available_timing, usage.in_use), (1, 1, 1));
 /// drop(event); // back to the pool
-/// assert_eq!(pool.utilization(), (2, 1, 0));
+/// assert_eq!(pool.utilization().available_regular, 2);
 /// # Ok(())
 /// # }
 /// ```
@@ -125,8 +167,8 @@ impl EventPool {
     }
 
     /// The same, with at most `cap` events of each kind in existence; growth
-    /// beyond it is an [`Error::PoolExhausted`]. A `cap` below `regular` or
-    /// `timing` is an [`Error::CapacityBelowInitial`].
+    /// beyond it is an [`Error::EventPoolExhausted`]. A `cap` below `regular` or
+    /// `timing` is an [`Error::EventPoolCapBelowInitial`].
     pub fn with_capacity_limit(
         ctx: &Arc<Context>,
         regular: usize,
@@ -141,6 +183,25 @@ impl EventPool {
             per_thread: cap == usize::MAX,
             threads: Mutex::new(Vec::new()),
         })
+    }
+
+    /// An uncapped pool with no events yet: no driver call.
+    pub(crate) fn empty(ctx: &Arc<Context>) -> EventPool {
+        let shelf = |flags: EventFlags, kind| Shelf {
+            free: Mutex::new(Vec::new()),
+            created: AtomicUsize::new(0),
+            cap: usize::MAX,
+            flags,
+            kind,
+        };
+        EventPool {
+            ctx: Arc::clone(ctx),
+            regular: shelf(EventFlags::PLAIN, "regular"),
+            timing: shelf(EventFlags::TIMING, "timing"),
+            growth: AtomicU64::new(0),
+            per_thread: true,
+            threads: Mutex::new(Vec::new()),
+        }
     }
 
     fn shelf(&self, timing: bool) -> &Shelf {
@@ -178,9 +239,9 @@ impl EventPool {
         drop(event);
     }
 
-    /// `(available regular, available timing, in use)` at this moment.
-    /// Available counts the free events threads keep for themselves too.
-    pub fn utilization(&self) -> (usize, usize, usize) {
+    /// Free and used events at this moment. Free counts the events threads
+    /// keep for themselves too.
+    pub fn utilization(&self) -> EventPoolUtilization {
         let (mut regular, mut timing) = (0, 0);
         self.lock_threads().retain(|held| match held.upgrade() {
             Some(held) => {
@@ -195,8 +256,12 @@ impl EventPool {
         let timing = timing + self.timing.lock().len();
         let created = self.regular.created.load(Ordering::Acquire)
             + self.timing.created.load(Ordering::Acquire);
-        // Another thread may grow or release between the reads above.
-        (regular, timing, created.saturating_sub(regular + timing))
+        EventPoolUtilization {
+            available_regular: regular,
+            available_timing: timing,
+            // Another thread may grow or release between the reads above.
+            in_use: created.saturating_sub(regular + timing),
+        }
     }
 
     /// How many events were created after construction because a kind ran out.
@@ -237,35 +302,35 @@ impl EventPool {
 
 impl fmt::Debug for EventPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (regular, timing, in_use) = self.utilization();
+        let usage = self.utilization();
         f.debug_struct("EventPool")
-            .field("available_regular", &regular)
-            .field("available_timing", &timing)
-            .field("in_use", &in_use)
+            .field("available_regular", &usage.available_regular)
+            .field("available_timing", &usage.available_timing)
+            .field("in_use", &usage.in_use)
             .field("growth", &self.growth_count())
             .finish()
     }
 }
 
-/// An event borrowed from an [`EventPool`]. Derefs to [`driver::Event`];
+/// An event borrowed from an [`EventPool`]. Derefs to [`Event`];
 /// returns to its pool when dropped (no driver call, so dropping one inside a
 /// stream callback is fine).
 ///
 /// ```
-/// use cuda_streams_event_coord::{EventPool, PooledEvent};
-/// use cuda_streams_event_coord::driver::{Context, Stream};
+/// use cuda_streams_driver::{EventPool, EventPoolUtilization, PooledEvent};
+/// use cuda_streams_driver::{Context, Stream};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_driver::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
 /// let pool = Arc::new(EventPool::new(&ctx, 1, 0)?);
 /// let event: PooledEvent = pool.acquire_event(false)?;
 /// assert!(Arc::ptr_eq(event.pool(), &pool));
-/// event.record(&stream)?; // a driver::Event method, through Deref
+/// event.record(&stream)?; // an Event method, through Deref
 /// event.synchronize()?;
 /// assert!(event.query()?);
 /// drop(event);
-/// assert_eq!(pool.utilization(), (1, 0, 0)); // back in the pool
+/// assert_eq!(pool.utilization().in_use, 0); // back in the pool
 /// # Ok(())
 /// # }
 /// ```

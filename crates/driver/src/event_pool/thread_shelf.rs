@@ -4,8 +4,8 @@
 //! atomic read-modify-writes each way, which is most of the round trip on a
 //! server CPU.
 
-use crate::pool::EventPool;
-use driver::Event;
+use super::EventPool;
+use crate::event::Event;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -96,7 +96,7 @@ pub(crate) fn take(pool: &Arc<EventPool>, timing: bool) -> Option<Event> {
 /// thread's storage is being torn down.
 #[inline]
 pub(crate) fn keep(pool: &Arc<EventPool>, event: Event) -> Result<(), Event> {
-    if driver::in_stream_callback() {
+    if crate::context::in_stream_callback() {
         return Err(event);
     }
     let timing = event.is_timing();

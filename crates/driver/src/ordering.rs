@@ -1,0 +1,208 @@
+//! Ordering streams against each other: waits, fork, join and barriers, each
+//! made of events from the context's pool ([`Context::event_pool`]).
+//!
+//! A wait (`cuStreamWaitEvent`) takes the event's state when it is enqueued,
+//! so an event can go back to the pool as soon as the waits on it are
+//! enqueued: re-recording it later cannot change them.
+
+use crate::context::Context;
+use crate::error::Result;
+use crate::event_pool::{EventPool, PooledEvent};
+use crate::stream::Stream;
+use std::sync::Arc;
+
+impl Stream {
+    /// The event pool of this stream's context, kept by the stream after the
+    /// first call (no lock on later calls).
+    pub fn event_pool(&self) -> &Arc<EventPool> {
+        self.pool.get_or_init(|| self.context().event_pool())
+    }
+
+    /// A pooled plain event recorded at the current end of this stream.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// let mark = stream.mark().unwrap();
+    /// mark.synchronize().unwrap();
+    /// assert!(mark.query().unwrap());
+    /// ```
+    pub fn mark(&self) -> Result<PooledEvent> {
+        let event = self.event_pool().acquire_event(false)?;
+        event.record(self)?;
+        Ok(event)
+    }
+
+    /// Make work enqueued on this stream from now on wait until `other` has
+    /// finished the work enqueued on it so far: one event, recorded on
+    /// `other` and waited here; the host does not wait. `other` may belong to
+    /// another context (another device): the GPU orders across devices.
+    /// Waiting on itself changes nothing and makes no driver call.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, PinnedBuffer, Stream};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let (producer, consumer) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let mut buf = DeviceBuffer::<u32>::new(&ctx, 1 << 16)?;
+    /// producer.memset_u32_async(&mut buf, 7)?;
+    /// consumer.wait_stream(&producer)?; // the copy below sees the memset
+    /// let mut host = PinnedBuffer::<u32>::new(&ctx, 1 << 16)?;
+    /// consumer.copy_to_host_async(&mut host, &buf)?;
+    /// assert!(host.as_slice()?.iter().all(|&v| v == 7));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn wait_stream(&self, other: &Stream) -> Result<()> {
+        if other.id() == self.id() {
+            return Ok(());
+        }
+        let event = other.mark()?;
+        self.wait_event(&event)
+    }
+
+    /// The join of a fork/join: this stream waits for the work enqueued so
+    /// far on each of `branches`, one event per branch.
+    pub fn join(&self, branches: &[&Stream]) -> Result<()> {
+        for branch in branches {
+            self.wait_stream(branch)?;
+        }
+        Ok(())
+    }
+
+    /// The fork of a fork/join: work enqueued on each of `branches` from now
+    /// on waits for the work enqueued on this stream so far. One event,
+    /// recorded here once and waited by every branch.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, PinnedBuffer, Stream};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let main = Stream::new(&ctx)?;
+    /// let branches = [Stream::new(&ctx)?, Stream::new(&ctx)?];
+    /// let mut data = DeviceBuffer::<u32>::new(&ctx, 1024)?;
+    /// main.memset_u32_async(&mut data, 3)?;
+    /// main.fork(&[&branches[0], &branches[1]])?; // both start after the memset
+    /// let mut halves = [PinnedBuffer::<u32>::new(&ctx, 1024)?, PinnedBuffer::<u32>::new(&ctx, 1024)?];
+    /// for (branch, half) in branches.iter().zip(halves.iter_mut()) {
+    ///     branch.copy_to_host_async(half, &data)?;
+    /// }
+    /// main.join(&[&branches[0], &branches[1]])?; // main goes on after both
+    /// main.synchronize()?;
+    /// assert!(halves.iter().all(|h| h.as_slice().unwrap().iter().all(|&v| v == 3)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fork(&self, branches: &[&Stream]) -> Result<()> {
+        let mut event = None;
+        for branch in branches.iter().filter(|b| b.id() != self.id()) {
+            if event.is_none() {
+                event = Some(self.mark()?);
+            }
+            if let Some(event) = &event {
+                branch.wait_event(event)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A device-side barrier over `streams`: work enqueued on any of them
+    /// from now on waits until every one has finished the work enqueued
+    /// before this call. One event per stream; the host does not wait.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// let ctx = Context::new(0).unwrap();
+    /// let streams = [Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap()];
+    /// Stream::barrier(&[&streams[0], &streams[1]]).unwrap();
+    /// streams[0].synchronize().unwrap();
+    /// ```
+    pub fn barrier(streams: &[&Stream]) -> Result<()> {
+        barrier_with(streams, |stream| stream.mark())
+    }
+
+    /// Block the host until every stream in `streams` has finished the work
+    /// enqueued so far (all marks are recorded first, so the streams drain in
+    /// parallel while the host waits).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// let ctx = Context::new(0).unwrap();
+    /// let streams = [Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap()];
+    /// Stream::synchronize_all(&[&streams[0], &streams[1]]).unwrap();
+    /// assert!(streams.iter().all(|s| s.query().unwrap()));
+    /// ```
+    pub fn synchronize_all(streams: &[&Stream]) -> Result<()> {
+        synchronize_with(streams, |stream| stream.mark())
+    }
+}
+
+impl EventPool {
+    /// [`Stream::barrier`] with events from this pool. Every stream must
+    /// belong to the pool's context.
+    pub fn barrier(self: &Arc<Self>, streams: &[&Stream]) -> Result<()> {
+        barrier_with(streams, |stream| self.mark(stream))
+    }
+
+    /// [`Stream::synchronize_all`] with events from this pool. Every stream
+    /// must belong to the pool's context.
+    pub fn synchronize_all(self: &Arc<Self>, streams: &[&Stream]) -> Result<()> {
+        synchronize_with(streams, |stream| self.mark(stream))
+    }
+
+    /// A plain event from this pool recorded at the end of `stream`.
+    pub fn mark(self: &Arc<Self>, stream: &Stream) -> Result<PooledEvent> {
+        check_context(self.context(), stream)?;
+        let event = self.acquire_event(false)?;
+        event.record(stream)?;
+        Ok(event)
+    }
+}
+
+fn check_context(ctx: &Context, stream: &Stream) -> Result<()> {
+    if stream.context().id() == ctx.id() {
+        Ok(())
+    } else {
+        Err(crate::Error::ContextMismatch {
+            what: "an event pool",
+            expected: stream.context().id(),
+            found: ctx.id(),
+        })
+    }
+}
+
+/// The one device-side barrier: `mark` records an event at a stream's end.
+fn barrier_with(
+    streams: &[&Stream],
+    mut mark: impl FnMut(&Stream) -> Result<PooledEvent>,
+) -> Result<()> {
+    // Every event is recorded before any wait is enqueued: otherwise a later
+    // event would include the earlier waits.
+    let marks = streams
+        .iter()
+        .map(|stream| mark(stream))
+        .collect::<Result<Vec<_>>>()?;
+    for (i, stream) in streams.iter().enumerate() {
+        for (j, event) in marks.iter().enumerate() {
+            if i != j && streams[j].id() != stream.id() {
+                stream.wait_event(event)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn synchronize_with(
+    streams: &[&Stream],
+    mut mark: impl FnMut(&Stream) -> Result<PooledEvent>,
+) -> Result<()> {
+    let marks = streams
+        .iter()
+        .map(|stream| mark(stream))
+        .collect::<Result<Vec<_>>>()?;
+    for event in &marks {
+        event.synchronize()?;
+    }
+    Ok(())
+}
