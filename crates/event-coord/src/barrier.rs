@@ -1,7 +1,7 @@
 //! A barrier across streams: every stream reaches a point before the host (or
 //! every other stream) goes on.
 
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 use driver::{EventPool, Stream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

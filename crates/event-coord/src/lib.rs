@@ -15,18 +15,21 @@
 //! See `docs/event-coord.md` for a walk-through.
 
 mod barrier;
-mod coordinator;
-mod error;
-mod operation;
 mod waiter;
 
 pub use barrier::{BarrierStats, CrossStreamBarrier};
-pub use coordinator::{CoordinatorMetrics, OperationCoordinator};
 /// The seed's event pool, which lives in the driver layer: every context has
 /// one ([`driver::Context::event_pool`]), and [`EventPool::new`] makes more.
 pub use driver::{EventPool, EventPoolUtilization, PooledEvent};
-pub use error::{Error, Result};
-pub use operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
+/// The seed's operation coordinator is the workspace's one operation graph
+/// under its seed name: registering, beginning and completing operations,
+/// callbacks, retirement and deadlock detection all live in
+/// `cuda_streams_engine`.
+pub use engine::OperationGraph as OperationCoordinator;
+pub use engine::{
+    CoordinatorMetrics, Error, EventMetadata, EventPriority, Op, OpBuilder, OperationId,
+    OperationState, OperationType, Result,
+};
 /// The examples of `docs/event-coord.md`, compiled and run as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/event-coord.md")]

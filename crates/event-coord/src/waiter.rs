@@ -7,7 +7,7 @@
 //! runs the callback. So the thread neither polls `cuEventQuery` nor sleeps
 //! on a timer: it waits on a condvar, and uses no CPU while nothing is ready.
 
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 use driver::Completion;
 use driver::Event;
 use driver::PooledEvent;

@@ -52,30 +52,36 @@ fn the_cycle_through_stream_order_is_found() {
 }
 
 #[test]
-fn two_independent_cycles_and_bystanders() {
+fn a_plan_cycle_is_refused_when_added_and_stream_order_cycles_are_found() {
     let ctx = ctx();
     let s = streams(&ctx, 4);
     let coordinator = OperationCoordinator::new(pool(&ctx));
     let bystander = reg(&coordinator, &s[0], vec![], "ok");
-    // Cycle 1 on streams 0 and 1, as above.
+    // A cycle through stream order on streams 0 and 1, as above.
     let a = reg(&coordinator, &s[0], vec![], "A");
     let d = reg(&coordinator, &s[0], vec![], "D");
     let c = reg(&coordinator, &s[1], vec![d], "C");
     let b = reg(&coordinator, &s[1], vec![], "B");
     coordinator.add_dependency(a, b).unwrap();
-    // Cycle 2: two operations on streams 2 and 3 waiting for what sits behind the other.
+    // A plan cycle (dependencies alone): refused at once, naming it, and the
+    // plan is unchanged.
     let x1 = reg(&coordinator, &s[2], vec![], "x1");
-    let y1 = reg(&coordinator, &s[3], vec![], "y1");
-    let _x2 = reg(&coordinator, &s[2], vec![y1], "x2");
-    let y2 = reg(&coordinator, &s[3], vec![x1], "y2");
-    coordinator.add_dependency(x1, y2).unwrap();
-    let _after = reg(&coordinator, &s[3], vec![bystander], "after");
-    // x1 waits for y2, which waits for x1; x2, y1 and the rest only wait on them.
-    assert_eq!(
-        coordinator.detect_deadlocks(),
-        vec![vec![a, d, c, b], vec![x1, y2]]
+    let y1 = reg(&coordinator, &s[3], vec![x1], "y1");
+    let y2 = reg(&coordinator, &s[3], vec![y1], "y2");
+    let err = coordinator.add_dependency(x1, y2).unwrap_err();
+    assert!(
+        matches!(&err, Error::Cycle { cycle } if *cycle == [x1, y2, y1, x1]),
+        "{err:?}"
     );
-    assert_eq!(coordinator.metrics().deadlock_detections, 2);
+    assert_eq!(
+        err.to_string(),
+        format!("dependency would close a cycle: {x1} -> {y2} -> {y1} -> {x1}")
+    );
+    assert!(coordinator.metadata(x1).unwrap().dependencies.is_empty());
+    let _after = reg(&coordinator, &s[3], vec![bystander], "after");
+    // Only the stream-order cycle is left to find.
+    assert_eq!(coordinator.detect_deadlocks(), vec![vec![a, d, c, b]]);
+    assert_eq!(coordinator.metrics().deadlock_detections, 1);
 }
 
 #[test]

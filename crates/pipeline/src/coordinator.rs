@@ -5,14 +5,17 @@ use crate::staging::StagingPool;
 use driver::sys::CUdeviceptr;
 use driver::{
     Context, DeviceBuffer, DeviceCopy, Event, Kernel, KernelArg, LaunchConfig, PinnedBuffer,
-    PooledEvent, Stream, StreamPriority,
+    Stream, StreamPriority,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
-/// Identifies one queued operation. Ids grow from 0 in queueing order.
-pub type OperationId = u64;
+/// Identifies one queued operation: the workspace's one operation id. Ids
+/// grow from 1 in queueing order; every operation is a node of the
+/// coordinator's [`OperationGraph`].
+pub use engine::OperationId;
+use engine::{Op, OperationGraph, OperationType};
 
 /// What an operation does: which of the coordinator's three streams it ran on.
 ///
@@ -80,8 +83,8 @@ pub struct CompletedOperation {
 
 struct Pending {
     kind: OperationKind,
-    /// Recorded on the operation's stream right after it.
-    event: PooledEvent,
+    /// Its node in the graph; its event is recorded right after it.
+    event: Op,
     /// Staging memory a staged upload reads; returned to the pool once done.
     staging: Option<crate::staging::Staged>,
     /// Set when `wait` or `synchronize_all` saw it finish (poll still reports it).
@@ -148,6 +151,9 @@ pub struct AsyncCoordinator {
     compute: Arc<Stream>,
     download: Arc<Stream>,
     staging: StagingPool,
+    /// Every operation is a node of this graph, which turns dependencies on
+    /// other streams into event waits.
+    graph: OperationGraph,
     pending: BTreeMap<OperationId, Pending>,
     next_id: OperationId,
     /// The last compute queued, for the implicit copy dependencies.
@@ -193,12 +199,13 @@ impl AsyncCoordinator {
         }
         Ok(Self {
             staging: StagingPool::default(),
+            graph: OperationGraph::for_context(&ctx),
             ctx,
             upload,
             compute,
             download,
             pending: BTreeMap::new(),
-            next_id: 0,
+            next_id: OperationId(1),
             last_compute: None,
             last_upload: HashMap::new(),
             last_download: HashMap::new(),
@@ -322,27 +329,45 @@ impl AsyncCoordinator {
         op: impl FnOnce(&Stream) -> driver::Result<()>,
     ) -> Result<OperationId> {
         for &dep in deps {
-            if dep >= self.next_id {
+            if dep >= self.next_id || dep.get() == 0 {
                 return Err(Error::UnknownOperation {
                     id: dep,
                     next: self.next_id,
                 });
             }
         }
-        for dep in deps.iter().chain(implicit.iter().flatten()) {
-            // Finished (or reported and forgotten) operations need no wait;
-            // same-stream ones are ordered already.
-            if let Some(pending) = self.pending.get(dep) {
-                if !pending.done && stream_of(pending.kind) != stream_of(kind) {
-                    stream.wait_event(&pending.event)?;
-                }
+        let mut after: Vec<OperationId> = Vec::with_capacity(deps.len() + implicit.len());
+        for &dep in deps.iter().chain(implicit.iter().flatten()) {
+            // Reported and forgotten operations are finished: no edge.
+            let live = self.pending.get(&dep).is_some_and(|pending| !pending.done);
+            if live && !after.contains(&dep) {
+                after.push(dep);
             }
         }
-        op(stream)?;
-        let event = stream.event_pool().acquire_event(false)?;
-        event.record(stream)?;
-        let id = self.next_id;
-        self.next_id += 1;
+        let kind_type = match kind {
+            OperationKind::Compute => OperationType::Kernel,
+            OperationKind::Upload | OperationKind::Download => OperationType::MemoryTransfer,
+        };
+        let result = self
+            .graph
+            .op(stream)
+            .after(&after)
+            .kind(kind_type)
+            .label(kind.to_string())
+            .run(op);
+        let event = match result {
+            Ok(event) => event,
+            Err(engine::Error::OperationFailed {
+                operation, source, ..
+            }) => {
+                // Completed in the graph all the same; nothing to report.
+                self.next_id = OperationId(operation.get() + 1);
+                return Err(source.into());
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let id = event.id();
+        self.next_id = OperationId(id.get() + 1);
         self.pending.insert(
             id,
             Pending {
@@ -361,7 +386,7 @@ impl AsyncCoordinator {
     pub fn poll(&mut self) -> Result<Vec<CompletedOperation>> {
         let mut finished = Vec::new();
         for (&id, op) in &self.pending {
-            if op.done || op.event.query()? {
+            if op.done || op.event.is_done()? {
                 finished.push(id);
             }
         }
@@ -378,7 +403,7 @@ impl AsyncCoordinator {
             });
         }
         if let Some(op) = self.pending.get_mut(&id) {
-            op.event.synchronize()?;
+            op.event.wait()?;
             op.done = true;
             if let Some(staged) = op.staging.take() {
                 self.staging.give_back(staged);
@@ -396,7 +421,7 @@ impl AsyncCoordinator {
             });
         }
         match self.pending.get(&id) {
-            Some(op) => Ok(op.done || op.event.query()?),
+            Some(op) => Ok(op.done || op.event.is_done()?),
             None => Ok(true),
         }
     }
@@ -424,7 +449,7 @@ impl AsyncCoordinator {
     /// The event recorded after operation `id`, while it is unreported
     /// (for making other streams wait on it).
     pub fn event_of(&self, id: OperationId) -> Option<&Event> {
-        self.pending.get(&id).map(|op| &*op.event)
+        self.pending.get(&id).map(|op| op.event.event())
     }
 
     fn retire(&mut self, id: OperationId) -> CompletedOperation {
@@ -469,10 +494,6 @@ impl fmt::Debug for AsyncCoordinator {
             .field("next_id", &self.next_id)
             .finish()
     }
-}
-
-fn stream_of(kind: OperationKind) -> u8 {
-    kind as u8
 }
 
 fn check_len(operation: &'static str, device: usize, host: usize) -> Result<()> {

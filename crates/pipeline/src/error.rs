@@ -9,15 +9,15 @@ use crate::triple_buffer::SlotState;
 ///
 /// ```
 /// use cuda_streams_pipeline::driver::Context;
-/// use cuda_streams_pipeline::{AsyncCoordinator, Error};
+/// use cuda_streams_pipeline::{AsyncCoordinator, Error, OperationId};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let mut coordinator = AsyncCoordinator::new(&ctx)?;
-/// let err = coordinator.wait(42).unwrap_err();
-/// assert!(matches!(err, Error::UnknownOperation { id: 42, next: 0 }));
+/// let err = coordinator.wait(OperationId(42)).unwrap_err();
+/// assert!(matches!(err, Error::UnknownOperation { id: OperationId(42), next: OperationId(1) }));
 /// assert_eq!(
 ///     err.to_string(),
-///     "operation 42 is unknown to this coordinator (the next id would be 0)"
+///     "operation 42 is unknown to this coordinator (the next id would be operation 1)"
 /// );
 /// # Ok(())
 /// # }
@@ -28,6 +28,9 @@ pub enum Error {
     /// A call into the safe driver layer failed.
     #[error(transparent)]
     Driver(#[from] driver::Error),
+    /// The operation graph under the coordinator refused something.
+    #[error(transparent)]
+    Graph(#[from] engine::Error),
     /// The stream pool failed.
     #[error(transparent)]
     Pool(#[from] pool::Error),
@@ -44,12 +47,12 @@ pub enum Error {
         held: bool,
     },
     /// An operation id that this coordinator never handed out.
-    #[error("operation {id} is unknown to this coordinator (the next id would be {next})")]
+    #[error("{id} is unknown to this coordinator (the next id would be {next})")]
     UnknownOperation {
         /// The id asked for.
-        id: u64,
+        id: crate::OperationId,
         /// The next id the coordinator will hand out.
-        next: u64,
+        next: crate::OperationId,
     },
     /// Host and device sides of a copy differ in length.
     #[error(

@@ -2,8 +2,7 @@
 
 use crate::error::{Error, Result};
 use driver::{Kernel, LaunchConfig};
-use petgraph::algo::tarjan_scc;
-use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::graphmap::DiGraphMap;
 use std::collections::HashSet;
 
 /// One argument of a stage's kernel.
@@ -175,60 +174,29 @@ pub(crate) fn validate_order(
 /// rewrites a buffer it reads (in place) is not fed by the other writers of
 /// that buffer, so sequential in-place stages do not count as a cycle.
 fn check_cycles(stages: &[GpuPipelineStage], order: &[usize]) -> Result<()> {
-    // Node i of the graph is stage order[i].
-    let mut graph = DiGraph::<usize, ()>::new();
-    let nodes: Vec<NodeIndex> = order.iter().map(|&s| graph.add_node(s)).collect();
-    for (ri, &r) in order.iter().enumerate() {
-        for (wi, &w) in order.iter().enumerate().filter(|&(_, &w)| w != r) {
+    // Nodes are stage indices; an edge w -> r means "w feeds r". Each edge is
+    // checked as it is added, by the workspace's one cycle check.
+    let mut graph = DiGraphMap::<usize, (), std::hash::RandomState>::default();
+    for &stage in order {
+        graph.add_node(stage);
+    }
+    for &r in order {
+        for &w in order.iter().filter(|&&w| w != r) {
             let feeds = stages[r].input_buffers.iter().any(|b| {
                 stages[w].output_buffers.contains(b) && !stages[r].output_buffers.contains(b)
             });
-            if feeds {
-                graph.add_edge(nodes[wi], nodes[ri], ());
+            if !feeds {
+                continue;
             }
-        }
-    }
-    for component in tarjan_scc(&graph) {
-        if component.len() > 1 {
-            return Err(Error::StageCycle {
-                cycle: describe_cycle(stages, &graph, &component),
-            });
+            if let Some(cycle) = engine::cycle::closes_cycle(&graph, w, r) {
+                return Err(Error::StageCycle {
+                    cycle: engine::cycle::describe(&engine::cycle::from_least(&cycle), |i| {
+                        format!("{i} {:?}", stages[i].name)
+                    }),
+                });
+            }
+            graph.add_edge(w, r, ());
         }
     }
     Ok(())
-}
-
-/// One cycle through a strongly connected component, as `0 "a" -> 1 "b" -> 0 "a"`.
-fn describe_cycle(
-    stages: &[GpuPipelineStage],
-    graph: &DiGraph<usize, ()>,
-    component: &[NodeIndex],
-) -> String {
-    let members: HashSet<NodeIndex> = component.iter().copied().collect();
-    let start = *component
-        .iter()
-        .min_by_key(|n| graph[**n])
-        .expect("a component has members");
-    let mut path = vec![start];
-    let mut current = start;
-    // Walk inside the component until a stage repeats; every member has a
-    // successor inside it, so this ends within `component.len()` steps.
-    loop {
-        let next = graph
-            .neighbors(current)
-            .filter(|n| members.contains(n))
-            .min_by_key(|n| graph[*n])
-            .expect("strongly connected");
-        if let Some(pos) = path.iter().position(|&p| p == next) {
-            path.drain(..pos);
-            path.push(next);
-            break;
-        }
-        path.push(next);
-        current = next;
-    }
-    path.iter()
-        .map(|&n| format!("{} {:?}", graph[n], stages[graph[n]].name))
-        .collect::<Vec<_>>()
-        .join(" -> ")
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{ONE_THREAD, XorShift, ctx, kernel, reference_compute, spin_kernel};
-use cuda_streams_pipeline::{AsyncCoordinator, Error, OperationKind};
+use cuda_streams_pipeline::{AsyncCoordinator, Error, OperationId, OperationKind};
 use driver::{DeviceBuffer, LaunchConfig, PinnedBuffer};
 
 const SPIN_NS: u64 = 300_000_000;
@@ -143,16 +143,30 @@ fn errors_name_the_operation() {
     let mut y = DeviceBuffer::<f32>::new(&ctx, 8).unwrap();
     let args = [8u64.into(), 1u32.into(), (&x).into(), (&mut y).into()];
     let err = coordinator
-        .queue_compute(&compute, LaunchConfig::for_num_elems(8), &args, &[42])
+        .queue_compute(
+            &compute,
+            LaunchConfig::for_num_elems(8),
+            &args,
+            &[OperationId(42)],
+        )
         .unwrap_err();
     assert!(
-        matches!(err, Error::UnknownOperation { id: 42, next: 0 }),
+        matches!(
+            err,
+            Error::UnknownOperation {
+                id: OperationId(42),
+                next: OperationId(1)
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("operation 42"), "{err}");
     assert!(matches!(
-        coordinator.wait(7),
-        Err(Error::UnknownOperation { id: 7, .. })
+        coordinator.wait(OperationId(7)),
+        Err(Error::UnknownOperation {
+            id: OperationId(7),
+            ..
+        })
     ));
     let err = coordinator.queue_upload(&[1.0; 3], &mut x).unwrap_err();
     assert!(

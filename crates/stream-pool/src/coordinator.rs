@@ -2,15 +2,15 @@
 //! with petgraph), barriers, parallel host work and completion callbacks.
 
 use crate::error::{Error, Result, StreamFailure};
-use driver::{Event, Stream};
-use petgraph::algo::{astar, is_cyclic_directed, toposort};
+use driver::Stream;
+use petgraph::algo::{is_cyclic_directed, toposort};
 use petgraph::graphmap::DiGraphMap;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::RandomState;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Stream ids; an edge `a -> b` means "a waits for b".
 type WaitGraph = DiGraphMap<u64, (), RandomState>;
@@ -20,7 +20,10 @@ type WaitGraph = DiGraphMap<u64, (), RandomState>;
 ///
 /// Everything here is enqueued on the GPU; nothing blocks the host:
 /// a dependency is one `cuEventRecord` on the prerequisite and one
-/// `cuStreamWaitEvent` on the dependent, a barrier one event per stream.
+/// `cuStreamWaitEvent` on the dependent ([`Stream::wait_stream`]), a barrier
+/// one event per stream ([`Stream::barrier`]), all from the context's event
+/// pool. Cycles are refused by the workspace's one cycle check
+/// (`cuda_streams_engine::cycle`).
 ///
 /// ```
 /// use cuda_streams_stream_pool::driver::{Context, Stream};
@@ -41,10 +44,6 @@ pub struct MultiStreamCoordinator {
     streams: Vec<Arc<Stream>>,
     position: HashMap<u64, usize>,
     graph: WaitGraph,
-    /// One event per dependency edge, re-recorded each time the edge is applied.
-    edge_events: Mutex<HashMap<(u64, u64), Event>>,
-    /// One event per stream, re-recorded by each barrier.
-    barrier_events: Mutex<Vec<Event>>,
     pending: Vec<Arc<AtomicUsize>>,
 }
 
@@ -55,8 +54,6 @@ impl MultiStreamCoordinator {
             streams: Vec::new(),
             position: HashMap::new(),
             graph: WaitGraph::default(),
-            edge_events: Mutex::default(),
-            barrier_events: Mutex::default(),
             pending: Vec::new(),
         };
         for stream in streams {
@@ -100,50 +97,20 @@ impl MultiStreamCoordinator {
         self.index_of(dependent)?;
         self.index_of(prerequisite)?;
         let (d, p) = (dependent.id(), prerequisite.id());
-        if let Some(path) = self.path(p, d) {
-            let mut cycle = vec![d];
-            cycle.extend(path);
+        if let Some(cycle) = engine::cycle::closes_cycle(&self.graph, d, p) {
             return Err(Error::Cycle { path: cycle });
         }
-        self.order(dependent, prerequisite)?;
+        dependent.wait_stream(prerequisite)?;
         self.graph.add_edge(d, p, ());
-        Ok(())
-    }
-
-    /// The shortest chain of waits from `from` to `to`, both included.
-    fn path(&self, from: u64, to: u64) -> Option<Vec<u64>> {
-        if from == to {
-            return Some(vec![from]);
-        }
-        astar(&self.graph, from, |n| n == to, |_| 1u32, |_| 0).map(|(_, path)| path)
-    }
-
-    /// Record the edge's event on `prerequisite` and make `dependent` wait on it.
-    fn order(&self, dependent: &Stream, prerequisite: &Stream) -> Result<()> {
-        let mut events = lock(&self.edge_events);
-        let key = (dependent.id(), prerequisite.id());
-        let event = match events.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(Event::plain(prerequisite.context())?)
-            }
-        };
-        // A wait takes the event's state at the time of the call, so
-        // re-recording it later cannot change an earlier wait.
-        event.record(prerequisite)?;
-        dependent.wait_event(event)?;
         Ok(())
     }
 
     /// Forget a dependency (work already ordered stays ordered). Returns
     /// whether there was one.
     pub fn remove_dependency(&mut self, dependent: &Stream, prerequisite: &Stream) -> bool {
-        let removed = self
-            .graph
+        self.graph
             .remove_edge(dependent.id(), prerequisite.id())
-            .is_some();
-        lock(&self.edge_events).remove(&(dependent.id(), prerequisite.id()));
-        removed
+            .is_some()
     }
 
     /// The declared dependencies as `(dependent id, prerequisite id)`.
@@ -168,7 +135,7 @@ impl MultiStreamCoordinator {
         for &id in order.iter().rev() {
             let dependent = &self.streams[self.position[&id]];
             for prerequisite in self.graph.neighbors(id) {
-                self.order(dependent, &self.streams[self.position[&prerequisite]])?;
+                dependent.wait_stream(&self.streams[self.position[&prerequisite]])?;
             }
         }
         Ok(())
@@ -180,23 +147,8 @@ impl MultiStreamCoordinator {
     /// One event per stream, recorded at each stream's current end, then each
     /// stream waits on every other stream's event. The host does not wait.
     pub fn create_barrier(&self) -> Result<()> {
-        let mut events = lock(&self.barrier_events);
-        while events.len() < self.streams.len() {
-            let stream = &self.streams[events.len()];
-            events.push(Event::plain(stream.context())?);
-        }
-        // All records first: a wait must see this barrier's record, not the last one.
-        for (event, stream) in events.iter().zip(&self.streams) {
-            event.record(stream)?;
-        }
-        for (i, stream) in self.streams.iter().enumerate() {
-            for (j, event) in events.iter().enumerate() {
-                if i != j {
-                    stream.wait_event(event)?;
-                }
-            }
-        }
-        Ok(())
+        let streams: Vec<&Stream> = self.streams.iter().map(|s| &**s).collect();
+        Ok(Stream::barrier(&streams)?)
     }
 
     /// Run `f(stream)` for every stream at once, one CPU thread each, and
@@ -297,10 +249,6 @@ where
             .unwrap_or_else(|| "a panic with a non-string payload".into());
         Err(Error::other(format!("panicked: {message}")))
     })
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl fmt::Debug for MultiStreamCoordinator {

@@ -1,7 +1,7 @@
 //! Whole-graph queries, built on demand from a snapshot: deadlock detection
 //! and the ready list. The hot path never touches a graph.
 
-use super::{OperationCoordinator, Phase};
+use super::{OperationGraph, Phase};
 use crate::operation::{EventPriority, OperationId};
 use petgraph::algo::tarjan_scc;
 use petgraph::graphmap::DiGraphMap;
@@ -19,7 +19,7 @@ struct Node {
     dependencies: Vec<OperationId>,
 }
 
-impl OperationCoordinator {
+impl OperationGraph {
     /// Copy what the queries need, so no map lock is held while they run.
     fn snapshot(&self) -> Vec<Node> {
         self.ops
@@ -33,6 +33,30 @@ impl OperationCoordinator {
                 dependencies: op.meta.dependencies.clone(),
             })
             .collect()
+    }
+
+    /// Whether making `id` depend on `dependency` would close a cycle among
+    /// the live operations; the cycle as `[id, dependency, …, id]`.
+    pub(super) fn closes_cycle(
+        &self,
+        id: OperationId,
+        dependency: OperationId,
+    ) -> Option<Vec<OperationId>> {
+        let nodes = self.snapshot();
+        let mut graph = DiGraphMap::<u64, (), RandomState>::with_capacity(nodes.len(), nodes.len());
+        for node in &nodes {
+            graph.add_node(node.id.0);
+        }
+        for node in &nodes {
+            for dep in &node.dependencies {
+                // Retired dependencies are behind the GPU: no edge.
+                if graph.contains_node(dep.0) {
+                    graph.add_edge(node.id.0, dep.0, ());
+                }
+            }
+        }
+        crate::cycle::closes_cycle(&graph, id.0, dependency.0)
+            .map(|cycle| cycle.into_iter().map(OperationId).collect())
     }
 
     /// Cycles among the operations not yet retired, each as its ids in

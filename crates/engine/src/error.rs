@@ -5,15 +5,15 @@
 /// Each message names the ids and values involved:
 ///
 /// ```
-/// use cuda_streams_event_coord::{
-///     Error, EventPool, EventPriority, OperationCoordinator, OperationId, OperationType,
+/// use cuda_streams_engine::{
+///     Error, EventPool, EventPriority, OperationGraph, OperationId, OperationType,
 /// };
-/// use cuda_streams_event_coord::driver::{Context, Stream};
+/// use cuda_streams_engine::driver::{Context, Stream};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_engine::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 1, 0)?));
+/// let coordinator = OperationGraph::new(Arc::new(EventPool::new(&ctx, 1, 0)?));
 /// let err = coordinator
 ///     .register_operation(
 ///         OperationType::Kernel, EventPriority::Normal, &stream, vec![OperationId(42)], "orphan",
@@ -45,6 +45,25 @@ pub enum Error {
         operation: crate::OperationId,
         /// The unknown dependency.
         dependency: crate::OperationId,
+    },
+    /// A dependency that would close a cycle: each operation waits for the next.
+    #[error("dependency would close a cycle: {}", crate::cycle::describe(.cycle, |id| id.to_string()))]
+    Cycle {
+        /// The operations on the cycle, first and last the same.
+        cycle: Vec<crate::OperationId>,
+    },
+    /// Work enqueued by an operation built with
+    /// [`OperationGraph::op`](crate::OperationGraph::op) failed; the operation
+    /// was completed anyway, so nothing waits on it forever.
+    #[error("{operation} ({label:?}) failed: {source}")]
+    OperationFailed {
+        /// The operation.
+        operation: crate::OperationId,
+        /// Its label.
+        label: String,
+        /// What its work returned.
+        #[source]
+        source: driver::Error,
     },
     /// An operation made to depend on itself.
     #[error("{operation} cannot depend on itself")]

@@ -6,9 +6,9 @@
 //! stream complete in that order. So a sweep queries the newest event first
 //! (one `cuEventQuery` when the GPU has caught up), then the oldest, then
 //! bisects: O(log n) queries per sweep. Sweeps run every [`SWEEP_EVERY`]
-//! completions on a stream and on [`OperationCoordinator::retire_completed`].
+//! completions on a stream and on [`OperationGraph::retire_completed`].
 
-use super::OperationCoordinator;
+use super::OperationGraph;
 use crate::error::Result;
 use crate::operation::OperationId;
 use driver::PooledEvent;
@@ -42,7 +42,7 @@ fn passed(id: OperationId, event: &PooledEvent) -> bool {
     })
 }
 
-impl OperationCoordinator {
+impl OperationGraph {
     /// Record `event` on `stream` and queue `id` for retirement, under the
     /// lane's lock so the queue is in record order. Returns whether a sweep of
     /// this stream is due.

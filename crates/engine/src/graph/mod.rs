@@ -1,10 +1,10 @@
-//! The operation coordinator: registration, begin/complete with cross-stream
+//! The operation graph: registration, begin/complete with cross-stream
 //! waits, completion callbacks. Retirement lives in `retire.rs`, the graph
-//! queries (deadlocks, ready list) in `graph.rs`.
+//! queries (deadlocks, ready list) in `queries.rs`.
 
-mod graph;
 mod hash;
 mod metrics;
+mod queries;
 mod retire;
 
 pub use metrics::CoordinatorMetrics;
@@ -12,7 +12,7 @@ pub use metrics::CoordinatorMetrics;
 use crate::error::{Error, Result};
 use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
 use dashmap::DashMap;
-use driver::Stream;
+use driver::{Context, Stream};
 use driver::{EventPool, PooledEvent};
 use hash::IdBuild;
 use metrics::Counters;
@@ -88,17 +88,17 @@ struct Op {
 /// event) → retired once the GPU has passed that event. A dependency on a
 /// retired operation is satisfied.
 ///
-/// Every method takes `&self`; share it as `Arc<OperationCoordinator>` across
+/// Every method takes `&self`; share it as `Arc<OperationGraph>` across
 /// threads.
 ///
 /// ```
-/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use cuda_streams_event_coord::driver::{Context, Stream};
+/// use cuda_streams_engine::{EventPool, EventPriority, OperationGraph, OperationType};
+/// use cuda_streams_engine::driver::{Context, Stream};
 /// use std::sync::{Arc, mpsc};
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_engine::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let (copies, compute) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
-/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let coordinator = OperationGraph::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
 /// let upload = coordinator.register_operation(
 ///     OperationType::MemoryTransfer, EventPriority::High, &copies, vec![], "upload",
 /// )?;
@@ -116,7 +116,7 @@ struct Op {
 /// # Ok(())
 /// # }
 /// ```
-pub struct OperationCoordinator {
+pub struct OperationGraph {
     pool: Arc<EventPool>,
     ops: DashMap<OperationId, Op, IdBuild>,
     /// Completed operations per stream id, oldest first, waiting to retire.
@@ -128,12 +128,22 @@ pub struct OperationCoordinator {
     abandoned: Mutex<HashSet<OperationId>>,
     any_abandoned: AtomicBool,
     counters: Arc<Counters>,
+    /// Serialises `add_dependency` calls, so two edges added at once cannot
+    /// close a cycle that neither check saw.
+    edge_lock: Mutex<()>,
 }
 
-impl OperationCoordinator {
-    /// A coordinator taking its completion events from `pool`.
-    pub fn new(pool: Arc<EventPool>) -> OperationCoordinator {
-        OperationCoordinator {
+impl OperationGraph {
+    /// A graph taking its completion events from the context's shared event
+    /// pool ([`Context::event_pool`]).
+    pub fn for_context(ctx: &Arc<Context>) -> OperationGraph {
+        Self::new(ctx.event_pool())
+    }
+
+    /// A graph taking its completion events from `pool` (the seed's
+    /// constructor).
+    pub fn new(pool: Arc<EventPool>) -> OperationGraph {
+        OperationGraph {
             pool,
             ops: DashMap::with_hasher(IdBuild::default()),
             lanes: DashMap::with_hasher(IdBuild::default()),
@@ -142,6 +152,7 @@ impl OperationCoordinator {
             abandoned: Mutex::new(HashSet::new()),
             any_abandoned: AtomicBool::new(false),
             counters: Arc::new(Counters::default()),
+            edge_lock: Mutex::new(()),
         }
     }
 
@@ -200,10 +211,10 @@ impl OperationCoordinator {
     }
 
     /// Add `dependency` to an operation not begun yet (dependencies given at
-    /// registration can only name earlier operations; this can name any,
-    /// which is how plans with cycles arise, see
-    /// [`detect_deadlocks`](Self::detect_deadlocks)). Adding one already
-    /// present does nothing.
+    /// registration can only name earlier operations; this can name any).
+    /// An edge that would close a cycle is refused with [`Error::Cycle`],
+    /// naming it, and the graph is unchanged. Adding one already present does
+    /// nothing.
     pub fn add_dependency(&self, id: OperationId, dependency: OperationId) -> Result<()> {
         if id == dependency {
             return Err(Error::SelfDependency { operation: id });
@@ -214,13 +225,28 @@ impl OperationCoordinator {
                 dependency,
             });
         }
-        let mut op = self.live_mut(id, "add_dependency")?;
-        match op.phase {
-            Phase::Registered => {}
-            Phase::Begun => return Err(Error::AlreadyBegun { operation: id }),
-            Phase::Completed => {
-                return Err(Error::AlreadyCompleted { operation: id });
+        {
+            let op = self.live_mut(id, "add_dependency")?;
+            match op.phase {
+                Phase::Registered => {}
+                Phase::Begun => return Err(Error::AlreadyBegun { operation: id }),
+                Phase::Completed => {
+                    return Err(Error::AlreadyCompleted { operation: id });
+                }
             }
+            if op.meta.dependencies.contains(&dependency) {
+                return Ok(());
+            }
+        }
+        // Registration only names earlier operations, so only this call can
+        // close a cycle: refuse it here, before anything waits on it.
+        let _edges = lock(&self.edge_lock);
+        if let Some(cycle) = self.closes_cycle(id, dependency) {
+            return Err(Error::Cycle { cycle });
+        }
+        let mut op = self.live_mut(id, "add_dependency")?;
+        if op.phase != Phase::Registered {
+            return Err(Error::AlreadyBegun { operation: id });
         }
         if !op.meta.dependencies.contains(&dependency) {
             op.meta.dependencies.push(dependency);
@@ -314,10 +340,12 @@ impl OperationCoordinator {
         let start = Instant::now();
         let result = self.complete_inner(id);
         self.counters.add_time(start.elapsed());
-        result
+        result.map(drop)
     }
 
-    fn complete_inner(&self, id: OperationId) -> Result<()> {
+    /// [`complete_operation`](Self::complete_operation), returning the
+    /// completion event.
+    pub(crate) fn complete_inner(&self, id: OperationId) -> Result<Arc<PooledEvent>> {
         // The operation stays locked until its event is recorded and queued
         // for retirement, so no one sees it half-completed and a sweep cannot
         // retire it before it is marked completed.
@@ -347,7 +375,7 @@ impl OperationCoordinator {
         if sweep_due {
             self.sweep(stream.id());
         }
-        Ok(())
+        Ok(event)
     }
 
     /// Run `callbacks` when `stream` passes `event` (recorded just before).
@@ -483,6 +511,13 @@ impl OperationCoordinator {
                     .contains(&id))
     }
 
+    /// Drop an operation registered by the builder whose begin failed: its
+    /// id becomes unknown, like a failed registration's.
+    pub(crate) fn forget(&self, id: OperationId) {
+        self.ops.remove(&id);
+        self.abandon(id);
+    }
+
     fn abandon(&self, id: OperationId) {
         self.abandoned
             .lock()
@@ -492,12 +527,42 @@ impl OperationCoordinator {
     }
 }
 
-impl std::fmt::Debug for OperationCoordinator {
+impl std::fmt::Debug for OperationGraph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OperationCoordinator")
+        f.debug_struct("OperationGraph")
             .field("metrics", &self.metrics())
             .finish()
     }
+}
+
+impl Drop for OperationGraph {
+    /// Operations begun and never completed leave their dependants waiting
+    /// forever: say so, naming them, rather than hang silently.
+    fn drop(&mut self) {
+        let mut unfinished: Vec<(OperationId, String)> = self
+            .ops
+            .iter()
+            .filter(|op| op.phase == Phase::Begun)
+            .map(|op| (*op.key(), op.meta.description.clone()))
+            .collect();
+        if unfinished.is_empty() {
+            return;
+        }
+        unfinished.sort();
+        let names: Vec<String> = unfinished
+            .iter()
+            .map(|(id, label)| format!("{id} ({label:?})"))
+            .collect();
+        tracing::warn!(
+            count = unfinished.len(),
+            "operation graph dropped with operations begun and never completed: {}",
+            names.join(", ")
+        );
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn take_slot<T>(slot: &Mutex<Option<T>>) -> Option<T> {

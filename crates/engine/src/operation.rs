@@ -4,19 +4,19 @@
 use std::fmt;
 use std::time::Instant;
 
-/// An operation's id within one [`crate::OperationCoordinator`]: issued in
+/// An operation's id within one [`crate::OperationGraph`]: issued in
 /// registration order, from 1, never reused.
 ///
 /// ```
-/// use cuda_streams_event_coord::{
-///     EventPool, EventPriority, OperationCoordinator, OperationId, OperationType,
+/// use cuda_streams_engine::{
+///     EventPool, EventPriority, OperationGraph, OperationId, OperationType,
 /// };
-/// use cuda_streams_event_coord::driver::{Context, Stream};
+/// use cuda_streams_engine::driver::{Context, Stream};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_engine::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let coordinator = OperationGraph::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
 /// let (kind, priority) = (OperationType::Kernel, EventPriority::Normal);
 /// let first = coordinator.register_operation(kind, priority, &stream, vec![], "first")?;
 /// let second = coordinator.register_operation(kind, priority, &stream, vec![first], "second")?;
@@ -53,13 +53,13 @@ impl From<OperationId> for u64 {
 /// What kind of GPU work an operation is.
 ///
 /// ```
-/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use cuda_streams_event_coord::driver::{Context, Stream};
+/// use cuda_streams_engine::{EventPool, EventPriority, OperationGraph, OperationType};
+/// use cuda_streams_engine::driver::{Context, Stream};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_engine::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 1, 0)?));
+/// let coordinator = OperationGraph::new(Arc::new(EventPool::new(&ctx, 1, 0)?));
 /// let upload = coordinator.register_operation(
 ///     OperationType::MemoryTransfer, EventPriority::High, &stream, vec![], "upload",
 /// )?;
@@ -105,10 +105,10 @@ impl OperationType {
 /// most urgent first.
 ///
 /// ```
-/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use cuda_streams_event_coord::driver::{Context, Stream};
+/// use cuda_streams_engine::{EventPool, EventPriority, OperationGraph, OperationType};
+/// use cuda_streams_engine::driver::{Context, Stream};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_engine::Result<()> {
 /// let mut priorities = vec![EventPriority::Low, EventPriority::Critical, EventPriority::Normal];
 /// priorities.sort();
 /// assert_eq!(priorities, [EventPriority::Critical, EventPriority::Normal, EventPriority::Low]);
@@ -116,7 +116,7 @@ impl OperationType {
 /// // The coordinator's ready list puts the most urgent first.
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let coordinator = OperationGraph::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
 /// let register = |priority| {
 ///     coordinator.register_operation(OperationType::Kernel, priority, &stream, vec![], "")
 /// };
@@ -153,16 +153,16 @@ impl EventPriority {
 
 /// What the coordinator records about each operation (the spec's fields; ids
 /// are [`OperationId`] rather than bare `u64`), from
-/// [`OperationCoordinator::metadata`](crate::OperationCoordinator::metadata).
+/// [`OperationGraph::metadata`](crate::OperationGraph::metadata).
 ///
 /// ```
-/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use cuda_streams_event_coord::driver::{Context, Stream};
+/// use cuda_streams_engine::{EventPool, EventPriority, OperationGraph, OperationType};
+/// use cuda_streams_engine::driver::{Context, Stream};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_engine::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let coordinator = OperationGraph::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
 /// let (kind, priority) = (OperationType::Kernel, EventPriority::High);
 /// let load = coordinator.register_operation(kind, priority, &stream, vec![], "load")?;
 /// let scale = coordinator.register_operation(kind, priority, &stream, vec![load], "scale")?;
@@ -194,18 +194,18 @@ pub struct EventMetadata {
 }
 
 /// Where an operation is in its life, from
-/// [`OperationCoordinator::state`](crate::OperationCoordinator::state).
+/// [`OperationGraph::state`](crate::OperationGraph::state).
 ///
 /// ```
-/// use cuda_streams_event_coord::{
-///     EventPool, EventPriority, OperationCoordinator, OperationId, OperationState, OperationType,
+/// use cuda_streams_engine::{
+///     EventPool, EventPriority, OperationGraph, OperationId, OperationState, OperationType,
 /// };
-/// use cuda_streams_event_coord::driver::{Context, Stream};
+/// use cuda_streams_engine::driver::{Context, Stream};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_engine::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 1, 0)?));
+/// let coordinator = OperationGraph::new(Arc::new(EventPool::new(&ctx, 1, 0)?));
 /// let op = coordinator.register_operation(
 ///     OperationType::Kernel, EventPriority::Normal, &stream, vec![], "kernel",
 /// )?;

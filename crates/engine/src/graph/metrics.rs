@@ -4,16 +4,16 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// A snapshot of [`crate::OperationCoordinator::metrics`].
+/// A snapshot of [`crate::OperationGraph::metrics`].
 ///
 /// ```
-/// use cuda_streams_event_coord::{EventPool, EventPriority, OperationCoordinator, OperationType};
-/// use cuda_streams_event_coord::driver::{Context, Stream};
+/// use cuda_streams_engine::{EventPool, EventPriority, OperationGraph, OperationType};
+/// use cuda_streams_engine::driver::{Context, Stream};
 /// use std::sync::Arc;
-/// # fn main() -> cuda_streams_event_coord::Result<()> {
+/// # fn main() -> cuda_streams_engine::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
+/// let coordinator = OperationGraph::new(Arc::new(EventPool::new(&ctx, 2, 0)?));
 /// let (kind, priority) = (OperationType::Kernel, EventPriority::Normal);
 /// let done = coordinator.register_operation(kind, priority, &stream, vec![], "done")?;
 /// coordinator.register_operation(kind, priority, &stream, vec![done], "waiting")?;

@@ -1,0 +1,165 @@
+//! The operation graph's host cost against the raw driver calls it makes.
+//!
+//! 1. Per operation: an operation on one of two streams depending on the
+//!    previous one (on the other stream) is one `cuStreamWaitEvent` and one
+//!    `cuEventRecord`. The baseline makes exactly those calls with pooled
+//!    events; the difference is the graph's own overhead per operation
+//!    (registration, state, retirement), driver calls excluded.
+//! 2. A 1→4 fork/join: a root operation, four branches after it on four
+//!    streams, a join after all four: 6 records and 8 waits, through the
+//!    graph and as raw calls. Also the driver layer's `Stream::fork`/`join`
+//!    (5 records, 8 waits).
+//!
+//! Every batch of work is followed by an untimed synchronize, so queues stay
+//! short on both sides.
+
+use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
+use driver::{Context, EventPool, PooledEvent, Stream};
+use engine::OperationGraph;
+use std::sync::Arc;
+use std::time::Instant;
+
+const SAMPLES: usize = 200;
+const BATCH: usize = 100;
+
+/// Median ns per call of `f` over `SAMPLES` batches of `BATCH`, with
+/// `settle` run untimed after each batch.
+fn per_call(mut f: impl FnMut(usize), mut settle: impl FnMut()) -> f64 {
+    for i in 0..BATCH {
+        f(i);
+    }
+    settle();
+    let mut samples: Vec<f64> = (0..SAMPLES)
+        .map(|_| {
+            let start = Instant::now();
+            for i in 0..BATCH {
+                f(i);
+            }
+            let ns = start.elapsed().as_nanos() as f64 / BATCH as f64;
+            settle();
+            ns
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn record(pool: &Arc<EventPool>, stream: &Stream) -> PooledEvent {
+    let event = pool.acquire_event(false).expect("an event");
+    event.record(stream).expect("record");
+    event
+}
+
+fn main() {
+    run_criterion(&[]);
+    let ctx = Context::new(0).expect("a context");
+    let streams: Vec<Arc<Stream>> = (0..5)
+        .map(|_| Stream::new(&ctx).expect("a stream"))
+        .collect();
+    let settle = || {
+        for stream in &streams {
+            stream.synchronize().expect("synchronize");
+        }
+    };
+    let pool = ctx.event_pool();
+
+    // 1. Per operation.
+    let graph = OperationGraph::for_context(&ctx);
+    let mut prev = graph.op(&streams[0]).run(|_| Ok(())).expect("an op").id();
+    let ours = per_call(
+        |i| {
+            let op = graph
+                .op(&streams[1 + i % 2])
+                .after(&[prev])
+                .run(|_| Ok(()))
+                .expect("an op");
+            prev = op.id();
+        },
+        settle,
+    );
+    let mut last = record(&pool, &streams[0]);
+    let raw = per_call(
+        |i| {
+            let stream = &streams[1 + i % 2];
+            stream.wait_event(&last).expect("wait");
+            last = record(&pool, stream);
+        },
+        settle,
+    );
+    compare(
+        "engine: one operation with a cross-stream dependency vs the raw wait + record",
+        ours,
+        raw,
+    );
+    figure(
+        "engine: host overhead per operation, driver calls excluded",
+        ours - raw,
+        "ns",
+    );
+
+    // 2. 1 -> 4 fork/join.
+    let (root_stream, branches) = (&streams[0], &streams[1..5]);
+    let ours = per_call(
+        |_| {
+            let root = graph.op(root_stream).run(|_| Ok(())).expect("root");
+            let ids: Vec<_> = branches
+                .iter()
+                .map(|b| {
+                    graph
+                        .op(b)
+                        .after(&[root.id()])
+                        .run(|_| Ok(()))
+                        .expect("branch")
+                        .id()
+                })
+                .collect();
+            let _join = graph
+                .op(root_stream)
+                .after(&ids)
+                .run(|_| Ok(()))
+                .expect("join");
+        },
+        settle,
+    );
+    let raw = per_call(
+        |_| {
+            let root = record(&pool, root_stream);
+            let ends: Vec<PooledEvent> = branches
+                .iter()
+                .map(|b| {
+                    b.wait_event(&root).expect("wait");
+                    record(&pool, b)
+                })
+                .collect();
+            for end in &ends {
+                root_stream.wait_event(end).expect("wait");
+            }
+            let _join = record(&pool, root_stream);
+        },
+        settle,
+    );
+    compare(
+        "engine: 1->4 fork/join through the graph vs the same raw calls",
+        ours,
+        raw,
+    );
+    figure(
+        "engine: 1->4 fork/join, graph over raw",
+        (ours / raw - 1.0) * 100.0,
+        "%",
+    );
+    let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
+    let layer = per_call(
+        |_| {
+            root_stream.fork(&refs).expect("fork");
+            root_stream.join(&refs).expect("join");
+        },
+        settle,
+    );
+    compare(
+        "engine: Stream::fork + join (1->4) vs the graph's fork/join",
+        layer,
+        ours,
+    );
+    criterion_summary();
+}

@@ -1,0 +1,157 @@
+//! The idiomatic way in: `graph.op(&stream).after(&[a]).label("fill").run(|s| …)`.
+//! The operation is registered, begun, given its work and completed in one
+//! call, so it cannot be left half-done.
+
+use crate::error::{Error, Result};
+use crate::graph::OperationGraph;
+use crate::operation::{EventPriority, OperationId, OperationType};
+use driver::{PooledEvent, Stream};
+use std::fmt;
+use std::sync::Arc;
+
+/// An operation being described; [`run`](Self::run) enqueues it. From
+/// [`OperationGraph::op`].
+///
+/// ```
+/// use cuda_streams_engine::{OperationGraph, OperationType, EventPriority};
+/// use cuda_streams_engine::driver::{Context, DeviceBuffer, Stream};
+/// # fn main() -> cuda_streams_engine::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let graph = OperationGraph::for_context(&ctx);
+/// let mut buf = DeviceBuffer::<u8>::new(&ctx, 64)?;
+/// let clear = graph
+///     .op(&stream)
+///     .kind(OperationType::MemoryTransfer)
+///     .priority(EventPriority::High)
+///     .label("clear")
+///     .run(|s| s.memset_u8_async(&mut buf, 0))?;
+/// let meta = graph.metadata(clear.id()).expect("not retired yet");
+/// assert_eq!((meta.description.as_str(), meta.priority), ("clear", EventPriority::High));
+/// clear.wait()?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "an operation builder does nothing until `run`"]
+pub struct OpBuilder<'g> {
+    graph: &'g OperationGraph,
+    stream: Arc<Stream>,
+    after: Vec<OperationId>,
+    label: String,
+    kind: OperationType,
+    priority: EventPriority,
+}
+
+impl OperationGraph {
+    /// Describe an operation on `stream`; [`OpBuilder::run`] enqueues it.
+    /// Its kind defaults to [`OperationType::Kernel`] and its priority to
+    /// [`EventPriority::Normal`] (both metadata: the stream is chosen by the
+    /// caller, so neither changes what runs where).
+    pub fn op(&self, stream: &Stream) -> OpBuilder<'_> {
+        OpBuilder {
+            graph: self,
+            stream: stream.to_arc(),
+            after: Vec::new(),
+            label: String::new(),
+            kind: OperationType::Kernel,
+            priority: EventPriority::Normal,
+        }
+    }
+}
+
+impl<'g> OpBuilder<'g> {
+    /// Run after these operations (of the same graph; completed, or built
+    /// with [`run`](Self::run), which completes them).
+    pub fn after(mut self, dependencies: &[OperationId]) -> Self {
+        self.after.extend_from_slice(dependencies);
+        self
+    }
+
+    /// A name for traces, errors and reports.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// What kind of work it is (metadata).
+    pub fn kind(mut self, kind: OperationType) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// How urgent it is (metadata; orders [`OperationGraph::ready_operations`]).
+    pub fn priority(mut self, priority: EventPriority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Register the operation, make its stream wait for its dependencies on
+    /// other streams, enqueue `work` on the stream, and complete it.
+    ///
+    /// When `work` fails, the operation is completed all the same (whatever
+    /// it enqueued stays ordered before its dependants) and the error is
+    /// [`Error::OperationFailed`], naming it.
+    pub fn run(self, work: impl FnOnce(&Stream) -> driver::Result<()>) -> Result<Op> {
+        let OpBuilder {
+            graph,
+            stream,
+            after,
+            label,
+            kind,
+            priority,
+        } = self;
+        let id = graph.register_operation(kind, priority, &stream, after, label.clone())?;
+        if let Err(err) = graph.begin_operation(id, &stream) {
+            graph.forget(id);
+            return Err(err);
+        }
+        let outcome = work(&stream);
+        let event = graph.complete_inner(id)?;
+        match outcome {
+            Ok(()) => Ok(Op { id, event }),
+            Err(source) => Err(Error::OperationFailed {
+                operation: id,
+                label,
+                source,
+            }),
+        }
+    }
+}
+
+/// An enqueued operation of an [`OperationGraph`]: its id, to depend on, and
+/// its completion, to wait for. Dropping it forgets nothing: the graph keeps
+/// the operation until the GPU has passed it.
+#[must_use = "depend on the operation (`id`) or wait for it"]
+pub struct Op {
+    id: OperationId,
+    event: Arc<PooledEvent>,
+}
+
+impl Op {
+    /// Its id in the graph.
+    pub fn id(&self) -> OperationId {
+        self.id
+    }
+
+    /// Block until the GPU has finished it.
+    pub fn wait(&self) -> Result<()> {
+        Ok(self.event.synchronize()?)
+    }
+
+    /// Its completion event, recorded on its stream right after its work
+    /// (to make other streams wait on it, or to time it).
+    pub fn event(&self) -> &driver::Event {
+        &self.event
+    }
+
+    /// Whether the GPU has finished it (never blocks).
+    pub fn is_done(&self) -> Result<bool> {
+        Ok(self.event.query()?)
+    }
+}
+
+impl fmt::Debug for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Op").field("id", &self.id).finish()
+    }
+}
