@@ -21,6 +21,9 @@ pub use events::{
     OperationId, OperationType, PooledEvent,
 };
 
+#[cfg(feature = "events")]
+pub use engine::{Op, OperationGraph};
+
 #[cfg(feature = "allocator")]
 pub use allocator::{Allocation, Backend, StreamOrderedAllocator};
 
