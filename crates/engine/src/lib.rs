@@ -40,6 +40,11 @@
 //! # }
 //! ```
 
+/// The examples of `docs/engine.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/engine.md")]
+mod docs_examples {}
+
 pub mod cycle;
 mod error;
 mod graph;
