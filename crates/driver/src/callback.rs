@@ -46,6 +46,7 @@ impl Stream {
     {
         let ctx = self.context();
         ctx.bind()?;
+        self.before_work();
         let payload = Box::into_raw(Box::new(Payload {
             f: Box::new(f),
             counters: Arc::clone(&self.counters),

@@ -1,6 +1,6 @@
 //! `StreamProfiler`: the entry point.
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Shared};
 use crate::error::{Error, Result};
 use crate::report::{ComprehensiveReport, StreamReport};
 use crate::scope::ScopeGuard;
@@ -10,8 +10,8 @@ use dashmap::DashMap;
 use driver::{Context, Stream};
 use events::EventPool;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Timing events the pool of [`StreamProfiler::new`] creates up front.
@@ -23,12 +23,17 @@ const INITIAL_TIMING_EVENTS: usize = 64;
 /// disabled every method returns at once after one atomic load, records
 /// nothing, and scopes are inert.
 ///
-/// - [`scope`](Self::scope) / [`time`](Self::time): GPU-timed regions. Each
-///   boundary is a timing event from the [`EventPool`] recorded on the
-///   stream; a boundary with no work enqueued since the previous one reuses
-///   that event (back-to-back scopes cost one event each, not two), unless
-///   the stream may have gone idle since: more than 100 µs of host time
-///   passed and the GPU has already reached the event.
+/// - [`scope`](Self::scope) / [`time`](Self::time): GPU-timed regions. A
+///   scope covers its own work only: it starts right before its first work
+///   item, after the waits that order that work on other streams (so waiting
+///   is not counted), and after anything enqueued before it. Each boundary
+///   is a timing event from the [`EventPool`] recorded on the stream, shared
+///   by consecutive scopes (the end of one is the start of the next when
+///   nothing was enqueued between them): one event per scope, recorded when
+///   it ends. When the GPU may have passed a shared boundary and sat idle
+///   before the next work arrived, the scope starts no earlier than the host
+///   enqueued that work (mapped onto the GPU timeline), so idle time is not
+///   counted either.
 /// - [`record_operation`](Self::record_operation): a duration measured
 ///   elsewhere (statistics only; it has no place on the timeline).
 /// - Kernel launches and transfers made through the driver layer are counted
@@ -68,10 +73,8 @@ const INITIAL_TIMING_EVENTS: usize = 64;
 /// ```
 pub struct StreamProfiler {
     enabled: AtomicBool,
-    pool: Arc<EventPool>,
+    shared: Arc<Shared>,
     slots: DashMap<u64, Arc<StreamSlot>>,
-    clock: OnceLock<Clock>,
-    clock_init: Mutex<()>,
     errors: AtomicU64,
 }
 
@@ -86,10 +89,8 @@ impl StreamProfiler {
     pub fn with_pool(pool: Arc<EventPool>) -> Self {
         Self {
             enabled: AtomicBool::new(false),
-            pool,
+            shared: Arc::new(Shared::new(pool)),
             slots: DashMap::new(),
-            clock: OnceLock::new(),
-            clock_init: Mutex::new(()),
             errors: AtomicU64::new(0),
         }
     }
@@ -126,7 +127,7 @@ impl StreamProfiler {
 
     /// The pool the timing events come from.
     pub fn pool(&self) -> &Arc<EventPool> {
-        &self.pool
+        &self.shared.pool
     }
 
     /// Time the work enqueued on `stream` until the returned guard is dropped.
@@ -162,7 +163,7 @@ impl StreamProfiler {
         if !self.is_enabled() {
             return Ok(ScopeGuard::inert());
         }
-        let ctx = self.pool.context();
+        let ctx = self.shared.pool.context();
         if stream.context().id() != ctx.id() {
             return Err(Error::ContextMismatch {
                 stream: stream.id(),
@@ -170,15 +171,9 @@ impl StreamProfiler {
                 found: stream.context().id(),
             });
         }
-        let clock = self.clock()?;
+        self.clock()?;
         let slot = self.slot(stream);
-        let (start, depth) = {
-            let mut state = slot.lock();
-            let start = state.mark_now(stream, &self.pool, clock)?;
-            let depth = state.open;
-            state.open += 1;
-            (start, depth)
-        };
+        let (start, depth) = slot.open(stream);
         Ok(ScopeGuard::open(
             self,
             stream,
@@ -283,7 +278,7 @@ impl StreamProfiler {
                 ops: slot.lock().timed.clone(),
             });
         }
-        let ctx = self.pool.context();
+        let ctx = self.shared.pool.context();
         let info = ctx.info();
         let process = Process {
             pid: i64::from(ctx.ordinal()),
@@ -319,15 +314,7 @@ impl StreamProfiler {
 
     /// The base of the timeline, recorded when first needed.
     pub(crate) fn clock(&self) -> Result<&Clock> {
-        if let Some(clock) = self.clock.get() {
-            return Ok(clock);
-        }
-        let _once = self.clock_init.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(clock) = self.clock.get() {
-            return Ok(clock);
-        }
-        let clock = Clock::start(self.pool.context())?;
-        Ok(self.clock.get_or_init(|| clock))
+        self.shared.clock()
     }
 
     fn slot(&self, stream: &Arc<Stream>) -> Arc<StreamSlot> {
@@ -339,7 +326,7 @@ impl StreamProfiler {
             &self
                 .slots
                 .entry(stream.id())
-                .or_insert_with(|| Arc::new(StreamSlot::new(stream, counting))),
+                .or_insert_with(|| Arc::new(StreamSlot::new(stream, &self.shared, counting))),
         )
     }
 
