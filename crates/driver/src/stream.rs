@@ -284,13 +284,21 @@ impl Stream {
 
     #[cold]
     fn notify_observers(&self) {
-        let observers = {
+        let (first, rest) = {
             let mut observers = self.observers.lock().unwrap_or_else(|p| p.into_inner());
             self.observed.store(false, Ordering::Release);
-            std::mem::take(&mut *observers)
+            // The usual single observer leaves the list's buffer in place
+            // for the next one (no allocation per observed work item).
+            let first = (!observers.is_empty()).then(|| observers.remove(0));
+            let rest = if observers.is_empty() {
+                Vec::new()
+            } else {
+                std::mem::take(&mut *observers)
+            };
+            (first, rest)
         };
         // Called without the lock: an observer may ask to observe again.
-        for observer in observers {
+        for observer in first.into_iter().chain(rest) {
             let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 observer.before_work(self)
             }));

@@ -36,6 +36,12 @@ pub enum Error {
         /// The stream's context id.
         found: u64,
     },
+    /// A sampler asked to time one scope in 0.
+    #[error("sampler {name:?}: one scope in 0 cannot be timed; every must be at least 1")]
+    InvalidSampling {
+        /// The sampler's name.
+        name: String,
+    },
     /// Writing a trace failed.
     #[error("writing the Chrome trace failed: {source}")]
     Io {

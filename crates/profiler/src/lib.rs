@@ -40,6 +40,7 @@ mod display;
 mod error;
 mod profiler;
 mod report;
+mod sampler;
 mod scope;
 mod stats;
 mod timeline;
@@ -52,6 +53,7 @@ pub use driver;
 pub use error::{Error, Result};
 pub use profiler::StreamProfiler;
 pub use report::{ComprehensiveReport, OperationStats, StreamReport};
+pub use sampler::Sampler;
 pub use scope::ScopeGuard;
 
 /// The guide's examples, run as doc tests.

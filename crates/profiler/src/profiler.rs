@@ -3,6 +3,7 @@
 use crate::clock::{Clock, Shared};
 use crate::error::{Error, Result};
 use crate::report::{ComprehensiveReport, StreamReport};
+use crate::sampler::{Sampler, SamplerState};
 use crate::scope::ScopeGuard;
 use crate::timeline::{Name, StreamSlot};
 use crate::trace::{self, Process, StreamTrack};
@@ -10,8 +11,8 @@ use dashmap::DashMap;
 use driver::{Context, Stream};
 use events::EventPool;
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Timing events the pool of [`StreamProfiler::new`] creates up front.
@@ -75,6 +76,7 @@ pub struct StreamProfiler {
     enabled: AtomicBool,
     shared: Arc<Shared>,
     slots: DashMap<u64, Arc<StreamSlot>>,
+    samplers: Mutex<Vec<Arc<SamplerState>>>,
     errors: AtomicU64,
 }
 
@@ -91,6 +93,7 @@ impl StreamProfiler {
             enabled: AtomicBool::new(false),
             shared: Arc::new(Shared::new(pool)),
             slots: DashMap::new(),
+            samplers: Mutex::new(Vec::new()),
             errors: AtomicU64::new(0),
         }
     }
@@ -196,6 +199,18 @@ impl StreamProfiler {
         let value = f(stream);
         scope.finish()?;
         Ok(value)
+    }
+
+    /// A [`Sampler`] timing one scope named `name` in `every` on each stream
+    /// and counting them all: the sampling mode for launch-bound loops.
+    /// `every` = 0 is [`Error::InvalidSampling`].
+    pub fn sampler(&self, name: impl Into<Name>, every: u32) -> Result<Sampler<'_>> {
+        let state = Arc::new(SamplerState::new(name.into(), every)?);
+        self.samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&state));
+        Ok(Sampler::new(self, state))
     }
 
     /// Record a duration measured elsewhere (e.g. with host timers or by
@@ -352,7 +367,14 @@ impl StreamProfiler {
         let mut state = slot.lock();
         let now = slot.current_metrics(&mut state);
         let counts = state.counts(&now);
-        StreamReport::build(slot.id, &state, counts)
+        let skipped: Vec<(String, u64)> = self
+            .samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|s| (s.name.to_string(), s.skipped(slot.id)))
+            .collect();
+        StreamReport::build(slot.id, &state, counts, &skipped)
     }
 }
 
