@@ -126,6 +126,7 @@ mod launch;
 mod memory;
 mod metrics;
 mod module;
+pub mod nvtx;
 mod ordering;
 mod priority;
 mod reactor;

@@ -105,7 +105,11 @@ impl<'g> OpBuilder<'g> {
             graph.forget(id);
             return Err(err);
         }
-        let outcome = work(&stream);
+        let outcome = {
+            // Named in Nsight Systems (nothing without a tool attached).
+            let _range = driver::nvtx::range(&label);
+            work(&stream)
+        };
         let event = graph.complete_inner(id)?;
         match outcome {
             Ok(()) => Ok(Op { id, event }),

@@ -426,6 +426,7 @@ impl PipelineStageManager {
             coordinator.queue_compute_with(&deps, |stream| {
                 start.record(stream)?;
                 for &index in &order {
+                    let _range = driver::nvtx::range(&stages[index].name);
                     launch_stage(stream, &stages[index], buffers, n)?;
                 }
                 end.record(stream)

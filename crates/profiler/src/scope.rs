@@ -45,6 +45,8 @@ struct Open<'a> {
     name: Name,
     start: Arc<StartCell>,
     depth: u32,
+    /// The scope as an NVTX range (nothing without a tool attached).
+    _nvtx: driver::nvtx::Range,
 }
 
 impl<'a> ScopeGuard<'a> {
@@ -60,6 +62,7 @@ impl<'a> ScopeGuard<'a> {
         start: Arc<StartCell>,
         depth: u32,
     ) -> Self {
+        let nvtx = driver::nvtx::range(&name);
         Self {
             open: Some(Open {
                 profiler,
@@ -68,6 +71,7 @@ impl<'a> ScopeGuard<'a> {
                 name,
                 start,
                 depth,
+                _nvtx: nvtx,
             }),
         }
     }
@@ -96,6 +100,7 @@ impl Open<'_> {
             name,
             start,
             depth,
+            _nvtx,
         } = self;
         slot.close(stream, name, start, depth)
     }
