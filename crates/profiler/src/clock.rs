@@ -171,6 +171,11 @@ impl Shared {
         }
     }
 
+    /// The clock, if something started it.
+    pub(crate) fn started_clock(&self) -> Option<&Clock> {
+        self.clock.get()
+    }
+
     /// The base of the timeline, recorded when first needed.
     pub(crate) fn clock(&self) -> Result<&Clock> {
         if let Some(clock) = self.clock.get() {

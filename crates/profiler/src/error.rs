@@ -21,6 +21,9 @@ pub enum Error {
     /// A call into the safe driver layer failed.
     #[error(transparent)]
     Driver(#[from] driver::Error),
+    /// A call into the allocator failed (in code that tracks its memory).
+    #[error(transparent)]
+    Allocator(#[from] allocator::Error),
     /// The event pool could not hand out a timing event.
     #[error(transparent)]
     Events(#[from] events::Error),

@@ -38,6 +38,7 @@
 mod clock;
 mod display;
 mod error;
+mod memory;
 mod profiler;
 mod report;
 mod sampler;
@@ -46,6 +47,9 @@ mod stats;
 mod timeline;
 mod trace;
 
+/// The allocator whose memory a profiler can put on its timeline
+/// ([`StreamProfiler::track_memory`]).
+pub use allocator;
 pub use display::{format_bytes, format_duration};
 /// The safe driver layer this crate builds on (contexts, streams, buffers),
 /// so examples can name it through this crate.

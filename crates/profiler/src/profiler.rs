@@ -2,6 +2,7 @@
 
 use crate::clock::{Clock, Shared};
 use crate::error::{Error, Result};
+use crate::memory::{MemoryLog, MemorySample};
 use crate::report::{ComprehensiveReport, StreamReport};
 use crate::sampler::{Sampler, SamplerState};
 use crate::scope::ScopeGuard;
@@ -77,6 +78,7 @@ pub struct StreamProfiler {
     shared: Arc<Shared>,
     slots: DashMap<u64, Arc<StreamSlot>>,
     samplers: Mutex<Vec<Arc<SamplerState>>>,
+    memory: Arc<MemoryLog>,
     errors: AtomicU64,
 }
 
@@ -94,6 +96,7 @@ impl StreamProfiler {
             shared: Arc::new(Shared::new(pool)),
             slots: DashMap::new(),
             samplers: Mutex::new(Vec::new()),
+            memory: Arc::default(),
             errors: AtomicU64::new(0),
         }
     }
@@ -101,6 +104,7 @@ impl StreamProfiler {
     /// Start recording. Work counts of streams already seen restart from
     /// their counters now (work done while disabled is not counted).
     pub fn enable(&self) {
+        self.memory.enabled.store(true, Ordering::Relaxed);
         if !self.enabled.swap(true, Ordering::AcqRel) {
             for slot in self.all_slots() {
                 let mut state = slot.lock();
@@ -113,6 +117,7 @@ impl StreamProfiler {
     /// Stop recording. Scopes already open still record their end; what was
     /// recorded stays available to reports.
     pub fn disable(&self) {
+        self.memory.enabled.store(false, Ordering::Relaxed);
         if self.enabled.swap(false, Ordering::AcqRel) {
             for slot in self.all_slots() {
                 let mut state = slot.lock();
@@ -213,6 +218,37 @@ impl StreamProfiler {
         Ok(Sampler::new(self, state))
     }
 
+    /// Put `allocator`'s memory on the timeline: while profiling is enabled,
+    /// every allocation and free, and the live and reserved bytes after it
+    /// per device and per stream, go into the trace as counter tracks and
+    /// instant events beside the stream tracks (see `docs/profiler.md`).
+    /// Starts the timeline's clock if no scope has yet. The allocator keeps
+    /// a small forwarding observer, inert once the profiler is dropped.
+    ///
+    /// ```
+    /// use cuda_streams_profiler::StreamProfiler;
+    /// use cuda_streams_profiler::allocator::StreamOrderedAllocator;
+    /// use cuda_streams_profiler::driver::{Context, Stream};
+    /// # fn main() -> cuda_streams_profiler::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let allocator = StreamOrderedAllocator::new(&ctx)?;
+    /// let profiler = StreamProfiler::new(&ctx)?;
+    /// profiler.track_memory(&allocator)?;
+    /// profiler.enable();
+    /// let block = allocator.allocate_for_stream(&stream, 1 << 20)?;
+    /// drop(block);
+    /// let trace = profiler.to_chrome_trace()?;
+    /// assert!(trace.contains(r#""name":"GPU 0 memory","cat":"memory","ph":"C""#));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn track_memory(&self, allocator: &allocator::StreamOrderedAllocator) -> Result<()> {
+        self.clock()?;
+        allocator.add_observer(self.memory.observer());
+        Ok(())
+    }
+
     /// Record a duration measured elsewhere (e.g. with host timers or by
     /// another tool). It counts in the statistics but has no place on the
     /// timeline, so it is not in the trace or the overlap figures.
@@ -304,7 +340,19 @@ impl StreamProfiler {
                 ctx.loaded_driver().name()
             ),
         };
-        trace::write_trace(writer, &process, tracks).map_err(|source| Error::Io { source })
+        let memory: Vec<MemorySample> = match self.shared_clock() {
+            Some(clock) => self
+                .memory
+                .events()
+                .into_iter()
+                .map(|(at, event)| MemorySample {
+                    ns: clock.host_to_gpu(at),
+                    event,
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        trace::write_trace(writer, &process, tracks, memory).map_err(|source| Error::Io { source })
     }
 
     /// [`export_chrome_trace`](Self::export_chrome_trace) into a `String`.
@@ -330,6 +378,11 @@ impl StreamProfiler {
     /// The base of the timeline, recorded when first needed.
     pub(crate) fn clock(&self) -> Result<&Clock> {
         self.shared.clock()
+    }
+
+    /// The clock if it was started.
+    fn shared_clock(&self) -> Option<&Clock> {
+        self.shared.started_clock()
     }
 
     fn slot(&self, stream: &Arc<Stream>) -> Arc<StreamSlot> {
