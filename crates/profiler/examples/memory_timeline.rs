@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut held = Vec::new();
         for (i, stream) in streams.iter().enumerate() {
             // Each stream's working set grows with the step.
-            let bytes = (i + 1) * (step + 1) << 20;
+            let bytes = ((i + 1) * (step + 1)) << 20;
             let block = allocator.allocate_for_stream(stream, bytes)?;
             profiler.time(stream, format!("step {step} clear"), |_| {
                 block.memset_u32_async(step as u32)
