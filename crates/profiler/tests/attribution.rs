@@ -172,3 +172,23 @@ fn a_scope_with_only_waits_is_empty() {
     assert_eq!(report.operations["wait only"].total, Duration::ZERO);
     assert_own_length(report.operations["after"].total, "after");
 }
+
+#[test]
+fn work_of_scopes_a_sampler_skips_is_on_no_timed_scope() {
+    let ctx = ctx();
+    let spin_kernel = kernel(&ctx, &kernels::TIMING, "spin");
+    let stream = Stream::new(&ctx).unwrap();
+    let profiler = StreamProfiler::new(&ctx).unwrap();
+    profiler.enable();
+    let sampler = profiler.sampler("spin", 2).unwrap();
+    // Timed, skipped (the long one), timed.
+    for length in [OWN, FOREIGN, OWN] {
+        sampler
+            .time(&stream, |s| spin(s, &spin_kernel, length))
+            .unwrap();
+    }
+    let stats = profiler.get_stream_report(&stream).unwrap().operations["spin"];
+    assert_eq!((stats.count, stats.timed), (3, 2));
+    assert_own_length(stats.max, "the longest timed spin");
+    assert_own_length(stats.min, "the shortest timed spin");
+}
