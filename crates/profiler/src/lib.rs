@@ -3,7 +3,12 @@
 //!
 //! Times come from timing events recorded on the streams (GPU time, not host
 //! guesses), taken from an [`events::EventPool`], resolved without stalling
-//! the streams, on one timeline shared by every stream.
+//! the streams, on one timeline shared by every stream. A scope counts its
+//! own work only: it starts at its first work item, after the waits that
+//! order it on other streams, and shares one boundary event with the scope
+//! before it. A [`Sampler`] times one scope in N of a name for launch-bound
+//! loops; [`StreamProfiler::track_memory`] adds an allocator's memory to the
+//! trace as counter tracks; with the `nvtx` feature scopes are NVTX ranges.
 //!
 //! ```
 //! use cuda_streams_profiler::StreamProfiler;
