@@ -46,18 +46,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("order [second, first] rejected: {wrong}");
     pipeline.set_order(vec![first, second])?;
 
-    let mut checked = 0;
+    // Every batch's output is read while its slot still holds it: as each
+    // step reports it downloaded, and the last ones after the drain.
+    let mut checked = Vec::new();
     for batch in 0..BATCHES {
         pipeline.input_mut(0)?.copy_from_slice(&input(batch));
         let report = pipeline.execute_iteration()?;
         if let Some(done) = report.downloaded {
-            assert_eq!(pipeline.output(2)?, &expected(done)[..], "batch {done}");
-            checked += 1;
+            assert_eq!(
+                pipeline.output_of(done, 2)?,
+                &expected(done)[..],
+                "batch {done}"
+            );
+            checked.push(done);
         }
     }
-    pipeline.drain()?;
-    assert_eq!(pipeline.output(2)?, &expected(BATCHES - 1)[..]);
-    checked += 1;
+    for report in pipeline.drain()? {
+        if let Some(done) = report.downloaded {
+            assert_eq!(
+                pipeline.output_of(done, 2)?,
+                &expected(done)[..],
+                "batch {done}"
+            );
+            checked.push(done);
+        }
+    }
+    assert_eq!(
+        checked,
+        (0..BATCHES).collect::<Vec<_>>(),
+        "every batch checked once"
+    );
+    let checked = checked.len();
 
     let stats = pipeline.get_stats()?;
     println!(
