@@ -3,7 +3,7 @@
 //! call, so it cannot be left half-done.
 
 use crate::error::{Error, Result};
-use crate::graph::OperationGraph;
+use crate::graph::{OpMeta, OperationGraph};
 use crate::operation::{EventPriority, OperationId, OperationType};
 use driver::{PooledEvent, Stream};
 use std::fmt;
@@ -100,16 +100,16 @@ impl<'g> OpBuilder<'g> {
             kind,
             priority,
         } = self;
-        let id = graph.register_operation(kind, priority, &stream, after, label.clone())?;
-        if let Err(err) = graph.begin_operation(id, &stream) {
-            graph.forget(id);
-            return Err(err);
-        }
-        let outcome = work(&stream);
-        let event = graph.complete_inner(id)?;
+        let meta = OpMeta {
+            kind,
+            priority,
+            dependencies: after,
+            label,
+        };
+        let (id, event, outcome) = graph.run_op(meta, stream, work)?;
         match outcome {
             Ok(()) => Ok(Op { id, event }),
-            Err(source) => Err(Error::OperationFailed {
+            Err((source, label)) => Err(Error::OperationFailed {
                 operation: id,
                 label,
                 source,
