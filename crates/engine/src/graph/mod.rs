@@ -448,7 +448,14 @@ impl OperationGraph {
             Phase::Registered => return Err(Error::NotBegun { operation: id }),
             Phase::Completed => return Err(Error::AlreadyCompleted { operation: id }),
         }
-        let event = Arc::new(self.pool.acquire_event(false)?);
+        let event = Arc::new(
+            match Arc::ptr_eq(self.pool.context(), op.stream.context()) {
+                true => self.pool.acquire_event(false)?,
+                // A stream of another device: an event of its own context (a
+                // stream may wait on another device's event, never record one).
+                false => op.stream.context().event_pool().acquire_event(false)?,
+            },
+        );
         let sweep_due = self.record_and_queue(&op.stream, id, &event)?;
         op.completion = Some(Arc::clone(&event));
         op.phase = Phase::Completed;
