@@ -49,26 +49,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Every batch's output is read while its slot still holds it: as each
     // step reports it downloaded, and the last ones after the drain.
     let mut checked = Vec::new();
+    let mut reports = Vec::new();
     for batch in 0..BATCHES {
         pipeline.input_mut(0)?.copy_from_slice(&input(batch));
-        let report = pipeline.execute_iteration()?;
-        if let Some(done) = report.downloaded {
-            assert_eq!(
-                pipeline.output_of(done, 2)?,
-                &expected(done)[..],
-                "batch {done}"
-            );
-            checked.push(done);
-        }
-    }
-    for report in pipeline.drain()? {
-        if let Some(done) = report.downloaded {
-            assert_eq!(
-                pipeline.output_of(done, 2)?,
-                &expected(done)[..],
-                "batch {done}"
-            );
-            checked.push(done);
+        reports.push(pipeline.execute_iteration()?);
+        reports.extend(if batch + 1 == BATCHES {
+            pipeline.drain()?
+        } else {
+            Vec::new()
+        });
+        for report in reports.drain(..) {
+            if let Some(done) = report.downloaded {
+                let output = pipeline.output_of(done, 2)?;
+                assert_eq!(output, &expected(done)[..], "batch {done}");
+                checked.push(done);
+            }
         }
     }
     assert_eq!(
