@@ -369,18 +369,20 @@ impl OperationGraph {
         self.ops.insert(id, op);
         self.counters.total.fetch_add(1, Ordering::Relaxed);
         let registered = start.elapsed();
-        // Named in Nsight Systems (no lookup without a tool attached).
-        let range = driver::nvtx::is_attached().then(|| {
-            self.ops
-                .get(&id)
-                .map(|op| driver::nvtx::range(&op.meta.description))
-        });
+        let outcome = {
+            // Named in Nsight Systems (no lookup without a tool attached).
+            let _range = driver::nvtx::is_attached().then(|| {
+                self.ops
+                    .get(&id)
+                    .map(|op| driver::nvtx::range(&op.meta.description))
+            });
+            work(&stream)
+        };
         // A failed work's label is read while the operation is surely live.
-        let outcome = work(&stream).map_err(|err| {
+        let outcome = outcome.map_err(|err| {
             let label = self.ops.get(&id).map(|op| op.meta.description.clone());
             (err, label.unwrap_or_default())
         });
-        drop(range);
         let start = Instant::now();
         let event = self.complete_inner(id);
         self.counters.add_time(registered + start.elapsed());
