@@ -319,8 +319,28 @@ fn median(v: &mut [Duration]) -> f64 {
     v[v.len() / 2].as_nanos() as f64
 }
 
+/// What an NVTX range costs the host here (with no tool attached it must be
+/// next to nothing: one load of a cached flag).
+fn nvtx_cost() {
+    const RANGES: u32 = 1_000_000;
+    let attached = driver::nvtx::is_attached();
+    let start = Instant::now();
+    for _ in 0..RANGES {
+        let range = driver::nvtx::range(black_box("scope"));
+        black_box(&range);
+    }
+    let per = start.elapsed().as_nanos() as f64 / f64::from(RANGES);
+    let how = match (cfg!(feature = "nvtx"), attached) {
+        (false, _) => "nvtx feature off",
+        (true, false) => "no tool attached",
+        (true, true) => "a tool attached",
+    };
+    figure(&format!("profiler: one NVTX range, {how}"), per, "ns");
+}
+
 fn main() {
     run_criterion(&[bench_profiler]);
+    nvtx_cost();
     compare_overhead(SMALL);
     compare_overhead(LARGE);
     criterion_summary();
