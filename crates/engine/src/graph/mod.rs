@@ -348,45 +348,79 @@ impl OperationGraph {
             }
         }
         drop(waits);
-        let op = Op {
-            meta: EventMetadata {
-                operation_type: meta.kind,
-                priority: meta.priority,
-                stream_id: stream.id(),
-                operation_id: id,
-                creation_time: start,
-                dependencies: meta.dependencies,
-                description: meta.label,
-            },
-            stream,
-            phase: Phase::Begun,
-            begun_at: self.begin_clock.fetch_add(1, Ordering::Relaxed),
-            completion: None,
-            callbacks: Exclusive(Vec::new()),
-            done: None,
-        };
-        let stream = Arc::clone(&op.stream);
-        self.ops.insert(id, op);
+        let begun_at = self.begin_clock.fetch_add(1, Ordering::Relaxed);
         self.counters.total.fetch_add(1, Ordering::Relaxed);
         let registered = start.elapsed();
+        // Nobody holds the id before `run` returns, so the operation enters
+        // the map only once its work is enqueued, already completed.
         let outcome = {
-            // Named in Nsight Systems (no lookup without a tool attached).
-            let _range = driver::nvtx::is_attached().then(|| {
-                self.ops
-                    .get(&id)
-                    .map(|op| driver::nvtx::range(&op.meta.description))
-            });
+            // Named in Nsight Systems (nothing without a tool attached).
+            let _range = driver::nvtx::range(&meta.label);
             work(&stream)
         };
-        // A failed work's label is read while the operation is surely live.
-        let outcome = outcome.map_err(|err| {
-            let label = self.ops.get(&id).map(|op| op.meta.description.clone());
-            (err, label.unwrap_or_default())
-        });
+        let outcome = outcome.map_err(|err| (err, meta.label.clone()));
         let start = Instant::now();
-        let event = self.complete_inner(id);
+        let event = self.completion_event(&stream).and_then(|event| {
+            let event = Arc::new(event);
+            let op = Op {
+                meta: EventMetadata {
+                    operation_type: meta.kind,
+                    priority: meta.priority,
+                    stream_id: stream.id(),
+                    operation_id: id,
+                    creation_time: start,
+                    dependencies: meta.dependencies,
+                    description: meta.label,
+                },
+                stream,
+                phase: Phase::Completed,
+                begun_at,
+                completion: Some(Arc::clone(&event)),
+                callbacks: Exclusive(Vec::new()),
+                done: None,
+            };
+            // Recorded under the entry's lock, as `complete_operation` does,
+            // so no one sees it completed before its event is recorded.
+            let entry = self.ops.entry(id).insert(op);
+            match self.record_and_queue(&entry.stream, id, &event) {
+                Ok(sweep_due) => {
+                    let stream_id = entry.stream.id();
+                    drop(entry);
+                    if sweep_due {
+                        self.sweep(stream_id);
+                    }
+                    Ok(event)
+                }
+                Err(err) => {
+                    drop(entry);
+                    self.ops.remove(&id);
+                    Err(err)
+                }
+            }
+        });
         self.counters.add_time(registered + start.elapsed());
-        Ok((id, event?, outcome))
+        match event {
+            Ok(event) => {
+                self.counters.completed.fetch_add(1, Ordering::Relaxed);
+                Ok((id, event, outcome))
+            }
+            Err(err) => {
+                // Its work may be enqueued, but without a completion event
+                // nothing could wait for it: the id is unknown from now on.
+                self.abandon(id);
+                Err(err)
+            }
+        }
+    }
+
+    /// A completion event for an operation on `stream`: from the graph's
+    /// pool, or from the stream's own context when it belongs to another
+    /// device (a stream may wait on another device's event, never record one).
+    fn completion_event(&self, stream: &Stream) -> Result<PooledEvent> {
+        Ok(match Arc::ptr_eq(self.pool.context(), stream.context()) {
+            true => self.pool.acquire_event(false)?,
+            false => stream.context().event_pool().acquire_event(false)?,
+        })
     }
 
     /// The completion events `stream` must wait for before operation `id`
@@ -457,14 +491,7 @@ impl OperationGraph {
             Phase::Registered => return Err(Error::NotBegun { operation: id }),
             Phase::Completed => return Err(Error::AlreadyCompleted { operation: id }),
         }
-        let event = Arc::new(
-            match Arc::ptr_eq(self.pool.context(), op.stream.context()) {
-                true => self.pool.acquire_event(false)?,
-                // A stream of another device: an event of its own context (a
-                // stream may wait on another device's event, never record one).
-                false => op.stream.context().event_pool().acquire_event(false)?,
-            },
-        );
+        let event = Arc::new(self.completion_event(&op.stream)?);
         let sweep_due = self.record_and_queue(&op.stream, id, &event)?;
         op.completion = Some(Arc::clone(&event));
         op.phase = Phase::Completed;
