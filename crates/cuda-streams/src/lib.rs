@@ -113,6 +113,7 @@
 //! | `profiler` | `profiler` | `StreamProfiler`, reports, Chrome traces |
 //! | `pipeline` | `pipeline` | `GpuTripleBuffer`, `AsyncCoordinator`, `PipelineStageManager`, `ManagedGpuContext`, `BatchUploader` |
 //! | `kernels` | `kernels` | the workspace's CUDA kernels and their CPU twins |
+//! | `driver::interop::cudarc` | `cudarc` (off by default) | cudarc streams as ours, cudarc slices in our launches, our buffers in cudarc's calls, events across the two |
 //!
 //! Each module is the sub-crate itself (`cuda_streams::pool` is
 //! `cuda-streams-stream-pool`), with its own guide in the repository's

@@ -53,6 +53,9 @@ pub struct Stream {
     timings: Mutex<Timings>,
     /// The context's event pool, once this stream needed an event.
     pub(crate) pool: std::sync::OnceLock<Arc<EventPool>>,
+    /// What keeps a borrowed handle valid (another library's stream object,
+    /// see `interop`): dropped after this stream, never used.
+    _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: CUDA streams may be used from any thread; the raw handle is only
@@ -105,6 +108,22 @@ impl Stream {
     /// stays valid for the life of the returned `Stream`. With `owned = true`
     /// the `Stream` destroys it on drop, so nothing else may destroy it.
     pub unsafe fn from_raw(ctx: &Arc<Context>, raw: CUstream, owned: bool) -> Arc<Self> {
+        // SAFETY: the caller's contract, unchanged.
+        unsafe { Self::from_raw_with_owner(ctx, raw, owned, None) }
+    }
+
+    /// [`Stream::from_raw`], keeping `owner` (whatever keeps `raw` valid)
+    /// until the returned `Stream` is dropped.
+    ///
+    /// # Safety
+    /// As [`Stream::from_raw`]; `raw` stays valid while `owner` lives.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) unsafe fn from_raw_with_owner(
+        ctx: &Arc<Context>,
+        raw: CUstream,
+        owned: bool,
+        owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
             ctx: Arc::clone(ctx),
@@ -114,6 +133,7 @@ impl Stream {
             counters: Arc::default(),
             timings: Mutex::default(),
             pool: std::sync::OnceLock::new(),
+            _owner: owner,
         })
     }
 
