@@ -14,7 +14,7 @@ pub fn criterion() -> Criterion {
         .warm_up_time(Duration::from_millis(500))
 }
 
-/// Run `targets` with [`criterion`]'s settings and the command line's, as a
+/// Run `targets` with [`criterion()`]'s settings and the command line's, as a
 /// `criterion_group!` with that config would.
 pub fn run_criterion(targets: &[fn(&mut Criterion)]) {
     let mut criterion = criterion().configure_from_args();

@@ -31,7 +31,19 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
 
     // `cargo test` builds the examples too; the facade's `examples` test finds
     // them through CUDA_STREAMS_EXAMPLES_DIR, which run.sh sets.
-    let built = built_executables(&root, &["test", "--workspace", "--release", "--no-run"])?;
+    // Off-by-default features whose tests need the GPU are on here (the
+    // cudarc interop tests skip without one).
+    let built = built_executables(
+        &root,
+        &[
+            "test",
+            "--workspace",
+            "--release",
+            "--no-run",
+            "--features",
+            "cuda-streams-driver/cudarc",
+        ],
+    )?;
     // xtask's and the bench helpers' own unit tests have nothing to do with a GPU.
     let tests: Vec<_> = built
         .iter()

@@ -6,6 +6,7 @@
 use benches::{Comparison, median_duration, median_ns};
 use cuda_streams::kernels;
 use cuda_streams::prelude::*;
+use serde::Serialize;
 use std::error::Error;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -13,31 +14,78 @@ use std::time::Instant;
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
 
-pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    if let Some(arg) = args.first() {
-        return Err(format!("unknown bench option `{arg}` (bench takes none)"));
-    }
-    bench().map_err(|e| e.to_string())
+/// `cuda-streams bench`'s options.
+#[derive(clap::Args)]
+pub(crate) struct BenchArgs {
+    /// Print one JSON object on stdout instead of the table: the driver, the
+    /// device, and each measurement's `ours_ns`, `baseline_ns` and `ratio`.
+    #[arg(long)]
+    json: bool,
 }
 
-fn bench() -> BenchResult<()> {
+/// The `--json` output.
+#[derive(Serialize)]
+struct Report {
+    driver: &'static str,
+    device: String,
+    /// What the ratio means, for a reader of the JSON alone.
+    ratio: &'static str,
+    measurements: Vec<Measurement>,
+    /// Baselines this device cannot measure, and why.
+    skipped: Vec<String>,
+    seconds: f64,
+}
+
+#[derive(Serialize)]
+struct Measurement {
+    name: &'static str,
+    ours_ns: f64,
+    baseline_ns: f64,
+    ratio: f64,
+}
+
+pub(crate) fn run(args: &BenchArgs) -> BenchResult<()> {
     let started = Instant::now();
     let ctx = Context::new(0)?;
-    println!(
-        "cuda-streams bench on {} ({} driver); medians of batches, both sides in this run\n",
-        ctx.info().name,
-        if ctx.is_gpu() { "CUDA" } else { "software" }
-    );
+    let driver = if ctx.is_gpu() { "CUDA" } else { "software" };
+    if !args.json {
+        println!(
+            "cuda-streams bench on {} ({driver} driver); medians of batches, both sides in this run\n",
+            ctx.info().name,
+        );
+    }
     let mut rows = Vec::new();
+    let mut skipped = Vec::new();
     rows.push(pool_vs_create(&ctx)?);
     rows.push(event_pool_vs_create(&ctx)?);
-    rows.extend(allocator_vs_driver(&ctx)?);
+    rows.extend(allocator_vs_driver(&ctx, &mut skipped)?);
     rows.push(pipeline_vs_sequential(&ctx)?);
-    print_table(&rows);
-    println!(
-        "\nratio = baseline / ours (above 1: ours is faster); {:.1} s in all",
-        started.elapsed().as_secs_f64()
-    );
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        let report = Report {
+            driver,
+            device: ctx.info().name.clone(),
+            ratio: "baseline_ns / ours_ns (above 1: ours is faster)",
+            measurements: rows
+                .iter()
+                .map(|row| Measurement {
+                    name: row.name,
+                    ours_ns: row.ours_ns,
+                    baseline_ns: row.baseline_ns,
+                    ratio: row.speedup(),
+                })
+                .collect(),
+            skipped,
+            seconds,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for note in &skipped {
+            println!("({note})");
+        }
+        print_table(&rows);
+        println!("\nratio = baseline / ours (above 1: ours is faster); {seconds:.1} s in all");
+    }
     Ok(())
 }
 
@@ -74,7 +122,10 @@ fn event_pool_vs_create(ctx: &Arc<Context>) -> BenchResult<Comparison> {
 /// 1 MiB allocate + free on one stream: the caching allocator against the
 /// driver's pool (`cuMemAllocAsync` + `cuMemFreeAsync`, through
 /// `DeviceBuffer::new_async`) and against `cuMemAlloc` + `cuMemFree`.
-fn allocator_vs_driver(ctx: &Arc<Context>) -> BenchResult<Vec<Comparison>> {
+fn allocator_vs_driver(
+    ctx: &Arc<Context>,
+    skipped: &mut Vec<String>,
+) -> BenchResult<Vec<Comparison>> {
     const SIZE: usize = 1 << 20;
     let stream = Stream::new(ctx)?;
     let allocator = StreamOrderedAllocator::new(ctx)?;
@@ -99,7 +150,9 @@ fn allocator_vs_driver(ctx: &Arc<Context>) -> BenchResult<Vec<Comparison>> {
             baseline_ns: pool,
         });
     } else {
-        println!("(no memory pools on this device: the driver-pool baseline is skipped)");
+        skipped.push(
+            "no memory pools on this device: the cuMemAllocAsync baseline is skipped".to_string(),
+        );
     }
     let sync = median_ns(15, 20, || {
         drop(black_box(

@@ -10,9 +10,9 @@
 //! ```
 
 use crate::demo::{DemoResult, Sizes};
-use crate::progress::Progress;
 use cuda_streams::kernels::{self, reference};
 use cuda_streams::prelude::*;
+use indicatif::ProgressBar;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -34,7 +34,7 @@ pub(crate) fn run(
     pool: &StreamPool,
     profiler: &StreamProfiler,
     sizes: &Sizes,
-    progress: &mut Progress,
+    progress: &ProgressBar,
 ) -> DemoResult<String> {
     let start = Instant::now();
     let n = sizes.dag_elements;
@@ -144,11 +144,7 @@ pub(crate) fn run(
             )
             .into());
         }
-        progress.advance(&format!(
-            "operation DAG round {}/{}",
-            round + 1,
-            sizes.dag_rounds
-        ));
+        progress.inc(1);
     }
     for stream in &s {
         stream.synchronize()?;

@@ -7,6 +7,7 @@ use crate::dag;
 use crate::progress::Progress;
 use cuda_streams::kernels::reference;
 use cuda_streams::prelude::*;
+use indicatif::ProgressBar;
 use std::error::Error;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,37 +47,23 @@ impl Sizes {
     }
 }
 
-struct Options {
+/// `cuda-streams demo`'s options.
+#[derive(clap::Args)]
+pub(crate) struct DemoArgs {
+    /// Pipeline steps and DAG rounds to run [default: 32 steps and 8 rounds
+    /// on the software driver, 64 and 16 on a GPU].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    steps: Option<u64>,
+    /// Where to write the Chrome trace (open it in https://ui.perfetto.dev).
+    #[arg(long, value_name = "PATH", default_value = "trace.json")]
     trace: PathBuf,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut options = Options {
-        trace: PathBuf::from("trace.json"),
-    };
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--trace" => {
-                let path = args.next().ok_or("--trace needs a path")?;
-                options.trace = PathBuf::from(path);
-            }
-            other => {
-                return Err(format!(
-                    "unknown demo option `{other}` (expected --trace PATH)"
-                ));
-            }
-        }
-    }
-    Ok(options)
+pub(crate) fn run(args: &DemoArgs) -> DemoResult<()> {
+    demo(args)
 }
 
-pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    let options = parse(args)?;
-    demo(&options).map_err(|e| e.to_string())
-}
-
-fn demo(options: &Options) -> DemoResult<()> {
+fn demo(options: &DemoArgs) -> DemoResult<()> {
     let started = Instant::now();
     let ctx = Context::new(0)?;
     let info = ctx.info();
@@ -85,21 +72,26 @@ fn demo(options: &Options) -> DemoResult<()> {
         info.name,
         if ctx.is_gpu() { "CUDA" } else { "software" }
     );
-    let sizes = Sizes::for_context(&ctx);
+    let mut sizes = Sizes::for_context(&ctx);
+    if let Some(steps) = options.steps {
+        sizes.steps = steps;
+        sizes.dag_rounds = steps as usize;
+    }
     let profiler = StreamProfiler::new(&ctx)?;
     profiler.enable();
-    let mut progress = Progress::new(sizes.steps as usize + sizes.dag_rounds);
+    let progress = Progress::new();
 
     // Both live until the report: the profiler reads a stream's launch and
     // transfer counters from the stream itself.
     let mut managed = ManagedGpuContext::new(&ctx, true)?;
     let pool = StreamPool::new(&ctx, 4)?;
 
-    let pipeline = pipeline(&mut managed, &profiler, &sizes, &mut progress)?;
-    progress.phase_done(&pipeline);
-    let dag = dag::run(&pool, &profiler, &sizes, &mut progress)?;
-    progress.phase_done(&dag);
-    progress.clear();
+    let bar = progress.phase("pipeline", sizes.steps);
+    let pipeline = pipeline(&mut managed, &profiler, &sizes, &bar)?;
+    progress.phase_done(&bar, &pipeline);
+    let bar = progress.phase("DAG", sizes.dag_rounds as u64);
+    let dag = dag::run(&pool, &profiler, &sizes, &bar)?;
+    progress.phase_done(&bar, &dag);
 
     let report = profiler.get_comprehensive_report();
     println!("\n{report}");
@@ -141,7 +133,7 @@ fn pipeline(
     managed: &mut ManagedGpuContext,
     profiler: &StreamProfiler,
     sizes: &Sizes,
-    progress: &mut Progress,
+    progress: &ProgressBar,
 ) -> DemoResult<String> {
     let start = Instant::now();
     let streams = {
@@ -195,7 +187,7 @@ fn pipeline(
         if let Some(telemetry) = result {
             check(telemetry)?;
         }
-        progress.advance(&format!("pipeline step {}/{}", step + 1, sizes.steps));
+        progress.inc(1);
     }
     let scopes = streams[1..]
         .iter()

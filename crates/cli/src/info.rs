@@ -5,23 +5,18 @@
 
 use driver::{Context, DeviceInfo, DriverChoice, DriverKind, LoadedDriver};
 
-pub(crate) fn run() -> Result<(), String> {
-    let choice = DriverChoice::from_env().map_err(|e| e.to_string())?;
-    let loaded = match driver::select(choice) {
-        Ok(loaded) => loaded,
-        Err(err) => {
-            // Asked for the GPU and there is none: say so plainly, and succeed,
-            // because "no GPU here" is an answer, not a failure of this command.
-            println!("No CUDA driver could be used on this machine: {err}");
-            return Ok(());
-        }
-    };
+pub(crate) fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let choice = DriverChoice::from_env()?;
+    // Asked for the GPU and there is none: a failure (exit code 1, the cause
+    // on stderr), as `CUDA_STREAMS_DRIVER=cuda` promises no silent fallback.
+    let loaded = driver::select(choice)?;
     if choice == DriverChoice::Auto && loaded.kind == DriverKind::Soft {
         println!(
             "No GPU answered (libcuda.so.1 did not load or found no device); using the software driver."
         );
     }
-    print(&loaded).map_err(|e| e.to_string())
+    print(&loaded)?;
+    Ok(())
 }
 
 fn print(loaded: &LoadedDriver) -> Result<(), driver::Error> {
@@ -40,6 +35,48 @@ fn print(loaded: &LoadedDriver) -> Result<(), driver::Error> {
         // The safe layer already knows how to describe a device.
         let ctx = Context::with_driver(*loaded, ordinal)?;
         print_device(loaded, ctx.info());
+    }
+    print_peers(loaded, count)
+}
+
+/// Which device can map which other's memory (`cuDeviceCanAccessPeer`), as
+/// one line per device that has a peer.
+fn print_peers(loaded: &LoadedDriver, count: i32) -> Result<(), driver::Error> {
+    if count < 2 {
+        println!("peer access:     none (one device)");
+        return Ok(());
+    }
+    let d = loaded.table;
+    let mut devices = Vec::with_capacity(count as usize);
+    for ordinal in 0..count {
+        let mut device = 0;
+        // SAFETY: writes one CUdevice through a valid out-pointer; `ordinal`
+        // is below the count the driver reported.
+        d.check(unsafe { (d.cuDeviceGet)(&mut device, ordinal) })?;
+        devices.push(device);
+    }
+    let mut any = false;
+    for (i, &from) in devices.iter().enumerate() {
+        let mut peers = Vec::new();
+        for (j, &to) in devices.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let mut can = 0;
+            // SAFETY: writes one int through a valid out-pointer; both
+            // devices came from cuDeviceGet.
+            d.check(unsafe { (d.cuDeviceCanAccessPeer)(&mut can, from, to) })?;
+            if can != 0 {
+                peers.push(j.to_string());
+            }
+        }
+        if !peers.is_empty() {
+            any = true;
+            println!("peer access:     device {i} -> {}", peers.join(", "));
+        }
+    }
+    if !any {
+        println!("peer access:     none between the {count} devices");
     }
     Ok(())
 }

@@ -1,4 +1,8 @@
 //! `cuda-streams`: the command-line tool.
+//!
+//! Exit codes: 0 on success, 1 when a command fails (one line on stderr
+//! names the cause), 2 for a command line that does not parse (one line on
+//! stderr; `--help` explains).
 
 mod bench;
 mod dag;
@@ -6,26 +10,68 @@ mod demo;
 mod info;
 mod progress;
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
+use std::error::Error;
 use std::process::ExitCode;
 
-const HELP: &str = "\
-cuda-streams <command>
+/// The environment, shown after every command's help.
+const ENVIRONMENT: &str = "\
+Environment:
+  CUDA_STREAMS_DRIVER=cuda|soft|auto  the driver (default auto: the GPU when one
+                                      answers, otherwise the software driver)
+  CUDA_STREAMS_LOG (or RUST_LOG)      the libraries' log on stderr, e.g. `info` or
+                                      `cuda_streams_driver=debug` (default: warn)";
 
-Commands:
-  info     the driver in use and each device: name, compute capability, SMs,
-           memory, copy engines, stream priority range
-  demo     a triple-buffered pipeline and an operation DAG, profiled on the GPU
-           timeline, every result verified; prints the report and writes
-           trace.json for https://ui.perfetto.dev (--trace PATH to change it)
-  bench    a quick run of the key ratios (ours vs the driver baseline, measured
-           in the same run), printed as a table
-  help     print this text
+/// Streams, events, stream-ordered memory and a GPU-timed profiler, on
+/// NVIDIA's driver or the software driver.
+#[derive(Parser)]
+#[command(
+    name = "cuda-streams",
+    version,
+    propagate_version = true,
+    arg_required_else_help = true,
+    after_help = ENVIRONMENT
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-The driver is chosen by CUDA_STREAMS_DRIVER=cuda|soft|auto (default auto: the GPU
-when one answers, otherwise the software driver). The libraries' log goes to
-stderr at the level CUDA_STREAMS_LOG (or else RUST_LOG) sets, e.g. `info` or
-`cuda_streams_driver=debug` (default: warnings and errors).
-";
+#[derive(Subcommand)]
+enum Command {
+    /// The driver in use and every device: name, compute capability, SMs,
+    /// memory, copy engines, stream priorities, peer access.
+    #[command(after_help = ENVIRONMENT)]
+    Info,
+    /// A triple-buffered pipeline and an operation DAG, profiled on the GPU
+    /// timeline, every result checked against the CPU; prints the report and
+    /// writes a Chrome trace for https://ui.perfetto.dev.
+    #[command(after_help = ENVIRONMENT)]
+    Demo(demo::DemoArgs),
+    /// A quick run of the key ratios: ours against the driver baseline, both
+    /// measured in this run (the careful figures are the criterion benches).
+    #[command(after_help = ENVIRONMENT)]
+    Bench(bench::BenchArgs),
+    /// Print a completion script for a shell, e.g.
+    /// `cuda-streams completions bash > /etc/bash_completion.d/cuda-streams`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Info => "info",
+            Command::Demo(_) => "demo",
+            Command::Bench(_) => "bench",
+            Command::Completions { .. } => "completions",
+        }
+    }
+}
 
 /// Send the libraries' `tracing` events to stderr, filtered by
 /// `CUDA_STREAMS_LOG` (ours wins) or `RUST_LOG`; warnings by default. A
@@ -51,26 +97,77 @@ fn install_log() {
         .init();
 }
 
+/// An error and its sources on one line: `cause: its cause: ...`.
+fn one_line(err: &dyn Error) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A command line that does not parse: clap's first line (what is wrong),
+/// without its usage block, and exit code 2.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    let rendered = err.render().to_string();
+    let first = rendered
+        .lines()
+        .find(|line| !line.trim().is_empty())
+        .unwrap_or("invalid command line");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    eprintln!("cuda-streams: {first} (see `cuda-streams --help`)");
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => match err.kind() {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => err.exit(),
+            _ => return usage_error(&err),
+        },
+    };
     install_log();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let command = args.first().cloned().unwrap_or_else(|| "help".to_string());
-    let rest = args.get(1..).unwrap_or_default();
-    let result = match command.as_str() {
-        "info" => info::run(),
-        "demo" => demo::run(rest),
-        "bench" => bench::run(rest),
-        "help" | "--help" | "-h" => {
-            print!("{HELP}");
+    let name = cli.command.name();
+    let result = match cli.command {
+        Command::Info => info::run(),
+        Command::Demo(args) => demo::run(&args),
+        Command::Bench(args) => bench::run(&args),
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "cuda-streams", &mut std::io::stdout());
             Ok(())
         }
-        other => Err(format!("unknown command `{other}`\n\n{HELP}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("cuda-streams {command}: {message}");
+        Err(err) => {
+            eprintln!("cuda-streams {name}: {}", one_line(err.as_ref()));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn errors_fit_on_one_line() {
+        let err = std::io::Error::other("first\nsecond");
+        assert_eq!(one_line(&err), "first second");
     }
 }

@@ -1,61 +1,39 @@
-//! A progress bar on stderr, hand-written.
-//!
-//! On a terminal the bar is redrawn in place with `\r`; elsewhere (CI logs,
-//! redirected output) redrawing would fill the log with fragments, so only
-//! the line each finished phase prints (on stdout) shows the progress.
+//! The demo's progress: one `indicatif` bar per phase on stderr, drawn only
+//! on a terminal (in CI logs and redirected output they stay hidden, and the
+//! line each finished phase prints on stdout shows the progress).
 
-use std::io::{IsTerminal, Write};
-
-const WIDTH: usize = 32;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 pub(crate) struct Progress {
-    total: usize,
-    done: usize,
-    tty: bool,
+    bars: MultiProgress,
+    style: ProgressStyle,
 }
 
 impl Progress {
-    pub(crate) fn new(total: usize) -> Self {
+    pub(crate) fn new() -> Self {
+        let style = ProgressStyle::with_template(
+            "{prefix:>9} [{bar:32.cyan/blue}] {pos:>3}/{len:3} {elapsed:>4} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("#>.");
         Self {
-            total: total.max(1),
-            done: 0,
-            tty: std::io::stderr().is_terminal(),
+            bars: MultiProgress::new(),
+            style,
         }
     }
 
-    /// One unit of work finished, while doing `what`.
-    pub(crate) fn advance(&mut self, what: &str) {
-        self.done = (self.done + 1).min(self.total);
-        if self.tty {
-            let filled = self.done * WIDTH / self.total;
-            let mut err = std::io::stderr().lock();
-            let _ = write!(
-                err,
-                "\r[{}{}] {:3}% {what:<40}",
-                "#".repeat(filled),
-                ".".repeat(WIDTH - filled),
-                self.done * 100 / self.total
-            );
-            let _ = err.flush();
-        }
+    /// A bar for a phase of `len` units.
+    pub(crate) fn phase(&self, name: &'static str, len: u64) -> ProgressBar {
+        let bar = self.bars.add(ProgressBar::new(len));
+        bar.set_style(self.style.clone());
+        bar.set_prefix(name);
+        bar
     }
 
-    /// A phase ended: say so on stdout, on its own line (clearing the bar first).
-    pub(crate) fn phase_done(&mut self, message: &str) {
-        self.clear();
-        println!("{message}");
-    }
-
-    /// Remove the bar from the terminal.
-    pub(crate) fn clear(&mut self) {
-        if self.tty {
-            let _ = write!(std::io::stderr().lock(), "\r{}\r", " ".repeat(WIDTH + 48));
-        }
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.clear();
+    /// A phase ended: remove its bar and print `message` on stdout, on its
+    /// own line above any bar still drawn.
+    pub(crate) fn phase_done(&self, bar: &ProgressBar, message: &str) {
+        bar.finish_and_clear();
+        self.bars.suspend(|| println!("{message}"));
     }
 }

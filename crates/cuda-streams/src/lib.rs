@@ -113,6 +113,7 @@
 //! | `profiler` | `profiler` | `StreamProfiler`, reports, Chrome traces |
 //! | `pipeline` | `pipeline` | `GpuTripleBuffer`, `AsyncCoordinator`, `PipelineStageManager`, `ManagedGpuContext`, `BatchUploader` |
 //! | `kernels` | `kernels` | the workspace's CUDA kernels and their CPU twins |
+//! | `driver::interop::cudarc` | `cudarc` (off by default) | cudarc streams as ours, cudarc slices in our launches, our buffers in cudarc's calls, events across the two |
 //!
 //! Each module is the sub-crate itself (`cuda_streams::pool` is
 //! `cuda-streams-stream-pool`), with its own guide in the repository's
@@ -121,19 +122,16 @@
 //!
 //! # Features
 //!
-//! | feature | default | enables |
-//! | --- | --- | --- |
-//! | `pool` | yes | the `pool` module |
-//! | `events` | yes | the `events` module |
-//! | `allocator` | yes | the `allocator` module |
-//! | `profiler` | yes | the `profiler` module |
-//! | `pipeline` | yes | the `pipeline` module |
-//! | `kernels` | yes | the `kernels` module |
+//! Generated from the comments in this crate's `Cargo.toml`; on docs.rs each
+//! feature-gated item carries a badge naming its feature.
+//!
+#![doc = document_features::document_features!()]
 //!
 //! The [`prelude`] follows the features: it holds the common types of the
 //! modules that are enabled.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 pub mod prelude;
@@ -142,15 +140,18 @@ pub use error::{Error, Result};
 
 /// The stream-ordered allocator (`cuda-streams-allocator`).
 #[cfg(feature = "allocator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "allocator")))]
 pub use allocator;
 /// The safe driver layer (always present): contexts, streams, events,
 /// buffers, modules, kernel launches and driver selection.
 pub use driver;
 /// Event coordination (`cuda-streams-event-coord`).
 #[cfg(feature = "events")]
+#[cfg_attr(docsrs, doc(cfg(feature = "events")))]
 pub use events;
 /// The kernels and their CPU twins (`cuda-streams-kernels`).
 #[cfg(feature = "kernels")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kernels")))]
 pub use kernels;
 
 /// The README's example, compiled and run as a doc test.
@@ -165,10 +166,13 @@ pub use kernels;
 pub struct Readme;
 /// The async pipeline (`cuda-streams-pipeline`).
 #[cfg(feature = "pipeline")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pipeline")))]
 pub use pipeline;
 /// The stream pool (`cuda-streams-stream-pool`).
 #[cfg(feature = "pool")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pool")))]
 pub use pool;
 /// The profiler (`cuda-streams-profiler`).
 #[cfg(feature = "profiler")]
+#[cfg_attr(docsrs, doc(cfg(feature = "profiler")))]
 pub use profiler;

@@ -10,27 +10,33 @@ pub use driver::{
 };
 
 #[cfg(feature = "pool")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pool")))]
 pub use pool::{
     AllocationStrategy, ExclusiveStream, MultiStreamCoordinator, StreamPool, StreamPurpose,
     WorkloadType,
 };
 
 #[cfg(feature = "events")]
+#[cfg_attr(docsrs, doc(cfg(feature = "events")))]
 pub use events::{
     AsyncEventWaiter, CrossStreamBarrier, EventPool, EventPriority, OperationCoordinator,
     OperationId, OperationType, PooledEvent,
 };
 
 #[cfg(feature = "events")]
+#[cfg_attr(docsrs, doc(cfg(feature = "events")))]
 pub use engine::{Op, OperationGraph};
 
 #[cfg(feature = "allocator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "allocator")))]
 pub use allocator::{Allocation, Backend, StreamOrderedAllocator};
 
 #[cfg(feature = "profiler")]
+#[cfg_attr(docsrs, doc(cfg(feature = "profiler")))]
 pub use profiler::{ComprehensiveReport, StreamProfiler};
 
 #[cfg(feature = "pipeline")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pipeline")))]
 pub use pipeline::{
     ArraySpec, AsyncCoordinator, BatchUploader, GpuPipelineStage, GpuTripleBuffer,
     ManagedGpuContext, PipelineStageManager, PlannerConfig, StageArg, StepConfig, Telemetry,

@@ -171,6 +171,13 @@ pub enum Error {
         /// The buffer's size in bytes.
         bytes: usize,
     },
+    /// An object of another CUDA library (cudarc) that cannot be used with
+    /// this one: another context, the software driver, a per-thread stream.
+    #[error("interop: {reason}")]
+    Interop {
+        /// What does not match, naming both sides.
+        reason: String,
+    },
     /// A [`crate::DeviceMemory`] implementation's use hook failed for a
     /// reason of its own (not a driver error).
     #[error("a buffer could not be used on the stream: {reason}")]

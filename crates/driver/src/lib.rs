@@ -113,6 +113,8 @@
 //! thread and must not call the driver (methods there return
 //! [`Error::InsideCallback`]); their panics are caught.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod borrow_rules;
 mod callback;
 mod context;
@@ -122,6 +124,9 @@ mod error;
 mod event;
 mod event_pool;
 mod future;
+#[cfg(feature = "cudarc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
+pub mod interop;
 mod launch;
 mod memory;
 mod metrics;

@@ -58,6 +58,9 @@ pub struct Stream {
     /// Whether `observers` may be non-empty: the only cost on the enqueue
     /// path while nothing observes the stream.
     observed: AtomicBool,
+    /// What keeps a borrowed handle valid (another library's stream object,
+    /// see `interop`): dropped after this stream, never used.
+    _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// Told when a piece of work is about to be enqueued on a stream: after the
@@ -125,6 +128,22 @@ impl Stream {
     /// stays valid for the life of the returned `Stream`. With `owned = true`
     /// the `Stream` destroys it on drop, so nothing else may destroy it.
     pub unsafe fn from_raw(ctx: &Arc<Context>, raw: CUstream, owned: bool) -> Arc<Self> {
+        // SAFETY: the caller's contract, unchanged.
+        unsafe { Self::from_raw_with_owner(ctx, raw, owned, None) }
+    }
+
+    /// [`Stream::from_raw`], keeping `owner` (whatever keeps `raw` valid)
+    /// until the returned `Stream` is dropped.
+    ///
+    /// # Safety
+    /// As [`Stream::from_raw`]; `raw` stays valid while `owner` lives.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) unsafe fn from_raw_with_owner(
+        ctx: &Arc<Context>,
+        raw: CUstream,
+        owned: bool,
+        owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
             ctx: Arc::clone(ctx),
@@ -136,6 +155,7 @@ impl Stream {
             pool: std::sync::OnceLock::new(),
             observers: Mutex::default(),
             observed: AtomicBool::new(false),
+            _owner: owner,
         })
     }
 

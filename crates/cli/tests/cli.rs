@@ -1,0 +1,238 @@
+//! The CLI end to end, run as a user runs it: help, the demo (it succeeds,
+//! verifies its results, prints the profiler's report and writes a Chrome
+//! trace where asked), the bench's JSON, `info`, and the exit codes.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The CLI: where cargo built it, or `bin/` of the GPU bundle, next to the
+/// `tests/` folder this test binary was copied into.
+fn cli() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_cuda-streams"));
+    if built.is_file() {
+        return built;
+    }
+    let exe = std::env::current_exe().expect("the test's own path");
+    let bundled = exe
+        .parent()
+        .and_then(|tests| tests.parent())
+        .map(|root| root.join("bin").join("cuda-streams"));
+    match bundled {
+        Some(path) if path.is_file() => path,
+        _ => panic!(
+            "the cuda-streams binary is neither at {} nor in a bundle's bin/",
+            built.display()
+        ),
+    }
+}
+
+#[test]
+fn demo_verifies_its_results_and_writes_a_trace() {
+    let dir = std::env::temp_dir().join(format!("cuda-streams-cli-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("demo-trace.json");
+    let output = Command::new(cli())
+        .args(["demo", "--trace"])
+        .arg(&trace)
+        .current_dir(&dir)
+        .output()
+        .expect("the CLI runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "demo failed: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("every result verified"), "{stdout}");
+    assert!(
+        stdout.contains("overlap efficiency"),
+        "the report table: {stdout}"
+    );
+    let json = std::fs::read_to_string(&trace).expect("the trace was written");
+    assert!(json.contains("\"traceEvents\""), "{json}");
+    assert!(json.contains("pipeline compute") && json.contains("dag saxpy"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the CLI with `args` in a fresh temporary directory (so a default
+/// `trace.json` lands there), returning its output and that directory.
+fn run_in_temp(name: &str, args: &[&str]) -> (Output, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("cuda-streams-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let output = Command::new(cli())
+        .args(args)
+        .current_dir(&dir)
+        .output()
+        .expect("the CLI runs");
+    (output, dir)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn help_lists_every_command_and_each_has_its_own() {
+    let output = Command::new(cli())
+        .arg("--help")
+        .output()
+        .expect("the CLI runs");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let help = text(&output.stdout);
+    for command in ["info", "demo", "bench", "completions"] {
+        assert!(help.contains(command), "{command} missing from:\n{help}");
+    }
+    assert!(help.contains("CUDA_STREAMS_DRIVER"), "{help}");
+
+    let demo = Command::new(cli())
+        .args(["demo", "--help"])
+        .output()
+        .unwrap();
+    assert!(demo.status.success());
+    let demo = text(&demo.stdout);
+    assert!(
+        demo.contains("--steps <N>") && demo.contains("--trace <PATH>"),
+        "{demo}"
+    );
+    let bench = Command::new(cli())
+        .args(["help", "bench"])
+        .output()
+        .unwrap();
+    assert!(bench.status.success());
+    assert!(text(&bench.stdout).contains("--json"));
+}
+
+#[test]
+fn demo_with_two_steps_runs_two_steps_and_two_rounds() {
+    let (output, dir) = run_in_temp("steps", &["demo", "--steps", "2"]);
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "demo failed: {}\n{stdout}\n{}",
+        output.status,
+        text(&output.stderr)
+    );
+    assert!(
+        stdout.contains("pipeline: 2 triple-buffered steps"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("all 2 results verified"), "{stdout}");
+    assert!(stdout.contains("operation DAG: 2 rounds"), "{stdout}");
+    assert!(stdout.contains("every result verified"), "{stdout}");
+    // Without --trace the trace goes to ./trace.json.
+    let json = std::fs::read_to_string(dir.join("trace.json")).expect("./trace.json was written");
+    let trace: serde_json::Value = serde_json::from_str(&json).expect("the trace is JSON");
+    assert!(
+        trace["traceEvents"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty())
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_json_is_one_json_object_with_every_measurement() {
+    let output = Command::new(cli())
+        .args(["bench", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("stdout is exactly one JSON value");
+    let measurements = report["measurements"]
+        .as_array()
+        .expect("a list of measurements");
+    assert!(measurements.len() >= 4, "{report:#}");
+    for m in measurements {
+        let (ours, baseline, ratio) = (
+            m["ours_ns"].as_f64().unwrap(),
+            m["baseline_ns"].as_f64().unwrap(),
+            m["ratio"].as_f64().unwrap(),
+        );
+        assert!(ours > 0.0 && baseline > 0.0, "{m}");
+        assert!(
+            (ratio - baseline / ours).abs() <= 1e-9 * ratio.abs().max(1.0),
+            "{m}"
+        );
+        assert!(m["name"].as_str().is_some_and(|n| !n.is_empty()));
+    }
+    let driver = report["driver"].as_str().unwrap();
+    assert!(driver == "CUDA" || driver == "software", "{driver}");
+}
+
+#[test]
+fn info_describes_every_device_and_peer_access() {
+    let output = Command::new(cli()).arg("info").output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let count: usize = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("devices:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a device count in:\n{stdout}"));
+    assert!(count >= 1);
+    for ordinal in 0..count {
+        assert!(stdout.contains(&format!("device {ordinal}:")), "{stdout}");
+    }
+    assert!(stdout.contains("peer access:"), "{stdout}");
+}
+
+/// A usage error: exit code 2 and exactly one line on stderr naming it.
+#[test]
+fn a_bad_argument_exits_with_2_and_one_line() {
+    for args in [
+        &["demo", "--no-such-option"][..],
+        &["demo", "--steps", "zero"],
+        &["demo", "--steps", "0"],
+        &["no-such-command"],
+    ] {
+        let output = Command::new(cli()).args(args).output().unwrap();
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(args[args.len() - 1]), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// A failure while running: exit code 1 and one line naming the cause.
+#[test]
+fn a_failure_exits_with_1_and_one_line() {
+    let output = Command::new(cli())
+        .arg("info")
+        .env("CUDA_STREAMS_DRIVER", "no-such-driver")
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("no-such-driver"), "{stderr}");
+
+    // A trace path that cannot be written fails the demo, after the work.
+    let (output, dir) = run_in_temp(
+        "badtrace",
+        &["demo", "--steps", "1", "--trace", "no/such/dir/t.json"],
+    );
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.lines().count() == 1 && stderr.contains("no/such/dir/t.json"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn completions_are_generated() {
+    let output = Command::new(cli())
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let script = text(&output.stdout);
+    assert!(
+        script.contains("cuda-streams") && script.contains("--steps"),
+        "{script}"
+    );
+}

@@ -1,0 +1,10 @@
+//! Working with other Rust CUDA libraries in the same process.
+//!
+//! Both libraries talk to the same `libcuda.so.1` (each loads it at run
+//! time), so their handles mean the same thing to the driver: what this
+//! module adds is the ownership and ordering rules that make sharing them
+//! safe. Interop needs NVIDIA's driver: the software driver is ours alone,
+//! and every conversion from a [`Context`](crate::Context) running on it is
+//! refused with [`Error::Interop`](crate::Error::Interop).
+
+pub mod cudarc;
