@@ -150,10 +150,8 @@ fn pipeline(
         .map(|v| reference::compute_element(sizes.iterations, input_value(v)))
         .collect();
     let mut verified = 0;
-    let mut check = |telemetry: Telemetry| -> DemoResult<()> {
-        let step = telemetry.step;
-        if let Some((i, &got)) = telemetry
-            .output
+    let mut check = |step: u64, output: &[f32]| -> DemoResult<()> {
+        if let Some((i, &got)) = output
             .iter()
             .enumerate()
             .find(|&(i, &got)| got != table[input_index(i, step)])
@@ -167,25 +165,25 @@ fn pipeline(
         verified += 1;
         Ok(())
     };
+    // In place: each step's input is written straight into the pinned slot
+    // the GPU uploads from, and its result read where the GPU downloaded it,
+    // so the host copies nothing and the GPU never waits for it.
     for step in 0..sizes.steps {
-        let input = (0..sizes.elements)
-            .map(|i| input_value(input_index(i, step)))
-            .collect();
-        let config = StepConfig {
-            input,
-            iterations: sizes.iterations,
-        };
         // Step k uploads batch k, computes k - 1 and downloads k - 2: time
-        // each stream's share (its waits for the other streams included).
+        // each stream's share of the step.
         let busy = (step as usize + 1).min(3);
         let scopes = streams[..busy]
             .iter()
             .map(|(stream, name)| profiler.scope(stream, *name))
             .collect::<Result<Vec<_>, _>>()?;
-        let result = managed.triple_buffered_step(config)?;
+        let done = managed.step_in_place(sizes.elements, sizes.iterations, |input| {
+            for (i, value) in input.iter_mut().enumerate() {
+                *value = input_value(input_index(i, step));
+            }
+        })?;
         drop(scopes);
-        if let Some(telemetry) = result {
-            check(telemetry)?;
+        if let Some(done) = done {
+            check(done.step(), done.output()?)?;
         }
         progress.inc(1);
     }
@@ -193,10 +191,16 @@ fn pipeline(
         .iter()
         .map(|(stream, name)| profiler.scope(stream, *name))
         .collect::<Result<Vec<_>, _>>()?;
-    let last = managed.finish_steps()?;
+    let mut failure = None;
+    managed.finish_steps_in_place(|done| {
+        if failure.is_none() {
+            failure = check(done.step(), done.output()?).err();
+        }
+        Ok(())
+    })?;
     drop(scopes);
-    for telemetry in last {
-        check(telemetry)?;
+    if let Some(failure) = failure {
+        return Err(failure);
     }
     if verified != sizes.steps {
         return Err(format!("pipeline: {verified} of {} steps came back", sizes.steps).into());
