@@ -14,6 +14,9 @@ const WHEELS: &[&str] = &[
     "nvidia-nvvm==13.0.88",
     "nvidia-cuda-runtime==13.0.96",
     "nvidia-cuda-cccl==13.0.85",
+    // `cupti.h` for the profiler's CUPTI backend (the library itself is opened
+    // at run time from the GPU machine's CUDA install).
+    "nvidia-cuda-cupti==13.0.85",
 ];
 
 /// Paths into an installed toolchain.
@@ -51,6 +54,24 @@ pub(crate) fn ensure() -> Result<CudaToolchain> {
         .join("target")
         .join("cuda-toolchain");
     if let Some(root) = find_root(&venv) {
+        if root.join("include/cupti.h").is_file() {
+            return Ok(CudaToolchain { root });
+        }
+        // A toolchain installed before the CUPTI wheel was added: add it.
+        eprintln!(
+            "xtask: adding the CUPTI headers (nvidia-cuda-cupti) to {}",
+            venv.display()
+        );
+        let cupti = WHEELS
+            .iter()
+            .find(|w| w.starts_with("nvidia-cuda-cupti"))
+            .ok_or("no CUPTI wheel pinned")?;
+        run(Command::new(venv.join("bin").join("pip")).args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            cupti,
+        ]))?;
         return Ok(CudaToolchain { root });
     }
     eprintln!(

@@ -17,8 +17,8 @@ const HELP: &str = "\
 cargo xtask <command> [options]
 
 Commands:
-  bindgen [--check]        regenerate cuda-sys/src/{bindings,driver_table,error_names}.rs
-                           from CUDA 13.0's cuda.h; --check fails when the committed
+  bindgen [--check]        regenerate cuda-sys/src/{bindings,driver_table,error_names,cupti_*}.rs
+                           from CUDA 13.0's cuda.h and cupti.h; --check fails when the committed
                            files differ from a fresh generation
   gpu-bundle [--no-bench]  build every test binary, the doc tests, the benches and the CLI
                            in release mode into target/gpu-bundle with run.sh
