@@ -76,6 +76,11 @@ impl Cupti {
         }
     }
 
+    /// Open CUPTI from `path` (a path or a library name) only.
+    pub fn load_from(path: &str) -> Result<Cupti, CuptiLoadError> {
+        Self::from_library_names(&[path])
+    }
+
     /// Open the first of `names` that opens and resolve every entry point.
     fn from_library_names(names: &[&str]) -> Result<Cupti, CuptiLoadError> {
         let mut tried = Vec::new();

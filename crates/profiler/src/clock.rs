@@ -7,6 +7,7 @@
 //! nearest mark already resolved (its stream's latest, or the latest of any
 //! stream for a stream's first mark) and only the very first from the base.
 
+use crate::cupti::CuptiBackend;
 use crate::error::Result;
 use driver::{Context, Event, Stream};
 use events::{EventPool, PooledEvent};
@@ -154,18 +155,21 @@ fn signed_elapsed_ns(from: &Event, to: &Event) -> Result<i128> {
     Ok(-(Event::elapsed(to, from)?.as_nanos() as i128))
 }
 
-/// What the profiler and every stream slot share: the event pool, and the
-/// clock, started when first needed.
+/// What the profiler and every stream slot share: the event pool, the
+/// clock, started when first needed, and the CUPTI backend when in use.
 pub(crate) struct Shared {
     pub(crate) pool: Arc<EventPool>,
+    /// Times come from CUPTI's records instead of events when set.
+    pub(crate) cupti: Option<CuptiBackend>,
     clock: OnceLock<Clock>,
     clock_init: Mutex<()>,
 }
 
 impl Shared {
-    pub(crate) fn new(pool: Arc<EventPool>) -> Self {
+    pub(crate) fn new(pool: Arc<EventPool>, cupti: Option<CuptiBackend>) -> Self {
         Self {
             pool,
+            cupti,
             clock: OnceLock::new(),
             clock_init: Mutex::new(()),
         }

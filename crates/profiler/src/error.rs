@@ -45,6 +45,17 @@ pub enum Error {
         /// The sampler's name.
         name: String,
     },
+    /// `CUDA_STREAMS_PROFILER_BACKEND` named no backend.
+    #[error(
+        "CUDA_STREAMS_PROFILER_BACKEND={value:?} is not a profiler backend; use \"events\" or \"cupti\""
+    )]
+    InvalidBackend {
+        /// The variable's value.
+        value: String,
+    },
+    /// A CUPTI call failed while collecting records.
+    #[error("CUPTI: {0}")]
+    Cupti(#[from] driver::sys::CuptiError),
     /// Writing a trace failed.
     #[error("writing the Chrome trace failed: {source}")]
     Io {

@@ -38,9 +38,12 @@
 //!
 //! See `docs/profiler.md` for a guide.
 
-#![forbid(unsafe_code)]
+// Only the CUPTI backend (FFI callbacks and records) uses `unsafe`.
+#![deny(unsafe_code)]
 
 mod clock;
+#[allow(unsafe_code, reason = "CUPTI's C API: callbacks, buffers and records")]
+mod cupti;
 mod display;
 mod error;
 mod memory;
@@ -60,7 +63,7 @@ pub use display::{format_bytes, format_duration};
 /// so examples can name it through this crate.
 pub use driver;
 pub use error::{Error, Result};
-pub use profiler::StreamProfiler;
+pub use profiler::{BACKEND_ENV, Backend, StreamProfiler};
 pub use report::{ComprehensiveReport, OperationStats, StreamReport};
 pub use sampler::Sampler;
 pub use scope::ScopeGuard;

@@ -1,11 +1,12 @@
 //! `StreamProfiler`: the entry point.
 
 use crate::clock::{Clock, Shared};
+use crate::cupti::CuptiBackend;
 use crate::error::{Error, Result};
 use crate::memory::{MemoryLog, MemorySample};
 use crate::report::{ComprehensiveReport, StreamReport};
 use crate::sampler::{Sampler, SamplerState};
-use crate::scope::ScopeGuard;
+use crate::scope::{ScopeGuard, ScopeStart};
 use crate::timeline::{Name, StreamSlot};
 use crate::trace::{self, Process, StreamTrack};
 use dashmap::DashMap;
@@ -18,6 +19,62 @@ use std::time::Duration;
 
 /// Timing events the pool of [`StreamProfiler::new`] creates up front.
 const INITIAL_TIMING_EVENTS: usize = 64;
+
+/// The environment variable [`StreamProfiler::new`] reads to pick a
+/// [`Backend`]: `events` (the default) or `cupti`.
+pub const BACKEND_ENV: &str = "CUDA_STREAMS_PROFILER_BACKEND";
+
+/// Where a profiler's GPU times come from.
+///
+/// ```
+/// use cuda_streams_profiler::{Backend, StreamProfiler};
+/// use cuda_streams_profiler::driver::Context;
+/// # fn main() -> cuda_streams_profiler::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let profiler = StreamProfiler::with_backend(&ctx, Backend::Cupti)?;
+/// if profiler.backend() == Backend::Cupti {
+///     assert!(profiler.backend_fallback().is_none());
+/// } else {
+///     // No CUPTI here (the software driver, or no libcupti): events, and why.
+///     assert_eq!(profiler.backend(), Backend::Events);
+///     println!("{}", profiler.backend_fallback().unwrap());
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// Timing events recorded on the streams at scope boundaries (works on
+    /// every driver; one event per boundary).
+    Events,
+    /// CUPTI's activity records: the GPU start and end of every kernel, copy
+    /// and memset, with nothing recorded on the streams. Needs a GPU and
+    /// `libcupti.so.13`, opened at run time.
+    Cupti,
+}
+
+impl Backend {
+    /// The backend `CUDA_STREAMS_PROFILER_BACKEND` names (`events` when unset).
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(BACKEND_ENV) {
+            Err(_) => Ok(Self::Events),
+            Ok(value) => Self::parse(&value),
+        }
+    }
+
+    /// A backend by name: `events` (or empty) or `cupti`, any case;
+    /// anything else is [`Error::InvalidBackend`] naming it.
+    pub fn parse(value: &str) -> Result<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "events" | "event" => Ok(Self::Events),
+            "cupti" => Ok(Self::Cupti),
+            _ => Err(Error::InvalidBackend {
+                value: value.to_string(),
+            }),
+        }
+    }
+}
 
 /// Profiles work on streams with GPU timestamps.
 ///
@@ -75,6 +132,8 @@ const INITIAL_TIMING_EVENTS: usize = 64;
 /// ```
 pub struct StreamProfiler {
     enabled: AtomicBool,
+    /// Why the backend asked for is not the one in use.
+    fallback: Option<String>,
     shared: Arc<Shared>,
     slots: DashMap<u64, Arc<StreamSlot>>,
     samplers: Mutex<Vec<Arc<SamplerState>>>,
@@ -83,17 +142,46 @@ pub struct StreamProfiler {
 }
 
 impl StreamProfiler {
-    /// A disabled profiler with its own event pool on `ctx`.
+    /// A disabled profiler with its own event pool on `ctx`, timing with
+    /// the backend `CUDA_STREAMS_PROFILER_BACKEND` names (events when unset;
+    /// see [`with_backend`](Self::with_backend)). An unknown value is
+    /// [`Error::InvalidBackend`].
     pub fn new(ctx: &Arc<Context>) -> Result<Self> {
-        let pool = EventPool::new(ctx, 0, INITIAL_TIMING_EVENTS)?;
-        Ok(Self::with_pool(Arc::new(pool)))
+        Self::with_backend(ctx, Backend::from_env()?)
     }
 
-    /// A disabled profiler taking its timing events from `pool`.
+    /// A disabled profiler with its own event pool on `ctx`, timing with
+    /// `backend` where it can. [`Backend::Cupti`] needs a GPU and CUPTI;
+    /// without them the profiler times with events and says why, once, as a
+    /// `tracing` warning and in [`backend_fallback`](Self::backend_fallback).
+    pub fn with_backend(ctx: &Arc<Context>, backend: Backend) -> Result<Self> {
+        let pool = Arc::new(EventPool::new(ctx, 0, INITIAL_TIMING_EVENTS)?);
+        let (cupti, fallback) = match backend {
+            Backend::Events => (None, None),
+            Backend::Cupti => match CuptiBackend::start(ctx) {
+                Ok(cupti) => (Some(cupti), None),
+                Err(why) => {
+                    tracing::warn!(
+                        "profiler: CUPTI backend unavailable, timing with events: {why}"
+                    );
+                    (None, Some(why))
+                }
+            },
+        };
+        Ok(Self::build(pool, cupti, fallback))
+    }
+
+    /// A disabled profiler taking its timing events from `pool` (the event
+    /// backend).
     pub fn with_pool(pool: Arc<EventPool>) -> Self {
+        Self::build(pool, None, None)
+    }
+
+    fn build(pool: Arc<EventPool>, cupti: Option<CuptiBackend>, fallback: Option<String>) -> Self {
         Self {
             enabled: AtomicBool::new(false),
-            shared: Arc::new(Shared::new(pool)),
+            fallback,
+            shared: Arc::new(Shared::new(pool, cupti)),
             slots: DashMap::new(),
             samplers: Mutex::new(Vec::new()),
             memory: Arc::default(),
@@ -131,6 +219,29 @@ impl StreamProfiler {
     #[inline]
     pub fn is_enabled(&self) -> bool {
         self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend {
+        if self.shared.cupti.is_some() {
+            Backend::Cupti
+        } else {
+            Backend::Events
+        }
+    }
+
+    /// Why the backend asked for is not in use (CUPTI asked for, events in
+    /// use), or `None` when it is.
+    pub fn backend_fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// CUPTI backend: work records no scope could claim, because the call
+    /// that enqueued them is one the backend does not follow (e.g. a
+    /// library's own launch entry point) or CUPTI lost its record. Always 0
+    /// with events.
+    pub fn unattributed_records(&self) -> u64 {
+        self.shared.cupti.as_ref().map_or(0, CuptiBackend::lost)
     }
 
     /// The pool the timing events come from.
@@ -179,9 +290,23 @@ impl StreamProfiler {
                 found: stream.context().id(),
             });
         }
+        if let Some(cupti) = &self.shared.cupti {
+            let slot = self.slot(stream);
+            let opened = cupti.now();
+            let depth = slot.open_cupti(opened);
+            return Ok(ScopeGuard::open(
+                self,
+                stream,
+                slot,
+                name.into(),
+                ScopeStart::Cupti(opened),
+                depth,
+            ));
+        }
         self.clock()?;
         let slot = self.slot(stream);
         let (start, depth) = slot.open(stream);
+        let start = ScopeStart::Events(start);
         Ok(ScopeGuard::open(
             self,
             stream,
@@ -244,7 +369,9 @@ impl StreamProfiler {
     /// # }
     /// ```
     pub fn track_memory(&self, allocator: &allocator::StreamOrderedAllocator) -> Result<()> {
-        self.clock()?;
+        if self.shared.cupti.is_none() {
+            self.clock()?;
+        }
         allocator.add_observer(self.memory.observer());
         Ok(())
     }
@@ -340,8 +467,17 @@ impl StreamProfiler {
                 ctx.loaded_driver().name()
             ),
         };
-        let memory: Vec<MemorySample> = match self.shared_clock() {
-            Some(clock) => self
+        let memory: Vec<MemorySample> = match (&self.shared.cupti, self.shared_clock()) {
+            (Some(cupti), _) => self
+                .memory
+                .events()
+                .into_iter()
+                .map(|(at, event)| MemorySample {
+                    ns: cupti.host_ns(at),
+                    event,
+                })
+                .collect(),
+            (None, Some(clock)) => self
                 .memory
                 .events()
                 .into_iter()
@@ -350,7 +486,7 @@ impl StreamProfiler {
                     event,
                 })
                 .collect(),
-            None => Vec::new(),
+            (None, None) => Vec::new(),
         };
         trace::write_trace(writer, &process, tracks, memory).map_err(|source| Error::Io { source })
     }
@@ -403,8 +539,34 @@ impl StreamProfiler {
         self.slots.iter().map(|e| Arc::clone(e.value())).collect()
     }
 
+    /// CUPTI's clock now (0 with events).
+    pub(crate) fn cupti_now(&self) -> u64 {
+        self.shared.cupti.as_ref().map_or(0, CuptiBackend::now)
+    }
+
     fn resolve_slot(&self, slot: &StreamSlot) -> Result<()> {
         if slot.lock().pending_len() == 0 {
+            return Ok(());
+        }
+        if let Some(cupti) = &self.shared.cupti {
+            // Scopes opened from `cutoff` on keep the records enqueued since.
+            let (closed, cutoff) = {
+                let mut state = slot.lock();
+                let cutoff = state
+                    .cupti_open
+                    .iter()
+                    .copied()
+                    .min()
+                    .unwrap_or_else(|| cupti.now());
+                (std::mem::take(&mut state.cupti_closed), cutoff)
+            };
+            // Every record of the closed scopes completes before this returns.
+            if let Some(stream) = slot.stream.upgrade() {
+                stream.synchronize()?;
+            }
+            let mut timed = Vec::new();
+            cupti.resolve(slot.cupti_key, closed, Some(cutoff), &mut timed)?;
+            slot.lock().timed.extend(timed);
             return Ok(());
         }
         let clock = self.clock()?;

@@ -43,10 +43,18 @@ struct Open<'a> {
     stream: &'a Arc<Stream>,
     slot: Arc<StreamSlot>,
     name: Name,
-    start: Arc<StartCell>,
+    start: ScopeStart,
     depth: u32,
     /// The scope as an NVTX range (nothing without a tool attached).
     _nvtx: driver::nvtx::Range,
+}
+
+/// Where a scope starts, by backend.
+pub(crate) enum ScopeStart {
+    /// Event backend: the cell its start boundary is set in.
+    Events(Arc<StartCell>),
+    /// CUPTI backend: CUPTI's clock when it opened.
+    Cupti(u64),
 }
 
 impl<'a> ScopeGuard<'a> {
@@ -59,7 +67,7 @@ impl<'a> ScopeGuard<'a> {
         stream: &'a Arc<Stream>,
         slot: Arc<StreamSlot>,
         name: Name,
-        start: Arc<StartCell>,
+        start: ScopeStart,
         depth: u32,
     ) -> Self {
         let nvtx = driver::nvtx::range(&name);
@@ -94,7 +102,7 @@ impl<'a> ScopeGuard<'a> {
 impl Open<'_> {
     fn close(self) -> Result<()> {
         let Self {
-            profiler: _,
+            profiler,
             stream,
             slot,
             name,
@@ -102,7 +110,14 @@ impl Open<'_> {
             depth,
             _nvtx,
         } = self;
-        slot.close(stream, name, start, depth)
+        match start {
+            ScopeStart::Events(cell) => slot.close(stream, name, cell, depth),
+            ScopeStart::Cupti(opened) => {
+                let closed = profiler.cupti_now();
+                slot.close_cupti(name, opened, closed, depth);
+                Ok(())
+            }
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! to pass their marks, operations with resolved GPU times, and the work counts.
 
 use crate::clock::{Clock, Mark, Shared};
+use crate::cupti::{ClosedScope, StreamKey};
 use crate::error::{Error, Result};
 use driver::{Stream, StreamMetrics, WorkObserver};
 use std::borrow::Cow;
@@ -84,7 +85,17 @@ pub(crate) struct StreamSlot {
     pub(crate) id: u64,
     pub(crate) stream: Weak<Stream>,
     shared: Arc<Shared>,
+    /// The stream as CUPTI names it, with the CUPTI backend.
+    pub(crate) cupti_key: Option<StreamKey>,
     state: Mutex<StreamState>,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if let (Some(backend), Some(key)) = (&self.shared.cupti, self.cupti_key) {
+            backend.unwatch(key);
+        }
+    }
 }
 
 impl StreamSlot {
@@ -94,6 +105,7 @@ impl StreamSlot {
             id: stream.id(),
             stream: Arc::downgrade(stream),
             shared: Arc::clone(shared),
+            cupti_key: shared.cupti.as_ref().and_then(|b| b.watch(stream)),
             state: Mutex::new(StreamState {
                 resolve_at: RESOLVE_BATCH,
                 baseline: counting.then(|| metrics.clone()),
@@ -130,6 +142,31 @@ impl StreamSlot {
             stream.observe_next_work(Arc::clone(self) as Arc<dyn WorkObserver>);
         }
         (cell, depth)
+    }
+
+    /// A scope opens under the CUPTI backend: its depth (the caller read
+    /// CUPTI's clock for its start).
+    pub(crate) fn open_cupti(&self, opened: u64) -> u32 {
+        let mut state = self.lock();
+        let depth = state.open;
+        state.open += 1;
+        state.cupti_open.push(opened);
+        depth
+    }
+
+    /// A scope closes under the CUPTI backend: queued until its records are in.
+    pub(crate) fn close_cupti(&self, name: Name, opened: u64, closed: u64, depth: u32) {
+        let mut state = self.lock();
+        state.open = state.open.saturating_sub(1);
+        if let Some(at) = state.cupti_open.iter().position(|&t| t == opened) {
+            state.cupti_open.swap_remove(at);
+        }
+        state.cupti_closed.push(ClosedScope {
+            name,
+            depth,
+            open: opened,
+            close: closed,
+        });
     }
 
     /// A scope closes: its start (or, with no work in it, its end) and its
@@ -239,6 +276,10 @@ pub(crate) struct StreamState {
     /// A failure of the work observer, returned by the next close.
     observer_error: Option<Error>,
     pending: VecDeque<PendingOp>,
+    /// CUPTI backend: when the scopes open now opened (CUPTI's clock).
+    pub(crate) cupti_open: Vec<u64>,
+    /// CUPTI backend: closed scopes waiting for their records.
+    pub(crate) cupti_closed: Vec<ClosedScope>,
     /// Resolve when `pending` reaches this length.
     resolve_at: usize,
     /// The latest resolved mark: later marks are measured from it.
@@ -426,6 +467,6 @@ impl StreamState {
 
     /// Operations still waiting for the GPU.
     pub(crate) fn pending_len(&self) -> usize {
-        self.pending.len()
+        self.pending.len() + self.cupti_closed.len()
     }
 }

@@ -1,0 +1,500 @@
+//! The CUPTI backend: GPU start and end times of every kernel, copy and
+//! memset from CUPTI's activity records, attributed to scopes by stream and
+//! by the host time their enqueue call was made. No event on the hot path: a
+//! scope costs two reads of CUPTI's clock.
+//!
+//! CUPTI's activity API is process-wide, so one [`Collector`] (created on
+//! first use, never dropped) owns the registration: it hands CUPTI buffers,
+//! keeps the records of the streams some profiler watches, and drops the
+//! rest. The kinds are enabled while at least one CUPTI profiler is alive.
+//!
+//! Attribution: each work record carries the correlation id of the driver
+//! call that enqueued it, and the driver-API record of that call carries the
+//! host time (CUPTI's clock) it was made. A scope on stream S open over host
+//! times `[open, close]` owns the records on S whose enqueue call started in
+//! that window: the same rule as the event backend's (work enqueued on the
+//! stream while the scope was open), without recording anything on the
+//! stream. Its GPU time runs from its first record's start to its last's end.
+
+use crate::timeline::{Name, TimedOp};
+use driver::sys::cupti_bindings::{
+    CUpti_Activity, CUpti_ActivityAPI, CUpti_ActivityFlag, CUpti_ActivityKernel10,
+    CUpti_ActivityKind, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
+    CUpti_driver_api_trace_cbid as Cbid, CUptiResult,
+};
+use driver::sys::{CUcontext, Cupti, CuptiError};
+use driver::{Context, Stream};
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+/// The bytes of each buffer handed to CUPTI (CUPTI's samples use 8 MiB; a
+/// 10,000-kernel burst takes about 3 MiB of records).
+const BUFFER_BYTES: usize = 4 << 20;
+const BUFFER_WORDS: usize = BUFFER_BYTES / 8;
+
+/// Enqueue calls whose API record is kept (every other API record is
+/// dropped on arrival): the ones that make kernel, copy and memset records.
+const WORK_CALLS: &[Cbid] = &[
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async,
+    Cbid::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
+];
+
+/// The record kinds the backend enables.
+const KINDS: [CUpti_ActivityKind; 4] = [
+    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET,
+    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_DRIVER,
+];
+
+/// API records older than this (CUPTI clock, ns) whose work never showed up
+/// on a watched stream are dropped when a profiler resolves: they belong to
+/// streams no profiler watches.
+const API_RECORD_TTL_NS: u64 = 60_000_000_000;
+
+/// A stream as CUPTI names it: context id and stream id.
+pub(crate) type StreamKey = (u32, u32);
+
+/// One kernel, copy or memset on a watched stream.
+#[derive(Clone, Copy, Debug)]
+struct Work {
+    correlation: u32,
+    start: u64,
+    end: u64,
+}
+
+#[derive(Default)]
+struct Records {
+    /// Watched streams (with how many profiler slots watch them) and their
+    /// records not yet consumed.
+    streams: HashMap<StreamKey, (usize, Vec<Work>)>,
+    /// Correlation id to the host time (CUPTI clock) its enqueue call began.
+    api: HashMap<u32, u64>,
+}
+
+/// The process-wide CUPTI registration and the records it collected.
+pub(crate) struct Collector {
+    cupti: Cupti,
+    records: Mutex<Records>,
+    /// Live CUPTI profilers; the kinds are enabled while it is above 0.
+    users: Mutex<usize>,
+    /// Records CUPTI could not deliver or the callbacks could not read.
+    lost: AtomicU64,
+}
+
+static COLLECTOR: OnceLock<Result<Collector, String>> = OnceLock::new();
+
+fn collector() -> Result<&'static Collector, String> {
+    COLLECTOR
+        .get_or_init(|| {
+            let cupti = Cupti::load().map_err(|e| e.to_string())?;
+            // SAFETY: both callbacks have the signatures CUPTI declares, never
+            // unwind (they catch panics) and make no driver calls.
+            let status = unsafe {
+                (cupti.cuptiActivityRegisterCallbacks)(
+                    Some(buffer_requested),
+                    Some(buffer_completed),
+                )
+            };
+            cupti
+                .check(status)
+                .map_err(|e| format!("cuptiActivityRegisterCallbacks failed: {e}"))?;
+            Ok(Collector {
+                cupti,
+                records: Mutex::new(Records::default()),
+                users: Mutex::new(0),
+                lost: AtomicU64::new(0),
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// CUPTI asks for an empty buffer (on any thread, CUPTI's own included).
+unsafe extern "C" fn buffer_requested(
+    buffer: *mut *mut u8,
+    size: *mut usize,
+    max_num_records: *mut usize,
+) {
+    let _ = catch_unwind(|| {
+        if buffer.is_null() || size.is_null() || max_num_records.is_null() {
+            return;
+        }
+        // 8-byte aligned, as CUPTI requires; freed in `buffer_completed`.
+        let words: Box<[u64]> = vec![0u64; BUFFER_WORDS].into_boxed_slice();
+        let ptr = Box::into_raw(words) as *mut u64 as *mut u8;
+        // SAFETY: CUPTI passes valid out-pointers (checked non-null above).
+        unsafe {
+            *buffer = ptr;
+            *size = BUFFER_BYTES;
+            // 0: as many records as fit.
+            *max_num_records = 0;
+        }
+    });
+}
+
+/// CUPTI hands back a buffer of records (on any thread; no driver calls
+/// here). The buffer is ours to free.
+unsafe extern "C" fn buffer_completed(
+    _context: CUcontext,
+    _stream_id: u32,
+    buffer: *mut u8,
+    size: usize,
+    valid_size: usize,
+) {
+    if buffer.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if let Some(Ok(collector)) = COLLECTOR.get() {
+            // SAFETY: `buffer` is one of ours, `valid_size` bytes of it
+            // written by CUPTI.
+            unsafe { collector.read_buffer(buffer, valid_size.min(size)) };
+        }
+    }));
+    if size == BUFFER_BYTES {
+        // SAFETY: every buffer CUPTI gets comes from `buffer_requested`: a
+        // boxed slice of BUFFER_WORDS u64s, returned here exactly once.
+        drop(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                buffer as *mut u64,
+                BUFFER_WORDS,
+            ))
+        });
+    }
+}
+
+impl Collector {
+    /// Keep the work records of watched streams and the API records of
+    /// enqueue calls.
+    ///
+    /// # Safety
+    /// `buffer` holds `valid` bytes of activity records written by CUPTI.
+    unsafe fn read_buffer(&self, buffer: *mut u8, valid: usize) {
+        let mut kept_work = Vec::new();
+        let mut kept_api = Vec::new();
+        let mut record: *mut CUpti_Activity = std::ptr::null_mut();
+        loop {
+            // SAFETY: `buffer`/`valid` describe CUPTI's records; `record` is
+            // the previous record CUPTI returned (or null to start).
+            let status =
+                unsafe { (self.cupti.cuptiActivityGetNextRecord)(buffer, valid, &mut record) };
+            if status != CUptiResult::CUPTI_SUCCESS || record.is_null() {
+                break;
+            }
+            // SAFETY: every record begins with its kind, and a record of a
+            // kind is at least as long as that kind's 13.0 struct (newer
+            // CUPTI versions only add fields); the records are packed, so
+            // they are read unaligned.
+            unsafe {
+                let kind = std::ptr::read_unaligned(record as *const CUpti_ActivityKind);
+                match kind {
+                    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+                    | CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_KERNEL => {
+                        let r = std::ptr::read_unaligned(record as *const CUpti_ActivityKernel10);
+                        kept_work.push((
+                            (r.contextId, r.streamId),
+                            Work {
+                                correlation: r.correlationId,
+                                start: r.start,
+                                end: r.end,
+                            },
+                        ));
+                    }
+                    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY => {
+                        let r = std::ptr::read_unaligned(record as *const CUpti_ActivityMemcpy6);
+                        kept_work.push((
+                            (r.contextId, r.streamId),
+                            Work {
+                                correlation: r.correlationId,
+                                start: r.start,
+                                end: r.end,
+                            },
+                        ));
+                    }
+                    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET => {
+                        let r = std::ptr::read_unaligned(record as *const CUpti_ActivityMemset4);
+                        kept_work.push((
+                            (r.contextId, r.streamId),
+                            Work {
+                                correlation: r.correlationId,
+                                start: r.start,
+                                end: r.end,
+                            },
+                        ));
+                    }
+                    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_DRIVER => {
+                        let r = std::ptr::read_unaligned(record as *const CUpti_ActivityAPI);
+                        if WORK_CALLS.iter().any(|c| c.0 == r.cbid) {
+                            kept_api.push((r.correlationId, r.start));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut records = self.lock();
+        records.api.extend(kept_api);
+        for (key, work) in kept_work {
+            if let Some((_, list)) = records.streams.get_mut(&key) {
+                list.push(work);
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Records> {
+        // Every update leaves the records consistent, so a poisoned lock is
+        // still usable.
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// CUPTI's clock, in ns.
+    fn now(&self) -> u64 {
+        let mut ts = 0u64;
+        // SAFETY: cuptiGetTimestamp writes one u64 into a valid pointer.
+        let status = unsafe { (self.cupti.cuptiGetTimestamp)(&mut ts) };
+        if status == CUptiResult::CUPTI_SUCCESS {
+            ts
+        } else {
+            0
+        }
+    }
+
+    /// Deliver every buffer CUPTI holds (blocking; the callback runs before
+    /// this returns). No lock of ours may be held: the callback takes it.
+    fn flush(&self) -> Result<(), CuptiError> {
+        // SAFETY: a plain call with a flag value cupti.h defines.
+        let status = unsafe {
+            (self.cupti.cuptiActivityFlushAll)(
+                CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED.0,
+            )
+        };
+        self.cupti.check(status)
+    }
+
+    fn set_kinds(&self, enable: bool) -> Result<(), CuptiError> {
+        for kind in KINDS {
+            // SAFETY: plain calls with kinds cupti.h defines.
+            let status = unsafe {
+                if enable {
+                    (self.cupti.cuptiActivityEnable)(kind)
+                } else {
+                    (self.cupti.cuptiActivityDisable)(kind)
+                }
+            };
+            self.cupti.check(status)?;
+        }
+        Ok(())
+    }
+}
+
+/// One profiler's use of CUPTI: its timeline's zero on CUPTI's clock, and the
+/// host instant taken with it (for memory samples, timed by the host).
+pub(crate) struct CuptiBackend {
+    collector: &'static Collector,
+    context: CUcontext,
+    context_id: u32,
+    base_ts: u64,
+    host_base: Instant,
+}
+
+// SAFETY: `context` is only passed to CUPTI (cuptiGetStreamIdEx), which may be
+// called from any thread; the profiler keeps the context alive (its pool holds it).
+unsafe impl Send for CuptiBackend {}
+// SAFETY: as above; nothing is mutated through `&self`.
+unsafe impl Sync for CuptiBackend {}
+
+impl CuptiBackend {
+    /// Start collecting for `ctx`, or say why CUPTI cannot be used.
+    pub(crate) fn start(ctx: &Context) -> Result<Self, String> {
+        if !ctx.is_gpu() {
+            return Err(format!(
+                "the {} driver has no CUPTI (CUPTI needs CUDA_STREAMS_DRIVER=cuda and a GPU)",
+                ctx.loaded_driver().name()
+            ));
+        }
+        let collector = collector()?;
+        {
+            let mut users = collector.users.lock().unwrap_or_else(|p| p.into_inner());
+            if *users == 0 {
+                if let Err(err) = collector.set_kinds(true) {
+                    let _ = collector.set_kinds(false);
+                    return Err(format!("enabling CUPTI activity records failed: {err}"));
+                }
+            }
+            *users += 1;
+        }
+        let context = ctx.as_raw();
+        let mut context_id = 0u32;
+        // SAFETY: `context` is a live context (the caller's); one u32 out-pointer.
+        let status = unsafe { (collector.cupti.cuptiGetContextId)(context, &mut context_id) };
+        let backend = Self {
+            collector,
+            context,
+            context_id,
+            base_ts: collector.now(),
+            host_base: Instant::now(),
+        };
+        collector
+            .cupti
+            .check(status)
+            .map_err(|e| format!("cuptiGetContextId failed: {e}"))?;
+        Ok(backend)
+    }
+
+    /// CUPTI's clock now (a clock read, no driver call).
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.collector.now()
+    }
+
+    /// Watch `stream`'s records from now on; `None` if CUPTI cannot name it.
+    pub(crate) fn watch(&self, stream: &Stream) -> Option<StreamKey> {
+        let mut id = 0u32;
+        // SAFETY: the stream and the context are alive (the caller holds the
+        // stream, the profiler the context); one u32 out-pointer.
+        let status = unsafe {
+            (self.collector.cupti.cuptiGetStreamIdEx)(self.context, stream.as_raw(), 0, &mut id)
+        };
+        if let Err(err) = self.collector.cupti.check(status) {
+            tracing::warn!(
+                "CUPTI cannot name stream {}: {err}; its scopes stay empty",
+                stream.id()
+            );
+            return None;
+        }
+        let key = (self.context_id, id);
+        self.collector.lock().streams.entry(key).or_default().0 += 1;
+        Some(key)
+    }
+
+    /// Stop watching a stream.
+    pub(crate) fn unwatch(&self, key: StreamKey) {
+        let mut records = self.collector.lock();
+        if let Some((watchers, _)) = records.streams.get_mut(&key) {
+            *watchers -= 1;
+            if *watchers == 0 {
+                records.streams.remove(&key);
+            }
+        }
+    }
+
+    /// Nanoseconds on the profiler's timeline for a CUPTI timestamp.
+    pub(crate) fn timeline_ns(&self, ts: u64) -> u64 {
+        ts.saturating_sub(self.base_ts)
+    }
+
+    /// Nanoseconds on the profiler's timeline for a host instant.
+    pub(crate) fn host_ns(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.host_base).as_nanos() as u64
+    }
+
+    /// Records CUPTI could not deliver or that could not be attributed.
+    pub(crate) fn lost(&self) -> u64 {
+        self.collector.lost.load(Ordering::Relaxed)
+    }
+
+    /// Turn closed scopes of one stream into timed operations. The caller
+    /// has waited for the stream, so every record of them has completed.
+    /// `open_since` is the earliest open time of scopes still open on the
+    /// stream: records enqueued from then on are kept for them.
+    pub(crate) fn resolve(
+        &self,
+        key: Option<StreamKey>,
+        closed: Vec<ClosedScope>,
+        open_since: Option<u64>,
+        timed: &mut Vec<TimedOp>,
+    ) -> Result<(), CuptiError> {
+        self.collector.flush()?;
+        let now = self.now();
+        let mut records = self.collector.lock();
+        let Records { streams, api } = &mut *records;
+        let mut work: Vec<(u64, Work)> = Vec::new();
+        if let Some((_, list)) = key.and_then(|key| streams.get_mut(&key)) {
+            let watermark = open_since.unwrap_or(u64::MAX);
+            let mut kept = Vec::new();
+            for w in list.drain(..) {
+                match api.get(&w.correlation).copied() {
+                    Some(enqueued) => {
+                        work.push((enqueued, w));
+                        if enqueued >= watermark {
+                            kept.push(w);
+                        } else {
+                            api.remove(&w.correlation);
+                        }
+                    }
+                    // Enqueued by a call this backend does not know (or
+                    // whose record was lost): no scope can claim it.
+                    None => {
+                        self.collector.lost.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            *list = kept;
+        }
+        api.retain(|_, enqueued| now.saturating_sub(*enqueued) < API_RECORD_TTL_NS);
+        drop(records);
+        work.sort_unstable_by_key(|(enqueued, _)| *enqueued);
+        for scope in closed {
+            let from = work.partition_point(|(enqueued, _)| *enqueued < scope.open);
+            let mut span: Option<(u64, u64)> = None;
+            for (_, w) in work[from..]
+                .iter()
+                .take_while(|(enqueued, _)| *enqueued <= scope.close)
+            {
+                span = Some(match span {
+                    Some((start, end)) => (start.min(w.start), end.max(w.end)),
+                    None => (w.start, w.end),
+                });
+            }
+            // No work in it: empty, where the host closed it.
+            let (start, end) = span.unwrap_or((scope.close, scope.close));
+            let (start, end) = (self.timeline_ns(start), self.timeline_ns(end));
+            timed.push(TimedOp {
+                name: scope.name,
+                start_ns: start,
+                end_ns: end.max(start),
+                depth: scope.depth,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CuptiBackend {
+    fn drop(&mut self) {
+        let mut users = self
+            .collector
+            .users
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *users = users.saturating_sub(1);
+        if *users == 0 {
+            if let Err(err) = self.collector.set_kinds(false) {
+                tracing::warn!("disabling CUPTI activity records failed: {err}");
+            }
+        }
+    }
+}
+
+/// A scope closed under the CUPTI backend, waiting for its records.
+pub(crate) struct ClosedScope {
+    pub(crate) name: Name,
+    pub(crate) depth: u32,
+    /// CUPTI's clock when it opened and closed.
+    pub(crate) open: u64,
+    pub(crate) close: u64,
+}
