@@ -7,6 +7,14 @@
 //! ("two events"), resolved the same way; and the sampling mode, one launch
 //! in `SAMPLE_EVERY` timed per stream, every one counted.
 //!
+//! The CUPTI backend (`Backend::Cupti`) runs the same scoped workload with
+//! no events: its cost is CUPTI's tracing of every driver call plus two
+//! clock reads per scope, and the report's wait for CUPTI's records. A fresh
+//! CUPTI profiler per run, dropped before the next variant, so CUPTI is off
+//! for the others (its tracing slows every launch while it is on); "CUPTI
+//! on, launches unscoped" is that tracing alone. On the software driver (or
+//! without libcupti) the bench says CUPTI is unavailable, and why.
+//!
 //! Two workloads. `small` (the issue's: 10,000 `fill_f32` of 1,024 elements)
 //! is host-bound: a launch costs the host more than the kernel costs the GPU,
 //! so every event the profiler records is host time added to the critical
@@ -17,7 +25,7 @@
 use criterion::Criterion;
 use cuda_streams_benches::{compare, criterion_summary, figure, kernel, run_criterion};
 use driver::{Context, DeviceBuffer, Kernel, KernelArg, LaunchConfig, Stream};
-use profiler::StreamProfiler;
+use profiler::{Backend, StreamProfiler};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -173,6 +181,25 @@ impl Setup {
         profiler
     }
 
+    /// A fresh enabled CUPTI profiler that has timed one empty scope (its
+    /// start is not in the timed runs), or why there is none.
+    fn cupti_profiler(&self) -> Result<StreamProfiler, String> {
+        let profiler =
+            StreamProfiler::with_backend(&self.ctx, Backend::Cupti).expect("a profiler");
+        if profiler.backend() != Backend::Cupti {
+            return Err(profiler
+                .backend_fallback()
+                .unwrap_or("no reason given")
+                .to_string());
+        }
+        profiler.enable();
+        profiler
+            .time(&self.streams[0], "start", |_| ())
+            .expect("an empty scope");
+        black_box(profiler.get_comprehensive_report());
+        Ok(profiler)
+    }
+
     fn describe(&self, workload: Workload) -> String {
         format!(
             "{} ({} fill_f32 of {} elements on {STREAMS} streams)",
@@ -224,7 +251,27 @@ fn compare_overhead(workload: Workload) {
     setup.plain(); // warm up
     // Enough events in the pool for the two-event variant's whole run.
     black_box(setup.two_events());
+    let cupti = setup.cupti_profiler().map(drop);
     for _ in 0..RUNS {
+        if cupti.is_ok() {
+            let profiler = setup.cupti_profiler().expect("CUPTI, as before");
+            let start = Instant::now();
+            setup.profiled(&profiler);
+            let run = start.elapsed();
+            let r = Instant::now();
+            black_box(profiler.get_comprehensive_report());
+            t.cupti_report.push(r.elapsed());
+            t.cupti_scoped.push(run);
+            t.cupti_with_report.push(start.elapsed());
+            drop(profiler);
+
+            let profiler = setup.cupti_profiler().expect("CUPTI, as before");
+            let start = Instant::now();
+            setup.plain();
+            t.cupti_unscoped.push(start.elapsed());
+            drop(profiler);
+        }
+
         let start = Instant::now();
         setup.plain();
         t.plain.push(start.elapsed());
@@ -283,6 +330,21 @@ fn compare_overhead(workload: Workload) {
         ("sampled, 1 launch in 16 timed", median(&mut t.sampled)),
         ("disabled", median(&mut t.disabled)),
     ];
+    let mut variants = variants.to_vec();
+    match &cupti {
+        Ok(()) => variants.extend([
+            (
+                "CUPTI, every launch scoped, with the report",
+                median(&mut t.cupti_with_report),
+            ),
+            (
+                "CUPTI, every launch scoped, before the report",
+                median(&mut t.cupti_scoped),
+            ),
+            ("CUPTI on, launches unscoped", median(&mut t.cupti_unscoped)),
+        ]),
+        Err(why) => println!("profiler {w}: CUPTI backend unavailable: {why}"),
+    }
     for (what, time) in variants {
         compare(name(&format!("{what} vs unprofiled")), time, plain);
         figure(
@@ -301,6 +363,13 @@ fn compare_overhead(workload: Workload) {
         median(&mut t.report) / 1e6,
         "ms",
     );
+    if cupti.is_ok() {
+        figure(
+            &format!("profiler {w}: CUPTI report over {n} scopes"),
+            median(&mut t.cupti_report) / 1e6,
+            "ms",
+        );
+    }
 }
 
 #[derive(Default)]
@@ -312,6 +381,10 @@ struct Timings {
     two_events: Vec<Duration>,
     sampled: Vec<Duration>,
     disabled: Vec<Duration>,
+    cupti_scoped: Vec<Duration>,
+    cupti_with_report: Vec<Duration>,
+    cupti_report: Vec<Duration>,
+    cupti_unscoped: Vec<Duration>,
 }
 
 fn median(v: &mut [Duration]) -> f64 {

@@ -9,6 +9,8 @@
 //! before it. A [`Sampler`] times one scope in N of a name for launch-bound
 //! loops; [`StreamProfiler::track_memory`] adds an allocator's memory to the
 //! trace as counter tracks; with the `nvtx` feature scopes are NVTX ranges.
+//! [`Backend::Cupti`] takes the times from CUPTI's activity records instead
+//! of events, where a GPU and `libcupti.so.13` are there.
 //!
 //! ```
 //! use cuda_streams_profiler::StreamProfiler;
