@@ -184,8 +184,7 @@ impl Setup {
     /// A fresh enabled CUPTI profiler that has timed one empty scope (its
     /// start is not in the timed runs), or why there is none.
     fn cupti_profiler(&self) -> Result<StreamProfiler, String> {
-        let profiler =
-            StreamProfiler::with_backend(&self.ctx, Backend::Cupti).expect("a profiler");
+        let profiler = StreamProfiler::with_backend(&self.ctx, Backend::Cupti).expect("a profiler");
         if profiler.backend() != Backend::Cupti {
             return Err(profiler
                 .backend_fallback()

@@ -74,15 +74,22 @@ struct Work {
     correlation: u32,
     start: u64,
     end: u64,
+    /// When its enqueue call began (CUPTI's clock), once joined with the
+    /// call's API record.
+    enqueued: Option<u64>,
 }
+
+/// One profiler slot watching a stream: its records not yet consumed.
+pub(crate) type WatchId = u64;
 
 #[derive(Default)]
 struct Records {
-    /// Watched streams (with how many profiler slots watch them) and their
-    /// records not yet consumed.
-    streams: HashMap<StreamKey, (usize, Vec<Work>)>,
+    /// Watched streams, and for each watcher its records not yet consumed
+    /// (each watcher gets every record of the stream).
+    streams: HashMap<StreamKey, HashMap<WatchId, Vec<Work>>>,
     /// Correlation id to the host time (CUPTI clock) its enqueue call began.
     api: HashMap<u32, u64>,
+    next_watch: WatchId,
 }
 
 /// The process-wide CUPTI registration and the records it collected.
@@ -211,6 +218,7 @@ impl Collector {
                                 correlation: r.correlationId,
                                 start: r.start,
                                 end: r.end,
+                                enqueued: None,
                             },
                         ));
                     }
@@ -222,6 +230,7 @@ impl Collector {
                                 correlation: r.correlationId,
                                 start: r.start,
                                 end: r.end,
+                                enqueued: None,
                             },
                         ));
                     }
@@ -233,6 +242,7 @@ impl Collector {
                                 correlation: r.correlationId,
                                 start: r.start,
                                 end: r.end,
+                                enqueued: None,
                             },
                         ));
                     }
@@ -249,8 +259,10 @@ impl Collector {
         let mut records = self.lock();
         records.api.extend(kept_api);
         for (key, work) in kept_work {
-            if let Some((_, list)) = records.streams.get_mut(&key) {
-                list.push(work);
+            if let Some(watchers) = records.streams.get_mut(&key) {
+                for list in watchers.values_mut() {
+                    list.push(work);
+                }
             }
         }
     }
@@ -362,7 +374,7 @@ impl CuptiBackend {
     }
 
     /// Watch `stream`'s records from now on; `None` if CUPTI cannot name it.
-    pub(crate) fn watch(&self, stream: &Stream) -> Option<StreamKey> {
+    pub(crate) fn watch(&self, stream: &Stream) -> Option<(StreamKey, WatchId)> {
         let mut id = 0u32;
         // SAFETY: the stream and the context are alive (the caller holds the
         // stream, the profiler the context); one u32 out-pointer.
@@ -377,16 +389,23 @@ impl CuptiBackend {
             return None;
         }
         let key = (self.context_id, id);
-        self.collector.lock().streams.entry(key).or_default().0 += 1;
-        Some(key)
+        let mut records = self.collector.lock();
+        let watch = records.next_watch;
+        records.next_watch += 1;
+        records
+            .streams
+            .entry(key)
+            .or_default()
+            .insert(watch, Vec::new());
+        Some((key, watch))
     }
 
     /// Stop watching a stream.
-    pub(crate) fn unwatch(&self, key: StreamKey) {
+    pub(crate) fn unwatch(&self, (key, watch): (StreamKey, WatchId)) {
         let mut records = self.collector.lock();
-        if let Some((watchers, _)) = records.streams.get_mut(&key) {
-            *watchers -= 1;
-            if *watchers == 0 {
+        if let Some(watchers) = records.streams.get_mut(&key) {
+            watchers.remove(&watch);
+            if watchers.is_empty() {
                 records.streams.remove(&key);
             }
         }
@@ -413,38 +432,49 @@ impl CuptiBackend {
     /// stream: records enqueued from then on are kept for them.
     pub(crate) fn resolve(
         &self,
-        key: Option<StreamKey>,
+        watch: Option<(StreamKey, WatchId)>,
         closed: Vec<ClosedScope>,
-        open_since: Option<u64>,
+        cutoff: u64,
         timed: &mut Vec<TimedOp>,
     ) -> Result<(), CuptiError> {
         self.collector.flush()?;
         let now = self.now();
         let mut records = self.collector.lock();
-        let Records { streams, api } = &mut *records;
+        let Records { streams, api, .. } = &mut *records;
         let mut work: Vec<(u64, Work)> = Vec::new();
-        if let Some((_, list)) = key.and_then(|key| streams.get_mut(&key)) {
-            let watermark = open_since.unwrap_or(u64::MAX);
-            let mut kept = Vec::new();
-            for w in list.drain(..) {
-                match api.get(&w.correlation).copied() {
-                    Some(enqueued) => {
-                        work.push((enqueued, w));
-                        if enqueued >= watermark {
-                            kept.push(w);
-                        } else {
-                            api.remove(&w.correlation);
-                        }
-                    }
-                    // Enqueued by a call this backend does not know (or
-                    // whose record was lost): no scope can claim it.
-                    None => {
-                        self.collector.lost.fetch_add(1, Ordering::Relaxed);
-                    }
+        if let Some((id, watchers)) = watch.and_then(|(key, id)| Some((id, streams.get_mut(&key)?)))
+        {
+            // Join every watcher's records with their calls, so the calls'
+            // records can go once this watcher has consumed its own.
+            for list in watchers.values_mut() {
+                for w in list.iter_mut().filter(|w| w.enqueued.is_none()) {
+                    w.enqueued = api.get(&w.correlation).copied();
                 }
             }
-            *list = kept;
+            if let Some(list) = watchers.get_mut(&id) {
+                let mut kept = Vec::new();
+                for w in list.drain(..) {
+                    match w.enqueued {
+                        Some(enqueued) => {
+                            work.push((enqueued, w));
+                            if enqueued >= cutoff {
+                                // A scope still open may own it.
+                                kept.push(w);
+                            } else {
+                                api.remove(&w.correlation);
+                            }
+                        }
+                        // Enqueued by a call this backend does not follow (or
+                        // whose record was lost): no scope can claim it.
+                        None => {
+                            self.collector.lost.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                *list = kept;
+            }
         }
+        // Calls whose work went to streams no profiler watches.
         api.retain(|_, enqueued| now.saturating_sub(*enqueued) < API_RECORD_TTL_NS);
         drop(records);
         work.sort_unstable_by_key(|(enqueued, _)| *enqueued);

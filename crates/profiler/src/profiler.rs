@@ -565,7 +565,7 @@ impl StreamProfiler {
                 stream.synchronize()?;
             }
             let mut timed = Vec::new();
-            cupti.resolve(slot.cupti_key, closed, Some(cutoff), &mut timed)?;
+            cupti.resolve(slot.cupti_key, closed, cutoff, &mut timed)?;
             slot.lock().timed.extend(timed);
             return Ok(());
         }

@@ -2,7 +2,7 @@
 //! to pass their marks, operations with resolved GPU times, and the work counts.
 
 use crate::clock::{Clock, Mark, Shared};
-use crate::cupti::{ClosedScope, StreamKey};
+use crate::cupti::{ClosedScope, StreamKey, WatchId};
 use crate::error::{Error, Result};
 use driver::{Stream, StreamMetrics, WorkObserver};
 use std::borrow::Cow;
@@ -86,7 +86,7 @@ pub(crate) struct StreamSlot {
     pub(crate) stream: Weak<Stream>,
     shared: Arc<Shared>,
     /// The stream as CUPTI names it, with the CUPTI backend.
-    pub(crate) cupti_key: Option<StreamKey>,
+    pub(crate) cupti_key: Option<(StreamKey, WatchId)>,
     state: Mutex<StreamState>,
 }
 
