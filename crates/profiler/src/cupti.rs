@@ -477,31 +477,45 @@ impl CuptiBackend {
         // Calls whose work went to streams no profiler watches.
         api.retain(|_, enqueued| now.saturating_sub(*enqueued) < API_RECORD_TTL_NS);
         drop(records);
-        work.sort_unstable_by_key(|(enqueued, _)| *enqueued);
-        for scope in closed {
-            let from = work.partition_point(|(enqueued, _)| *enqueued < scope.open);
-            let mut span: Option<(u64, u64)> = None;
-            for (_, w) in work[from..]
-                .iter()
-                .take_while(|(enqueued, _)| *enqueued <= scope.close)
-            {
-                span = Some(match span {
-                    Some((start, end)) => (start.min(w.start), end.max(w.end)),
-                    None => (w.start, w.end),
-                });
-            }
-            // No work in it: empty, where the host closed it.
-            let (start, end) = span.unwrap_or((scope.close, scope.close));
-            let (start, end) = (self.timeline_ns(start), self.timeline_ns(end));
-            timed.push(TimedOp {
-                name: scope.name,
-                start_ns: start,
-                end_ns: end.max(start),
-                depth: scope.depth,
-            });
-        }
+        let work = work
+            .into_iter()
+            .map(|(enqueued, w)| (enqueued, w.start, w.end))
+            .collect();
+        timed.extend(attribute(work, closed, self.base_ts));
         Ok(())
     }
+}
+
+/// Each closed scope's GPU span: from the first start to the last end of the
+/// work (enqueue time, GPU start, GPU end; CUPTI's clock) whose enqueue call
+/// began within the scope's window; empty, where the host closed it, when it
+/// has none. Times on the timeline are after `base`.
+fn attribute(
+    mut work: Vec<(u64, u64, u64)>,
+    closed: Vec<ClosedScope>,
+    base: u64,
+) -> impl Iterator<Item = TimedOp> {
+    work.sort_unstable_by_key(|&(enqueued, _, _)| enqueued);
+    closed.into_iter().map(move |scope| {
+        let from = work.partition_point(|&(enqueued, _, _)| enqueued < scope.open);
+        let span = work[from..]
+            .iter()
+            .take_while(|&&(enqueued, _, _)| enqueued <= scope.close)
+            .fold(None, |span, &(_, start, end)| {
+                Some(match span {
+                    Some((first, last)) => (start.min(first), end.max(last)),
+                    None => (start, end),
+                })
+            });
+        let (start, end) = span.unwrap_or((scope.close, scope.close));
+        let start = start.saturating_sub(base);
+        TimedOp {
+            name: scope.name,
+            start_ns: start,
+            end_ns: end.saturating_sub(base).max(start),
+            depth: scope.depth,
+        }
+    })
 }
 
 impl Drop for CuptiBackend {
@@ -527,4 +541,73 @@ pub(crate) struct ClosedScope {
     /// CUPTI's clock when it opened and closed.
     pub(crate) open: u64,
     pub(crate) close: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(name: &'static str, depth: u32, open: u64, close: u64) -> ClosedScope {
+        ClosedScope {
+            name: name.into(),
+            depth,
+            open,
+            close,
+        }
+    }
+
+    fn spans(work: Vec<(u64, u64, u64)>, closed: Vec<ClosedScope>) -> Vec<(String, u64, u64)> {
+        attribute(work, closed, 1_000)
+            .map(|op| (op.name.into_owned(), op.start_ns, op.end_ns))
+            .collect()
+    }
+
+    #[test]
+    fn a_scope_owns_the_work_enqueued_while_it_was_open() {
+        // (enqueued, GPU start, GPU end): one item before the scope, two in
+        // it (the GPU runs them long after), one after.
+        let work = vec![
+            (1_100, 5_000, 9_000),
+            (1_300, 9_000, 9_500),
+            (1_350, 9_600, 9_900),
+            (1_500, 9_900, 20_000),
+        ];
+        let got = spans(work, vec![scope("mine", 0, 1_200, 1_400)]);
+        assert_eq!(got, vec![("mine".to_string(), 8_000, 8_900)]);
+    }
+
+    #[test]
+    fn nested_scopes_contain_their_inner_work_and_empty_ones_sit_at_their_close() {
+        let work = vec![(1_300, 9_000, 9_500), (1_600, 9_500, 12_000)];
+        let got = spans(
+            work,
+            vec![
+                scope("inner", 1, 1_250, 1_350),
+                scope("empty", 1, 1_400, 1_450),
+                scope("outer", 0, 1_200, 1_700),
+            ],
+        );
+        assert_eq!(
+            got,
+            vec![
+                ("inner".to_string(), 8_000, 8_500),
+                ("empty".to_string(), 450, 450),
+                ("outer".to_string(), 8_000, 11_000),
+            ]
+        );
+    }
+
+    #[test]
+    fn window_edges_are_inside_and_records_out_of_order_are_sorted() {
+        let work = vec![(1_400, 3_000, 3_100), (1_200, 2_000, 2_500)];
+        let got = spans(work, vec![scope("edges", 0, 1_200, 1_400)]);
+        assert_eq!(got, vec![("edges".to_string(), 1_000, 2_100)]);
+    }
+
+    #[test]
+    fn an_incomplete_record_never_ends_before_it_starts() {
+        // CUPTI writes 0 for a timestamp it could not collect.
+        let got = spans(vec![(1_300, 5_000, 0)], vec![scope("odd", 0, 1_200, 1_400)]);
+        assert_eq!(got, vec![("odd".to_string(), 4_000, 4_000)]);
+    }
 }
