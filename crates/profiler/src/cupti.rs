@@ -411,11 +411,6 @@ impl CuptiBackend {
         }
     }
 
-    /// Nanoseconds on the profiler's timeline for a CUPTI timestamp.
-    pub(crate) fn timeline_ns(&self, ts: u64) -> u64 {
-        ts.saturating_sub(self.base_ts)
-    }
-
     /// Nanoseconds on the profiler's timeline for a host instant.
     pub(crate) fn host_ns(&self, at: Instant) -> u64 {
         at.saturating_duration_since(self.host_base).as_nanos() as u64
