@@ -98,8 +98,6 @@ pub(crate) struct Collector {
     records: Mutex<Records>,
     /// Live CUPTI profilers; the kinds are enabled while it is above 0.
     users: Mutex<usize>,
-    /// Records CUPTI could not deliver or the callbacks could not read.
-    lost: AtomicU64,
 }
 
 static COLLECTOR: OnceLock<Result<Collector, String>> = OnceLock::new();
@@ -123,7 +121,6 @@ fn collector() -> Result<&'static Collector, String> {
                 cupti,
                 records: Mutex::new(Records::default()),
                 users: Mutex::new(0),
-                lost: AtomicU64::new(0),
             })
         })
         .as_ref()
@@ -321,6 +318,8 @@ pub(crate) struct CuptiBackend {
     context_id: u32,
     base_ts: u64,
     host_base: Instant,
+    /// Records of watched streams no scope of this profiler could claim.
+    unattributed: AtomicU64,
 }
 
 // SAFETY: `context` is only passed to CUPTI (cuptiGetStreamIdEx), which may be
@@ -359,6 +358,7 @@ impl CuptiBackend {
             context_id,
             base_ts: collector.now(),
             host_base: Instant::now(),
+            unattributed: AtomicU64::new(0),
         };
         collector
             .cupti
@@ -416,9 +416,10 @@ impl CuptiBackend {
         at.saturating_duration_since(self.host_base).as_nanos() as u64
     }
 
-    /// Records CUPTI could not deliver or that could not be attributed.
-    pub(crate) fn lost(&self) -> u64 {
-        self.collector.lost.load(Ordering::Relaxed)
+    /// Records of watched streams enqueued by calls the backend does not
+    /// follow: no scope could claim them.
+    pub(crate) fn unattributed(&self) -> u64 {
+        self.unattributed.load(Ordering::Relaxed)
     }
 
     /// Turn closed scopes of one stream into timed operations. The caller
@@ -462,7 +463,7 @@ impl CuptiBackend {
                         // Enqueued by a call this backend does not follow (or
                         // whose record was lost): no scope can claim it.
                         None => {
-                            self.collector.lost.fetch_add(1, Ordering::Relaxed);
+                            self.unattributed.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 }
@@ -525,6 +526,12 @@ impl Drop for CuptiBackend {
             if let Err(err) = self.collector.set_kinds(false) {
                 tracing::warn!("disabling CUPTI activity records failed: {err}");
             }
+            // Deliver what CUPTI still holds, then forget the calls: no
+            // profiler is left to claim their work.
+            if let Err(err) = self.collector.flush() {
+                tracing::warn!("flushing CUPTI's records failed: {err}");
+            }
+            self.collector.lock().api.clear();
         }
     }
 }

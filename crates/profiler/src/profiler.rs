@@ -241,7 +241,10 @@ impl StreamProfiler {
     /// library's own launch entry point) or CUPTI lost its record. Always 0
     /// with events.
     pub fn unattributed_records(&self) -> u64 {
-        self.shared.cupti.as_ref().map_or(0, CuptiBackend::lost)
+        self.shared
+            .cupti
+            .as_ref()
+            .map_or(0, CuptiBackend::unattributed)
     }
 
     /// The pool the timing events come from.
