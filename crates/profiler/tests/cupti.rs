@@ -273,3 +273,58 @@ fn a_missing_cupti_library_is_an_error_value() {
     assert!(text.contains("/nonexistent/libcupti.so.13"), "{text}");
     assert!(text.contains("CUDA_STREAMS_CUPTI_LIBRARY"), "{text}");
 }
+
+/// Run by [`the_backend_variable_picks_the_backend`] in a child process with
+/// `CUDA_STREAMS_PROFILER_BACKEND` set: says what `StreamProfiler::new` made.
+#[test]
+#[ignore = "run in a child process by the_backend_variable_picks_the_backend"]
+fn backend_variable_child() {
+    let ctx = ctx();
+    match StreamProfiler::new(&ctx) {
+        Ok(profiler) => println!(
+            "CHILD backend={:?} fallback={:?}",
+            profiler.backend(),
+            profiler.backend_fallback()
+        ),
+        Err(err) => println!("CHILD error={err}"),
+    }
+}
+
+/// `CUDA_STREAMS_PROFILER_BACKEND=cupti` makes `StreamProfiler::new` use
+/// CUPTI (or fall back with the reason); a wrong value is an error naming it.
+#[test]
+fn the_backend_variable_picks_the_backend() {
+    let child = |value: &str| -> String {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "backend_variable_child",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(cuda_streams_profiler::BACKEND_ENV, value)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "child failed: {text}");
+        text.lines()
+            .find(|l| l.starts_with("CHILD "))
+            .unwrap_or_else(|| panic!("no CHILD line in {text}"))
+            .to_string()
+    };
+    let cupti = child("cupti");
+    if ctx().is_gpu() {
+        assert_eq!(cupti, "CHILD backend=Cupti fallback=None");
+    } else {
+        assert!(
+            cupti.starts_with(
+                "CHILD backend=Events fallback=Some(\"the software driver has no CUPTI"
+            ),
+            "{cupti}"
+        );
+    }
+    assert_eq!(child("events"), "CHILD backend=Events fallback=None");
+    let wrong = child("nsys");
+    assert!(wrong.starts_with("CHILD error="), "{wrong}");
+    assert!(wrong.contains("\"nsys\""), "{wrong}");
+}
