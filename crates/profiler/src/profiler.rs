@@ -464,10 +464,15 @@ impl StreamProfiler {
         let process = Process {
             pid: i64::from(ctx.ordinal()),
             name: format!(
-                "GPU {}: {} ({} driver)",
+                "GPU {}: {} ({} driver{})",
                 ctx.ordinal(),
                 info.name,
-                ctx.loaded_driver().name()
+                ctx.loaded_driver().name(),
+                if self.shared.cupti.is_some() {
+                    ", times from CUPTI"
+                } else {
+                    ""
+                }
             ),
         };
         let memory: Vec<MemorySample> = match (&self.shared.cupti, self.shared_clock()) {

@@ -116,6 +116,10 @@ fn every_scope_gets_its_own_kernel() {
         .map(|e| (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
         .collect();
     assert_eq!(spans.len() as u64, N);
+    assert!(
+        trace.contains("times from CUPTI"),
+        "the process name says so"
+    );
     for pair in spans.windows(2) {
         assert!(
             pair[0].0 + pair[0].1 <= pair[1].0 + 0.001,
