@@ -155,7 +155,6 @@ impl StreamProfiler {
     /// without them the profiler times with events and says why, once, as a
     /// `tracing` warning and in [`backend_fallback`](Self::backend_fallback).
     pub fn with_backend(ctx: &Arc<Context>, backend: Backend) -> Result<Self> {
-        let pool = Arc::new(EventPool::new(ctx, 0, INITIAL_TIMING_EVENTS)?);
         let (cupti, fallback) = match backend {
             Backend::Events => (None, None),
             Backend::Cupti => match CuptiBackend::start(ctx) {
@@ -168,6 +167,13 @@ impl StreamProfiler {
                 }
             },
         };
+        // The CUPTI backend records no events: its pool starts empty.
+        let timing = if cupti.is_some() {
+            0
+        } else {
+            INITIAL_TIMING_EVENTS
+        };
+        let pool = Arc::new(EventPool::new(ctx, 0, timing)?);
         Ok(Self::build(pool, cupti, fallback))
     }
 
