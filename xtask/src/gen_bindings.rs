@@ -33,6 +33,8 @@ const ENTRY_POINTS: &[&str] = &[
     "cuCtxGetCurrent",
     "cuCtxSynchronize",
     "cuCtxGetStreamPriorityRange",
+    "cuCtxEnablePeerAccess",
+    "cuCtxDisablePeerAccess",
     // Streams.
     "cuStreamCreateWithPriority",
     "cuStreamDestroy",
