@@ -13,6 +13,10 @@ use sys::{CUresult, CUstream, Driver};
 pub(crate) enum Use<'a> {
     /// Device memory: the stream is ordered after its allocation first.
     Device(&'a dyn DeviceUse, bool),
+    /// Device memory that may belong to another device of the same driver
+    /// (a peer copy, whose caller has checked the driver); otherwise as
+    /// `Device`.
+    Peer(&'a dyn DeviceUse, bool),
     /// The host side of a host buffer.
     Host(&'a dyn HostUse, bool),
 }
@@ -45,11 +49,15 @@ impl Stream {
     ) -> Result<()> {
         self.context().bind()?;
         for used in uses.clone() {
-            if let Use::Device(buffer, _) = used {
-                // Checked here, not left to each implementation: memory of
-                // another context is never handed to this stream's driver.
-                self.check_context_id("a buffer", buffer.use_context_id())?;
-                buffer.before_use(self)?;
+            match used {
+                Use::Device(buffer, _) => {
+                    // Checked here, not left to each implementation: memory of
+                    // another context is never handed to this stream's driver.
+                    self.check_context_id("a buffer", buffer.use_context_id())?;
+                    buffer.before_use(self)?;
+                }
+                Use::Peer(buffer, _) => buffer.before_use(self)?,
+                Use::Host(..) => {}
             }
         }
         self.context()
@@ -62,7 +70,9 @@ impl Stream {
         let mut result = Ok(());
         for used in uses {
             let tracked = match used {
-                Use::Device(buffer, write) => buffer.after_use(self, write),
+                Use::Device(buffer, write) | Use::Peer(buffer, write) => {
+                    buffer.after_use(self, write)
+                }
                 Use::Host(buffer, write) => buffer.after_host_use(self, write),
             };
             result = result.and(tracked);
