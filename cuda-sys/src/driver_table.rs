@@ -320,8 +320,8 @@ pub struct Driver {
         pStr: *mut *const ::std::os::raw::c_char,
     ) -> CUresult,
 }
-/// Each entry point's name as documented and the versioned symbol the
-/// CUDA 13.0 headers select for it, in table order.
+/// Each entry point's name as documented and the versioned symbol
+/// the CUDA 13.0 headers select for it, in table order.
 pub const SYMBOLS: [(&str, &str); 64usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
