@@ -20,6 +20,9 @@
 //! - **handles** are checked against registries: a destroyed or foreign handle
 //!   is `CUDA_ERROR_INVALID_HANDLE`, never undefined behaviour;
 //! - [`faults`] injects launch failures, out-of-memory and worker delays;
+//! - a **software NCCL** ([`nccl`]): communicators over the software devices,
+//!   collectives done by the ranks' stream workers over host memory, in
+//!   stream order;
 //! - a **host function** that calls the driver is refused
 //!   (`CUDA_ERROR_NOT_PERMITTED`, counted by [`refused_in_host_functions`]), as
 //!   CUDA may refuse it.
@@ -65,6 +68,7 @@ mod graph;
 mod handles;
 mod memory;
 mod modules;
+mod nccl;
 mod ops;
 mod pool;
 mod stream;
@@ -81,6 +85,7 @@ pub use memory::{
     memory_in_use, set_capacity, set_device_capacity,
 };
 pub use modules::{KernelTwin, LaunchDims, TwinSpec, register_image, registered_signature};
+pub use nccl::{NCCL_VERSION, nccl};
 /// The raw bindings the table is made of (and the kernel-signature vocabulary).
 pub use sys;
 

@@ -72,6 +72,10 @@ pub(crate) enum Action {
         dst: usize,
         value: u32,
     },
+    /// Work of another part of the driver (the software NCCL's collectives),
+    /// given the stream's device and whether the stream has a sticky error;
+    /// it runs even then, so that peers waiting for it are not left hanging.
+    Call(Arc<dyn Fn(i32, bool) -> Option<Fault> + Send + Sync>),
 }
 
 /// What a stream in capture mode records, replayed by `cuGraphLaunch`.
@@ -131,6 +135,7 @@ impl Action {
                 crate::memory::mark_ready(ptr);
                 None
             }
+            Action::Call(call) => call(device, faulted),
             _ if faulted => None,
             Action::Nop => None,
             Action::InjectedFault(name) => Some(Fault {

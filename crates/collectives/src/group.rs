@@ -1,0 +1,433 @@
+//! One collective as checked and issued, and groups of them.
+
+use crate::communicator::{
+    Communicator, all_gather_op, all_reduce_in_place_op, all_reduce_op, broadcast_in_place_op,
+    broadcast_op, reduce_op, reduce_scatter_op,
+};
+use crate::error::{Error, Result};
+use crate::table::check;
+use crate::types::{NcclType, ReduceOp};
+use driver::{BufferUse, DeviceMemory, DeviceMemoryMut, Stream};
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use sys::CUdeviceptr;
+use sys::nccl::{ncclDataType_t, ncclRedOp_t};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    AllReduce,
+    Broadcast,
+    Reduce,
+    AllGather,
+    ReduceScatter,
+}
+
+/// What the ranks of one collective must agree on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) kind: Kind,
+    /// Elements per rank as NCCL counts them.
+    pub(crate) count: usize,
+    pub(crate) dtype: ncclDataType_t,
+    pub(crate) op: Option<ReduceOp>,
+    pub(crate) root: usize,
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} of {} element(s) of NCCL type {}",
+            self.kind, self.count, self.dtype.0
+        )?;
+        if let Some(op) = self.op {
+            write!(f, ", {op:?}")?;
+        }
+        if matches!(self.kind, Kind::Broadcast | Kind::Reduce) {
+            write!(f, ", root {}", self.root)?;
+        }
+        Ok(())
+    }
+}
+
+/// One collective of one rank: checked, its buffers ordered on the stream,
+/// ready to issue.
+pub(crate) struct Op<'a> {
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    shape: Shape,
+    send: CUdeviceptr,
+    recv: CUdeviceptr,
+    uses: Vec<BufferUse<'a>>,
+    bytes: usize,
+}
+
+impl<'a> Op<'a> {
+    /// Check what can be checked locally (the stream's device, the root,
+    /// each buffer's device) and order the stream after the buffers'
+    /// allocations.
+    pub(crate) fn new(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        shape: Shape,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
+        uses: Vec<BufferUse<'a>>,
+        bytes: usize,
+    ) -> Result<Self> {
+        if stream.context().id() != comm.context().id() {
+            return Err(Error::WrongStream {
+                rank: comm.rank(),
+                comm_device: comm.context().ordinal(),
+                stream_device: stream.context().ordinal(),
+            });
+        }
+        if shape.root >= comm.size() {
+            return Err(Error::InvalidRoot {
+                root: shape.root,
+                nranks: comm.size(),
+            });
+        }
+        stream.prepare_uses(&uses)?;
+        Ok(Self {
+            comm,
+            stream,
+            shape,
+            send,
+            recv,
+            uses,
+            bytes,
+        })
+    }
+
+    /// Issue the NCCL call (inside a group, NCCL enqueues it at the end).
+    fn issue(&self) -> Result<()> {
+        let nccl = self.comm.nccl();
+        let (send, recv) = (
+            self.send as usize as *const c_void,
+            self.recv as usize as *mut c_void,
+        );
+        let (count, dtype, comm, stream) = (
+            self.shape.count,
+            self.shape.dtype,
+            self.comm.as_raw(),
+            self.stream.as_raw(),
+        );
+        let op = self.shape.op.map_or(ncclRedOp_t::ncclSum, ReduceOp::raw);
+        let root = self.shape.root as i32;
+        self.comm.context().bind()?;
+        // SAFETY: each buffer holds the elements the collective touches on
+        // this rank (checked when the op was made), is of the communicator's
+        // device (checked by prepare_uses), and stays alive until the stream
+        // has passed the collective: the op borrows it until it is tracked
+        // on the stream, after the call (after the group's end).
+        let (call, code) = unsafe {
+            match self.shape.kind {
+                Kind::AllReduce => (
+                    "ncclAllReduce",
+                    (nccl.ncclAllReduce)(send, recv, count, dtype, op, comm, stream),
+                ),
+                Kind::Broadcast => (
+                    "ncclBroadcast",
+                    (nccl.ncclBroadcast)(send, recv, count, dtype, root, comm, stream),
+                ),
+                Kind::Reduce => (
+                    "ncclReduce",
+                    (nccl.ncclReduce)(send, recv, count, dtype, op, root, comm, stream),
+                ),
+                Kind::AllGather => (
+                    "ncclAllGather",
+                    (nccl.ncclAllGather)(send, recv, count, dtype, comm, stream),
+                ),
+                Kind::ReduceScatter => (
+                    "ncclReduceScatter",
+                    (nccl.ncclReduceScatter)(send, recv, count, dtype, op, comm, stream),
+                ),
+            }
+        };
+        check(nccl, call, comm, code)
+    }
+
+    /// After the call (and the group's end): frees and host access of the
+    /// buffers wait for the collective.
+    fn track(&self) -> Result<()> {
+        self.stream.record_memory_transfer(self.bytes);
+        self.stream.track_uses(&self.uses).map_err(Error::from)
+    }
+
+    /// Issue and track a collective outside any group.
+    pub(crate) fn run_alone(self) -> Result<()> {
+        self.issue()?;
+        self.track()
+    }
+}
+
+/// Collectives issued together (`ncclGroupStart` ... `ncclGroupEnd`): how
+/// one thread drives several ranks (NCCL needs it, or the first rank's call
+/// may wait for the others), and how several collectives fuse.
+///
+/// Each call checks its own rank's arguments at once; [`Group::end`] then
+/// checks the ranks of each communicator made by
+/// [`Communicator::all_devices`] against each other (every rank takes part,
+/// with the same collective, count, type, operation and root) before any
+/// call reaches NCCL, and issues them. The buffers stay borrowed until then.
+/// A group dropped without `end` issues nothing.
+///
+/// ```
+/// use cuda_streams_collectives::{Communicator, Error, Group, ReduceOp};
+/// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+/// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+/// let contexts = Context::all()?;
+/// if contexts.len() < 2 { return Ok(()); }
+/// let comms = Communicator::all_devices(&contexts[..2])?;
+/// let streams = [Stream::new(&contexts[0])?, Stream::new(&contexts[1])?];
+/// let mut a = DeviceBuffer::from_slice(&streams[0], &[1.0f32; 8])?;
+/// let mut b = DeviceBuffer::from_slice(&streams[1], &[2.0f32; 4])?; // 4, not 8
+/// let mut group = Group::new();
+/// group.all_reduce_in_place(&comms[0], &streams[0], &mut a, ReduceOp::Sum)?;
+/// group.all_reduce_in_place(&comms[1], &streams[1], &mut b, ReduceOp::Sum)?;
+/// let err = group.end().unwrap_err(); // before NCCL saw either
+/// assert!(matches!(err, Error::RanksDisagree { .. }), "{err}");
+/// assert!(err.to_string().contains("rank 1"), "{err}");
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a group issues its collectives only at `end()`"]
+#[derive(Default)]
+pub struct Group<'a> {
+    ops: Vec<Op<'a>>,
+}
+
+impl<'a> Group<'a> {
+    /// An empty group.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`Communicator::all_reduce`] in the group.
+    pub fn all_reduce<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.push(all_reduce_op(comm, stream, send, recv, op)?);
+        Ok(())
+    }
+
+    /// [`Communicator::all_reduce_in_place`] in the group.
+    pub fn all_reduce_in_place<T, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        buffer: &'a mut D,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .push(all_reduce_in_place_op(comm, stream, buffer, op)?);
+        Ok(())
+    }
+
+    /// [`Communicator::broadcast`] in the group.
+    pub fn broadcast<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.push(broadcast_op(comm, stream, send, recv, root)?);
+        Ok(())
+    }
+
+    /// [`Communicator::broadcast_in_place`] in the group.
+    pub fn broadcast_in_place<T, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        buffer: &'a mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .push(broadcast_in_place_op(comm, stream, buffer, root)?);
+        Ok(())
+    }
+
+    /// [`Communicator::reduce`] in the group.
+    pub fn reduce<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .push(reduce_op(comm, stream, send, recv, op, root)?);
+        Ok(())
+    }
+
+    /// [`Communicator::all_gather`] in the group.
+    pub fn all_gather<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.push(all_gather_op(comm, stream, send, recv)?);
+        Ok(())
+    }
+
+    /// [`Communicator::reduce_scatter`] in the group.
+    pub fn reduce_scatter<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .push(reduce_scatter_op(comm, stream, send, recv, op)?);
+        Ok(())
+    }
+
+    /// How many collectives the group holds.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the group holds none.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Check the ranks against each other, then issue every collective in
+    /// one NCCL group and track the buffers. When a call fails, the group is
+    /// still closed and the calls issued before it tracked; the first error
+    /// is returned.
+    pub fn end(self) -> Result<()> {
+        self.check_ranks()?;
+        let Some(first) = self.ops.first() else {
+            return Ok(());
+        };
+        let nccl = first.comm.nccl();
+        if self
+            .ops
+            .iter()
+            .any(|op| op.comm.context().kind() != first.comm.context().kind())
+        {
+            return Err(Error::MixedDrivers);
+        }
+        // SAFETY: no arguments.
+        let code = unsafe { (nccl.ncclGroupStart)() };
+        check(nccl, "ncclGroupStart", std::ptr::null_mut(), code)?;
+        let mut issued = 0;
+        let mut result = Ok(());
+        for op in &self.ops {
+            match op.issue() {
+                Ok(()) => issued += 1,
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
+            }
+        }
+        // SAFETY: no arguments; closes the group opened above.
+        let code = unsafe { (nccl.ncclGroupEnd)() };
+        result = result.and(check(nccl, "ncclGroupEnd", std::ptr::null_mut(), code));
+        // NCCL switches devices while it launches: resynchronise the cache.
+        first.comm.context().force_bind()?;
+        for op in &self.ops[..issued] {
+            let tracked = op.track();
+            result = result.and(tracked);
+        }
+        result
+    }
+
+    /// Every communicator whose ranks all live in this process takes part
+    /// in the group on every rank, with matching collectives.
+    fn check_ranks(&self) -> Result<()> {
+        // clique -> rank -> its shapes in call order
+        let mut cliques: BTreeMap<u64, (usize, BTreeMap<usize, Vec<Shape>>)> = BTreeMap::new();
+        for op in self.ops.iter().filter(|op| op.comm.all_local) {
+            let (_, ranks) = cliques
+                .entry(op.comm.clique)
+                .or_insert_with(|| (op.comm.size(), BTreeMap::new()));
+            ranks.entry(op.comm.rank()).or_default().push(op.shape);
+        }
+        for (nranks, ranks) in cliques.values() {
+            let (&rank0, shapes0) = ranks.iter().next().unwrap_or_else(|| unreachable!());
+            for rank in 0..*nranks {
+                let calls = ranks.get(&rank).map_or(0, Vec::len);
+                if calls != shapes0.len() {
+                    return Err(Error::MissingRank {
+                        rank: rank0,
+                        calls_here: shapes0.len(),
+                        other_rank: rank,
+                        calls_there: calls,
+                    });
+                }
+            }
+            for (&rank, shapes) in ranks {
+                for (index, (mine, theirs)) in shapes0.iter().zip(shapes).enumerate() {
+                    if mine != theirs {
+                        return Err(Error::RanksDisagree {
+                            index,
+                            what: format!(
+                                "rank {rank0} calls {mine}, but rank {rank} calls {theirs}"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Group<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("collectives", &self.ops.len())
+            .finish()
+    }
+}
