@@ -168,7 +168,9 @@ impl Communicator {
         self.raw
     }
 
-    pub(crate) fn nccl(&self) -> &'static Nccl {
+    /// The NCCL function table this communicator calls (libnccl's or the
+    /// software NCCL's), for raw calls beside this crate's.
+    pub fn nccl(&self) -> &'static Nccl {
         self.nccl
     }
 
