@@ -36,10 +36,36 @@ fn print(loaded: &LoadedDriver) -> Result<(), driver::Error> {
     }
     println!("driver:          {} (version {version})", loaded.name());
     println!("devices:         {count}");
+    let mut contexts = Vec::new();
     for ordinal in 0..count {
         // The safe layer already knows how to describe a device.
         let ctx = Context::with_driver(*loaded, ordinal)?;
         print_device(loaded, ctx.info());
+        contexts.push(ctx);
+    }
+    print_peers(&contexts)
+}
+
+/// Which ordered pairs of devices can access each other's memory.
+fn print_peers(contexts: &[std::sync::Arc<Context>]) -> Result<(), driver::Error> {
+    if contexts.len() < 2 {
+        return Ok(());
+    }
+    println!("peer access:");
+    for from in contexts {
+        let peers = contexts
+            .iter()
+            .filter(|to| to.ordinal() != from.ordinal())
+            .map(|to| {
+                let can = from.can_access_peer(to)?;
+                Ok(format!(
+                    "{} {}",
+                    to.ordinal(),
+                    if can { "yes" } else { "no" }
+                ))
+            })
+            .collect::<Result<Vec<_>, driver::Error>>()?;
+        println!("  device {} -> {}", from.ordinal(), peers.join(", "));
     }
     Ok(())
 }
@@ -75,7 +101,8 @@ fn print_device(loaded: &LoadedDriver, info: &DeviceInfo) {
     if loaded.kind == DriverKind::Soft {
         println!(
             "  (software driver: device memory is host memory, capped at the capacity above; \
-             set CUDA_STREAMS_SOFT_CAPACITY_MB to change it)"
+             set CUDA_STREAMS_SOFT_CAPACITY_MB to change it, CUDA_STREAMS_SOFT_DEVICES for the \
+             number of devices)"
         );
     }
 }
