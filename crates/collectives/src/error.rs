@@ -15,6 +15,9 @@ pub enum Error {
     /// A call into the driver layer failed (a buffer of another device, say).
     #[error(transparent)]
     Driver(#[from] driver::Error),
+    /// The operation graph refused the collectives' operations.
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
     /// NCCL could not be loaded.
     #[error("{0}")]
     Load(String),

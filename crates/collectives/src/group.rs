@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::table::check;
 use crate::types::{NcclType, ReduceOp};
 use driver::{BufferUse, DeviceMemory, DeviceMemoryMut, Stream};
+use engine::{EventPriority, OperationGraph, OperationId, OperationType};
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use sys::CUdeviceptr;
@@ -346,6 +347,89 @@ impl<'a> Group<'a> {
     /// is returned.
     pub fn end(self) -> Result<()> {
         self.check_ranks()?;
+        self.issue_all()
+    }
+
+    /// [`Group::end`] as operations of `graph`: one operation per stream the
+    /// group uses (its kind [`OperationType::AllReduce`],
+    /// [`OperationType::Broadcast`] for Broadcast and AllGather, or
+    /// [`OperationType::Reduction`] for Reduce and ReduceScatter), each after
+    /// `after`, which may be operations on any device. Dependants order after
+    /// the collectives like after any operation. Returns the operations'
+    /// ids, in the order the group first used their streams.
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, Group, ReduceOp};
+    /// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+    /// use cuda_streams_collectives::engine::{OperationGraph, OperationType};
+    /// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+    /// let contexts = Context::all()?;
+    /// let comms = Communicator::all_devices(&contexts)?;
+    /// let streams = contexts.iter().map(Stream::new).collect::<Result<Vec<_>, _>>()?;
+    /// let graph = OperationGraph::for_context(&contexts[0]);
+    /// let mut grads = Vec::new();
+    /// let mut fills = Vec::new();
+    /// for stream in &streams {
+    ///     let mut g = DeviceBuffer::<f32>::new_async(stream, 256)?;
+    ///     fills.push(graph.op(stream).label("gradients").run(|s| s.memset_u32_async(&mut g, 1.0f32.to_bits()))?.id());
+    ///     grads.push(g);
+    /// }
+    /// let mut group = Group::new();
+    /// for ((comm, stream), g) in comms.iter().zip(&streams).zip(&mut grads) {
+    ///     group.all_reduce_in_place(comm, stream, g, ReduceOp::Sum)?;
+    /// }
+    /// let reduced = group.end_in(&graph, &fills, "all-reduce gradients")?;
+    /// let kind = graph.metadata(reduced[0]).map(|m| m.operation_type);
+    /// assert!(kind.is_none() || kind == Some(OperationType::AllReduce)); // None once retired
+    /// let n = comms.len() as f32;
+    /// for (stream, g) in streams.iter().zip(&grads) {
+    ///     assert_eq!(g.to_vec(stream)?, vec![n; 256]);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn end_in(
+        self,
+        graph: &OperationGraph,
+        after: &[OperationId],
+        label: &str,
+    ) -> Result<Vec<OperationId>> {
+        self.check_ranks()?;
+        let mut streams: Vec<(&Stream, OperationType)> = Vec::new();
+        for op in &self.ops {
+            if !streams.iter().any(|(s, _)| s.id() == op.stream.id()) {
+                let kind = match op.shape.kind {
+                    Kind::AllReduce => OperationType::AllReduce,
+                    Kind::Broadcast | Kind::AllGather => OperationType::Broadcast,
+                    Kind::Reduce | Kind::ReduceScatter => OperationType::Reduction,
+                };
+                streams.push((op.stream, kind));
+            }
+        }
+        let mut ids = Vec::with_capacity(streams.len());
+        for (stream, kind) in &streams {
+            let id = graph.register_operation(
+                *kind,
+                EventPriority::Normal,
+                &stream.to_arc(),
+                after.to_vec(),
+                label,
+            )?;
+            graph.begin_operation(id, stream)?;
+            ids.push(id);
+        }
+        let issued = self.issue_all();
+        // Completed even when a call failed: what was enqueued stays
+        // ordered before the dependants.
+        let mut completed = Ok(());
+        for &id in &ids {
+            completed = completed.and(graph.complete_operation(id).map_err(Error::from));
+        }
+        issued.and(completed).map(|()| ids)
+    }
+
+    /// Issue every collective in one NCCL group, then track the buffers.
+    fn issue_all(&self) -> Result<()> {
         let Some(first) = self.ops.first() else {
             return Ok(());
         };

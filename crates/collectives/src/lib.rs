@@ -14,7 +14,10 @@
 //! - [`Group`]: several collectives issued together (`ncclGroupStart` /
 //!   `ncclGroupEnd`), which is how one thread drives many devices; the
 //!   ranks' calls are checked against each other (counts, types,
-//!   operations, roots) before any reaches NCCL.
+//!   operations, roots) before any reaches NCCL; [`Group::end_in`] makes
+//!   them operations of an [`engine::OperationGraph`]
+//!   (`OperationType::AllReduce`, `Broadcast`, `Reduction`), ordered after
+//!   operations on any device.
 //!
 //! NCCL is loaded at run time (`libnccl.so.2`, or `CUDA_STREAMS_NCCL_LIBRARY`);
 //! a machine without it gets [`Error::Load`] saying what to install. On the
@@ -57,6 +60,8 @@ mod types;
 
 /// The safe driver layer this crate builds on.
 pub use driver;
+/// The operation graph collectives join ([`Group::end_in`]).
+pub use engine;
 /// The software driver, whose NCCL runs the collectives without a GPU.
 pub use soft_driver;
 

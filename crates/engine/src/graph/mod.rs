@@ -355,7 +355,15 @@ impl OperationGraph {
             Phase::Registered => return Err(Error::NotBegun { operation: id }),
             Phase::Completed => return Err(Error::AlreadyCompleted { operation: id }),
         }
-        let event = Arc::new(self.pool.acquire_event(false)?);
+        // An event is recorded only on its own device's streams: an
+        // operation on another device's stream takes its event from that
+        // device's pool, and dependants on any device wait on it.
+        let event = if op.stream.context().id() == self.pool.context().id() {
+            self.pool.acquire_event(false)?
+        } else {
+            op.stream.event_pool().acquire_event(false)?
+        };
+        let event = Arc::new(event);
         let sweep_due = self.record_and_queue(&op.stream, id, &event)?;
         op.completion = Some(Arc::clone(&event));
         op.phase = Phase::Completed;
