@@ -17,6 +17,7 @@ const ENTRY_POINTS: &[&str] = &[
     "ncclGetUniqueId",
     "ncclCommInitRank",
     "ncclCommInitAll",
+    "ncclCommInitRankConfig",
     "ncclCommDestroy",
     "ncclCommAbort",
     "ncclCommGetAsyncError",

@@ -8,7 +8,7 @@ use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use sys::nccl::{Nccl, ncclComm_t};
+use sys::nccl::{Nccl, ncclComm_t, ncclConfig_t, ncclResult_t};
 
 static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
 
@@ -37,6 +37,8 @@ pub struct Communicator {
     pub(crate) clique: u64,
     /// Whether every rank of the clique lives in this process.
     pub(crate) all_local: bool,
+    /// A non-blocking communicator: calls may answer `ncclInProgress`.
+    blocking: bool,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread, one call at a
@@ -90,6 +92,7 @@ impl Communicator {
                 nranks: contexts.len(),
                 clique,
                 all_local: true,
+                blocking: true,
             })
             .collect())
     }
@@ -132,20 +135,121 @@ impl Communicator {
         let code = unsafe { (nccl.ncclCommInitRank)(&mut raw, nranks as i32, id.0, rank as i32) };
         ctx.force_bind()?;
         check(nccl, "ncclCommInitRank", std::ptr::null_mut(), code)?;
-        let clique = id
-            .to_bytes()
-            .iter()
-            .fold(0u64, |h, &b| h.rotate_left(5) ^ u64::from(b))
-            | 1 << 63;
         Ok(Communicator {
             raw,
             nccl,
             ctx: Arc::clone(ctx),
             rank,
             nranks,
-            clique,
+            clique: clique_of(id),
             all_local: false,
+            blocking: true,
         })
+    }
+
+    /// [`Communicator::init_rank`] that gives up when the other ranks have
+    /// not all joined within `timeout`: the communicator is made
+    /// non-blocking (`ncclCommInitRankConfig` with `blocking = 0`), its
+    /// state polled with `ncclCommGetAsyncError`, and aborted
+    /// (`ncclCommAbort`) at the deadline, which is [`Error::JoinTimeout`].
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, Error, UniqueId};
+    /// use cuda_streams_collectives::driver::Context;
+    /// use std::time::Duration;
+    /// let ctx = Context::new(0).unwrap();
+    /// let id = UniqueId::new().unwrap();
+    /// // Rank 1 never comes.
+    /// let err = Communicator::init_rank_within(&ctx, 2, &id, 0, Duration::from_millis(200)).unwrap_err();
+    /// assert!(matches!(err, Error::JoinTimeout { rank: 0, nranks: 2, .. }), "{err}");
+    /// ```
+    pub fn init_rank_within(
+        ctx: &Arc<Context>,
+        nranks: usize,
+        id: &UniqueId,
+        rank: usize,
+        timeout: std::time::Duration,
+    ) -> Result<Communicator> {
+        if nranks == 0 || rank >= nranks {
+            return Err(Error::InvalidRank { rank, nranks });
+        }
+        let nccl = for_context(ctx)?;
+        let mut config = nonblocking_config();
+        let mut raw = std::ptr::null_mut();
+        ctx.bind()?;
+        let start = std::time::Instant::now();
+        // SAFETY: writes one communicator through a valid pointer; the config
+        // is initialised as NCCL_CONFIG_INITIALIZER does, and read only
+        // during the call.
+        let code = unsafe {
+            (nccl.ncclCommInitRankConfig)(&mut raw, nranks as i32, id.0, rank as i32, &mut config)
+        };
+        ctx.force_bind()?;
+        if code != ncclResult_t::ncclInProgress {
+            check(nccl, "ncclCommInitRankConfig", std::ptr::null_mut(), code)?;
+        }
+        let comm = Communicator {
+            raw,
+            nccl,
+            ctx: Arc::clone(ctx),
+            rank,
+            nranks,
+            clique: clique_of(id),
+            all_local: false,
+            blocking: false,
+        };
+        // Polled, with a growing pause: NCCL's bootstrap runs on its own
+        // threads and offers no way to wait for it.
+        let mut pause = std::time::Duration::from_micros(50);
+        loop {
+            match comm.state()? {
+                ncclResult_t::ncclSuccess => return Ok(comm),
+                ncclResult_t::ncclInProgress if start.elapsed() < timeout => {
+                    std::thread::sleep(pause.min(timeout.saturating_sub(start.elapsed())));
+                    pause = (pause * 2).min(std::time::Duration::from_millis(10));
+                }
+                ncclResult_t::ncclInProgress => {
+                    let waited = start.elapsed();
+                    if let Err(err) = comm.abort() {
+                        tracing::warn!(rank, "aborting a communicator that timed out: {err}");
+                    }
+                    return Err(Error::JoinTimeout {
+                        rank,
+                        nranks,
+                        waited,
+                    });
+                }
+                other => {
+                    // An error (success returned above): say which.
+                    check(nccl, "ncclCommInitRankConfig", comm.raw, other)?;
+                    return Ok(comm);
+                }
+            }
+        }
+    }
+
+    /// `ncclCommGetAsyncError`'s answer.
+    fn state(&self) -> Result<ncclResult_t> {
+        let mut state = ncclResult_t::ncclSuccess;
+        // SAFETY: a live communicator; writes one result.
+        let code = unsafe { (self.nccl.ncclCommGetAsyncError)(self.raw, &mut state) };
+        check(self.nccl, "ncclCommGetAsyncError", self.raw, code)?;
+        Ok(state)
+    }
+
+    /// For a non-blocking communicator, a call's `ncclInProgress` becomes
+    /// its outcome once NCCL has finished it; anything else passes through.
+    pub(crate) fn settle(&self, code: ncclResult_t) -> ncclResult_t {
+        if self.blocking || code != ncclResult_t::ncclInProgress {
+            return code;
+        }
+        loop {
+            match self.state() {
+                Ok(ncclResult_t::ncclInProgress) => std::thread::yield_now(),
+                Ok(state) => return state,
+                Err(_) => return ncclResult_t::ncclInternalError,
+            }
+        }
     }
 
     /// This rank's number, from 0.
@@ -315,6 +419,39 @@ impl Communicator {
         D: DeviceMemoryMut<Elem = T>,
     {
         reduce_scatter_op(self, stream, send, recv, op)?.run_alone()
+    }
+}
+
+/// A clique number for the communicator a unique id names (high bit set, so
+/// it never equals one of `all_devices`'s).
+fn clique_of(id: &UniqueId) -> u64 {
+    id.to_bytes()
+        .iter()
+        .fold(0u64, |h, &b| h.rotate_left(5) ^ u64::from(b))
+        | 1 << 63
+}
+
+/// `NCCL_CONFIG_INITIALIZER` with `blocking = 0`.
+fn nonblocking_config() -> ncclConfig_t {
+    const UNDEF: i32 = i32::MIN;
+    ncclConfig_t {
+        size: std::mem::size_of::<ncclConfig_t>(),
+        magic: 0xcafe_beef,
+        version: sys::nccl::NCCL_VERSION_CODE,
+        blocking: 0,
+        cgaClusterSize: UNDEF,
+        minCTAs: UNDEF,
+        maxCTAs: UNDEF,
+        netName: std::ptr::null(),
+        splitShare: UNDEF,
+        trafficClass: UNDEF,
+        commName: std::ptr::null(),
+        collnetEnable: UNDEF,
+        CTAPolicy: UNDEF,
+        shrinkShare: UNDEF,
+        nvlsCTAs: UNDEF,
+        nChannelsPerNetPeer: UNDEF,
+        nvlinkCentricSched: UNDEF,
     }
 }
 

@@ -98,6 +98,21 @@ pub enum Error {
         /// That rank's number of calls (0: it never joined).
         calls_there: usize,
     },
+    /// Not every rank joined in time
+    /// ([`crate::Communicator::init_rank_within`]); the communicator was
+    /// aborted.
+    #[error(
+        "rank {rank} of {nranks}: not every rank joined the communicator within {waited:?}; \
+         it was aborted (ncclCommAbort)"
+    )]
+    JoinTimeout {
+        /// The rank that waited.
+        rank: usize,
+        /// The communicator's size.
+        nranks: usize,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
     /// A root that is not a rank.
     #[error("root {root} is not a rank of this {nranks}-rank communicator")]
     InvalidRoot {

@@ -102,7 +102,7 @@ impl<'a> Op<'a> {
     }
 
     /// Issue the NCCL call (inside a group, NCCL enqueues it at the end).
-    fn issue(&self) -> Result<()> {
+    fn issue(&self, in_group: bool) -> Result<()> {
         let nccl = self.comm.nccl();
         let (send, recv) = (
             self.send as usize as *const c_void,
@@ -146,7 +146,12 @@ impl<'a> Op<'a> {
                 ),
             }
         };
-        check(nccl, call, comm, code)
+        // Inside a group a non-blocking communicator's call settles at the
+        // group's end.
+        if code == sys::nccl::ncclResult_t::ncclInProgress && in_group {
+            return Ok(());
+        }
+        check(nccl, call, comm, self.comm.settle(code))
     }
 
     /// After the call (and the group's end): frees and host access of the
@@ -158,7 +163,7 @@ impl<'a> Op<'a> {
 
     /// Issue and track a collective outside any group.
     pub(crate) fn run_alone(self) -> Result<()> {
-        self.issue()?;
+        self.issue(false)?;
         self.track()
     }
 }
@@ -447,7 +452,7 @@ impl<'a> Group<'a> {
         let mut issued = 0;
         let mut result = Ok(());
         for op in &self.ops {
-            match op.issue() {
+            match op.issue(true) {
                 Ok(()) => issued += 1,
                 Err(err) => {
                     result = Err(err);
@@ -456,7 +461,17 @@ impl<'a> Group<'a> {
             }
         }
         // SAFETY: no arguments; closes the group opened above.
-        let code = unsafe { (nccl.ncclGroupEnd)() };
+        let mut code = unsafe { (nccl.ncclGroupEnd)() };
+        // Non-blocking communicators finish the group's launches in the
+        // background: wait until each has.
+        if code == sys::nccl::ncclResult_t::ncclInProgress {
+            for op in &self.ops[..issued] {
+                code = op.comm.settle(sys::nccl::ncclResult_t::ncclInProgress);
+                if code != sys::nccl::ncclResult_t::ncclSuccess {
+                    break;
+                }
+            }
+        }
         result = result.and(check(nccl, "ncclGroupEnd", std::ptr::null_mut(), code));
         // NCCL switches devices while it launches: resynchronise the cache.
         first.comm.context().force_bind()?;

@@ -411,3 +411,61 @@ fn bad_input_is_refused_before_nccl_sees_it() {
         comm.async_error().unwrap();
     }
 }
+
+#[test]
+fn a_rank_that_never_joins_times_out_and_leaves_the_others_usable() {
+    let Some(r) = two_ranks() else { return };
+    let id = UniqueId::new().unwrap();
+    let limit = std::time::Duration::from_millis(300);
+    let started = std::time::Instant::now();
+    match Communicator::init_rank_within(&r.contexts[0], 2, &id, 0, limit) {
+        Err(
+            e @ Error::JoinTimeout {
+                rank: 0,
+                nranks: 2,
+                waited,
+            },
+        ) => {
+            assert!(waited >= limit && started.elapsed() >= limit, "{e}");
+            assert!(e.to_string().contains("ncclCommAbort"), "{e}");
+        }
+        other => panic!("expected JoinTimeout, got {other:?}"),
+    }
+    // The communicators made before still work.
+    let mut bufs = upload(&r, &[vec![1u8; 64], vec![2; 64]]);
+    let mut group = Group::new();
+    for ((comm, stream), buf) in r.comms.iter().zip(&r.streams).zip(&mut bufs) {
+        group
+            .all_reduce_in_place(comm, stream, buf, ReduceOp::Sum)
+            .unwrap();
+    }
+    group.end().unwrap();
+    assert_eq!(download(&r, &bufs), [vec![3; 64], vec![3; 64]]);
+}
+
+#[test]
+fn ranks_with_a_deadline_that_all_join_make_a_working_communicator() {
+    let Some(r) = two_ranks() else { return };
+    let id = UniqueId::new().unwrap();
+    let limit = std::time::Duration::from_secs(60);
+    let sums: Vec<Vec<i64>> = std::thread::scope(|s| {
+        let joins: Vec<_> = r
+            .contexts
+            .iter()
+            .enumerate()
+            .map(|(rank, ctx)| {
+                s.spawn(move || {
+                    let comm = Communicator::init_rank_within(ctx, 2, &id, rank, limit).unwrap();
+                    let stream = Stream::new(ctx).unwrap();
+                    let send = DeviceBuffer::from_slice(&stream, &[rank as i64 + 5; 32]).unwrap();
+                    let mut recv = DeviceBuffer::<i64>::new_async(&stream, 64).unwrap();
+                    comm.all_gather(&stream, &send, &mut recv).unwrap();
+                    recv.to_vec(&stream).unwrap()
+                })
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    let expected: Vec<i64> = [vec![5; 32], vec![6; 32]].concat();
+    assert_eq!(sums, [expected.clone(), expected]);
+}

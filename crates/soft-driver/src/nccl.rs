@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use sys::CUresult;
 use sys::nccl::{
-    Nccl, cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId,
+    Nccl, cudaStream_t, ncclComm_t, ncclConfig_t, ncclDataType_t, ncclRedOp_t, ncclResult_t,
+    ncclUniqueId,
 };
 
 /// The NCCL version the software NCCL reports: 2.28.9, the headers'.
@@ -200,59 +201,109 @@ unsafe extern "C" fn ncclCommInitRank(
     commId: ncclUniqueId,
     rank: c_int,
 ) -> R {
-    code((|| {
-        if comm.is_null() {
-            return Err(fail(
+    // SAFETY: the caller's contract is ncclCommInitRank's, which join takes.
+    code(unsafe { join(comm, nranks, commId, rank, true) })
+}
+
+unsafe extern "C" fn ncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> R {
+    // A config's `blocking` of 0 asks for a non-blocking communicator; null
+    // or anything else (NCCL_CONFIG_UNDEF_INT included) for a blocking one.
+    let blocking = if config.is_null() {
+        true
+    } else {
+        // SAFETY: non-null, a ncclConfig_t per the API.
+        let config = unsafe { config.read() };
+        if config.magic != 0xcafe_beef || config.size != std::mem::size_of::<ncclConfig_t>() {
+            return fail(
                 R::ncclInvalidArgument,
-                "ncclCommInitRank: comm is null",
-            ));
+                "ncclCommInitRankConfig: the config was not made by NCCL_CONFIG_INITIALIZER",
+            );
         }
-        if nranks < 1 || rank < 0 || rank >= nranks {
-            return Err(fail(
-                R::ncclInvalidArgument,
-                format!("ncclCommInitRank: rank {rank} is not in 0..{nranks}"),
-            ));
-        }
-        let device = current_device()?;
-        let key: [u8; 128] = commId.internal.map(|c| c as u8);
-        let clique = {
-            let mut forming = lock(forming());
-            let clique = forming
-                .entry(key)
-                .or_insert_with(|| new_clique(nranks as usize));
-            if clique.nranks != nranks as usize {
-                return Err(fail(
-                    R::ncclInvalidUsage,
-                    format!(
-                        "ncclCommInitRank: {nranks} ranks, but this unique id's communicator \
-                         was begun with {}",
-                        clique.nranks
-                    ),
-                ));
-            }
-            Arc::clone(clique)
-        };
-        let mut state = lock(&clique.state);
-        if std::mem::replace(&mut state.joined[rank as usize], true) {
-            return Err(fail(
-                R::ncclInvalidUsage,
-                format!("ncclCommInitRank: rank {rank} joined this communicator twice"),
-            ));
-        }
-        // As NCCL does, wait for every rank to join.
+        config.blocking != 0
+    };
+    // SAFETY: as for ncclCommInitRank.
+    code(unsafe { join(comm, nranks, commId, rank, blocking) })
+}
+
+/// Join rank `rank` to the communicator named by `id`. Blocking: wait, as
+/// NCCL does, until every rank has joined. Non-blocking: return at once;
+/// `ncclCommGetAsyncError` answers `ncclInProgress` until every rank has.
+///
+/// # Safety
+/// `comm` is null or writable.
+unsafe fn join(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    id: ncclUniqueId,
+    rank: c_int,
+    blocking: bool,
+) -> Result<(), R> {
+    if comm.is_null() {
+        return Err(fail(
+            R::ncclInvalidArgument,
+            "ncclCommInitRank: comm is null",
+        ));
+    }
+    if nranks < 1 || rank < 0 || rank >= nranks {
+        return Err(fail(
+            R::ncclInvalidArgument,
+            format!("ncclCommInitRank: rank {rank} is not in 0..{nranks}"),
+        ));
+    }
+    let device = current_device()?;
+    let key: [u8; 128] = id.internal.map(|c| c as u8);
+    let mut forming = lock(forming());
+    let clique = forming
+        .entry(key)
+        .or_insert_with(|| new_clique(nranks as usize));
+    if clique.nranks != nranks as usize {
+        return Err(fail(
+            R::ncclInvalidUsage,
+            format!(
+                "ncclCommInitRank: {nranks} ranks, but this unique id's communicator was begun \
+                 with {}",
+                clique.nranks
+            ),
+        ));
+    }
+    let clique = Arc::clone(clique);
+    let mut state = lock(&clique.state);
+    if std::mem::replace(&mut state.joined[rank as usize], true) {
+        return Err(fail(
+            R::ncclInvalidUsage,
+            format!("ncclCommInitRank: rank {rank} joined this communicator twice"),
+        ));
+    }
+    if state.joined.iter().all(|&j| j) {
+        // Complete: a later id with the same bytes starts a new one.
+        forming.remove(&key);
         clique.changed.notify_all();
+    }
+    drop(forming);
+    if blocking {
         while !state.joined.iter().all(|&j| j) && !state.aborted {
             state = clique
                 .changed
                 .wait(state)
                 .unwrap_or_else(|e| e.into_inner());
         }
-        drop(state);
-        lock(forming()).remove(&key);
-        // SAFETY: checked non-null; writable per the API.
-        unsafe { comm.write(register(&clique, rank as usize, device)) };
-        Ok(())
-    })())
+        if state.aborted {
+            return Err(fail(
+                R::ncclRemoteError,
+                "ncclCommInitRank: the communicator was aborted before every rank joined",
+            ));
+        }
+    }
+    drop(state);
+    // SAFETY: checked non-null; writable per the caller's contract.
+    unsafe { comm.write(register(&clique, rank as usize, device)) };
+    Ok(())
 }
 
 unsafe extern "C" fn ncclCommInitAll(
@@ -331,6 +382,8 @@ unsafe extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut R)
             R::ncclInvalidUsage
         } else if state.aborted {
             R::ncclRemoteError
+        } else if !state.joined.iter().all(|&j| j) {
+            R::ncclInProgress
         } else {
             R::ncclSuccess
         };
@@ -434,6 +487,13 @@ fn enqueue(
 ) -> R {
     code((|| {
         let comm = self::comm(comm)?;
+        if !lock(&comm.clique.state).joined.iter().all(|&j| j) {
+            return Err(fail(
+                R::ncclInvalidUsage,
+                "the communicator is still being made (ncclCommGetAsyncError says \
+                 ncclInProgress): not every rank has joined",
+            ));
+        }
         let size = elem_size(shape.dtype)?;
         if shape.op.0 >= ncclRedOp_t::ncclNumOps.0 {
             return Err(fail(
@@ -885,6 +945,7 @@ pub fn nccl() -> &'static Nccl {
         ncclGetUniqueId,
         ncclCommInitRank,
         ncclCommInitAll,
+        ncclCommInitRankConfig,
         ncclCommDestroy,
         ncclCommAbort,
         ncclCommGetAsyncError,

@@ -28,6 +28,14 @@ pub struct Nccl {
         ndev: ::std::os::raw::c_int,
         devlist: *const ::std::os::raw::c_int,
     ) -> ncclResult_t,
+    /// `ncclCommInitRankConfig`
+    pub ncclCommInitRankConfig: unsafe extern "C" fn(
+        comm: *mut ncclComm_t,
+        nranks: ::std::os::raw::c_int,
+        commId: ncclUniqueId,
+        rank: ::std::os::raw::c_int,
+        config: *mut ncclConfig_t,
+    ) -> ncclResult_t,
     /// `ncclCommDestroy`
     pub ncclCommDestroy: unsafe extern "C" fn(comm: ncclComm_t) -> ncclResult_t,
     /// `ncclCommAbort`
@@ -117,11 +125,12 @@ pub struct Nccl {
 }
 /// Each entry point's name as documented and the versioned symbol
 /// NCCL 2.28's nccl.h select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 19usize] = [
+pub const SYMBOLS: [(&str, &str); 20usize] = [
     ("ncclGetVersion", "ncclGetVersion"),
     ("ncclGetUniqueId", "ncclGetUniqueId"),
     ("ncclCommInitRank", "ncclCommInitRank"),
     ("ncclCommInitAll", "ncclCommInitAll"),
+    ("ncclCommInitRankConfig", "ncclCommInitRankConfig"),
     ("ncclCommDestroy", "ncclCommDestroy"),
     ("ncclCommAbort", "ncclCommAbort"),
     ("ncclCommGetAsyncError", "ncclCommGetAsyncError"),
@@ -165,6 +174,7 @@ impl Nccl {
         let ncclGetUniqueId = resolve("ncclGetUniqueId");
         let ncclCommInitRank = resolve("ncclCommInitRank");
         let ncclCommInitAll = resolve("ncclCommInitAll");
+        let ncclCommInitRankConfig = resolve("ncclCommInitRankConfig");
         let ncclCommDestroy = resolve("ncclCommDestroy");
         let ncclCommAbort = resolve("ncclCommAbort");
         let ncclCommGetAsyncError = resolve("ncclCommGetAsyncError");
@@ -215,6 +225,16 @@ impl Nccl {
                         devlist: *const ::std::os::raw::c_int,
                     ) -> ncclResult_t,
                 >(ncclCommInitAll),
+                ncclCommInitRankConfig: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        comm: *mut ncclComm_t,
+                        nranks: ::std::os::raw::c_int,
+                        commId: ncclUniqueId,
+                        rank: ::std::os::raw::c_int,
+                        config: *mut ncclConfig_t,
+                    ) -> ncclResult_t,
+                >(ncclCommInitRankConfig),
                 ncclCommDestroy: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(comm: ncclComm_t) -> ncclResult_t,
