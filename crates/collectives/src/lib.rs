@@ -52,6 +52,11 @@
 //! # }
 //! ```
 
+/// The examples of `docs/multi-gpu.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/multi-gpu.md")]
+mod docs_examples {}
+
 mod communicator;
 mod error;
 mod group;

@@ -113,6 +113,7 @@
 //! | `profiler` | `profiler` | `StreamProfiler`, reports, Chrome traces |
 //! | `pipeline` | `pipeline` | `GpuTripleBuffer`, `AsyncCoordinator`, `PipelineStageManager`, `ManagedGpuContext`, `BatchUploader` |
 //! | `kernels` | `kernels` | the workspace's CUDA kernels and their CPU twins |
+//! | `collectives` | `collectives` | NCCL `Communicator`s, collectives on streams, `Group` |
 //!
 //! Each module is the sub-crate itself (`cuda_streams::pool` is
 //! `cuda-streams-stream-pool`), with its own guide in the repository's
@@ -129,6 +130,7 @@
 //! | `profiler` | yes | the `profiler` module |
 //! | `pipeline` | yes | the `pipeline` module |
 //! | `kernels` | yes | the `kernels` module |
+//! | `collectives` | yes | the `collectives` module |
 //!
 //! The [`prelude`] follows the features: it holds the common types of the
 //! modules that are enabled.
@@ -143,6 +145,9 @@ pub use error::{Error, Result};
 /// The stream-ordered allocator (`cuda-streams-allocator`).
 #[cfg(feature = "allocator")]
 pub use allocator;
+/// NCCL communicators and collectives (`cuda-streams-collectives`).
+#[cfg(feature = "collectives")]
+pub use collectives;
 /// The safe driver layer (always present): contexts, streams, events,
 /// buffers, modules, kernel launches and driver selection.
 pub use driver;
