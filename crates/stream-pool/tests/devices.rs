@@ -79,3 +79,57 @@ fn the_p2p_stream_pulls_data_after_the_producer_on_another_device() {
     gate.open();
     assert_eq!(dst.to_vec(&p2p).unwrap(), data);
 }
+
+/// A two-stage pipeline across two devices joined by peer copies: device 0
+/// fills batch `b` with `b + 1`, device 1's P2P stream pulls it, device 1
+/// accumulates `2 * batch` into its result. Two slots per device, so device 0
+/// refills a slot only once device 1 has pulled it (an event of device 1
+/// waited on device 0), and device 1 reuses a landing slot only after its
+/// compute has read it.
+#[test]
+fn a_pipeline_across_two_devices_joined_by_peer_copies() {
+    use kernels::typed::Elementwise;
+    let pools = DevicePools::new(5, AllocationStrategy::RoundRobin).unwrap();
+    if pools.len() < 2 {
+        eprintln!(
+            "skipped: needs two devices, the driver reports {}",
+            pools.len()
+        );
+        return;
+    }
+    const N: usize = 1 << 14;
+    const BATCHES: usize = 6;
+    let (dev0, dev1) = (pools.for_device(0).unwrap(), pools.for_device(1).unwrap());
+    let produce = dev0.get_stream_for_purpose(StreamPurpose::KernelExecution);
+    let consume = dev1.get_stream_for_purpose(StreamPurpose::KernelExecution);
+    let p2p = pools.p2p_stream(1).unwrap();
+    let (k0, k1) = (
+        Elementwise::load(dev0.context()).unwrap(),
+        Elementwise::load(dev1.context()).unwrap(),
+    );
+    let mut staged = [0, 1].map(|_| DeviceBuffer::<f32>::new(dev0.context(), N).unwrap());
+    let mut landed = [0, 1].map(|_| DeviceBuffer::<f32>::new(dev1.context(), N).unwrap());
+    let mut result = DeviceBuffer::from_slice(&consume, &vec![0.0f32; N]).unwrap();
+    let mut pulled: [Option<_>; 2] = [None, None];
+    let mut read: [Option<_>; 2] = [None, None];
+    for batch in 0..BATCHES {
+        let slot = batch % 2;
+        if let Some(done) = &pulled[slot] {
+            produce.wait_event(done).unwrap(); // device 1 has pulled this slot
+        }
+        k0.fill_f32(&produce, batch as f32 + 1.0, &mut staged[slot])
+            .unwrap();
+        p2p.wait_stream(&produce).unwrap();
+        if let Some(done) = &read[slot] {
+            p2p.wait_event(done).unwrap(); // device 1's compute has read it
+        }
+        p2p.copy_peer_async(&mut landed[slot], &staged[slot])
+            .unwrap();
+        pulled[slot] = Some(p2p.record_event().unwrap());
+        consume.wait_stream(&p2p).unwrap();
+        k1.saxpy(&consume, 2.0, &landed[slot], &mut result).unwrap();
+        read[slot] = Some(consume.record_event().unwrap());
+    }
+    let expected: f32 = (1..=BATCHES).map(|b| 2.0 * b as f32).sum();
+    assert_eq!(result.to_vec(&consume).unwrap(), vec![expected; N]);
+}
