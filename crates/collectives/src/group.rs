@@ -163,7 +163,10 @@ impl<'a> Op<'a> {
 
     /// Issue and track a collective outside any group.
     pub(crate) fn run_alone(self) -> Result<()> {
-        self.issue(false)?;
+        let issued = self.issue(false);
+        // NCCL may leave another device current: resynchronise the cache.
+        self.comm.context().force_bind()?;
+        issued?;
         self.track()
     }
 }
