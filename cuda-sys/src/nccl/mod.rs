@@ -78,16 +78,55 @@ pub enum NcclLoadError {
     },
 }
 
+/// `libnccl.so.2` of the `nvidia-nccl-cu*` wheels (which PyTorch installs) in
+/// the usual Python environments: the virtual or conda environment in use,
+/// the user's, the system's.
+fn wheel_libraries() -> Vec<String> {
+    let mut roots: Vec<std::path::PathBuf> = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(prefix) = std::env::var_os(var) {
+            roots.push(std::path::PathBuf::from(prefix).join("lib"));
+        }
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        roots.push(std::path::PathBuf::from(home).join(".local/lib"));
+    }
+    roots.extend(["/usr/local/lib", "/usr/lib", "/opt/conda/lib"].map(Into::into));
+    let mut found = Vec::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        let mut pythons: Vec<_> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .map(|e| e.path())
+            .collect();
+        pythons.sort();
+        for python in pythons {
+            for packages in ["site-packages", "dist-packages"] {
+                let lib = python.join(packages).join("nvidia/nccl/lib/libnccl.so.2");
+                if lib.is_file() {
+                    found.push(lib.to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    found
+}
+
 impl Nccl {
-    /// Open NCCL (`CUDA_STREAMS_NCCL_LIBRARY`, then `libnccl.so.2`, then
-    /// `libnccl.so`) and resolve every entry point. Never panics; the library
-    /// stays loaded for the rest of the process.
+    /// Open NCCL (`CUDA_STREAMS_NCCL_LIBRARY`, then `libnccl.so.2` and
+    /// `libnccl.so` on the loader path, then the `nvidia-nccl-cu*` wheel's in
+    /// the Python environments found) and resolve every entry point. Never
+    /// panics; the library stays loaded for the rest of the process.
     pub fn load() -> Result<Nccl, NcclLoadError> {
         let mut names: Vec<String> = Vec::new();
         if let Some(path) = std::env::var_os(LIBRARY_ENV) {
             names.push(path.to_string_lossy().into_owned());
         }
         names.extend(LIBRARY_NAMES.iter().map(|name| name.to_string()));
+        names.extend(wheel_libraries());
         let mut tried = Vec::new();
         for name in names {
             // SAFETY: opening libnccl runs its initialisers, which are made to
