@@ -63,6 +63,13 @@ pub struct Driver {
         leastPriority: *mut ::std::os::raw::c_int,
         greatestPriority: *mut ::std::os::raw::c_int,
     ) -> CUresult,
+    /// `cuCtxEnablePeerAccess`
+    pub cuCtxEnablePeerAccess: unsafe extern "C" fn(
+        peerContext: CUcontext,
+        Flags: ::std::os::raw::c_uint,
+    ) -> CUresult,
+    /// `cuCtxDisablePeerAccess`
+    pub cuCtxDisablePeerAccess: unsafe extern "C" fn(peerContext: CUcontext) -> CUresult,
     /// `cuStreamCreateWithPriority`
     pub cuStreamCreateWithPriority: unsafe extern "C" fn(
         phStream: *mut CUstream,
@@ -313,9 +320,9 @@ pub struct Driver {
         pStr: *mut *const ::std::os::raw::c_char,
     ) -> CUresult,
 }
-/// Each entry point's name as documented and the versioned symbol the
-/// CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 62usize] = [
+/// Each entry point's name as documented and the versioned symbol
+/// the CUDA 13.0 headers select for it, in table order.
+pub const SYMBOLS: [(&str, &str); 64usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -330,6 +337,8 @@ pub const SYMBOLS: [(&str, &str); 62usize] = [
     ("cuCtxGetCurrent", "cuCtxGetCurrent"),
     ("cuCtxSynchronize", "cuCtxSynchronize"),
     ("cuCtxGetStreamPriorityRange", "cuCtxGetStreamPriorityRange"),
+    ("cuCtxEnablePeerAccess", "cuCtxEnablePeerAccess"),
+    ("cuCtxDisablePeerAccess", "cuCtxDisablePeerAccess"),
     ("cuStreamCreateWithPriority", "cuStreamCreateWithPriority"),
     ("cuStreamDestroy", "cuStreamDestroy_v2"),
     ("cuStreamQuery", "cuStreamQuery"),
@@ -416,6 +425,8 @@ impl Driver {
         let cuCtxGetCurrent = resolve("cuCtxGetCurrent");
         let cuCtxSynchronize = resolve("cuCtxSynchronize");
         let cuCtxGetStreamPriorityRange = resolve("cuCtxGetStreamPriorityRange");
+        let cuCtxEnablePeerAccess = resolve("cuCtxEnablePeerAccess");
+        let cuCtxDisablePeerAccess = resolve("cuCtxDisablePeerAccess");
         let cuStreamCreateWithPriority = resolve("cuStreamCreateWithPriority");
         let cuStreamDestroy = resolve("cuStreamDestroy_v2");
         let cuStreamQuery = resolve("cuStreamQuery");
@@ -548,6 +559,17 @@ impl Driver {
                         greatestPriority: *mut ::std::os::raw::c_int,
                     ) -> CUresult,
                 >(cuCtxGetStreamPriorityRange),
+                cuCtxEnablePeerAccess: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        peerContext: CUcontext,
+                        Flags: ::std::os::raw::c_uint,
+                    ) -> CUresult,
+                >(cuCtxEnablePeerAccess),
+                cuCtxDisablePeerAccess: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(peerContext: CUcontext) -> CUresult,
+                >(cuCtxDisablePeerAccess),
                 cuStreamCreateWithPriority: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

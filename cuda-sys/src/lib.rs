@@ -37,6 +37,7 @@ mod driver_table;
 #[rustfmt::skip]
 mod error_names;
 mod load;
+pub mod nccl;
 mod result;
 pub mod signature;
 

@@ -33,6 +33,8 @@ const ENTRY_POINTS: &[&str] = &[
     "cuCtxGetCurrent",
     "cuCtxSynchronize",
     "cuCtxGetStreamPriorityRange",
+    "cuCtxEnablePeerAccess",
+    "cuCtxDisablePeerAccess",
     // Streams.
     "cuStreamCreateWithPriority",
     "cuStreamDestroy",
@@ -168,6 +170,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
             eprintln!("xtask: wrote cuda-sys/src/{name}");
         }
     }
+    changed += crate::gen_nccl::run(check)?;
     if check {
         eprintln!("xtask: cuda-sys bindings are up to date");
     } else if changed == 0 {
@@ -176,8 +179,45 @@ pub(crate) fn run(check: bool) -> Result<()> {
     Ok(())
 }
 
+/// What differs between the function tables generated: the driver's and NCCL's.
+pub(crate) struct TableSpec<'a> {
+    /// The struct's name (`Driver`, `Nccl`).
+    pub(crate) name: &'a str,
+    /// The struct's doc comment.
+    pub(crate) doc: &'a str,
+    /// The module holding the bindings' types (`crate::bindings`).
+    pub(crate) types: &'a str,
+    /// What the loader resolves from, for the safety comments ("the CUDA
+    /// 13.0 headers").
+    pub(crate) headers: &'a str,
+    /// The entry points, by documented name.
+    pub(crate) entries: &'a [&'a str],
+}
+
 /// The `Driver` struct and its loader, one field per entry point.
 fn driver_table(
+    functions: &BTreeMap<String, syn::Signature>,
+    renames: &BTreeMap<String, String>,
+) -> Result<String> {
+    function_table(
+        &TableSpec {
+            name: "Driver",
+            doc: " The driver's function table: one pointer per entry point the workspace\n \
+                  calls. Filled from `libcuda.so.1` by [`Driver::load`](crate::Driver::load),\n \
+                  or by the software driver with its own implementations.",
+            types: "crate::bindings",
+            headers: "the CUDA 13.0 headers",
+            entries: ENTRY_POINTS,
+        },
+        functions,
+        renames,
+    )
+}
+
+/// A function-pointer table and its resolver, one field per entry point of
+/// `spec`, each field's type copied from the declaration bindgen produced.
+pub(crate) fn function_table(
+    spec: &TableSpec<'_>,
     functions: &BTreeMap<String, syn::Signature>,
     renames: &BTreeMap<String, String>,
 ) -> Result<String> {
@@ -185,11 +225,12 @@ fn driver_table(
     let mut resolves = Vec::new();
     let mut inits = Vec::new();
     let mut symbols = Vec::new();
-    for &base in ENTRY_POINTS {
+    for &base in spec.entries {
         let symbol = selected_symbol(renames, base);
         if !functions.contains_key(symbol) {
             return Err(format!(
-                "cuda.h selects {symbol} for entry point {base} but declares no such function"
+                "{} selects {symbol} for entry point {base} but declares no such function",
+                spec.headers
             ));
         }
         let sig = &functions[symbol];
@@ -209,24 +250,40 @@ fn driver_table(
         });
         symbols.push(quote! { (#base, #symbol), });
     }
-    let count = ENTRY_POINTS.len();
+    let count = spec.entries.len();
+    let name = format_ident!("{}", spec.name);
+    let types: syn::Path =
+        syn::parse_str(spec.types).map_err(|e| format!("bad types path {}: {e}", spec.types))?;
+    let struct_doc = spec.doc.replace("\\n", "\n");
+    let struct_docs = struct_doc.lines().map(|line| quote! { #[doc = #line] });
+    let symbols_doc = format!(
+        " Each entry point's name as documented and the versioned symbol\n {} select for it, \
+         in table order.",
+        spec.headers
+    );
+    let symbols_docs = symbols_doc.lines().map(|line| quote! { #[doc = #line] });
+    let from_resolver_safety = format!(
+        " Every non-null address returned by `resolve` must be the function of that\n \
+         name with the signature {} give it, and stay valid for\n as long as the table is used.",
+        spec.headers
+    );
+    let safety_docs = from_resolver_safety
+        .lines()
+        .map(|line| quote! { #[doc = #line] });
     let tokens = quote! {
-        use crate::bindings::*;
+        use #types::*;
 
-        /// The driver's function table: one pointer per entry point the workspace
-        /// calls. Filled from `libcuda.so.1` by [`Driver::load`](crate::Driver::load),
-        /// or by the software driver with its own implementations.
+        #(#struct_docs)*
         #[allow(non_snake_case)]
         #[derive(Clone, Copy)]
-        pub struct Driver {
+        pub struct #name {
             #(#fields)*
         }
 
-        /// Each entry point's name as documented and the versioned symbol the
-        /// CUDA 13.0 headers select for it, in table order.
+        #(#symbols_docs)*
         pub const SYMBOLS: [(&str, &str); #count] = [ #(#symbols)* ];
 
-        impl Driver {
+        impl #name {
             /// Build the table from a symbol resolver.
             ///
             /// `resolve` is called once per entry of [`SYMBOLS`] with the versioned
@@ -234,9 +291,7 @@ fn driver_table(
             /// Returns the names of all missing symbols when any is missing.
             ///
             /// # Safety
-            /// Every non-null address returned by `resolve` must be the function of that
-            /// name with the signature the CUDA 13.0 headers give it, and stay valid for
-            /// as long as the table is used.
+            #(#safety_docs)*
             #[allow(non_snake_case)]
             pub unsafe fn from_resolver(
                 mut resolve: impl FnMut(&'static str) -> *const core::ffi::c_void,
@@ -258,18 +313,24 @@ fn driver_table(
         }
     };
     let file = syn::parse2::<syn::File>(tokens)
-        .map_err(|e| format!("generated driver table does not parse: {e}"))?;
+        .map_err(|e| format!("generated {} table does not parse: {e}", spec.name))?;
     // Comments are not tokens, so the SAFETY comment is placed after formatting.
     let text = prettyplease::unparse(&file);
     let marker = "        Ok(unsafe {";
     if !text.contains(marker) {
-        return Err("generated driver table lost its unsafe block".into());
+        return Err(format!(
+            "generated {} table lost its unsafe block",
+            spec.name
+        ));
     }
     Ok(text.replacen(
         marker,
-        "        // SAFETY: every address is non-null (missing ones returned above) and, by the\n\
-         \x20       // caller's contract, is the function the CUDA 13.0 headers declare under that\n\
-         \x20       // symbol, whose type is the field's type.\n        Ok(unsafe {",
+        &format!(
+            "        // SAFETY: every address is non-null (missing ones returned above) and, by the\n\
+             \x20       // caller's contract, is the function {} declare under that\n\
+             \x20       // symbol, whose type is the field's type.\n        Ok(unsafe {{",
+            spec.headers
+        ),
         1,
     ))
 }

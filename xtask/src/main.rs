@@ -8,6 +8,7 @@ mod build_kernels;
 mod cuda_toolchain;
 mod doctests;
 mod gen_bindings;
+mod gen_nccl;
 mod gpu_bundle;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ cargo xtask <command> [options]
 
 Commands:
   bindgen [--check]        regenerate cuda-sys/src/{bindings,driver_table,error_names}.rs
+                           and cuda-sys/src/nccl/{bindings,table}.rs (nccl.h of NCCL 2.28)
                            from CUDA 13.0's cuda.h; --check fails when the committed
                            files differ from a fresh generation
   gpu-bundle [--no-bench]  build every test binary, the doc tests, the benches and the CLI

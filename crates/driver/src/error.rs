@@ -127,6 +127,35 @@ pub enum Error {
         /// The object's context id.
         found: u64,
     },
+    /// Memory, an event or a kernel of one device used on a stream of another,
+    /// where the operation needs them on the stream's own device.
+    #[error(
+        "{what} belongs to device {found_device} (context {found}), but the stream belongs to \
+         device {stream_device} (context {expected}); move data between devices with \
+         Stream::copy_peer_async"
+    )]
+    DeviceMismatch {
+        /// The object that does not match.
+        what: &'static str,
+        /// The stream's device ordinal.
+        stream_device: i32,
+        /// The object's device ordinal.
+        found_device: i32,
+        /// The stream's context id.
+        expected: u64,
+        /// The object's context id.
+        found: u64,
+    },
+    /// Peer access between two devices that cannot be peers.
+    #[error(
+        "device {from} cannot access the memory of device {to} (cuDeviceCanAccessPeer says no)"
+    )]
+    PeerAccessUnsupported {
+        /// The device that would access.
+        from: i32,
+        /// The device whose memory it would access.
+        to: i32,
+    },
     /// A launch configuration the hardware cannot run.
     #[error("invalid launch configuration: {reason}")]
     InvalidLaunchConfig {

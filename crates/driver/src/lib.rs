@@ -140,6 +140,7 @@ mod stream;
 
 pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use copy::check_len;
+pub use enqueue::BufferUse;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use event_pool::{EventPool, EventPoolUtilization, PooledEvent};

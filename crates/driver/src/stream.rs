@@ -207,9 +207,23 @@ impl Stream {
     }
 
     /// Make work enqueued after this call wait until `event` completes (the host
-    /// does not wait). An event never recorded completes at once.
+    /// does not wait). An event never recorded completes at once. The event
+    /// may belong to another device: the GPU orders across devices.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let last = Context::device_count()? - 1; // another device when there are two
+    /// let (a, b) = (Stream::new(&Context::new(0)?)?, Stream::new(&Context::new(last)?)?);
+    /// let done_on_a = a.record_event()?;
+    /// b.wait_event(&done_on_a)?; // b's later work runs after a's work so far
+    /// b.synchronize()?;
+    /// assert!(done_on_a.query()?);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.check_context("the event", event.context())?;
+        self.check_driver("the event", event.context())?;
         self.ctx.bind()?;
         // SAFETY: both handles are live; flags 0 is CU_EVENT_WAIT_DEFAULT.
         let code = unsafe { (self.ctx.driver().cuStreamWaitEvent)(self.raw, event.as_raw(), 0) };
@@ -418,15 +432,42 @@ impl Stream {
         self.check_context_id(what, other.id())
     }
 
-    /// `Ok` when `id` is this stream's context's id.
+    /// `Ok` when `id` is this stream's context's id; otherwise an error that
+    /// names both devices when `id` is a context of another device.
     pub(crate) fn check_context_id(&self, what: &'static str, id: u64) -> Result<()> {
         if id == self.ctx.id() {
+            return Ok(());
+        }
+        match crate::context::describe(id) {
+            Some((kind, found_device))
+                if kind == self.ctx.kind() && found_device != self.ctx.ordinal() =>
+            {
+                Err(Error::DeviceMismatch {
+                    what,
+                    stream_device: self.ctx.ordinal(),
+                    found_device,
+                    expected: self.ctx.id(),
+                    found: id,
+                })
+            }
+            _ => Err(Error::ContextMismatch {
+                what,
+                expected: self.ctx.id(),
+                found: id,
+            }),
+        }
+    }
+
+    /// `Ok` when `other` runs on this stream's driver (any device of it):
+    /// for what may cross devices (event waits, peer copies).
+    pub(crate) fn check_driver(&self, what: &'static str, other: &Context) -> Result<()> {
+        if other.kind() == self.ctx.kind() {
             Ok(())
         } else {
             Err(Error::ContextMismatch {
                 what,
                 expected: self.ctx.id(),
-                found: id,
+                found: other.id(),
             })
         }
     }

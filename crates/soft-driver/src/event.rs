@@ -4,9 +4,13 @@
 //! Query, synchronize and wait look at the record that is latest *when they are
 //! called*; the worker stamps the time only if the marker it passes still
 //! belongs to the latest generation, so re-recording moves the event's point.
+//!
+//! An event belongs to the device of the context it was created in and is
+//! recorded only on that device's streams; any device's stream may wait on
+//! it (`cuStreamWaitEvent` across devices), as on a GPU.
 
 use crate::context::require;
-use crate::errors::{code, write_out};
+use crate::errors::{code, fail, write_out};
 use crate::handles::{Registry, lock};
 use crate::ops::Template;
 use crate::stream::{Stream, resolve};
@@ -19,6 +23,7 @@ pub(crate) static EVENTS: Registry<Event> = Registry::new();
 
 pub(crate) struct Event {
     timing: bool,
+    device: i32,
     inner: Mutex<Inner>,
 }
 
@@ -91,7 +96,7 @@ impl Event {
 
 pub(crate) unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, Flags: c_uint) -> CUresult {
     code((|| {
-        require()?;
+        let device = require()?;
         let known = CUevent_flags::CU_EVENT_BLOCKING_SYNC.0
             | CUevent_flags::CU_EVENT_DISABLE_TIMING.0
             | CUevent_flags::CU_EVENT_INTERPROCESS.0;
@@ -103,6 +108,7 @@ pub(crate) unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, Flags: c_ui
         }
         let event = Arc::new(Event {
             timing: !no_timing,
+            device,
             inner: Mutex::new(Inner::default()),
         });
         let handle = EVENTS.insert(event);
@@ -121,6 +127,15 @@ pub(crate) unsafe extern "C" fn cuEventRecord(hEvent: CUevent, hStream: CUstream
         require()?;
         let event = EVENTS.get(hEvent as usize)?;
         let stream = resolve(hStream)?;
+        if stream.device != event.device {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!(
+                    "cuEventRecord: the event belongs to device {} but the stream to device {}",
+                    event.device, stream.device
+                ),
+            ));
+        }
         stream.submit(&[Template::Record(event)])
     })())
 }

@@ -22,6 +22,8 @@ static LIVE: Registry<Stream> = Registry::new();
 
 pub(crate) struct Stream {
     pub(crate) handle: usize,
+    /// The device of the context it was created in.
+    pub(crate) device: i32,
     pub(crate) flags: u32,
     pub(crate) priority: i32,
     state: Mutex<State>,
@@ -56,9 +58,15 @@ impl State {
 
 impl Stream {
     /// A new stream with a running worker, registered as live.
-    pub(crate) fn spawn(handle: usize, flags: u32, priority: i32) -> Result<Arc<Self>, CUresult> {
+    pub(crate) fn spawn(
+        handle: usize,
+        flags: u32,
+        priority: i32,
+        device: i32,
+    ) -> Result<Arc<Self>, CUresult> {
         let stream = Arc::new(Stream {
             handle,
+            device,
             flags,
             priority,
             state: Mutex::new(State {
@@ -114,7 +122,7 @@ impl Stream {
             if let Some(delay) = delay {
                 std::thread::sleep(delay);
             }
-            let fault = op.run(faulted);
+            let fault = op.run(faulted, self.device);
             let mut state = self.state();
             if let Some(fault) = fault {
                 crate::faults::note_context_fault(&fault);
@@ -236,28 +244,35 @@ impl Stream {
     }
 }
 
-/// The legacy default stream (the null handle, `CU_STREAM_LEGACY` and
-/// `CU_STREAM_PER_THREAD`): one process-wide stream with its own worker.
-fn legacy() -> Result<Arc<Stream>, CUresult> {
-    static LEGACY: OnceLock<Result<Arc<Stream>, CUresult>> = OnceLock::new();
-    LEGACY.get_or_init(|| Stream::spawn(mint(), 0, 0)).clone()
+/// Device `device`'s legacy default stream (the null handle,
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`): one stream per device with
+/// its own worker.
+fn legacy(device: i32) -> Result<Arc<Stream>, CUresult> {
+    type Spawned = OnceLock<Result<Arc<Stream>, CUresult>>;
+    static LEGACY: OnceLock<Vec<Spawned>> = OnceLock::new();
+    let all = LEGACY.get_or_init(|| {
+        (0..crate::device::device_count())
+            .map(|_| OnceLock::new())
+            .collect()
+    });
+    all[device as usize]
+        .get_or_init(|| Stream::spawn(mint(), 0, 0, device))
+        .clone()
 }
 
 /// The stream behind `handle`. The null stream needs a current context, as on
 /// a GPU, where it means "the current context's default stream".
 pub(crate) fn resolve(handle: CUstream) -> Result<Arc<Stream>, CUresult> {
     match handle as usize {
-        0..=2 => {
-            crate::context::require()?;
-            legacy()
-        }
+        0..=2 => legacy(crate::context::require()?),
         handle => STREAMS.get(handle),
     }
 }
 
-/// Wait for every stream's work submitted so far (`cuCtxSynchronize`).
-pub(crate) fn synchronize_all() {
-    for stream in LIVE.all() {
+/// Wait for the work submitted so far to every stream of `device`
+/// (`cuCtxSynchronize`).
+pub(crate) fn synchronize_all(device: i32) {
+    for stream in LIVE.all().into_iter().filter(|s| s.device == device) {
         let ticket = {
             let state = stream.state();
             if state.capture.is_some() {

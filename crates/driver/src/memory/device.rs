@@ -161,7 +161,9 @@ unsafe impl<T: DeviceCopy> DeviceMemory for DeviceBuffer<T> {
     }
 
     fn before_device_use(&self, stream: &Stream) -> Result<()> {
-        stream.check_context("the device buffer", &self.ctx)?;
+        // Another device's stream only for peer copies (the driver layer
+        // checks the device of every other use before this hook).
+        stream.check_driver("the device buffer", &self.ctx)?;
         match &self.home {
             Some(home) if home.id() != stream.id() => self.tracker.order_after_home(home, stream),
             _ => Ok(()),

@@ -419,7 +419,7 @@ impl OperationGraph {
     fn completion_event(&self, stream: &Stream) -> Result<PooledEvent> {
         Ok(match Arc::ptr_eq(self.pool.context(), stream.context()) {
             true => self.pool.acquire_event(false)?,
-            false => stream.context().event_pool().acquire_event(false)?,
+            false => stream.event_pool().acquire_event(false)?,
         })
     }
 
