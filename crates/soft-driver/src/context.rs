@@ -161,6 +161,7 @@ pub(crate) unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresul
 pub(crate) unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     code((|| {
         require()?;
+        crate::stream::refuse_during_capture("cuCtxSynchronize")?;
         crate::stream::synchronize_all();
         crate::memory::trim_pool_at_sync();
         crate::faults::context_fault()
