@@ -49,6 +49,11 @@
 #[doc = include_str!("../../../docs/engine.md")]
 mod docs_examples {}
 
+/// The examples of `docs/graphs.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/graphs.md")]
+mod graphs_examples {}
+
 mod capture;
 pub mod cycle;
 mod error;
