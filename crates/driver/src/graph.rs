@@ -573,6 +573,7 @@ impl Capture {
         Ok(Graph {
             ctx: Arc::clone(self.origin.context()),
             raw,
+            lock: Mutex::new(()),
             resources: Arc::new(std::mem::take(&mut self.resources)),
             nodes: self.nodes,
         })
@@ -607,6 +608,20 @@ impl Drop for Capture {
         if !self.open {
             return;
         }
+        // Joined first, so the driver ends the capture of every stream (an
+        // unjoined fork could otherwise leave a stream capturing on a GPU).
+        let unjoined: Vec<Arc<Stream>> = self
+            .members
+            .iter()
+            .filter(|m| m.unjoined)
+            .map(|m| Arc::clone(&m.stream))
+            .collect();
+        let branches: Vec<&Stream> = unjoined.iter().map(|s| &**s).collect();
+        if !branches.is_empty() {
+            if let Err(err) = self.origin.join(&branches) {
+                tracing::warn!("joining the forks of a dropped capture: {err}");
+            }
+        }
         match self.close() {
             Ok(raw) => {
                 let ctx = self.origin.context();
@@ -633,9 +648,32 @@ impl fmt::Debug for Capture {
 
 /// A captured graph: instantiate it to replay it ([`Graph::instantiate`]).
 /// It keeps alive the buffers, kernels and callbacks its nodes use.
+///
+/// ```
+/// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_driver::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let buf = Arc::new(DeviceBuffer::<u32>::new(&ctx, 64)?);
+/// let mut capture = stream.begin_capture()?;
+/// capture.memset_u8(&stream, &buf, 0xff)?;
+/// let graph = capture.end()?;
+/// assert_eq!(graph.node_count(), 1);
+/// assert_eq!(Arc::strong_count(&buf), 2, "the graph keeps the buffer");
+/// let (first, second) = (graph.instantiate()?, graph.instantiate()?);
+/// first.launch(&stream)?;
+/// second.launch(&stream)?;
+/// assert_eq!(buf.to_vec(&stream)?, vec![u32::MAX; 64]);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Graph {
     ctx: Arc<Context>,
     raw: CUgraph,
+    /// CUDA graph objects are not synchronized internally: calls that read
+    /// this one (instantiate, update from it) take turns.
+    lock: Mutex<()>,
     resources: Arc<Resources>,
     nodes: usize,
 }
@@ -643,13 +681,14 @@ pub struct Graph {
 // SAFETY: a graph handle may be used from any thread; the resources are
 // `Send + Sync` (buffers, kernels, `Fn + Send + Sync` callbacks).
 unsafe impl Send for Graph {}
-// SAFETY: as above; `Graph` has no interior mutability.
+// SAFETY: as above; the driver calls that read the graph take turns (`lock`).
 unsafe impl Sync for Graph {}
 
 impl Graph {
     /// An executable instance (`cuGraphInstantiate`).
     pub fn instantiate(&self) -> Result<GraphExec> {
         self.ctx.bind()?;
+        let _turn = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut raw: CUgraphExec = std::ptr::null_mut();
         // SAFETY: a live graph; valid out-pointer.
         let code = unsafe { (self.ctx.driver().cuGraphInstantiate)(&mut raw, self.raw, 0) };
@@ -701,17 +740,42 @@ impl fmt::Debug for Graph {
 /// It keeps the resources of its graph alive: buffers until the last replay
 /// has passed them (through their use trackers), callbacks until every
 /// stream it was launched on has passed its last replay.
+///
+/// ```
+/// use cuda_streams_driver::{Context, DeviceBuffer, GraphArg, LaunchConfig, Module, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> cuda_streams_driver::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("fill_u32")?;
+/// let out = Arc::new(DeviceBuffer::<u32>::new(&ctx, 32)?);
+/// let capture_fill = |value: u32| {
+///     let mut capture = stream.begin_capture()?;
+///     let args = [GraphArg::from(32u64), value.into(), GraphArg::write(&out)];
+///     capture.launch(&stream, &fill, LaunchConfig::for_num_elems(32), &args)?;
+///     capture.end()
+/// };
+/// let mut exec = capture_fill(1)?.instantiate()?;
+/// exec.launch(&stream)?;
+/// assert_eq!(out.to_vec(&stream)?, vec![1; 32]);
+/// exec.update(&capture_fill(2)?)?; // same shape, new argument: no new instance
+/// exec.launch(&stream)?;
+/// assert_eq!(out.to_vec(&stream)?, vec![2; 32]);
+/// # Ok(())
+/// # }
+/// ```
 pub struct GraphExec {
     ctx: Arc<Context>,
     raw: CUgraphExec,
     resources: Arc<Resources>,
     nodes: usize,
-    /// Streams it was launched on (callbacks are released after them).
+    /// Streams it was launched on (callbacks are released after them). Held
+    /// across each launch, so launches of one instance take turns.
     launched_on: Mutex<Vec<Arc<Stream>>>,
 }
 
-// SAFETY: an executable graph handle may be used from any thread (launches
-// are serialized by the driver); other state is behind a Mutex or immutable.
+// SAFETY: an executable graph handle may be used from any thread; launches
+// and uploads take turns (`launched_on`'s lock), `update` needs `&mut`.
 unsafe impl Send for GraphExec {}
 // SAFETY: as above.
 unsafe impl Sync for GraphExec {}
@@ -722,13 +786,20 @@ impl GraphExec {
     /// enqueued after waits for all of it.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         self.before_launch(stream, "GraphExec::launch")?;
-        // SAFETY: a live executable graph and a live stream of its context;
-        // its buffers are alive (held by `resources`) and ordered after
-        // their allocations on `stream` (above).
-        let code = unsafe { (self.ctx.driver().cuGraphLaunch)(self.raw, stream.as_raw()) };
-        self.ctx.check(code)?;
+        {
+            let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: a live executable graph and a live stream of its
+            // context; its buffers are alive (held by `resources`) and
+            // ordered after their allocations on `stream` (above).
+            let code = unsafe { (self.ctx.driver().cuGraphLaunch)(self.raw, stream.as_raw()) };
+            self.ctx.check(code)?;
+            if !self.resources.callbacks.is_empty()
+                && !launched.iter().any(|s| s.id() == stream.id())
+            {
+                launched.push(stream.to_arc());
+            }
+        }
         stream.counters.operation();
-        self.remember(stream);
         let mut result = Ok(());
         for (memory, write) in &self.resources.buffers {
             result = result.and(memory.as_use().after_use(stream, *write));
@@ -741,6 +812,7 @@ impl GraphExec {
     /// costs no more than later ones.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         self.before_launch(stream, "GraphExec::upload")?;
+        let _turn = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live executable graph and a live stream of its context.
         let code = unsafe { (self.ctx.driver().cuGraphUpload)(self.raw, stream.as_raw()) };
         self.ctx.check(code)
@@ -759,16 +831,6 @@ impl GraphExec {
         Ok(())
     }
 
-    fn remember(&self, stream: &Stream) {
-        if self.resources.callbacks.is_empty() {
-            return;
-        }
-        let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
-        if !launched.iter().any(|s| s.id() == stream.id()) {
-            launched.push(stream.to_arc());
-        }
-    }
-
     /// Replace the parameters of every node with those of `graph`
     /// (`cuGraphExecUpdate`), without instantiating again: `graph` must
     /// have been captured from the same sequence of operations (same
@@ -776,7 +838,15 @@ impl GraphExec {
     /// already enqueued keep the old parameters. On failure
     /// ([`Error::GraphUpdate`]) the executable graph is unchanged.
     pub fn update(&mut self, graph: &Graph) -> Result<()> {
+        if graph.ctx.id() != self.ctx.id() {
+            return Err(Error::ContextMismatch {
+                what: "the graph",
+                expected: self.ctx.id(),
+                found: graph.ctx.id(),
+            });
+        }
         self.ctx.bind()?;
+        let _turn = graph.lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut info = CUgraphExecUpdateResultInfo::default();
         // SAFETY: live handles of one context; valid out-pointer.
         let code = unsafe { (self.ctx.driver().cuGraphExecUpdate)(self.raw, graph.raw, &mut info) };
