@@ -13,14 +13,25 @@
 //!
 //! Printed: the ratio (goal on the H200: at least 4x), and the host time of
 //! one replay's launch call divided by the nodes (goal: at most 0.8 µs per
-//! node). On the software driver the kernels are CPU twins, so only the
-//! host-side figures mean anything there.
+//! node).
+//!
+//! The pipeline's launch-bound case: 300 steps of upload, `compute` (one
+//! iteration) and download of 4,096 floats, eagerly through
+//! `PipelineStageManager` (three slots, three streams), against three steps
+//! (one per slot: upload, compute, download on three streams, ordered by
+//! edges) captured once and replayed 100 times (goal: at least 2x).
+//!
+//! On the software driver the kernels are CPU twins, so only the host-side
+//! figures mean anything there.
 
 use cuda_streams_benches::{
     compare, criterion_summary, figure, kernel, median_duration, run_criterion,
 };
-use driver::{Context, DeviceBuffer, GraphArg, Kernel, KernelArg, LaunchConfig, Stream};
+use driver::{
+    Context, DeviceBuffer, GraphArg, Kernel, KernelArg, LaunchConfig, PinnedBuffer, Stream,
+};
 use engine::{OperationGraph, OperationId};
+use pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -66,6 +77,117 @@ fn synchronize(streams: &[Arc<Stream>]) {
     for stream in streams {
         stream.synchronize().expect("synchronize");
     }
+}
+
+const PIPELINE_ELEMENTS: usize = 4_096;
+const PIPELINE_STEPS: usize = 300;
+const SLOTS: usize = 3;
+
+/// The pipeline's launch-bound case, eager and as a replayed graph.
+fn pipeline_case(ctx: &Arc<Context>) {
+    let compute = kernel(ctx, &kernels::COMPUTE, "compute");
+    let cfg = LaunchConfig::for_num_elems(PIPELINE_ELEMENTS as u32);
+    let data: Vec<f32> = (0..PIPELINE_ELEMENTS)
+        .map(|i| (i % 1000) as f32 * 0.001)
+        .collect();
+
+    let coordinator = AsyncCoordinator::new(ctx).expect("a coordinator");
+    let mut manager =
+        PipelineStageManager::new(coordinator, PIPELINE_ELEMENTS).expect("a pipeline");
+    let stage = manager.add_stage(GpuPipelineStage::compute(
+        "compute",
+        compute.clone(),
+        cfg,
+        1,
+        0,
+        1,
+    ));
+    manager.set_inputs(vec![0]);
+    manager.set_order(vec![stage]).expect("an order");
+    manager.fill_input(0, &data).expect("input");
+    for _ in 0..3 {
+        manager.execute_iteration().expect("a step");
+    }
+    manager.drain().expect("drain");
+    let eager_time = median_duration(RUNS, || {
+        for _ in 0..PIPELINE_STEPS {
+            manager.execute_iteration().expect("a step");
+        }
+        manager.drain().expect("drain");
+    });
+
+    let streams: Vec<Arc<Stream>> = (0..3)
+        .map(|_| Stream::new(ctx).expect("a stream"))
+        .collect();
+    let (up, work, down) = (&streams[0], &streams[1], &streams[2]);
+    let pinned_in: Vec<_> = (0..SLOTS)
+        .map(|_| Arc::new(PinnedBuffer::from_slice(ctx, &data).expect("pinned")))
+        .collect();
+    let pinned_out: Vec<_> = (0..SLOTS)
+        .map(|_| Arc::new(PinnedBuffer::<f32>::new(ctx, PIPELINE_ELEMENTS).expect("pinned")))
+        .collect();
+    let dev_in: Vec<_> = (0..SLOTS)
+        .map(|_| Arc::new(DeviceBuffer::<f32>::new(ctx, PIPELINE_ELEMENTS).expect("a buffer")))
+        .collect();
+    let dev_out: Vec<_> = (0..SLOTS)
+        .map(|_| Arc::new(DeviceBuffer::<f32>::new(ctx, PIPELINE_ELEMENTS).expect("a buffer")))
+        .collect();
+    let mut capture = up.begin_capture().expect("a capture");
+    capture.fork(up, &[work, down]).expect("fork");
+    for slot in 0..SLOTS {
+        capture
+            .copy_from_host(up, &dev_in[slot], &pinned_in[slot])
+            .expect("upload");
+        capture.join(work, &[up]).expect("after the upload");
+        let args = [
+            GraphArg::from(PIPELINE_ELEMENTS as u64),
+            1u32.into(),
+            GraphArg::read(&dev_in[slot]),
+            GraphArg::write(&dev_out[slot]),
+        ];
+        capture.launch(work, &compute, cfg, &args).expect("compute");
+        capture.join(down, &[work]).expect("after the compute");
+        // SAFETY: the host reads the outputs only after the last replay,
+        // with no replay launched meanwhile.
+        unsafe { capture.copy_to_host_unchecked(down, &pinned_out[slot], &dev_out[slot]) }
+            .expect("download");
+    }
+    capture.join(up, &[work, down]).expect("join");
+    let exec = capture
+        .end()
+        .expect("the capture ends")
+        .instantiate()
+        .expect("instantiate");
+    exec.upload(up).expect("upload");
+    let replay_time = median_duration(RUNS, || {
+        for _ in 0..PIPELINE_STEPS / SLOTS {
+            exec.launch(up).expect("a replay");
+        }
+        up.synchronize().expect("synchronize");
+    });
+
+    let mut expected = DeviceBuffer::<f32>::new(ctx, PIPELINE_ELEMENTS).expect("a buffer");
+    let input = DeviceBuffer::from_slice(up, &data).expect("a buffer");
+    let args = [
+        KernelArg::from(PIPELINE_ELEMENTS as u64),
+        1u32.into(),
+        (&input).into(),
+        (&mut expected).into(),
+    ];
+    up.launch(&compute, cfg, &args).expect("a launch");
+    let expected = expected.to_vec(up).expect("read");
+    for out in &pinned_out {
+        assert_eq!(
+            out.as_slice().expect("read"),
+            &expected[..],
+            "a replayed step's output"
+        );
+    }
+    compare(
+        "graphs: pipeline launch-bound (300 steps of 4,096 floats) replayed vs PipelineStageManager",
+        replay_time.as_nanos() as f64,
+        eager_time.as_nanos() as f64,
+    );
 }
 
 fn main() {
@@ -157,5 +279,6 @@ fn main() {
         capture_time.as_secs_f64() * 1e3,
         "ms",
     );
+    pipeline_case(&ctx);
     criterion_summary();
 }

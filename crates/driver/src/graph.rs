@@ -25,7 +25,8 @@ use crate::callback::panic_message;
 use crate::context::{Context, HostFnGuard};
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig, launch_raw};
-use crate::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, DeviceUse, device_bytes};
+use crate::memory::sealed::HostUse;
+use crate::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, DeviceUse, HostMemory, device_bytes};
 use crate::metrics::Counters;
 use crate::module::Kernel;
 use crate::stream::Stream;
@@ -60,6 +61,17 @@ impl<M: DeviceMemory + Send + Sync + 'static> Kept for M {
     }
     fn ptr(&self) -> sys::CUdeviceptr {
         self.device_ptr()
+    }
+}
+
+/// A host buffer a graph copies from or to, kept alive by it.
+trait KeptHost: Send + Sync {
+    fn as_host(&self) -> &dyn HostUse;
+}
+
+impl<H: HostUse + Send + Sync + 'static> KeptHost for H {
+    fn as_host(&self) -> &dyn HostUse {
+        self
     }
 }
 
@@ -195,6 +207,8 @@ unsafe extern "C" fn host_node_trampoline(user_data: *mut c_void) {
 struct Resources {
     /// Buffers and whether some node writes them.
     buffers: Vec<(Arc<dyn Kept>, bool)>,
+    /// Host buffers of copies, and whether a copy writes them.
+    hosts: Vec<(Arc<dyn KeptHost>, bool)>,
     kernels: Vec<Kernel>,
     /// Shared with the stream callbacks that release them after the last
     /// replays (see `GraphExec::release`).
@@ -202,6 +216,17 @@ struct Resources {
 }
 
 impl Resources {
+    fn add_host(&mut self, memory: Arc<dyn KeptHost>, writable: bool) {
+        match self
+            .hosts
+            .iter_mut()
+            .find(|(kept, _)| Arc::ptr_eq(kept, &memory))
+        {
+            Some((_, write)) => *write |= writable,
+            None => self.hosts.push((memory, writable)),
+        }
+    }
+
     fn add_buffer(&mut self, memory: &Arc<dyn Kept>, writable: bool) {
         match self
             .buffers
@@ -446,6 +471,90 @@ impl Capture {
         ctx.check(code)?;
         self.resources.add_buffer(&dst, true);
         self.resources.add_buffer(&src, false);
+        self.worked_on(stream);
+        Ok(())
+    }
+
+    /// Capture a copy of the host buffer `src` (page-locked or unified
+    /// memory: a [`HostMemory`]) into `dst` on `stream`. Every replay reads
+    /// `src` as it is then; the host cannot write it while the graph holds
+    /// it (that needs `&mut`), and dropping it waits for the replays.
+    pub fn copy_from_host<T, H>(
+        &mut self,
+        stream: &Stream,
+        dst: &Arc<DeviceBuffer<T>>,
+        src: &Arc<H>,
+    ) -> Result<()>
+    where
+        T: DeviceCopy,
+        H: HostMemory<T> + Send + Sync + 'static,
+    {
+        self.check_member(stream)?;
+        crate::check_len("Capture::copy_from_host", dst.device_len(), src.host_len())?;
+        stream.check_context_id("the host buffer", src.host_context_id())?;
+        let dst: Arc<dyn Kept> = dst.clone();
+        stream.check_context_id("a buffer", dst.as_use().use_context_id())?;
+        let ctx = stream.context();
+        ctx.bind()?;
+        // SAFETY: both regions hold `bytes` bytes and are kept alive by the
+        // graph for every replay; the host side is only read.
+        let code = unsafe {
+            (ctx.driver().cuMemcpyHtoDAsync)(
+                dst.ptr(),
+                src.host_ptr().cast::<c_void>(),
+                dst.bytes(),
+                stream.as_raw(),
+            )
+        };
+        ctx.check(code)?;
+        self.resources.add_buffer(&dst, true);
+        self.resources.add_host(src.clone(), false);
+        self.worked_on(stream);
+        Ok(())
+    }
+
+    /// Capture a copy of `src` into the host buffer `dst` on `stream`.
+    /// Every replay writes `dst`; host access through its own methods waits
+    /// for the replays launched before it (they are tracked like eager
+    /// copies), and dropping it waits for all.
+    ///
+    /// # Safety
+    /// A replay launched while the host holds a slice of `dst` (from
+    /// `as_slice`, which a shared `Arc` allows) would write under it: no
+    /// instance of the graph may be launched while any slice of `dst` is
+    /// borrowed.
+    pub unsafe fn copy_to_host_unchecked<T, H, S>(
+        &mut self,
+        stream: &Stream,
+        dst: &Arc<H>,
+        src: &Arc<S>,
+    ) -> Result<()>
+    where
+        T: DeviceCopy,
+        H: HostMemory<T> + Send + Sync + 'static,
+        S: DeviceMemory<Elem = T> + Send + Sync + 'static,
+    {
+        self.check_member(stream)?;
+        crate::check_len("Capture::copy_to_host", dst.host_len(), src.device_len())?;
+        stream.check_context_id("the host buffer", dst.host_context_id())?;
+        let src: Arc<dyn Kept> = src.clone();
+        stream.check_context_id("a buffer", src.as_use().use_context_id())?;
+        let ctx = stream.context();
+        ctx.bind()?;
+        // SAFETY: both regions hold `bytes` bytes and are kept alive by the
+        // graph for every replay; host access during replays is the
+        // caller's contract.
+        let code = unsafe {
+            (ctx.driver().cuMemcpyDtoHAsync)(
+                dst.host_ptr().cast::<c_void>(),
+                src.ptr(),
+                src.bytes(),
+                stream.as_raw(),
+            )
+        };
+        ctx.check(code)?;
+        self.resources.add_buffer(&src, false);
+        self.resources.add_host(dst.clone(), true);
         self.worked_on(stream);
         Ok(())
     }
@@ -804,6 +913,9 @@ impl GraphExec {
         for (memory, write) in &self.resources.buffers {
             result = result.and(memory.as_use().after_use(stream, *write));
         }
+        for (memory, write) in &self.resources.hosts {
+            result = result.and(memory.as_host().after_host_use(stream, *write));
+        }
         result
     }
 
@@ -827,6 +939,9 @@ impl GraphExec {
         for (memory, _) in &self.resources.buffers {
             stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
             memory.as_use().before_use(stream)?;
+        }
+        for (memory, _) in &self.resources.hosts {
+            stream.check_context_id("a host buffer", memory.as_host().host_context_id())?;
         }
         Ok(())
     }

@@ -375,3 +375,39 @@ fn a_dropped_capture_leaves_the_stream_usable() {
         "the discarded graph let go of the buffer"
     );
 }
+
+#[test]
+fn a_captured_upload_compute_download_step_replays_through_pinned_memory() {
+    let ctx = ctx();
+    let (up, compute, down) = (
+        Stream::new(&ctx).unwrap(),
+        Stream::new(&ctx).unwrap(),
+        Stream::new(&ctx).unwrap(),
+    );
+    let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let mut rng = XorShift::new(8);
+    let x = rng.f32s(N);
+    let host_in = Arc::new(PinnedBuffer::from_slice(&ctx, &x).unwrap());
+    let host_out = Arc::new(PinnedBuffer::<f32>::new(&ctx, N).unwrap());
+    let dev_in = Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap());
+    let dev_out = Arc::new(DeviceBuffer::from_slice(&up, &vec![1.0; N]).unwrap());
+
+    let mut capture = up.begin_capture().unwrap();
+    capture.fork(&up, &[&compute, &down]).unwrap();
+    capture.copy_from_host(&up, &dev_in, &host_in).unwrap();
+    capture.join(&compute, &[&up]).unwrap();
+    saxpy(&mut capture, &compute, &k, 2.0, &dev_in, &dev_out);
+    capture.join(&down, &[&compute]).unwrap();
+    // SAFETY: no slice of `host_out` is borrowed while a replay is launched.
+    unsafe { capture.copy_to_host_unchecked(&down, &host_out, &dev_out) }.unwrap();
+    capture.join(&up, &[&compute, &down]).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+
+    let mut expected = vec![1.0f32; N];
+    for round in 1..=3 {
+        exec.launch(&up).unwrap();
+        kernels::reference::saxpy(2.0, &x, &mut expected);
+        // Host access waits for the replay that writes the buffer.
+        assert_eq!(host_out.as_slice().unwrap(), &expected[..], "round {round}");
+    }
+}
