@@ -443,6 +443,39 @@ impl Capture {
         Ok(())
     }
 
+    /// Device memory private to the graph, for intermediate results its
+    /// nodes pass each other: allocated now with `cuMemAlloc` (not from a
+    /// stream-ordered pool, whose allocation a capture would record as a
+    /// node), and lent to nodes through the returned `Arc`. No allocator
+    /// caches it, so nothing else gets this memory while the graph, an
+    /// instance of it, or the caller's `Arc` lives; it is freed after the
+    /// last of them is gone (and the replays have passed it).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let mut capture = stream.begin_capture()?;
+    /// let scratch = capture.alloc::<f32>(1024)?;
+    /// capture.memset_u8(&stream, &scratch, 0)?;
+    /// let graph = capture.end()?;
+    /// let weak = std::sync::Arc::downgrade(&scratch);
+    /// drop(scratch);
+    /// assert!(weak.upgrade().is_some(), "the graph keeps its memory");
+    /// drop(graph);
+    /// assert!(weak.upgrade().is_none(), "and gives it back");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn alloc<T: DeviceCopy>(&mut self, len: usize) -> Result<Arc<DeviceBuffer<T>>> {
+        self.check_open()?;
+        let buffer = Arc::new(DeviceBuffer::new(self.origin.context(), len)?);
+        let kept: Arc<dyn Kept> = buffer.clone();
+        self.resources.add_buffer(&kept, false);
+        Ok(buffer)
+    }
+
     /// Capture a copy of `src` into `dst` (device memory, equal lengths) on
     /// `stream`.
     pub fn copy<T, S>(

@@ -226,6 +226,25 @@ impl Stream {
         self.capture_id() != 0
     }
 
+    /// `Err` ([`Error::StreamCapturing`], naming `operation`) while the
+    /// stream is capturing: for code outside this crate that enqueues on a
+    /// stream with raw driver calls, which a capture would record into its
+    /// graph instead of running.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// assert!(stream.check_not_capturing("my raw call").is_ok());
+    /// let capture = stream.begin_capture().unwrap();
+    /// let err = stream.check_not_capturing("my raw call").unwrap_err();
+    /// assert!(err.to_string().contains("my raw call"), "{err}");
+    /// drop(capture);
+    /// ```
+    pub fn check_not_capturing(&self, operation: &'static str) -> Result<()> {
+        self.refuse_if_capturing(operation)
+    }
+
     /// The id of the capture the stream takes part in, 0 when none.
     pub(crate) fn capture_id(&self) -> u64 {
         self.capture.load(Ordering::Acquire)

@@ -411,3 +411,45 @@ fn a_captured_upload_compute_download_step_replays_through_pinned_memory() {
         assert_eq!(host_out.as_slice().unwrap(), &expected[..], "round {round}");
     }
 }
+
+#[test]
+fn graph_private_memory_is_not_reused_while_the_graph_lives() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let x = Arc::new(DeviceBuffer::from_slice(&stream, &vec![1.0f32; N]).unwrap());
+    let out = Arc::new(DeviceBuffer::from_slice(&stream, &vec![0.0f32; N]).unwrap());
+    let mut capture = stream.begin_capture().unwrap();
+    // An intermediate only the graph uses: zeroed, y = 2x into it, out += y.
+    let scratch = capture.alloc::<f32>(N).unwrap();
+    capture.memset_u8(&stream, &scratch, 0).unwrap();
+    saxpy(&mut capture, &stream, &k, 2.0, &x, &scratch);
+    saxpy(&mut capture, &stream, &k, 1.0, &scratch, &out);
+    let graph = capture.end().unwrap();
+    let exec = graph.instantiate().unwrap();
+    let (address, weak) = (scratch.as_device_ptr(), Arc::downgrade(&scratch));
+    drop((scratch, graph));
+
+    for round in 1..=3u32 {
+        // Memory of the same size, from both kinds of allocation, never
+        // lands on the graph's.
+        let others: Vec<DeviceBuffer<f32>> = (0..8)
+            .flat_map(|_| {
+                [
+                    DeviceBuffer::new(&ctx, N).unwrap(),
+                    DeviceBuffer::new_async(&stream, N).unwrap(),
+                ]
+            })
+            .collect();
+        assert!(
+            others.iter().all(|b| b.as_device_ptr() != address),
+            "round {round}"
+        );
+        drop(others);
+        exec.launch(&stream).unwrap();
+        assert_eq!(out.to_vec(&stream).unwrap(), vec![2.0 * round as f32; N]);
+    }
+    assert!(weak.upgrade().is_some(), "kept while an instance lives");
+    drop(exec);
+    assert!(weak.upgrade().is_none(), "freed with the last instance");
+}
