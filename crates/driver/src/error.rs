@@ -320,6 +320,12 @@ pub enum Error {
         #[source]
         source: DriverError,
     },
+    /// Host access to a graph's own host buffer that is not safe now.
+    #[error("the graph's host buffer cannot be reached: {reason}")]
+    GraphHostAccess {
+        /// Why, naming the slot or what still shares it.
+        reason: String,
+    },
     /// The context's reactor thread (which wakes futures) could not start.
     #[error("the reactor thread that wakes futures could not start: {0}")]
     ReactorThread(String),

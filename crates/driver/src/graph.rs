@@ -26,12 +26,16 @@ use crate::context::{Context, HostFnGuard};
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig, launch_raw};
 use crate::memory::sealed::HostUse;
-use crate::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, DeviceUse, HostMemory, device_bytes};
+use crate::memory::{
+    DeviceBuffer, DeviceCopy, DeviceMemory, DeviceUse, HostMemory, PinnedBuffer, device_bytes,
+};
 use crate::metrics::Counters;
 use crate::module::Kernel;
 use crate::stream::Stream;
+use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;
+use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,12 +71,30 @@ impl<M: DeviceMemory + Send + Sync + 'static> Kept for M {
 /// A host buffer a graph copies from or to, kept alive by it.
 trait KeptHost: Send + Sync {
     fn as_host(&self) -> &dyn HostUse;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 impl<H: HostUse + Send + Sync + 'static> KeptHost for H {
     fn as_host(&self) -> &dyn HostUse {
         self
     }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// A page-locked host buffer the graph owns, from [`Capture::upload_owned`]
+/// or [`Capture::download_owned`]: reach it with [`GraphExec::host`].
+///
+/// Owned by the graph, the buffer is touched by the host only through an
+/// executable instance borrowed mutably, which no replay can be launched
+/// through meanwhile; so a copy writing it needs no `unsafe`, unlike
+/// [`Capture::copy_to_host_unchecked`].
+#[derive(Debug)]
+pub struct HostSlot<T> {
+    capture: u64,
+    index: usize,
+    _marker: PhantomData<fn() -> T>,
 }
 
 #[derive(Clone)]
@@ -205,6 +227,8 @@ unsafe extern "C" fn host_node_trampoline(user_data: *mut c_void) {
 /// What a graph needs alive while any of its instances may run.
 #[derive(Default)]
 struct Resources {
+    /// The capture it was made by (what a [`HostSlot`] names).
+    capture: u64,
     /// Buffers and whether some node writes them.
     buffers: Vec<(Arc<dyn Kept>, bool)>,
     /// Host buffers of copies, and whether a copy writes them.
@@ -216,6 +240,12 @@ struct Resources {
 }
 
 impl Resources {
+    /// Take ownership of `host`; its index in `hosts`.
+    fn own_host<T: DeviceCopy>(&mut self, host: PinnedBuffer<T>, writable: bool) -> usize {
+        self.hosts.push((Arc::new(host), writable));
+        self.hosts.len() - 1
+    }
+
     fn add_host(&mut self, memory: Arc<dyn KeptHost>, writable: bool) {
         match self
             .hosts
@@ -321,7 +351,10 @@ impl Stream {
             origin: self.to_arc(),
             id,
             members: Vec::new(),
-            resources: Resources::default(),
+            resources: Resources {
+                capture: id,
+                ..Resources::default()
+            },
             callbacks: Vec::new(),
             nodes: 0,
             open: true,
@@ -544,6 +577,62 @@ impl Capture {
         self.resources.add_host(src.clone(), false);
         self.worked_on(stream);
         Ok(())
+    }
+
+    /// Capture a copy of the page-locked buffer `src`, which the graph takes
+    /// over, into `dst` on `stream`. Write new contents between replays with
+    /// [`GraphExec::host`].
+    pub fn upload_owned<T: DeviceCopy>(
+        &mut self,
+        stream: &Stream,
+        dst: &Arc<DeviceBuffer<T>>,
+        src: PinnedBuffer<T>,
+    ) -> Result<HostSlot<T>> {
+        let src = Arc::new(src);
+        self.copy_from_host(stream, dst, &src)?;
+        Ok(self.own(src, false))
+    }
+
+    /// Capture a copy of `src` into the page-locked buffer `dst`, which the
+    /// graph takes over, on `stream`. Read what the replays wrote with
+    /// [`GraphExec::host`].
+    pub fn download_owned<T, S>(
+        &mut self,
+        stream: &Stream,
+        dst: PinnedBuffer<T>,
+        src: &Arc<S>,
+    ) -> Result<HostSlot<T>>
+    where
+        T: DeviceCopy,
+        S: DeviceMemory<Elem = T> + Send + Sync + 'static,
+    {
+        let dst = Arc::new(dst);
+        // SAFETY: the graph takes `dst` over below (the only other `Arc` is
+        // this local one, dropped there); the host reaches it only through
+        // `GraphExec::host`, which needs the instance mutably (so no launch
+        // meanwhile) and no graph or other instance sharing its resources.
+        unsafe { self.copy_to_host_unchecked(stream, &dst, src)? };
+        Ok(self.own(dst, true))
+    }
+
+    /// Replace the entry the copy just made for `host` (the last one, an
+    /// `Arc` shared with `host`) with one the graph owns alone.
+    fn own<T: DeviceCopy>(&mut self, host: Arc<PinnedBuffer<T>>, writable: bool) -> HostSlot<T> {
+        self.resources.hosts.pop();
+        let index = match Arc::try_unwrap(host) {
+            Ok(host) => self.resources.own_host(host, writable),
+            // Unreachable: the popped entry was the only other `Arc`. Kept
+            // shared, `GraphExec::host` would refuse it, which is safe.
+            Err(shared) => {
+                self.resources.hosts.push((shared, writable));
+                self.resources.hosts.len() - 1
+            }
+        };
+        HostSlot {
+            capture: self.id,
+            index,
+            _marker: PhantomData,
+        }
     }
 
     /// Capture a copy of `src` into the host buffer `dst` on `stream`.
@@ -1011,6 +1100,64 @@ impl GraphExec {
         self.nodes = graph.nodes;
         self.release(old);
         Ok(())
+    }
+
+    /// The host buffer `slot` names, for the host to read what replays
+    /// downloaded into it or to write what they will upload from it, once
+    /// the replays launched before have finished with it (this waits).
+    ///
+    /// The slice borrows the instance mutably, so no replay can be launched
+    /// while it lives. Refused ([`Error::GraphHostAccess`]) while the graph
+    /// or another instance of it exists (their replays could touch the
+    /// buffer), and for a slot of another capture.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, PinnedBuffer, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let dev = Arc::new(DeviceBuffer::<u32>::new(&ctx, 4)?);
+    /// let mut capture = stream.begin_capture()?;
+    /// let input = capture.upload_owned(&stream, &dev, PinnedBuffer::from_slice(&ctx, &[1, 2, 3, 4])?)?;
+    /// let output = capture.download_owned(&stream, PinnedBuffer::new(&ctx, 4)?, &dev)?;
+    /// let graph = capture.end()?;
+    /// let mut exec = graph.instantiate()?;
+    /// assert!(exec.host(&output).is_err(), "the graph could still launch another instance");
+    /// drop(graph);
+    /// exec.launch(&stream)?;
+    /// assert_eq!(exec.host(&output)?, &[1, 2, 3, 4]);
+    /// exec.host(&input)?.copy_from_slice(&[5, 6, 7, 8]);
+    /// exec.launch(&stream)?;
+    /// assert_eq!(exec.host(&output)?, &[5, 6, 7, 8]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn host<T: DeviceCopy>(&mut self, slot: &HostSlot<T>) -> Result<&mut [T]> {
+        let refused = |reason: String| Error::GraphHostAccess { reason };
+        if slot.capture != self.resources.capture {
+            return Err(refused(format!(
+                "the host slot belongs to capture {}, this executable graph to capture {}",
+                slot.capture, self.resources.capture
+            )));
+        }
+        let resources = Arc::get_mut(&mut self.resources).ok_or_else(|| {
+            refused(
+                "its graph or another instance of it still exists and could launch replays                  touching the buffer: drop them first"
+                    .to_string(),
+            )
+        })?;
+        let (host, _) = resources
+            .hosts
+            .get_mut(slot.index)
+            .ok_or_else(|| refused(format!("no host slot {}", slot.index)))?;
+        let host = Arc::get_mut(host)
+            .ok_or_else(|| refused(format!("host slot {} is shared", slot.index)))?
+            .as_any_mut()
+            .downcast_mut::<PinnedBuffer<T>>()
+            .ok_or_else(|| refused(format!("host slot {} holds another type", slot.index)))?;
+        // Waits for every replay that used it (each one was tracked).
+        host.as_mut_slice()
     }
 
     /// The nodes of the graph it was made from.

@@ -143,7 +143,7 @@ pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use event_pool::{EventPool, EventPoolUtilization, PooledEvent};
 pub use future::{Completion, CopyFuture};
-pub use graph::{Capture, Graph, GraphArg, GraphExec};
+pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};
 pub use memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory, PinnedBuffer,

@@ -453,3 +453,52 @@ fn graph_private_memory_is_not_reused_while_the_graph_lives() {
     drop(exec);
     assert!(weak.upgrade().is_none(), "freed with the last instance");
 }
+
+#[test]
+fn a_graphs_own_host_buffers_are_reached_only_when_no_replay_can_touch_them() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let dev_in = Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap());
+    let dev_out = Arc::new(DeviceBuffer::from_slice(&stream, &vec![0.0f32; N]).unwrap());
+    let mut capture = stream.begin_capture().unwrap();
+    let input = capture
+        .upload_owned(
+            &stream,
+            &dev_in,
+            PinnedBuffer::from_slice(&ctx, &vec![1.0f32; N]).unwrap(),
+        )
+        .unwrap();
+    saxpy(&mut capture, &stream, &k, 1.0, &dev_in, &dev_out);
+    let output = capture
+        .download_owned(&stream, PinnedBuffer::new(&ctx, N).unwrap(), &dev_out)
+        .unwrap();
+    let graph = capture.end().unwrap();
+    let (mut exec, other) = (graph.instantiate().unwrap(), graph.instantiate().unwrap());
+    drop(graph);
+    let err = exec.host(&output).unwrap_err();
+    assert!(matches!(err, Error::GraphHostAccess { .. }), "{err:?}");
+    assert!(err.to_string().contains("another instance"), "{err}");
+    drop(other);
+
+    let mut expected = 0.0;
+    for value in [1.0f32, 2.5, -4.0] {
+        exec.host(&input).unwrap().fill(value);
+        exec.launch(&stream).unwrap();
+        expected += value;
+        assert_eq!(exec.host(&output).unwrap(), &vec![expected; N][..]);
+    }
+
+    // A slot of another capture is refused, naming both.
+    let mut capture = stream.begin_capture().unwrap();
+    let foreign = capture
+        .download_owned(
+            &stream,
+            PinnedBuffer::<f32>::new(&ctx, N).unwrap(),
+            &dev_out,
+        )
+        .unwrap();
+    drop(capture.end().unwrap());
+    let err = exec.host(&foreign).unwrap_err();
+    assert!(err.to_string().contains("belongs to capture"), "{err}");
+}
