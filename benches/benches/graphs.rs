@@ -17,9 +17,9 @@
 //!
 //! The pipeline's launch-bound case: 300 steps of upload, `compute` (one
 //! iteration) and download of 4,096 floats, eagerly through
-//! `PipelineStageManager` (three slots, three streams), against three steps
-//! (one per slot: upload, compute, download on three streams, ordered by
-//! edges) captured once and replayed 100 times (goal: at least 2x).
+//! `PipelineStageManager` (three slots, three streams), against the same
+//! manager's step captured with `capture_graph` (one graph per slot) and
+//! replayed 300 times, each replay on its slot's lane (goal: at least 2x).
 //!
 //! On the software driver the kernels are CPU twins, so only the host-side
 //! figures mean anything there.
@@ -27,9 +27,7 @@
 use cuda_streams_benches::{
     compare, criterion_summary, figure, kernel, median_duration, run_criterion,
 };
-use driver::{
-    Context, DeviceBuffer, GraphArg, Kernel, KernelArg, LaunchConfig, PinnedBuffer, Stream,
-};
+use driver::{Context, DeviceBuffer, GraphArg, Kernel, KernelArg, LaunchConfig, Stream};
 use engine::{OperationGraph, OperationId};
 use pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
 use std::sync::Arc;
@@ -81,9 +79,8 @@ fn synchronize(streams: &[Arc<Stream>]) {
 
 const PIPELINE_ELEMENTS: usize = 4_096;
 const PIPELINE_STEPS: usize = 300;
-const SLOTS: usize = 3;
 
-/// The pipeline's launch-bound case, eager and as a replayed graph.
+/// The pipeline's launch-bound case, eager and as replayed graphs.
 fn pipeline_case(ctx: &Arc<Context>) {
     let compute = kernel(ctx, &kernels::COMPUTE, "compute");
     let cfg = LaunchConfig::for_num_elems(PIPELINE_ELEMENTS as u32);
@@ -116,73 +113,35 @@ fn pipeline_case(ctx: &Arc<Context>) {
         manager.drain().expect("drain");
     });
 
-    let streams: Vec<Arc<Stream>> = (0..3)
-        .map(|_| Stream::new(ctx).expect("a stream"))
-        .collect();
-    let (up, work, down) = (&streams[0], &streams[1], &streams[2]);
-    let pinned_in: Vec<_> = (0..SLOTS)
-        .map(|_| Arc::new(PinnedBuffer::from_slice(ctx, &data).expect("pinned")))
-        .collect();
-    let pinned_out: Vec<_> = (0..SLOTS)
-        .map(|_| Arc::new(PinnedBuffer::<f32>::new(ctx, PIPELINE_ELEMENTS).expect("pinned")))
-        .collect();
-    let dev_in: Vec<_> = (0..SLOTS)
-        .map(|_| Arc::new(DeviceBuffer::<f32>::new(ctx, PIPELINE_ELEMENTS).expect("a buffer")))
-        .collect();
-    let dev_out: Vec<_> = (0..SLOTS)
-        .map(|_| Arc::new(DeviceBuffer::<f32>::new(ctx, PIPELINE_ELEMENTS).expect("a buffer")))
-        .collect();
-    let mut capture = up.begin_capture().expect("a capture");
-    capture.fork(up, &[work, down]).expect("fork");
-    for slot in 0..SLOTS {
-        capture
-            .copy_from_host(up, &dev_in[slot], &pinned_in[slot])
-            .expect("upload");
-        capture.join(work, &[up]).expect("after the upload");
-        let args = [
-            GraphArg::from(PIPELINE_ELEMENTS as u64),
-            1u32.into(),
-            GraphArg::read(&dev_in[slot]),
-            GraphArg::write(&dev_out[slot]),
-        ];
-        capture.launch(work, &compute, cfg, &args).expect("compute");
-        capture.join(down, &[work]).expect("after the compute");
-        // SAFETY: the host reads the outputs only after the last replay,
-        // with no replay launched meanwhile.
-        unsafe { capture.copy_to_host_unchecked(down, &pinned_out[slot], &dev_out[slot]) }
-            .expect("download");
+    // The same step, captured: one graph per slot, replayed on the slot's lane.
+    let mut graph = manager.capture_graph().expect("the step is captured");
+    for _ in 0..3 {
+        graph.execute_iteration().expect("a replay");
     }
-    capture.join(up, &[work, down]).expect("join");
-    let exec = capture
-        .end()
-        .expect("the capture ends")
-        .instantiate()
-        .expect("instantiate");
-    exec.upload(up).expect("upload");
+    graph.synchronize().expect("synchronize");
     let replay_time = median_duration(RUNS, || {
-        for _ in 0..PIPELINE_STEPS / SLOTS {
-            exec.launch(up).expect("a replay");
+        for _ in 0..PIPELINE_STEPS {
+            graph.execute_iteration().expect("a replay");
         }
-        up.synchronize().expect("synchronize");
+        graph.synchronize().expect("synchronize");
     });
 
+    let stream = Stream::new(ctx).expect("a stream");
     let mut expected = DeviceBuffer::<f32>::new(ctx, PIPELINE_ELEMENTS).expect("a buffer");
-    let input = DeviceBuffer::from_slice(up, &data).expect("a buffer");
+    let input = DeviceBuffer::from_slice(&stream, &data).expect("a buffer");
     let args = [
         KernelArg::from(PIPELINE_ELEMENTS as u64),
         1u32.into(),
         (&input).into(),
         (&mut expected).into(),
     ];
-    up.launch(&compute, cfg, &args).expect("a launch");
-    let expected = expected.to_vec(up).expect("read");
-    for out in &pinned_out {
-        assert_eq!(
-            out.as_slice().expect("read"),
-            &expected[..],
-            "a replayed step's output"
-        );
-    }
+    stream.launch(&compute, cfg, &args).expect("a launch");
+    let expected = expected.to_vec(&stream).expect("read");
+    assert_eq!(
+        graph.output(1).expect("read"),
+        &expected[..],
+        "a replayed step's output"
+    );
     compare(
         "graphs: pipeline launch-bound (300 steps of 4,096 floats) replayed vs PipelineStageManager",
         replay_time.as_nanos() as f64,
