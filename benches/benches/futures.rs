@@ -12,6 +12,11 @@
 //! the waiter; and the reactor's futures (`Stream::completion`) in each
 //! `WakeMode`. Then the reactor's CPU with nothing pending.
 //!
+//! The default mode learns wait lengths per stream (`ReactorConfig::predict`),
+//! which a loop of equal kernels suits best; so the default and the plain
+//! back-off also run over kernels of varied length (50–400 µs, a fixed
+//! pseudo-random sequence), against busy polling over the same sequence.
+//!
 //! On the software driver the kernel is a sleeping CPU twin and the driver's
 //! threads are ordinary threads: the figures say nothing about a GPU. Run it
 //! on the H200: `cargo bench -p cuda-streams-benches --bench futures` with
@@ -125,6 +130,19 @@ fn cpu_time() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// `n` kernel lengths from 50 to 400 µs, the same sequence every run.
+fn varied_lengths(n: usize) -> Vec<Duration> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            Duration::from_micros(50 + x % 351)
+        })
+        .collect()
+}
+
 struct Measured {
     median: Duration,
     /// Median launch→waker called, where the wait reports it.
@@ -134,8 +152,16 @@ struct Measured {
 }
 
 /// Launch the kernel, then `wait`; time launch→known for each round.
-fn measure(stream: &Stream, timing: &Timing, mut wait: impl FnMut()) -> Measured {
-    measure_stamped(stream, timing, || {
+/// Kernels run `lengths` in turn; every time is reported as if each kernel
+/// had lasted [`KERNEL`] (its own length taken off, `KERNEL` added), so
+/// medians over varied lengths compare with the fixed-length ones.
+fn measure(
+    stream: &Stream,
+    timing: &Timing,
+    lengths: &[Duration],
+    mut wait: impl FnMut(),
+) -> Measured {
+    measure_stamped(stream, timing, lengths, || {
         wait();
         None
     })
@@ -145,23 +171,27 @@ fn measure(stream: &Stream, timing: &Timing, mut wait: impl FnMut()) -> Measured
 fn measure_stamped(
     stream: &Stream,
     timing: &Timing,
+    lengths: &[Duration],
     mut wait: impl FnMut() -> Option<Instant>,
 ) -> Measured {
     // Warm up (lazy initialisation, reactor thread start, caches).
-    for _ in 0..10 {
-        timing.spin(stream, KERNEL).expect("spin launches");
+    for round in 0..10 {
+        timing
+            .spin(stream, lengths[round % lengths.len()])
+            .expect("spin launches");
         wait();
     }
     let rounds = rounds();
     let mut samples = Vec::with_capacity(rounds);
     let mut woken = Vec::with_capacity(rounds);
     let (cpu0, wall0) = (cpu_time(), Instant::now());
-    for _ in 0..rounds {
+    for round in 0..rounds {
+        let length = lengths[round % lengths.len()];
         let start = Instant::now();
-        timing.spin(stream, KERNEL).expect("spin launches");
+        timing.spin(stream, length).expect("spin launches");
         let stamp = wait();
-        samples.push(start.elapsed());
-        woken.extend(stamp.map(|at| at.duration_since(start)));
+        samples.push(start.elapsed() + KERNEL - length);
+        woken.extend(stamp.map(|at| at.duration_since(start) + KERNEL - length));
     }
     let (cpu, wall) = (cpu_time() - cpu0, wall0.elapsed());
     samples.sort();
@@ -216,7 +246,8 @@ fn main() {
     let timing = Timing::load(&ctx).expect("the timing image loads");
 
     let polled = Event::new(&ctx, EventFlags::PLAIN).expect("an event");
-    let floor = measure(&stream, &timing, || {
+    let fixed = [KERNEL];
+    let floor = measure(&stream, &timing, &fixed, || {
         polled.record(&stream).expect("record");
         while !polled.query().expect("query") {
             std::hint::spin_loop();
@@ -234,7 +265,7 @@ fn main() {
     );
 
     let blocking = Event::new(&ctx, EventFlags::PLAIN.with_blocking_sync(true)).expect("an event");
-    let m = measure(&stream, &timing, || {
+    let m = measure(&stream, &timing, &fixed, || {
         blocking.record(&stream).expect("record");
         blocking.synchronize().expect("synchronize");
     });
@@ -245,7 +276,7 @@ fn main() {
         &floor,
     );
 
-    let m = measure(&stream, &timing, || {
+    let m = measure(&stream, &timing, &fixed, || {
         let done = Arc::new(AtomicBool::new(false));
         let (flag, waiter) = (Arc::clone(&done), std::thread::current());
         stream
@@ -275,11 +306,17 @@ fn main() {
         config.max_park = Duration::from_micros(max_us);
         config
     };
-    let modes: [(ReactorConfig, &str, &str); 6] = [
+    let backoff_only = ReactorConfig::default().with_prediction(false);
+    let modes: [(ReactorConfig, &str, &str); 7] = [
         (
             ReactorConfig::default(),
             "reactor adaptive (default)",
             "futures wake: reactor adaptive (default) vs busy polling",
+        ),
+        (
+            backoff_only,
+            "reactor adaptive, no prediction",
+            "futures wake: reactor adaptive, no prediction vs busy polling",
         ),
         (
             adaptive(10, 2, 8),
@@ -307,13 +344,39 @@ fn main() {
             "futures wake: reactor host function vs busy polling",
         ),
     ];
-    for (config, name, ratio) in modes {
+    let varied = varied_lengths(97);
+    let varied_floor = measure(&stream, &timing, &varied, || {
+        polled.record(&stream).expect("record");
+        while !polled.query().expect("query") {
+            std::hint::spin_loop();
+        }
+    });
+    let runs = modes
+        .iter()
+        .map(|&(config, name, ratio)| (config, name, Some(ratio), &fixed[..], &floor))
+        .chain([
+            (
+                ReactorConfig::default(),
+                "reactor adaptive (default), varied kernels",
+                None,
+                &varied[..],
+                &varied_floor,
+            ),
+            (
+                backoff_only,
+                "reactor adaptive, no prediction, varied kernels",
+                None,
+                &varied[..],
+                &varied_floor,
+            ),
+        ]);
+    for (config, name, ratio, lengths, floor) in runs {
         reactor.set_config(config);
         // A thread that parks until woken: what an async runtime's worker
         // does; its latency includes the OS waking that thread.
         let reactor_cpu0 = thread_cpu_ns("cuda-streams-re");
         let wall0 = Instant::now();
-        let m = measure_stamped(&stream, &timing, || {
+        let m = measure_stamped(&stream, &timing, lengths, || {
             let (done, woken) = block_on_stamped(stream.completion().expect("a completion"));
             done.expect("completes");
             woken
@@ -321,7 +384,14 @@ fn main() {
         let reactor_cores = thread_cpu_ns("cuda-streams-re")
             .zip(reactor_cpu0)
             .map(|(after, before)| (after - before) as f64 / 1e9 / wall0.elapsed().as_secs_f64());
-        report(name, ratio, &m, &floor);
+        match ratio {
+            Some(ratio) => report(name, ratio, &m, floor),
+            None => figure(
+                &format!("futures wake, {name}: latency beyond busy polling"),
+                m.median.as_secs_f64() * 1e6 - floor.median.as_secs_f64() * 1e6,
+                "us",
+            ),
+        }
         if let Some(woken) = m.woken {
             // The reactor's own latency: completion to the waker being
             // called (the future is ready from then on); what follows is
@@ -340,7 +410,7 @@ fn main() {
             );
         }
         // A spinning executor: the moment the future became ready.
-        let ready = measure(&stream, &timing, || {
+        let ready = measure(&stream, &timing, lengths, || {
             spin_on(stream.completion().expect("a completion")).expect("completes");
         });
         figure(

@@ -5,8 +5,12 @@ The picture imitates Perfetto / chrome://tracing: one horizontal track per
 thread (here: per CUDA stream), labelled with its ``thread_name`` metadata and
 ordered by ``thread_sort_index``; every complete event (``"ph":"X"``) is a box
 from ``ts`` to ``ts + dur``, stacked by nesting depth, coloured by its name,
-with the name printed inside when the box is wide enough. A time axis in
-milliseconds runs along the top. Only the standard library and Pillow are used,
+with the name printed inside when the box is wide enough. Instant events
+(``"ph":"i"``, the allocator's allocations and frees) are small triangles at
+the top of their track (green: alloc, red: free). Counter events
+(``"ph":"C"``, the memory timeline) become counter tracks below the threads,
+one per counter name, drawn as step charts: the first series filled, the
+others as lines. A time axis in milliseconds runs along the top. Only the standard library and Pillow are used,
 so it runs where no browser can (the docs' pictures are made this way).
 
 Run it from the repository root:
@@ -82,10 +86,27 @@ class Track:
     name: str
     sort_index: int
     slices: list[Slice] = field(default_factory=list)
+    instants: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def levels(self) -> int:
         return 1 + max((s.depth for s in self.slices), default=0)
+
+
+@dataclass
+class Counter:
+    name: str
+    # (ts in microseconds, {series: value}), in time order.
+    points: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+
+    @property
+    def series(self) -> list[str]:
+        names: list[str] = []
+        for _, values in self.points:
+            for k in values:
+                if k not in names:
+                    names.append(k)
+        return names
 
 
 def load_font(size: int, bold: bool = False) -> ImageFont.ImageFont:
@@ -111,11 +132,12 @@ def text_colour(rgb: tuple[int, int, int]) -> tuple[int, int, int]:
     return (0, 0, 0) if 0.299 * r + 0.587 * g + 0.114 * b > 150 else (255, 255, 255)
 
 
-def parse(path: Path) -> tuple[str, list[Track]]:
+def parse(path: Path) -> tuple[str, list[Track], list[Counter]]:
     data = json.loads(path.read_text())
     events = data["traceEvents"] if isinstance(data, dict) else data
     processes: dict[int, str] = {}
     tracks: dict[tuple[int, int], Track] = {}
+    counters: dict[tuple[int, str], Counter] = {}
 
     def track(pid: int, tid: int) -> Track:
         key = (pid, tid)
@@ -137,15 +159,39 @@ def parse(path: Path) -> tuple[str, list[Track]]:
             track(pid, tid).slices.append(
                 Slice(e.get("name", "?"), float(e["ts"]), float(e.get("dur", 0)), depth)
             )
+        elif ph == "i":
+            track(pid, tid).instants.append((float(e["ts"]), e.get("name", "?")))
+        elif ph == "C":
+            key = (pid, e.get("name", "?"))
+            counters.setdefault(key, Counter(key[1])).points.append(
+                (float(e["ts"]), {k: float(v) for k, v in args.items()})
+            )
 
     for t in tracks.values():
         infer_depths(t.slices)
     ordered = sorted(
-        (t for t in tracks.values() if t.slices),
+        (t for t in tracks.values() if t.slices or t.instants),
         key=lambda t: (t.pid, t.sort_index, t.tid),
     )
+    for c in counters.values():
+        c.points.sort(key=lambda p: p[0])
+    # The device's counters first, then the streams', by name.
+    counter_list = sorted(
+        counters.values(), key=lambda c: (not c.name.startswith("GPU"), len(c.name), c.name)
+    )
     title = " / ".join(processes[p] for p in sorted(processes)) or path.name
-    return title, ordered
+    return title, ordered, counter_list
+
+
+COUNTER_H = 64
+SERIES_COLOURS = [(0x42, 0x85, 0xF4), (0xDB, 0x44, 0x37), (0x0F, 0x9D, 0x58)]
+
+
+def fmt_bytes(v: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if v >= size:
+            return f"{v / size:.1f} {unit}"
+    return f"{v:.0f} B"
 
 
 def track_height(t: "Track") -> int:
@@ -190,14 +236,17 @@ def fit(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str | None:
 
 
 def render(trace: Path, out: Path, width: int, title: str | None) -> None:
-    proc_title, tracks = parse(trace)
-    if not tracks:
+    proc_title, tracks, counters = parse(trace)
+    if not any(t.slices for t in tracks):
         raise SystemExit(f"{trace}: no complete (\"ph\":\"X\") events")
     title = title or proc_title
-    t0 = 0.0 if min(s.ts for t in tracks for s in t.slices) >= 0 else min(
-        s.ts for t in tracks for s in t.slices
+    starts = [s.ts for t in tracks for s in t.slices] + [i[0] for t in tracks for i in t.instants]
+    t0 = min(0.0, min(starts))
+    t1 = max(
+        [s.ts + s.dur for t in tracks for s in t.slices]
+        + [i[0] for t in tracks for i in t.instants]
+        + [p[0] for c in counters for p in c.points]
     )
-    t1 = max(s.ts + s.dur for t in tracks for s in t.slices)
     span = (t1 - t0) * 1.02  # a little room after the last slice
 
     font = load_font(13)
@@ -224,7 +273,7 @@ def render(trace: Path, out: Path, width: int, title: str | None) -> None:
     legend_h = 12 + LEGEND_ROW_H * (len(legend_rows) + 1)
 
     title_h, axis_h = 34, 30
-    tracks_h = sum(track_height(t) for t in tracks)
+    tracks_h = sum(track_height(t) for t in tracks) + COUNTER_H * len(counters)
     height = title_h + axis_h + tracks_h + legend_h
     img = Image.new("RGB", (width, height), BACKGROUND)
     d = ImageDraw.Draw(img)
@@ -257,6 +306,8 @@ def render(trace: Path, out: Path, width: int, title: str | None) -> None:
         d.rectangle([0, y, LABEL_W - 1, y + h - 1], fill=LABEL_BG)
         d.text((12, y + TRACK_PAD + 4), t.name, font=font_bold, fill=TEXT)
         busy = f"{len(t.slices)} slices"
+        if t.instants:
+            busy += f", {len(t.instants)} allocs/frees"
         d.text((12, y + TRACK_PAD + 24), busy, font=font_small, fill=MUTED)
         # Narrow slices last, so a wide neighbour never paints over them.
         for s in sorted(t.slices, key=lambda s: (s.depth, -s.dur)):
@@ -272,6 +323,45 @@ def render(trace: Path, out: Path, width: int, title: str | None) -> None:
                 tw = d.textlength(label, font=font)
                 tx = ax + (bx - ax - tw) / 2
                 d.text((tx, sy + 4), label, font=font, fill=text_colour(rgb))
+        for ts, name in t.instants:
+            x = round(x_of(ts))
+            colour = (0x0F, 0x9D, 0x58) if name.startswith("alloc") else (0xDB, 0x44, 0x37)
+            d.polygon([(x - 4, y + 1), (x + 4, y + 1), (x, y + 7)], fill=colour)
+        y += h
+        d.line([0, y - 1, width, y - 1], fill=TRACK_RULE)
+    for c in counters:
+        h = COUNTER_H
+        d.rectangle([0, y, LABEL_W - 1, y + h - 1], fill=LABEL_BG)
+        d.text((12, y + 6), c.name, font=font_bold, fill=TEXT)
+        series = c.series
+        peak = max((v for _, vals in c.points for v in vals.values()), default=0) or 1
+        legend = ", ".join(
+            f"{k} (max {fmt_bytes(max(vals.get(k, 0) for _, vals in c.points))})" for k in series
+        )
+        d.text((12, y + 26), fit(d, legend, font_small, LABEL_W - 16) or "", font=font_small, fill=MUTED)
+        base, top_y = y + h - 6, y + 8
+        def y_of(v: float) -> float:
+            return base - v / peak * (base - top_y)
+        for index, key in enumerate(series):
+            colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
+            pts: list[tuple[float, float]] = []
+            last = None
+            for ts, vals in c.points:
+                if key not in vals:
+                    continue
+                x = x_of(ts)
+                if last is not None:
+                    pts.append((x, last))
+                last = y_of(vals[key])
+                pts.append((x, last))
+            if last is not None:
+                pts.append((x1, last))
+            if len(pts) < 2:
+                continue
+            if index == 0:
+                light = tuple(int(255 - (255 - ch) * 0.35) for ch in colour)
+                d.polygon(pts + [(pts[-1][0], base), (pts[0][0], base)], fill=light)
+            d.line(pts, fill=colour, width=2)
         y += h
         d.line([0, y - 1, width, y - 1], fill=TRACK_RULE)
     d.line([LABEL_W - 1, title_h, LABEL_W - 1, bottom - 1], fill=TRACK_RULE)

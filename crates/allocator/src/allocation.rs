@@ -221,12 +221,14 @@ impl Allocation {
 
     /// Free the block now (the handle's drop, or the last view of a doomed one).
     pub(crate) fn free_now(&self, st: &mut SlotState) {
+        let before = st.counts.allocated;
         match self.shared().backend {
             Backend::Caching => self.shared().caching_free(st, self.ptr, self.id),
             Backend::DriverPool { .. } => {
                 self.shared().pool_free(&self.slot, st, self.ptr, self.id)
             }
         }
+        self.shared().observe_free(&self.slot, st, self.ptr, before);
     }
 
     pub(crate) fn dead(&self) -> Error {

@@ -74,8 +74,13 @@ impl StreamOrderedAllocator {
                 events,
                 counters: Counters::default(),
                 pool,
+                observers: Default::default(),
             }),
         })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// The backend chosen at construction.
@@ -124,6 +129,7 @@ impl StreamOrderedAllocator {
                 (ptr, bytes, id)
             }
         };
+        self.shared.observe_alloc(&slot, ptr, block);
         Ok(Allocation {
             slot,
             ptr,
@@ -155,7 +161,9 @@ impl StreamOrderedAllocator {
                         freed += usize::from(!std::mem::replace(&mut pins.doomed, true));
                         continue;
                     }
+                    let before = st.counts.allocated;
                     self.shared.caching_free(&mut st, ptr, id);
+                    self.shared.observe_free(&slot, &st, ptr, before);
                     freed += 1;
                 }
                 freed
@@ -175,7 +183,9 @@ impl StreamOrderedAllocator {
                         freed += usize::from(!doomed);
                         continue;
                     }
+                    let before = st.counts.allocated;
                     self.shared.pool_free(&slot, &mut st, ptr, id);
+                    self.shared.observe_free(&slot, &st, ptr, before);
                     freed += 1;
                 }
                 freed

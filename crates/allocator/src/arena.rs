@@ -8,6 +8,8 @@
 //! without a sorted-set insert, search and removal. Any other request first
 //! moves the list into the sets, so best-fit choices are unchanged.
 
+mod snapshot;
+
 use crate::hash::AddrMap;
 use crate::size::Class;
 use driver::Stream;

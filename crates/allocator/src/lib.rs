@@ -65,8 +65,10 @@ mod driver_pool;
 mod error;
 mod hash;
 mod last_slot;
+mod observer;
 mod shared;
 mod size;
+mod snapshot;
 mod stats;
 mod view;
 
@@ -79,8 +81,10 @@ pub use driver;
 pub use error::{Error, Result};
 /// The event pool this crate records its fences with.
 pub use events;
+pub use observer::{MemoryEvent, MemoryEventKind, MemoryObserver};
 pub use size::{
     BLOCK_GRANULE, MEDIUM_LIMIT, MEDIUM_SEGMENT, SEGMENT_GRANULE, SMALL_LIMIT, SMALL_SEGMENT,
 };
+pub use snapshot::{BlockSnapshot, BlockState, MemorySnapshot, SegmentSnapshot, StreamSnapshot};
 pub use stats::{AllocatorStats, StreamStats};
 pub use view::{AllocationView, AllocationViewMut};

@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     pub(crate) events: Arc<EventPool>,
     pub(crate) counters: Counters,
     pub(crate) pool: Option<PoolHandle>,
+    /// Told about every allocation and free (`observer.rs`).
+    pub(crate) observers: crate::observer::Observers,
 }
 
 /// Whether `err` is the driver's `CUDA_ERROR_OUT_OF_MEMORY`.

@@ -46,18 +46,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("order [second, first] rejected: {wrong}");
     pipeline.set_order(vec![first, second])?;
 
-    let mut checked = 0;
+    // Every batch's output is read while its slot still holds it: as each
+    // step reports it downloaded, and the last ones after the drain.
+    let mut checked = Vec::new();
+    let mut reports = Vec::new();
     for batch in 0..BATCHES {
         pipeline.input_mut(0)?.copy_from_slice(&input(batch));
-        let report = pipeline.execute_iteration()?;
-        if let Some(done) = report.downloaded {
-            assert_eq!(pipeline.output(2)?, &expected(done)[..], "batch {done}");
-            checked += 1;
+        reports.push(pipeline.execute_iteration()?);
+        reports.extend(if batch + 1 == BATCHES {
+            pipeline.drain()?
+        } else {
+            Vec::new()
+        });
+        for report in reports.drain(..) {
+            if let Some(done) = report.downloaded {
+                let output = pipeline.output_of(done, 2)?;
+                assert_eq!(output, &expected(done)[..], "batch {done}");
+                checked.push(done);
+            }
         }
     }
-    pipeline.drain()?;
-    assert_eq!(pipeline.output(2)?, &expected(BATCHES - 1)[..]);
-    checked += 1;
+    assert_eq!(
+        checked,
+        (0..BATCHES).collect::<Vec<_>>(),
+        "every batch checked once"
+    );
+    let checked = checked.len();
 
     let stats = pipeline.get_stats()?;
     println!(

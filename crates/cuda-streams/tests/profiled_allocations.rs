@@ -37,8 +37,11 @@ fn a_large_memset_is_timed_in_its_own_scope() {
     let big_time = ours.operations["memset 64 MiB"].min;
     let small_time = ours.operations["memset 16 B"].max;
     assert!(big_time > std::time::Duration::ZERO, "{ours:?}");
+    // Absorbed, the small one would take at least as long as the large one.
+    // On an H200 the 64 MiB memset takes about 18 µs and an empty scope
+    // about 5 µs, so the margin is 2x, not more.
     assert!(
-        small_time * 4 < big_time,
+        small_time * 2 < big_time,
         "the 16-byte memset ({small_time:?}) absorbed the large one ({big_time:?})"
     );
     // Both memsets counted as operations of the stream.

@@ -49,6 +49,7 @@ impl Stream {
         self.refuse_if_capturing("Stream::add_callback")?;
         let ctx = self.context();
         ctx.bind()?;
+        self.before_work();
         let payload = Box::into_raw(Box::new(Payload {
             f: Box::new(f),
             counters: Arc::clone(&self.counters),

@@ -30,7 +30,7 @@ pub(crate) enum Work {
 
 impl Stream {
     /// Bind the context, order this stream after the allocation of each device
-    /// buffer in `uses`, enqueue with `call` (given the driver table and this
+    /// buffer in `uses`, tell the stream's [`crate::WorkObserver`]s, enqueue with `call` (given the driver table and this
     /// stream's handle) and count it as `work`; then track every use so that
     /// frees and host access wait for the operation.
     ///
@@ -55,6 +55,9 @@ impl Stream {
                 buffer.before_use(self)?;
             }
         }
+        // After the waits above: an observer (the profiler) marks where the
+        // work itself starts.
+        self.before_work();
         self.context()
             .check(call(self.context().driver(), self.as_raw()))?;
         match work {

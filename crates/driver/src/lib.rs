@@ -131,6 +131,7 @@ mod launch;
 mod memory;
 mod metrics;
 mod module;
+pub mod nvtx;
 mod ordering;
 mod priority;
 mod reactor;
@@ -154,6 +155,6 @@ pub use module::{Kernel, Module};
 pub use priority::{PriorityRange, StreamPriority};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use select::{DRIVER_ENV, DriverChoice, DriverKind, LoadedDriver, driver, select};
-pub use stream::Stream;
+pub use stream::{Stream, WorkObserver};
 /// The raw bindings this crate is built on, for interop and raw calls.
 pub use sys;

@@ -73,6 +73,10 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    pub(crate) fn operations(&self) -> u64 {
+        self.operations.load(Relaxed)
+    }
+
     pub(crate) fn operation(&self) {
         self.operations.fetch_add(1, Relaxed);
     }

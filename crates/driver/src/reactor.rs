@@ -11,6 +11,9 @@
 //! How the thread waits is the [`WakeMode`]: spinning, spinning briefly then
 //! parking with back-off, or parking until a host function enqueued after the
 //! flag wakes it. With nothing pending it parks without a timeout: no CPU.
+//! The default mode also learns how long waits on each stream take
+//! ([`predict`]): it parks through most of a wait it has seen before and
+//! spins only around the moment the wait is due.
 //!
 //! A slot whose future was dropped before it fired is *cancelled*: it stays
 //! watched until its write lands (or its stream fails), because a write still
@@ -20,8 +23,11 @@
 //! memory the GPU writes except the reactor's own slots, which live as long
 //! as the context.
 
+mod predict;
+
 use crate::context::Context;
 use crate::error::{Error, Result};
+use predict::{WaitPredictor, Window};
 use std::ffi::c_void;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -50,6 +56,11 @@ pub enum WakeMode {
     /// Spin for [`ReactorConfig::spin`] after each new wait or completion,
     /// then park with a back-off from [`ReactorConfig::min_park`] doubling to
     /// [`ReactorConfig::max_park`]. The default.
+    ///
+    /// With [`ReactorConfig::predict`] (on by default), a wait on a stream
+    /// or event whose recent waits the reactor has seen is instead parked
+    /// through until shortly before it is due, and spun on only around
+    /// that moment; one that runs late falls back to the back-off.
     #[default]
     Adaptive,
     /// Spin for as long as any wait is pending: the lowest latency, one core
@@ -83,6 +94,9 @@ pub struct ReactorConfig {
     /// How often pending waits' events are queried for errors (and for
     /// completion, should a flag be missed).
     pub error_check: Duration,
+    /// [`WakeMode::Adaptive`]: learn how long waits on each stream (or
+    /// event) take, and spin only around the moment the next one is due.
+    pub predict: bool,
 }
 
 impl Default for ReactorConfig {
@@ -97,6 +111,7 @@ impl Default for ReactorConfig {
             min_park: Duration::from_micros(8),
             max_park: Duration::from_micros(32),
             error_check: Duration::from_millis(1),
+            predict: true,
         }
     }
 }
@@ -105,6 +120,11 @@ impl ReactorConfig {
     /// The same policy with `mode`.
     pub const fn with_mode(self, mode: WakeMode) -> Self {
         Self { mode, ..self }
+    }
+
+    /// The same policy with [`ReactorConfig::predict`] set to `predict`.
+    pub const fn with_prediction(self, predict: bool) -> Self {
+        Self { predict, ..self }
     }
 }
 
@@ -150,6 +170,12 @@ struct Slot {
     event: CUevent,
     /// The watch stream this wait uses, if any.
     watch: Option<usize>,
+    /// When the flag write was enqueued.
+    registered: Instant,
+    /// The stream or event waited on, for [`WaitPredictor`].
+    key: usize,
+    /// When to watch it closely, if its key has a history.
+    window: Option<Window>,
 }
 
 struct Chunk {
@@ -171,6 +197,7 @@ struct State {
     spare_events: Vec<CUevent>,
     watch_streams: Vec<WatchStream>,
     config: ReactorConfig,
+    predictor: WaitPredictor,
     /// Set by new waits, so the thread spins again.
     activity: bool,
     shutdown: bool,
@@ -264,6 +291,7 @@ impl Reactor {
                     spare_events: Vec::new(),
                     watch_streams: Vec::new(),
                     config: ReactorConfig::default(),
+                    predictor: WaitPredictor::default(),
                     activity: false,
                     shutdown: false,
                     thread: None,
@@ -381,9 +409,20 @@ impl Reactor {
                 kicked = Err(err);
             }
         }
+        let key = match target {
+            Target::Stream(stream) => stream as usize,
+            Target::Event(event) => event as usize,
+        };
+        let config = state.config;
+        let window = (config.predict && config.mode == WakeMode::Adaptive)
+            .then(|| state.predictor.window(key, config.spin))
+            .flatten();
         let entry = &mut state.slots[slot as usize];
         entry.waker = None;
         entry.watch = watch;
+        entry.registered = Instant::now();
+        entry.key = key;
+        entry.window = window;
         match &recorded {
             Ok(()) => entry.event = event,
             // Not recorded: the slot has no event to query.
@@ -420,6 +459,9 @@ impl Reactor {
                 // The flag may have landed since the thread last looked.
                 if Shared::flag(&state, ticket.slot).load(Ordering::Acquire) == ticket.seq {
                     state.stats.completed += 1;
+                    let entry = &state.slots[slot];
+                    let (key, length) = (entry.key, entry.registered.elapsed());
+                    state.predictor.observe(key, length);
                     self.release(&mut state, ticket.slot);
                     return Some(CUresult::CUDA_SUCCESS);
                 }
@@ -509,6 +551,9 @@ impl Reactor {
             waker: None,
             event: std::ptr::null_mut(),
             watch: None,
+            registered: Instant::now(),
+            key: 0,
+            window: None,
         }));
         // Hand out low slots first (popped from the end).
         state
@@ -634,7 +679,7 @@ fn run(shared: &Shared) {
     let mut park = Duration::ZERO;
     let mut wakers = Vec::new();
     loop {
-        let (config, watching) = {
+        let (config, plan) = {
             let mut state = shared.lock();
             if state.shutdown {
                 return;
@@ -644,12 +689,12 @@ fn run(shared: &Shared) {
             if check_events {
                 last_check = now;
             }
-            let finished = scan(shared, &mut state, check_events, &mut wakers);
-            if finished || std::mem::take(&mut state.activity) {
+            let plan = scan(shared, &mut state, now, check_events, &mut wakers);
+            if plan.finished || std::mem::take(&mut state.activity) {
                 last_activity = now;
                 park = state.config.min_park;
             }
-            (state.config, !state.watched.is_empty())
+            (state.config, plan)
         };
         for waker in wakers.drain(..) {
             // A waker is user code (an executor's); it must not take the
@@ -658,17 +703,32 @@ fn run(shared: &Shared) {
                 tracing::error!("a waker panicked; the reactor goes on");
             }
         }
-        if !watching {
+        if !plan.watching {
             std::thread::park();
             last_activity = Instant::now();
             continue;
         }
         match config.mode {
             WakeMode::Spin => std::hint::spin_loop(),
-            WakeMode::Adaptive if last_activity.elapsed() < config.spin => std::hint::spin_loop(),
+            WakeMode::Adaptive if plan.due_now => std::hint::spin_loop(),
+            WakeMode::Adaptive if plan.unforeseen && last_activity.elapsed() < config.spin => {
+                std::hint::spin_loop()
+            }
             WakeMode::Adaptive => {
-                std::thread::park_timeout(park);
-                park = (park * 2).clamp(config.min_park, config.max_park.max(config.min_park));
+                // Waits with no history (or past their window) set the
+                // back-off; foreseen ones only cut a park short so that
+                // the thread is awake when their window opens.
+                let mut timeout = if plan.unforeseen {
+                    let current = park;
+                    park = (park * 2).clamp(config.min_park, config.max_park.max(config.min_park));
+                    current
+                } else {
+                    config.error_check
+                };
+                if let Some(next) = plan.next_window {
+                    timeout = timeout.min(next.saturating_duration_since(Instant::now()));
+                }
+                std::thread::park_timeout(timeout);
             }
             // The host function wakes us; the timeout only serves the
             // error checks (a faulted stream may run no host function).
@@ -677,10 +737,31 @@ fn run(shared: &Shared) {
     }
 }
 
+/// What one round over the watched slots found, and so how to wait next.
+#[derive(Default)]
+struct Plan {
+    /// Some wait finished.
+    finished: bool,
+    /// Slots are still watched.
+    watching: bool,
+    /// A pending wait is inside its window: spin.
+    due_now: bool,
+    /// A pending wait has no window, or has outlived it: back off.
+    unforeseen: bool,
+    /// The earliest window still to open.
+    next_window: Option<Instant>,
+}
+
 /// One round over the watched slots. Returns whether any finished.
-fn scan(shared: &Shared, state: &mut State, check_events: bool, wakers: &mut Vec<Waker>) -> bool {
+fn scan(
+    shared: &Shared,
+    state: &mut State,
+    now: Instant,
+    check_events: bool,
+    wakers: &mut Vec<Waker>,
+) -> Plan {
     state.stats.scans += 1;
-    let mut finished = false;
+    let mut plan = Plan::default();
     let mut i = 0;
     while i < state.watched.len() {
         let slot = state.watched[i];
@@ -700,10 +781,21 @@ fn scan(shared: &Shared, state: &mut State, check_events: bool, wakers: &mut Vec
             None
         };
         let Some(code) = outcome else {
+            let entry = &state.slots[slot as usize];
+            if entry.state == SlotState::Pending {
+                match entry.window {
+                    Some(window) if now < entry.registered + window.start => {
+                        let opens = entry.registered + window.start;
+                        plan.next_window = Some(plan.next_window.map_or(opens, |t| t.min(opens)));
+                    }
+                    Some(window) if now <= entry.registered + window.end => plan.due_now = true,
+                    _ => plan.unforeseen = true,
+                }
+            }
             i += 1;
             continue;
         };
-        finished = true;
+        plan.finished = true;
         state.watched.swap_remove(i);
         if let Some(index) = state.slots[slot as usize].watch.take() {
             state.watch_streams[index].pending -= 1;
@@ -711,6 +803,11 @@ fn scan(shared: &Shared, state: &mut State, check_events: bool, wakers: &mut Vec
         let entry = &mut state.slots[slot as usize];
         match entry.state {
             SlotState::Pending => {
+                if landed {
+                    let (key, length) = (entry.key, now.duration_since(entry.registered));
+                    state.predictor.observe(key, length);
+                }
+                let entry = &mut state.slots[slot as usize];
                 entry.state = SlotState::Done(code);
                 wakers.extend(entry.waker.take());
                 state.stats.completed += 1;
@@ -729,5 +826,6 @@ fn scan(shared: &Shared, state: &mut State, check_events: bool, wakers: &mut Vec
             SlotState::Free | SlotState::Done(_) => {}
         }
     }
-    finished
+    plan.watching = !state.watched.is_empty();
+    plan
 }

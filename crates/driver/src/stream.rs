@@ -10,7 +10,7 @@ use crate::event_pool::{EventPool, PooledEvent};
 use crate::metrics::{Counters, StreamMetrics};
 use crate::priority::StreamPriority;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use sys::{CUstream, CUstream_flags};
@@ -55,6 +55,26 @@ pub struct Stream {
     pub(crate) pool: std::sync::OnceLock<Arc<EventPool>>,
     /// The id of the capture this stream takes part in (0: none).
     pub(crate) capture: AtomicU64,
+    /// Told before the next work item ([`Stream::observe_next_work`]).
+    observers: Mutex<Vec<Arc<dyn WorkObserver>>>,
+    /// Whether `observers` may be non-empty: the only cost on the enqueue
+    /// path while nothing observes the stream.
+    observed: AtomicBool,
+}
+
+/// Told when a piece of work is about to be enqueued on a stream: after the
+/// waits that order it (on its buffers' allocations and on other streams'
+/// uses of them) and right before the work's own driver call. A profiler
+/// records the start of a scope there, so that waiting on other streams is
+/// not counted as the scope's work ([`Stream::observe_next_work`]).
+///
+/// "Work" is a copy, memset, prefetch, kernel launch or host callback
+/// enqueued through this crate; event waits and records are not work.
+pub trait WorkObserver: Send + Sync {
+    /// Called once per [`Stream::observe_next_work`], on the thread that
+    /// enqueues the work. It may record events on `stream`, and must not
+    /// enqueue work there. A panic is caught and logged.
+    fn before_work(&self, stream: &Stream);
 }
 
 // SAFETY: CUDA streams may be used from any thread; the raw handle is only
@@ -117,6 +137,8 @@ impl Stream {
             timings: Mutex::default(),
             pool: std::sync::OnceLock::new(),
             capture: AtomicU64::new(0),
+            observers: Mutex::default(),
+            observed: AtomicBool::new(false),
         })
     }
 
@@ -286,6 +308,82 @@ impl Stream {
     pub fn metrics(&self) -> StreamMetrics {
         self.harvest_timings();
         self.counters.snapshot(self.id)
+    }
+
+    /// How many operations were enqueued so far: [`StreamMetrics::operations_count`]
+    /// without the rest of the snapshot (one atomic load).
+    pub fn operation_count(&self) -> u64 {
+        self.counters.operations()
+    }
+
+    /// Call `observer` once, right before the next work item enqueued on this
+    /// stream (after the waits that order it); see [`WorkObserver`]. Several
+    /// observers may wait at once; each is called once, in the order given.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, Stream, WorkObserver};
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// /// Remembers how many operations preceded the observed work.
+    /// struct Before(AtomicU64);
+    /// impl WorkObserver for Before {
+    ///     fn before_work(&self, stream: &Stream) {
+    ///         self.0.store(stream.operation_count(), Ordering::Relaxed);
+    ///     }
+    /// }
+    /// let ctx = Context::new(0).unwrap();
+    /// let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    /// let mut buf = DeviceBuffer::<u32>::new_async(&a, 256).unwrap();
+    /// a.synchronize().unwrap();
+    /// let before = Arc::new(Before(AtomicU64::new(u64::MAX)));
+    /// b.observe_next_work(before.clone());
+    /// // The memset on `b` first waits for the allocation on `a`: the observer
+    /// // runs after that wait (one operation on `b`) and before the memset.
+    /// b.memset_u32_async(&mut buf, 1).unwrap();
+    /// assert_eq!(before.0.load(Ordering::Relaxed), 1);
+    /// assert_eq!(b.operation_count(), 2);
+    /// ```
+    pub fn observe_next_work(&self, observer: Arc<dyn WorkObserver>) {
+        let mut observers = self.observers.lock().unwrap_or_else(|p| p.into_inner());
+        observers.push(observer);
+        self.observed.store(true, Ordering::Release);
+    }
+
+    /// Tell the observers waiting for the next work item (see
+    /// [`WorkObserver`]): called by every work-enqueueing path, after its
+    /// waits and before its driver call.
+    #[inline]
+    pub(crate) fn before_work(&self) {
+        if self.observed.load(Ordering::Acquire) {
+            self.notify_observers();
+        }
+    }
+
+    #[cold]
+    fn notify_observers(&self) {
+        let (first, rest) = {
+            let mut observers = self.observers.lock().unwrap_or_else(|p| p.into_inner());
+            self.observed.store(false, Ordering::Release);
+            // The usual single observer leaves the list's buffer in place
+            // for the next one (no allocation per observed work item).
+            let first = (!observers.is_empty()).then(|| observers.remove(0));
+            let rest = if observers.is_empty() {
+                Vec::new()
+            } else {
+                std::mem::take(&mut *observers)
+            };
+            (first, rest)
+        };
+        // Called without the lock: an observer may ask to observe again.
+        for observer in first.into_iter().chain(rest) {
+            let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                observer.before_work(self)
+            }));
+            if called.is_err() {
+                tracing::warn!("a work observer on stream {} panicked (caught)", self.id);
+            }
+        }
     }
 
     /// Count a kernel launch made outside this crate's API.

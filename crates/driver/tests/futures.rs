@@ -276,6 +276,56 @@ fn every_wake_mode_wakes() {
     assert_eq!(reactor.stats().pending, 0);
 }
 
+/// The default mode learns how long waits on a stream take and parks
+/// through most of the next one. A wait far longer than those it learned
+/// must still wake its task once, after its work, through the back-off.
+#[test]
+fn a_wait_longer_than_the_learned_ones_still_wakes_once() {
+    let _serial = serial();
+    let ctx = ctx();
+    let reactor = ctx.reactor();
+    let original = reactor.config();
+    reactor.set_config(ReactorConfig::default());
+    assert!(reactor.config().predict, "prediction is on by default");
+    let stream = Stream::new(&ctx).unwrap();
+    let spin_k = spin_kernel(&ctx);
+    let fill_k = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let mut device = DeviceBuffer::<f32>::new_async(&stream, 4096).unwrap();
+    let mut host = PinnedBuffer::<f32>::new(&ctx, 4096).unwrap();
+    // Teach it: short waits on this stream.
+    for _ in 0..8 {
+        spin(&stream, &spin_k, Duration::from_micros(50));
+        block_on(stream.completion().unwrap()).unwrap();
+    }
+    // Then one held far past that window by a gate.
+    let gate = Gate::close(&stream);
+    fill(&stream, &fill_k, 3.5, &mut device);
+    let mut copied = stream.copy_to_host_future(&mut host, &device).unwrap();
+    let (unpark, waker) = unpark_waker();
+    if gate.still_held() {
+        assert!(poll_once(&mut copied, &waker).is_pending());
+    }
+    // Let the window pass (the reactor sees the wait is late) before the
+    // work may finish; the gate, not this pause, orders the data.
+    let until = Instant::now() + Duration::from_millis(5);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+    gate.open();
+    let deadline = Instant::now() + HANG;
+    while unpark.wakes.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the late wait was never woken");
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+    let host = match poll_once(&mut copied, &waker) {
+        Poll::Ready(done) => done.unwrap(),
+        Poll::Pending => panic!("woken but not ready"),
+    };
+    assert!(host.as_slice().unwrap().iter().all(|&v| v == 3.5));
+    assert_eq!(unpark.wakes.load(Ordering::SeqCst), 1, "woken exactly once");
+    reactor.set_config(original);
+}
+
 #[test]
 fn a_failing_stream_wakes_its_futures_with_the_error() {
     if ctx().is_gpu() {

@@ -60,12 +60,14 @@ mod error;
 mod graph;
 mod op;
 mod operation;
+mod source;
 
 pub use capture::{CaptureOpBuilder, GraphCapture, ReplayGraph};
 pub use error::{Error, Result};
 pub use graph::{CoordinatorMetrics, OperationGraph};
 pub use op::{Op, OpBuilder};
 pub use operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
+pub use source::StreamSource;
 
 /// The safe driver layer the graph runs on, so examples can name it through
 /// this crate.

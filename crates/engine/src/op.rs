@@ -3,8 +3,9 @@
 //! call, so it cannot be left half-done.
 
 use crate::error::{Error, Result};
-use crate::graph::OperationGraph;
+use crate::graph::{OpMeta, OperationGraph};
 use crate::operation::{EventPriority, OperationId, OperationType};
+use crate::source::StreamSource;
 use driver::{PooledEvent, Stream};
 use std::fmt;
 use std::sync::Arc;
@@ -35,27 +36,43 @@ use std::sync::Arc;
 #[must_use = "an operation builder does nothing until `run`"]
 pub struct OpBuilder<'g> {
     graph: &'g OperationGraph,
-    stream: Arc<Stream>,
+    place: Place<'g>,
     after: Vec<OperationId>,
     label: String,
     kind: OperationType,
     priority: EventPriority,
 }
 
+/// Where an operation runs: the caller's stream, or one the engine takes.
+enum Place<'g> {
+    Stream(Arc<Stream>),
+    Source(&'g dyn StreamSource),
+}
+
 impl OperationGraph {
     /// Describe an operation on `stream`; [`OpBuilder::run`] enqueues it.
     /// Its kind defaults to [`OperationType::Kernel`] and its priority to
-    /// [`EventPriority::Normal`] (both metadata: the stream is chosen by the
-    /// caller, so neither changes what runs where).
+    /// [`EventPriority::Normal`] (both metadata here: the caller chose the
+    /// stream; with [`op_from`](Self::op_from) the priority picks it).
     pub fn op(&self, stream: &Stream) -> OpBuilder<'_> {
+        OpBuilder::at(self, Place::Stream(stream.to_arc()))
+    }
+}
+
+impl<'g> OpBuilder<'g> {
+    fn at(graph: &'g OperationGraph, place: Place<'g>) -> Self {
         OpBuilder {
-            graph: self,
-            stream: stream.to_arc(),
+            graph,
+            place,
             after: Vec::new(),
             label: String::new(),
             kind: OperationType::Kernel,
             priority: EventPriority::Normal,
         }
+    }
+
+    pub(crate) fn from_source(graph: &'g OperationGraph, source: &'g dyn StreamSource) -> Self {
+        Self::at(graph, Place::Source(source))
     }
 }
 
@@ -79,7 +96,9 @@ impl<'g> OpBuilder<'g> {
         self
     }
 
-    /// How urgent it is (metadata; orders [`OperationGraph::ready_operations`]).
+    /// How urgent it is: orders [`OperationGraph::ready_operations`], and
+    /// picks the stream class when the engine chooses the stream
+    /// ([`OperationGraph::op_from`]).
     pub fn priority(mut self, priority: EventPriority) -> Self {
         self.priority = priority;
         self
@@ -94,22 +113,26 @@ impl<'g> OpBuilder<'g> {
     pub fn run(self, work: impl FnOnce(&Stream) -> driver::Result<()>) -> Result<Op> {
         let OpBuilder {
             graph,
-            stream,
+            place,
             after,
             label,
             kind,
             priority,
         } = self;
-        let id = graph.register_operation(kind, priority, &stream, after, label.clone())?;
-        if let Err(err) = graph.begin_operation(id, &stream) {
-            graph.forget(id);
-            return Err(err);
-        }
-        let outcome = work(&stream);
-        let event = graph.complete_inner(id)?;
+        let meta = OpMeta {
+            kind,
+            priority,
+            dependencies: after,
+            label,
+        };
+        let stream = match place {
+            Place::Stream(stream) => stream,
+            Place::Source(source) => source.stream_for(priority.stream_class()),
+        };
+        let (id, event, outcome) = graph.run_op(meta, stream, work)?;
         match outcome {
             Ok(()) => Ok(Op { id, event }),
-            Err(source) => Err(Error::OperationFailed {
+            Err((source, label)) => Err(Error::OperationFailed {
                 operation: id,
                 label,
                 source,

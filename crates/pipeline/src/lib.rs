@@ -37,7 +37,7 @@ pub use coordinator::{AsyncCoordinator, CompletedOperation, OperationId, Operati
 pub use driver;
 pub use error::{Error, Result};
 pub use graph::PipelineGraph;
-pub use managed::{ManagedGpuContext, PIPELINE_DEPTH, StepConfig, Telemetry};
+pub use managed::{ManagedGpuContext, PIPELINE_DEPTH, StepConfig, StepOutput, Telemetry};
 pub use manager::{IterationReport, PipelineStageManager, PipelineStats};
 pub use planner::{
     ArraySpec, DEFAULT_MAX_STREAMS, DEFAULT_MIN_BATCH_MB, DEFAULT_MIN_BATCH_SIZE, ENV_MAX_STREAMS,

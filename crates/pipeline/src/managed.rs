@@ -73,16 +73,68 @@ pub struct Telemetry {
     pub output: Vec<f32>,
 }
 
+/// One step's result read in place, from
+/// [`ManagedGpuContext::step_in_place`]: the pinned buffer the GPU
+/// downloaded into, borrowed until the next step.
+pub struct StepOutput<'a> {
+    step: u64,
+    host: &'a PinnedBuffer<f32>,
+}
+
+impl StepOutput<'_> {
+    /// The step it belongs to (0 for the first call).
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// The kernel's output, waiting for its download if it is still
+    /// running (the work queued after it keeps the GPU busy meanwhile).
+    pub fn output(&self) -> Result<&[f32]> {
+        Ok(self.host.as_slice()?)
+    }
+}
+
+impl fmt::Debug for StepOutput<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepOutput")
+            .field("step", &self.step)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a step uploads: a copy of the caller's `Vec`, or a pinned slot the
+/// caller fills in place.
+enum Upload<'a> {
+    Copy(&'a StepConfig),
+    InPlace {
+        iterations: u32,
+        fill: &'a mut dyn FnMut(&mut [f32]),
+    },
+}
+
+impl Upload<'_> {
+    fn iterations(&self) -> u32 {
+        match self {
+            Upload::Copy(config) => config.iterations,
+            Upload::InPlace { iterations, .. } => *iterations,
+        }
+    }
+}
+
 struct SyncState {
     input: DeviceBuffer<f32>,
     output: DeviceBuffer<f32>,
     host: PinnedBuffer<f32>,
+    /// The in-place steps' input, allocated on the first one.
+    host_in: Option<PinnedBuffer<f32>>,
 }
 
 struct AsyncState {
     slots: GpuTripleBuffer<f32>,
     outputs: Vec<DeviceBuffer<f32>>,
     host: Vec<PinnedBuffer<f32>>,
+    /// The in-place steps' inputs, one per slot, allocated on the first one.
+    host_in: Option<Vec<PinnedBuffer<f32>>>,
     uploads: [Option<OperationId>; 3],
     downloads: [Option<OperationId>; 3],
     iterations: [u32; 3],
@@ -255,15 +307,78 @@ impl ManagedGpuContext {
     /// result. Synchronous mode returns this step's telemetry; asynchronous
     /// mode returns step *k − 2*'s (`None` for the first two steps).
     pub fn triple_buffered_step(&mut self, config: StepConfig) -> Result<Option<Telemetry>> {
-        let len = *self.len.get_or_insert(config.input.len());
-        if config.input.len() != len || len == 0 {
+        let len = config.input.len();
+        let done = self.step(len, Upload::Copy(&config))?;
+        done.map(|out| {
+            Ok(Telemetry {
+                step: out.step,
+                output: out.output()?.to_vec(),
+            })
+        })
+        .transpose()
+    }
+
+    /// [`triple_buffered_step`](Self::triple_buffered_step) without copies
+    /// on the host: `fill` writes this step's `elements` inputs straight into
+    /// the pinned buffer the GPU uploads from, and the result is read in
+    /// place from the pinned buffer the GPU downloaded into. The host never
+    /// copies a step's data, and it waits for the GPU only when it reads a
+    /// result (with the next steps' work already queued behind it).
+    ///
+    /// ```
+    /// use cuda_streams_pipeline::driver::Context;
+    /// use cuda_streams_pipeline::ManagedGpuContext;
+    /// # fn main() -> cuda_streams_pipeline::Result<()> {
+    /// let device = Context::new(0)?;
+    /// let mut ctx = ManagedGpuContext::new(&device, true)?;
+    /// let mut seen = Vec::new();
+    /// for step in 0..4 {
+    ///     let done = ctx.step_in_place(1024, 1, |input| input.fill(step as f32))?;
+    ///     if let Some(done) = done {
+    ///         seen.push((done.step(), done.output()?[0])); // two steps late
+    ///     }
+    /// }
+    /// ctx.finish_steps_in_place(|done| {
+    ///     seen.push((done.step(), done.output()?[0]));
+    ///     Ok(())
+    /// })?;
+    /// // One step of v = v/2 + x from v = x: 1.5 x.
+    /// assert_eq!(seen, [(0, 0.0), (1, 1.5), (2, 3.0), (3, 4.5)]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn step_in_place(
+        &mut self,
+        elements: usize,
+        iterations: u32,
+        fill: impl FnOnce(&mut [f32]),
+    ) -> Result<Option<StepOutput<'_>>> {
+        let mut fill = Some(fill);
+        let mut fill_once = |input: &mut [f32]| {
+            if let Some(fill) = fill.take() {
+                fill(input);
+            }
+        };
+        self.step(
+            elements,
+            Upload::InPlace {
+                iterations,
+                fill: &mut fill_once,
+            },
+        )
+    }
+
+    fn step(&mut self, len: usize, upload: Upload<'_>) -> Result<Option<StepOutput<'_>>> {
+        let expected = *self.len.get_or_insert(len);
+        if len != expected || len == 0 {
             return Err(Error::LengthMismatch {
                 operation: "triple_buffered_step",
-                device: len,
-                host: config.input.len(),
+                device: expected,
+                host: len,
             });
         }
-        let result = match &mut self.mode {
+        let step = self.step;
+        let done = match &mut self.mode {
             Mode::Sync { stream, state } => {
                 let state = match state {
                     Some(state) => state,
@@ -271,9 +386,14 @@ impl ManagedGpuContext {
                         input: DeviceBuffer::new(&self.device, len)?,
                         output: DeviceBuffer::new(&self.device, len)?,
                         host: PinnedBuffer::new(&self.device, len)?,
+                        host_in: None,
                     }),
                 };
-                Some(sync_step(stream, &self.kernel, state, &config, self.step)?)
+                sync_step(stream, &self.kernel, &self.device, state, upload, len)?;
+                Some(StepOutput {
+                    step,
+                    host: &state.host,
+                })
             }
             Mode::Async {
                 coordinator, state, ..
@@ -282,27 +402,49 @@ impl ManagedGpuContext {
                     Some(state) => state,
                     None => state.insert(Box::new(AsyncState::new(&self.device, len)?)),
                 };
-                async_step(
+                let slot = async_step(
                     coordinator,
                     &self.kernel,
+                    &self.device,
                     state,
-                    Some(&config),
-                    self.step,
+                    Some(upload),
+                    step,
                     len,
-                )?
+                )?;
+                slot.map(|index| StepOutput {
+                    step: state.step_of[index],
+                    host: &state.host[index],
+                })
             }
         };
         self.step += 1;
-        if result.is_some() {
+        if done.is_some() {
             self.returned += 1;
         }
-        Ok(result)
+        Ok(done)
     }
 
     /// Finish the steps still in flight (asynchronous mode: the last two)
     /// and return their telemetry, oldest first.
     pub fn finish_steps(&mut self) -> Result<Vec<Telemetry>> {
         let mut out = Vec::new();
+        self.finish_steps_in_place(|done| {
+            out.push(Telemetry {
+                step: done.step(),
+                output: done.output()?.to_vec(),
+            });
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Finish the steps still in flight, handing each result to `read` in
+    /// place, oldest first (the [`step_in_place`](Self::step_in_place) form
+    /// of [`finish_steps`](Self::finish_steps)).
+    pub fn finish_steps_in_place(
+        &mut self,
+        mut read: impl FnMut(StepOutput<'_>) -> Result<()>,
+    ) -> Result<()> {
         let len = self.len.unwrap_or(0);
         if let Mode::Async {
             coordinator,
@@ -312,16 +454,27 @@ impl ManagedGpuContext {
         {
             // Steps without a new upload until every step has come back.
             while self.returned < self.step {
-                if let Some(t) = async_step(coordinator, &self.kernel, state, None, self.step, len)?
-                {
+                let slot = async_step(
+                    coordinator,
+                    &self.kernel,
+                    &self.device,
+                    state,
+                    None,
+                    self.step,
+                    len,
+                )?;
+                if let Some(index) = slot {
                     self.returned += 1;
-                    out.push(t);
+                    read(StepOutput {
+                        step: state.step_of[index],
+                        host: &state.host[index],
+                    })?;
                 }
             }
             coordinator.synchronize_all()?;
             coordinator.poll()?;
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -341,27 +494,35 @@ fn launch_config(len: usize) -> LaunchConfig {
 fn sync_step(
     stream: &Arc<Stream>,
     kernel: &Kernel,
+    ctx: &Arc<Context>,
     state: &mut SyncState,
-    config: &StepConfig,
-    step: u64,
-) -> Result<Telemetry> {
-    let len = config.input.len();
-    stream.copy_from_host(&mut state.input, &config.input)?;
+    upload: Upload<'_>,
+    len: usize,
+) -> Result<()> {
+    let iterations = upload.iterations();
+    match upload {
+        Upload::Copy(config) => stream.copy_from_host(&mut state.input, &config.input)?,
+        Upload::InPlace { fill, .. } => {
+            let host_in = match &mut state.host_in {
+                Some(host_in) => host_in,
+                None => state.host_in.insert(PinnedBuffer::new(ctx, len)?),
+            };
+            fill(host_in.as_mut_slice()?);
+            stream.copy_from_host_async(&mut state.input, host_in)?;
+        }
+    }
     stream.launch(
         kernel,
         launch_config(len),
         &[
             (len as u64).into(),
-            config.iterations.into(),
+            iterations.into(),
             (&state.input).into(),
             (&mut state.output).into(),
         ],
     )?;
     stream.copy_to_host_async(&mut state.host, &state.output)?;
-    Ok(Telemetry {
-        step,
-        output: state.host.as_slice()?.to_vec(),
-    })
+    Ok(())
 }
 
 impl AsyncState {
@@ -374,6 +535,7 @@ impl AsyncState {
             host: (0..3)
                 .map(|_| PinnedBuffer::new(ctx, len))
                 .collect::<driver::Result<_>>()?,
+            host_in: None,
             uploads: [None; 3],
             downloads: [None; 3],
             iterations: [0; 3],
@@ -386,23 +548,26 @@ fn illegal(stage: &'static str) -> Error {
     Error::Mode(stage)
 }
 
-/// Step `k` (the number given to an uploaded config): upload `config` (when given) into the next free slot, download
-/// step k − 2's output, run the kernel on step k − 1's input, in that order
-/// (a download waits for the computes queued before it). The slot guards
-/// follow the triple buffer's state machine; the coordinator's events order
-/// the GPU work.
+/// Step `k` (the number given to an uploaded config): upload (when given)
+/// into the next free slot, download step k − 2's output, run the kernel on
+/// step k − 1's input, in that order (a download waits for the computes
+/// queued before it). The slot guards follow the triple buffer's state
+/// machine; the coordinator's events order the GPU work. Returns the slot
+/// whose download was queued, if any.
 fn async_step(
     coordinator: &mut AsyncCoordinator,
     kernel: &Kernel,
+    ctx: &Arc<Context>,
     state: &mut AsyncState,
-    config: Option<&StepConfig>,
+    upload: Option<Upload<'_>>,
     k: u64,
     len: usize,
-) -> Result<Option<Telemetry>> {
+) -> Result<Option<usize>> {
     let AsyncState {
         slots,
         outputs,
         host,
+        host_in,
         uploads,
         downloads,
         iterations,
@@ -411,13 +576,28 @@ fn async_step(
     // Claim the batch uploaded in an earlier step before this step's upload
     // makes another slot ready for processing.
     let process = slots.get_process_buffer();
-    if let Some(config) = config {
+    if let Some(upload) = upload {
         let mut slot = slots
             .get_upload_buffer()
             .ok_or_else(|| illegal("triple buffer: no free slot to upload into"))?;
         let index = slot.slot();
-        uploads[index] = Some(coordinator.queue_upload(&config.input, &mut slot)?);
-        iterations[index] = config.iterations;
+        iterations[index] = upload.iterations();
+        uploads[index] = Some(match upload {
+            Upload::Copy(config) => coordinator.queue_upload(&config.input, &mut slot)?,
+            Upload::InPlace { fill, .. } => {
+                let pinned = match host_in {
+                    Some(pinned) => pinned,
+                    None => host_in.insert(
+                        (0..3)
+                            .map(|_| PinnedBuffer::new(ctx, len))
+                            .collect::<driver::Result<_>>()?,
+                    ),
+                };
+                // Waits only for this slot's previous upload (three steps ago).
+                fill(pinned[index].as_mut_slice()?);
+                coordinator.queue_upload_pinned(&pinned[index], &mut slot, &[])?
+            }
+        });
         step_of[index] = k;
     }
     let mut downloaded = None;
@@ -449,11 +629,5 @@ fn async_step(
         )?;
     }
     coordinator.poll()?;
-    match downloaded {
-        Some(index) => Ok(Some(Telemetry {
-            step: step_of[index],
-            output: host[index].as_slice()?.to_vec(),
-        })),
-        None => Ok(None),
-    }
+    Ok(downloaded)
 }

@@ -106,6 +106,9 @@ struct Slots {
     /// Per slot: the uploads of its current batch, and its last downloads.
     uploads: Vec<Vec<OperationId>>,
     downloads: Vec<Vec<OperationId>>,
+    /// Per slot: the batch whose outputs its host buffers hold (or will,
+    /// once the queued download lands).
+    held: [Option<u64>; DEPTH],
 }
 
 #[derive(Default)]
@@ -271,6 +274,7 @@ impl PipelineStageManager {
             host_out: Vec::new(),
             uploads: vec![Vec::new(); DEPTH],
             downloads: vec![Vec::new(); DEPTH],
+            held: [None; DEPTH],
         };
         for _ in 0..DEPTH {
             let mut device: SlotBuffers = (0..count).map(|_| None).collect();
@@ -352,6 +356,55 @@ impl PipelineStageManager {
             inputs,
             outputs: self.outputs_for(order),
         })
+    }
+
+    /// Output `id` of batch `batch` (waits for its download).
+    ///
+    /// Each batch's outputs stay readable until the download of batch
+    /// `batch + 3` is queued, three steps after its own: read every batch
+    /// named by an [`IterationReport::downloaded`] before the next three
+    /// steps, and after [`drain`](Self::drain) the last three batches.
+    /// Other batches are an error naming them.
+    ///
+    /// ```
+    /// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
+    /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
+    /// # fn main() -> cuda_streams_pipeline::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+    /// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 8)?;
+    /// let cfg = LaunchConfig::for_num_elems(8);
+    /// let stage = pipeline.add_stage(GpuPipelineStage::compute("c", compute, cfg, 1, 0, 1));
+    /// pipeline.set_inputs(vec![0]);
+    /// pipeline.set_order(vec![stage])?;
+    /// for batch in 0..5 {
+    ///     pipeline.input_mut(0)?.fill(batch as f32);
+    ///     pipeline.execute_iteration()?;
+    /// }
+    /// pipeline.drain()?;
+    /// // Batches 2, 3 and 4 are still held: x, then one step of v = v/2 + x.
+    /// assert_eq!(pipeline.output_of(2, 1)?, &[3.0; 8]);
+    /// assert_eq!(pipeline.output_of(4, 1)?, &[6.0; 8]);
+    /// let gone = pipeline.output_of(1, 1).unwrap_err();
+    /// assert!(gone.to_string().contains("batch 1"), "{gone}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn output_of(&self, batch: u64, id: usize) -> Result<&[f32]> {
+        let slots = self.slots.as_ref().ok_or(Error::NoOrder)?;
+        let slot = (batch % DEPTH as u64) as usize;
+        if slots.held[slot] != Some(batch) {
+            let why = if batch >= self.downloaded {
+                "has not been queued for download yet (results lag two steps)"
+            } else {
+                "is no longer held: its slot took a later batch (each batch stays readable for three steps)"
+            };
+            return Err(Error::InvalidConfig(format!("batch {batch} {why}")));
+        }
+        let buffer = slots.host_out[slot]
+            .get(&id)
+            .ok_or_else(|| Error::InvalidConfig(format!("buffer {id} is not a pipeline output")))?;
+        Ok(buffer.as_slice()?)
     }
 
     /// Output `id` of the batch most recently queued for download (waits for
@@ -441,6 +494,7 @@ impl PipelineStageManager {
                 ids.push(coordinator.queue_download(src, host)?);
             }
             slots.downloads[slot] = ids;
+            slots.held[slot] = Some(batch);
             report.downloaded = Some(batch);
             *downloaded += 1;
             *last_downloaded = Some(slot);
@@ -462,6 +516,7 @@ impl PipelineStageManager {
             coordinator.queue_compute_with(&deps, |stream| {
                 start.record(stream)?;
                 for &index in &order {
+                    let _range = driver::nvtx::range(&stages[index].name);
                     launch_stage(stream, &stages[index], buffers, n)?;
                 }
                 end.record(stream)

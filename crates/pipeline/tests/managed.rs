@@ -53,6 +53,67 @@ fn sync_and_async_modes_give_identical_results() {
     }
 }
 
+/// The in-place form: the same steps, filled into the pinned upload slots
+/// and read from the pinned download slots, in both modes.
+fn run_in_place(enable_async: bool, configs: &[StepConfig]) -> Vec<(u64, Vec<f32>)> {
+    let mut managed = ManagedGpuContext::new(&ctx(), enable_async).unwrap();
+    let mut out = Vec::new();
+    for (k, config) in configs.iter().enumerate() {
+        let done = managed
+            .step_in_place(config.input.len(), config.iterations, |slot| {
+                slot.copy_from_slice(&config.input)
+            })
+            .unwrap();
+        let expected_step = if enable_async {
+            k.checked_sub(2)
+        } else {
+            Some(k)
+        };
+        assert_eq!(
+            done.as_ref().map(|d| d.step()),
+            expected_step.map(|s| s as u64)
+        );
+        if let Some(done) = done {
+            out.push((done.step(), done.output().unwrap().to_vec()));
+        }
+    }
+    managed
+        .finish_steps_in_place(|done| {
+            out.push((done.step(), done.output()?.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+    out
+}
+
+#[test]
+fn in_place_steps_match_the_copying_steps() {
+    let mut rng = XorShift::new(77);
+    let configs: Vec<StepConfig> = (0..8)
+        .map(|k| StepConfig {
+            input: rng.f32s(10_000),
+            iterations: 1 + k % 3,
+        })
+        .collect();
+    let copied = run(true, &configs);
+    for enable_async in [false, true] {
+        let in_place = run_in_place(enable_async, &configs);
+        assert_eq!(in_place.len(), configs.len());
+        assert!(
+            in_place == copied,
+            "in-place (async: {enable_async}) differs"
+        );
+    }
+    // A step of another length is refused, naming both lengths.
+    let mut managed = ManagedGpuContext::new(&ctx(), true).unwrap();
+    let _ = managed.step_in_place(16, 1, |s| s.fill(1.0)).unwrap();
+    let err = managed.step_in_place(8, 1, |s| s.fill(1.0)).unwrap_err();
+    assert!(
+        err.to_string().contains("16") && err.to_string().contains("8"),
+        "{err}"
+    );
+}
+
 #[test]
 fn streams_by_purpose_only_with_stream_management() {
     let device = ctx();

@@ -9,10 +9,10 @@
 
 use crate::error::Result;
 use driver::{Context, Event, Stream};
-use events::PooledEvent;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use events::{EventPool, PooledEvent};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// `Mark::ns` before the mark is resolved.
 const UNRESOLVED: u64 = u64::MAX;
@@ -26,14 +26,19 @@ pub(crate) struct Mark {
     pub(crate) event: PooledEvent,
     /// Nanoseconds after the base event, once resolved.
     ns: AtomicU64,
+    /// The host's clock just before the event was recorded: the GPU cannot
+    /// have reached it earlier, which calibrates host times onto the GPU
+    /// timeline ([`Clock::host_to_gpu`]).
+    pub(crate) host: Instant,
 }
 
 impl Mark {
-    pub(crate) fn new(seq: u64, event: PooledEvent) -> Self {
+    pub(crate) fn new(seq: u64, event: PooledEvent, host: Instant) -> Self {
         Self {
             seq,
             event,
             ns: AtomicU64::new(UNRESOLVED),
+            host,
         }
     }
 
@@ -47,9 +52,24 @@ impl Mark {
     }
 }
 
-/// The base event every time is measured from, on a stream of its own.
+/// The base event every time is measured from, on a stream of its own, and
+/// the mapping of host instants onto the GPU timeline.
+///
+/// The mapping: an event recorded at host time `h` completes at GPU time
+/// `g >= h + offset`, where `offset` is the (unknown) distance between the
+/// two clocks, so every resolved mark gives an upper bound `g - h` on it, and
+/// a mark recorded on an idle stream a tight one (within the time the GPU
+/// takes to see a new command). The estimate is the least bound seen so far.
+/// It maps the host time at which a scope's first work was enqueued onto
+/// the GPU timeline: the work cannot have started before that, so a scope
+/// whose start boundary is shared with an earlier one (the GPU may have
+/// passed it and sat idle since) starts no earlier than there.
 pub(crate) struct Clock {
     base: Event,
+    /// The host's clock just before the base was recorded.
+    host_base: Instant,
+    /// The least `g - h` seen (ns), starting with the base's own (0).
+    offset: AtomicI64,
     /// Keeps the base's stream alive for as long as the base may be used.
     _stream: Arc<Stream>,
     /// The latest mark resolved on any stream: a close reference for a
@@ -63,10 +83,13 @@ impl Clock {
     pub(crate) fn start(ctx: &Arc<Context>) -> Result<Self> {
         let stream = Stream::new(ctx)?;
         let base = Event::timing(ctx)?;
+        let host_base = Instant::now();
         base.record(&stream)?;
         base.synchronize()?;
         Ok(Self {
             base,
+            host_base,
+            offset: AtomicI64::new(0),
             _stream: stream,
             recent: Mutex::new(None),
         })
@@ -93,7 +116,25 @@ impl Clock {
         let delta = signed_elapsed_ns(from, &mark.event)?;
         let ns = u64::try_from(i128::from(from_ns) + delta).unwrap_or(0);
         mark.set_ns(ns);
+        let bound = i128::from(ns) - self.host_ns(mark.host);
+        self.offset
+            .fetch_min(i64::try_from(bound).unwrap_or(i64::MAX), Ordering::Relaxed);
         Ok(ns)
+    }
+
+    /// Nanoseconds from the host base to `at`.
+    fn host_ns(&self, at: Instant) -> i128 {
+        match at.checked_duration_since(self.host_base) {
+            Some(after) => after.as_nanos() as i128,
+            None => -(self.host_base.duration_since(at).as_nanos() as i128),
+        }
+    }
+
+    /// The earliest GPU time (ns after the base) that something enqueued at
+    /// host time `at` can have started, by the calibration so far.
+    pub(crate) fn host_to_gpu(&self, at: Instant) -> u64 {
+        let ns = self.host_ns(at) + i128::from(self.offset.load(Ordering::Relaxed));
+        u64::try_from(ns.max(0)).unwrap_or(u64::MAX)
     }
 
     /// Remember `mark` (resolved) as the latest reference for new streams.
@@ -111,4 +152,40 @@ fn signed_elapsed_ns(from: &Event, to: &Event) -> Result<i128> {
         return Ok(forward.as_nanos() as i128);
     }
     Ok(-(Event::elapsed(to, from)?.as_nanos() as i128))
+}
+
+/// What the profiler and every stream slot share: the event pool, and the
+/// clock, started when first needed.
+pub(crate) struct Shared {
+    pub(crate) pool: Arc<EventPool>,
+    clock: OnceLock<Clock>,
+    clock_init: Mutex<()>,
+}
+
+impl Shared {
+    pub(crate) fn new(pool: Arc<EventPool>) -> Self {
+        Self {
+            pool,
+            clock: OnceLock::new(),
+            clock_init: Mutex::new(()),
+        }
+    }
+
+    /// The clock, if something started it.
+    pub(crate) fn started_clock(&self) -> Option<&Clock> {
+        self.clock.get()
+    }
+
+    /// The base of the timeline, recorded when first needed.
+    pub(crate) fn clock(&self) -> Result<&Clock> {
+        if let Some(clock) = self.clock.get() {
+            return Ok(clock);
+        }
+        let _once = self.clock_init.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(clock) = self.clock.get() {
+            return Ok(clock);
+        }
+        let clock = Clock::start(self.pool.context())?;
+        Ok(self.clock.get_or_init(|| clock))
+    }
 }

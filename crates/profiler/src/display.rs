@@ -98,9 +98,15 @@ impl StreamReport {
             "p99",
         ]);
         for (name, s) in &self.operations {
+            // A sampled name shows how many of its runs were timed.
+            let count = if s.timed == s.count {
+                s.count.to_string()
+            } else {
+                format!("{} ({} timed)", s.count, s.timed)
+            };
             table.row(vec![
                 name.clone(),
-                s.count.to_string(),
+                count,
                 format_duration(s.total),
                 format_duration(s.mean),
                 format_duration(s.min),

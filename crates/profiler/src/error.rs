@@ -21,6 +21,9 @@ pub enum Error {
     /// A call into the safe driver layer failed.
     #[error(transparent)]
     Driver(#[from] driver::Error),
+    /// A call into the allocator failed (in code that tracks its memory).
+    #[error(transparent)]
+    Allocator(#[from] allocator::Error),
     /// The event pool could not hand out a timing event.
     #[error(transparent)]
     Events(#[from] events::Error),
@@ -35,6 +38,12 @@ pub enum Error {
         expected: u64,
         /// The stream's context id.
         found: u64,
+    },
+    /// A sampler asked to time one scope in 0.
+    #[error("sampler {name:?}: one scope in 0 cannot be timed; every must be at least 1")]
+    InvalidSampling {
+        /// The sampler's name.
+        name: String,
     },
     /// Writing a trace failed.
     #[error("writing the Chrome trace failed: {source}")]

@@ -3,7 +3,12 @@
 //!
 //! Times come from timing events recorded on the streams (GPU time, not host
 //! guesses), taken from an [`events::EventPool`], resolved without stalling
-//! the streams, on one timeline shared by every stream.
+//! the streams, on one timeline shared by every stream. A scope counts its
+//! own work only: it starts at its first work item, after the waits that
+//! order it on other streams, and shares one boundary event with the scope
+//! before it. A [`Sampler`] times one scope in N of a name for launch-bound
+//! loops; [`StreamProfiler::track_memory`] adds an allocator's memory to the
+//! trace as counter tracks; with the `nvtx` feature scopes are NVTX ranges.
 //!
 //! ```
 //! use cuda_streams_profiler::StreamProfiler;
@@ -38,13 +43,18 @@
 mod clock;
 mod display;
 mod error;
+mod memory;
 mod profiler;
 mod report;
+mod sampler;
 mod scope;
 mod stats;
 mod timeline;
 mod trace;
 
+/// The allocator whose memory a profiler can put on its timeline
+/// ([`StreamProfiler::track_memory`]).
+pub use allocator;
 pub use display::{format_bytes, format_duration};
 /// The safe driver layer this crate builds on (contexts, streams, buffers),
 /// so examples can name it through this crate.
@@ -52,6 +62,7 @@ pub use driver;
 pub use error::{Error, Result};
 pub use profiler::StreamProfiler;
 pub use report::{ComprehensiveReport, OperationStats, StreamReport};
+pub use sampler::Sampler;
 pub use scope::ScopeGuard;
 
 /// The guide's examples, run as doc tests.

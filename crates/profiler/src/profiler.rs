@@ -1,8 +1,10 @@
 //! `StreamProfiler`: the entry point.
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Shared};
 use crate::error::{Error, Result};
+use crate::memory::{MemoryLog, MemorySample};
 use crate::report::{ComprehensiveReport, StreamReport};
+use crate::sampler::{Sampler, SamplerState};
 use crate::scope::ScopeGuard;
 use crate::timeline::{Name, StreamSlot};
 use crate::trace::{self, Process, StreamTrack};
@@ -11,7 +13,7 @@ use driver::{Context, Stream};
 use events::EventPool;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Timing events the pool of [`StreamProfiler::new`] creates up front.
@@ -23,12 +25,17 @@ const INITIAL_TIMING_EVENTS: usize = 64;
 /// disabled every method returns at once after one atomic load, records
 /// nothing, and scopes are inert.
 ///
-/// - [`scope`](Self::scope) / [`time`](Self::time): GPU-timed regions. Each
-///   boundary is a timing event from the [`EventPool`] recorded on the
-///   stream; a boundary with no work enqueued since the previous one reuses
-///   that event (back-to-back scopes cost one event each, not two), unless
-///   the stream may have gone idle since: more than 100 µs of host time
-///   passed and the GPU has already reached the event.
+/// - [`scope`](Self::scope) / [`time`](Self::time): GPU-timed regions. A
+///   scope covers its own work only: it starts right before its first work
+///   item, after the waits that order that work on other streams (so waiting
+///   is not counted), and after anything enqueued before it. Each boundary
+///   is a timing event from the [`EventPool`] recorded on the stream, shared
+///   by consecutive scopes (the end of one is the start of the next when
+///   nothing was enqueued between them): one event per scope, recorded when
+///   it ends. When the GPU may have passed a shared boundary and sat idle
+///   before the next work arrived, the scope starts no earlier than the host
+///   enqueued that work (mapped onto the GPU timeline), so idle time is not
+///   counted either.
 /// - [`record_operation`](Self::record_operation): a duration measured
 ///   elsewhere (statistics only; it has no place on the timeline).
 /// - Kernel launches and transfers made through the driver layer are counted
@@ -68,10 +75,10 @@ const INITIAL_TIMING_EVENTS: usize = 64;
 /// ```
 pub struct StreamProfiler {
     enabled: AtomicBool,
-    pool: Arc<EventPool>,
+    shared: Arc<Shared>,
     slots: DashMap<u64, Arc<StreamSlot>>,
-    clock: OnceLock<Clock>,
-    clock_init: Mutex<()>,
+    samplers: Mutex<Vec<Arc<SamplerState>>>,
+    memory: Arc<MemoryLog>,
     errors: AtomicU64,
 }
 
@@ -86,10 +93,10 @@ impl StreamProfiler {
     pub fn with_pool(pool: Arc<EventPool>) -> Self {
         Self {
             enabled: AtomicBool::new(false),
-            pool,
+            shared: Arc::new(Shared::new(pool)),
             slots: DashMap::new(),
-            clock: OnceLock::new(),
-            clock_init: Mutex::new(()),
+            samplers: Mutex::new(Vec::new()),
+            memory: Arc::default(),
             errors: AtomicU64::new(0),
         }
     }
@@ -97,6 +104,7 @@ impl StreamProfiler {
     /// Start recording. Work counts of streams already seen restart from
     /// their counters now (work done while disabled is not counted).
     pub fn enable(&self) {
+        self.memory.enabled.store(true, Ordering::Relaxed);
         if !self.enabled.swap(true, Ordering::AcqRel) {
             for slot in self.all_slots() {
                 let mut state = slot.lock();
@@ -109,6 +117,7 @@ impl StreamProfiler {
     /// Stop recording. Scopes already open still record their end; what was
     /// recorded stays available to reports.
     pub fn disable(&self) {
+        self.memory.enabled.store(false, Ordering::Relaxed);
         if self.enabled.swap(false, Ordering::AcqRel) {
             for slot in self.all_slots() {
                 let mut state = slot.lock();
@@ -126,7 +135,7 @@ impl StreamProfiler {
 
     /// The pool the timing events come from.
     pub fn pool(&self) -> &Arc<EventPool> {
-        &self.pool
+        &self.shared.pool
     }
 
     /// Time the work enqueued on `stream` until the returned guard is dropped.
@@ -162,7 +171,7 @@ impl StreamProfiler {
         if !self.is_enabled() {
             return Ok(ScopeGuard::inert());
         }
-        let ctx = self.pool.context();
+        let ctx = self.shared.pool.context();
         if stream.context().id() != ctx.id() {
             return Err(Error::ContextMismatch {
                 stream: stream.id(),
@@ -170,15 +179,9 @@ impl StreamProfiler {
                 found: stream.context().id(),
             });
         }
-        let clock = self.clock()?;
+        self.clock()?;
         let slot = self.slot(stream);
-        let (start, depth) = {
-            let mut state = slot.lock();
-            let start = state.mark_now(stream, &self.pool, clock)?;
-            let depth = state.open;
-            state.open += 1;
-            (start, depth)
-        };
+        let (start, depth) = slot.open(stream);
         Ok(ScopeGuard::open(
             self,
             stream,
@@ -201,6 +204,49 @@ impl StreamProfiler {
         let value = f(stream);
         scope.finish()?;
         Ok(value)
+    }
+
+    /// A [`Sampler`] timing one scope named `name` in `every` on each stream
+    /// and counting them all: the sampling mode for launch-bound loops.
+    /// `every` = 0 is [`Error::InvalidSampling`].
+    pub fn sampler(&self, name: impl Into<Name>, every: u32) -> Result<Sampler<'_>> {
+        let state = Arc::new(SamplerState::new(name.into(), every)?);
+        self.samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&state));
+        Ok(Sampler::new(self, state))
+    }
+
+    /// Put `allocator`'s memory on the timeline: while profiling is enabled,
+    /// every allocation and free, and the live and reserved bytes after it
+    /// per device and per stream, go into the trace as counter tracks and
+    /// instant events beside the stream tracks (see `docs/profiler.md`).
+    /// Starts the timeline's clock if no scope has yet. The allocator keeps
+    /// a small forwarding observer, inert once the profiler is dropped.
+    ///
+    /// ```
+    /// use cuda_streams_profiler::StreamProfiler;
+    /// use cuda_streams_profiler::allocator::StreamOrderedAllocator;
+    /// use cuda_streams_profiler::driver::{Context, Stream};
+    /// # fn main() -> cuda_streams_profiler::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let allocator = StreamOrderedAllocator::new(&ctx)?;
+    /// let profiler = StreamProfiler::new(&ctx)?;
+    /// profiler.track_memory(&allocator)?;
+    /// profiler.enable();
+    /// let block = allocator.allocate_for_stream(&stream, 1 << 20)?;
+    /// drop(block);
+    /// let trace = profiler.to_chrome_trace()?;
+    /// assert!(trace.contains(r#""name":"GPU 0 memory","cat":"memory","ph":"C""#));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn track_memory(&self, allocator: &allocator::StreamOrderedAllocator) -> Result<()> {
+        self.clock()?;
+        allocator.add_observer(self.memory.observer());
+        Ok(())
     }
 
     /// Record a duration measured elsewhere (e.g. with host timers or by
@@ -283,7 +329,7 @@ impl StreamProfiler {
                 ops: slot.lock().timed.clone(),
             });
         }
-        let ctx = self.pool.context();
+        let ctx = self.shared.pool.context();
         let info = ctx.info();
         let process = Process {
             pid: i64::from(ctx.ordinal()),
@@ -294,7 +340,19 @@ impl StreamProfiler {
                 ctx.loaded_driver().name()
             ),
         };
-        trace::write_trace(writer, &process, tracks).map_err(|source| Error::Io { source })
+        let memory: Vec<MemorySample> = match self.shared_clock() {
+            Some(clock) => self
+                .memory
+                .events()
+                .into_iter()
+                .map(|(at, event)| MemorySample {
+                    ns: clock.host_to_gpu(at),
+                    event,
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        trace::write_trace(writer, &process, tracks, memory).map_err(|source| Error::Io { source })
     }
 
     /// [`export_chrome_trace`](Self::export_chrome_trace) into a `String`.
@@ -319,15 +377,12 @@ impl StreamProfiler {
 
     /// The base of the timeline, recorded when first needed.
     pub(crate) fn clock(&self) -> Result<&Clock> {
-        if let Some(clock) = self.clock.get() {
-            return Ok(clock);
-        }
-        let _once = self.clock_init.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(clock) = self.clock.get() {
-            return Ok(clock);
-        }
-        let clock = Clock::start(self.pool.context())?;
-        Ok(self.clock.get_or_init(|| clock))
+        self.shared.clock()
+    }
+
+    /// The clock if it was started.
+    fn shared_clock(&self) -> Option<&Clock> {
+        self.shared.started_clock()
     }
 
     fn slot(&self, stream: &Arc<Stream>) -> Arc<StreamSlot> {
@@ -339,7 +394,7 @@ impl StreamProfiler {
             &self
                 .slots
                 .entry(stream.id())
-                .or_insert_with(|| Arc::new(StreamSlot::new(stream, counting))),
+                .or_insert_with(|| Arc::new(StreamSlot::new(stream, &self.shared, counting))),
         )
     }
 
@@ -365,7 +420,14 @@ impl StreamProfiler {
         let mut state = slot.lock();
         let now = slot.current_metrics(&mut state);
         let counts = state.counts(&now);
-        StreamReport::build(slot.id, &state, counts)
+        let skipped: Vec<(String, u64)> = self
+            .samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|s| (s.name.to_string(), s.skipped(slot.id)))
+            .collect();
+        StreamReport::build(slot.id, &state, counts, &skipped)
     }
 }
 

@@ -29,11 +29,15 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OperationStats {
-    /// How many times it ran.
+    /// How many times it ran: timed, recorded, or skipped by a
+    /// [`crate::Sampler`].
     pub count: u64,
+    /// How many of those were timed or recorded: the rest of the fields
+    /// describe these (`count` unless sampled).
+    pub timed: u64,
     /// Their total duration.
     pub total: Duration,
-    /// `total / count`.
+    /// `total / timed`.
     pub mean: Duration,
     /// The shortest.
     pub min: Duration,
@@ -154,7 +158,12 @@ pub struct ComprehensiveReport {
 
 impl StreamReport {
     /// Build a report from a stream's resolved state.
-    pub(crate) fn build(id: u64, state: &StreamState, counts: Counts) -> (Self, Vec<(u64, u64)>) {
+    pub(crate) fn build(
+        id: u64,
+        state: &StreamState,
+        counts: Counts,
+        skipped: &[(String, u64)],
+    ) -> (Self, Vec<(u64, u64)>) {
         let mut by_name: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for op in &state.timed {
             by_name
@@ -166,10 +175,13 @@ impl StreamReport {
             let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
             by_name.entry(name.to_string()).or_default().push(ns);
         }
-        let operations: BTreeMap<String, OperationStats> = by_name
+        let mut operations: BTreeMap<String, OperationStats> = by_name
             .into_iter()
             .filter_map(|(name, mut ns)| Some((name, stats::operation_stats(&mut ns)?)))
             .collect();
+        for (name, skipped) in skipped.iter().filter(|(_, n)| *n > 0) {
+            operations.entry(name.clone()).or_default().count += skipped;
+        }
         let busy = stats::merge(state.timed.iter().map(TimedOp::interval).collect());
         let busy_time = Duration::from_nanos(stats::covered(&busy));
         let external: Duration = state.external.iter().map(|(_, d)| *d).sum();

@@ -1,15 +1,15 @@
 //! The guard that times a region of work on a stream.
 
-use crate::clock::Mark;
 use crate::error::Result;
 use crate::profiler::StreamProfiler;
-use crate::timeline::{Name, StreamSlot};
+use crate::timeline::{Name, StartCell, StreamSlot};
 use driver::Stream;
 use std::sync::Arc;
 
 /// Times the work enqueued on a stream while it is alive
-/// ([`StreamProfiler::scope`]): a timing event was recorded when it was made,
-/// another is recorded when it is dropped (or [`ScopeGuard::finish`]ed).
+/// ([`StreamProfiler::scope`]): from its first work item (after the waits
+/// that order that work on other streams) to its end, when it is dropped (or
+/// [`ScopeGuard::finish`]ed). Consecutive scopes share boundary events.
 ///
 /// Made while profiling is disabled it is inert and costs nothing.
 ///
@@ -43,8 +43,10 @@ struct Open<'a> {
     stream: &'a Arc<Stream>,
     slot: Arc<StreamSlot>,
     name: Name,
-    start: Arc<Mark>,
+    start: Arc<StartCell>,
     depth: u32,
+    /// The scope as an NVTX range (nothing without a tool attached).
+    _nvtx: driver::nvtx::Range,
 }
 
 impl<'a> ScopeGuard<'a> {
@@ -57,9 +59,10 @@ impl<'a> ScopeGuard<'a> {
         stream: &'a Arc<Stream>,
         slot: Arc<StreamSlot>,
         name: Name,
-        start: Arc<Mark>,
+        start: Arc<StartCell>,
         depth: u32,
     ) -> Self {
+        let nvtx = driver::nvtx::range(&name);
         Self {
             open: Some(Open {
                 profiler,
@@ -68,6 +71,7 @@ impl<'a> ScopeGuard<'a> {
                 name,
                 start,
                 depth,
+                _nvtx: nvtx,
             }),
         }
     }
@@ -90,18 +94,15 @@ impl<'a> ScopeGuard<'a> {
 impl Open<'_> {
     fn close(self) -> Result<()> {
         let Self {
-            profiler,
+            profiler: _,
             stream,
             slot,
             name,
             start,
             depth,
+            _nvtx,
         } = self;
-        let clock = profiler.clock()?;
-        let mut state = slot.lock();
-        state.open = state.open.saturating_sub(1);
-        let end = state.mark_now(stream, profiler.pool(), clock)?;
-        state.push(name, start, end, depth, clock)
+        slot.close(stream, name, start, depth)
     }
 }
 

@@ -12,6 +12,7 @@ pub(crate) fn operation_stats(durations: &mut [u64]) -> Option<OperationStats> {
     let total: u128 = durations.iter().map(|&d| u128::from(d)).sum();
     Some(OperationStats {
         count,
+        timed: count,
         total: nanos(total),
         mean: nanos(total / u128::from(count)),
         min: Duration::from_nanos(min),

@@ -1,24 +1,13 @@
 //! One stream's timeline: marks recorded on it, operations waiting for the GPU
 //! to pass their marks, operations with resolved GPU times, and the work counts.
 
-use crate::clock::{Clock, Mark};
-use crate::error::Result;
-use driver::{Stream, StreamMetrics};
-use events::EventPool;
+use crate::clock::{Clock, Mark, Shared};
+use crate::error::{Error, Result};
+use driver::{Stream, StreamMetrics, WorkObserver};
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
-
-/// How long after recording a mark the profiler reuses it as the next
-/// boundary without asking the GPU: at most this much host time (while the
-/// stream may have sat idle) can be counted into a scope that starts there.
-/// Scopes opened back to back, nested, or one per launch while the host
-/// feeds several streams in turn (on the H200, 4 streams of scoped launches
-/// come back to a stream every ~20 µs) stay within it and cost one event per
-/// boundary. A 20 µs window made that case record two events per scope and
-/// doubled the profiler's per-launch cost there (+127% against +55%).
-pub(crate) const REUSE_WITHOUT_QUERY: Duration = Duration::from_micros(100);
 
 /// An operation's name: literals cost no allocation.
 pub(crate) type Name = Cow<'static, str>;
@@ -31,8 +20,23 @@ pub(crate) const RESOLVE_BATCH: usize = 64;
 struct PendingOp {
     name: Name,
     start: Arc<Mark>,
+    /// With a shared start boundary: when the host enqueued the scope's
+    /// first work, which cannot have started earlier.
+    not_before: Option<Instant>,
     end: Arc<Mark>,
     depth: u32,
+}
+
+/// Where a scope's work starts: set by the stream's [`WorkObserver`] call
+/// right before the scope's first work item, after the waits that order it.
+/// Scopes opened before that work share one cell.
+#[derive(Default)]
+pub(crate) struct StartCell(OnceLock<Start>);
+
+#[derive(Clone)]
+pub(crate) struct Start {
+    pub(crate) mark: Arc<Mark>,
+    pub(crate) not_before: Option<Instant>,
 }
 
 /// An operation with its GPU start and end, in ns after the base event.
@@ -79,15 +83,17 @@ impl Counts {
 pub(crate) struct StreamSlot {
     pub(crate) id: u64,
     pub(crate) stream: Weak<Stream>,
+    shared: Arc<Shared>,
     state: Mutex<StreamState>,
 }
 
 impl StreamSlot {
-    pub(crate) fn new(stream: &Arc<Stream>, counting: bool) -> Self {
+    pub(crate) fn new(stream: &Arc<Stream>, shared: &Arc<Shared>, counting: bool) -> Self {
         let metrics = stream.metrics();
         Self {
             id: stream.id(),
             stream: Arc::downgrade(stream),
+            shared: Arc::clone(shared),
             state: Mutex::new(StreamState {
                 resolve_at: RESOLVE_BATCH,
                 baseline: counting.then(|| metrics.clone()),
@@ -103,6 +109,64 @@ impl StreamSlot {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A scope opens on `stream`: the cell its start will be set in, and its
+    /// depth. The first scope waiting for work asks the stream to call this
+    /// slot before that work (no driver call).
+    pub(crate) fn open(self: &Arc<Self>, stream: &Stream) -> (Arc<StartCell>, u32) {
+        let (cell, arm, depth) = {
+            let mut state = self.lock();
+            let depth = state.open;
+            state.open += 1;
+            match &state.awaiting {
+                Some(cell) => (Arc::clone(cell), false, depth),
+                None => {
+                    let cell = Arc::new(StartCell::default());
+                    state.awaiting = Some(Arc::clone(&cell));
+                    (cell, true, depth)
+                }
+            }
+        };
+        if arm {
+            stream.observe_next_work(Arc::clone(self) as Arc<dyn WorkObserver>);
+        }
+        (cell, depth)
+    }
+
+    /// A scope closes: its start (or, with no work in it, its end) and its
+    /// end boundary, queued for resolving.
+    pub(crate) fn close(
+        &self,
+        stream: &Stream,
+        name: Name,
+        cell: Arc<StartCell>,
+        depth: u32,
+    ) -> Result<()> {
+        let clock = self.shared.clock()?;
+        let mut state = self.lock();
+        state.open = state.open.saturating_sub(1);
+        if let Some(err) = state.observer_error.take() {
+            return Err(err);
+        }
+        let start = cell.0.get().cloned();
+        if start.is_none()
+            && state
+                .awaiting
+                .as_ref()
+                .is_some_and(|waiting| Arc::ptr_eq(waiting, &cell))
+            // Only the state and this scope hold it: no other scope waits.
+            && Arc::strong_count(&cell) == 2
+        {
+            state.awaiting = None;
+        }
+        let end = state.mark_now(stream, &self.shared, clock)?;
+        let start = start.unwrap_or_else(|| Start {
+            // No work in the scope: it is empty, where the stream is now.
+            mark: Arc::clone(&end),
+            not_before: None,
+        });
+        state.push(name, start, end, depth, clock)
+    }
+
     /// The stream's metrics now, or the last seen if it was dropped.
     pub(crate) fn current_metrics(&self, state: &mut StreamState) -> StreamMetrics {
         if let Some(stream) = self.stream.upgrade() {
@@ -112,44 +176,68 @@ impl StreamSlot {
     }
 }
 
-/// The latest mark of a stream and what is needed to decide whether the next
-/// boundary may reuse it.
-struct Tail {
-    mark: Arc<Mark>,
-    /// The stream's operation count when the mark was recorded.
-    ops: u64,
-    /// When the host recorded it.
-    at: Instant,
+impl WorkObserver for StreamSlot {
+    /// The first work of the scopes waiting for it is about to be enqueued,
+    /// after its waits: their start is here. When nothing was enqueued since
+    /// the stream's latest boundary (the end of the previous scope), that
+    /// boundary is shared (no driver call), with the host's clock now as a
+    /// lower bound for the start (the GPU may have passed the boundary and
+    /// sat idle since). Otherwise a boundary is recorded here: after any
+    /// waits, so they are not counted, and after any work done outside the
+    /// scopes, so it is not counted either.
+    fn before_work(&self, stream: &Stream) {
+        let mut state = self.lock();
+        let Some(cell) = state.awaiting.take() else {
+            return;
+        };
+        let ops = stream.operation_count();
+        let start = match &state.tail {
+            Some(tail) if tail.ops == ops => Start {
+                mark: Arc::clone(&tail.mark),
+                not_before: Some(Instant::now()),
+            },
+            _ => match self
+                .shared
+                .clock()
+                .and_then(|clock| state.record(stream, ops, &self.shared, clock))
+            {
+                Ok(mark) => Start {
+                    mark,
+                    not_before: None,
+                },
+                Err(err) => {
+                    // Reported when a scope closes; the scope is then empty.
+                    state.observer_error.get_or_insert(err);
+                    return;
+                }
+            },
+        };
+        // The cell is new for each wait, set only here.
+        let _ = cell.0.set(start);
+    }
 }
 
-impl Tail {
-    /// Whether the next work enqueued starts where this mark is. Once the GPU
-    /// has passed the mark the stream may sit idle until the next work
-    /// arrives, and starting the next scope at the mark would count that idle
-    /// time, the host's and not the GPU's, as the scope's. So: a mark the GPU
-    /// has not reached yet (the next work follows it at once), or one
-    /// recorded so recently that the idle time is negligible.
-    fn reusable(&self) -> bool {
-        if self.at.elapsed() <= REUSE_WITHOUT_QUERY {
-            return true;
-        }
-        // If the GPU reaches it between this query and the next enqueue, the
-        // scope gains that gap: the host's enqueue time.
-        self.mark.ns().is_none() && matches!(self.mark.event.query(), Ok(false))
-    }
+/// The latest boundary recorded on a stream, and the stream's operation count
+/// then: while the count is unchanged, nothing was enqueued after it, and the
+/// next boundary is the same point of the stream.
+struct Tail {
+    mark: Arc<Mark>,
+    ops: u64,
 }
 
 /// Everything the profiler knows about one stream.
 #[derive(Default)]
 pub(crate) struct StreamState {
     next_seq: u64,
-    /// The latest mark, with the stream's operation count when it was
-    /// recorded: while the count is unchanged and the GPU has not reached the
-    /// mark, it is still the point where the next work starts, and is reused
-    /// instead of recording another event.
+    /// The latest boundary: shared by the next one while nothing was
+    /// enqueued since.
     tail: Option<Tail>,
     /// Scopes open on this stream.
     pub(crate) open: u32,
+    /// The start cell of the scopes waiting for their first work.
+    awaiting: Option<Arc<StartCell>>,
+    /// A failure of the work observer, returned by the next close.
+    observer_error: Option<Error>,
     pending: VecDeque<PendingOp>,
     /// Resolve when `pending` reaches this length.
     resolve_at: usize,
@@ -170,23 +258,34 @@ pub(crate) struct StreamState {
 }
 
 impl StreamState {
-    /// A mark at the stream's current end: the tail when nothing was enqueued
-    /// since it and the stream is still busy before it, a fresh timing event
-    /// from the pool otherwise.
+    /// A boundary at the stream's current end: the tail when nothing was
+    /// enqueued since it, a fresh timing event from the pool otherwise.
     pub(crate) fn mark_now(
         &mut self,
         stream: &Stream,
-        pool: &Arc<EventPool>,
+        shared: &Shared,
         clock: &Clock,
     ) -> Result<Arc<Mark>> {
-        // Read before recording: work enqueued in between then only costs a
-        // new mark later, instead of being hidden inside a reused one.
-        let ops = stream.metrics().operations_count;
+        let ops = stream.operation_count();
         if let Some(tail) = &self.tail {
-            if tail.ops == ops && tail.reusable() {
+            if tail.ops == ops {
                 return Ok(Arc::clone(&tail.mark));
             }
         }
+        self.record(stream, ops, shared, clock)
+    }
+
+    /// Record a fresh boundary; `ops` is the stream's operation count, read
+    /// before recording (work enqueued in between then costs a new boundary
+    /// later instead of hiding inside this one).
+    fn record(
+        &mut self,
+        stream: &Stream,
+        ops: u64,
+        shared: &Shared,
+        clock: &Clock,
+    ) -> Result<Arc<Mark>> {
+        let pool = &shared.pool;
         let event = match pool.acquire_event(true) {
             Ok(event) => event,
             Err(driver::Error::EventPoolExhausted { .. }) if !self.pending.is_empty() => {
@@ -197,29 +296,30 @@ impl StreamState {
             }
             Err(err) => return Err(err.into()),
         };
+        let host = Instant::now();
         event.record(stream)?;
-        let mark = Arc::new(Mark::new(self.next_seq, event));
+        let mark = Arc::new(Mark::new(self.next_seq, event, host));
         self.next_seq += 1;
         self.tail = Some(Tail {
             mark: Arc::clone(&mark),
             ops,
-            at: Instant::now(),
         });
         Ok(mark)
     }
 
     /// Queue a closed operation; resolve a batch when enough have piled up.
-    pub(crate) fn push(
+    fn push(
         &mut self,
         name: Name,
-        start: Arc<Mark>,
+        start: Start,
         end: Arc<Mark>,
         depth: u32,
         clock: &Clock,
     ) -> Result<()> {
         self.pending.push_back(PendingOp {
             name,
-            start,
+            start: start.mark,
+            not_before: start.not_before,
             end,
             depth,
         });
@@ -274,9 +374,14 @@ impl StreamState {
             let Some(op) = self.pending.pop_front() else {
                 break;
             };
+            // A shared start: the work began no earlier than it was enqueued.
+            let start_ns = match op.not_before {
+                Some(at) => start_ns.max(clock.host_to_gpu(at)).min(end_ns),
+                None => start_ns,
+            };
             self.timed.push(TimedOp {
                 name: op.name,
-                start_ns,
+                start_ns: start_ns.min(end_ns),
                 end_ns: end_ns.max(start_ns),
                 depth: op.depth,
             });

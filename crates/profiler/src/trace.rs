@@ -5,8 +5,17 @@
 //! (tid = stream id), named by metadata events; each timed operation is a
 //! complete event (`"ph":"X"`) with `ts` and `dur` in microseconds after the
 //! profiler's base event.
+//!
+//! The memory timeline: per device a counter track `GPU <n> memory` and per
+//! stream `stream <id> memory`, each with `allocated` and `reserved` bytes
+//! (counter events, `"ph":"C"`), and every allocation and free as an instant
+//! event (`"ph":"i"`, `"cat":"memory"`) on its stream's track.
 
+use crate::display::format_bytes;
+use crate::memory::MemorySample;
 use crate::timeline::TimedOp;
+use allocator::MemoryEventKind;
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -28,7 +37,19 @@ pub(crate) fn write_trace(
     out: &mut dyn Write,
     process: &Process,
     mut tracks: Vec<StreamTrack>,
+    mut memory: Vec<MemorySample>,
 ) -> io::Result<()> {
+    // Streams seen only by the allocator get a (timing-less) track too.
+    let timed: BTreeSet<u64> = tracks.iter().map(|t| t.stream_id).collect();
+    let memory_only: BTreeSet<u64> = memory
+        .iter()
+        .map(|m| m.event.stream_id)
+        .filter(|id| !timed.contains(id))
+        .collect();
+    tracks.extend(memory_only.into_iter().map(|stream_id| StreamTrack {
+        stream_id,
+        ops: Vec::new(),
+    }));
     tracks.sort_by_key(|t| t.stream_id);
     let mut events: Vec<String> = Vec::new();
     events.push(metadata(process.pid, 0, "process_name", &process.name));
@@ -64,6 +85,50 @@ pub(crate) fn write_trace(
             events.push(e);
         }
     }
+    memory.sort_by_key(|m| m.ns);
+    let mut devices = BTreeSet::new();
+    for sample in &memory {
+        let e = &sample.event;
+        let pid = i64::from(e.device);
+        if pid != process.pid && devices.insert(pid) {
+            events.push(metadata(
+                pid,
+                0,
+                "process_name",
+                &format!("GPU {pid} memory"),
+            ));
+        }
+        let ts = micros(sample.ns);
+        events.push(counter(
+            pid,
+            &format!("GPU {pid} memory"),
+            &ts,
+            e.allocated_bytes,
+            e.reserved_bytes,
+        ));
+        events.push(counter(
+            pid,
+            &format!("stream {} memory", e.stream_id),
+            &ts,
+            e.stream_allocated_bytes,
+            e.stream_reserved_bytes,
+        ));
+        let what = match e.kind {
+            MemoryEventKind::Alloc => "alloc",
+            MemoryEventKind::Free => "free",
+            _ => "memory",
+        };
+        let mut instant = String::with_capacity(160);
+        let _ = write!(
+            instant,
+            r#"{{"name":{},"cat":"memory","ph":"i","s":"t","ts":{ts},"pid":{pid},"tid":{},"args":{{"address":"{:#x}","bytes":{}}}}}"#,
+            json_string(&format!("{what} {}", format_bytes(e.bytes as u64))),
+            e.stream_id,
+            e.address,
+            e.bytes
+        );
+        events.push(instant);
+    }
     out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
     for (i, event) in events.iter().enumerate() {
         let sep = if i + 1 < events.len() { ",\n" } else { "\n" };
@@ -72,6 +137,14 @@ pub(crate) fn write_trace(
     }
     out.write_all(b"]}\n")?;
     out.flush()
+}
+
+/// A counter event: one track per name, one series per argument.
+fn counter(pid: i64, name: &str, ts: &str, allocated: usize, reserved: usize) -> String {
+    format!(
+        r#"{{"name":{},"cat":"memory","ph":"C","ts":{ts},"pid":{pid},"tid":0,"args":{{"allocated":{allocated},"reserved":{reserved}}}}}"#,
+        json_string(name)
+    )
 }
 
 fn metadata(pid: i64, tid: u64, kind: &str, name: &str) -> String {

@@ -207,3 +207,63 @@ fn a_capped_pool_is_enough_for_many_scopes() {
     assert_eq!(report.operations["fill"].count, 100);
     assert_eq!(profiler.error_count(), 0);
 }
+
+#[test]
+fn sampling_times_every_nth_scope_and_counts_them_all() {
+    let ctx = ctx();
+    let streams: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
+    let fill_kernel = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let mut bufs: Vec<_> = streams
+        .iter()
+        .map(|s| DeviceBuffer::<f32>::new_async(s, 64).unwrap())
+        .collect();
+    let profiler = StreamProfiler::new(&ctx).unwrap();
+    let sampler = profiler.sampler("fill", 7).unwrap();
+    assert_eq!((sampler.name(), sampler.every()), ("fill", 7));
+
+    // Disabled: inert and not counted.
+    for i in 0..10 {
+        let _scope = sampler.scope(&streams[i % 4]).unwrap();
+        fill(&streams[i % 4], &fill_kernel, 0.0, &mut bufs[i % 4]);
+    }
+    profiler.enable();
+    const SCOPES: usize = 1003;
+    for i in 0..SCOPES {
+        let s = i % 4;
+        let scope = sampler.scope(&streams[s]).unwrap();
+        fill(&streams[s], &fill_kernel, i as f32, &mut bufs[s]);
+        scope.finish().unwrap();
+    }
+    // A plain scope of the same name counts (and is timed) as one more.
+    profiler
+        .time(&streams[0], "fill", |s| {
+            fill(s, &fill_kernel, 0.5, &mut bufs[0])
+        })
+        .unwrap();
+
+    let report = profiler.get_comprehensive_report();
+    let mut total = 0;
+    for (s, stream) in streams.iter().enumerate() {
+        let calls = (SCOPES / 4 + usize::from(s < SCOPES % 4)) as u64;
+        let timed = calls.div_ceil(7);
+        let extra = u64::from(s == 0);
+        let stats = report.stream(stream.id()).unwrap().operations["fill"];
+        assert_eq!(stats.count, calls + extra, "stream {s}");
+        assert_eq!(stats.timed, timed + extra, "stream {s}");
+        assert!(stats.total > Duration::ZERO);
+        total += stats.count;
+        // Every launch was counted too, sampled or not.
+        assert_eq!(
+            report.stream(stream.id()).unwrap().kernel_launches,
+            calls + extra
+        );
+    }
+    assert_eq!(total, SCOPES as u64 + 1);
+    assert_eq!(profiler.error_count(), 0);
+
+    let err = profiler.sampler("never", 0).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"sampler "never": one scope in 0 cannot be timed; every must be at least 1"#
+    );
+}

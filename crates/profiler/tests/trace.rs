@@ -4,6 +4,7 @@
 mod support;
 
 use cuda_streams_profiler::StreamProfiler;
+use cuda_streams_profiler::allocator::StreamOrderedAllocator;
 use driver::Stream;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -42,6 +43,18 @@ fn parse(trace: &str) -> (Vec<Value>, BTreeMap<u64, Vec<Complete>>) {
                         dur: e["dur"].as_f64().unwrap(),
                         depth: e["args"]["depth"].as_u64().unwrap(),
                     });
+            }
+            "C" => {
+                assert_eq!(e["cat"], "memory", "{e}");
+                assert!(e["ts"].as_f64().is_some(), "{e}");
+                assert!(e["args"]["allocated"].is_u64(), "{e}");
+                assert!(e["args"]["reserved"].is_u64(), "{e}");
+            }
+            "i" => {
+                assert_eq!(e["cat"], "memory", "{e}");
+                assert_eq!(e["s"], "t", "{e}");
+                assert!(e["args"]["bytes"].is_u64(), "{e}");
+                assert!(e["args"]["address"].as_str().unwrap().starts_with("0x"));
             }
             other => panic!("unexpected phase {other}: {e}"),
         }
@@ -142,4 +155,93 @@ fn names_are_escaped_and_written_to_any_writer() {
     let (_, tracks) = parse(&text);
     assert_eq!(tracks[&stream.id()][0].name, name);
     assert_eq!(text, profiler.to_chrome_trace().unwrap());
+}
+
+#[test]
+fn the_trace_has_memory_counter_tracks_beside_the_stream_tracks() {
+    let ctx = ctx();
+    let spin_kernel = kernel(&ctx, &kernels::TIMING, "spin");
+    let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let allocator = StreamOrderedAllocator::new(&ctx).unwrap();
+    let profiler = StreamProfiler::new(&ctx).unwrap();
+    profiler.track_memory(&allocator).unwrap();
+    // Before enabling: not on the timeline.
+    drop(allocator.allocate_for_stream(&a, 1 << 10).unwrap());
+    profiler.enable();
+
+    let sizes = [1usize << 20, 3 << 20, 5 << 20];
+    let mut held = Vec::new();
+    for &bytes in &sizes {
+        let block = allocator.allocate_for_stream(&a, bytes).unwrap();
+        profiler
+            .time(&a, "spin", |s| {
+                spin(s, &spin_kernel, Duration::from_millis(2))
+            })
+            .unwrap();
+        held.push(block);
+    }
+    // After the GPU finished the spins (the host waits for it here), so
+    // after them on the timeline. A stream with memory and no scope still
+    // gets a named track.
+    a.synchronize().unwrap();
+    let on_b = allocator.allocate_for_stream(&b, 4096).unwrap();
+    drop(held);
+    drop(on_b);
+
+    let trace = profiler.to_chrome_trace().unwrap();
+    let (events, tracks) = parse(&trace);
+    assert_eq!(tracks[&a.id()].len(), sizes.len());
+    let counters = |name: &str| -> Vec<(f64, u64, u64)> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "C" && e["name"] == name)
+            .map(|e| {
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["args"]["allocated"].as_u64().unwrap(),
+                    e["args"]["reserved"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let device = counters(&format!("GPU {} memory", ctx.ordinal()));
+    let stream_a = counters(&format!("stream {} memory", a.id()));
+    let stream_b = counters(&format!("stream {} memory", b.id()));
+    // 3 + 1 allocations and as many frees while enabled.
+    assert_eq!(device.len(), 8, "{device:?}");
+    assert_eq!((stream_a.len(), stream_b.len()), (6, 2));
+    // In time order; every value as the allocator saw it.
+    assert!(device.windows(2).all(|w| w[0].0 <= w[1].0), "{device:?}");
+    let total: u64 = sizes.iter().map(|&s| s as u64).sum::<u64>() + 4096;
+    assert_eq!(device.iter().map(|c| c.1).max(), Some(total));
+    assert_eq!(device.last().unwrap().1, 0);
+    assert!(
+        device.iter().all(|c| c.2 >= c.1),
+        "reserved below allocated: {device:?}"
+    );
+    assert_eq!(stream_a[2].1, sizes.iter().sum::<usize>() as u64);
+    // The memory events sit on the same timeline as the scopes: host
+    // instants mapped onto the GPU clock. The allocation on b came after the
+    // host saw the last spin finish.
+    let last = tracks[&a.id()]
+        .iter()
+        .map(|c| c.ts + c.dur)
+        .fold(0.0, f64::max);
+    assert!(stream_b[0].0 + 1.0 >= last, "{stream_b:?} after {last}");
+    assert!(stream_a[0].0 < last);
+    // Allocations and frees as instant events on their streams' tracks.
+    let instants: Vec<_> = events.iter().filter(|e| e["ph"] == "i").collect();
+    assert_eq!(instants.len(), 8);
+    assert!(
+        instants
+            .iter()
+            .any(|e| e["name"] == "alloc 3.00 MiB" && e["tid"] == a.id()),
+        "{instants:?}"
+    );
+    let named = |tid: u64| {
+        events
+            .iter()
+            .any(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["tid"] == tid)
+    };
+    assert!(named(a.id()) && named(b.id()));
 }

@@ -67,6 +67,9 @@ mod tuning;
 pub use driver;
 /// The priority classes, from the driver layer.
 pub use driver::StreamPriority;
+/// The operation graph, which takes streams from a pool by priority
+/// (`OperationGraph::op_from(&pool)`).
+pub use engine;
 
 pub use config::{
     DEFAULT_POOL_SIZE, MAX_ENV_POOL_SIZE, POOL_SIZE_ENV, PoolBuilder, parse_pool_size,

@@ -269,6 +269,31 @@ impl StreamPool {
     }
 }
 
+/// The engine takes streams from a pool by class: an operation built with
+/// `OperationGraph::op_from(&pool)` runs on one of the pool's streams of the
+/// class its priority maps to (`Critical`/`High` → high-priority streams).
+///
+/// ```
+/// use cuda_streams_stream_pool::driver::{Context, StreamPriority};
+/// use cuda_streams_stream_pool::StreamPool;
+/// use cuda_streams_stream_pool::engine::{EventPriority, OperationGraph};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ctx = Context::new(0)?;
+/// let pool = StreamPool::new(&ctx, 6)?;
+/// let graph = OperationGraph::for_context(&ctx);
+/// let urgent = graph.op_from(&pool).priority(EventPriority::Critical).run(|_| Ok(()))?;
+/// let stream = graph.metadata(urgent.id()).unwrap().stream_id;
+/// let high: Vec<u64> = pool.priority_streams(StreamPriority::High).iter().map(|s| s.id()).collect();
+/// assert!(high.contains(&stream));
+/// # Ok(())
+/// # }
+/// ```
+impl engine::StreamSource for StreamPool {
+    fn stream_for(&self, class: StreamPriority) -> Arc<Stream> {
+        self.get_priority_stream(class)
+    }
+}
+
 impl fmt::Debug for StreamPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StreamPool")

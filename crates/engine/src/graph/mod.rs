@@ -62,6 +62,17 @@ impl Phase {
     }
 }
 
+/// What the builder's work returned; on failure, with the operation's label.
+pub(crate) type WorkOutcome = std::result::Result<(), (driver::Error, String)>;
+
+/// What the builder says of an operation, before it has an id.
+pub(crate) struct OpMeta {
+    pub(crate) kind: OperationType,
+    pub(crate) priority: EventPriority,
+    pub(crate) dependencies: Vec<OperationId>,
+    pub(crate) label: String,
+}
+
 /// One live operation.
 struct Op {
     meta: EventMetadata,
@@ -293,30 +304,14 @@ impl OperationGraph {
             op.begun_at = self.begin_clock.fetch_add(1, Ordering::Relaxed);
             op.meta.dependencies.clone()
         };
-        let mut waits: Vec<Arc<PooledEvent>> = Vec::new();
-        for dependency in dependencies {
-            // Absent: retired, so the GPU is past it (it was known at registration).
-            let Some(dep) = self.ops.get(&dependency) else {
-                continue;
-            };
-            if dep.phase != Phase::Completed {
-                let state = dep.phase.name();
-                drop(dep);
+        // Every dependency was known at registration (or added since).
+        let waits = match self.cross_stream_waits(id, &dependencies, stream) {
+            Ok(waits) => waits,
+            Err(err) => {
                 self.unclaim_begin(id);
-                return Err(Error::DependencyNotComplete {
-                    operation: id,
-                    dependency,
-                    state,
-                });
+                return Err(err);
             }
-            // Same stream: stream order already puts us after it.
-            let finished = dep.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
-            if dep.stream.id() != stream.id() && !finished {
-                if let Some(event) = &dep.completion {
-                    waits.push(Arc::clone(event));
-                }
-            }
-        }
+        };
         for event in &waits {
             if let Err(err) = stream.wait_event(event) {
                 self.unclaim_begin(id);
@@ -324,6 +319,147 @@ impl OperationGraph {
             }
         }
         Ok(())
+    }
+
+    /// The builder's path ([`crate::OpBuilder::run`]): register, begin,
+    /// run `work` and complete in one pass, with one map insertion and one
+    /// lookup per dependency, and only the graph's own time counted.
+    pub(crate) fn run_op(
+        &self,
+        meta: OpMeta,
+        stream: Arc<Stream>,
+        work: impl FnOnce(&Stream) -> driver::Result<()>,
+    ) -> Result<(OperationId, Arc<PooledEvent>, WorkOutcome)> {
+        let start = Instant::now();
+        let id = OperationId(self.next_id.fetch_add(1, Ordering::AcqRel));
+        let waits = match self.cross_stream_waits(id, &meta.dependencies, &stream) {
+            Ok(waits) => waits,
+            Err(err) => {
+                self.abandon(id);
+                self.counters.add_time(start.elapsed());
+                return Err(err);
+            }
+        };
+        for event in &waits {
+            if let Err(err) = stream.wait_event(event) {
+                self.abandon(id);
+                self.counters.add_time(start.elapsed());
+                return Err(err.into());
+            }
+        }
+        drop(waits);
+        let begun_at = self.begin_clock.fetch_add(1, Ordering::Relaxed);
+        self.counters.total.fetch_add(1, Ordering::Relaxed);
+        let registered = start.elapsed();
+        // Nobody holds the id before `run` returns, so the operation enters
+        // the map only once its work is enqueued, already completed.
+        let outcome = {
+            // Named in Nsight Systems (nothing without a tool attached).
+            let _range = driver::nvtx::range(&meta.label);
+            work(&stream)
+        };
+        let outcome = outcome.map_err(|err| (err, meta.label.clone()));
+        let start = Instant::now();
+        let event = self.completion_event(&stream).and_then(|event| {
+            let event = Arc::new(event);
+            let op = Op {
+                meta: EventMetadata {
+                    operation_type: meta.kind,
+                    priority: meta.priority,
+                    stream_id: stream.id(),
+                    operation_id: id,
+                    creation_time: start,
+                    dependencies: meta.dependencies,
+                    description: meta.label,
+                },
+                stream,
+                phase: Phase::Completed,
+                begun_at,
+                completion: Some(Arc::clone(&event)),
+                callbacks: Exclusive(Vec::new()),
+                done: None,
+            };
+            // Recorded under the entry's lock, as `complete_operation` does,
+            // so no one sees it completed before its event is recorded.
+            let entry = self.ops.entry(id).insert(op);
+            match self.record_and_queue(&entry.stream, id, &event) {
+                Ok(sweep_due) => {
+                    let stream_id = entry.stream.id();
+                    drop(entry);
+                    if sweep_due {
+                        self.sweep(stream_id);
+                    }
+                    Ok(event)
+                }
+                Err(err) => {
+                    drop(entry);
+                    self.ops.remove(&id);
+                    Err(err)
+                }
+            }
+        });
+        self.counters.add_time(registered + start.elapsed());
+        match event {
+            Ok(event) => {
+                self.counters.completed.fetch_add(1, Ordering::Relaxed);
+                Ok((id, event, outcome))
+            }
+            Err(err) => {
+                // Its work may be enqueued, but without a completion event
+                // nothing could wait for it: the id is unknown from now on.
+                self.abandon(id);
+                Err(err)
+            }
+        }
+    }
+
+    /// A completion event for an operation on `stream`: from the graph's
+    /// pool, or from the stream's own context when it belongs to another
+    /// device (a stream may wait on another device's event, never record one).
+    fn completion_event(&self, stream: &Stream) -> Result<PooledEvent> {
+        Ok(match Arc::ptr_eq(self.pool.context(), stream.context()) {
+            true => self.pool.acquire_event(false)?,
+            false => stream.context().event_pool().acquire_event(false)?,
+        })
+    }
+
+    /// The completion events `stream` must wait for before operation `id`
+    /// runs after `dependencies`: those of completed operations on other
+    /// streams that the GPU may not have passed yet. A dependency that is
+    /// unknown, or registered but not completed, is an error naming it.
+    fn cross_stream_waits(
+        &self,
+        id: OperationId,
+        dependencies: &[OperationId],
+        stream: &Stream,
+    ) -> Result<Vec<Arc<PooledEvent>>> {
+        let mut waits = Vec::new();
+        for &dependency in dependencies {
+            let Some(dep) = self.ops.get(&dependency) else {
+                // Absent and issued: retired, so the GPU is past it.
+                if dependency == id || !self.is_known(dependency) {
+                    return Err(Error::UnknownDependency {
+                        operation: id,
+                        dependency,
+                    });
+                }
+                continue;
+            };
+            if dep.phase != Phase::Completed {
+                return Err(Error::DependencyNotComplete {
+                    operation: id,
+                    dependency,
+                    state: dep.phase.name(),
+                });
+            }
+            let finished = dep.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
+            if dep.stream.id() != stream.id() && !finished {
+                if let Some(event) = &dep.completion {
+                    waits.push(Arc::clone(event));
+                }
+            }
+        }
+        Ok(waits)
     }
 
     fn unclaim_begin(&self, id: OperationId) {
@@ -355,7 +491,7 @@ impl OperationGraph {
             Phase::Registered => return Err(Error::NotBegun { operation: id }),
             Phase::Completed => return Err(Error::AlreadyCompleted { operation: id }),
         }
-        let event = Arc::new(self.pool.acquire_event(false)?);
+        let event = Arc::new(self.completion_event(&op.stream)?);
         let sweep_due = self.record_and_queue(&op.stream, id, &event)?;
         op.completion = Some(Arc::clone(&event));
         op.phase = Phase::Completed;
@@ -509,13 +645,6 @@ impl OperationGraph {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .contains(&id))
-    }
-
-    /// Drop an operation registered by the builder whose begin failed: its
-    /// id becomes unknown, like a failed registration's.
-    pub(crate) fn forget(&self, id: OperationId) {
-        self.ops.remove(&id);
-        self.abandon(id);
     }
 
     fn abandon(&self, id: OperationId) {
