@@ -82,8 +82,11 @@ const ENTRY_POINTS: &[&str] = &[
     // Graphs (stream capture).
     "cuStreamBeginCapture",
     "cuStreamEndCapture",
+    "cuStreamIsCapturing",
     "cuGraphInstantiate",
+    "cuGraphUpload",
     "cuGraphLaunch",
+    "cuGraphExecUpdate",
     "cuGraphExecDestroy",
     "cuGraphDestroy",
     // Errors.

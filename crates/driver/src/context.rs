@@ -117,6 +117,8 @@ pub struct Context {
     event_pool: std::sync::Mutex<std::sync::Weak<crate::event_pool::EventPool>>,
     /// Ids of the contexts this one has peer access to.
     peers: Mutex<Vec<u64>>,
+    /// Stream captures open in this context ([`crate::Capture`]).
+    pub(crate) captures: std::sync::atomic::AtomicUsize,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (that is what
@@ -326,6 +328,7 @@ impl Context {
             reactor: std::sync::OnceLock::new(),
             event_pool: std::sync::Mutex::default(),
             peers: Mutex::default(),
+            captures: std::sync::atomic::AtomicUsize::new(0),
         };
         ctx.bind()?;
         ctx.info = ctx.query_info(ordinal)?;
@@ -436,10 +439,26 @@ impl Context {
     }
 
     /// Wait for all work in this context (`cuCtxSynchronize`).
+    ///
+    /// Refused ([`Error::ContextCapturing`]) while a stream of this context
+    /// is being captured into a graph: on a GPU the call would invalidate the
+    /// capture.
     pub fn synchronize(&self) -> Result<()> {
+        self.refuse_during_capture("Context::synchronize")?;
         self.bind()?;
         // SAFETY: no arguments; the context is current.
         self.check(unsafe { (self.driver.table.cuCtxSynchronize)() })
+    }
+
+    /// `Err` naming `operation` while a capture is open in this context.
+    pub(crate) fn refuse_during_capture(&self, operation: &'static str) -> Result<()> {
+        match self.captures.load(std::sync::atomic::Ordering::Acquire) {
+            0 => Ok(()),
+            captures => Err(Error::ContextCapturing {
+                operation,
+                captures,
+            }),
+        }
     }
 
     /// Free and total device memory in bytes (`cuMemGetInfo`).

@@ -47,6 +47,9 @@ impl Stream {
         work: Work,
         call: impl FnOnce(&Driver, CUstream) -> CUresult,
     ) -> Result<()> {
+        // Captured work must keep its buffers alive for every replay, which
+        // this protocol does not do: captures go through `Capture`.
+        self.refuse_if_capturing("enqueueing work (use the Capture's methods)")?;
         self.context().bind()?;
         for used in uses.clone() {
             match used {

@@ -289,6 +289,7 @@ pub(crate) unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresul
 pub(crate) unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     code((|| {
         let dev = require()?;
+        crate::stream::refuse_during_capture("cuCtxSynchronize")?;
         crate::stream::synchronize_all(dev);
         crate::memory::trim_pool_at_sync();
         crate::faults::context_fault()

@@ -11,6 +11,7 @@
 
 use crate::context::require;
 use crate::errors::{code, fail, write_out};
+use crate::graph::{Capture, CapturedAt};
 use crate::handles::{Registry, lock};
 use crate::ops::Template;
 use crate::stream::{Stream, resolve};
@@ -33,6 +34,9 @@ struct Inner {
     target: Option<(Arc<Stream>, u64)>,
     /// When the worker passed the marker of generation `.0`.
     stamp: Option<(u64, Instant)>,
+    /// Set when the latest record was made on a capturing stream: the event
+    /// is then an edge of that capture, not a point in any stream.
+    captured: Option<CapturedAt>,
 }
 
 impl Event {
@@ -41,7 +45,35 @@ impl Event {
         let mut inner = lock(&self.inner);
         inner.generation += 1;
         inner.target = Some((stream, ticket));
+        inner.captured = None;
         inner.generation
+    }
+
+    /// Record the event on a capturing stream whose frontier is `frontier`.
+    pub(crate) fn record_captured(&self, capture: Arc<Capture>, frontier: Vec<usize>) {
+        let mut inner = lock(&self.inner);
+        inner.generation += 1;
+        inner.captured = Some((capture, frontier));
+    }
+
+    /// The capture of the latest record, when it was made during one.
+    pub(crate) fn captured(&self) -> Option<CapturedAt> {
+        lock(&self.inner).captured.clone()
+    }
+
+    /// Fail `call`, which a GPU forbids on an event recorded in a capture
+    /// (it invalidates that capture while the capture lasts).
+    fn refuse_if_captured(&self, call: &str) -> Result<(), CUresult> {
+        match self.captured() {
+            None => Ok(()),
+            Some((capture, _)) => {
+                let why = format!("{call} on an event last recorded in a stream capture");
+                if !capture.has_ended() {
+                    capture.invalidate(why.clone());
+                }
+                Err(fail(CUresult::CUDA_ERROR_CAPTURED_EVENT, why))
+            }
+        }
     }
 
     /// The worker passed the marker of `generation`.
@@ -141,12 +173,16 @@ pub(crate) unsafe extern "C" fn cuEventRecord(hEvent: CUevent, hStream: CUstream
 }
 
 pub(crate) unsafe extern "C" fn cuEventQuery(hEvent: CUevent) -> CUresult {
-    code(EVENTS.get(hEvent as usize).and_then(|event| event.query()))
+    code(EVENTS.get(hEvent as usize).and_then(|event| {
+        event.refuse_if_captured("cuEventQuery")?;
+        event.query()
+    }))
 }
 
 pub(crate) unsafe extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
     code((|| {
         let event = EVENTS.get(hEvent as usize)?;
+        event.refuse_if_captured("cuEventSynchronize")?;
         if let Some((stream, ticket)) = event.target() {
             stream.wait_for(ticket);
             stream.state().fault_status()?;
@@ -167,6 +203,8 @@ pub(crate) unsafe extern "C" fn cuEventElapsedTime(
         if pMilliseconds.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        start.refuse_if_captured("cuEventElapsedTime")?;
+        end.refuse_if_captured("cuEventElapsedTime")?;
         if !start.timing || !end.timing {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }

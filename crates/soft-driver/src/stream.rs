@@ -43,7 +43,7 @@ pub(crate) struct State {
     pub(crate) fault: Option<Fault>,
     pub(crate) inject_launch_fault: bool,
     pub(crate) delay: Option<Duration>,
-    pub(crate) capture: Option<Vec<Template>>,
+    pub(crate) capture: Option<crate::graph::Capturing>,
 }
 
 impl State {
@@ -145,18 +145,32 @@ impl Stream {
         if state.closing {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
-        if let Some(capture) = state.capture.as_mut() {
-            capture.extend_from_slice(templates);
-            return Ok(());
+        if let Some(capturing) = state.capture.as_mut() {
+            return capturing.record(templates);
         }
         let before = state.queue.len();
-        for template in templates {
+        for (index, template) in templates.iter().enumerate() {
             let op = match template {
                 Template::Act(action) => Op::Act(action.clone()),
                 Template::Record(event) => {
                     let ticket = state.submitted + 1;
                     let generation = event.begin_record(Arc::clone(self), ticket);
                     Op::Marker(Arc::clone(event), generation)
+                }
+                Template::Wait(event) if event.captured().is_some() => {
+                    // An event of a capture: this stream joins it, and the
+                    // rest of the batch is captured too.
+                    let Some((capture, frontier)) = event.captured() else {
+                        continue;
+                    };
+                    let mut capturing = crate::graph::Capturing::join(self, capture, frontier)?;
+                    let rest = &templates[index + 1..];
+                    let recorded = capturing.record(rest);
+                    state.capture = Some(capturing);
+                    if state.queue.len() > before {
+                        self.work.notify_one();
+                    }
+                    return recorded;
                 }
                 Template::Wait(event) => match event.target() {
                     // Never recorded: nothing to wait for, as on the GPU.
@@ -212,8 +226,8 @@ impl Stream {
     pub(crate) fn synchronize(&self) -> Status {
         let ticket = {
             let state = self.state();
-            if state.capture.is_some() {
-                return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            if let Some(capturing) = &state.capture {
+                return Err(capturing.refuse("cuStreamSynchronize", self.handle));
             }
             state.submitted
         };
@@ -224,8 +238,8 @@ impl Stream {
     /// `cuStreamQuery`.
     pub(crate) fn query(&self) -> Status {
         let state = self.state();
-        if state.capture.is_some() {
-            return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        if let Some(capturing) = &state.capture {
+            return Err(capturing.refuse("cuStreamQuery", self.handle));
         }
         state.fault_status()?;
         if state.completed >= state.submitted {
@@ -282,6 +296,18 @@ pub(crate) fn synchronize_all(device: i32) {
         };
         stream.wait_for(ticket);
     }
+}
+
+/// Fail `call` (a context-wide synchronize) when some stream is capturing,
+/// invalidating those captures, as on a GPU.
+pub(crate) fn refuse_during_capture(call: &str) -> Status {
+    let mut refused = Ok(());
+    for stream in LIVE.all() {
+        if let Some(capturing) = &stream.state().capture {
+            refused = Err(capturing.refuse(call, stream.handle));
+        }
+    }
+    refused
 }
 
 /// Every stream whose worker still runs.
