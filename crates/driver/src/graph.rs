@@ -1019,6 +1019,9 @@ impl GraphExec {
         self.before_launch(stream, "GraphExec::launch")?;
         {
             let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
+            // A profiler scope around the launch starts here: one scope, the
+            // whole replay.
+            stream.before_work();
             // SAFETY: a live executable graph and a live stream of its
             // context; its buffers are alive (held by `resources`) and
             // ordered after their allocations on `stream` (above).
@@ -1030,7 +1033,7 @@ impl GraphExec {
                 launched.push(stream.to_arc());
             }
         }
-        stream.counters.operation();
+        stream.counters.graph_launch(self.nodes);
         let mut result = Ok(());
         for (memory, write) in &self.resources.buffers {
             result = result.and(memory.as_use().after_use(stream, *write));

@@ -55,6 +55,8 @@ pub(crate) struct Counts {
     pub(crate) kernel_launches: u64,
     pub(crate) memory_transfers: u64,
     pub(crate) bytes_transferred: u64,
+    pub(crate) graph_launches: u64,
+    pub(crate) graph_nodes: u64,
 }
 
 impl Counts {
@@ -68,6 +70,8 @@ impl Counts {
             bytes_transferred: after
                 .bytes_transferred
                 .saturating_sub(before.bytes_transferred),
+            graph_launches: after.graph_launches.saturating_sub(before.graph_launches),
+            graph_nodes: after.graph_nodes.saturating_sub(before.graph_nodes),
         }
     }
 
@@ -75,6 +79,8 @@ impl Counts {
         self.kernel_launches += other.kernel_launches;
         self.memory_transfers += other.memory_transfers;
         self.bytes_transferred += other.bytes_transferred;
+        self.graph_launches += other.graph_launches;
+        self.graph_nodes += other.graph_nodes;
     }
 }
 
