@@ -160,7 +160,7 @@ impl Allocation {
     /// Set every 4-byte word to `value`, asynchronously on the home stream.
     /// The size must be a multiple of 4.
     pub fn memset_u32_async(&self, value: u32) -> Result<()> {
-        if self.size % 4 != 0 {
+        if !self.size.is_multiple_of(4) {
             return Err(Error::SizeMismatch {
                 operation: "memset_u32_async (whole 4-byte words)",
                 expected: self.size,

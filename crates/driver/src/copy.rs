@@ -339,7 +339,7 @@ impl Stream {
         D: DeviceMemoryMut<Elem = T>,
     {
         let bytes = device_bytes(&*dst);
-        if bytes % 4 != 0 {
+        if !bytes.is_multiple_of(4) {
             return Err(Error::MisalignedMemset { bytes });
         }
         let uses = [Use::Device(&*dst, true)];

@@ -780,10 +780,11 @@ impl Capture {
                 carried = true;
             }
         }
-        if carried && !into_origin {
-            if let Some(member) = self.members.iter_mut().find(|m| m.stream.id() == into.id()) {
-                member.unjoined = true;
-            }
+        if carried
+            && !into_origin
+            && let Some(member) = self.members.iter_mut().find(|m| m.stream.id() == into.id())
+        {
+            member.unjoined = true;
         }
         Ok(())
     }
@@ -848,10 +849,10 @@ impl Drop for Capture {
             .map(|m| Arc::clone(&m.stream))
             .collect();
         let branches: Vec<&Stream> = unjoined.iter().map(|s| &**s).collect();
-        if !branches.is_empty() {
-            if let Err(err) = self.origin.join(&branches) {
-                tracing::warn!("joining the forks of a dropped capture: {err}");
-            }
+        if !branches.is_empty()
+            && let Err(err) = self.origin.join(&branches)
+        {
+            tracing::warn!("joining the forks of a dropped capture: {err}");
         }
         match self.close() {
             Ok(raw) => {

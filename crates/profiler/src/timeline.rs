@@ -273,10 +273,10 @@ impl StreamState {
         clock: &Clock,
     ) -> Result<Arc<Mark>> {
         let ops = stream.operation_count();
-        if let Some(tail) = &self.tail {
-            if tail.ops == ops {
-                return Ok(Arc::clone(&tail.mark));
-            }
+        if let Some(tail) = &self.tail
+            && tail.ops == ops
+        {
+            return Ok(Arc::clone(&tail.mark));
         }
         self.record(stream, ops, shared, clock)
     }
@@ -392,10 +392,10 @@ impl StreamState {
                 depth: op.depth,
             });
         }
-        if ready > 0 {
-            if let Some(anchor) = &self.anchor {
-                clock.set_recent(anchor);
-            }
+        if ready > 0
+            && let Some(anchor) = &self.anchor
+        {
+            clock.set_recent(anchor);
         }
         Ok(())
     }

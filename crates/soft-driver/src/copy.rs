@@ -71,7 +71,7 @@ fn memset(
     require()?;
     let stream = resolve(stream)?;
     let dst = dst as usize;
-    if dst % width != 0 {
+    if !dst.is_multiple_of(width) {
         return Err(fail(
             CUresult::CUDA_ERROR_INVALID_VALUE,
             format!(
