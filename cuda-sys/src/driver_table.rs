@@ -63,6 +63,13 @@ pub struct Driver {
         leastPriority: *mut ::std::os::raw::c_int,
         greatestPriority: *mut ::std::os::raw::c_int,
     ) -> CUresult,
+    /// `cuCtxEnablePeerAccess`
+    pub cuCtxEnablePeerAccess: unsafe extern "C" fn(
+        peerContext: CUcontext,
+        Flags: ::std::os::raw::c_uint,
+    ) -> CUresult,
+    /// `cuCtxDisablePeerAccess`
+    pub cuCtxDisablePeerAccess: unsafe extern "C" fn(peerContext: CUcontext) -> CUresult,
     /// `cuStreamCreateWithPriority`
     pub cuStreamCreateWithPriority: unsafe extern "C" fn(
         phStream: *mut CUstream,
@@ -287,16 +294,32 @@ pub struct Driver {
         hStream: CUstream,
         phGraph: *mut CUgraph,
     ) -> CUresult,
+    /// `cuStreamIsCapturing`
+    pub cuStreamIsCapturing: unsafe extern "C" fn(
+        hStream: CUstream,
+        captureStatus: *mut CUstreamCaptureStatus,
+    ) -> CUresult,
     /// `cuGraphInstantiateWithFlags`
     pub cuGraphInstantiate: unsafe extern "C" fn(
         phGraphExec: *mut CUgraphExec,
         hGraph: CUgraph,
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult,
+    /// `cuGraphUpload`
+    pub cuGraphUpload: unsafe extern "C" fn(
+        hGraphExec: CUgraphExec,
+        hStream: CUstream,
+    ) -> CUresult,
     /// `cuGraphLaunch`
     pub cuGraphLaunch: unsafe extern "C" fn(
         hGraphExec: CUgraphExec,
         hStream: CUstream,
+    ) -> CUresult,
+    /// `cuGraphExecUpdate_v2`
+    pub cuGraphExecUpdate: unsafe extern "C" fn(
+        hGraphExec: CUgraphExec,
+        hGraph: CUgraph,
+        resultInfo: *mut CUgraphExecUpdateResultInfo,
     ) -> CUresult,
     /// `cuGraphExecDestroy`
     pub cuGraphExecDestroy: unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult,
@@ -313,9 +336,9 @@ pub struct Driver {
         pStr: *mut *const ::std::os::raw::c_char,
     ) -> CUresult,
 }
-/// Each entry point's name as documented and the versioned symbol the
-/// CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 62usize] = [
+/// Each entry point's name as documented and the versioned symbol
+/// the CUDA 13.0 headers select for it, in table order.
+pub const SYMBOLS: [(&str, &str); 67usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -330,6 +353,8 @@ pub const SYMBOLS: [(&str, &str); 62usize] = [
     ("cuCtxGetCurrent", "cuCtxGetCurrent"),
     ("cuCtxSynchronize", "cuCtxSynchronize"),
     ("cuCtxGetStreamPriorityRange", "cuCtxGetStreamPriorityRange"),
+    ("cuCtxEnablePeerAccess", "cuCtxEnablePeerAccess"),
+    ("cuCtxDisablePeerAccess", "cuCtxDisablePeerAccess"),
     ("cuStreamCreateWithPriority", "cuStreamCreateWithPriority"),
     ("cuStreamDestroy", "cuStreamDestroy_v2"),
     ("cuStreamQuery", "cuStreamQuery"),
@@ -372,8 +397,11 @@ pub const SYMBOLS: [(&str, &str); 62usize] = [
     ("cuLaunchKernel", "cuLaunchKernel"),
     ("cuStreamBeginCapture", "cuStreamBeginCapture_v2"),
     ("cuStreamEndCapture", "cuStreamEndCapture"),
+    ("cuStreamIsCapturing", "cuStreamIsCapturing"),
     ("cuGraphInstantiate", "cuGraphInstantiateWithFlags"),
+    ("cuGraphUpload", "cuGraphUpload"),
     ("cuGraphLaunch", "cuGraphLaunch"),
+    ("cuGraphExecUpdate", "cuGraphExecUpdate_v2"),
     ("cuGraphExecDestroy", "cuGraphExecDestroy"),
     ("cuGraphDestroy", "cuGraphDestroy"),
     ("cuGetErrorName", "cuGetErrorName"),
@@ -416,6 +444,8 @@ impl Driver {
         let cuCtxGetCurrent = resolve("cuCtxGetCurrent");
         let cuCtxSynchronize = resolve("cuCtxSynchronize");
         let cuCtxGetStreamPriorityRange = resolve("cuCtxGetStreamPriorityRange");
+        let cuCtxEnablePeerAccess = resolve("cuCtxEnablePeerAccess");
+        let cuCtxDisablePeerAccess = resolve("cuCtxDisablePeerAccess");
         let cuStreamCreateWithPriority = resolve("cuStreamCreateWithPriority");
         let cuStreamDestroy = resolve("cuStreamDestroy_v2");
         let cuStreamQuery = resolve("cuStreamQuery");
@@ -458,8 +488,11 @@ impl Driver {
         let cuLaunchKernel = resolve("cuLaunchKernel");
         let cuStreamBeginCapture = resolve("cuStreamBeginCapture_v2");
         let cuStreamEndCapture = resolve("cuStreamEndCapture");
+        let cuStreamIsCapturing = resolve("cuStreamIsCapturing");
         let cuGraphInstantiate = resolve("cuGraphInstantiateWithFlags");
+        let cuGraphUpload = resolve("cuGraphUpload");
         let cuGraphLaunch = resolve("cuGraphLaunch");
+        let cuGraphExecUpdate = resolve("cuGraphExecUpdate_v2");
         let cuGraphExecDestroy = resolve("cuGraphExecDestroy");
         let cuGraphDestroy = resolve("cuGraphDestroy");
         let cuGetErrorName = resolve("cuGetErrorName");
@@ -548,6 +581,17 @@ impl Driver {
                         greatestPriority: *mut ::std::os::raw::c_int,
                     ) -> CUresult,
                 >(cuCtxGetStreamPriorityRange),
+                cuCtxEnablePeerAccess: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        peerContext: CUcontext,
+                        Flags: ::std::os::raw::c_uint,
+                    ) -> CUresult,
+                >(cuCtxEnablePeerAccess),
+                cuCtxDisablePeerAccess: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(peerContext: CUcontext) -> CUresult,
+                >(cuCtxDisablePeerAccess),
                 cuStreamCreateWithPriority: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -850,6 +894,13 @@ impl Driver {
                         phGraph: *mut CUgraph,
                     ) -> CUresult,
                 >(cuStreamEndCapture),
+                cuStreamIsCapturing: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        hStream: CUstream,
+                        captureStatus: *mut CUstreamCaptureStatus,
+                    ) -> CUresult,
+                >(cuStreamIsCapturing),
                 cuGraphInstantiate: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -858,6 +909,13 @@ impl Driver {
                         flags: ::std::os::raw::c_ulonglong,
                     ) -> CUresult,
                 >(cuGraphInstantiate),
+                cuGraphUpload: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        hGraphExec: CUgraphExec,
+                        hStream: CUstream,
+                    ) -> CUresult,
+                >(cuGraphUpload),
                 cuGraphLaunch: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -865,6 +923,14 @@ impl Driver {
                         hStream: CUstream,
                     ) -> CUresult,
                 >(cuGraphLaunch),
+                cuGraphExecUpdate: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        hGraphExec: CUgraphExec,
+                        hGraph: CUgraph,
+                        resultInfo: *mut CUgraphExecUpdateResultInfo,
+                    ) -> CUresult,
+                >(cuGraphExecUpdate),
                 cuGraphExecDestroy: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult,

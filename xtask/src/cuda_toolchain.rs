@@ -19,6 +19,60 @@ const WHEELS: &[&str] = &[
     "nvidia-cuda-cupti==13.0.85",
 ];
 
+/// The NCCL wheel whose `nccl.h` the NCCL bindings come from: NCCL 2.28, the
+/// version PyTorch 2.11 ships and the GPU machines run.
+pub(crate) const NCCL_WHEEL: &str = "nvidia-nccl-cu13==2.28.9";
+
+/// `.../nvidia/nccl/include`, holding `nccl.h` from [`NCCL_WHEEL`], installed
+/// into the toolchain's virtual environment when missing.
+/// `CUDA_STREAMS_NCCL_INCLUDE` may point at a directory holding `nccl.h`
+/// (NCCL 2.28) instead.
+pub(crate) fn ensure_nccl() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("CUDA_STREAMS_NCCL_INCLUDE") {
+        let dir = PathBuf::from(dir);
+        if dir.join("nccl.h").is_file() {
+            return Ok(dir);
+        }
+        return Err(format!(
+            "CUDA_STREAMS_NCCL_INCLUDE={} has no nccl.h",
+            dir.display()
+        ));
+    }
+    ensure()?;
+    let venv = crate::workspace_root()
+        .join("target")
+        .join("cuda-toolchain");
+    let find = || {
+        let lib = std::fs::read_dir(venv.join("lib")).ok()?;
+        lib.filter_map(|entry| entry.ok())
+            .map(|entry| entry.path().join("site-packages/nvidia/nccl/include"))
+            .find(|dir| dir.join("nccl.h").is_file())
+    };
+    if let Some(dir) = find() {
+        return Ok(dir);
+    }
+    eprintln!(
+        "xtask: installing {NCCL_WHEEL} (nccl.h) into {}",
+        venv.display()
+    );
+    run(Command::new(venv.join("bin").join("pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        NCCL_WHEEL,
+    ]))
+    .map_err(|e| {
+        format!(
+            "{e}\ncould not install {NCCL_WHEEL}; this needs access to the Python package \
+             index. Offline, set CUDA_STREAMS_NCCL_INCLUDE to a directory holding nccl.h \
+             from NCCL 2.28"
+        )
+    })?;
+    find().ok_or_else(|| {
+        format!("{NCCL_WHEEL} installed but no nvidia/nccl/include/nccl.h was found")
+    })
+}
+
 /// Paths into an installed toolchain.
 pub(crate) struct CudaToolchain {
     /// `.../nvidia/cu13`: holds `bin/nvcc` and `include/cuda.h`.

@@ -8,6 +8,8 @@ mod build_kernels;
 mod cuda_toolchain;
 mod doctests;
 mod gen_bindings;
+mod gen_cupti;
+mod gen_nccl;
 mod gpu_bundle;
 
 use std::path::{Path, PathBuf};
@@ -17,8 +19,10 @@ const HELP: &str = "\
 cargo xtask <command> [options]
 
 Commands:
-  bindgen [--check]        regenerate cuda-sys/src/{bindings,driver_table,error_names,cupti_*}.rs
-                           from CUDA 13.0's cuda.h and cupti.h; --check fails when the committed
+  bindgen [--check]        regenerate cuda-sys/src/{bindings,driver_table,error_names}.rs
+                           and cuda-sys/src/nccl/{bindings,table}.rs (nccl.h of NCCL 2.28)
+                           and cuda-sys/src/cupti/{bindings,table}.rs (CUDA 13.0's cupti.h)
+                           from CUDA 13.0's cuda.h; --check fails when the committed
                            files differ from a fresh generation
   gpu-bundle [--no-bench]  build every test binary, the doc tests, the benches and the CLI
                            in release mode into target/gpu-bundle with run.sh

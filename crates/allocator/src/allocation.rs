@@ -114,6 +114,7 @@ impl Allocation {
     /// itself; this is for work the allocator cannot see (raw launches).
     pub fn record_stream(&self, stream: &Arc<Stream>) -> Result<()> {
         self.shared().check_stream(stream)?;
+        stream.check_not_capturing("Allocation::record_stream")?;
         if stream.id() == self.stream_id() {
             return Ok(());
         }
@@ -159,7 +160,7 @@ impl Allocation {
     /// Set every 4-byte word to `value`, asynchronously on the home stream.
     /// The size must be a multiple of 4.
     pub fn memset_u32_async(&self, value: u32) -> Result<()> {
-        if self.size % 4 != 0 {
+        if !self.size.is_multiple_of(4) {
             return Err(Error::SizeMismatch {
                 operation: "memset_u32_async (whole 4-byte words)",
                 expected: self.size,
@@ -240,6 +241,17 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
+        if self.slot.stream.is_capturing() {
+            // Captured, the stream-ordered free would become a node of the
+            // graph (run at every replay): the block is leaked instead.
+            tracing::warn!(
+                "leaking allocation {:#x} ({} bytes): dropped while stream {} is being captured",
+                self.ptr,
+                self.size,
+                self.stream_id()
+            );
+            return;
+        }
         // No view can outlive the handle, so nothing pins the block now.
         let mut st = self.slot.lock();
         self.free_now(&mut st);

@@ -106,6 +106,12 @@ impl StreamOrderedAllocator {
                 stream: stream.id(),
             });
         }
+        // Captured, a stream-ordered allocation would become a node of the
+        // graph (and its address a graph's): graphs allocate their memory
+        // with `Capture::alloc`.
+        stream.check_not_capturing(
+            "StreamOrderedAllocator::allocate_for_stream (a graph's memory comes from Capture::alloc)",
+        )?;
         let too_large = || Error::TooLarge {
             requested: bytes,
             total: self.shared.total_memory,
@@ -138,6 +144,7 @@ impl StreamOrderedAllocator {
     /// Returns how many were freed.
     pub fn free_for_stream(&self, stream: &Stream) -> Result<usize> {
         self.shared.check_stream(stream)?;
+        stream.check_not_capturing("StreamOrderedAllocator::free_for_stream")?;
         let Some(slot) = self.shared.existing_slot(stream) else {
             return Ok(0);
         };

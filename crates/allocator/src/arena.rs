@@ -148,10 +148,10 @@ impl Arena {
             taken = rounded;
             self.free[slot(class)].insert((rest.size, rest_ptr));
             self.blocks.insert(rest_ptr, rest);
-            if after != 0 {
-                if let Some(after) = self.blocks.get_mut(&after) {
-                    after.prev = rest_ptr;
-                }
+            if after != 0
+                && let Some(after) = self.blocks.get_mut(&after)
+            {
+                after.prev = rest_ptr;
             }
         }
         self.free_bytes -= taken;

@@ -157,14 +157,14 @@ impl Shared {
             return; // leaked: no proof that the other streams are done
         };
         for wait in &waits {
-            if let Err(err) = slot.stream.wait_event(wait.event()) {
-                if !wait.done(true) {
-                    tracing::warn!(
-                        "leaking {ptr:#x}: cannot order its free after \
+            if let Err(err) = slot.stream.wait_event(wait.event())
+                && !wait.done(true)
+            {
+                tracing::warn!(
+                    "leaking {ptr:#x}: cannot order its free after \
                          another stream's use ({err})"
-                    );
-                    return;
-                }
+                );
+                return;
             }
         }
         // The waits are enqueued; the pooled events can go back now.

@@ -52,7 +52,7 @@ impl<'a, T: DeviceCopy> AllocationView<'a, T> {
     pub(crate) fn pin(allocation: &'a Allocation) -> Result<Self> {
         let elem = std::mem::size_of::<T>();
         let size = allocation.size();
-        if elem == 0 || size % elem != 0 {
+        if elem == 0 || !size.is_multiple_of(elem) {
             return Err(Error::SizeMismatch {
                 operation: "a typed view (the size must be a whole number of elements)",
                 expected: size,

@@ -31,52 +31,38 @@ fn print(loaded: &LoadedDriver) -> Result<(), driver::Error> {
     }
     println!("driver:          {} (version {version})", loaded.name());
     println!("devices:         {count}");
+    let mut contexts = Vec::new();
     for ordinal in 0..count {
         // The safe layer already knows how to describe a device.
         let ctx = Context::with_driver(*loaded, ordinal)?;
         print_device(loaded, ctx.info());
+        contexts.push(ctx);
     }
-    print_peers(loaded, count)
+    print_peers(&contexts)
 }
 
-/// Which device can map which other's memory (`cuDeviceCanAccessPeer`), as
-/// one line per device that has a peer.
-fn print_peers(loaded: &LoadedDriver, count: i32) -> Result<(), driver::Error> {
-    if count < 2 {
+/// Which ordered pairs of devices can access each other's memory
+/// (`cuDeviceCanAccessPeer`), one line per device.
+fn print_peers(contexts: &[std::sync::Arc<Context>]) -> Result<(), driver::Error> {
+    if contexts.len() < 2 {
         println!("peer access:     none (one device)");
         return Ok(());
     }
-    let d = loaded.table;
-    let mut devices = Vec::with_capacity(count as usize);
-    for ordinal in 0..count {
-        let mut device = 0;
-        // SAFETY: writes one CUdevice through a valid out-pointer; `ordinal`
-        // is below the count the driver reported.
-        d.check(unsafe { (d.cuDeviceGet)(&mut device, ordinal) })?;
-        devices.push(device);
-    }
-    let mut any = false;
-    for (i, &from) in devices.iter().enumerate() {
-        let mut peers = Vec::new();
-        for (j, &to) in devices.iter().enumerate() {
-            if i == j {
-                continue;
-            }
-            let mut can = 0;
-            // SAFETY: writes one int through a valid out-pointer; both
-            // devices came from cuDeviceGet.
-            d.check(unsafe { (d.cuDeviceCanAccessPeer)(&mut can, from, to) })?;
-            if can != 0 {
-                peers.push(j.to_string());
-            }
-        }
-        if !peers.is_empty() {
-            any = true;
-            println!("peer access:     device {i} -> {}", peers.join(", "));
-        }
-    }
-    if !any {
-        println!("peer access:     none between the {count} devices");
+    println!("peer access:");
+    for from in contexts {
+        let peers = contexts
+            .iter()
+            .filter(|to| to.ordinal() != from.ordinal())
+            .map(|to| {
+                let can = from.can_access_peer(to)?;
+                Ok(format!(
+                    "{} {}",
+                    to.ordinal(),
+                    if can { "yes" } else { "no" }
+                ))
+            })
+            .collect::<Result<Vec<_>, driver::Error>>()?;
+        println!("  device {} -> {}", from.ordinal(), peers.join(", "));
     }
     Ok(())
 }
@@ -112,7 +98,8 @@ fn print_device(loaded: &LoadedDriver, info: &DeviceInfo) {
     if loaded.kind == DriverKind::Soft {
         println!(
             "  (software driver: device memory is host memory, capped at the capacity above; \
-             set CUDA_STREAMS_SOFT_CAPACITY_MB to change it)"
+             set CUDA_STREAMS_SOFT_CAPACITY_MB to change it, CUDA_STREAMS_SOFT_DEVICES for the \
+             number of devices)"
         );
     }
 }

@@ -40,6 +40,10 @@ pub enum Error {
     #[cfg(feature = "profiler")]
     #[error(transparent)]
     Profiler(#[from] profiler::Error),
+    /// From the collectives.
+    #[cfg(feature = "collectives")]
+    #[error(transparent)]
+    Collectives(#[from] collectives::Error),
     /// From the pipeline.
     #[cfg(feature = "pipeline")]
     #[error(transparent)]

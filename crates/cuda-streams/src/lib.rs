@@ -113,6 +113,7 @@
 //! | `profiler` | `profiler` | `StreamProfiler`, reports, Chrome traces |
 //! | `pipeline` | `pipeline` | `GpuTripleBuffer`, `AsyncCoordinator`, `PipelineStageManager`, `ManagedGpuContext`, `BatchUploader` |
 //! | `kernels` | `kernels` | the workspace's CUDA kernels and their CPU twins |
+//! | `collectives` | `collectives` | NCCL `Communicator`s, collectives on streams, `Group` |
 //! | `driver::interop::cudarc` | `cudarc` (off by default) | cudarc streams as ours, cudarc slices in our launches, our buffers in cudarc's calls, events across the two |
 //!
 //! Each module is the sub-crate itself (`cuda_streams::pool` is
@@ -142,6 +143,10 @@ pub use error::{Error, Result};
 #[cfg(feature = "allocator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "allocator")))]
 pub use allocator;
+/// NCCL communicators and collectives (`cuda-streams-collectives`).
+#[cfg(feature = "collectives")]
+#[cfg_attr(docsrs, doc(cfg(feature = "collectives")))]
+pub use collectives;
 /// The safe driver layer (always present): contexts, streams, events,
 /// buffers, modules, kernel launches and driver selection.
 pub use driver;

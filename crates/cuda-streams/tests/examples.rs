@@ -28,6 +28,7 @@ const EXAMPLES: &[&str] = &[
     "batch_planner",
     "profiler",
     "async_loader",
+    "graph_replay",
 ];
 
 /// Where the examples are: `CUDA_STREAMS_EXAMPLES_DIR`, or the directory

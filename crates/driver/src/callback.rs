@@ -44,6 +44,9 @@ impl Stream {
     where
         F: FnOnce() + Send + 'static,
     {
+        // A captured callback would run on every replay, but this payload
+        // is freed by its first run: captures take `Capture::add_callback`.
+        self.refuse_if_capturing("Stream::add_callback")?;
         let ctx = self.context();
         ctx.bind()?;
         self.before_work();
@@ -93,7 +96,7 @@ fn run(payload: Payload) {
     }
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(text) = panic.downcast_ref::<&str>() {
         (*text).to_string()
     } else if let Some(text) = panic.downcast_ref::<String>() {

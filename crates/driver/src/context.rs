@@ -23,6 +23,31 @@ static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
 type Registry = Mutex<Vec<(DriverKind, i32, Weak<Context>)>>;
 static REGISTRY: Registry = Mutex::new(Vec::new());
 
+/// Every context ever made, by id: its driver, device ordinal and handle, so
+/// an error can name the device of memory known only by its context id, and a
+/// peer copy can find the context of each side. Ids are never reused; an entry
+/// is a few words.
+type ById = Mutex<Vec<(u64, DriverKind, i32, Weak<Context>)>>;
+static BY_ID: ById = Mutex::new(Vec::new());
+
+/// The driver and device ordinal of the context with id `id`, if one was made.
+pub(crate) fn describe(id: u64) -> Option<(DriverKind, i32)> {
+    let by_id = BY_ID.lock().unwrap_or_else(|p| p.into_inner());
+    by_id
+        .iter()
+        .find(|(found, ..)| *found == id)
+        .map(|&(_, kind, ordinal, _)| (kind, ordinal))
+}
+
+/// The live context with id `id`.
+pub(crate) fn by_id(id: u64) -> Option<Arc<Context>> {
+    let by_id = BY_ID.lock().unwrap_or_else(|p| p.into_inner());
+    by_id
+        .iter()
+        .find(|(found, ..)| *found == id)
+        .and_then(|(_, _, _, weak)| weak.upgrade())
+}
+
 /// What the driver reports about a device.
 ///
 /// ```
@@ -90,6 +115,10 @@ pub struct Context {
     /// The shared event pool, while anyone holds it (a strong reference here
     /// would be a cycle: pooled events hold their context).
     event_pool: std::sync::Mutex<std::sync::Weak<crate::event_pool::EventPool>>,
+    /// Ids of the contexts this one has peer access to.
+    peers: Mutex<Vec<u64>>,
+    /// Stream captures open in this context ([`crate::Capture`]).
+    pub(crate) captures: std::sync::atomic::AtomicUsize,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (that is what
@@ -122,7 +151,154 @@ impl Context {
         }
         let ctx = Arc::new(Self::create(driver, ordinal)?);
         registry.push((driver.kind, ordinal, Arc::downgrade(&ctx)));
+        BY_ID.lock().unwrap_or_else(|p| p.into_inner()).push((
+            ctx.id,
+            driver.kind,
+            ordinal,
+            Arc::downgrade(&ctx),
+        ));
         Ok(ctx)
+    }
+
+    /// How many devices the selected driver ([`crate::driver`]) reports.
+    ///
+    /// ```
+    /// use cuda_streams_driver::Context;
+    /// let count = Context::device_count().unwrap();
+    /// assert!(count >= 1);
+    /// // Each ordinal below the count has a context; the count itself does not.
+    /// assert!(Context::new(count - 1).is_ok());
+    /// assert!(Context::new(count).is_err());
+    /// ```
+    pub fn device_count() -> Result<i32> {
+        Self::device_count_with(driver()?)
+    }
+
+    /// How many devices `driver` reports (`cuInit`, `cuDeviceGetCount`).
+    pub fn device_count_with(driver: LoadedDriver) -> Result<i32> {
+        let table = driver.table;
+        // SAFETY: cuInit takes flags (0) and no pointers.
+        table.check(unsafe { (table.cuInit)(0) })?;
+        let mut count = 0;
+        // SAFETY: writes one int through a valid pointer.
+        table.check(unsafe { (table.cuDeviceGetCount)(&mut count) })?;
+        Ok(count)
+    }
+
+    /// The primary context of every device of the selected driver, by ordinal.
+    ///
+    /// ```
+    /// use cuda_streams_driver::Context;
+    /// let all = Context::all().unwrap();
+    /// for (ordinal, ctx) in all.iter().enumerate() {
+    ///     assert_eq!(ctx.ordinal(), ordinal as i32);
+    /// }
+    /// ```
+    pub fn all() -> Result<Vec<Arc<Self>>> {
+        let driver = driver()?;
+        (0..Self::device_count_with(driver)?)
+            .map(|ordinal| Self::with_driver(driver, ordinal))
+            .collect()
+    }
+
+    /// Whether this context's device can access `peer`'s memory directly
+    /// (`cuDeviceCanAccessPeer`); `false` for the same device, and for a
+    /// context of another driver.
+    ///
+    /// ```
+    /// use cuda_streams_driver::Context;
+    /// let ctx = Context::new(0).unwrap();
+    /// assert!(!ctx.can_access_peer(&ctx).unwrap());
+    /// if Context::device_count().unwrap() > 1 {
+    ///     let other = Context::new(1).unwrap();
+    ///     println!("0 -> 1 peer access: {}", ctx.can_access_peer(&other).unwrap());
+    /// }
+    /// ```
+    pub fn can_access_peer(&self, peer: &Context) -> Result<bool> {
+        if peer.kind() != self.kind() || peer.device == self.device {
+            return Ok(false);
+        }
+        let mut can = 0;
+        // SAFETY: writes one int through a valid pointer; both devices exist.
+        self.check(unsafe {
+            (self.driver.table.cuDeviceCanAccessPeer)(&mut can, self.device, peer.device)
+        })?;
+        Ok(can != 0)
+    }
+
+    /// Let kernels and memsets of this context touch memory of `peer`
+    /// (`cuCtxEnablePeerAccess`), and make copies between them direct. Once
+    /// per pair of `Context`s (later calls make no driver call); the access
+    /// lasts while both live. `peer` being this context is a no-op.
+    ///
+    /// Fails with [`Error::PeerAccessUnsupported`] when the devices cannot be
+    /// peers ([`Context::can_access_peer`]), and with
+    /// [`Error::ContextMismatch`] for a context of another driver.
+    ///
+    /// ```
+    /// use cuda_streams_driver::Context;
+    /// let ctx = Context::new(0).unwrap();
+    /// ctx.enable_peer_access(&ctx).unwrap(); // itself: nothing to do
+    /// if Context::device_count().unwrap() > 1 {
+    ///     let other = Context::new(1).unwrap();
+    ///     if ctx.can_access_peer(&other).unwrap() {
+    ///         ctx.enable_peer_access(&other).unwrap();
+    ///         ctx.enable_peer_access(&other).unwrap(); // again: already on
+    ///         assert!(ctx.has_peer_access(&other));
+    ///     }
+    /// }
+    /// ```
+    pub fn enable_peer_access(&self, peer: &Context) -> Result<()> {
+        if peer.id == self.id {
+            return Ok(());
+        }
+        if peer.kind() != self.kind() {
+            return Err(Error::ContextMismatch {
+                what: "the peer context",
+                expected: self.id,
+                found: peer.id,
+            });
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if peers.contains(&peer.id) {
+            return Ok(());
+        }
+        if !self.can_access_peer(peer)? {
+            return Err(Error::PeerAccessUnsupported {
+                from: self.ordinal(),
+                to: peer.ordinal(),
+            });
+        }
+        self.bind()?;
+        // SAFETY: `peer.raw` is a retained primary context, valid while `peer`
+        // lives; flags must be 0; this context is current.
+        let code = unsafe { (self.driver.table.cuCtxEnablePeerAccess)(peer.raw, 0) };
+        match self.driver.table.check(code) {
+            Ok(()) => {}
+            // Enabled by someone else (raw calls, another library): on is on.
+            Err(err) if err.code() == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {}
+            Err(err) => return Err(err.into()),
+        }
+        tracing::debug!(
+            context = self.id,
+            peer = peer.id,
+            "peer access from device {} to device {} enabled",
+            self.ordinal(),
+            peer.ordinal()
+        );
+        peers.push(peer.id);
+        Ok(())
+    }
+
+    /// Whether [`Context::enable_peer_access`] has enabled access to `peer`
+    /// (or `peer` is this context).
+    pub fn has_peer_access(&self, peer: &Context) -> bool {
+        peer.id == self.id
+            || self
+                .peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&peer.id)
     }
 
     fn create(driver: LoadedDriver, ordinal: i32) -> Result<Self> {
@@ -151,6 +327,8 @@ impl Context {
             info: DeviceInfo::default(),
             reactor: std::sync::OnceLock::new(),
             event_pool: std::sync::Mutex::default(),
+            peers: Mutex::default(),
+            captures: std::sync::atomic::AtomicUsize::new(0),
         };
         ctx.bind()?;
         ctx.info = ctx.query_info(ordinal)?;
@@ -261,10 +439,26 @@ impl Context {
     }
 
     /// Wait for all work in this context (`cuCtxSynchronize`).
+    ///
+    /// Refused ([`Error::ContextCapturing`]) while a stream of this context
+    /// is being captured into a graph: on a GPU the call would invalidate the
+    /// capture.
     pub fn synchronize(&self) -> Result<()> {
+        self.refuse_during_capture("Context::synchronize")?;
         self.bind()?;
         // SAFETY: no arguments; the context is current.
         self.check(unsafe { (self.driver.table.cuCtxSynchronize)() })
+    }
+
+    /// `Err` naming `operation` while a capture is open in this context.
+    pub(crate) fn refuse_during_capture(&self, operation: &'static str) -> Result<()> {
+        match self.captures.load(std::sync::atomic::Ordering::Acquire) {
+            0 => Ok(()),
+            captures => Err(Error::ContextCapturing {
+                operation,
+                captures,
+            }),
+        }
     }
 
     /// Free and total device memory in bytes (`cuMemGetInfo`).

@@ -113,6 +113,85 @@ impl Stream {
         })
     }
 
+    /// Copy `src` into `dst`, device memory of any two devices (or the same
+    /// one), asynchronously in this stream's order (`cuMemcpyPeerAsync`).
+    ///
+    /// The stream may belong to either device, or to a third. Where the two
+    /// devices can be peers, peer access is enabled between them on first
+    /// use (both ways, [`crate::Context::enable_peer_access`]) so the copy
+    /// goes directly over the link; otherwise the driver stages it through
+    /// the host. Both buffers are tracked on this stream: neither is freed
+    /// before the copy has run. Ordering the *contents* is the caller's job,
+    /// as for every copy: a producer on another stream needs a wait first
+    /// ([`Stream::wait_stream`], [`Stream::wait_event`]; they may cross
+    /// devices).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let last = Context::device_count()? - 1; // device 1 when there are two
+    /// let (gpu0, gpu1) = (Context::new(0)?, Context::new(last)?);
+    /// let (s0, s1) = (Stream::new(&gpu0)?, Stream::new(&gpu1)?);
+    /// let src = DeviceBuffer::from_slice(&s0, &[1u32, 2, 3, 4])?;
+    /// let mut dst = DeviceBuffer::<u32>::new_async(&s1, 4)?;
+    /// s1.wait_stream(&s0)?; // src is written on s0
+    /// s1.copy_peer_async(&mut dst, &src)?;
+    /// assert_eq!(dst.to_vec(&s1)?, [1, 2, 3, 4]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn copy_peer_async<T, D, S>(&self, dst: &mut D, src: &S) -> Result<()>
+    where
+        T: DeviceCopy,
+        D: DeviceMemoryMut<Elem = T>,
+        S: DeviceMemory<Elem = T>,
+    {
+        check_len("copy_peer_async", dst.device_len(), src.device_len())?;
+        let dst_ctx = self.peer_side("the destination", dst.context_id())?;
+        let src_ctx = self.peer_side("the source", src.context_id())?;
+        if dst_ctx.id() != src_ctx.id() {
+            for (from, to) in [(&dst_ctx, &src_ctx), (&src_ctx, &dst_ctx)] {
+                if !from.has_peer_access(to) && from.can_access_peer(to)? {
+                    from.enable_peer_access(to)?;
+                }
+            }
+        }
+        let bytes = device_bytes(&*dst);
+        let uses = [Use::Peer(&*dst, true), Use::Peer(src, false)];
+        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+            // SAFETY: both regions hold `bytes` bytes of their contexts' devices
+            // (the DeviceMemory contract), both contexts are alive (held here),
+            // and both buffers are tracked on this stream, so neither is freed
+            // before the copy has run.
+            unsafe {
+                (driver.cuMemcpyPeerAsync)(
+                    dst.device_ptr(),
+                    dst_ctx.as_raw(),
+                    src.device_ptr(),
+                    src_ctx.as_raw(),
+                    bytes,
+                    stream,
+                )
+            }
+        })
+    }
+
+    /// The live context of one side of a peer copy, which must run on this
+    /// stream's driver.
+    fn peer_side(&self, what: &'static str, id: u64) -> Result<std::sync::Arc<crate::Context>> {
+        match crate::context::by_id(id) {
+            Some(ctx) => {
+                self.check_driver(what, &ctx)?;
+                Ok(ctx)
+            }
+            None => Err(Error::ContextMismatch {
+                what,
+                expected: self.context().id(),
+                found: id,
+            }),
+        }
+    }
+
     /// Copy a plain host slice into `dst` and wait for that copy (not for
     /// the rest of the stream). For overlap, use a [`crate::PinnedBuffer`]
     /// with [`Stream::copy_from_host_async`].
@@ -260,7 +339,7 @@ impl Stream {
         D: DeviceMemoryMut<Elem = T>,
     {
         let bytes = device_bytes(&*dst);
-        if bytes % 4 != 0 {
+        if !bytes.is_multiple_of(4) {
             return Err(Error::MisalignedMemset { bytes });
         }
         let uses = [Use::Device(&*dst, true)];

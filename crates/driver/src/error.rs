@@ -127,6 +127,35 @@ pub enum Error {
         /// The object's context id.
         found: u64,
     },
+    /// Memory, an event or a kernel of one device used on a stream of another,
+    /// where the operation needs them on the stream's own device.
+    #[error(
+        "{what} belongs to device {found_device} (context {found}), but the stream belongs to \
+         device {stream_device} (context {expected}); move data between devices with \
+         Stream::copy_peer_async"
+    )]
+    DeviceMismatch {
+        /// The object that does not match.
+        what: &'static str,
+        /// The stream's device ordinal.
+        stream_device: i32,
+        /// The object's device ordinal.
+        found_device: i32,
+        /// The stream's context id.
+        expected: u64,
+        /// The object's context id.
+        found: u64,
+    },
+    /// Peer access between two devices that cannot be peers.
+    #[error(
+        "device {from} cannot access the memory of device {to} (cuDeviceCanAccessPeer says no)"
+    )]
+    PeerAccessUnsupported {
+        /// The device that would access.
+        from: i32,
+        /// The device whose memory it would access.
+        to: i32,
+    },
     /// A launch configuration the hardware cannot run.
     #[error("invalid launch configuration: {reason}")]
     InvalidLaunchConfig {
@@ -262,6 +291,76 @@ pub enum Error {
     InsideCallback {
         /// What was attempted.
         operation: &'static str,
+    },
+    /// A call that is not allowed on a stream while it is being captured into
+    /// a graph. The capture is left as it was and stays usable.
+    #[error(
+        "{operation} on stream {stream} is not allowed while the stream is being captured into a graph (end the capture first, or enqueue through the Capture); the capture is still usable"
+    )]
+    StreamCapturing {
+        /// What was attempted.
+        operation: &'static str,
+        /// The stream's id.
+        stream: u64,
+    },
+    /// A context-wide call while a capture is open in the context.
+    #[error(
+        "{operation} is not allowed while {captures} stream capture(s) are open in the context; the captures are still usable"
+    )]
+    ContextCapturing {
+        /// What was attempted.
+        operation: &'static str,
+        /// How many captures are open.
+        captures: usize,
+    },
+    /// Waiting on the host for an event recorded during a capture.
+    #[error(
+        "{operation} on an event last recorded during stream capture {capture}: such an event marks a point in a graph, not in a stream; record it outside the capture"
+    )]
+    CapturedEvent {
+        /// What was attempted.
+        operation: &'static str,
+        /// The capture's id.
+        capture: u64,
+    },
+    /// A dependency that would cross a capture's boundary, or a stream used
+    /// with a capture it does not take part in.
+    #[error("{reason}")]
+    CaptureIsolation {
+        /// What crosses the boundary, naming the streams and captures.
+        reason: String,
+    },
+    /// Ending a capture with a stream forked into it whose work was not
+    /// joined back into the stream that began it.
+    #[error(
+        "stream {stream} was forked into the capture begun on stream {origin} but its work was not joined back (Capture::join); the capture is still open"
+    )]
+    CaptureUnjoined {
+        /// The unjoined stream's id.
+        stream: u64,
+        /// The stream that began the capture.
+        origin: u64,
+    },
+    /// A capture that was already ended.
+    #[error("the capture begun on stream {origin} has already ended")]
+    CaptureEnded {
+        /// The stream that began the capture.
+        origin: u64,
+    },
+    /// An executable graph could not be updated in place from a graph.
+    #[error("the executable graph cannot be updated in place ({result}): {source}")]
+    GraphUpdate {
+        /// The driver's update result, e.g. `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`.
+        result: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// Host access to a graph's own host buffer that is not safe now.
+    #[error("the graph's host buffer cannot be reached: {reason}")]
+    GraphHostAccess {
+        /// Why, naming the slot or what still shares it.
+        reason: String,
     },
     /// The context's reactor thread (which wakes futures) could not start.
     #[error("the reactor thread that wakes futures could not start: {0}")]

@@ -81,6 +81,9 @@ pub struct Event {
     raw: CUevent,
     flags: EventFlags,
     recorded: AtomicBool,
+    /// The capture the latest record was made in (0: none): such an event
+    /// is an edge of a graph, not a point in a stream.
+    captured_in: std::sync::atomic::AtomicU64,
 }
 
 // SAFETY: CUDA event handles may be used from any thread; the only other state
@@ -102,6 +105,7 @@ impl Event {
             raw,
             flags,
             recorded: AtomicBool::new(false),
+            captured_in: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -124,12 +128,29 @@ impl Event {
         let code = unsafe { (self.ctx.driver().cuEventRecord)(self.raw, stream.as_raw()) };
         self.ctx.check(code)?;
         self.recorded.store(true, Ordering::Relaxed);
+        self.captured_in
+            .store(stream.capture_id(), Ordering::Release);
         Ok(())
+    }
+
+    /// The capture the latest record was made in, 0 when none.
+    pub(crate) fn captured_in(&self) -> u64 {
+        self.captured_in.load(Ordering::Acquire)
+    }
+
+    /// `Err` naming `operation` when the latest record was made during a
+    /// capture: CUDA forbids waiting for such an event on the host.
+    pub(crate) fn refuse_if_captured(&self, operation: &'static str) -> Result<()> {
+        match self.captured_in() {
+            0 => Ok(()),
+            capture => Err(crate::Error::CapturedEvent { operation, capture }),
+        }
     }
 
     /// Whether the event has completed (`true` also for a never-recorded event,
     /// as in CUDA).
     pub fn query(&self) -> Result<bool> {
+        self.refuse_if_captured("Event::query")?;
         self.ctx.bind()?;
         // SAFETY: the handle is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuEventQuery)(self.raw) };
@@ -138,6 +159,7 @@ impl Event {
 
     /// Block the calling thread until the event completes.
     pub fn synchronize(&self) -> Result<()> {
+        self.refuse_if_captured("Event::synchronize")?;
         self.ctx.bind()?;
         // SAFETY: the handle is live; the context is current.
         self.ctx
@@ -156,6 +178,7 @@ impl Event {
             if !event.recorded.load(Ordering::Relaxed) {
                 return Err(Error::EventNotRecorded { which });
             }
+            event.refuse_if_captured("Event::elapsed")?;
         }
         start.ctx.bind()?;
         let mut ms = 0f32;

@@ -169,6 +169,7 @@ impl Stream {
     /// Enqueues one flag write (`cuStreamWriteValue32`) and one event record;
     /// the context's reactor wakes the future.
     pub fn completion(&self) -> Result<Completion> {
+        self.refuse_if_capturing("Stream::completion")?;
         self.check_callback_free()?;
         Completion::register(self.context(), Target::Stream(self.as_raw()))
     }
@@ -225,6 +226,7 @@ impl Event {
     /// future does not borrow the event: once this returns, the wait holds
     /// even if the event is re-recorded or dropped.
     pub fn wait_async(&self) -> Result<Completion> {
+        self.refuse_if_captured("Event::wait_async")?;
         Completion::register(self.context(), Target::Event(self.as_raw()))
     }
 }

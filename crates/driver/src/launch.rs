@@ -171,6 +171,22 @@ pub struct KernelArg<'a> {
     buffer: Option<BufferArg<'a>>,
 }
 
+impl<'a> KernelArg<'a> {
+    /// A buffer argument lent for reading, or for writing when `writable`
+    /// (the caller has made sure nothing on the host can see the writes).
+    pub(crate) fn lend<M: DeviceMemory>(memory: &'a M, writable: bool) -> Self {
+        Self {
+            value: ArgValue::Pointer(memory.device_ptr()),
+            buffer: Some(BufferArg {
+                memory,
+                writable,
+                elem: M::Elem::SCALAR,
+                bytes: device_bytes(memory),
+            }),
+        }
+    }
+}
+
 impl KernelArg<'_> {
     /// The argument's kind.
     pub fn kind(&self) -> ArgKind {
@@ -380,6 +396,29 @@ impl Stream {
             .iter()
             .filter_map(|arg| arg.buffer)
             .map(|buffer| Use::Device(buffer.memory, buffer.writable));
+        self.enqueue_tracked(uses, Work::KernelLaunch, |driver, stream| {
+            // SAFETY: buffer arguments stay allocated until the stream passes
+            // the launch (tracked); what the arguments mean to the kernel is
+            // the caller's contract.
+            unsafe { launch_raw(driver, stream, kernel, config, args) }
+        })
+    }
+}
+
+/// `cuLaunchKernel` with `args` laid out as `kernelParams`.
+///
+/// # Safety
+/// `stream` is a live stream of the kernel's context, current on this thread;
+/// the arguments are what the kernel's parameters are, and the memory they
+/// point at stays allocated for as long as the launch may run.
+pub(crate) unsafe fn launch_raw(
+    driver: &sys::Driver,
+    stream: sys::CUstream,
+    kernel: &Kernel,
+    config: LaunchConfig,
+    args: &[KernelArg<'_>],
+) -> sys::CUresult {
+    {
         let mut inline = [std::ptr::null_mut::<c_void>(); INLINE_ARGS];
         let mut spilled = Vec::new();
         let params: &mut [*mut c_void] = if args.len() <= INLINE_ARGS {
@@ -398,12 +437,10 @@ impl Stream {
         };
         let (gx, gy, gz) = config.grid_dim;
         let (bx, by, bz) = config.block_dim;
-        self.enqueue_tracked(uses, Work::KernelLaunch, |driver, stream| {
+        {
             // SAFETY: `params[i]` points at argument i's value inside `args`, alive
-            // for this call (the driver copies them); buffer arguments stay
-            // allocated until the stream passes the launch (tracked); the
-            // kernel's handle is kept alive by `kernel`; what the arguments
-            // mean to the kernel is the caller's contract.
+            // for this call (the driver copies them); the kernel's handle is
+            // kept alive by `kernel`; the rest is the caller's contract.
             unsafe {
                 (driver.cuLaunchKernel)(
                     kernel.as_raw(),
@@ -419,7 +456,7 @@ impl Stream {
                     std::ptr::null_mut(),
                 )
             }
-        })
+        }
     }
 }
 

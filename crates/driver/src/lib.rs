@@ -52,6 +52,10 @@
 //!   kernels with declared signatures ([`sys::signature`]) launch safely
 //!   through [`Stream::launch`]; others only through the `unsafe`
 //!   [`Stream::launch_unchecked`].
+//! - Graphs: [`Stream::begin_capture`] returns a [`Capture`]; work enqueued
+//!   through it (forked to other streams and joined back) becomes a
+//!   [`Graph`], instantiated as a [`GraphExec`] that replays it on any stream
+//!   for a fraction of the launch cost, and can be updated in place.
 //! - Futures: [`Stream::completion`], [`Event::wait_async`] (and `.await` on
 //!   `&Event`), [`Stream::copy_to_host_future`] resolve through the context's
 //!   [`Reactor`], which watches flags the streams write into mapped pinned
@@ -124,6 +128,7 @@ mod error;
 mod event;
 mod event_pool;
 mod future;
+mod graph;
 #[cfg(feature = "cudarc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
 pub mod interop;
@@ -140,10 +145,12 @@ mod stream;
 
 pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use copy::check_len;
+pub use enqueue::BufferUse;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use event_pool::{EventPool, EventPoolUtilization, PooledEvent};
 pub use future::{Completion, CopyFuture};
+pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};
 pub use memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory, PinnedBuffer,

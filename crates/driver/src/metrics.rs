@@ -38,6 +38,11 @@ pub struct StreamMetrics {
     pub kernel_launches: u64,
     /// Host callbacks enqueued.
     pub callbacks: u64,
+    /// Replays of executable CUDA graphs ([`crate::GraphExec::launch`]),
+    /// each counted as one operation.
+    pub graph_launches: u64,
+    /// The nodes those replays ran, summed.
+    pub graph_nodes: u64,
     /// Host callbacks that panicked (the panic was caught).
     pub callback_panics: u64,
     /// Bytes of stream-ordered device memory currently allocated with this
@@ -62,6 +67,8 @@ pub(crate) struct Counters {
     bytes_transferred: AtomicU64,
     kernel_launches: AtomicU64,
     callbacks: AtomicU64,
+    graph_launches: AtomicU64,
+    graph_nodes: AtomicU64,
     callback_panics: AtomicU64,
     panics_checked: AtomicU64,
     panic_reported: AtomicBool,
@@ -90,6 +97,12 @@ impl Counters {
     pub(crate) fn kernel_launch(&self) {
         self.operations.fetch_add(1, Relaxed);
         self.kernel_launches.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn graph_launch(&self, nodes: usize) {
+        self.operations.fetch_add(1, Relaxed);
+        self.graph_launches.fetch_add(1, Relaxed);
+        self.graph_nodes.fetch_add(nodes as u64, Relaxed);
     }
 
     pub(crate) fn callback(&self) {
@@ -151,6 +164,8 @@ impl Counters {
             bytes_transferred: self.bytes_transferred.load(Relaxed),
             kernel_launches: self.kernel_launches.load(Relaxed),
             callbacks: self.callbacks.load(Relaxed),
+            graph_launches: self.graph_launches.load(Relaxed),
+            graph_nodes: self.graph_nodes.load(Relaxed),
             callback_panics: self.callback_panics.load(Relaxed),
             current_memory: self.current_memory.load(Relaxed),
             peak_memory: self.peak_memory.load(Relaxed),

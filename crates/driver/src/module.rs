@@ -248,7 +248,7 @@ fn needs_copy(image: &[u8]) -> bool {
     const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
     const ELF_MAGIC: [u8; 4] = *b"\x7fELF";
     let binary = image.starts_with(&FATBIN_MAGIC) || image.starts_with(&ELF_MAGIC);
-    (image.as_ptr() as usize) % 8 != 0 || (!binary && image.last() != Some(&0))
+    !(image.as_ptr() as usize).is_multiple_of(8) || (!binary && image.last() != Some(&0))
 }
 
 /// The image in 8-byte words, followed by at least one zero byte.

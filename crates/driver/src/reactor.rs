@@ -599,10 +599,10 @@ impl Reactor {
             Shared::kick(&state);
             state.thread.take()
         };
-        if let Some((_, handle)) = thread {
-            if handle.join().is_err() {
-                tracing::error!("the reactor thread panicked");
-            }
+        if let Some((_, handle)) = thread
+            && handle.join().is_err()
+        {
+            tracing::error!("the reactor thread panicked");
         }
         let driver = self.shared.driver;
         let mut state = self.shared.lock();

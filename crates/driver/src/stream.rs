@@ -53,6 +53,8 @@ pub struct Stream {
     timings: Mutex<Timings>,
     /// The context's event pool, once this stream needed an event.
     pub(crate) pool: std::sync::OnceLock<Arc<EventPool>>,
+    /// The id of the capture this stream takes part in (0: none).
+    pub(crate) capture: AtomicU64,
     /// Told before the next work item ([`Stream::observe_next_work`]).
     observers: Mutex<Vec<Arc<dyn WorkObserver>>>,
     /// Whether `observers` may be non-empty: the only cost on the enqueue
@@ -153,6 +155,7 @@ impl Stream {
             counters: Arc::default(),
             timings: Mutex::default(),
             pool: std::sync::OnceLock::new(),
+            capture: AtomicU64::new(0),
             observers: Mutex::default(),
             observed: AtomicBool::new(false),
             _owner: owner,
@@ -189,7 +192,11 @@ impl Stream {
     }
 
     /// Whether all work enqueued so far has finished (`NOT_READY` is `false`).
+    ///
+    /// Refused ([`Error::StreamCapturing`]) while the stream is being captured
+    /// into a graph, as is [`Stream::synchronize`].
     pub fn query(&self) -> Result<bool> {
+        self.refuse_if_capturing("Stream::query")?;
         self.ctx.bind()?;
         // SAFETY: the stream is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuStreamQuery)(self.raw) };
@@ -198,6 +205,7 @@ impl Stream {
 
     /// Block the calling thread until all work enqueued so far has finished.
     pub fn synchronize(&self) -> Result<()> {
+        self.refuse_if_capturing("Stream::synchronize")?;
         self.ctx.bind()?;
         // SAFETY: the stream is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuStreamSynchronize)(self.raw) };
@@ -207,9 +215,50 @@ impl Stream {
     }
 
     /// Make work enqueued after this call wait until `event` completes (the host
-    /// does not wait). An event never recorded completes at once.
+    /// does not wait). An event never recorded completes at once. The event
+    /// may belong to another device: the GPU orders across devices.
+    ///
+    /// During a stream capture ([`crate::Capture`]) the stream and the event
+    /// must be on the same side of it: a capturing stream cannot wait on an
+    /// event recorded outside its capture, and a stream outside a capture
+    /// cannot wait on an event recorded in one (on a GPU the first invalidates
+    /// the capture and the second pulls the stream into it; use
+    /// [`crate::Capture::fork`]). Both are refused with
+    /// [`Error::CaptureIsolation`].
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let last = Context::device_count()? - 1; // another device when there are two
+    /// let (a, b) = (Stream::new(&Context::new(0)?)?, Stream::new(&Context::new(last)?)?);
+    /// let done_on_a = a.record_event()?;
+    /// b.wait_event(&done_on_a)?; // b's later work runs after a's work so far
+    /// b.synchronize()?;
+    /// assert!(done_on_a.query()?);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.check_context("the event", event.context())?;
+        self.check_driver("the event", event.context())?;
+        let (mine, its) = (self.capture_id(), event.captured_in());
+        if mine != its {
+            return Err(Error::CaptureIsolation {
+                reason: match (mine, its) {
+                    (0, its) => format!(
+                        "stream {} is not capturing and cannot wait on an event recorded in capture {its}; bring it into the capture with Capture::fork",
+                        self.id
+                    ),
+                    (mine, 0) => format!(
+                        "stream {} is capturing (capture {mine}) and cannot wait on an event recorded outside the capture",
+                        self.id
+                    ),
+                    (mine, its) => format!(
+                        "stream {} takes part in capture {mine} and cannot wait on an event recorded in capture {its}",
+                        self.id
+                    ),
+                },
+            });
+        }
         self.ctx.bind()?;
         // SAFETY: both handles are live; flags 0 is CU_EVENT_WAIT_DEFAULT.
         let code = unsafe { (self.ctx.driver().cuStreamWaitEvent)(self.raw, event.as_raw(), 0) };
@@ -224,6 +273,49 @@ impl Stream {
         let event = Event::new(&self.ctx, EventFlags::PLAIN)?;
         event.record(self)?;
         Ok(event)
+    }
+
+    /// Whether the stream is being captured into a graph (it began a
+    /// [`crate::Capture`] or was forked into one). Work enqueued through the
+    /// stream's own methods is then refused; it goes through the capture.
+    pub fn is_capturing(&self) -> bool {
+        self.capture_id() != 0
+    }
+
+    /// `Err` ([`Error::StreamCapturing`], naming `operation`) while the
+    /// stream is capturing: for code outside this crate that enqueues on a
+    /// stream with raw driver calls, which a capture would record into its
+    /// graph instead of running.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// assert!(stream.check_not_capturing("my raw call").is_ok());
+    /// let capture = stream.begin_capture().unwrap();
+    /// let err = stream.check_not_capturing("my raw call").unwrap_err();
+    /// assert!(err.to_string().contains("my raw call"), "{err}");
+    /// drop(capture);
+    /// ```
+    pub fn check_not_capturing(&self, operation: &'static str) -> Result<()> {
+        self.refuse_if_capturing(operation)
+    }
+
+    /// The id of the capture the stream takes part in, 0 when none.
+    pub(crate) fn capture_id(&self) -> u64 {
+        self.capture.load(Ordering::Acquire)
+    }
+
+    /// `Err` naming `operation` while the stream is capturing.
+    pub(crate) fn refuse_if_capturing(&self, operation: &'static str) -> Result<()> {
+        if self.is_capturing() {
+            Err(Error::StreamCapturing {
+                operation,
+                stream: self.id,
+            })
+        } else {
+            Ok(())
+        }
     }
 
     /// A small process-unique id (never 0), cheap to hash and compare.
@@ -365,6 +457,7 @@ impl Stream {
     /// assert!(m.average_latency.is_some());
     /// ```
     pub fn timed<R>(&self, f: impl FnOnce(&Stream) -> Result<R>) -> Result<R> {
+        self.refuse_if_capturing("Stream::timed")?;
         let pool = self.event_pool();
         let (start, end) = (pool.acquire_event(true)?, pool.acquire_event(true)?);
         start.record(self)?;
@@ -418,15 +511,42 @@ impl Stream {
         self.check_context_id(what, other.id())
     }
 
-    /// `Ok` when `id` is this stream's context's id.
+    /// `Ok` when `id` is this stream's context's id; otherwise an error that
+    /// names both devices when `id` is a context of another device.
     pub(crate) fn check_context_id(&self, what: &'static str, id: u64) -> Result<()> {
         if id == self.ctx.id() {
+            return Ok(());
+        }
+        match crate::context::describe(id) {
+            Some((kind, found_device))
+                if kind == self.ctx.kind() && found_device != self.ctx.ordinal() =>
+            {
+                Err(Error::DeviceMismatch {
+                    what,
+                    stream_device: self.ctx.ordinal(),
+                    found_device,
+                    expected: self.ctx.id(),
+                    found: id,
+                })
+            }
+            _ => Err(Error::ContextMismatch {
+                what,
+                expected: self.ctx.id(),
+                found: id,
+            }),
+        }
+    }
+
+    /// `Ok` when `other` runs on this stream's driver (any device of it):
+    /// for what may cross devices (event waits, peer copies).
+    pub(crate) fn check_driver(&self, what: &'static str, other: &Context) -> Result<()> {
+        if other.kind() == self.ctx.kind() {
             Ok(())
         } else {
             Err(Error::ContextMismatch {
                 what,
                 expected: self.ctx.id(),
-                found: id,
+                found: other.id(),
             })
         }
     }

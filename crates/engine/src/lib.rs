@@ -18,6 +18,10 @@
 //! - Completion is seen at GPU time: completion callbacks run from a host
 //!   function after the operation's work, and finished operations retire by
 //!   querying their events.
+//! - Captured once, replayed many times: [`OperationGraph::capture`] takes
+//!   the same builder, records the operations into a CUDA graph (dependencies
+//!   become its edges, completion callbacks its host nodes) and
+//!   [`ReplayGraph::replay`] launches it for a fraction of the launch cost.
 //! - Two ways in: the seed-shaped calls (`register_operation`,
 //!   `begin_operation`, `complete_operation`) and the builder,
 //!   [`OperationGraph::op`], whose operations complete themselves.
@@ -45,6 +49,12 @@
 #[doc = include_str!("../../../docs/engine.md")]
 mod docs_examples {}
 
+/// The examples of `docs/graphs.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/graphs.md")]
+mod graphs_examples {}
+
+mod capture;
 pub mod cycle;
 mod error;
 mod graph;
@@ -52,6 +62,7 @@ mod op;
 mod operation;
 mod source;
 
+pub use capture::{CaptureOpBuilder, GraphCapture, ReplayGraph};
 pub use error::{Error, Result};
 pub use graph::{CoordinatorMetrics, OperationGraph};
 pub use op::{Op, OpBuilder};

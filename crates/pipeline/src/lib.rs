@@ -22,6 +22,7 @@
 mod batch_upload;
 mod coordinator;
 mod error;
+mod graph;
 mod managed;
 mod manager;
 mod planner;
@@ -35,6 +36,7 @@ pub use coordinator::{AsyncCoordinator, CompletedOperation, OperationId, Operati
 /// so examples can name it through this crate.
 pub use driver;
 pub use error::{Error, Result};
+pub use graph::PipelineGraph;
 pub use managed::{ManagedGpuContext, PIPELINE_DEPTH, StepConfig, StepOutput, Telemetry};
 pub use manager::{IterationReport, PipelineStageManager, PipelineStats};
 pub use planner::{

@@ -2,6 +2,7 @@
 
 use crate::coordinator::{AsyncCoordinator, OperationId};
 use crate::error::{Error, Result};
+use crate::graph::{GraphSpec, PipelineGraph};
 use crate::stage::{GpuPipelineStage, StageArg, validate_order};
 use driver::{DeviceBuffer, Event, KernelArg, PinnedBuffer, Stream};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -320,6 +321,41 @@ impl PipelineStageManager {
             .get_mut(&id)
             .ok_or_else(|| not_input(id))?;
         Ok(buffer.as_mut_slice()?)
+    }
+
+    /// The step captured as CUDA graphs, one per slot, to replay for a
+    /// fraction of the launch cost ([`PipelineGraph`]). It has buffers of
+    /// its own; its inputs start as this manager's. The capture runs on the
+    /// coordinator's streams, which take no other work meanwhile.
+    pub fn capture_graph(&self) -> Result<PipelineGraph> {
+        let order = self.order.as_ref().ok_or(Error::NoOrder)?;
+        let slots = self.slots.as_ref().ok_or(Error::NoOrder)?;
+        let inputs = slots
+            .host_in
+            .iter()
+            .map(|host| {
+                self.inputs
+                    .iter()
+                    .map(|&id| {
+                        let buffer = host.get(&id).ok_or_else(|| not_input(id))?;
+                        Ok((id, buffer.as_slice()?))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let coordinator = &self.coordinator;
+        PipelineGraph::capture(GraphSpec {
+            ctx: coordinator.context(),
+            streams: [
+                coordinator.upload_stream(),
+                coordinator.compute_stream(),
+                coordinator.download_stream(),
+            ],
+            elements: self.elements,
+            stages: order.iter().map(|&i| &self.stages[i]).collect(),
+            inputs,
+            outputs: self.outputs_for(order),
+        })
     }
 
     /// Output `id` of batch `batch` (waits for its download).

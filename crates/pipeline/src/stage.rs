@@ -143,14 +143,14 @@ pub(crate) fn validate_order(
             });
         }
         for arg in &stage.args {
-            if let StageArg::Buffer(buffer) = *arg {
-                if !stage.buffers().any(|b| b == buffer) {
-                    return Err(Error::UndeclaredBuffer {
-                        index,
-                        name: stage.name.clone(),
-                        buffer,
-                    });
-                }
+            if let StageArg::Buffer(buffer) = *arg
+                && !stage.buffers().any(|b| b == buffer)
+            {
+                return Err(Error::UndeclaredBuffer {
+                    index,
+                    name: stage.name.clone(),
+                    buffer,
+                });
             }
         }
     }

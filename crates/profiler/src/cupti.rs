@@ -17,12 +17,13 @@
 //! stream. Its GPU time runs from its first record's start to its last's end.
 
 use crate::timeline::{Name, TimedOp};
-use driver::sys::cupti_bindings::{
+use driver::sys::CUcontext;
+use driver::sys::cupti::bindings::{
     CUpti_Activity, CUpti_ActivityAPI, CUpti_ActivityFlag, CUpti_ActivityKernel10,
     CUpti_ActivityKind, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
     CUpti_driver_api_trace_cbid as Cbid, CUptiResult,
 };
-use driver::sys::{CUcontext, Cupti, CuptiError};
+use driver::sys::cupti::{Cupti, CuptiError};
 use driver::{Context, Stream};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -340,11 +341,11 @@ impl CuptiBackend {
         let collector = collector()?;
         {
             let mut users = collector.users.lock().unwrap_or_else(|p| p.into_inner());
-            if *users == 0 {
-                if let Err(err) = collector.set_kinds(true) {
-                    let _ = collector.set_kinds(false);
-                    return Err(format!("enabling CUPTI activity records failed: {err}"));
-                }
+            if *users == 0
+                && let Err(err) = collector.set_kinds(true)
+            {
+                let _ = collector.set_kinds(false);
+                return Err(format!("enabling CUPTI activity records failed: {err}"));
             }
             *users += 1;
         }

@@ -130,6 +130,13 @@ impl StreamReport {
             self.memory_transfers,
             format_bytes(self.bytes_transferred),
         )?;
+        if self.graph_launches > 0 {
+            writeln!(
+                f,
+                "  {} CUDA graph replays, {} nodes",
+                self.graph_launches, self.graph_nodes
+            )?;
+        }
         if self.unresolved > 0 {
             writeln!(f, "  ({} operations not yet resolved)", self.unresolved)?;
         }

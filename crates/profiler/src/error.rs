@@ -55,7 +55,7 @@ pub enum Error {
     },
     /// A CUPTI call failed while collecting records.
     #[error("CUPTI: {0}")]
-    Cupti(#[from] driver::sys::CuptiError),
+    Cupti(#[from] driver::sys::cupti::CuptiError),
     /// Writing a trace failed.
     #[error("writing the Chrome trace failed: {source}")]
     Io {

@@ -588,10 +588,8 @@ impl StreamProfiler {
     }
 
     fn report_slot(&self, slot: &StreamSlot, resolve: bool) -> (StreamReport, Vec<(u64, u64)>) {
-        if resolve {
-            if let Err(err) = self.resolve_slot(slot) {
-                tracing::warn!("resolving stream {}'s timings: {err}", slot.id);
-            }
+        if resolve && let Err(err) = self.resolve_slot(slot) {
+            tracing::warn!("resolving stream {}'s timings: {err}", slot.id);
         }
         let mut state = slot.lock();
         let now = slot.current_metrics(&mut state);

@@ -102,6 +102,11 @@ pub struct StreamReport {
     pub memory_transfers: u64,
     /// Bytes moved by those transfers.
     pub bytes_transferred: u64,
+    /// CUDA graph replays on the stream while profiling was enabled; a scope
+    /// around a replay times it as one operation.
+    pub graph_launches: u64,
+    /// The nodes those replays ran, summed.
+    pub graph_nodes: u64,
     /// Timed operations whose end the GPU had not reached when the report was
     /// made (only when resolving failed; normally 0).
     pub unresolved: u64,
@@ -196,6 +201,8 @@ impl StreamReport {
             kernel_launches: counts.kernel_launches,
             memory_transfers: counts.memory_transfers,
             bytes_transferred: counts.bytes_transferred,
+            graph_launches: counts.graph_launches,
+            graph_nodes: counts.graph_nodes,
             unresolved: state.pending_len() as u64,
         };
         (report, busy)

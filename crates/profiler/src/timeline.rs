@@ -56,6 +56,8 @@ pub(crate) struct Counts {
     pub(crate) kernel_launches: u64,
     pub(crate) memory_transfers: u64,
     pub(crate) bytes_transferred: u64,
+    pub(crate) graph_launches: u64,
+    pub(crate) graph_nodes: u64,
 }
 
 impl Counts {
@@ -69,6 +71,8 @@ impl Counts {
             bytes_transferred: after
                 .bytes_transferred
                 .saturating_sub(before.bytes_transferred),
+            graph_launches: after.graph_launches.saturating_sub(before.graph_launches),
+            graph_nodes: after.graph_nodes.saturating_sub(before.graph_nodes),
         }
     }
 
@@ -76,6 +80,8 @@ impl Counts {
         self.kernel_launches += other.kernel_launches;
         self.memory_transfers += other.memory_transfers;
         self.bytes_transferred += other.bytes_transferred;
+        self.graph_launches += other.graph_launches;
+        self.graph_nodes += other.graph_nodes;
     }
 }
 
@@ -308,10 +314,10 @@ impl StreamState {
         clock: &Clock,
     ) -> Result<Arc<Mark>> {
         let ops = stream.operation_count();
-        if let Some(tail) = &self.tail {
-            if tail.ops == ops {
-                return Ok(Arc::clone(&tail.mark));
-            }
+        if let Some(tail) = &self.tail
+            && tail.ops == ops
+        {
+            return Ok(Arc::clone(&tail.mark));
         }
         self.record(stream, ops, shared, clock)
     }
@@ -427,10 +433,10 @@ impl StreamState {
                 depth: op.depth,
             });
         }
-        if ready > 0 {
-            if let Some(anchor) = &self.anchor {
-                clock.set_recent(anchor);
-            }
+        if ready > 0
+            && let Some(anchor) = &self.anchor
+        {
+            clock.set_recent(anchor);
         }
         Ok(())
     }

@@ -272,7 +272,7 @@ fn backend_names_parse_and_a_wrong_one_is_named() {
 /// or a link failure.
 #[test]
 fn a_missing_cupti_library_is_an_error_value() {
-    let err = driver::sys::Cupti::load_from("/nonexistent/libcupti.so.13").unwrap_err();
+    let err = driver::sys::cupti::Cupti::load_from("/nonexistent/libcupti.so.13").unwrap_err();
     let text = err.to_string();
     assert!(text.contains("/nonexistent/libcupti.so.13"), "{text}");
     assert!(text.contains("CUDA_STREAMS_CUPTI_LIBRARY"), "{text}");

@@ -10,8 +10,7 @@ use sys::{CUdeviceptr, CUmemAttach_flags, CUmemoryPool, CUresult, CUstream};
 
 pub(crate) unsafe extern "C" fn cuMemGetInfo(free: *mut usize, total: *mut usize) -> CUresult {
     code((|| {
-        require()?;
-        let (free_bytes, total_bytes) = info();
+        let (free_bytes, total_bytes) = info(require()?);
         // SAFETY: null or writable per the API.
         unsafe { write_out(free, free_bytes) }?;
         // SAFETY: null or writable per the API.
@@ -24,18 +23,23 @@ pub(crate) unsafe extern "C" fn cuMemGetInfo(free: *mut usize, total: *mut usize
 ///
 /// # Safety
 /// `out` is null or writable.
-unsafe fn allocate_into(out: *mut CUdeviceptr, size: usize, kind: Kind) -> Result<(), CUresult> {
+unsafe fn allocate_into(
+    out: *mut CUdeviceptr,
+    size: usize,
+    kind: Kind,
+    device: i32,
+) -> Result<(), CUresult> {
     if out.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    let ptr = allocate(size, kind)?;
+    let ptr = allocate(size, kind, device)?;
     // SAFETY: non-null; writable per the caller's contract.
     unsafe { write_out(out, ptr as CUdeviceptr) }
 }
 
-/// A stream-ordered allocation: the address is returned at once, and the
-/// memory becomes usable when `stream` reaches this point (as memcheck sees
-/// it on a GPU): work on other streams must be ordered after it.
+/// A stream-ordered allocation on `device`: the address is returned at once,
+/// and the memory becomes usable when `stream` reaches this point (as
+/// memcheck sees it on a GPU): work on other streams must be ordered after it.
 ///
 /// # Safety
 /// `out` is null or writable.
@@ -43,11 +47,12 @@ unsafe fn allocate_ordered(
     out: *mut CUdeviceptr,
     size: usize,
     stream: &std::sync::Arc<crate::stream::Stream>,
+    device: i32,
 ) -> Result<(), CUresult> {
     if out.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    let ptr = allocate(size, Kind::Pool)?;
+    let ptr = allocate(size, Kind::Pool, device)?;
     if let Err(err) = stream.submit(&[Template::Act(Action::Ready(ptr))]) {
         let _ = free(ptr, &[Kind::Pool]);
         return Err(err);
@@ -58,9 +63,9 @@ unsafe fn allocate_ordered(
 
 pub(crate) unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     code((|| {
-        require()?;
+        let dev = require()?;
         // SAFETY: null or writable per the API.
-        unsafe { allocate_into(dptr, bytesize, Kind::Device) }
+        unsafe { allocate_into(dptr, bytesize, Kind::Device, dev) }
     })())
 }
 
@@ -80,8 +85,9 @@ pub(crate) unsafe extern "C" fn cuMemAllocAsync(
         require()?;
         let stream = resolve(hStream)?;
         stream.check_usable()?;
+        // From the stream's device's default pool.
         // SAFETY: null or writable per the API.
-        unsafe { allocate_ordered(dptr, bytesize, &stream) }
+        unsafe { allocate_ordered(dptr, bytesize, &stream, stream.device) }
     })())
 }
 
@@ -93,11 +99,11 @@ pub(crate) unsafe extern "C" fn cuMemAllocFromPoolAsync(
 ) -> CUresult {
     code((|| {
         require()?;
-        crate::pool::check_pool(pool)?;
+        let device = crate::pool::check_pool(pool)?;
         let stream = resolve(hStream)?;
         stream.check_usable()?;
         // SAFETY: null or writable per the API.
-        unsafe { allocate_ordered(dptr, bytesize, &stream) }
+        unsafe { allocate_ordered(dptr, bytesize, &stream, device) }
     })())
 }
 
@@ -120,14 +126,14 @@ pub(crate) unsafe extern "C" fn cuMemHostAlloc(
     Flags: c_uint,
 ) -> CUresult {
     code((|| {
-        require()?;
+        let dev = require()?;
         let known = sys::CU_MEMHOSTALLOC_PORTABLE
             | sys::CU_MEMHOSTALLOC_DEVICEMAP
             | sys::CU_MEMHOSTALLOC_WRITECOMBINED;
         if Flags & !known != 0 || pp.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let ptr = allocate(bytesize, Kind::Pinned)?;
+        let ptr = allocate(bytesize, Kind::Pinned, dev)?;
         // SAFETY: checked non-null; writable per the API.
         unsafe { write_out(pp, ptr as *mut c_void) }
     })())
@@ -143,13 +149,13 @@ pub(crate) unsafe extern "C" fn cuMemAllocManaged(
     flags: c_uint,
 ) -> CUresult {
     code((|| {
-        require()?;
+        let dev = require()?;
         if flags != CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0
             && flags != CUmemAttach_flags::CU_MEM_ATTACH_HOST.0
         {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: null or writable per the API.
-        unsafe { allocate_into(dptr, bytesize, Kind::Managed) }
+        unsafe { allocate_into(dptr, bytesize, Kind::Managed, dev) }
     })())
 }

@@ -3,11 +3,13 @@
 //! Pointers that claim to be device memory must lie inside a live allocation
 //! (checked at the call, `CUDA_ERROR_INVALID_VALUE` with a detail otherwise,
 //! and again when the worker runs the operation); host pointers are trusted,
-//! as CUDA trusts them.
+//! as CUDA trusts them. Copies may involve memory of any device (the driver
+//! stages them when no peer access is enabled, as CUDA does); a memset writes
+//! only memory its stream's device may access.
 
 use crate::context::{check_context, require};
 use crate::errors::{code, fail};
-use crate::memory::{Kind, check_device};
+use crate::memory::{Kind, check_device, check_device_access, owner};
 use crate::ops::{Action, Template};
 use crate::stream::resolve;
 use std::ffi::{c_uchar, c_uint, c_void};
@@ -69,7 +71,7 @@ fn memset(
     require()?;
     let stream = resolve(stream)?;
     let dst = dst as usize;
-    if dst % width != 0 {
+    if !dst.is_multiple_of(width) {
         return Err(fail(
             CUresult::CUDA_ERROR_INVALID_VALUE,
             format!(
@@ -81,7 +83,7 @@ fn memset(
     let len = count
         .checked_mul(width)
         .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-    check_device(dst, len, "memset destination")?;
+    check_device_access(dst, len, stream.device, "memset destination")?;
     stream.submit(&[Template::Act(action)])
 }
 
@@ -126,11 +128,29 @@ pub(crate) unsafe extern "C" fn cuMemcpyPeerAsync(
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult {
-    code(
-        check_context(dstContext)
-            .and(check_context(srcContext))
-            .and_then(|()| device_to_device(dstDevice, srcDevice, ByteCount, hStream)),
-    )
+    code((|| {
+        require()?;
+        let dst_dev = check_context(dstContext)?;
+        let src_dev = check_context(srcContext)?;
+        // Each pointer must be memory of its context's device, as the call
+        // promises the driver.
+        for (ptr, dev, what) in [
+            (dstDevice, dst_dev, "cuMemcpyPeerAsync destination"),
+            (srcDevice, src_dev, "cuMemcpyPeerAsync source"),
+        ] {
+            let found = owner(ptr as usize, ByteCount, what)?;
+            if found != dev {
+                return Err(fail(
+                    CUresult::CUDA_ERROR_INVALID_VALUE,
+                    format!(
+                        "{what} {ptr:#x} is memory of device {found}, not of its context's \
+                         device {dev}"
+                    ),
+                ));
+            }
+        }
+        device_to_device(dstDevice, srcDevice, ByteCount, hStream)
+    })())
 }
 
 pub(crate) unsafe extern "C" fn cuMemsetD8Async(
@@ -175,8 +195,8 @@ pub(crate) unsafe extern "C" fn cuMemPrefetchAsync(
         let to_host = location.type_ == CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST
             || location.type_ == CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA
             || location.type_ == CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
-        if to_device && location.id != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        if to_device {
+            crate::context::check_device(location.id)?;
         }
         if !(to_device || to_host) || flags != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);

@@ -1,4 +1,5 @@
-//! The one software device: its identity and attributes.
+//! The software devices: how many, their identity and attributes, and which
+//! pairs may access each other's memory.
 
 use crate::context::check_device;
 use crate::errors::{code, write_out};
@@ -10,6 +11,36 @@ pub const DEVICE_NAME: &str = "cuda-streams software device";
 
 /// The version `cuDriverGetVersion` reports: CUDA 13.0, the headers' version.
 pub const DRIVER_VERSION: c_int = 13000;
+
+/// Environment variable that sets how many devices the software driver has,
+/// read once at first use (1 to [`MAX_DEVICES`]).
+pub const DEVICES_ENV: &str = "CUDA_STREAMS_SOFT_DEVICES";
+
+/// The number of devices without `CUDA_STREAMS_SOFT_DEVICES`: two, so that
+/// every test sees peers, cross-device waits and collectives.
+pub const DEFAULT_DEVICES: c_int = 2;
+
+/// The most devices the software driver models.
+pub const MAX_DEVICES: c_int = 64;
+
+/// How many devices the software driver has (`cuDeviceGetCount`):
+/// `CUDA_STREAMS_SOFT_DEVICES` when it holds a number from 1 to
+/// [`MAX_DEVICES`], else [`DEFAULT_DEVICES`]. Fixed for the process at first use.
+///
+/// ```
+/// let n = cuda_streams_soft_driver::device_count();
+/// assert!((1..=cuda_streams_soft_driver::MAX_DEVICES).contains(&n));
+/// ```
+pub fn device_count() -> c_int {
+    static COUNT: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+    *COUNT.get_or_init(|| {
+        std::env::var(DEVICES_ENV)
+            .ok()
+            .and_then(|n| n.trim().parse::<c_int>().ok())
+            .filter(|n| (1..=MAX_DEVICES).contains(n))
+            .unwrap_or(DEFAULT_DEVICES)
+    })
+}
 
 pub(crate) unsafe extern "C" fn cuInit(Flags: c_uint) -> CUresult {
     if Flags != 0 {
@@ -25,15 +56,16 @@ pub(crate) unsafe extern "C" fn cuDriverGetVersion(driverVersion: *mut c_int) ->
 
 pub(crate) unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
     // SAFETY: null or writable per the API.
-    code(unsafe { write_out(count, 1) })
+    code(unsafe { write_out(count, device_count()) })
 }
 
 pub(crate) unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CUresult {
-    if ordinal != 0 {
-        return CUresult::CUDA_ERROR_INVALID_DEVICE;
+    if let Err(code) = check_device(ordinal) {
+        return code;
     }
+    // The device handle is its ordinal, as on NVIDIA's driver.
     // SAFETY: null or writable per the API.
-    code(unsafe { write_out(device, 0) })
+    code(unsafe { write_out(device, ordinal) })
 }
 
 pub(crate) unsafe extern "C" fn cuDeviceGetName(
@@ -133,7 +165,7 @@ pub(crate) unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut usize, dev: CUdevic
         return code;
     }
     // SAFETY: null or writable per the API.
-    code(unsafe { write_out(bytes, crate::memory::capacity()) })
+    code(unsafe { write_out(bytes, crate::memory::device_capacity(dev)) })
 }
 
 pub(crate) unsafe extern "C" fn cuDeviceCanAccessPeer(
@@ -144,8 +176,9 @@ pub(crate) unsafe extern "C" fn cuDeviceCanAccessPeer(
     if let Err(code) = check_device(dev).and(check_device(peerDev)) {
         return code;
     }
-    // There is no second device to be a peer of; CUDA answers 0 for a device
-    // and itself.
+    // Every pair of distinct software devices can be peers (they share the
+    // host's memory, as GPUs joined by NVLink share a fabric); CUDA answers 0
+    // for a device and itself.
     // SAFETY: null or writable per the API.
-    code(unsafe { write_out(canAccessPeer, 0) })
+    code(unsafe { write_out(canAccessPeer, c_int::from(dev != peerDev)) })
 }

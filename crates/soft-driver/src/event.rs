@@ -4,9 +4,14 @@
 //! Query, synchronize and wait look at the record that is latest *when they are
 //! called*; the worker stamps the time only if the marker it passes still
 //! belongs to the latest generation, so re-recording moves the event's point.
+//!
+//! An event belongs to the device of the context it was created in and is
+//! recorded only on that device's streams; any device's stream may wait on
+//! it (`cuStreamWaitEvent` across devices), as on a GPU.
 
 use crate::context::require;
-use crate::errors::{code, write_out};
+use crate::errors::{code, fail, write_out};
+use crate::graph::{Capture, CapturedAt};
 use crate::handles::{Registry, lock};
 use crate::ops::Template;
 use crate::stream::{Stream, resolve};
@@ -19,6 +24,7 @@ pub(crate) static EVENTS: Registry<Event> = Registry::new();
 
 pub(crate) struct Event {
     timing: bool,
+    device: i32,
     inner: Mutex<Inner>,
 }
 
@@ -28,6 +34,9 @@ struct Inner {
     target: Option<(Arc<Stream>, u64)>,
     /// When the worker passed the marker of generation `.0`.
     stamp: Option<(u64, Instant)>,
+    /// Set when the latest record was made on a capturing stream: the event
+    /// is then an edge of that capture, not a point in any stream.
+    captured: Option<CapturedAt>,
 }
 
 impl Event {
@@ -36,7 +45,35 @@ impl Event {
         let mut inner = lock(&self.inner);
         inner.generation += 1;
         inner.target = Some((stream, ticket));
+        inner.captured = None;
         inner.generation
+    }
+
+    /// Record the event on a capturing stream whose frontier is `frontier`.
+    pub(crate) fn record_captured(&self, capture: Arc<Capture>, frontier: Vec<usize>) {
+        let mut inner = lock(&self.inner);
+        inner.generation += 1;
+        inner.captured = Some((capture, frontier));
+    }
+
+    /// The capture of the latest record, when it was made during one.
+    pub(crate) fn captured(&self) -> Option<CapturedAt> {
+        lock(&self.inner).captured.clone()
+    }
+
+    /// Fail `call`, which a GPU forbids on an event recorded in a capture
+    /// (it invalidates that capture while the capture lasts).
+    fn refuse_if_captured(&self, call: &str) -> Result<(), CUresult> {
+        match self.captured() {
+            None => Ok(()),
+            Some((capture, _)) => {
+                let why = format!("{call} on an event last recorded in a stream capture");
+                if !capture.has_ended() {
+                    capture.invalidate(why.clone());
+                }
+                Err(fail(CUresult::CUDA_ERROR_CAPTURED_EVENT, why))
+            }
+        }
     }
 
     /// The worker passed the marker of `generation`.
@@ -91,7 +128,7 @@ impl Event {
 
 pub(crate) unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, Flags: c_uint) -> CUresult {
     code((|| {
-        require()?;
+        let device = require()?;
         let known = CUevent_flags::CU_EVENT_BLOCKING_SYNC.0
             | CUevent_flags::CU_EVENT_DISABLE_TIMING.0
             | CUevent_flags::CU_EVENT_INTERPROCESS.0;
@@ -103,6 +140,7 @@ pub(crate) unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, Flags: c_ui
         }
         let event = Arc::new(Event {
             timing: !no_timing,
+            device,
             inner: Mutex::new(Inner::default()),
         });
         let handle = EVENTS.insert(event);
@@ -121,17 +159,30 @@ pub(crate) unsafe extern "C" fn cuEventRecord(hEvent: CUevent, hStream: CUstream
         require()?;
         let event = EVENTS.get(hEvent as usize)?;
         let stream = resolve(hStream)?;
+        if stream.device != event.device {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!(
+                    "cuEventRecord: the event belongs to device {} but the stream to device {}",
+                    event.device, stream.device
+                ),
+            ));
+        }
         stream.submit(&[Template::Record(event)])
     })())
 }
 
 pub(crate) unsafe extern "C" fn cuEventQuery(hEvent: CUevent) -> CUresult {
-    code(EVENTS.get(hEvent as usize).and_then(|event| event.query()))
+    code(EVENTS.get(hEvent as usize).and_then(|event| {
+        event.refuse_if_captured("cuEventQuery")?;
+        event.query()
+    }))
 }
 
 pub(crate) unsafe extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
     code((|| {
         let event = EVENTS.get(hEvent as usize)?;
+        event.refuse_if_captured("cuEventSynchronize")?;
         if let Some((stream, ticket)) = event.target() {
             stream.wait_for(ticket);
             stream.state().fault_status()?;
@@ -152,6 +203,8 @@ pub(crate) unsafe extern "C" fn cuEventElapsedTime(
         if pMilliseconds.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        start.refuse_if_captured("cuEventElapsedTime")?;
+        end.refuse_if_captured("cuEventElapsedTime")?;
         if !start.timing || !end.timing {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }

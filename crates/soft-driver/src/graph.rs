@@ -1,26 +1,189 @@
-//! Stream capture and graphs, as a recorded list of stream operations.
+//! Stream capture and graphs: a capture records a DAG of stream work.
 //!
-//! A capturing stream records what is submitted to it instead of running it;
-//! `cuStreamEndCapture` turns the record into a graph, and launching the
-//! instantiated graph submits the recorded operations to a stream as one
-//! contiguous batch. Only single-stream capture is modelled: work on other
-//! streams is not pulled into the capture (see docs/testing.md).
+//! `cuStreamBeginCapture` opens a capture on its *origin* stream. Work
+//! submitted to a capturing stream becomes a node that depends on the
+//! stream's *frontier* (the nodes its next work must follow), and the node
+//! becomes the new frontier. Events are edges, never nodes: recording an event
+//! on a capturing stream remembers that stream's frontier in the event, and a
+//! stream waiting on it adds that frontier to its own. A stream that is not
+//! capturing and waits on such an event joins the capture, as on a GPU, which
+//! is how work forks to other streams. `cuStreamEndCapture` on the origin
+//! ends the capture of every stream in it, and fails with
+//! `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` when some stream's last work was not
+//! joined back into the origin.
+//!
+//! The calls a GPU forbids during capture (synchronizing or querying a
+//! capturing stream or a captured event, a context synchronize, waiting on an
+//! event from outside the capture) fail and *invalidate* the capture, as on a
+//! GPU: its end then fails with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
+//!
+//! Nodes are numbered in capture order, and every dependency names an earlier
+//! node, so capture order is a topological order: launching an executable
+//! graph submits its nodes to the stream in that order, one contiguous batch
+//! (a schedule a GPU may also pick; it never runs nodes concurrently here).
 
 use crate::context::require;
 use crate::errors::{code, fail, write_out};
-use crate::handles::Registry;
-use crate::ops::Template;
-use crate::stream::resolve;
+use crate::handles::{Registry, lock};
+use crate::ops::{Action, Template};
+use crate::stream::{Stream, resolve};
+use std::collections::HashSet;
 use std::ffi::c_ulonglong;
-use std::sync::Arc;
-use sys::{CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureMode};
+use std::sync::{Arc, Mutex};
+use sys::{
+    CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUresult, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus,
+};
 
+/// One node of a graph: the work, and the nodes it runs after.
+#[derive(Clone)]
+pub(crate) struct Node {
+    action: Action,
+    deps: Vec<usize>,
+}
+
+/// A capture in progress, shared by every stream taking part in it.
+pub(crate) struct Capture {
+    /// The stream `cuStreamBeginCapture` was called on.
+    origin: usize,
+    inner: Mutex<CaptureInner>,
+}
+
+#[derive(Default)]
+struct CaptureInner {
+    nodes: Vec<Node>,
+    /// Every stream taking part (the origin first).
+    members: Vec<Arc<Stream>>,
+    /// Why the capture was invalidated, once it was.
+    invalidated: Option<String>,
+    /// Set by `cuStreamEndCapture`: the capture's events can no longer be
+    /// joined.
+    ended: bool,
+}
+
+/// A stream's part in a capture (what `State::capture` holds).
+pub(crate) struct Capturing {
+    pub(crate) capture: Arc<Capture>,
+    /// The nodes the stream's next work depends on.
+    frontier: Vec<usize>,
+}
+
+impl Capture {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CaptureInner> {
+        lock(&self.inner)
+    }
+
+    /// Mark the capture invalid (the first reason is kept).
+    pub(crate) fn invalidate(&self, why: impl Into<String>) {
+        let mut inner = self.lock();
+        if inner.invalidated.is_none() {
+            let why = why.into();
+            inner.invalidated = Some(why);
+        }
+    }
+
+    fn is_invalidated(&self) -> bool {
+        self.lock().invalidated.is_some()
+    }
+
+    /// Whether `cuStreamEndCapture` has ended it.
+    pub(crate) fn has_ended(&self) -> bool {
+        self.lock().ended
+    }
+}
+
+impl Capturing {
+    /// `call` is not allowed on a capturing stream: it invalidates the
+    /// capture, as on a GPU; returns the error to give.
+    pub(crate) fn refuse(&self, call: &str, stream: usize) -> CUresult {
+        let why = format!("{call} on stream {stream:#x}, which is capturing");
+        self.capture.invalidate(why.clone());
+        fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, why)
+    }
+
+    /// Record `templates`, submitted to `stream` (which holds this capture
+    /// state), into the capture.
+    pub(crate) fn record(&mut self, templates: &[Template]) -> Result<(), CUresult> {
+        if self.capture.is_invalidated() {
+            return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        }
+        for template in templates {
+            match template {
+                Template::Act(action) => {
+                    let deps = std::mem::take(&mut self.frontier);
+                    let mut inner = self.capture.lock();
+                    inner.nodes.push(Node {
+                        action: action.clone(),
+                        deps,
+                    });
+                    self.frontier.push(inner.nodes.len() - 1);
+                }
+                Template::Record(event) => {
+                    event.record_captured(Arc::clone(&self.capture), self.frontier.clone());
+                }
+                Template::Wait(event) => match event.captured() {
+                    Some((capture, frontier)) if Arc::ptr_eq(&capture, &self.capture) => {
+                        for node in frontier {
+                            if !self.frontier.contains(&node) {
+                                self.frontier.push(node);
+                            }
+                        }
+                    }
+                    // Never recorded: nothing to wait for, as outside capture.
+                    None if event.target().is_none() => {}
+                    _ => {
+                        let why = "a capturing stream waited on an event recorded outside \
+                                   its capture (CUDA requires CU_EVENT_WAIT_EXTERNAL for that)";
+                        self.capture.invalidate(why);
+                        return Err(fail(CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION, why));
+                    }
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// A stream that is not capturing waits on `event`, last recorded in
+    /// `capture` with `frontier`: the stream joins the capture.
+    pub(crate) fn join(
+        stream: &Arc<Stream>,
+        capture: Arc<Capture>,
+        frontier: Vec<usize>,
+    ) -> Result<Self, CUresult> {
+        {
+            let mut inner = capture.lock();
+            if inner.ended {
+                return Err(fail(
+                    CUresult::CUDA_ERROR_CAPTURED_EVENT,
+                    format!(
+                        "stream {:#x} waits on an event last recorded in a capture that has \
+                         ended",
+                        stream.handle
+                    ),
+                ));
+            }
+            if inner.invalidated.is_some() {
+                return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+            }
+            inner.members.push(Arc::clone(stream));
+        }
+        Ok(Capturing { capture, frontier })
+    }
+}
+
+/// A graph made by a capture.
 struct Graph {
-    templates: Vec<Template>,
+    nodes: Vec<Node>,
+}
+
+/// An executable graph: a snapshot of a graph's nodes, whose parameters
+/// `cuGraphExecUpdate` may change.
+struct Exec {
+    nodes: Mutex<Vec<Node>>,
 }
 
 static GRAPHS: Registry<Graph> = Registry::new();
-static EXECS: Registry<Graph> = Registry::new();
+static EXECS: Registry<Exec> = Registry::new();
 
 pub(crate) unsafe extern "C" fn cuStreamBeginCapture(
     hStream: CUstream,
@@ -46,9 +209,31 @@ pub(crate) unsafe extern "C" fn cuStreamBeginCapture(
                 format!("stream {:#x} is already capturing", stream.handle),
             ));
         }
-        state.capture = Some(Vec::new());
+        let capture = Arc::new(Capture {
+            origin: stream.handle,
+            inner: Mutex::new(CaptureInner {
+                members: vec![Arc::clone(&stream)],
+                ..CaptureInner::default()
+            }),
+        });
+        state.capture = Some(Capturing {
+            capture,
+            frontier: Vec::new(),
+        });
         Ok(())
     })())
+}
+
+/// The nodes `frontier` depends on, itself included.
+fn ancestors(nodes: &[Node], frontier: &[usize]) -> HashSet<usize> {
+    let mut seen = HashSet::new();
+    let mut stack = frontier.to_vec();
+    while let Some(node) = stack.pop() {
+        if seen.insert(node) {
+            stack.extend_from_slice(&nodes[node].deps);
+        }
+    }
+    seen
 }
 
 pub(crate) unsafe extern "C" fn cuStreamEndCapture(
@@ -60,15 +245,88 @@ pub(crate) unsafe extern "C" fn cuStreamEndCapture(
         if phGraph.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let templates = stream.state().capture.take().ok_or_else(|| {
-            fail(
-                CUresult::CUDA_ERROR_ILLEGAL_STATE,
-                format!("stream {:#x} is not capturing", stream.handle),
-            )
-        })?;
-        let handle = GRAPHS.insert(Arc::new(Graph { templates }));
+        let capture = match &stream.state().capture {
+            Some(capturing) => Arc::clone(&capturing.capture),
+            None => {
+                return Err(fail(
+                    CUresult::CUDA_ERROR_ILLEGAL_STATE,
+                    format!("stream {:#x} is not capturing", stream.handle),
+                ));
+            }
+        };
+        if capture.origin != stream.handle {
+            return Err(fail(
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED,
+                format!(
+                    "stream {:#x} joined a capture begun on stream {:#x}; only that stream can \
+                     end it",
+                    stream.handle, capture.origin
+                ),
+            ));
+        }
+        // Every stream leaves the capture, whatever the outcome (as on a GPU).
+        let members = {
+            let mut inner = capture.lock();
+            inner.ended = true;
+            std::mem::take(&mut inner.members)
+        };
+        let mut frontiers = Vec::new();
+        for member in &members {
+            let mut state = member.state();
+            if let Some(capturing) = state.capture.take_if(|c| Arc::ptr_eq(&c.capture, &capture)) {
+                frontiers.push((member.handle, capturing.frontier));
+            }
+        }
+        let mut inner = capture.lock();
+        if let Some(why) = &inner.invalidated {
+            return Err(fail(
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                format!("the capture was invalidated: {why}"),
+            ));
+        }
+        let origin_frontier = frontiers
+            .iter()
+            .find(|(handle, _)| *handle == stream.handle)
+            .map(|(_, frontier)| frontier.clone())
+            .unwrap_or_default();
+        let joined = ancestors(&inner.nodes, &origin_frontier);
+        for (handle, frontier) in &frontiers {
+            if let Some(node) = frontier.iter().find(|node| !joined.contains(node)) {
+                return Err(fail(
+                    CUresult::CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
+                    format!(
+                        "stream {handle:#x} took part in the capture begun on stream {:#x}, but \
+                         its last work (node {node}) was not joined back into that stream",
+                        stream.handle
+                    ),
+                ));
+            }
+        }
+        let nodes = std::mem::take(&mut inner.nodes);
+        let handle = GRAPHS.insert(Arc::new(Graph { nodes }));
         // SAFETY: checked non-null; writable per the API.
         unsafe { write_out(phGraph, handle as CUgraph) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuStreamIsCapturing(
+    hStream: CUstream,
+    captureStatus: *mut CUstreamCaptureStatus,
+) -> CUresult {
+    code((|| {
+        let stream = resolve(hStream)?;
+        if captureStatus.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let status = match &stream.state().capture {
+            None => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
+            Some(capturing) if capturing.capture.is_invalidated() => {
+                CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+            }
+            Some(_) => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        };
+        // SAFETY: checked non-null; writable per the API.
+        unsafe { write_out(captureStatus, status) }
     })())
 }
 
@@ -84,11 +342,23 @@ pub(crate) unsafe extern "C" fn cuGraphInstantiate(
         }
         // An executable graph is a snapshot: later changes to (or destruction
         // of) the graph do not affect it.
-        let handle = EXECS.insert(Arc::new(Graph {
-            templates: graph.templates.clone(),
+        let handle = EXECS.insert(Arc::new(Exec {
+            nodes: Mutex::new(graph.nodes.clone()),
         }));
         // SAFETY: checked non-null; writable per the API.
         unsafe { write_out(phGraphExec, handle as CUgraphExec) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuGraphUpload(
+    hGraphExec: CUgraphExec,
+    hStream: CUstream,
+) -> CUresult {
+    code((|| {
+        require()?;
+        EXECS.get(hGraphExec as usize)?;
+        // Nothing to upload to: an ordered no-op on the stream.
+        resolve(hStream)?.submit(&[Template::Act(Action::Nop)])
     })())
 }
 
@@ -99,14 +369,96 @@ pub(crate) unsafe extern "C" fn cuGraphLaunch(
     code((|| {
         require()?;
         let exec = EXECS.get(hGraphExec as usize)?;
-        resolve(hStream)?.submit(&exec.templates)
+        // The parameters at launch time: a later update does not change
+        // launches already made.
+        let templates: Vec<Template> = lock(&exec.nodes)
+            .iter()
+            .map(|node| Template::Act(node.action.clone()))
+            .collect();
+        resolve(hStream)?.submit(&templates)
+    })())
+}
+
+/// Why `new` cannot replace `old` in place, if it cannot.
+fn update_refused(old: &[Node], new: &[Node]) -> Option<(CUgraphExecUpdateResult, String)> {
+    if old.len() != new.len() {
+        return Some((
+            CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+            format!(
+                "the graph has {} nodes, the executable graph {}",
+                new.len(),
+                old.len()
+            ),
+        ));
+    }
+    for (index, (old, new)) in old.iter().zip(new).enumerate() {
+        if old.deps != new.deps {
+            return Some((
+                CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+                format!("node {index} has other dependencies"),
+            ));
+        }
+        if std::mem::discriminant(&old.action) != std::mem::discriminant(&new.action) {
+            return Some((
+                CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
+                format!("node {index} is another kind of node"),
+            ));
+        }
+        if let (Action::Kernel(old), Action::Kernel(new)) = (&old.action, &new.action)
+            && old.name != new.name
+        {
+            return Some((
+                CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED,
+                format!("node {index} launches `{}`, not `{}`", new.name, old.name),
+            ));
+        }
+    }
+    None
+}
+
+pub(crate) unsafe extern "C" fn cuGraphExecUpdate(
+    hGraphExec: CUgraphExec,
+    hGraph: CUgraph,
+    resultInfo: *mut CUgraphExecUpdateResultInfo,
+) -> CUresult {
+    code((|| {
+        let exec = EXECS.get(hGraphExec as usize)?;
+        let graph = GRAPHS.get(hGraph as usize)?;
+        let mut nodes = lock(&exec.nodes);
+        let refused = update_refused(&nodes, &graph.nodes);
+        let result = refused.as_ref().map_or(
+            CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+            |(result, _)| *result,
+        );
+        if !resultInfo.is_null() {
+            let info = CUgraphExecUpdateResultInfo {
+                result,
+                errorNode: std::ptr::null_mut(),
+                errorFromNode: std::ptr::null_mut(),
+            };
+            // SAFETY: non-null; writable per the API.
+            unsafe { write_out(resultInfo, info)? };
+        }
+        if let Some((_, why)) = refused {
+            return Err(fail(
+                CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+                format!("the executable graph cannot be updated in place: {why}"),
+            ));
+        }
+        *nodes = graph.nodes.clone();
+        Ok(())
     })())
 }
 
 pub(crate) unsafe extern "C" fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult {
+    // Launches already submitted hold their own copies of the work.
     code(EXECS.remove(hGraphExec as usize).map(drop))
 }
 
 pub(crate) unsafe extern "C" fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
     code(GRAPHS.remove(hGraph as usize).map(drop))
 }
+
+/// The capture an event was last recorded in, with the recording stream's
+/// frontier at that point.
+pub(crate) type CapturedAt = (Arc<Capture>, Vec<usize>);

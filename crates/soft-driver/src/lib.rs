@@ -3,17 +3,26 @@
 //!
 //! It executes CUDA's semantics rather than returning canned answers:
 //!
+//! - **devices**: [`device_count`] of them (`CUDA_STREAMS_SOFT_DEVICES`,
+//!   default 2), each with its primary context, memory capacity, default
+//!   pool and streams; every pair may be peers (`cuCtxEnablePeerAccess`), and
+//!   a stream of one device may wait on an event of another;
 //! - a **stream** is an in-order queue drained by its own worker thread; work on
 //!   different streams runs concurrently; priorities (0 least to -5 greatest)
 //!   are stored and reported;
 //! - an **event** is a marker in a stream; query/synchronize follow the worker
 //!   passing it, elapsed time comes from host clocks read as it passes;
 //! - **device memory** is host memory (256-byte aligned, pointers are
-//!   addresses), counted against a configurable [`capacity`];
+//!   addresses), counted against its device's configurable
+//!   [`device_capacity`]; kernels and memsets fault on another device's memory
+//!   unless peer access is enabled, while copies cross devices freely;
 //! - **kernels** run as CPU twins registered with [`register_image`];
 //! - **handles** are checked against registries: a destroyed or foreign handle
 //!   is `CUDA_ERROR_INVALID_HANDLE`, never undefined behaviour;
 //! - [`faults`] injects launch failures, out-of-memory and worker delays;
+//! - a **software NCCL** ([`nccl`]): communicators over the software devices,
+//!   collectives done by the ranks' stream workers over host memory, in
+//!   stream order;
 //! - a **host function** that calls the driver is refused
 //!   (`CUDA_ERROR_NOT_PERMITTED`, counted by [`refused_in_host_functions`]), as
 //!   CUDA may refuse it.
@@ -59,6 +68,7 @@ mod graph;
 mod handles;
 mod memory;
 mod modules;
+mod nccl;
 mod ops;
 mod pool;
 mod stream;
@@ -66,12 +76,16 @@ mod stream_api;
 mod stream_memops;
 
 pub use context::{primary_context_retains, refused_in_host_functions};
-pub use device::{DEVICE_NAME, DRIVER_VERSION};
+pub use device::{
+    DEFAULT_DEVICES, DEVICE_NAME, DEVICES_ENV, DRIVER_VERSION, MAX_DEVICES, device_count,
+};
 pub use errors::last_error_detail;
 pub use memory::{
-    ALIGNMENT, CAPACITY_ENV, DEFAULT_CAPACITY, capacity, memory_in_use, set_capacity,
+    ALIGNMENT, CAPACITY_ENV, DEFAULT_CAPACITY, capacity, device_capacity, device_memory_in_use,
+    memory_in_use, set_capacity, set_device_capacity,
 };
 pub use modules::{KernelTwin, LaunchDims, TwinSpec, register_image, registered_signature};
+pub use nccl::{NCCL_VERSION, nccl};
 /// The raw bindings the table is made of (and the kernel-signature vocabulary).
 pub use sys;
 
@@ -106,6 +120,8 @@ pub fn driver() -> &'static Driver {
         cuCtxGetCurrent,
         cuCtxSynchronize,
         cuCtxGetStreamPriorityRange,
+        cuCtxEnablePeerAccess,
+        cuCtxDisablePeerAccess,
         cuStreamCreateWithPriority,
         cuStreamDestroy,
         cuStreamQuery,
@@ -148,8 +164,11 @@ pub fn driver() -> &'static Driver {
         cuLaunchKernel,
         cuStreamBeginCapture,
         cuStreamEndCapture,
+        cuStreamIsCapturing,
         cuGraphInstantiate,
+        cuGraphUpload,
         cuGraphLaunch,
+        cuGraphExecUpdate,
         cuGraphExecDestroy,
         cuGraphDestroy,
         cuGetErrorName,

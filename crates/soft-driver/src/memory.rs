@@ -1,9 +1,11 @@
-//! Device memory is host memory: the allocation registry, the capacity, and the
-//! default pool's accounting.
+//! Device memory is host memory: the allocation registry, each device's
+//! capacity, and each device's default pool's accounting.
 //!
 //! Every allocation is zeroed host memory aligned to 256 bytes and is recorded
-//! by base address, so that a pointer claimed to be device memory
-//! can be checked against the allocation it falls in.
+//! by base address with the device it belongs to, so that a pointer claimed to
+//! be device memory can be checked against the allocation it falls in, and a
+//! kernel or memset on another device without peer access faults. Addresses
+//! are unique across devices, as with CUDA's unified addressing.
 //!
 //! Capacity counts device allocations (`cuMemAlloc`, managed) plus the pool's
 //! *reserved* bytes: memory freed to the pool stays reserved (reusable by the
@@ -22,7 +24,7 @@ use sys::CUresult;
 /// Alignment of every allocation, as `cuMemAlloc` guarantees.
 pub const ALIGNMENT: usize = 256;
 
-/// The default capacity: 16 GiB.
+/// The default capacity of each device: 16 GiB.
 pub const DEFAULT_CAPACITY: usize = 16 << 30;
 
 /// Environment variable that sets the capacity in MiB at first use.
@@ -31,11 +33,14 @@ pub const CAPACITY_ENV: &str = "CUDA_STREAMS_SOFT_CAPACITY_MB";
 const UNSET: usize = usize::MAX;
 static CAPACITY: AtomicUsize = AtomicUsize::new(UNSET);
 
-/// The software device's memory capacity in bytes: what `cuDeviceTotalMem`
-/// and `cuMemGetInfo` report and what allocations are counted against.
-/// [`DEFAULT_CAPACITY`] unless set by [`set_capacity`] or, at first use, by
-/// `CUDA_STREAMS_SOFT_CAPACITY_MB`.
+/// Device 0's memory capacity in bytes ([`device_capacity`]`(0)`).
 pub fn capacity() -> usize {
+    device_capacity(0)
+}
+
+/// The default capacity of every device: [`DEFAULT_CAPACITY`] unless set by
+/// [`set_capacity`] or, at first use, by `CUDA_STREAMS_SOFT_CAPACITY_MB`.
+fn default_capacity() -> usize {
     match CAPACITY.load(Ordering::Acquire) {
         UNSET => {
             let from_env = std::env::var(CAPACITY_ENV)
@@ -52,8 +57,24 @@ pub fn capacity() -> usize {
     }
 }
 
-/// Set the capacity in bytes. Live allocations stay; if they already exceed
-/// the new capacity, every new device allocation fails until enough are freed.
+/// Device `ordinal`'s memory capacity in bytes: what `cuDeviceTotalMem` and
+/// `cuMemGetInfo` report and what its allocations are counted against. The
+/// default capacity (see [`set_capacity`]) unless [`set_device_capacity`]
+/// set one for this device; 0 for an ordinal that is not a device.
+pub fn device_capacity(ordinal: i32) -> usize {
+    if !(0..crate::device::device_count()).contains(&ordinal) {
+        return 0;
+    }
+    lock(&MEMORY)
+        .devices
+        .get(ordinal as usize)
+        .and_then(|d| d.capacity)
+        .unwrap_or_else(default_capacity)
+}
+
+/// Set the capacity of every device in bytes (forgetting capacities set per
+/// device). Live allocations stay; if they already exceed the new capacity,
+/// every new device allocation fails until enough are freed.
 ///
 /// ```
 /// let before = cuda_streams_soft_driver::capacity();
@@ -62,13 +83,46 @@ pub fn capacity() -> usize {
 /// cuda_streams_soft_driver::set_capacity(before);
 /// ```
 pub fn set_capacity(bytes: usize) {
+    let mut memory = lock(&MEMORY);
     CAPACITY.store(bytes.min(UNSET - 1), Ordering::Release);
+    for device in &mut memory.devices {
+        device.capacity = None;
+    }
 }
 
-/// Bytes counted against the capacity now: live device and managed
-/// allocations plus the default pool's reserved memory.
+/// Set one device's capacity in bytes; the others keep theirs. Ignored for
+/// an ordinal that is not a device.
+///
+/// ```
+/// use cuda_streams_soft_driver as soft;
+/// let before = soft::device_capacity(1);
+/// soft::set_device_capacity(1, 1 << 30);
+/// assert_eq!(soft::device_capacity(1), 1 << 30);
+/// soft::set_device_capacity(1, before);
+/// ```
+pub fn set_device_capacity(ordinal: i32, bytes: usize) {
+    if (0..crate::device::device_count()).contains(&ordinal) {
+        lock(&MEMORY).device(ordinal).capacity = Some(bytes.min(UNSET - 1));
+    }
+}
+
+/// Bytes counted against device 0's capacity now
+/// ([`device_memory_in_use`]`(0)`).
 pub fn memory_in_use() -> usize {
-    lock(&MEMORY).in_use()
+    device_memory_in_use(0)
+}
+
+/// Bytes counted against device `ordinal`'s capacity now: its live device and
+/// managed allocations plus its default pool's reserved memory.
+///
+/// ```
+/// assert_eq!(cuda_streams_soft_driver::device_memory_in_use(99), 0);
+/// ```
+pub fn device_memory_in_use(ordinal: i32) -> usize {
+    if !(0..crate::device::device_count()).contains(&ordinal) {
+        return 0;
+    }
+    lock(&MEMORY).in_use(ordinal)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -100,6 +154,9 @@ struct Allocation {
     /// What the host allocator returned (the base is rounded up from it).
     raw: usize,
     kind: Kind,
+    /// The device it belongs to (for pinned memory: the device whose context
+    /// allocated it; every device may use it).
+    device: i32,
     free_pending: bool,
     /// Stream-ordered memory becomes usable when its stream reaches the
     /// allocation; everything else at once.
@@ -120,26 +177,28 @@ pub(crate) struct PoolStats {
     pub(crate) reuse: [i32; 3],
 }
 
-struct Memory {
-    allocations: BTreeMap<usize, Allocation>,
+/// One device's accounting.
+struct DeviceMemory {
     device_bytes: usize,
     pool: PoolStats,
+    /// Set by `set_device_capacity`; `None`: the default capacity.
+    capacity: Option<usize>,
 }
 
-static MEMORY: Mutex<Memory> = Mutex::new(Memory {
-    allocations: BTreeMap::new(),
-    device_bytes: 0,
-    pool: PoolStats {
-        used: 0,
-        used_high: 0,
-        reserved: 0,
-        reserved_high: 0,
-        release_threshold: 0,
-        reuse: [1, 1, 1],
-    },
-});
+impl Default for DeviceMemory {
+    fn default() -> Self {
+        Self {
+            device_bytes: 0,
+            pool: PoolStats {
+                reuse: [1, 1, 1],
+                ..PoolStats::default()
+            },
+            capacity: None,
+        }
+    }
+}
 
-impl Memory {
+impl DeviceMemory {
     fn in_use(&self) -> usize {
         self.device_bytes + self.pool.reserved
     }
@@ -151,6 +210,32 @@ impl Memory {
             Kind::Pool => (self.pool.used + rounded).saturating_sub(self.pool.reserved),
             Kind::Pinned => 0,
         }
+    }
+}
+
+struct Memory {
+    allocations: BTreeMap<usize, Allocation>,
+    /// By ordinal, grown on first use.
+    devices: Vec<DeviceMemory>,
+}
+
+static MEMORY: Mutex<Memory> = Mutex::new(Memory {
+    allocations: BTreeMap::new(),
+    devices: Vec::new(),
+});
+
+impl Memory {
+    /// Device `ordinal`'s accounting (a checked ordinal).
+    fn device(&mut self, ordinal: i32) -> &mut DeviceMemory {
+        let index = ordinal as usize;
+        if self.devices.len() <= index {
+            self.devices.resize_with(index + 1, DeviceMemory::default);
+        }
+        &mut self.devices[index]
+    }
+
+    fn in_use(&mut self, ordinal: i32) -> usize {
+        self.device(ordinal).in_use()
     }
 
     fn containing(&self, ptr: usize) -> Option<(usize, &Allocation)> {
@@ -168,8 +253,9 @@ fn raw_layout(rounded: usize) -> Option<Layout> {
     Layout::from_size_align(rounded.checked_add(ALIGNMENT)?, 16).ok()
 }
 
-/// Allocate `size` bytes of `kind`, counted against the capacity.
-pub(crate) fn allocate(size: usize, kind: Kind) -> Result<usize, CUresult> {
+/// Allocate `size` bytes of `kind` on device `device` (a checked ordinal),
+/// counted against its capacity.
+pub(crate) fn allocate(size: usize, kind: Kind, device: i32) -> Result<usize, CUresult> {
     if size == 0 {
         return Err(fail(
             CUresult::CUDA_ERROR_INVALID_VALUE,
@@ -182,14 +268,14 @@ pub(crate) fn allocate(size: usize, kind: Kind) -> Result<usize, CUresult> {
             format!("injected out-of-memory for an allocation of {size} bytes"),
         ));
     }
+    let capacity = device_capacity(device);
     let oom = |in_use: usize| {
         fail(
             CUresult::CUDA_ERROR_OUT_OF_MEMORY,
             format!(
-                "allocation of {size} bytes ({}) exceeds the software device's capacity: \
-                 {in_use} of {} bytes in use",
+                "allocation of {size} bytes ({}) exceeds software device {device}'s capacity: \
+                 {in_use} of {capacity} bytes in use",
                 kind.name(),
-                capacity()
             ),
         )
     };
@@ -198,25 +284,25 @@ pub(crate) fn allocate(size: usize, kind: Kind) -> Result<usize, CUresult> {
         .ok_or_else(|| oom(0))?;
     let layout = raw_layout(rounded).ok_or_else(|| oom(0))?;
     let mut memory = lock(&MEMORY);
-    let capacity = capacity();
-    if memory.in_use() + memory.growth(kind, rounded) > capacity {
+    let dev = memory.device(device);
+    if dev.in_use() + dev.growth(kind, rounded) > capacity {
         // Give the pool's unused reservation back before failing, as CUDA
         // does when an allocation would otherwise run out.
-        memory.pool.reserved = memory.pool.used;
-        if memory.in_use() + memory.growth(kind, rounded) > capacity {
-            return Err(oom(memory.in_use()));
+        dev.pool.reserved = dev.pool.used;
+        if dev.in_use() + dev.growth(kind, rounded) > capacity {
+            return Err(oom(dev.in_use()));
         }
     }
     // SAFETY: the layout has a non-zero size (size > 0, rounded up).
     let raw = unsafe { std::alloc::alloc_zeroed(layout) } as usize;
     if raw == 0 {
-        return Err(oom(memory.in_use()));
+        return Err(oom(dev.in_use()));
     }
     let ptr = raw.next_multiple_of(ALIGNMENT);
     match kind {
-        Kind::Device | Kind::Managed => memory.device_bytes += rounded,
+        Kind::Device | Kind::Managed => dev.device_bytes += rounded,
         Kind::Pool => {
-            let pool = &mut memory.pool;
+            let pool = &mut dev.pool;
             pool.used += rounded;
             pool.reserved = pool.reserved.max(pool.used);
             pool.used_high = pool.used_high.max(pool.used);
@@ -231,6 +317,7 @@ pub(crate) fn allocate(size: usize, kind: Kind) -> Result<usize, CUresult> {
             rounded,
             raw,
             kind,
+            device,
             free_pending: false,
             ready: kind != Kind::Pool,
         },
@@ -263,9 +350,10 @@ pub(crate) fn free(base: usize, kinds: &[Kind]) -> Result<(), CUresult> {
         .allocations
         .remove(&base)
         .unwrap_or_else(|| unreachable!());
+    let dev = memory.device(allocation.device);
     match allocation.kind {
-        Kind::Device | Kind::Managed => memory.device_bytes -= allocation.rounded,
-        Kind::Pool => memory.pool.used -= allocation.rounded,
+        Kind::Device | Kind::Managed => dev.device_bytes -= allocation.rounded,
+        Kind::Pool => dev.pool.used -= allocation.rounded,
         Kind::Pinned => {}
     }
     drop(memory);
@@ -326,10 +414,37 @@ pub(crate) fn mark_ready(base: usize) {
 /// reached it); otherwise why not. For the workers, at the time an
 /// operation runs.
 pub(crate) fn check_range(ptr: usize, len: usize) -> Result<Kind, String> {
-    check_range_at(ptr, len, true)
+    check_range_at(ptr, len, true).map(|(kind, _)| kind)
 }
 
-fn check_range_at(ptr: usize, len: usize, in_stream_order: bool) -> Result<Kind, String> {
+/// [`check_range`], and the memory is one that work on device `from` may
+/// touch directly (kernels, memsets): pinned or managed memory, memory of
+/// `from`, or of a device `from` has peer access to.
+pub(crate) fn check_access(ptr: usize, len: usize, from: i32) -> Result<Kind, String> {
+    let (kind, owner) = check_range_at(ptr, len, true)?;
+    accessible(ptr, kind, owner, from)
+}
+
+fn accessible(ptr: usize, kind: Kind, owner: i32, from: i32) -> Result<Kind, String> {
+    if matches!(kind, Kind::Pinned | Kind::Managed) || crate::context::can_access(from, owner) {
+        Ok(kind)
+    } else {
+        Err(format!(
+            "{ptr:#x} is {} memory of device {owner}, and device {from} has no peer access \
+             to device {owner} (cuCtxEnablePeerAccess)",
+            kind.name()
+        ))
+    }
+}
+
+/// The device `[ptr, ptr + len)` belongs to, checked as [`check_device`] does.
+pub(crate) fn owner(ptr: usize, len: usize, what: &str) -> Result<i32, CUresult> {
+    check_range_at(ptr, len, false)
+        .map(|(_, owner)| owner)
+        .map_err(|why| fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{what}: {why}")))
+}
+
+fn check_range_at(ptr: usize, len: usize, in_stream_order: bool) -> Result<(Kind, i32), String> {
     let memory = lock(&MEMORY);
     let Some((base, allocation)) = memory.containing(ptr) else {
         return Err(format!("{ptr:#x} is not inside any live allocation"));
@@ -349,7 +464,7 @@ fn check_range_at(ptr: usize, len: usize, in_stream_order: bool) -> Result<Kind,
             allocation.size
         ));
     }
-    Ok(allocation.kind)
+    Ok((allocation.kind, allocation.device))
 }
 
 /// Check a range claimed to be device memory, for an entry point.
@@ -357,34 +472,54 @@ pub(crate) fn check_device(ptr: usize, len: usize, what: &str) -> Result<Kind, C
     // At the call, not in stream order: the work runs later, and the worker
     // checks again then.
     check_range_at(ptr, len, false)
+        .map(|(kind, _)| kind)
         .map_err(|why| fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{what}: {why}")))
 }
 
-/// `(free, total)` for `cuMemGetInfo`.
-pub(crate) fn info() -> (usize, usize) {
-    let capacity = capacity();
-    (capacity.saturating_sub(memory_in_use()), capacity)
+/// [`check_device`], and work on device `from` may touch it directly (see
+/// [`check_access`]).
+pub(crate) fn check_device_access(
+    ptr: usize,
+    len: usize,
+    from: i32,
+    what: &str,
+) -> Result<Kind, CUresult> {
+    check_range_at(ptr, len, false)
+        .and_then(|(kind, owner)| accessible(ptr, kind, owner, from))
+        .map_err(|why| fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{what}: {why}")))
 }
 
-/// At a synchronisation, give back the pool's reservation above its release
+/// `(free, total)` of device `ordinal` for `cuMemGetInfo`.
+pub(crate) fn info(ordinal: i32) -> (usize, usize) {
+    let capacity = device_capacity(ordinal);
+    (
+        capacity.saturating_sub(device_memory_in_use(ordinal)),
+        capacity,
+    )
+}
+
+/// At a synchronisation, give back each pool's reservation above its release
 /// threshold.
 pub(crate) fn trim_pool_at_sync() {
     let mut memory = lock(&MEMORY);
-    let pool = &mut memory.pool;
-    let threshold = usize::try_from(pool.release_threshold).unwrap_or(usize::MAX);
-    if pool.reserved > threshold {
-        pool.reserved = threshold.max(pool.used);
+    for device in &mut memory.devices {
+        let pool = &mut device.pool;
+        let threshold = usize::try_from(pool.release_threshold).unwrap_or(usize::MAX);
+        if pool.reserved > threshold {
+            pool.reserved = threshold.max(pool.used);
+        }
     }
 }
 
-/// `cuMemPoolTrimTo`.
-pub(crate) fn trim_pool_to(keep: usize) {
+/// `cuMemPoolTrimTo` on device `ordinal`'s default pool.
+pub(crate) fn trim_pool_to(ordinal: i32, keep: usize) {
     let mut memory = lock(&MEMORY);
-    let pool = &mut memory.pool;
+    let pool = &mut memory.device(ordinal).pool;
     pool.reserved = pool.reserved.min(keep).max(pool.used);
 }
 
-/// Read or change the pool's attributes under the memory lock.
-pub(crate) fn with_pool<R>(f: impl FnOnce(&mut PoolStats) -> R) -> R {
-    f(&mut lock(&MEMORY).pool)
+/// Read or change device `ordinal`'s default pool's attributes under the
+/// memory lock.
+pub(crate) fn with_pool<R>(ordinal: i32, f: impl FnOnce(&mut PoolStats) -> R) -> R {
+    f(&mut lock(&MEMORY).device(ordinal).pool)
 }

@@ -72,6 +72,10 @@ pub(crate) enum Action {
         dst: usize,
         value: u32,
     },
+    /// Work of another part of the driver (the software NCCL's collectives),
+    /// given the stream's device and whether the stream has a sticky error;
+    /// it runs even then, so that peers waiting for it are not left hanging.
+    Call(Arc<dyn Fn(i32, bool) -> Option<Fault> + Send + Sync>),
 }
 
 /// What a stream in capture mode records, replayed by `cuGraphLaunch`.
@@ -92,12 +96,12 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// Run the operation on the worker. `faulted`: the stream already has a
-    /// sticky error, so only what must still happen (host functions, frees,
-    /// markers and waits) happens.
-    pub(crate) fn run(self, faulted: bool) -> Option<Fault> {
+    /// Run the operation on the worker of a stream of `device`. `faulted`:
+    /// the stream already has a sticky error, so only what must still happen
+    /// (host functions, frees, markers and waits) happens.
+    pub(crate) fn run(self, faulted: bool, device: i32) -> Option<Fault> {
         match self {
-            Op::Act(action) => action.run(faulted),
+            Op::Act(action) => action.run(faulted, device),
             Op::Marker(event, generation) => {
                 event.mark(generation);
                 None
@@ -111,7 +115,7 @@ impl Op {
 }
 
 impl Action {
-    fn run(self, faulted: bool) -> Option<Fault> {
+    fn run(self, faulted: bool, device: i32) -> Option<Fault> {
         match self {
             Action::Host { f, data } => {
                 // Marked, so that driver calls from `f` are refused as CUDA may.
@@ -131,6 +135,7 @@ impl Action {
                 crate::memory::mark_ready(ptr);
                 None
             }
+            Action::Call(call) => call(device, faulted),
             _ if faulted => None,
             Action::Nop => None,
             Action::InjectedFault(name) => Some(Fault {
@@ -149,6 +154,8 @@ impl Action {
                 {
                     return Some(fault);
                 }
+                // Copies may cross devices without peer access: the driver
+                // stages them, as CUDA does.
                 // SAFETY: device sides are inside live allocations (checked just
                 // now); host sides are the caller's promise, as on CUDA. The
                 // ranges may overlap for device-to-device copies, hence `copy`.
@@ -156,7 +163,7 @@ impl Action {
                 None
             }
             Action::Set8 { dst, value, count } => {
-                if let Some(fault) = still_live(dst, count, true, "writes") {
+                if let Some(fault) = reachable(dst, count, device) {
                     return Some(fault);
                 }
                 // SAFETY: inside a live allocation (checked just now).
@@ -164,7 +171,7 @@ impl Action {
                 None
             }
             Action::Set32 { dst, value, count } => {
-                if let Some(fault) = still_live(dst, count * 4, true, "writes") {
+                if let Some(fault) = reachable(dst, count * 4, device) {
                     return Some(fault);
                 }
                 // SAFETY: inside a live allocation (checked just now) and
@@ -173,7 +180,7 @@ impl Action {
                 words.fill(value);
                 None
             }
-            Action::Kernel(launch) => launch.run(),
+            Action::Kernel(launch) => launch.run(device),
             Action::Write32 { dst, value } => crate::stream_memops::write32(dst, value),
         }
     }
@@ -189,6 +196,17 @@ fn still_live(ptr: usize, len: usize, device: bool, verb: &str) -> Option<Fault>
     })
 }
 
+/// A memset's destination: live, and memory a memset on `device` may write
+/// (its own, or a peer's with peer access enabled).
+fn reachable(ptr: usize, len: usize, device: i32) -> Option<Fault> {
+    crate::memory::check_access(ptr, len, device)
+        .err()
+        .map(|why| Fault {
+            code: CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+            detail: format!("a memset on device {device} writes {len} bytes at {ptr:#x}: {why}"),
+        })
+}
+
 impl Launch {
     /// The bytes of argument `index`, as copied at launch.
     fn arg_bytes(&self, index: usize) -> &[u8] {
@@ -202,9 +220,10 @@ impl Launch {
     }
 
     /// What memcheck checks on a GPU, before the twin touches anything:
-    /// every pointer parameter addresses live device-usable memory with
+    /// every pointer parameter addresses live memory that `device` may use
+    /// (its own, a peer's with peer access enabled, pinned or managed), with
     /// room for the elements the kernel is told to touch.
-    fn check_pointers(&self) -> Option<Fault> {
+    fn check_pointers(&self, device: i32) -> Option<Fault> {
         for (index, param) in self.params.iter().enumerate() {
             let Param::Pointer { elem, extent, .. } = *param else {
                 continue;
@@ -232,7 +251,7 @@ impl Launch {
             };
             let ptr = usize::try_from(ptr).unwrap_or(usize::MAX);
             let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-            if let Err(why) = crate::memory::check_range(ptr, bytes) {
+            if let Err(why) = crate::memory::check_access(ptr, bytes, device) {
                 return Some(illegal(format!(
                     "{count} element(s) of {elem} ({bytes} bytes) at {ptr:#x}: {why}"
                 )));
@@ -241,8 +260,8 @@ impl Launch {
         None
     }
 
-    fn run(&self) -> Option<Fault> {
-        if let Some(fault) = self.check_pointers() {
+    fn run(&self, device: i32) -> Option<Fault> {
+        if let Some(fault) = self.check_pointers(device) {
             return Some(fault);
         }
         // A fresh copy per run: a twin may scribble on its arguments, and a

@@ -1,4 +1,4 @@
-//! The device's default memory pool: its handle and its attributes.
+//! Each device's default memory pool: its handle and its attributes.
 
 use crate::context::{check_device, require};
 use crate::errors::{code, write_out};
@@ -8,18 +8,24 @@ use std::ffi::c_void;
 use std::sync::OnceLock;
 use sys::{CUdevice, CUmemPool_attribute, CUmemoryPool, CUresult};
 
-fn default_pool() -> usize {
-    static POOL: OnceLock<usize> = OnceLock::new();
-    *POOL.get_or_init(mint)
+/// Device `dev`'s default pool handle (a checked ordinal).
+fn default_pool(dev: CUdevice) -> usize {
+    default_pools()[dev as usize]
 }
 
-/// `INVALID_HANDLE` unless `pool` is the default pool (the only one there is).
-pub(crate) fn check_pool(pool: CUmemoryPool) -> Result<(), CUresult> {
-    if pool as usize == default_pool() {
-        Ok(())
-    } else {
-        Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
-    }
+fn default_pools() -> &'static [usize] {
+    static POOLS: OnceLock<Vec<usize>> = OnceLock::new();
+    POOLS.get_or_init(|| (0..crate::device::device_count()).map(|_| mint()).collect())
+}
+
+/// The device whose default pool `pool` is (the only pools there are), or
+/// `INVALID_HANDLE`.
+pub(crate) fn check_pool(pool: CUmemoryPool) -> Result<CUdevice, CUresult> {
+    default_pools()
+        .iter()
+        .position(|&handle| handle == pool as usize)
+        .map(|dev| dev as CUdevice)
+        .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
 pub(crate) unsafe extern "C" fn cuDeviceGetDefaultMemPool(
@@ -30,7 +36,7 @@ pub(crate) unsafe extern "C" fn cuDeviceGetDefaultMemPool(
         check_device(dev)?;
         require()?;
         // SAFETY: null or writable per the API.
-        unsafe { write_out(pool_out, default_pool() as CUmemoryPool) }
+        unsafe { write_out(pool_out, default_pool(dev) as CUmemoryPool) }
     })())
 }
 
@@ -38,18 +44,19 @@ pub(crate) unsafe extern "C" fn cuMemPoolTrimTo(
     pool: CUmemoryPool,
     minBytesToKeep: usize,
 ) -> CUresult {
-    code(check_pool(pool).map(|()| trim_pool_to(minBytesToKeep)))
+    code(check_pool(pool).map(|dev| trim_pool_to(dev, minBytesToKeep)))
 }
 
 type A = CUmemPool_attribute;
 
 /// What both attribute calls check first: the pool, then the value pointer.
-fn check_attribute_args(pool: CUmemoryPool, value: *mut c_void) -> Result<(), CUresult> {
-    check_pool(pool)?;
+/// Returns the pool's device.
+fn check_attribute_args(pool: CUmemoryPool, value: *mut c_void) -> Result<CUdevice, CUresult> {
+    let dev = check_pool(pool)?;
     if value.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    Ok(())
+    Ok(dev)
 }
 
 fn is_reuse(attr: A) -> Option<usize> {
@@ -67,16 +74,16 @@ pub(crate) unsafe extern "C" fn cuMemPoolSetAttribute(
     value: *mut c_void,
 ) -> CUresult {
     code((|| {
-        check_attribute_args(pool, value)?;
+        let dev = check_attribute_args(pool, value)?;
         if let Some(index) = is_reuse(attr) {
             // SAFETY: for the reuse attributes CUDA passes an int.
             let on = unsafe { value.cast::<i32>().read_unaligned() };
-            with_pool(|stats| stats.reuse[index] = i32::from(on != 0));
+            with_pool(dev, |stats| stats.reuse[index] = i32::from(on != 0));
             return Ok(());
         }
         // SAFETY: every other settable attribute is a cuuint64_t.
         let bytes = unsafe { value.cast::<u64>().read_unaligned() };
-        with_pool(|stats| match attr {
+        with_pool(dev, |stats| match attr {
             A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => {
                 stats.release_threshold = bytes;
                 Ok(())
@@ -102,8 +109,8 @@ pub(crate) unsafe extern "C" fn cuMemPoolGetAttribute(
     value: *mut c_void,
 ) -> CUresult {
     code((|| {
-        check_attribute_args(pool, value)?;
-        let stats = with_pool(|stats| *stats);
+        let dev = check_attribute_args(pool, value)?;
+        let stats = with_pool(dev, |stats| *stats);
         if let Some(index) = is_reuse(attr) {
             // SAFETY: for the reuse attributes CUDA expects an int.
             unsafe { value.cast::<i32>().write_unaligned(stats.reuse[index]) };

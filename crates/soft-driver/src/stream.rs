@@ -22,6 +22,8 @@ static LIVE: Registry<Stream> = Registry::new();
 
 pub(crate) struct Stream {
     pub(crate) handle: usize,
+    /// The device of the context it was created in.
+    pub(crate) device: i32,
     pub(crate) flags: u32,
     pub(crate) priority: i32,
     state: Mutex<State>,
@@ -41,7 +43,7 @@ pub(crate) struct State {
     pub(crate) fault: Option<Fault>,
     pub(crate) inject_launch_fault: bool,
     pub(crate) delay: Option<Duration>,
-    pub(crate) capture: Option<Vec<Template>>,
+    pub(crate) capture: Option<crate::graph::Capturing>,
 }
 
 impl State {
@@ -56,9 +58,15 @@ impl State {
 
 impl Stream {
     /// A new stream with a running worker, registered as live.
-    pub(crate) fn spawn(handle: usize, flags: u32, priority: i32) -> Result<Arc<Self>, CUresult> {
+    pub(crate) fn spawn(
+        handle: usize,
+        flags: u32,
+        priority: i32,
+        device: i32,
+    ) -> Result<Arc<Self>, CUresult> {
         let stream = Arc::new(Stream {
             handle,
+            device,
             flags,
             priority,
             state: Mutex::new(State {
@@ -114,7 +122,7 @@ impl Stream {
             if let Some(delay) = delay {
                 std::thread::sleep(delay);
             }
-            let fault = op.run(faulted);
+            let fault = op.run(faulted, self.device);
             let mut state = self.state();
             if let Some(fault) = fault {
                 crate::faults::note_context_fault(&fault);
@@ -137,18 +145,32 @@ impl Stream {
         if state.closing {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
-        if let Some(capture) = state.capture.as_mut() {
-            capture.extend_from_slice(templates);
-            return Ok(());
+        if let Some(capturing) = state.capture.as_mut() {
+            return capturing.record(templates);
         }
         let before = state.queue.len();
-        for template in templates {
+        for (index, template) in templates.iter().enumerate() {
             let op = match template {
                 Template::Act(action) => Op::Act(action.clone()),
                 Template::Record(event) => {
                     let ticket = state.submitted + 1;
                     let generation = event.begin_record(Arc::clone(self), ticket);
                     Op::Marker(Arc::clone(event), generation)
+                }
+                Template::Wait(event) if event.captured().is_some() => {
+                    // An event of a capture: this stream joins it, and the
+                    // rest of the batch is captured too.
+                    let Some((capture, frontier)) = event.captured() else {
+                        continue;
+                    };
+                    let mut capturing = crate::graph::Capturing::join(self, capture, frontier)?;
+                    let rest = &templates[index + 1..];
+                    let recorded = capturing.record(rest);
+                    state.capture = Some(capturing);
+                    if state.queue.len() > before {
+                        self.work.notify_one();
+                    }
+                    return recorded;
                 }
                 Template::Wait(event) => match event.target() {
                     // Never recorded: nothing to wait for, as on the GPU.
@@ -204,8 +226,8 @@ impl Stream {
     pub(crate) fn synchronize(&self) -> Status {
         let ticket = {
             let state = self.state();
-            if state.capture.is_some() {
-                return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            if let Some(capturing) = &state.capture {
+                return Err(capturing.refuse("cuStreamSynchronize", self.handle));
             }
             state.submitted
         };
@@ -216,8 +238,8 @@ impl Stream {
     /// `cuStreamQuery`.
     pub(crate) fn query(&self) -> Status {
         let state = self.state();
-        if state.capture.is_some() {
-            return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        if let Some(capturing) = &state.capture {
+            return Err(capturing.refuse("cuStreamQuery", self.handle));
         }
         state.fault_status()?;
         if state.completed >= state.submitted {
@@ -236,28 +258,35 @@ impl Stream {
     }
 }
 
-/// The legacy default stream (the null handle, `CU_STREAM_LEGACY` and
-/// `CU_STREAM_PER_THREAD`): one process-wide stream with its own worker.
-fn legacy() -> Result<Arc<Stream>, CUresult> {
-    static LEGACY: OnceLock<Result<Arc<Stream>, CUresult>> = OnceLock::new();
-    LEGACY.get_or_init(|| Stream::spawn(mint(), 0, 0)).clone()
+/// Device `device`'s legacy default stream (the null handle,
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`): one stream per device with
+/// its own worker.
+fn legacy(device: i32) -> Result<Arc<Stream>, CUresult> {
+    type Spawned = OnceLock<Result<Arc<Stream>, CUresult>>;
+    static LEGACY: OnceLock<Vec<Spawned>> = OnceLock::new();
+    let all = LEGACY.get_or_init(|| {
+        (0..crate::device::device_count())
+            .map(|_| OnceLock::new())
+            .collect()
+    });
+    all[device as usize]
+        .get_or_init(|| Stream::spawn(mint(), 0, 0, device))
+        .clone()
 }
 
 /// The stream behind `handle`. The null stream needs a current context, as on
 /// a GPU, where it means "the current context's default stream".
 pub(crate) fn resolve(handle: CUstream) -> Result<Arc<Stream>, CUresult> {
     match handle as usize {
-        0..=2 => {
-            crate::context::require()?;
-            legacy()
-        }
+        0..=2 => legacy(crate::context::require()?),
         handle => STREAMS.get(handle),
     }
 }
 
-/// Wait for every stream's work submitted so far (`cuCtxSynchronize`).
-pub(crate) fn synchronize_all() {
-    for stream in LIVE.all() {
+/// Wait for the work submitted so far to every stream of `device`
+/// (`cuCtxSynchronize`).
+pub(crate) fn synchronize_all(device: i32) {
+    for stream in LIVE.all().into_iter().filter(|s| s.device == device) {
         let ticket = {
             let state = stream.state();
             if state.capture.is_some() {
@@ -267,6 +296,18 @@ pub(crate) fn synchronize_all() {
         };
         stream.wait_for(ticket);
     }
+}
+
+/// Fail `call` (a context-wide synchronize) when some stream is capturing,
+/// invalidating those captures, as on a GPU.
+pub(crate) fn refuse_during_capture(call: &str) -> Status {
+    let mut refused = Ok(());
+    for stream in LIVE.all() {
+        if let Some(capturing) = &stream.state().capture {
+            refused = Err(capturing.refuse(call, stream.handle));
+        }
+    }
+    refused
 }
 
 /// Every stream whose worker still runs.

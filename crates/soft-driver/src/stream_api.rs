@@ -15,14 +15,14 @@ pub(crate) unsafe extern "C" fn cuStreamCreateWithPriority(
     priority: c_int,
 ) -> CUresult {
     code((|| {
-        require()?;
+        let device = require()?;
         if phStream.is_null() || flags & !CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         // Out-of-range priorities are clamped, as CUDA does.
         let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
         let handle = mint();
-        let stream = Stream::spawn(handle, flags, priority)?;
+        let stream = Stream::spawn(handle, flags, priority, device)?;
         STREAMS.insert_at(handle, stream);
         // SAFETY: checked non-null above; writable per the API.
         unsafe { write_out(phStream, handle as CUstream) }

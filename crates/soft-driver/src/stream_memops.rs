@@ -36,7 +36,7 @@ pub(crate) unsafe extern "C" fn cuStreamWriteValue32(
             ));
         }
         let dst = addr as usize;
-        if dst % 4 != 0 {
+        if !dst.is_multiple_of(4) {
             return Err(fail(
                 CUresult::CUDA_ERROR_INVALID_VALUE,
                 format!("cuStreamWriteValue32: address {dst:#x} is not 4-byte aligned"),

@@ -29,6 +29,14 @@ pub enum Error {
     /// A call into the safe driver layer failed.
     #[error(transparent)]
     Driver(#[from] driver::Error),
+    /// A device ordinal that [`crate::DevicePools`] has no pool for.
+    #[error("no stream pool for device {ordinal}: the pools cover {count} device(s)")]
+    UnknownDevice {
+        /// The ordinal asked for.
+        ordinal: i32,
+        /// How many devices have a pool.
+        count: usize,
+    },
     /// A pool of zero streams was asked for.
     #[error("a stream pool of 0 streams: the size must be at least 1")]
     EmptyPool,

@@ -39,6 +39,9 @@
 //!   Getters by strategy, [`WorkloadType`], priority class and
 //!   [`StreamPurpose`]; the sharing model is documented on [`StreamPool`].
 //! - [`ExclusiveStream`]: a stream nobody else is handed until the guard drops.
+//! - [`DevicePools`]: one pool per device behind one handle
+//!   ([`DevicePools::for_device`]); each pool's
+//!   [`StreamPurpose::P2PTransfer`] stream carries peer copies into its device.
 //! - Tuning: `record_workload_completion`, `average_workload_time`,
 //!   `optimize_configuration` returning [`ConfigChange`]s.
 //! - Readiness: `has_ready_streams`, `wait_for_any_ready` (sleeping back-off).
@@ -54,6 +57,7 @@
 
 mod config;
 mod coordinator;
+mod devices;
 mod error;
 mod exclusive;
 mod kinds;
@@ -75,6 +79,7 @@ pub use config::{
     DEFAULT_POOL_SIZE, MAX_ENV_POOL_SIZE, POOL_SIZE_ENV, PoolBuilder, parse_pool_size,
 };
 pub use coordinator::MultiStreamCoordinator;
+pub use devices::DevicePools;
 pub use error::{Error, Result, StreamFailure};
 pub use exclusive::ExclusiveStream;
 pub use kinds::{AllocationStrategy, StreamPurpose, WorkloadType};

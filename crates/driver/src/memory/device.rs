@@ -68,6 +68,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// the buffer's home stream. The contents are whatever the memory held.
     pub fn new_async(stream: &Arc<Stream>, len: usize) -> Result<Self> {
         let bytes = byte_size::<T>("DeviceBuffer", len)?;
+        // Captured, the allocation would become a node of the graph.
+        stream.refuse_if_capturing("DeviceBuffer::new_async")?;
         let ctx = stream.context();
         ctx.bind()?;
         let mut ptr: CUdeviceptr = 0;
@@ -161,7 +163,9 @@ unsafe impl<T: DeviceCopy> DeviceMemory for DeviceBuffer<T> {
     }
 
     fn before_device_use(&self, stream: &Stream) -> Result<()> {
-        stream.check_context("the device buffer", &self.ctx)?;
+        // Another device's stream only for peer copies (the driver layer
+        // checks the device of every other use before this hook).
+        stream.check_driver("the device buffer", &self.ctx)?;
         match &self.home {
             Some(home) if home.id() != stream.id() => self.tracker.order_after_home(home, stream),
             _ => Ok(()),
@@ -191,6 +195,16 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
         }
         let driver = self.ctx.driver();
         match &self.home {
+            Some(home) if home.is_capturing() => {
+                // Captured, the free would become a node of the graph (and
+                // happen at every replay), so the memory is leaked instead.
+                tracing::warn!(
+                    "leaking device buffer {:#x} ({} bytes): dropped while its home stream {}                      is being captured",
+                    self.ptr,
+                    self.size_in_bytes(),
+                    home.id()
+                );
+            }
             Some(home) => {
                 if self.tracker.order_before_free(home) {
                     // SAFETY: the pointer came from cuMemAllocAsync and is freed

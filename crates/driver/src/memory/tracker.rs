@@ -58,6 +58,8 @@ impl UseTracker {
             return Ok(());
         }
         if inner.ready.is_none() {
+            // Recorded during a capture, the mark would be no point in time.
+            home.refuse_if_capturing("a first use elsewhere of a buffer whose home stream")?;
             inner.ready = Some(home.mark()?);
         }
         match &inner.ready {

@@ -94,7 +94,9 @@ unsafe impl<T: DeviceCopy> DeviceMemory for UnifiedBuffer<T> {
     }
 
     fn before_device_use(&self, stream: &Stream) -> Result<()> {
-        stream.check_context("the unified buffer", &self.ctx)
+        // Another device's stream only for peer copies (the driver layer
+        // checks the device of every other use before this hook).
+        stream.check_driver("the unified buffer", &self.ctx)
     }
 
     fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {

@@ -419,7 +419,7 @@ impl OperationGraph {
     fn completion_event(&self, stream: &Stream) -> Result<PooledEvent> {
         Ok(match Arc::ptr_eq(self.pool.context(), stream.context()) {
             true => self.pool.acquire_event(false)?,
-            false => stream.context().event_pool().acquire_event(false)?,
+            false => stream.event_pool().acquire_event(false)?,
         })
     }
 
@@ -453,10 +453,11 @@ impl OperationGraph {
                 });
             }
             let finished = dep.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
-            if dep.stream.id() != stream.id() && !finished {
-                if let Some(event) = &dep.completion {
-                    waits.push(Arc::clone(event));
-                }
+            if dep.stream.id() != stream.id()
+                && !finished
+                && let Some(event) = &dep.completion
+            {
+                waits.push(Arc::clone(event));
             }
         }
         Ok(waits)
@@ -583,12 +584,12 @@ impl OperationGraph {
             }
         };
         let callbacks: Vec<Callback> = vec![Box::new(f)];
-        if let Some((stream, Some(event))) = late {
-            if !event.query()? {
-                let done = Arc::new(AtomicBool::new(false));
-                self.schedule_callbacks(id, &stream, &event, callbacks, done);
-                return Ok(());
-            }
+        if let Some((stream, Some(event))) = late
+            && !event.query()?
+        {
+            let done = Arc::new(AtomicBool::new(false));
+            self.schedule_callbacks(id, &stream, &event, callbacks, done);
+            return Ok(());
         }
         run_callbacks(id, callbacks, &self.counters);
         Ok(())

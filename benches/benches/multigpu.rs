@@ -1,0 +1,226 @@
+//! Two devices: peer-copy bandwidth (`Stream::copy_peer_async`) at 1, 16,
+//! 256 and 1024 MiB, and NCCL AllReduce bus bandwidth from 8 B to 1 GiB
+//! (`collectives::Group` over `Communicator::all_devices`), each against
+//! the raw calls (`cuMemcpyPeerAsync`; `ncclGroupStart` + `ncclAllReduce` +
+//! `ncclGroupEnd`) in the same run.
+//!
+//! Bus bandwidth is NCCL's: the algorithm bandwidth (bytes / time) times
+//! 2 (n - 1) / n, so it compares across rank counts (nccl-tests' `busbw`).
+//! The anchor on two H200s (PyTorch 2.11, NCCL 2.28): peer copy
+//! 393 GB/s at 1 GiB; AllReduce 330 GB/s at 1 GiB, 295 at 256 MiB, 219 at
+//! 16 MiB, 48.6 µs at 8 B.
+//!
+//! Skips, printing why, with fewer than two devices. On the software driver
+//! the sizes stop at 16 MiB (a memmove per copy says nothing of a GPU).
+
+use collectives::{Communicator, Group, ReduceOp};
+use criterion::Criterion;
+use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
+use driver::{Context, DeviceBuffer, DeviceMemory, Stream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use sys::nccl::{ncclDataType_t, ncclRedOp_t};
+
+const MIB: usize = 1 << 20;
+
+struct Two {
+    ctx: [Arc<Context>; 2],
+    streams: [Arc<Stream>; 2],
+}
+
+fn two() -> Option<Two> {
+    let count = Context::device_count().expect("a driver");
+    if count < 2 {
+        println!("multigpu bench skipped: needs two devices, the driver reports {count}");
+        return None;
+    }
+    let ctx = [Context::new(0).unwrap(), Context::new(1).unwrap()];
+    let streams = [Stream::new(&ctx[0]).unwrap(), Stream::new(&ctx[1]).unwrap()];
+    Some(Two { ctx, streams })
+}
+
+/// Seconds per call of `enqueue`, from `reps` calls back to back between two
+/// synchronisations of every stream, best of 3 batches.
+fn per_call(streams: &[&Stream], reps: usize, mut enqueue: impl FnMut()) -> f64 {
+    let sync = || Stream::synchronize_all(streams).expect("synchronize");
+    enqueue(); // warm-up: lazy set-up (peer access, NCCL channels)
+    sync();
+    (0..3)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..reps {
+                enqueue();
+            }
+            sync();
+            start.elapsed().as_secs_f64() / reps as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Calls per batch: 1000 for small messages (latency), about 4 GiB moved
+/// for large ones, at least 3.
+fn reps_for(bytes: usize) -> usize {
+    if bytes <= 64 << 10 {
+        1000
+    } else {
+        ((4usize << 30) / bytes).clamp(3, 1000)
+    }
+}
+
+fn sizes(gpu: bool, all: &[usize]) -> Vec<usize> {
+    all.iter()
+        .copied()
+        .filter(|&b| gpu || b <= 16 * MIB)
+        .collect()
+}
+
+fn peer_copies(t: &Two) {
+    let gpu = t.ctx[0].is_gpu();
+    for bytes in sizes(gpu, &[MIB, 16 * MIB, 256 * MIB, 1024 * MIB]) {
+        let src = DeviceBuffer::<u8>::new(&t.ctx[0], bytes).unwrap();
+        let mut dst = DeviceBuffer::<u8>::new(&t.ctx[1], bytes).unwrap();
+        let s = &t.streams[1];
+        let reps = reps_for(bytes);
+        let ours = per_call(&[s], reps, || s.copy_peer_async(&mut dst, &src).unwrap());
+        let (d, sp, dp) = (t.ctx[1].driver(), src.device_ptr(), dst.device_ptr());
+        let (c0, c1) = (t.ctx[0].as_raw(), t.ctx[1].as_raw());
+        let raw = per_call(&[s], reps, || {
+            // SAFETY: both buffers hold `bytes` bytes and outlive the
+            // synchronisation at the end of the batch.
+            let code = unsafe { (d.cuMemcpyPeerAsync)(dp, c1, sp, c0, bytes, s.as_raw()) };
+            assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
+        });
+        let mib = bytes / MIB;
+        figure(
+            &format!("peer copy {mib} MiB GB/s"),
+            bytes as f64 / ours / 1e9,
+            "GB/s",
+        );
+        figure(
+            &format!("peer copy {mib} MiB GB/s, raw cuMemcpyPeerAsync"),
+            bytes as f64 / raw / 1e9,
+            "GB/s",
+        );
+        if bytes == 1024 * MIB || (!gpu && bytes == 16 * MIB) {
+            compare("peer copy vs cuMemcpyPeerAsync", ours * 1e9, raw * 1e9);
+        }
+    }
+}
+
+fn all_reduces(t: &Two) {
+    let comms = Communicator::all_devices(&t.ctx).unwrap();
+    let nccl_raw = comms.iter().map(Communicator::as_raw).collect::<Vec<_>>();
+    let gpu = t.ctx[0].is_gpu();
+    let table = comms[0].nccl();
+    let all: Vec<usize> = (3..=30)
+        .step_by(3)
+        .map(|p| 1usize << p)
+        .chain([16 * MIB, 256 * MIB])
+        .collect();
+    let mut all = all;
+    all.sort_unstable();
+    all.dedup();
+    let streams = [&*t.streams[0], &*t.streams[1]];
+    for bytes in sizes(gpu, &all) {
+        let count = bytes / 4;
+        let mut bufs = [
+            DeviceBuffer::<f32>::new(&t.ctx[0], count).unwrap(),
+            DeviceBuffer::<f32>::new(&t.ctx[1], count).unwrap(),
+        ];
+        let reps = reps_for(bytes);
+        let ours = per_call(&streams, reps, || {
+            let [a, b] = &mut bufs;
+            let mut group = Group::new();
+            group
+                .all_reduce_in_place(&comms[0], &t.streams[0], a, ReduceOp::Sum)
+                .unwrap();
+            group
+                .all_reduce_in_place(&comms[1], &t.streams[1], b, ReduceOp::Sum)
+                .unwrap();
+            group.end().unwrap();
+        });
+        let ptrs = [bufs[0].device_ptr(), bufs[1].device_ptr()];
+        let raw = per_call(&streams, reps, || {
+            // SAFETY: each buffer holds `count` floats of its rank's device
+            // and outlives the batch's synchronisation; a group around both
+            // ranks, as one thread driving two devices needs.
+            unsafe {
+                (table.ncclGroupStart)().result().unwrap();
+                for rank in 0..2 {
+                    let p = ptrs[rank] as usize as *mut std::ffi::c_void;
+                    (table.ncclAllReduce)(
+                        p,
+                        p,
+                        count,
+                        ncclDataType_t::ncclFloat32,
+                        ncclRedOp_t::ncclSum,
+                        nccl_raw[rank],
+                        t.streams[rank].as_raw(),
+                    )
+                    .result()
+                    .unwrap();
+                }
+                (table.ncclGroupEnd)().result().unwrap();
+            }
+            t.ctx[0].force_bind().unwrap();
+        });
+        let bus = |secs: f64| bytes as f64 / secs / 1e9 * 2.0 * (2 - 1) as f64 / 2.0;
+        let label = if bytes >= MIB {
+            format!("{} MiB", bytes / MIB)
+        } else if bytes >= 1024 {
+            format!("{} KiB", bytes / 1024)
+        } else {
+            format!("{bytes} B")
+        };
+        figure(&format!("all_reduce {label} bus GB/s"), bus(ours), "GB/s");
+        figure(
+            &format!("all_reduce {label} bus GB/s, raw NCCL"),
+            bus(raw),
+            "GB/s",
+        );
+        figure(&format!("all_reduce {label} time"), ours * 1e6, "us");
+        if bytes == 8 {
+            compare("all_reduce 8 B vs raw NCCL group", ours * 1e9, raw * 1e9);
+        }
+        if bytes == 1 << 30 || (!gpu && bytes == 16 * MIB) {
+            compare(
+                "all_reduce largest vs raw NCCL group",
+                ours * 1e9,
+                raw * 1e9,
+            );
+        }
+    }
+}
+
+fn bench_small_all_reduce(c: &mut Criterion) {
+    let Some(t) = two() else { return };
+    let comms = Communicator::all_devices(&t.ctx).unwrap();
+    let mut bufs = [
+        DeviceBuffer::<f32>::new(&t.ctx[0], 2).unwrap(),
+        DeviceBuffer::<f32>::new(&t.ctx[1], 2).unwrap(),
+    ];
+    let mut group = c.benchmark_group("multigpu");
+    group.measurement_time(Duration::from_secs(2));
+    group.bench_function("all_reduce 8 B, enqueue + synchronize", |b| {
+        b.iter(|| {
+            let [x, y] = &mut bufs;
+            let mut g = Group::new();
+            g.all_reduce_in_place(&comms[0], &t.streams[0], x, ReduceOp::Sum)
+                .unwrap();
+            g.all_reduce_in_place(&comms[1], &t.streams[1], y, ReduceOp::Sum)
+                .unwrap();
+            g.end().unwrap();
+            Stream::synchronize_all(&[&t.streams[0], &t.streams[1]]).unwrap();
+        })
+    });
+    group.finish();
+}
+
+fn main() {
+    run_criterion(&[bench_small_all_reduce]);
+    if let Some(t) = two() {
+        peer_copies(&t);
+        all_reduces(&t);
+    }
+    criterion_summary();
+}

@@ -1,0 +1,720 @@
+//! Communicators: one rank each, on one device's context.
+
+use crate::error::{Error, Result};
+use crate::group::{Kind, Op, Shape};
+use crate::table::{check, for_context};
+use crate::types::{NcclType, ReduceOp, UniqueId};
+use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use sys::nccl::{Nccl, ncclComm_t, ncclConfig_t, ncclResult_t};
+
+static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
+
+/// One rank of an NCCL communicator, on one device.
+///
+/// Collectives take the rank's stream (of the communicator's device) and
+/// typed buffers of that device: the send buffer is read, the receive buffer
+/// written, both tracked on the stream like a copy's, so neither is freed
+/// before the collective has run. Lengths are checked against the collective
+/// and the communicator's size before NCCL sees the call.
+///
+/// A communicator may move between threads (`Send`) but not be shared
+/// (`!Sync`): NCCL forbids concurrent calls on one communicator. Driving
+/// several ranks from one thread needs a [`crate::Group`], as NCCL requires.
+///
+/// Dropping it destroys the communicator (`ncclCommDestroy`, which waits for
+/// its collectives); [`Communicator::abort`] gives up on them instead.
+pub struct Communicator {
+    raw: ncclComm_t,
+    nccl: &'static Nccl,
+    ctx: Arc<Context>,
+    rank: usize,
+    nranks: usize,
+    /// Shared by the ranks made together (`all_devices`), so a group can
+    /// check them against each other.
+    pub(crate) clique: u64,
+    /// Whether every rank of the clique lives in this process.
+    pub(crate) all_local: bool,
+    /// A non-blocking communicator: calls may answer `ncclInProgress`.
+    blocking: bool,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one call at a
+// time; `Communicator` is not `Sync`, so calls on one are never concurrent.
+unsafe impl Send for Communicator {}
+
+impl Communicator {
+    /// One communicator per context, rank `i` on `contexts[i]`
+    /// (`ncclCommInitAll`). The devices must be distinct and of one driver.
+    pub fn all_devices(contexts: &[Arc<Context>]) -> Result<Vec<Communicator>> {
+        let Some(first) = contexts.first() else {
+            return Err(Error::NoDevices);
+        };
+        let mut ordinals = Vec::with_capacity(contexts.len());
+        for ctx in contexts {
+            if ctx.kind() != first.kind() {
+                return Err(Error::MixedDrivers);
+            }
+            if ordinals.contains(&ctx.ordinal()) {
+                return Err(Error::DuplicateDevice {
+                    ordinal: ctx.ordinal(),
+                });
+            }
+            ordinals.push(ctx.ordinal());
+        }
+        let nccl = for_context(first)?;
+        let mut raw = vec![std::ptr::null_mut(); contexts.len()];
+        first.bind()?;
+        // SAFETY: `raw` holds one slot per device and `ordinals` one ordinal
+        // per device, as ncclCommInitAll reads and writes them.
+        let code = unsafe {
+            (nccl.ncclCommInitAll)(raw.as_mut_ptr(), raw.len() as i32, ordinals.as_ptr())
+        };
+        // NCCL switches devices while it initialises: resynchronise the cache.
+        first.force_bind()?;
+        check(nccl, "ncclCommInitAll", std::ptr::null_mut(), code)?;
+        let clique = NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            ranks = contexts.len(),
+            "NCCL communicators over {ordinals:?}"
+        );
+        Ok(raw
+            .into_iter()
+            .zip(contexts)
+            .enumerate()
+            .map(|(rank, (raw, ctx))| Communicator {
+                raw,
+                nccl,
+                ctx: Arc::clone(ctx),
+                rank,
+                nranks: contexts.len(),
+                clique,
+                all_local: true,
+                blocking: true,
+            })
+            .collect())
+    }
+
+    /// Rank `rank` of an `nranks`-rank communicator named by `id`, on `ctx`
+    /// (`ncclCommInitRank`). Blocks until every rank has joined, as NCCL
+    /// does; the others call this in their own threads, processes or hosts
+    /// with the same id.
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, UniqueId};
+    /// use cuda_streams_collectives::driver::Context;
+    /// let id = UniqueId::new().unwrap();
+    /// let contexts = Context::all().unwrap();
+    /// let n = contexts.len();
+    /// let comms = std::thread::scope(|s| {
+    ///     let joins: Vec<_> = contexts
+    ///         .iter()
+    ///         .enumerate()
+    ///         .map(|(rank, ctx)| s.spawn(move || Communicator::init_rank(ctx, n, &id, rank)))
+    ///         .collect();
+    ///     joins.into_iter().map(|j| j.join().unwrap().unwrap()).collect::<Vec<_>>()
+    /// });
+    /// assert!(comms.iter().enumerate().all(|(r, c)| c.rank() == r && c.size() == n));
+    /// ```
+    pub fn init_rank(
+        ctx: &Arc<Context>,
+        nranks: usize,
+        id: &UniqueId,
+        rank: usize,
+    ) -> Result<Communicator> {
+        if nranks == 0 || rank >= nranks {
+            return Err(Error::InvalidRank { rank, nranks });
+        }
+        let nccl = for_context(ctx)?;
+        let mut raw = std::ptr::null_mut();
+        ctx.bind()?;
+        // SAFETY: writes one communicator through a valid pointer; the id is
+        // passed by value as nccl.h declares.
+        let code = unsafe { (nccl.ncclCommInitRank)(&mut raw, nranks as i32, id.0, rank as i32) };
+        ctx.force_bind()?;
+        check(nccl, "ncclCommInitRank", std::ptr::null_mut(), code)?;
+        Ok(Communicator {
+            raw,
+            nccl,
+            ctx: Arc::clone(ctx),
+            rank,
+            nranks,
+            clique: clique_of(id),
+            all_local: false,
+            blocking: true,
+        })
+    }
+
+    /// [`Communicator::init_rank`] that gives up when the other ranks have
+    /// not all joined within `timeout`: the communicator is made
+    /// non-blocking (`ncclCommInitRankConfig` with `blocking = 0`), its
+    /// state polled with `ncclCommGetAsyncError`, and aborted
+    /// (`ncclCommAbort`) at the deadline, which is [`Error::JoinTimeout`].
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, Error, UniqueId};
+    /// use cuda_streams_collectives::driver::Context;
+    /// use std::time::Duration;
+    /// let ctx = Context::new(0).unwrap();
+    /// let id = UniqueId::new().unwrap();
+    /// // Rank 1 never comes.
+    /// let err = Communicator::init_rank_within(&ctx, 2, &id, 0, Duration::from_millis(200)).unwrap_err();
+    /// assert!(matches!(err, Error::JoinTimeout { rank: 0, nranks: 2, .. }), "{err}");
+    /// ```
+    pub fn init_rank_within(
+        ctx: &Arc<Context>,
+        nranks: usize,
+        id: &UniqueId,
+        rank: usize,
+        timeout: std::time::Duration,
+    ) -> Result<Communicator> {
+        if nranks == 0 || rank >= nranks {
+            return Err(Error::InvalidRank { rank, nranks });
+        }
+        let nccl = for_context(ctx)?;
+        let mut config = nonblocking_config();
+        let mut raw = std::ptr::null_mut();
+        ctx.bind()?;
+        let start = std::time::Instant::now();
+        // SAFETY: writes one communicator through a valid pointer; the config
+        // is initialised as NCCL_CONFIG_INITIALIZER does, and read only
+        // during the call.
+        let code = unsafe {
+            (nccl.ncclCommInitRankConfig)(&mut raw, nranks as i32, id.0, rank as i32, &mut config)
+        };
+        ctx.force_bind()?;
+        if code != ncclResult_t::ncclInProgress {
+            check(nccl, "ncclCommInitRankConfig", std::ptr::null_mut(), code)?;
+        }
+        let comm = Communicator {
+            raw,
+            nccl,
+            ctx: Arc::clone(ctx),
+            rank,
+            nranks,
+            clique: clique_of(id),
+            all_local: false,
+            blocking: false,
+        };
+        // Polled, with a growing pause: NCCL's bootstrap runs on its own
+        // threads and offers no way to wait for it.
+        let mut pause = std::time::Duration::from_micros(50);
+        loop {
+            match comm.state()? {
+                ncclResult_t::ncclSuccess => return Ok(comm),
+                ncclResult_t::ncclInProgress if start.elapsed() < timeout => {
+                    std::thread::sleep(pause.min(timeout.saturating_sub(start.elapsed())));
+                    pause = (pause * 2).min(std::time::Duration::from_millis(10));
+                }
+                ncclResult_t::ncclInProgress => {
+                    let waited = start.elapsed();
+                    if let Err(err) = comm.abort() {
+                        tracing::warn!(rank, "aborting a communicator that timed out: {err}");
+                    }
+                    return Err(Error::JoinTimeout {
+                        rank,
+                        nranks,
+                        waited,
+                    });
+                }
+                other => {
+                    // An error (success returned above): say which.
+                    check(nccl, "ncclCommInitRankConfig", comm.raw, other)?;
+                    return Ok(comm);
+                }
+            }
+        }
+    }
+
+    /// `ncclCommGetAsyncError`'s answer.
+    fn state(&self) -> Result<ncclResult_t> {
+        let mut state = ncclResult_t::ncclSuccess;
+        // SAFETY: a live communicator; writes one result.
+        let code = unsafe { (self.nccl.ncclCommGetAsyncError)(self.raw, &mut state) };
+        check(self.nccl, "ncclCommGetAsyncError", self.raw, code)?;
+        Ok(state)
+    }
+
+    /// For a non-blocking communicator, a call's `ncclInProgress` becomes
+    /// its outcome once NCCL has finished it; anything else passes through.
+    pub(crate) fn settle(&self, code: ncclResult_t) -> ncclResult_t {
+        if self.blocking || code != ncclResult_t::ncclInProgress {
+            return code;
+        }
+        loop {
+            match self.state() {
+                Ok(ncclResult_t::ncclInProgress) => std::thread::yield_now(),
+                Ok(state) => return state,
+                Err(_) => return ncclResult_t::ncclInternalError,
+            }
+        }
+    }
+
+    /// This rank's number, from 0.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// How many ranks the communicator has.
+    pub fn size(&self) -> usize {
+        self.nranks
+    }
+
+    /// The context of this rank's device.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// The raw handle, for NCCL calls this crate does not wrap.
+    pub fn as_raw(&self) -> ncclComm_t {
+        self.raw
+    }
+
+    /// The NCCL function table this communicator calls (libnccl's or the
+    /// software NCCL's), for raw calls beside this crate's.
+    pub fn nccl(&self) -> &'static Nccl {
+        self.nccl
+    }
+
+    /// `Ok` unless a collective of this communicator failed after it was
+    /// enqueued (`ncclCommGetAsyncError`).
+    pub fn async_error(&self) -> Result<()> {
+        let mut error = sys::nccl::ncclResult_t::ncclSuccess;
+        // SAFETY: a live communicator; writes one result.
+        let code = unsafe { (self.nccl.ncclCommGetAsyncError)(self.raw, &mut error) };
+        check(self.nccl, "ncclCommGetAsyncError", self.raw, code)?;
+        error.result().map_err(|source| Error::Async {
+            rank: self.rank,
+            source,
+        })
+    }
+
+    /// Give up on the communicator's pending collectives (`ncclCommAbort`):
+    /// what a rank does when a peer never joins or a collective hangs.
+    pub fn abort(mut self) -> Result<()> {
+        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
+        // SAFETY: a live communicator, aborted once (Drop skips null).
+        let code = unsafe { (self.nccl.ncclCommAbort)(raw) };
+        check(self.nccl, "ncclCommAbort", std::ptr::null_mut(), code)
+    }
+
+    /// Every rank's `send` combined by `op` into every rank's `recv`.
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, ReduceOp};
+    /// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+    /// let ctx = Context::new(0).unwrap();
+    /// let comm = Communicator::all_devices(&[ctx.clone()]).unwrap().remove(0);
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// let send = DeviceBuffer::from_slice(&stream, &[1u32, 2, 3]).unwrap();
+    /// let mut recv = DeviceBuffer::<u32>::new_async(&stream, 3).unwrap();
+    /// comm.all_reduce(&stream, &send, &mut recv, ReduceOp::Sum).unwrap();
+    /// assert_eq!(recv.to_vec(&stream).unwrap(), [1, 2, 3]); // one rank: itself
+    /// let mut short = DeviceBuffer::<u32>::new_async(&stream, 2).unwrap();
+    /// assert!(comm.all_reduce(&stream, &send, &mut short, ReduceOp::Sum).is_err());
+    /// ```
+    pub fn all_reduce<T, S, D>(
+        &self,
+        stream: &Stream,
+        send: &S,
+        recv: &mut D,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        all_reduce_op(self, stream, send, recv, op)?.run_alone()
+    }
+
+    /// [`Communicator::all_reduce`] with `buffer` as both send and receive buffer.
+    pub fn all_reduce_in_place<T, D>(
+        &self,
+        stream: &Stream,
+        buffer: &mut D,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        all_reduce_in_place_op(self, stream, buffer, op)?.run_alone()
+    }
+
+    /// The root's `send` into every rank's `recv` (`send` is read on the
+    /// root only, but every rank passes one of the same length).
+    pub fn broadcast<T, S, D>(
+        &self,
+        stream: &Stream,
+        send: &S,
+        recv: &mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        broadcast_op(self, stream, send, recv, root)?.run_alone()
+    }
+
+    /// The root's `buffer` into every rank's `buffer`.
+    pub fn broadcast_in_place<T, D>(
+        &self,
+        stream: &Stream,
+        buffer: &mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        broadcast_in_place_op(self, stream, buffer, root)?.run_alone()
+    }
+
+    /// Every rank's `send` combined by `op` into the root's `recv` (other
+    /// ranks' `recv` is left alone).
+    pub fn reduce<T, S, D>(
+        &self,
+        stream: &Stream,
+        send: &S,
+        recv: &mut D,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        reduce_op(self, stream, send, recv, op, root)?.run_alone()
+    }
+
+    /// Every rank's `send` side by side, in rank order, in every rank's
+    /// `recv`, which holds `size()` times as many elements.
+    pub fn all_gather<T, S, D>(&self, stream: &Stream, send: &S, recv: &mut D) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        all_gather_op(self, stream, send, recv)?.run_alone()
+    }
+
+    /// Every rank's `send` (`size()` times `recv`'s length) combined by
+    /// `op`; rank `r` gets the `r`-th slice of the result in `recv`.
+    pub fn reduce_scatter<T, S, D>(
+        &self,
+        stream: &Stream,
+        send: &S,
+        recv: &mut D,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        reduce_scatter_op(self, stream, send, recv, op)?.run_alone()
+    }
+}
+
+/// A clique number for the communicator a unique id names (high bit set, so
+/// it never equals one of `all_devices`'s).
+fn clique_of(id: &UniqueId) -> u64 {
+    id.to_bytes()
+        .iter()
+        .fold(0u64, |h, &b| h.rotate_left(5) ^ u64::from(b))
+        | 1 << 63
+}
+
+/// `NCCL_CONFIG_INITIALIZER` with `blocking = 0`.
+fn nonblocking_config() -> ncclConfig_t {
+    const UNDEF: i32 = i32::MIN;
+    ncclConfig_t {
+        size: std::mem::size_of::<ncclConfig_t>(),
+        magic: 0xcafe_beef,
+        version: sys::nccl::NCCL_VERSION_CODE,
+        blocking: 0,
+        cgaClusterSize: UNDEF,
+        minCTAs: UNDEF,
+        maxCTAs: UNDEF,
+        netName: std::ptr::null(),
+        splitShare: UNDEF,
+        trafficClass: UNDEF,
+        commName: std::ptr::null(),
+        collnetEnable: UNDEF,
+        CTAPolicy: UNDEF,
+        shrinkShare: UNDEF,
+        nvlsCTAs: UNDEF,
+        nChannelsPerNetPeer: UNDEF,
+        nvlinkCentricSched: UNDEF,
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        if let Err(err) = self.ctx.bind() {
+            tracing::error!(rank = self.rank, "leaking an NCCL communicator: {err}");
+            return;
+        }
+        // SAFETY: a live communicator, destroyed once.
+        let code = unsafe { (self.nccl.ncclCommDestroy)(self.raw) };
+        if let Err(err) = code.result() {
+            tracing::error!(rank = self.rank, "ncclCommDestroy: {err}");
+        }
+        // NCCL may switch devices while it tears down.
+        if let Err(err) = self.ctx.force_bind() {
+            tracing::warn!(rank = self.rank, "rebinding after ncclCommDestroy: {err}");
+        }
+    }
+}
+
+impl fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("size", &self.nranks)
+            .field("device", &self.ctx.ordinal())
+            .finish()
+    }
+}
+
+fn check_len(
+    comm: &Communicator,
+    collective: &'static str,
+    buffer: &'static str,
+    expected: usize,
+    actual: usize,
+) -> Result<()> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::CountMismatch {
+            collective,
+            rank: comm.rank,
+            buffer,
+            expected,
+            actual,
+        })
+    }
+}
+
+fn shape<T: NcclType>(kind: Kind, count: usize, op: Option<ReduceOp>, root: usize) -> Shape {
+    Shape {
+        kind,
+        count,
+        dtype: T::DATA_TYPE,
+        op,
+        root,
+    }
+}
+
+pub(crate) fn all_reduce_op<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: &'a mut D,
+    op: ReduceOp,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = send.device_len();
+    check_len(
+        comm,
+        "all_reduce",
+        "receive buffer",
+        count,
+        recv.device_len(),
+    )?;
+    let (s, r) = (send.device_ptr(), recv.device_ptr());
+    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
+    Op::new(
+        comm,
+        stream,
+        shape::<T>(Kind::AllReduce, count, Some(op), 0),
+        s,
+        r,
+        uses,
+        count * size_of::<T>(),
+    )
+}
+
+pub(crate) fn all_reduce_in_place_op<'a, T, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    buffer: &'a mut D,
+    op: ReduceOp,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = buffer.device_len();
+    let ptr = buffer.device_ptr();
+    let uses = vec![BufferUse::write(buffer)];
+    Op::new(
+        comm,
+        stream,
+        shape::<T>(Kind::AllReduce, count, Some(op), 0),
+        ptr,
+        ptr,
+        uses,
+        count * size_of::<T>(),
+    )
+}
+
+pub(crate) fn broadcast_op<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: &'a mut D,
+    root: usize,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = recv.device_len();
+    check_len(comm, "broadcast", "send buffer", count, send.device_len())?;
+    let (s, r) = (send.device_ptr(), recv.device_ptr());
+    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
+    Op::new(
+        comm,
+        stream,
+        shape::<T>(Kind::Broadcast, count, None, root),
+        s,
+        r,
+        uses,
+        count * size_of::<T>(),
+    )
+}
+
+pub(crate) fn broadcast_in_place_op<'a, T, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    buffer: &'a mut D,
+    root: usize,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = buffer.device_len();
+    let ptr = buffer.device_ptr();
+    let uses = vec![BufferUse::write(buffer)];
+    Op::new(
+        comm,
+        stream,
+        shape::<T>(Kind::Broadcast, count, None, root),
+        ptr,
+        ptr,
+        uses,
+        count * size_of::<T>(),
+    )
+}
+
+pub(crate) fn reduce_op<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: &'a mut D,
+    op: ReduceOp,
+    root: usize,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = send.device_len();
+    check_len(comm, "reduce", "receive buffer", count, recv.device_len())?;
+    let (s, r) = (send.device_ptr(), recv.device_ptr());
+    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
+    Op::new(
+        comm,
+        stream,
+        shape::<T>(Kind::Reduce, count, Some(op), root),
+        s,
+        r,
+        uses,
+        count * size_of::<T>(),
+    )
+}
+
+pub(crate) fn all_gather_op<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: &'a mut D,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = send.device_len();
+    let whole = count.saturating_mul(comm.nranks);
+    check_len(
+        comm,
+        "all_gather",
+        "receive buffer",
+        whole,
+        recv.device_len(),
+    )?;
+    let (s, r) = (send.device_ptr(), recv.device_ptr());
+    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
+    Op::new(
+        comm,
+        stream,
+        shape::<T>(Kind::AllGather, count, None, 0),
+        s,
+        r,
+        uses,
+        whole * size_of::<T>(),
+    )
+}
+
+pub(crate) fn reduce_scatter_op<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: &'a mut D,
+    op: ReduceOp,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = recv.device_len();
+    let whole = count.saturating_mul(comm.nranks);
+    check_len(
+        comm,
+        "reduce_scatter",
+        "send buffer",
+        whole,
+        send.device_len(),
+    )?;
+    let (s, r) = (send.device_ptr(), recv.device_ptr());
+    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
+    Op::new(
+        comm,
+        stream,
+        shape::<T>(Kind::ReduceScatter, count, Some(op), 0),
+        s,
+        r,
+        uses,
+        whole * size_of::<T>(),
+    )
+}

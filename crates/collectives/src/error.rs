@@ -1,0 +1,151 @@
+//! The collectives' error type.
+
+use sys::nccl::NcclError;
+
+/// Everything the collectives can fail with; messages name the values.
+///
+/// ```
+/// use cuda_streams_collectives::{Communicator, Error};
+/// let err = Communicator::all_devices(&[]).unwrap_err();
+/// assert!(matches!(err, Error::NoDevices));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A call into the driver layer failed (a buffer of another device, say).
+    #[error(transparent)]
+    Driver(#[from] driver::Error),
+    /// The operation graph refused the collectives' operations.
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+    /// NCCL could not be loaded.
+    #[error("{0}")]
+    Load(String),
+    /// An NCCL call failed.
+    #[error("{call} failed: {source}{}", detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    Nccl {
+        /// The NCCL function.
+        call: &'static str,
+        /// Its result.
+        #[source]
+        source: NcclError,
+        /// `ncclGetLastError`, when it says anything.
+        detail: Option<String>,
+    },
+    /// A communicator over no devices.
+    #[error("a communicator needs at least one device")]
+    NoDevices,
+    /// A device given twice to [`crate::Communicator::all_devices`].
+    #[error("device {ordinal} is given twice: each rank needs a device of its own")]
+    DuplicateDevice {
+        /// The repeated ordinal.
+        ordinal: i32,
+    },
+    /// Contexts of different drivers in one communicator.
+    #[error("the contexts run on different drivers (software and CUDA)")]
+    MixedDrivers,
+    /// A collective on a stream of another device than its rank's.
+    #[error(
+        "rank {rank}'s communicator is on device {comm_device}, but the stream is on device \
+         {stream_device}"
+    )]
+    WrongStream {
+        /// The rank.
+        rank: usize,
+        /// The communicator's device.
+        comm_device: i32,
+        /// The stream's device.
+        stream_device: i32,
+    },
+    /// A buffer whose length does not fit the collective.
+    #[error(
+        "{collective} on rank {rank}: the {buffer} holds {actual} element(s), but {expected} are \
+         needed"
+    )]
+    CountMismatch {
+        /// The collective, e.g. `all_gather`.
+        collective: &'static str,
+        /// The rank.
+        rank: usize,
+        /// `send buffer` or `receive buffer`.
+        buffer: &'static str,
+        /// The length needed.
+        expected: usize,
+        /// The length given.
+        actual: usize,
+    },
+    /// Ranks of one communicator whose calls in a group disagree.
+    #[error("collective {index} of the group's communicator: {what}")]
+    RanksDisagree {
+        /// Which of the communicator's collectives in the group (from 0).
+        index: usize,
+        /// What differs, naming both ranks and values.
+        what: String,
+    },
+    /// A group in which not every rank of a communicator made the same
+    /// number of calls.
+    #[error(
+        "the group has {calls_here} collective(s) for rank {rank} but {calls_there} for rank \
+         {other_rank} of the same communicator: every rank must take part in each"
+    )]
+    MissingRank {
+        /// A rank with calls.
+        rank: usize,
+        /// Its number of calls.
+        calls_here: usize,
+        /// A rank with a different number.
+        other_rank: usize,
+        /// That rank's number of calls (0: it never joined).
+        calls_there: usize,
+    },
+    /// Not every rank joined in time
+    /// ([`crate::Communicator::init_rank_within`]); the communicator was
+    /// aborted.
+    #[error(
+        "rank {rank} of {nranks}: not every rank joined the communicator within {waited:?}; \
+         it was aborted (ncclCommAbort)"
+    )]
+    JoinTimeout {
+        /// The rank that waited.
+        rank: usize,
+        /// The communicator's size.
+        nranks: usize,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
+    /// A root that is not a rank.
+    #[error("root {root} is not a rank of this {nranks}-rank communicator")]
+    InvalidRoot {
+        /// The root asked for.
+        root: usize,
+        /// The communicator's size.
+        nranks: usize,
+    },
+    /// A rank outside `0..nranks`, or zero ranks.
+    #[error("rank {rank} is not in 0..{nranks}")]
+    InvalidRank {
+        /// The rank asked for.
+        rank: usize,
+        /// The communicator's size.
+        nranks: usize,
+    },
+    /// Bytes that are not a unique id.
+    #[error("a unique id is 128 bytes, not {len}")]
+    InvalidUniqueId {
+        /// The length given.
+        len: usize,
+    },
+    /// A collective that failed after it was enqueued
+    /// (`ncclCommGetAsyncError`).
+    #[error("rank {rank}'s communicator reports an asynchronous error: {source}")]
+    Async {
+        /// The rank.
+        rank: usize,
+        /// The error.
+        #[source]
+        source: NcclError,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

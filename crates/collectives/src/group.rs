@@ -1,0 +1,535 @@
+//! One collective as checked and issued, and groups of them.
+
+use crate::communicator::{
+    Communicator, all_gather_op, all_reduce_in_place_op, all_reduce_op, broadcast_in_place_op,
+    broadcast_op, reduce_op, reduce_scatter_op,
+};
+use crate::error::{Error, Result};
+use crate::table::check;
+use crate::types::{NcclType, ReduceOp};
+use driver::{BufferUse, DeviceMemory, DeviceMemoryMut, Stream};
+use engine::{EventPriority, OperationGraph, OperationId, OperationType};
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use sys::CUdeviceptr;
+use sys::nccl::{ncclDataType_t, ncclRedOp_t};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    AllReduce,
+    Broadcast,
+    Reduce,
+    AllGather,
+    ReduceScatter,
+}
+
+/// What the ranks of one collective must agree on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) kind: Kind,
+    /// Elements per rank as NCCL counts them.
+    pub(crate) count: usize,
+    pub(crate) dtype: ncclDataType_t,
+    pub(crate) op: Option<ReduceOp>,
+    pub(crate) root: usize,
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} of {} element(s) of NCCL type {}",
+            self.kind, self.count, self.dtype.0
+        )?;
+        if let Some(op) = self.op {
+            write!(f, ", {op:?}")?;
+        }
+        if matches!(self.kind, Kind::Broadcast | Kind::Reduce) {
+            write!(f, ", root {}", self.root)?;
+        }
+        Ok(())
+    }
+}
+
+/// One collective of one rank: checked, its buffers ordered on the stream,
+/// ready to issue.
+pub(crate) struct Op<'a> {
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    shape: Shape,
+    send: CUdeviceptr,
+    recv: CUdeviceptr,
+    uses: Vec<BufferUse<'a>>,
+    bytes: usize,
+}
+
+impl<'a> Op<'a> {
+    /// Check what can be checked locally (the stream's device, the root,
+    /// each buffer's device) and order the stream after the buffers'
+    /// allocations.
+    pub(crate) fn new(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        shape: Shape,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
+        uses: Vec<BufferUse<'a>>,
+        bytes: usize,
+    ) -> Result<Self> {
+        if stream.context().id() != comm.context().id() {
+            return Err(Error::WrongStream {
+                rank: comm.rank(),
+                comm_device: comm.context().ordinal(),
+                stream_device: stream.context().ordinal(),
+            });
+        }
+        if shape.root >= comm.size() {
+            return Err(Error::InvalidRoot {
+                root: shape.root,
+                nranks: comm.size(),
+            });
+        }
+        stream.prepare_uses(&uses)?;
+        Ok(Self {
+            comm,
+            stream,
+            shape,
+            send,
+            recv,
+            uses,
+            bytes,
+        })
+    }
+
+    /// Issue the NCCL call (inside a group, NCCL enqueues it at the end).
+    fn issue(&self, in_group: bool) -> Result<()> {
+        let nccl = self.comm.nccl();
+        let (send, recv) = (
+            self.send as usize as *const c_void,
+            self.recv as usize as *mut c_void,
+        );
+        let (count, dtype, comm, stream) = (
+            self.shape.count,
+            self.shape.dtype,
+            self.comm.as_raw(),
+            self.stream.as_raw(),
+        );
+        let op = self.shape.op.map_or(ncclRedOp_t::ncclSum, ReduceOp::raw);
+        let root = self.shape.root as i32;
+        self.comm.context().bind()?;
+        // SAFETY: each buffer holds the elements the collective touches on
+        // this rank (checked when the op was made), is of the communicator's
+        // device (checked by prepare_uses), and stays alive until the stream
+        // has passed the collective: the op borrows it until it is tracked
+        // on the stream, after the call (after the group's end).
+        let (call, code) = unsafe {
+            match self.shape.kind {
+                Kind::AllReduce => (
+                    "ncclAllReduce",
+                    (nccl.ncclAllReduce)(send, recv, count, dtype, op, comm, stream),
+                ),
+                Kind::Broadcast => (
+                    "ncclBroadcast",
+                    (nccl.ncclBroadcast)(send, recv, count, dtype, root, comm, stream),
+                ),
+                Kind::Reduce => (
+                    "ncclReduce",
+                    (nccl.ncclReduce)(send, recv, count, dtype, op, root, comm, stream),
+                ),
+                Kind::AllGather => (
+                    "ncclAllGather",
+                    (nccl.ncclAllGather)(send, recv, count, dtype, comm, stream),
+                ),
+                Kind::ReduceScatter => (
+                    "ncclReduceScatter",
+                    (nccl.ncclReduceScatter)(send, recv, count, dtype, op, comm, stream),
+                ),
+            }
+        };
+        // Inside a group a non-blocking communicator's call settles at the
+        // group's end.
+        if code == sys::nccl::ncclResult_t::ncclInProgress && in_group {
+            return Ok(());
+        }
+        check(nccl, call, comm, self.comm.settle(code))
+    }
+
+    /// After the call (and the group's end): frees and host access of the
+    /// buffers wait for the collective.
+    fn track(&self) -> Result<()> {
+        self.stream.record_memory_transfer(self.bytes);
+        self.stream.track_uses(&self.uses).map_err(Error::from)
+    }
+
+    /// Issue and track a collective outside any group.
+    pub(crate) fn run_alone(self) -> Result<()> {
+        let issued = self.issue(false);
+        // NCCL may leave another device current: resynchronise the cache.
+        self.comm.context().force_bind()?;
+        issued?;
+        self.track()
+    }
+}
+
+/// Collectives issued together (`ncclGroupStart` ... `ncclGroupEnd`): how
+/// one thread drives several ranks (NCCL needs it, or the first rank's call
+/// may wait for the others), and how several collectives fuse.
+///
+/// Each call checks its own rank's arguments at once; [`Group::end`] then
+/// checks the ranks of each communicator made by
+/// [`Communicator::all_devices`] against each other (every rank takes part,
+/// with the same collective, count, type, operation and root) before any
+/// call reaches NCCL, and issues them. The buffers stay borrowed until then.
+/// A group dropped without `end` issues nothing.
+///
+/// ```
+/// use cuda_streams_collectives::{Communicator, Error, Group, ReduceOp};
+/// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+/// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+/// let contexts = Context::all()?;
+/// if contexts.len() < 2 { return Ok(()); }
+/// let comms = Communicator::all_devices(&contexts[..2])?;
+/// let streams = [Stream::new(&contexts[0])?, Stream::new(&contexts[1])?];
+/// let mut a = DeviceBuffer::from_slice(&streams[0], &[1.0f32; 8])?;
+/// let mut b = DeviceBuffer::from_slice(&streams[1], &[2.0f32; 4])?; // 4, not 8
+/// let mut group = Group::new();
+/// group.all_reduce_in_place(&comms[0], &streams[0], &mut a, ReduceOp::Sum)?;
+/// group.all_reduce_in_place(&comms[1], &streams[1], &mut b, ReduceOp::Sum)?;
+/// let err = group.end().unwrap_err(); // before NCCL saw either
+/// assert!(matches!(err, Error::RanksDisagree { .. }), "{err}");
+/// assert!(err.to_string().contains("rank 1"), "{err}");
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a group issues its collectives only at `end()`"]
+#[derive(Default)]
+pub struct Group<'a> {
+    ops: Vec<Op<'a>>,
+}
+
+impl<'a> Group<'a> {
+    /// An empty group.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`Communicator::all_reduce`] in the group.
+    pub fn all_reduce<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.push(all_reduce_op(comm, stream, send, recv, op)?);
+        Ok(())
+    }
+
+    /// [`Communicator::all_reduce_in_place`] in the group.
+    pub fn all_reduce_in_place<T, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        buffer: &'a mut D,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .push(all_reduce_in_place_op(comm, stream, buffer, op)?);
+        Ok(())
+    }
+
+    /// [`Communicator::broadcast`] in the group.
+    pub fn broadcast<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.push(broadcast_op(comm, stream, send, recv, root)?);
+        Ok(())
+    }
+
+    /// [`Communicator::broadcast_in_place`] in the group.
+    pub fn broadcast_in_place<T, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        buffer: &'a mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .push(broadcast_in_place_op(comm, stream, buffer, root)?);
+        Ok(())
+    }
+
+    /// [`Communicator::reduce`] in the group.
+    pub fn reduce<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .push(reduce_op(comm, stream, send, recv, op, root)?);
+        Ok(())
+    }
+
+    /// [`Communicator::all_gather`] in the group.
+    pub fn all_gather<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.push(all_gather_op(comm, stream, send, recv)?);
+        Ok(())
+    }
+
+    /// [`Communicator::reduce_scatter`] in the group.
+    pub fn reduce_scatter<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        op: ReduceOp,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .push(reduce_scatter_op(comm, stream, send, recv, op)?);
+        Ok(())
+    }
+
+    /// How many collectives the group holds.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the group holds none.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Check the ranks against each other, then issue every collective in
+    /// one NCCL group and track the buffers. When a call fails, the group is
+    /// still closed and the calls issued before it tracked; the first error
+    /// is returned.
+    pub fn end(self) -> Result<()> {
+        self.check_ranks()?;
+        self.issue_all()
+    }
+
+    /// [`Group::end`] as operations of `graph`: one operation per stream the
+    /// group uses (its kind [`OperationType::AllReduce`],
+    /// [`OperationType::Broadcast`] for Broadcast and AllGather, or
+    /// [`OperationType::Reduction`] for Reduce and ReduceScatter), each after
+    /// `after`, which may be operations on any device. Dependants order after
+    /// the collectives like after any operation. Returns the operations'
+    /// ids, in the order the group first used their streams.
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, Group, ReduceOp};
+    /// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+    /// use cuda_streams_collectives::engine::{OperationGraph, OperationType};
+    /// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+    /// let contexts = Context::all()?;
+    /// let comms = Communicator::all_devices(&contexts)?;
+    /// let streams = contexts.iter().map(Stream::new).collect::<Result<Vec<_>, _>>()?;
+    /// let graph = OperationGraph::for_context(&contexts[0]);
+    /// let mut grads = Vec::new();
+    /// let mut fills = Vec::new();
+    /// for stream in &streams {
+    ///     let mut g = DeviceBuffer::<f32>::new_async(stream, 256)?;
+    ///     fills.push(graph.op(stream).label("gradients").run(|s| s.memset_u32_async(&mut g, 1.0f32.to_bits()))?.id());
+    ///     grads.push(g);
+    /// }
+    /// let mut group = Group::new();
+    /// for ((comm, stream), g) in comms.iter().zip(&streams).zip(&mut grads) {
+    ///     group.all_reduce_in_place(comm, stream, g, ReduceOp::Sum)?;
+    /// }
+    /// let reduced = group.end_in(&graph, &fills, "all-reduce gradients")?;
+    /// let kind = graph.metadata(reduced[0]).map(|m| m.operation_type);
+    /// assert!(kind.is_none() || kind == Some(OperationType::AllReduce)); // None once retired
+    /// let n = comms.len() as f32;
+    /// for (stream, g) in streams.iter().zip(&grads) {
+    ///     assert_eq!(g.to_vec(stream)?, vec![n; 256]);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn end_in(
+        self,
+        graph: &OperationGraph,
+        after: &[OperationId],
+        label: &str,
+    ) -> Result<Vec<OperationId>> {
+        self.check_ranks()?;
+        let mut streams: Vec<(&Stream, OperationType)> = Vec::new();
+        for op in &self.ops {
+            if !streams.iter().any(|(s, _)| s.id() == op.stream.id()) {
+                let kind = match op.shape.kind {
+                    Kind::AllReduce => OperationType::AllReduce,
+                    Kind::Broadcast | Kind::AllGather => OperationType::Broadcast,
+                    Kind::Reduce | Kind::ReduceScatter => OperationType::Reduction,
+                };
+                streams.push((op.stream, kind));
+            }
+        }
+        let mut ids = Vec::with_capacity(streams.len());
+        for (stream, kind) in &streams {
+            let id = graph.register_operation(
+                *kind,
+                EventPriority::Normal,
+                &stream.to_arc(),
+                after.to_vec(),
+                label,
+            )?;
+            graph.begin_operation(id, stream)?;
+            ids.push(id);
+        }
+        let issued = self.issue_all();
+        // Completed even when a call failed: what was enqueued stays
+        // ordered before the dependants.
+        let mut completed = Ok(());
+        for &id in &ids {
+            completed = completed.and(graph.complete_operation(id).map_err(Error::from));
+        }
+        issued.and(completed).map(|()| ids)
+    }
+
+    /// Issue every collective in one NCCL group, then track the buffers.
+    fn issue_all(&self) -> Result<()> {
+        let Some(first) = self.ops.first() else {
+            return Ok(());
+        };
+        let nccl = first.comm.nccl();
+        if self
+            .ops
+            .iter()
+            .any(|op| op.comm.context().kind() != first.comm.context().kind())
+        {
+            return Err(Error::MixedDrivers);
+        }
+        // SAFETY: no arguments.
+        let code = unsafe { (nccl.ncclGroupStart)() };
+        check(nccl, "ncclGroupStart", std::ptr::null_mut(), code)?;
+        let mut issued = 0;
+        let mut result = Ok(());
+        for op in &self.ops {
+            match op.issue(true) {
+                Ok(()) => issued += 1,
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
+            }
+        }
+        // SAFETY: no arguments; closes the group opened above.
+        let mut code = unsafe { (nccl.ncclGroupEnd)() };
+        // Non-blocking communicators finish the group's launches in the
+        // background: wait until each has.
+        if code == sys::nccl::ncclResult_t::ncclInProgress {
+            for op in &self.ops[..issued] {
+                code = op.comm.settle(sys::nccl::ncclResult_t::ncclInProgress);
+                if code != sys::nccl::ncclResult_t::ncclSuccess {
+                    break;
+                }
+            }
+        }
+        result = result.and(check(nccl, "ncclGroupEnd", std::ptr::null_mut(), code));
+        // NCCL switches devices while it launches: resynchronise the cache.
+        first.comm.context().force_bind()?;
+        for op in &self.ops[..issued] {
+            let tracked = op.track();
+            result = result.and(tracked);
+        }
+        result
+    }
+
+    /// Every communicator whose ranks all live in this process takes part
+    /// in the group on every rank, with matching collectives.
+    fn check_ranks(&self) -> Result<()> {
+        // clique -> rank -> its shapes in call order
+        let mut cliques: BTreeMap<u64, (usize, BTreeMap<usize, Vec<Shape>>)> = BTreeMap::new();
+        for op in self.ops.iter().filter(|op| op.comm.all_local) {
+            let (_, ranks) = cliques
+                .entry(op.comm.clique)
+                .or_insert_with(|| (op.comm.size(), BTreeMap::new()));
+            ranks.entry(op.comm.rank()).or_default().push(op.shape);
+        }
+        for (nranks, ranks) in cliques.values() {
+            let (&rank0, shapes0) = ranks.iter().next().unwrap_or_else(|| unreachable!());
+            for rank in 0..*nranks {
+                let calls = ranks.get(&rank).map_or(0, Vec::len);
+                if calls != shapes0.len() {
+                    return Err(Error::MissingRank {
+                        rank: rank0,
+                        calls_here: shapes0.len(),
+                        other_rank: rank,
+                        calls_there: calls,
+                    });
+                }
+            }
+            for (&rank, shapes) in ranks {
+                for (index, (mine, theirs)) in shapes0.iter().zip(shapes).enumerate() {
+                    if mine != theirs {
+                        return Err(Error::RanksDisagree {
+                            index,
+                            what: format!(
+                                "rank {rank0} calls {mine}, but rank {rank} calls {theirs}"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Group<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("collectives", &self.ops.len())
+            .finish()
+    }
+}

@@ -1,0 +1,280 @@
+//! Operations captured into a CUDA graph once and replayed many times: the
+//! builder of [`OperationGraph::op`] with capture in place of eager work.
+//!
+//! Each operation is captured on its stream after its dependencies, as the
+//! eager graph would enqueue it: a dependency on another stream is a wait on
+//! the dependency's completion event, recorded inside the capture, so it
+//! becomes an edge of the CUDA graph. A stream joins the capture at its first
+//! operation, forked from the origin stream, and every stream is joined back
+//! into the origin at the end. Completion callbacks become host nodes, so they
+//! fire at every replay, when the GPU gets there.
+
+use crate::error::{Error, Result};
+use crate::graph::OperationGraph;
+use crate::operation::OperationId;
+use driver::{Capture, Graph, GraphExec, PooledEvent, Stream};
+use std::fmt;
+use std::sync::Arc;
+
+/// A completion callback of a captured operation (it runs at every replay).
+type ReplayCallback = Box<dyn Fn() + Send + Sync + 'static>;
+
+struct Captured {
+    stream: Arc<Stream>,
+    /// Recorded in the capture right after the operation's work.
+    completion: PooledEvent,
+}
+
+/// Operations being captured into a CUDA graph, from
+/// [`OperationGraph::capture`]. [`GraphCapture::finish`] ends the capture
+/// and instantiates the graph as a [`ReplayGraph`].
+///
+/// ```
+/// use cuda_streams_engine::OperationGraph;
+/// use cuda_streams_engine::driver::{Context, DeviceBuffer, GraphArg, LaunchConfig, Module, Stream};
+/// use std::sync::Arc;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ctx = Context::new(0)?;
+/// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+/// let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("fill_f32")?;
+/// let out = Arc::new(DeviceBuffer::<f32>::new(&ctx, 256)?);
+/// let graph = OperationGraph::for_context(&ctx);
+///
+/// let mut capture = graph.capture(&a)?;
+/// let first = capture.op(&a).label("fill 1").run(|c, s| {
+///     let args = [GraphArg::from(256u64), 1.0f32.into(), GraphArg::write(&out)];
+///     c.launch(s, &fill, LaunchConfig::for_num_elems(256), &args)
+/// })?;
+/// capture.op(&b).after(&[first]).label("fill 2").run(|c, s| {
+///     let args = [GraphArg::from(256u64), 2.0f32.into(), GraphArg::write(&out)];
+///     c.launch(s, &fill, LaunchConfig::for_num_elems(256), &args)
+/// })?;
+/// let replay = capture.finish()?;
+/// replay.replay(&a, 3)?;
+/// assert_eq!(out.to_vec(&a)?, vec![2.0; 256]); // the second fill runs after the first
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "captured operations replay only once the capture is finished"]
+pub struct GraphCapture<'g> {
+    graph: &'g OperationGraph,
+    capture: Capture,
+    origin: Arc<Stream>,
+    /// Streams forked into the capture, besides the origin.
+    forked: Vec<Arc<Stream>>,
+    /// The operations, by id - 1.
+    ops: Vec<Captured>,
+}
+
+impl OperationGraph {
+    /// Capture operations into a CUDA graph instead of running them: the
+    /// capture begins on `origin` ([`driver::Stream::begin_capture`]), and
+    /// other streams are forked in at their first operation.
+    ///
+    /// The captured operations get ids of their own, from 1, valid within
+    /// the capture (they are never registered in this graph, whose ids mean
+    /// eager operations).
+    pub fn capture(&self, origin: &Stream) -> Result<GraphCapture<'_>> {
+        let capture = origin.begin_capture()?;
+        Ok(GraphCapture {
+            graph: self,
+            capture,
+            origin: origin.to_arc(),
+            forked: Vec::new(),
+            ops: Vec::new(),
+        })
+    }
+}
+
+impl<'g> GraphCapture<'g> {
+    /// Describe an operation on `stream`; [`CaptureOpBuilder::run`] captures it.
+    pub fn op(&mut self, stream: &Stream) -> CaptureOpBuilder<'_, 'g> {
+        CaptureOpBuilder {
+            capture: self,
+            stream: stream.to_arc(),
+            after: Vec::new(),
+            label: String::new(),
+            callbacks: Vec::new(),
+        }
+    }
+
+    /// Operations captured so far.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether nothing was captured yet.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The driver's capture, for work outside any operation (it is ordered
+    /// only by the stream it is enqueued on).
+    pub fn driver_capture(&mut self) -> &mut Capture {
+        &mut self.capture
+    }
+
+    /// Bring `stream` into the capture if it is not in it yet.
+    fn enter(&mut self, stream: &Arc<Stream>) -> Result<()> {
+        if stream.id() == self.origin.id() || self.forked.iter().any(|s| s.id() == stream.id()) {
+            return Ok(());
+        }
+        self.capture.fork(&self.origin, &[stream])?;
+        self.forked.push(Arc::clone(stream));
+        Ok(())
+    }
+
+    /// End the capture (every stream joined back into the origin) and
+    /// instantiate the graph.
+    pub fn finish(mut self) -> Result<ReplayGraph> {
+        let forked: Vec<&Stream> = self.forked.iter().map(|s| &**s).collect();
+        if !forked.is_empty() {
+            self.capture.join(&self.origin, &forked)?;
+        }
+        let graph = self.capture.end()?;
+        let exec = graph.instantiate()?;
+        tracing::debug!(
+            operations = self.ops.len(),
+            nodes = graph.node_count(),
+            streams = forked.len() + 1,
+            "operation graph captured"
+        );
+        Ok(ReplayGraph {
+            operations: self.ops.len(),
+            graph,
+            exec,
+        })
+    }
+}
+
+impl fmt::Debug for GraphCapture<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GraphCapture")
+            .field("origin", &self.origin.id())
+            .field("operations", &self.ops.len())
+            .field("graph", &self.graph)
+            .finish()
+    }
+}
+
+/// An operation being described for capture; from [`GraphCapture::op`].
+#[must_use = "an operation builder does nothing until `run`"]
+pub struct CaptureOpBuilder<'c, 'g> {
+    capture: &'c mut GraphCapture<'g>,
+    stream: Arc<Stream>,
+    after: Vec<OperationId>,
+    label: String,
+    callbacks: Vec<ReplayCallback>,
+}
+
+impl CaptureOpBuilder<'_, '_> {
+    /// Run after these operations of the same capture.
+    pub fn after(mut self, dependencies: &[OperationId]) -> Self {
+        self.after.extend_from_slice(dependencies);
+        self
+    }
+
+    /// A name for traces and errors.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// Run `f` on a driver thread when a replay has finished the
+    /// operation's work: a host node, so it fires at every replay. As for
+    /// stream callbacks, `f` must be quick and must not call the driver.
+    pub fn on_complete(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.callbacks.push(Box::new(f));
+        self
+    }
+
+    /// Capture the operation: its stream waits (inside the capture) for its
+    /// dependencies on other streams, then `work` enqueues its nodes through
+    /// the capture on the stream, then its callbacks and completion event
+    /// follow. Returns its id within the capture.
+    pub fn run(
+        self,
+        work: impl FnOnce(&mut Capture, &Stream) -> driver::Result<()>,
+    ) -> Result<OperationId> {
+        let CaptureOpBuilder {
+            capture,
+            stream,
+            after,
+            label,
+            callbacks,
+        } = self;
+        let id = OperationId(capture.ops.len() as u64 + 1);
+        if let Some(&dependency) = after
+            .iter()
+            .find(|dep| dep.0 == 0 || dep.0 > capture.ops.len() as u64)
+        {
+            return Err(Error::UnknownDependency {
+                operation: id,
+                dependency,
+            });
+        }
+        capture.enter(&stream)?;
+        for dependency in &after {
+            let dep = &capture.ops[dependency.0 as usize - 1];
+            if dep.stream.id() != stream.id() {
+                stream.wait_event(&dep.completion)?;
+            }
+        }
+        if let Err(source) = work(&mut capture.capture, &stream) {
+            return Err(Error::OperationFailed {
+                operation: id,
+                label,
+                source,
+            });
+        }
+        for callback in callbacks {
+            capture.capture.add_callback(&stream, callback)?;
+        }
+        let completion = stream.mark()?;
+        capture.ops.push(Captured { stream, completion });
+        Ok(id)
+    }
+}
+
+/// A captured operation graph, instantiated: replay it on any stream of its
+/// context ([`ReplayGraph::replay`]).
+pub struct ReplayGraph {
+    operations: usize,
+    graph: Graph,
+    exec: GraphExec,
+}
+
+impl ReplayGraph {
+    /// Enqueue `times` replays on `stream`, one after the other; they are
+    /// ordered with the stream's other work like any other work.
+    pub fn replay(&self, stream: &Stream, times: usize) -> Result<()> {
+        for _ in 0..times {
+            self.exec.launch(stream)?;
+        }
+        Ok(())
+    }
+
+    /// The operations captured.
+    pub fn operation_count(&self) -> usize {
+        self.operations
+    }
+
+    /// The CUDA graph's nodes (kernels, copies, memsets, callbacks).
+    pub fn node_count(&self) -> usize {
+        self.graph.node_count()
+    }
+
+    /// The executable graph (to upload or update it).
+    pub fn exec(&mut self) -> &mut GraphExec {
+        &mut self.exec
+    }
+}
+
+impl fmt::Debug for ReplayGraph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplayGraph")
+            .field("operations", &self.operations)
+            .field("nodes", &self.graph.node_count())
+            .finish()
+    }
+}
