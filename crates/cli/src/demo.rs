@@ -187,10 +187,9 @@ fn pipeline(
         }
         progress.inc(1);
     }
-    let scopes = streams[1..]
-        .iter()
-        .map(|(stream, name)| profiler.scope(stream, *name))
-        .collect::<Result<Vec<_>, _>>()?;
+    // The last two steps run inside one call, each download waiting for
+    // its compute: a scope around both would count that wait between them.
+    // They stay unscoped; every step above is timed.
     let mut failure = None;
     managed.finish_steps_in_place(|done| {
         if failure.is_none() {
@@ -198,7 +197,6 @@ fn pipeline(
         }
         Ok(())
     })?;
-    drop(scopes);
     if let Some(failure) = failure {
         return Err(failure);
     }
