@@ -33,6 +33,9 @@ use std::time::{Duration, Instant};
 const STREAMS: usize = 4;
 /// The sampled variant times one launch in this many per stream.
 const SAMPLE_EVERY: u32 = 16;
+/// A sparser sampled variant: the rate a launch-bound loop needs to stay
+/// within a few percent when a timed scope costs about one launch.
+const SAMPLE_SPARSE: u32 = 64;
 
 /// Kernel count and size, on the GPU and (smaller, since every launch runs a
 /// CPU twin) on the software driver.
@@ -134,9 +137,9 @@ impl Setup {
         self.sync();
     }
 
-    /// The workload with one launch in `SAMPLE_EVERY` per stream timed.
-    fn sampled(&mut self, profiler: &StreamProfiler) {
-        let sampler = profiler.sampler("fill", SAMPLE_EVERY).expect("sampler");
+    /// The workload with one launch in `every` per stream timed.
+    fn sampled(&mut self, profiler: &StreamProfiler, every: u32) {
+        let sampler = profiler.sampler("fill", every).expect("sampler");
         for i in 0..self.kernels {
             let stream = Arc::clone(&self.streams[i % STREAMS]);
             let _scope = sampler.scope(&stream).expect("scope");
@@ -232,7 +235,7 @@ fn bench_profiler(c: &mut Criterion) {
         |b| {
             b.iter_with_large_drop(|| {
                 let profiler = setup.profiler(true);
-                setup.sampled(&profiler);
+                setup.sampled(&profiler, SAMPLE_EVERY);
                 black_box(profiler.get_comprehensive_report());
                 profiler
             })
@@ -292,8 +295,15 @@ fn compare_overhead(workload: Workload) {
 
         let profiler = setup.profiler(true);
         let start = Instant::now();
-        setup.sampled(&profiler);
+        setup.sampled(&profiler, SAMPLE_EVERY);
         t.sampled.push(start.elapsed());
+        black_box(profiler.get_comprehensive_report());
+        drop(profiler);
+
+        let profiler = setup.profiler(true);
+        let start = Instant::now();
+        setup.sampled(&profiler, SAMPLE_SPARSE);
+        t.sampled_sparse.push(start.elapsed());
         black_box(profiler.get_comprehensive_report());
         drop(profiler);
 
@@ -327,6 +337,10 @@ fn compare_overhead(workload: Workload) {
             median(&mut t.two_events),
         ),
         ("sampled, 1 launch in 16 timed", median(&mut t.sampled)),
+        (
+            "sampled, 1 launch in 64 timed",
+            median(&mut t.sampled_sparse),
+        ),
         ("disabled", median(&mut t.disabled)),
     ];
     let mut variants = variants.to_vec();
@@ -379,6 +393,7 @@ struct Timings {
     report: Vec<Duration>,
     two_events: Vec<Duration>,
     sampled: Vec<Duration>,
+    sampled_sparse: Vec<Duration>,
     disabled: Vec<Duration>,
     cupti_scoped: Vec<Duration>,
     cupti_with_report: Vec<Duration>,
