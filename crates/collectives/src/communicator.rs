@@ -516,6 +516,46 @@ fn shape<T: NcclType>(kind: Kind, count: usize, op: Option<ReduceOp>, root: usiz
     }
 }
 
+/// A collective reading `send` and writing `recv`; `shape` names it and its
+/// count, `bytes` is what it moves (for the stream's counters).
+fn between<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: &'a mut D,
+    shape: Shape,
+    bytes: usize,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let (s, r) = (send.device_ptr(), recv.device_ptr());
+    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
+    Op::new(comm, stream, shape, s, r, uses, bytes)
+}
+
+/// A collective over one buffer, in place.
+fn in_place<'a, T, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    buffer: &'a mut D,
+    kind: Kind,
+    op: Option<ReduceOp>,
+    root: usize,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = buffer.device_len();
+    let ptr = buffer.device_ptr();
+    let uses = vec![BufferUse::write(buffer)];
+    let shape = shape::<T>(kind, count, op, root);
+    Op::new(comm, stream, shape, ptr, ptr, uses, count * size_of::<T>())
+}
+
 pub(crate) fn all_reduce_op<'a, T, S, D>(
     comm: &'a Communicator,
     stream: &'a Stream,
@@ -536,17 +576,8 @@ where
         count,
         recv.device_len(),
     )?;
-    let (s, r) = (send.device_ptr(), recv.device_ptr());
-    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
-    Op::new(
-        comm,
-        stream,
-        shape::<T>(Kind::AllReduce, count, Some(op), 0),
-        s,
-        r,
-        uses,
-        count * size_of::<T>(),
-    )
+    let shape = shape::<T>(Kind::AllReduce, count, Some(op), 0);
+    between(comm, stream, send, recv, shape, count * size_of::<T>())
 }
 
 pub(crate) fn all_reduce_in_place_op<'a, T, D>(
@@ -559,18 +590,7 @@ where
     T: NcclType,
     D: DeviceMemoryMut<Elem = T>,
 {
-    let count = buffer.device_len();
-    let ptr = buffer.device_ptr();
-    let uses = vec![BufferUse::write(buffer)];
-    Op::new(
-        comm,
-        stream,
-        shape::<T>(Kind::AllReduce, count, Some(op), 0),
-        ptr,
-        ptr,
-        uses,
-        count * size_of::<T>(),
-    )
+    in_place(comm, stream, buffer, Kind::AllReduce, Some(op), 0)
 }
 
 pub(crate) fn broadcast_op<'a, T, S, D>(
@@ -587,17 +607,8 @@ where
 {
     let count = recv.device_len();
     check_len(comm, "broadcast", "send buffer", count, send.device_len())?;
-    let (s, r) = (send.device_ptr(), recv.device_ptr());
-    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
-    Op::new(
-        comm,
-        stream,
-        shape::<T>(Kind::Broadcast, count, None, root),
-        s,
-        r,
-        uses,
-        count * size_of::<T>(),
-    )
+    let shape = shape::<T>(Kind::Broadcast, count, None, root);
+    between(comm, stream, send, recv, shape, count * size_of::<T>())
 }
 
 pub(crate) fn broadcast_in_place_op<'a, T, D>(
@@ -610,18 +621,7 @@ where
     T: NcclType,
     D: DeviceMemoryMut<Elem = T>,
 {
-    let count = buffer.device_len();
-    let ptr = buffer.device_ptr();
-    let uses = vec![BufferUse::write(buffer)];
-    Op::new(
-        comm,
-        stream,
-        shape::<T>(Kind::Broadcast, count, None, root),
-        ptr,
-        ptr,
-        uses,
-        count * size_of::<T>(),
-    )
+    in_place(comm, stream, buffer, Kind::Broadcast, None, root)
 }
 
 pub(crate) fn reduce_op<'a, T, S, D>(
@@ -639,17 +639,8 @@ where
 {
     let count = send.device_len();
     check_len(comm, "reduce", "receive buffer", count, recv.device_len())?;
-    let (s, r) = (send.device_ptr(), recv.device_ptr());
-    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
-    Op::new(
-        comm,
-        stream,
-        shape::<T>(Kind::Reduce, count, Some(op), root),
-        s,
-        r,
-        uses,
-        count * size_of::<T>(),
-    )
+    let shape = shape::<T>(Kind::Reduce, count, Some(op), root);
+    between(comm, stream, send, recv, shape, count * size_of::<T>())
 }
 
 pub(crate) fn all_gather_op<'a, T, S, D>(
@@ -672,17 +663,8 @@ where
         whole,
         recv.device_len(),
     )?;
-    let (s, r) = (send.device_ptr(), recv.device_ptr());
-    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
-    Op::new(
-        comm,
-        stream,
-        shape::<T>(Kind::AllGather, count, None, 0),
-        s,
-        r,
-        uses,
-        whole * size_of::<T>(),
-    )
+    let shape = shape::<T>(Kind::AllGather, count, None, 0);
+    between(comm, stream, send, recv, shape, whole * size_of::<T>())
 }
 
 pub(crate) fn reduce_scatter_op<'a, T, S, D>(
@@ -706,15 +688,6 @@ where
         whole,
         send.device_len(),
     )?;
-    let (s, r) = (send.device_ptr(), recv.device_ptr());
-    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
-    Op::new(
-        comm,
-        stream,
-        shape::<T>(Kind::ReduceScatter, count, Some(op), 0),
-        s,
-        r,
-        uses,
-        whole * size_of::<T>(),
-    )
+    let shape = shape::<T>(Kind::ReduceScatter, count, Some(op), 0);
+    between(comm, stream, send, recv, shape, whole * size_of::<T>())
 }
