@@ -103,6 +103,14 @@ pub enum Error {
         /// The slice's size in bytes.
         actual: usize,
     },
+    /// A device with no allocator in a [`crate::DeviceAllocators`].
+    #[error("device {ordinal} has no allocator here: there are {count} devices (0 to {count} - 1)")]
+    UnknownDevice {
+        /// The ordinal asked for.
+        ordinal: i32,
+        /// How many devices have one.
+        count: usize,
+    },
 }
 
 impl From<driver::sys::DriverError> for Error {

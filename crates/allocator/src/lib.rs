@@ -61,6 +61,7 @@ mod arena;
 mod caching;
 mod config;
 mod dependency;
+mod devices;
 mod driver_pool;
 mod error;
 mod hash;
@@ -76,6 +77,7 @@ pub use allocation::Allocation;
 pub use allocator::StreamOrderedAllocator;
 pub use config::Backend;
 pub use dependency::StreamDependency;
+pub use devices::DeviceAllocators;
 /// The safe driver layer this crate builds on (streams, contexts, events).
 pub use driver;
 pub use error::{Error, Result};
