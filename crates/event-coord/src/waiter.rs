@@ -426,12 +426,18 @@ fn run(shared: &Arc<Shared>, max_backoff: Duration) {
                 if pending.is_empty() && queue.shutdown {
                     return;
                 }
+                if pending.is_empty() {
+                    // Nothing to watch: sleep until a wait or shutdown comes
+                    // (no timed wake-ups, so no CPU while idle).
+                    queue = shared.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                }
                 let (guard, timeout) = shared
                     .wake
                     .wait_timeout(queue, max_backoff)
                     .unwrap_or_else(|p| p.into_inner());
                 queue = guard;
-                if timeout.timed_out() && !pending.is_empty() {
+                if timeout.timed_out() {
                     // The safety net: look at every pending wait.
                     break (Vec::new(), pending.keys().copied().collect());
                 }
