@@ -231,7 +231,10 @@ fn the_software_driver_and_other_contexts_are_refused() {
             .err()
             .expect("another context's buffer");
         assert!(matches!(err, Error::Interop { .. }), "{err}");
+        // cust frees them in their own context.
+        cust::context::legacy::ContextStack::push(&other).unwrap();
         drop((cs, buffer));
+        cust::context::legacy::ContextStack::pop().unwrap();
         drop(other);
         return;
     }
