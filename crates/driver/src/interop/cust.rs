@@ -45,17 +45,22 @@
 //!   default stream; after the work is enqueued, the host waits for our
 //!   stream, so the buffer is free to be dropped or changed by cust as soon as
 //!   the call returns. That is done at each use, not when the wrapper is
-//!   dropped, so `mem::forget` cannot skip it. For full speed, allocate with
-//!   us and hand the buffer to cust instead.
+//!   dropped, so `mem::forget` cannot skip it. cust's `unsafe` async calls on
+//!   the buffer are the caller's to order (with the waits below), as cust
+//!   requires. For full speed, allocate with us and lend the buffer to cust
+//!   instead.
 //! - **Our memory used by cust.** cust's `DeviceSlice` is `Copy` and owns
 //!   nothing, so a copy of it can outlive the buffer it points into, and cust's
 //!   safe calls on it would touch freed memory: [`DeviceBuffer::with_cust`] is
-//!   `unsafe` (no copy of the slice may be used after the closure returns).
+//!   `unsafe` (no copy of the slice may be used after the closure returns,
+//!   and through `&self` none may write).
 //!   Around the closure: the legacy default stream first waits for the
-//!   buffer's home stream (its allocation), and after it the buffer's free
-//!   waits for the legacy default stream (the home stream waits for it; a
-//!   plain buffer's free already waits on the host), even if the closure
-//!   panics.
+//!   buffer's home stream (its allocation and our work there), and after it,
+//!   even if the closure panics, the buffer's free waits for the legacy
+//!   default stream: a stream-ordered buffer's home stream waits for it (the
+//!   host does not), and for a plain buffer (freed by the host) the host
+//!   waits for it. Work the closure enqueues on cust streams (cust's `unsafe`
+//!   async calls) is the caller's to order, as cust requires.
 //!
 //! # Left out, and why
 //!
@@ -416,31 +421,38 @@ unsafe impl<T: DeviceCopy + CustCopy> DeviceMemoryMut for CustBufferMut<'_, T> {
 
 /// Runs after the closure of [`DeviceBuffer::with_cust`], on return or
 /// unwind: the buffer's free waits for cust's work on the legacy default
-/// stream.
+/// stream (a pageable host-to-device copy may still be moving data when
+/// cust's call returns).
 struct AfterCust<'a, T: DeviceCopy> {
     buffer: &'a DeviceBuffer<T>,
 }
 
 impl<T: DeviceCopy> Drop for AfterCust<'_, T> {
     fn drop(&mut self) {
-        // A plain buffer's free waits on the host for every stream it
-        // recorded, and cust's synchronous calls have returned; a
-        // stream-ordered one is freed on its home stream, which must wait
-        // for the legacy default stream.
+        let ctx = self.buffer.context();
+        // A stream-ordered buffer is freed on its home stream: that stream
+        // waits for the legacy default stream, and the host does not.
         if let Some(home) = self.buffer.home_stream() {
-            let ctx = self.buffer.context();
-            if let Err(err) = order(ctx, home.as_raw(), LEGACY_STREAM) {
-                tracing::warn!(
+            match order(ctx, home.as_raw(), LEGACY_STREAM) {
+                Ok(()) => return,
+                Err(err) => tracing::warn!(
                     "ordering home stream {} after cust's work on the legacy default stream: \
                      {err}; waiting on the host",
                     home.id()
-                );
-                // SAFETY: the legacy default stream of the current context.
-                let code = unsafe { (ctx.driver().cuStreamSynchronize)(LEGACY_STREAM) };
-                if let Err(err) = ctx.check(code) {
-                    tracing::error!("waiting for the legacy default stream: {err}");
-                }
+                ),
             }
+        }
+        // A plain buffer is freed by the host (`cuMemFree`), after waiting
+        // only for the streams it recorded: the host waits for the legacy
+        // default stream here.
+        if let Err(err) = ctx.bind() {
+            tracing::error!("waiting for the legacy default stream: {err}");
+            return;
+        }
+        // SAFETY: the legacy default stream of the current context.
+        let code = unsafe { (ctx.driver().cuStreamSynchronize)(LEGACY_STREAM) };
+        if let Err(err) = ctx.check(code) {
+            tracing::error!("waiting for the legacy default stream: {err}");
         }
     }
 }
@@ -458,7 +470,9 @@ impl<T: DeviceCopy + CustCopy> DeviceBuffer<T> {
     ///
     /// # Safety
     /// cust's `DeviceSlice` is `Copy`: no copy of the slice may be used after
-    /// `f` returns (the buffer may be freed by then).
+    /// `f` returns (the buffer may be freed by then). And since a copy is
+    /// writable (`DeviceSlice::index` returns one from `&self`), `f` must not
+    /// write the memory: other threads may be reading it through `&self`.
     pub unsafe fn with_cust<R>(&self, f: impl FnOnce(&CustDeviceSlice<T>) -> R) -> Result<R> {
         let slice = self.prepare_cust()?;
         let _after = AfterCust { buffer: self };
@@ -468,7 +482,8 @@ impl<T: DeviceCopy + CustCopy> DeviceBuffer<T> {
     /// [`DeviceBuffer::with_cust`], writable.
     ///
     /// # Safety
-    /// As [`DeviceBuffer::with_cust`].
+    /// No copy of the slice may be used after `f` returns (the buffer may be
+    /// freed by then).
     pub unsafe fn with_cust_mut<R>(
         &mut self,
         f: impl FnOnce(&mut CustDeviceSlice<T>) -> R,
