@@ -155,7 +155,7 @@ fn our_buffer_is_a_cust_slice_inside_a_closure() {
     let mut buffer = DeviceBuffer::from_slice(&ours, &data).unwrap();
     // cust reads it (the legacy default stream waits for the home stream).
     let mut host = vec![0u32; N];
-    // SAFETY: the slice is not kept past the closure.
+    // SAFETY: the slice is not kept past the closure, and only read.
     unsafe { buffer.with_cust(|slice| slice.copy_to(&mut host[..])) }
         .unwrap()
         .unwrap();

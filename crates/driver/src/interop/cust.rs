@@ -103,7 +103,7 @@
 //! // Our buffer as cust's DeviceSlice, inside a closure.
 //! let mine = DeviceBuffer::from_slice(&ours, &[1.0f32; 256])?;
 //! let mut back = vec![0.0f32; 256];
-//! // SAFETY: the slice is not kept past the closure.
+//! // SAFETY: the slice is not kept past the closure, and only read.
 //! unsafe { mine.with_cust(|slice| slice.copy_to(&mut back[..]))?? };
 //! assert_eq!(back, vec![1.0f32; 256]);
 //!
