@@ -115,6 +115,7 @@
 //! | `kernels` | `kernels` | the workspace's CUDA kernels and their CPU twins |
 //! | `collectives` | `collectives` | NCCL `Communicator`s, collectives on streams, `Group` |
 //! | `driver::interop::cudarc` | `cudarc` (off by default) | cudarc streams as ours, cudarc slices in our launches, our buffers in cudarc's calls, events across the two |
+//! | `driver::interop::cust` | `cust` (off by default; needs a CUDA toolkit to build) | cust streams as ours, cust buffers in our launches, our buffers as cust slices, waits across the two |
 //!
 //! Each module is the sub-crate itself (`cuda_streams::pool` is
 //! `cuda-streams-stream-pool`), with its own guide in the repository's

@@ -129,8 +129,8 @@ mod event;
 mod event_pool;
 mod future;
 mod graph;
-#[cfg(feature = "cudarc")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
+#[cfg(any(feature = "cudarc", feature = "cust"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "cudarc", feature = "cust"))))]
 pub mod interop;
 mod launch;
 mod memory;

@@ -7,4 +7,9 @@
 //! and every conversion from a [`Context`](crate::Context) running on it is
 //! refused with [`Error::Interop`](crate::Error::Interop).
 
+#[cfg(feature = "cudarc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
 pub mod cudarc;
+#[cfg(feature = "cust")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cust")))]
+pub mod cust;
