@@ -161,7 +161,8 @@ pub use module::{Kernel, Module};
 pub use priority::{PriorityRange, StreamPriority};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use select::{
-    DRIVER_ENV, DRIVER_SETTING, DriverChoice, DriverKind, LoadedDriver, driver, select,
+    DRIVER_ENV, DRIVER_SETTING, DRIVER_SETTINGS, DriverChoice, DriverKind, LoadedDriver, check_env,
+    driver, select,
 };
 pub use stream::{Stream, WorkObserver};
 /// The raw bindings this crate is built on, for interop and raw calls.
