@@ -130,6 +130,8 @@ fn settings() -> Vec<Setting> {
     all.push(pool::POOL_SIZE_SETTING);
     all.extend(pipeline::PLANNER_SETTINGS);
     all.push(PROFILER_SETTING);
+    all.push(driver::sys::cupti::LIBRARY_SETTING);
+    all.push(driver::sys::nccl::LIBRARY_SETTING);
     all.push(crate::LOG_SETTING);
     all
 }
@@ -163,7 +165,7 @@ fn print_settings(problems: &[Box<dyn Error>]) -> Result<(), Box<dyn Error>> {
     println!("environment (ours win over other names for the same setting):");
     for setting in settings() {
         let Some(found) = setting.from_env()? else {
-            println!("  {:<30} {:<16} default", setting.name, setting.default);
+            println!("  {:<30} {:<24} default", setting.name, setting.default);
             continue;
         };
         let mut from = match found.source() {
@@ -178,7 +180,7 @@ fn print_settings(problems: &[Box<dyn Error>]) -> Result<(), Box<dyn Error>> {
             from.push_str("; INVALID");
         }
         println!(
-            "  {:<30} {:<16} {from}",
+            "  {:<30} {:<24} {from}",
             setting.name,
             format!("{:?}", found.value.trim())
         );
