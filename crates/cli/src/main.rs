@@ -22,7 +22,9 @@ Environment:
   CUDA_STREAMS_DRIVER=cuda|soft|auto  the driver (default auto: the GPU when one
                                       answers, otherwise the software driver)
   CUDA_STREAMS_LOG (or RUST_LOG)      the libraries' log on stderr, e.g. `info` or
-                                      `cuda_streams_driver=debug` (default: warn)";
+                                      `cuda_streams_driver=debug` (default: warn)
+  `cuda-streams info` lists every setting read from the environment, its value
+  and where it came from.";
 
 /// Streams, events, stream-ordered memory and a GPU-timed profiler, on
 /// NVIDIA's driver or the software driver.
