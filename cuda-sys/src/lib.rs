@@ -20,7 +20,7 @@
 //! optional CUPTI backend: [`cupti`] has its types, its table
 //! ([`cupti::Cupti`]), opened from `libcupti.so.13` at run time, and its errors.
 //!
-//! [`env`] reads the settings every crate takes from environment variables,
+//! [`env`](mod@env) reads the settings every crate takes from environment variables,
 //! with one parser and one kind of error.
 //!
 //! This crate is `unsafe` by nature: every entry point is a foreign function.
