@@ -20,6 +20,9 @@
 //! optional CUPTI backend: [`cupti`] has its types, its table
 //! ([`cupti::Cupti`]), opened from `libcupti.so.13` at run time, and its errors.
 //!
+//! [`env`](mod@env) reads the settings every crate takes from environment variables,
+//! with one parser and one kind of error.
+//!
 //! This crate is `unsafe` by nature: every entry point is a foreign function.
 
 /// The bindgen output for `cuda-sys/wrapper.h` (types and constants only).
@@ -39,6 +42,7 @@ pub mod bindings;
 pub mod cupti;
 #[rustfmt::skip]
 mod driver_table;
+pub mod env;
 #[rustfmt::skip]
 mod error_names;
 mod load;

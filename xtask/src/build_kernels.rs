@@ -8,13 +8,29 @@
 //! The output is byte-for-byte reproducible. nvcc embeds no paths or temporary
 //! names as long as `-lineinfo`/`-G` are left out (both record the working
 //! directory and the include paths), so we compile without them, from `kernels/`
-//! with relative source names, and with `NVCC_PREPEND_FLAGS`/`NVCC_APPEND_FLAGS`
-//! cleared so a developer's environment cannot change the bytes.
+//! with relative source names, and `--check` clears `NVCC_PREPEND_FLAGS`/
+//! `NVCC_APPEND_FLAGS` so a developer's environment cannot change the bytes.
 //!
 //! `--check` compiles into `target/build-kernels` and fails, naming every stale
 //! image, when a committed fatbin differs from the fresh one or has no source.
+//!
+//! nvcc is found and configured by the `cc` crate (`cc::Build` with
+//! `.cuda(true)`), so the conventions of every Rust build that compiles CUDA
+//! apply, first match wins:
+//!
+//! 1. `NVCC` (or `NVCC_<target>`, `HOST_NVCC`, as `cc` reads it): that nvcc;
+//! 2. `CUDA_PATH`: `$CUDA_PATH/bin/nvcc`, the toolkit's usual variable;
+//! 3. otherwise the pinned CUDA 13.0 wheels in `target/cuda-toolchain` (or
+//!    `CUDA_STREAMS_CUDA_ROOT`), installed on first use, so a machine without
+//!    CUDA builds the same bytes.
+//!
+//! Extra flags go where nvcc itself reads them, `NVCC_PREPEND_FLAGS` and
+//! `NVCC_APPEND_FLAGS`. Writing honours them (and says so: the images then
+//! differ from the pinned build); `--check` clears them, because it verifies
+//! the committed images against the pinned invocation.
 
 use crate::{Result, cuda_toolchain, workspace_root, write_or_check};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,11 +43,6 @@ const PTX: u32 = 80;
 
 /// Compile every kernel source; write the fatbins, or with `check` compare them.
 pub(crate) fn run(check: bool) -> Result<()> {
-    let toolchain = cuda_toolchain::ensure()?;
-    let nvcc = toolchain.nvcc();
-    if !nvcc.is_file() {
-        return Err(format!("nvcc not found at {}", nvcc.display()));
-    }
     let kernels = workspace_root().join("kernels");
     let scratch = workspace_root().join("target").join("build-kernels");
     // A fresh directory, so a fatbin from an earlier run can never be mistaken
@@ -47,6 +58,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
     if sources.is_empty() {
         return Err(format!("no .cu sources in {}", kernels.display()));
     }
+    let nvcc = find_nvcc(&scratch, check)?;
     let mut problems = Vec::new();
     for source in &sources {
         let stem = stem(source);
@@ -99,16 +111,105 @@ pub(crate) fn run(check: bool) -> Result<()> {
     }
 }
 
+/// The user's flag variables that nvcc reads itself.
+const NVCC_FLAG_VARS: [&str; 2] = ["NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"];
+
+/// nvcc as `cc` finds and configures it, ready to take our arguments.
+struct Nvcc {
+    /// The executable.
+    path: PathBuf,
+    /// Variables `cc` sets for the compiler (e.g. `LC_ALL=C`).
+    env: Vec<(OsString, OsString)>,
+    /// Whether `NVCC_PREPEND_FLAGS`/`NVCC_APPEND_FLAGS` are cleared.
+    clear_flags: bool,
+}
+
+/// Find nvcc through `cc::Build` with `.cuda(true)`.
+///
+/// `cc` is made for object files and libraries: `Build::compile` runs
+/// `nvcc -c` and archives the result, and `get_compiler()` adds host-compiler
+/// arguments (`-ccbin`, warning flags wrapped in `-Xcompiler`, `CXXFLAGS`) that
+/// a fatbin does not use and that would change its invocation. So `cc`
+/// supplies only what it is good at: which nvcc (the `NVCC` convention) and
+/// the environment to run it in. [`compile`] then runs that nvcc with the
+/// fatbin flags itself.
+fn find_nvcc(scratch: &Path, check: bool) -> Result<Nvcc> {
+    // cc reads TARGET/HOST/OPT_LEVEL from Cargo's build-script variables; an
+    // xtask is no build script, so they are given here.
+    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let tool = cc::Build::new()
+        .cuda(true)
+        .cudart("none")
+        .ccbin(false)
+        .no_default_flags(true)
+        .target(&triple)
+        .host(&triple)
+        .opt_level(3)
+        .debug(false)
+        .out_dir(scratch)
+        .cargo_metadata(false)
+        .cargo_warnings(false)
+        .try_get_compiler()
+        .map_err(|e| format!("cc could not configure nvcc: {e}"))?;
+    // cc answers a bare `nvcc` (to be looked up on PATH) when no NVCC
+    // variable is set: then CUDA_PATH, then the pinned wheels.
+    let path = if tool.path() != Path::new("nvcc") {
+        tool.path().to_path_buf()
+    } else if let Some(cuda) = std::env::var_os("CUDA_PATH").filter(|v| !v.is_empty()) {
+        let nvcc = PathBuf::from(&cuda).join("bin").join("nvcc");
+        if !nvcc.is_file() {
+            return Err(format!(
+                "CUDA_PATH={} has no bin/nvcc; unset it to use the pinned CUDA 13.0 wheels",
+                Path::new(&cuda).display()
+            ));
+        }
+        nvcc
+    } else {
+        cuda_toolchain::ensure()?.nvcc()
+    };
+    if !path.is_file() && path.components().count() > 1 {
+        return Err(format!("nvcc not found at {}", path.display()));
+    }
+    let clear_flags = check;
+    for var in NVCC_FLAG_VARS {
+        if let Some(value) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            if clear_flags {
+                eprintln!(
+                    "build-kernels --check: ignoring {var}={value:?} (checks the pinned flags)"
+                );
+            } else {
+                eprintln!(
+                    "build-kernels: nvcc adds {var}={value:?}; the images will differ from \
+                     the pinned build that `--check` compares against"
+                );
+            }
+        }
+    }
+    eprintln!("build-kernels: nvcc is {}", path.display());
+    let env = tool
+        .get_envs()
+        .map(|(k, v)| (k.to_os_string(), v.to_os_string()))
+        .collect();
+    Ok(Nvcc {
+        path,
+        env,
+        clear_flags,
+    })
+}
+
 /// Run nvcc on one source from `dir`, the source named relative to it.
-fn compile(nvcc: &Path, dir: &Path, source: &Path, output: &Path) -> Result<()> {
+fn compile(nvcc: &Nvcc, dir: &Path, source: &Path, output: &Path) -> Result<()> {
     let name = source
         .file_name()
         .ok_or_else(|| format!("{} has no file name", source.display()))?;
-    let mut command = Command::new(nvcc);
+    let mut command = Command::new(&nvcc.path);
+    command.current_dir(dir).envs(nvcc.env.iter().cloned());
+    if nvcc.clear_flags {
+        for var in NVCC_FLAG_VARS {
+            command.env_remove(var);
+        }
+    }
     command
-        .current_dir(dir)
-        .env_remove("NVCC_PREPEND_FLAGS")
-        .env_remove("NVCC_APPEND_FLAGS")
         .args(["--fatbin", "-O3", "-std=c++17", "-Werror", "all-warnings"])
         .args(gencode_flags())
         .arg("-o")

@@ -1,11 +1,22 @@
-//! `cuda-streams info`: what driver answered and what each device is.
+//! `cuda-streams info`: the settings in effect, what driver answered and
+//! what each device is.
 //!
 //! Driver version and device count come from the raw table (the safe layer
 //! has no call for them); each device is described by its `Context`.
 
+use cuda_streams::{pipeline, pool, profiler};
+use driver::sys::env::{Setting, Source};
 use driver::{Context, DeviceInfo, DriverChoice, DriverKind, LoadedDriver};
+use std::error::Error;
 
-pub(crate) fn run() -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn run() -> Result<(), Box<dyn Error>> {
+    // Every setting is checked by the code that reads it; the first bad one
+    // fails the command once the list shows it.
+    let problems = check_settings();
+    print_settings(&problems)?;
+    if let Some(first) = problems.into_iter().next() {
+        return Err(first);
+    }
     let choice = DriverChoice::from_env()?;
     // Asked for the GPU and there is none: a failure (exit code 1, the cause
     // on stderr), as `CUDA_STREAMS_DRIVER=cuda` promises no silent fallback.
@@ -102,4 +113,77 @@ fn print_device(loaded: &LoadedDriver, info: &DeviceInfo) {
              number of devices)"
         );
     }
+}
+
+/// The profiler's setting, described here (the profiler names the variable
+/// and parses it).
+const PROFILER_SETTING: Setting = Setting {
+    name: profiler::BACKEND_ENV,
+    aliases: &[],
+    default: "events",
+    about: "the profiler's backend: events or cupti",
+};
+
+/// Every setting the libraries and this tool read from the environment.
+fn settings() -> Vec<Setting> {
+    let mut all = driver::DRIVER_SETTINGS.to_vec();
+    all.push(pool::POOL_SIZE_SETTING);
+    all.extend(pipeline::PLANNER_SETTINGS);
+    all.push(PROFILER_SETTING);
+    all.push(driver::sys::cupti::LIBRARY_SETTING);
+    all.push(driver::sys::nccl::LIBRARY_SETTING);
+    all.push(crate::LOG_SETTING);
+    all
+}
+
+/// Each bad setting, as the code that reads it reports it.
+fn check_settings() -> Vec<Box<dyn Error>> {
+    let mut problems: Vec<Box<dyn Error>> = Vec::new();
+    if let Err(err) = driver::check_env() {
+        problems.push(err.into());
+    }
+    match pool::POOL_SIZE_SETTING.from_env() {
+        Ok(Some(found)) => {
+            if let Err(err) = pool::parse_pool_size(&found.value) {
+                problems.push(err.into());
+            }
+        }
+        Ok(None) => {}
+        Err(err) => problems.push(err.into()),
+    }
+    if let Err(err) = pipeline::PlannerConfig::from_env() {
+        problems.push(err.into());
+    }
+    if let Err(err) = profiler::Backend::from_env() {
+        problems.push(err.into());
+    }
+    problems
+}
+
+/// One line per setting: its name, its value, and where the value came from.
+fn print_settings(problems: &[Box<dyn Error>]) -> Result<(), Box<dyn Error>> {
+    println!("environment (ours win over other names for the same setting):");
+    for setting in settings() {
+        let Some(found) = setting.from_env()? else {
+            println!("  {:<30} {:<24} default", setting.name, setting.default);
+            continue;
+        };
+        let mut from = match found.source() {
+            Source::Ours(var) => format!("from {var}"),
+            Source::Alias(var) => format!("from {var} (another name for {})", setting.name),
+        };
+        for lost in &found.overridden {
+            from.push_str(&format!("; {lost} is set too, and ignored"));
+        }
+        let shown = format!("{}={:?}", found.var, found.value);
+        if problems.iter().any(|p| p.to_string().contains(&shown)) {
+            from.push_str("; INVALID");
+        }
+        println!(
+            "  {:<30} {:<24} {from}",
+            setting.name,
+            format!("{:?}", found.value.trim())
+        );
+    }
+    Ok(())
 }

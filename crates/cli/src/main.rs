@@ -12,6 +12,7 @@ mod progress;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand};
+use driver::sys::env::Setting;
 use std::error::Error;
 use std::process::ExitCode;
 
@@ -21,7 +22,9 @@ Environment:
   CUDA_STREAMS_DRIVER=cuda|soft|auto  the driver (default auto: the GPU when one
                                       answers, otherwise the software driver)
   CUDA_STREAMS_LOG (or RUST_LOG)      the libraries' log on stderr, e.g. `info` or
-                                      `cuda_streams_driver=debug` (default: warn)";
+                                      `cuda_streams_driver=debug` (default: warn)
+  `cuda-streams info` lists every setting read from the environment, its value
+  and where it came from.";
 
 /// Streams, events, stream-ordered memory and a GPU-timed profiler, on
 /// NVIDIA's driver or the software driver.
@@ -40,7 +43,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The driver in use and every device: name, compute capability, SMs,
+    /// The environment variables in effect (value and where it came from),
+    /// the driver in use and every device: name, compute capability, SMs,
     /// memory, copy engines, stream priorities, peer access.
     #[command(after_help = ENVIRONMENT)]
     Info,
@@ -73,14 +77,26 @@ impl Command {
     }
 }
 
+/// The CLI's own setting: the log filter, `CUDA_STREAMS_LOG` or `RUST_LOG`.
+const LOG_SETTING: Setting = Setting {
+    name: "CUDA_STREAMS_LOG",
+    aliases: &["RUST_LOG"],
+    default: "warn",
+    about: "the libraries' log on stderr (a tracing filter)",
+};
+
 /// Send the libraries' `tracing` events to stderr, filtered by
 /// `CUDA_STREAMS_LOG` (ours wins) or `RUST_LOG`; warnings by default. A
 /// filter that does not parse is reported and the default used.
 fn install_log() {
     use tracing_subscriber::EnvFilter;
-    let (variable, spec) = match std::env::var("CUDA_STREAMS_LOG") {
-        Ok(spec) => ("CUDA_STREAMS_LOG", spec),
-        Err(_) => ("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_default()),
+    let (variable, spec) = match LOG_SETTING.from_env() {
+        Ok(Some(found)) => (found.var, found.value),
+        Ok(None) => (LOG_SETTING.name, String::new()),
+        Err(err) => {
+            eprintln!("cuda-streams: ignoring {err}");
+            (err.var, String::new())
+        }
     };
     let filter = if spec.trim().is_empty() {
         EnvFilter::new("warn")

@@ -236,3 +236,154 @@ fn completions_are_generated() {
         "{script}"
     );
 }
+
+/// Every variable the libraries and the CLI read, by every name: cleared in
+/// the child so that the harness's own settings cannot change what it sees.
+const SETTING_NAMES: &[&str] = &[
+    "CUDA_STREAMS_SOFT_DEVICES",
+    "CUDA_STREAMS_SOFT_CAPACITY_MB",
+    "CUDA_STREAMS_POOL_SIZE",
+    "CUDA_STREAMS_MIN_BATCH_SIZE",
+    "MIN_BATCH_SIZE_FOR_STREAMS",
+    "CUDA_STREAMS_MIN_BATCH_MB",
+    "MIN_BATCH_MEMORY_FOR_STREAMS_MB",
+    "CUDA_STREAMS_MAX_STREAMS",
+    "MAX_CONCURRENT_CUDA_STREAMS",
+    "CUDA_STREAMS_PROFILER_BACKEND",
+];
+
+/// `cuda-streams info` with exactly `vars` among [`SETTING_NAMES`] set (the
+/// driver choice is left as the harness set it, so this runs on the GPU too).
+/// Each run is its own process: nothing here changes this process's environment.
+fn info_with(vars: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(cli());
+    command.arg("info");
+    for name in SETTING_NAMES {
+        command.env_remove(name);
+    }
+    command.envs(vars.iter().copied());
+    command.output().unwrap()
+}
+
+/// The line of `info`'s environment list for `name`.
+fn setting_line<'a>(stdout: &'a str, name: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no line for {name} in:\n{stdout}"))
+}
+
+#[test]
+fn info_lists_every_setting_with_its_value_and_where_it_came_from() {
+    let output = info_with(&[("CUDA_STREAMS_POOL_SIZE", "5")]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    for name in SETTING_NAMES
+        .iter()
+        .filter(|n| n.starts_with("CUDA_STREAMS_"))
+        .chain(&["CUDA_STREAMS_DRIVER", "CUDA_STREAMS_LOG"])
+    {
+        setting_line(&stdout, name);
+    }
+    let pool = setting_line(&stdout, "CUDA_STREAMS_POOL_SIZE");
+    assert!(
+        pool.contains("\"5\"") && pool.ends_with("from CUDA_STREAMS_POOL_SIZE"),
+        "{pool}"
+    );
+    let streams = setting_line(&stdout, "CUDA_STREAMS_MAX_STREAMS");
+    assert!(
+        streams.contains(" 4 ") && streams.ends_with("default"),
+        "{streams}"
+    );
+}
+
+#[test]
+fn info_takes_seed_004_names_and_ours_win_when_both_are_set() {
+    // The specification's names alone.
+    let output = info_with(&[
+        ("MAX_CONCURRENT_CUDA_STREAMS", "3"),
+        ("MIN_BATCH_MEMORY_FOR_STREAMS_MB", "12.5"),
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let streams = setting_line(&stdout, "CUDA_STREAMS_MAX_STREAMS");
+    assert!(
+        streams.contains("\"3\"") && streams.contains("from MAX_CONCURRENT_CUDA_STREAMS"),
+        "{streams}"
+    );
+    let mb = setting_line(&stdout, "CUDA_STREAMS_MIN_BATCH_MB");
+    assert!(
+        mb.contains("\"12.5\"") && mb.contains("from MIN_BATCH_MEMORY_FOR_STREAMS_MB"),
+        "{mb}"
+    );
+
+    // Both names: ours, and the other is said to be ignored.
+    let output = info_with(&[
+        ("MIN_BATCH_SIZE_FOR_STREAMS", "3"),
+        ("CUDA_STREAMS_MIN_BATCH_SIZE", "9"),
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let size = setting_line(&stdout, "CUDA_STREAMS_MIN_BATCH_SIZE");
+    assert!(
+        size.contains("\"9\"")
+            && size.contains("from CUDA_STREAMS_MIN_BATCH_SIZE;")
+            && size.contains("MIN_BATCH_SIZE_FOR_STREAMS is set too, and ignored"),
+        "{size}"
+    );
+
+    // Ours wins even when the other name holds something unusable.
+    let output = info_with(&[
+        ("MAX_CONCURRENT_CUDA_STREAMS", "many"),
+        ("CUDA_STREAMS_MAX_STREAMS", "2"),
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[test]
+fn a_bad_setting_fails_with_one_line_naming_the_variable_and_the_value() {
+    for (var, value) in [
+        ("CUDA_STREAMS_SOFT_CAPACITY_MB", "abc"),
+        ("CUDA_STREAMS_SOFT_DEVICES", "0"),
+        ("CUDA_STREAMS_POOL_SIZE", "eight"),
+        ("CUDA_STREAMS_MIN_BATCH_SIZE", "-2"),
+        ("MIN_BATCH_SIZE_FOR_STREAMS", "x"),
+        ("MIN_BATCH_MEMORY_FOR_STREAMS_MB", "NaN"),
+        ("MAX_CONCURRENT_CUDA_STREAMS", "1000"),
+    ] {
+        let output = info_with(&[(var, value)]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{var}={value}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("environment variable {var}={value:?} is invalid")),
+            "{stderr}"
+        );
+        // The list still shows it, marked.
+        let stdout = text(&output.stdout);
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(&format!("from {var}")))
+            .unwrap_or_else(|| panic!("{var} is not listed:\n{stdout}"));
+        assert!(line.contains("INVALID"), "{line}");
+    }
+}
+
+/// Not only `info` checks: the software driver itself refuses a bad capacity
+/// rather than falling back to 16 GiB, so any command fails naming it.
+#[test]
+fn the_software_driver_refuses_a_bad_capacity() {
+    let output = Command::new(cli())
+        .args(["demo", "--steps", "1"])
+        .env("CUDA_STREAMS_DRIVER", "soft")
+        .env("CUDA_STREAMS_SOFT_CAPACITY_MB", "abc")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("CUDA_STREAMS_SOFT_CAPACITY_MB=\"abc\" is invalid"),
+        "{stderr}"
+    );
+}

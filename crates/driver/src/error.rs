@@ -36,6 +36,11 @@ pub enum Error {
         /// The value found in the environment.
         value: String,
     },
+    /// An environment variable the driver reads (or the software driver's:
+    /// `CUDA_STREAMS_SOFT_DEVICES`, `CUDA_STREAMS_SOFT_CAPACITY_MB`) holds a
+    /// value that cannot be used; the message names it.
+    #[error(transparent)]
+    InvalidEnv(#[from] sys::env::EnvError),
     /// Selecting the driver failed earlier in this process (the message of that failure).
     #[error("driver selection failed: {0}")]
     Selection(String),

@@ -160,7 +160,10 @@ pub use metrics::StreamMetrics;
 pub use module::{Kernel, Module};
 pub use priority::{PriorityRange, StreamPriority};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
-pub use select::{DRIVER_ENV, DriverChoice, DriverKind, LoadedDriver, driver, select};
+pub use select::{
+    DRIVER_ENV, DRIVER_SETTING, DRIVER_SETTINGS, DriverChoice, DriverKind, LoadedDriver, check_env,
+    driver, select,
+};
 pub use stream::{Stream, WorkObserver};
 /// The raw bindings this crate is built on, for interop and raw calls.
 pub use sys;

@@ -12,6 +12,42 @@ use sys::{CUresult, Driver};
 /// The environment variable that selects the driver.
 pub const DRIVER_ENV: &str = "CUDA_STREAMS_DRIVER";
 
+/// `CUDA_STREAMS_DRIVER` as a setting (for listings such as `cuda-streams info`).
+pub const DRIVER_SETTING: sys::env::Setting = sys::env::Setting {
+    name: DRIVER_ENV,
+    aliases: &[],
+    default: "auto",
+    about: "the driver: cuda, soft or auto (the GPU when one answers)",
+};
+
+/// Every setting this crate reads from the environment, with the software
+/// driver's: [`DRIVER_SETTING`], `CUDA_STREAMS_SOFT_DEVICES` and
+/// `CUDA_STREAMS_SOFT_CAPACITY_MB`.
+///
+/// ```
+/// use cuda_streams_driver::DRIVER_SETTINGS;
+/// let names: Vec<_> = DRIVER_SETTINGS.iter().map(|s| s.name).collect();
+/// assert_eq!(names, ["CUDA_STREAMS_DRIVER", "CUDA_STREAMS_SOFT_DEVICES", "CUDA_STREAMS_SOFT_CAPACITY_MB"]);
+/// ```
+pub const DRIVER_SETTINGS: [sys::env::Setting; 3] = [
+    DRIVER_SETTING,
+    soft_driver::DEVICES_SETTING,
+    soft_driver::CAPACITY_SETTING,
+];
+
+/// Check every setting in [`DRIVER_SETTINGS`], whichever driver would be
+/// selected: the first bad value is an error naming its variable.
+///
+/// ```
+/// // Unset or valid in the doctest's environment.
+/// cuda_streams_driver::check_env().unwrap();
+/// ```
+pub fn check_env() -> Result<()> {
+    DriverChoice::from_env()?;
+    soft_driver::check_env()?;
+    Ok(())
+}
+
 /// Which implementation fills the function table.
 ///
 /// ```
@@ -67,12 +103,9 @@ impl DriverChoice {
 
     /// The choice made by `CUDA_STREAMS_DRIVER`, `Auto` when it is unset.
     pub fn from_env() -> Result<Self> {
-        match std::env::var(DRIVER_ENV) {
-            Ok(value) => Self::parse(&value),
-            Err(std::env::VarError::NotPresent) => Ok(Self::Auto),
-            Err(std::env::VarError::NotUnicode(value)) => Err(Error::InvalidDriverChoice {
-                value: value.to_string_lossy().into_owned(),
-            }),
+        match DRIVER_SETTING.from_env()? {
+            Some(found) => Self::parse(&found.value),
+            None => Ok(Self::Auto),
         }
     }
 }
@@ -142,20 +175,23 @@ pub fn driver() -> Result<LoadedDriver> {
 }
 
 /// Select a driver without caching it: loads libcuda (and initialises it) when
-/// the choice allows the GPU.
+/// the choice allows the GPU. The software driver is refused, with the error
+/// naming the variable, while one of its settings
+/// (`cuda_streams_soft_driver::check_env`) is bad.
 pub fn select(choice: DriverChoice) -> Result<LoadedDriver> {
     match choice {
-        DriverChoice::Soft => Ok(soft()),
+        DriverChoice::Soft => soft(),
         DriverChoice::Cuda => cuda(),
-        DriverChoice::Auto => Ok(cuda().unwrap_or_else(|_| soft())),
+        DriverChoice::Auto => cuda().or_else(|_| soft()),
     }
 }
 
-fn soft() -> LoadedDriver {
-    LoadedDriver {
+fn soft() -> Result<LoadedDriver> {
+    soft_driver::check_env()?;
+    Ok(LoadedDriver {
         table: soft_driver::driver(),
         kind: DriverKind::Soft,
-    }
+    })
 }
 
 fn cuda() -> Result<LoadedDriver> {

@@ -118,16 +118,10 @@ pub enum Error {
     /// Something about the pipeline's configuration is not usable.
     #[error("invalid pipeline configuration: {0}")]
     InvalidConfig(String),
-    /// An environment variable holds a value that cannot be used.
-    #[error("environment variable {var}={value:?} is invalid: {reason}")]
-    InvalidEnv {
-        /// The variable's name.
-        var: &'static str,
-        /// The value found.
-        value: String,
-        /// What is wrong with it.
-        reason: String,
-    },
+    /// An environment variable holds a value that cannot be used (the
+    /// message names the variable and the value).
+    #[error(transparent)]
+    InvalidEnv(#[from] driver::sys::env::EnvError),
     /// A batch does not match the arrays the planner was built for.
     #[error("batch key {key:?}: {reason}")]
     BatchMismatch {

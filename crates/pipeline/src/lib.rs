@@ -41,8 +41,8 @@ pub use managed::{ManagedGpuContext, PIPELINE_DEPTH, StepConfig, StepOutput, Tel
 pub use manager::{IterationReport, PipelineStageManager, PipelineStats};
 pub use planner::{
     ArraySpec, DEFAULT_MAX_STREAMS, DEFAULT_MIN_BATCH_MB, DEFAULT_MIN_BATCH_SIZE, ENV_MAX_STREAMS,
-    ENV_MIN_BATCH_MB, ENV_MIN_BATCH_SIZE, MAX_STREAMS_LIMIT, PlannerConfig, TransferPlan,
-    plan_transfers,
+    ENV_MIN_BATCH_MB, ENV_MIN_BATCH_SIZE, MAX_STREAMS_LIMIT, PLANNER_SETTINGS, PlannerConfig,
+    TransferPlan, plan_transfers,
 };
 /// Stream purposes, from the stream pool.
 pub use pool::StreamPurpose;

@@ -1,7 +1,8 @@
 //! Deciding once whether a batch upload should use several streams, and
 //! which stream each key goes on.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use driver::sys::env::{Found, Setting};
 use std::fmt;
 
 /// Batches smaller than this (in samples) use one stream by default.
@@ -13,12 +14,39 @@ pub const DEFAULT_MAX_STREAMS: usize = 4;
 /// The most streams an override may ask for.
 pub const MAX_STREAMS_LIMIT: usize = 64;
 
-/// Overrides [`PlannerConfig::min_batch_size`].
+/// Overrides [`PlannerConfig::min_batch_size`] (seed 004's name,
+/// `MIN_BATCH_SIZE_FOR_STREAMS`, is accepted too; this one wins).
 pub const ENV_MIN_BATCH_SIZE: &str = "CUDA_STREAMS_MIN_BATCH_SIZE";
-/// Overrides [`PlannerConfig::min_batch_mb`].
+/// Overrides [`PlannerConfig::min_batch_mb`] (seed 004's name,
+/// `MIN_BATCH_MEMORY_FOR_STREAMS_MB`, is accepted too; this one wins).
 pub const ENV_MIN_BATCH_MB: &str = "CUDA_STREAMS_MIN_BATCH_MB";
-/// Overrides [`PlannerConfig::max_streams`].
+/// Overrides [`PlannerConfig::max_streams`] (seed 004's name,
+/// `MAX_CONCURRENT_CUDA_STREAMS`, is accepted too; this one wins).
 pub const ENV_MAX_STREAMS: &str = "CUDA_STREAMS_MAX_STREAMS";
+
+/// The planner's settings, each under our name and the specification's
+/// (seed 004: `MIN_BATCH_SIZE_FOR_STREAMS`, `MIN_BATCH_MEMORY_FOR_STREAMS_MB`,
+/// `MAX_CONCURRENT_CUDA_STREAMS`). When both names are set, ours wins.
+pub const PLANNER_SETTINGS: [Setting; 3] = [
+    Setting {
+        name: ENV_MIN_BATCH_SIZE,
+        aliases: &["MIN_BATCH_SIZE_FOR_STREAMS"],
+        default: "8",
+        about: "batches of fewer samples use one stream",
+    },
+    Setting {
+        name: ENV_MIN_BATCH_MB,
+        aliases: &["MIN_BATCH_MEMORY_FOR_STREAMS_MB"],
+        default: "100",
+        about: "batches of fewer MiB use one stream",
+    },
+    Setting {
+        name: ENV_MAX_STREAMS,
+        aliases: &["MAX_CONCURRENT_CUDA_STREAMS"],
+        default: "4",
+        about: "the most streams a batch upload spreads over (1 to 64)",
+    },
+];
 
 /// One named array of a batch: the shape of one sample and its element size.
 ///
@@ -90,11 +118,13 @@ impl Default for PlannerConfig {
 
 impl PlannerConfig {
     /// The defaults, overridden by `CUDA_STREAMS_MIN_BATCH_SIZE`,
-    /// `CUDA_STREAMS_MIN_BATCH_MB` and `CUDA_STREAMS_MAX_STREAMS` when set.
-    /// A value that does not parse, or is out of range, is an error naming
-    /// the variable and the value.
+    /// `CUDA_STREAMS_MIN_BATCH_MB` and `CUDA_STREAMS_MAX_STREAMS` when set, or
+    /// by seed 004's names for them ([`PLANNER_SETTINGS`]); ours win when
+    /// both are set. A value that does not parse, or is out of range, is an
+    /// error naming the variable and the value.
     pub fn from_env() -> Result<Self> {
-        Self::from_lookup(|var| std::env::var(var).ok())
+        let [size, mb, streams] = PLANNER_SETTINGS.map(|s| s.from_env());
+        Self::from_found(size?, mb?, streams?)
     }
 
     /// [`from_env`](Self::from_env) with the variables read through `lookup`.
@@ -105,57 +135,35 @@ impl PlannerConfig {
     ///     (var == "CUDA_STREAMS_MAX_STREAMS").then(|| "2".to_string())
     /// }).unwrap();
     /// assert_eq!((config.max_streams, config.min_batch_size), (2, 8));
+    /// // Seed 004's names work too; ours win when both are set.
+    /// let config = PlannerConfig::from_lookup(|var| match var {
+    ///     "MAX_CONCURRENT_CUDA_STREAMS" => Some("3".into()),
+    ///     "MIN_BATCH_SIZE_FOR_STREAMS" => Some("16".into()),
+    ///     "CUDA_STREAMS_MIN_BATCH_SIZE" => Some("32".into()),
+    ///     _ => None,
+    /// }).unwrap();
+    /// assert_eq!((config.max_streams, config.min_batch_size), (3, 32));
     /// let err = PlannerConfig::from_lookup(|_| Some("lots".into())).unwrap_err();
     /// assert!(err.to_string().contains("CUDA_STREAMS_MIN_BATCH_SIZE=\"lots\""), "{err}");
     /// ```
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let [size, mb, streams] = PLANNER_SETTINGS.map(|s| s.lookup(&lookup));
+        Self::from_found(size?, mb?, streams?)
+    }
+
+    fn from_found(size: Option<Found>, mb: Option<Found>, streams: Option<Found>) -> Result<Self> {
         let mut config = Self::default();
-        if let Some(value) = lookup(ENV_MIN_BATCH_SIZE) {
-            config.min_batch_size = parse_count(ENV_MIN_BATCH_SIZE, &value, 1, usize::MAX)?;
+        if let Some(found) = size {
+            config.min_batch_size = found.parse_int(1..)?;
         }
-        if let Some(value) = lookup(ENV_MIN_BATCH_MB) {
-            let mb = value.trim().parse::<f64>().map_err(|_| Error::InvalidEnv {
-                var: ENV_MIN_BATCH_MB,
-                value: value.clone(),
-                reason: "expected a number of MiB, e.g. 100 or 12.5".into(),
-            })?;
-            if !mb.is_finite() || mb < 0.0 {
-                return Err(Error::InvalidEnv {
-                    var: ENV_MIN_BATCH_MB,
-                    value,
-                    reason: "must be a finite number of MiB, 0 or more".into(),
-                });
-            }
-            config.min_batch_mb = mb;
+        if let Some(found) = mb {
+            config.min_batch_mb = found.parse_number(0.0)?;
         }
-        if let Some(value) = lookup(ENV_MAX_STREAMS) {
-            config.max_streams = parse_count(ENV_MAX_STREAMS, &value, 1, MAX_STREAMS_LIMIT)?;
+        if let Some(found) = streams {
+            config.max_streams = found.parse_int(1..=MAX_STREAMS_LIMIT)?;
         }
         Ok(config)
     }
-}
-
-fn parse_count(var: &'static str, value: &str, min: usize, max: usize) -> Result<usize> {
-    let parsed = value
-        .trim()
-        .parse::<usize>()
-        .map_err(|_| Error::InvalidEnv {
-            var,
-            value: value.to_string(),
-            reason: "expected a whole number".into(),
-        })?;
-    if parsed < min || parsed > max {
-        return Err(Error::InvalidEnv {
-            var,
-            value: value.to_string(),
-            reason: if max == usize::MAX {
-                format!("must be at least {min}")
-            } else {
-                format!("must be between {min} and {max}")
-            },
-        });
-    }
-    Ok(parsed)
 }
 
 /// The decision and the key-to-stream assignment, computed once.

@@ -125,7 +125,7 @@ fn environment_overrides_and_their_errors() {
         ),
         (
             &[("CUDA_STREAMS_MIN_BATCH_SIZE", "0")][..],
-            "CUDA_STREAMS_MIN_BATCH_SIZE=\"0\" is invalid: must be at least 1",
+            "CUDA_STREAMS_MIN_BATCH_SIZE=\"0\" is invalid: expected a whole number, at least 1",
         ),
         (
             &[("CUDA_STREAMS_MIN_BATCH_MB", "-1")][..],
@@ -137,7 +137,7 @@ fn environment_overrides_and_their_errors() {
         ),
         (
             &[("CUDA_STREAMS_MAX_STREAMS", "0")][..],
-            "CUDA_STREAMS_MAX_STREAMS=\"0\" is invalid: must be between 1 and 64",
+            "CUDA_STREAMS_MAX_STREAMS=\"0\" is invalid: expected a whole number from 1 to 64",
         ),
         (
             &[("CUDA_STREAMS_MAX_STREAMS", "1000")][..],
@@ -146,9 +146,61 @@ fn environment_overrides_and_their_errors() {
     ] {
         let pairs: &'static [(&'static str, &'static str)] = pairs;
         let err = PlannerConfig::from_lookup(env(pairs)).unwrap_err();
-        assert!(matches!(err, Error::InvalidEnv { .. }), "{err}");
+        assert!(matches!(err, Error::InvalidEnv(_)), "{err}");
         assert!(err.to_string().contains(needle), "{err}");
     }
+}
+
+#[test]
+fn seed_004_names_are_accepted_and_ours_win_when_both_are_set() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |var: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == var)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    // Only the specification's names.
+    let seed = PlannerConfig::from_lookup(env(&[
+        ("MIN_BATCH_SIZE_FOR_STREAMS", "3"),
+        ("MIN_BATCH_MEMORY_FOR_STREAMS_MB", "7.5"),
+        ("MAX_CONCURRENT_CUDA_STREAMS", "5"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        (seed.min_batch_size, seed.min_batch_mb, seed.max_streams),
+        (3, 7.5, 5)
+    );
+    // Both names for each: ours, whatever the order they are looked up in.
+    let both = PlannerConfig::from_lookup(env(&[
+        ("MIN_BATCH_SIZE_FOR_STREAMS", "3"),
+        ("CUDA_STREAMS_MIN_BATCH_SIZE", "9"),
+        ("MIN_BATCH_MEMORY_FOR_STREAMS_MB", "7.5"),
+        ("CUDA_STREAMS_MIN_BATCH_MB", "1"),
+        ("MAX_CONCURRENT_CUDA_STREAMS", "5"),
+        ("CUDA_STREAMS_MAX_STREAMS", "2"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        (both.min_batch_size, both.min_batch_mb, both.max_streams),
+        (9, 1.0, 2)
+    );
+    // A bad value under the seed's name is named by that name.
+    let err = PlannerConfig::from_lookup(env(&[("MAX_CONCURRENT_CUDA_STREAMS", "many")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("MAX_CONCURRENT_CUDA_STREAMS=\"many\" is invalid"),
+        "{err}"
+    );
+    // Ours set and valid: a bad seed value is not read at all.
+    let ours = PlannerConfig::from_lookup(env(&[
+        ("MAX_CONCURRENT_CUDA_STREAMS", "many"),
+        ("CUDA_STREAMS_MAX_STREAMS", "2"),
+    ]))
+    .unwrap();
+    assert_eq!(ours.max_streams, 2);
 }
 
 #[test]

@@ -2,8 +2,10 @@
 //! pairs may access each other's memory.
 
 use crate::context::check_device;
-use crate::errors::{code, write_out};
+use crate::errors::{code, fail, write_out};
 use std::ffi::{c_char, c_int, c_uint};
+use std::sync::OnceLock;
+use sys::env::{EnvError, Setting};
 use sys::{CUdevice, CUdevice_attribute, CUresult};
 
 /// The name `cuDeviceGetName` reports.
@@ -23,30 +25,50 @@ pub const DEFAULT_DEVICES: c_int = 2;
 /// The most devices the software driver models.
 pub const MAX_DEVICES: c_int = 64;
 
+/// `CUDA_STREAMS_SOFT_DEVICES` as a setting (see [`check_env`](crate::check_env)).
+pub const DEVICES_SETTING: Setting = Setting {
+    name: DEVICES_ENV,
+    aliases: &[],
+    default: "2",
+    about: "how many devices the software driver has (1 to 64)",
+};
+
+/// The device count from the environment, parsed once.
+pub(crate) fn devices_from_env() -> &'static Result<c_int, EnvError> {
+    static FROM_ENV: OnceLock<Result<c_int, EnvError>> = OnceLock::new();
+    FROM_ENV.get_or_init(|| match DEVICES_SETTING.from_env()? {
+        Some(found) => found.parse_int(1..=MAX_DEVICES),
+        None => Ok(DEFAULT_DEVICES),
+    })
+}
+
 /// How many devices the software driver has (`cuDeviceGetCount`):
-/// `CUDA_STREAMS_SOFT_DEVICES` when it holds a number from 1 to
-/// [`MAX_DEVICES`], else [`DEFAULT_DEVICES`]. Fixed for the process at first use.
+/// `CUDA_STREAMS_SOFT_DEVICES` when set, else [`DEFAULT_DEVICES`]. Fixed for
+/// the process at first use. A value that is not a number from 1 to
+/// [`MAX_DEVICES`] makes `cuInit` fail, naming it (and
+/// [`check_env`](crate::check_env) return the error); the count is then
+/// [`DEFAULT_DEVICES`].
 ///
 /// ```
 /// let n = cuda_streams_soft_driver::device_count();
 /// assert!((1..=cuda_streams_soft_driver::MAX_DEVICES).contains(&n));
 /// ```
 pub fn device_count() -> c_int {
-    static COUNT: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
-    *COUNT.get_or_init(|| {
-        std::env::var(DEVICES_ENV)
-            .ok()
-            .and_then(|n| n.trim().parse::<c_int>().ok())
-            .filter(|n| (1..=MAX_DEVICES).contains(n))
-            .unwrap_or(DEFAULT_DEVICES)
-    })
+    match devices_from_env() {
+        Ok(n) => *n,
+        Err(_) => DEFAULT_DEVICES,
+    }
 }
 
 pub(crate) unsafe extern "C" fn cuInit(Flags: c_uint) -> CUresult {
     if Flags != 0 {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     }
-    CUresult::CUDA_SUCCESS
+    // A bad setting is refused here, where CUDA reports a bad install.
+    match crate::check_env() {
+        Ok(()) => CUresult::CUDA_SUCCESS,
+        Err(err) => fail(CUresult::CUDA_ERROR_INVALID_VALUE, err.to_string()),
+    }
 }
 
 pub(crate) unsafe extern "C" fn cuDriverGetVersion(driverVersion: *mut c_int) -> CUresult {

@@ -77,12 +77,13 @@ mod stream_memops;
 
 pub use context::{primary_context_retains, refused_in_host_functions};
 pub use device::{
-    DEFAULT_DEVICES, DEVICE_NAME, DEVICES_ENV, DRIVER_VERSION, MAX_DEVICES, device_count,
+    DEFAULT_DEVICES, DEVICE_NAME, DEVICES_ENV, DEVICES_SETTING, DRIVER_VERSION, MAX_DEVICES,
+    device_count,
 };
 pub use errors::last_error_detail;
 pub use memory::{
-    ALIGNMENT, CAPACITY_ENV, DEFAULT_CAPACITY, capacity, device_capacity, device_memory_in_use,
-    memory_in_use, set_capacity, set_device_capacity,
+    ALIGNMENT, CAPACITY_ENV, CAPACITY_SETTING, DEFAULT_CAPACITY, capacity, device_capacity,
+    device_memory_in_use, memory_in_use, set_capacity, set_device_capacity,
 };
 pub use modules::{KernelTwin, LaunchDims, TwinSpec, register_image, registered_signature};
 pub use nccl::{NCCL_VERSION, nccl};
@@ -90,6 +91,26 @@ pub use nccl::{NCCL_VERSION, nccl};
 pub use sys;
 
 use sys::Driver;
+
+/// The settings the software driver reads from the environment, once, at
+/// first use: [`DEVICES_SETTING`] and [`CAPACITY_SETTING`].
+pub const SETTINGS: [sys::env::Setting; 2] = [DEVICES_SETTING, CAPACITY_SETTING];
+
+/// Whether every setting the software driver reads holds a usable value; the
+/// first that does not is an error naming the variable and the value. `cuInit`
+/// fails with `CUDA_ERROR_INVALID_VALUE` (and this text as
+/// [`last_error_detail`]) while one does not, and the driver crate refuses to
+/// select the software driver with this error.
+///
+/// ```
+/// // Unset or valid in the doctest's environment.
+/// cuda_streams_soft_driver::check_env().unwrap();
+/// ```
+pub fn check_env() -> Result<(), sys::env::EnvError> {
+    device::devices_from_env().clone()?;
+    memory::capacity_from_env().clone()?;
+    Ok(())
+}
 
 /// The software driver's table: every entry point of [`sys::Driver`],
 /// implemented on CPU threads.

@@ -17,9 +17,10 @@ use crate::errors::fail;
 use crate::handles::lock;
 use std::alloc::Layout;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use sys::CUresult;
+use sys::env::{EnvError, Setting};
 
 /// Alignment of every allocation, as `cuMemAlloc` guarantees.
 pub const ALIGNMENT: usize = 256;
@@ -30,6 +31,24 @@ pub const DEFAULT_CAPACITY: usize = 16 << 30;
 /// Environment variable that sets the capacity in MiB at first use.
 pub const CAPACITY_ENV: &str = "CUDA_STREAMS_SOFT_CAPACITY_MB";
 
+/// `CUDA_STREAMS_SOFT_CAPACITY_MB` as a setting (see [`check_env`](crate::check_env)).
+pub const CAPACITY_SETTING: Setting = Setting {
+    name: CAPACITY_ENV,
+    aliases: &[],
+    default: "16384 (16 GiB)",
+    about: "each software device's memory in MiB",
+};
+
+/// The capacity in bytes from the environment, parsed once.
+pub(crate) fn capacity_from_env() -> &'static Result<usize, EnvError> {
+    static FROM_ENV: OnceLock<Result<usize, EnvError>> = OnceLock::new();
+    FROM_ENV.get_or_init(|| match CAPACITY_SETTING.from_env()? {
+        // At most what fits in bytes, and below the "unset" marker.
+        Some(found) => Ok(found.parse_int(1..=(UNSET - 1) >> 20)? << 20),
+        None => Ok(DEFAULT_CAPACITY),
+    })
+}
+
 const UNSET: usize = usize::MAX;
 static CAPACITY: AtomicUsize = AtomicUsize::new(UNSET);
 
@@ -39,15 +58,13 @@ pub fn capacity() -> usize {
 }
 
 /// The default capacity of every device: [`DEFAULT_CAPACITY`] unless set by
-/// [`set_capacity`] or, at first use, by `CUDA_STREAMS_SOFT_CAPACITY_MB`.
+/// [`set_capacity`] or, at first use, by `CUDA_STREAMS_SOFT_CAPACITY_MB`. A
+/// value that is not a whole number of MiB, 1 or more, makes `cuInit` fail,
+/// naming it; the capacity is then [`DEFAULT_CAPACITY`].
 fn default_capacity() -> usize {
     match CAPACITY.load(Ordering::Acquire) {
         UNSET => {
-            let from_env = std::env::var(CAPACITY_ENV)
-                .ok()
-                .and_then(|mb| mb.trim().parse::<usize>().ok())
-                .and_then(|mb| mb.checked_mul(1 << 20))
-                .unwrap_or(DEFAULT_CAPACITY);
+            let from_env = capacity_from_env().clone().unwrap_or(DEFAULT_CAPACITY);
             match CAPACITY.compare_exchange(UNSET, from_env, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => from_env,
                 Err(set) => set,

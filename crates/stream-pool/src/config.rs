@@ -5,6 +5,7 @@ use crate::kinds::AllocationStrategy;
 use crate::layout::ClassSplit;
 use crate::pool::StreamPool;
 use driver::Context;
+use driver::sys::env::{Found, Setting};
 use std::sync::Arc;
 
 /// The environment variable that sets the pool size ([`PoolBuilder::size_from_env`]).
@@ -16,6 +17,14 @@ pub const DEFAULT_POOL_SIZE: usize = 8;
 /// The largest pool size accepted from the environment (a typo guard: each
 /// stream is a driver object and, on the software driver, a thread).
 pub const MAX_ENV_POOL_SIZE: usize = 1024;
+
+/// `CUDA_STREAMS_POOL_SIZE` as a setting (for listings such as `cuda-streams info`).
+pub const POOL_SIZE_SETTING: Setting = Setting {
+    name: POOL_SIZE_ENV,
+    aliases: &[],
+    default: "8",
+    about: "streams in a pool built with size_from_env (1 to 1024)",
+};
 
 /// Configures and builds a [`StreamPool`].
 ///
@@ -74,9 +83,9 @@ impl PoolBuilder {
     /// the size given so far when it is not). A value that is not a whole
     /// number from 1 to [`MAX_ENV_POOL_SIZE`] is an error naming it.
     pub fn size_from_env(self) -> Result<Self> {
-        match std::env::var_os(POOL_SIZE_ENV) {
+        match POOL_SIZE_SETTING.from_env()? {
             None => Ok(self),
-            Some(value) => Ok(self.size(parse_pool_size(&value.to_string_lossy())?)),
+            Some(found) => Ok(self.size(found.parse_int(1..=MAX_ENV_POOL_SIZE)?)),
         }
     }
 
@@ -106,24 +115,17 @@ impl PoolBuilder {
 /// use cuda_streams_stream_pool::parse_pool_size;
 /// assert_eq!(parse_pool_size(" 16 ").unwrap(), 16);
 /// let err = parse_pool_size("eight").unwrap_err().to_string();
-/// assert_eq!(err, "CUDA_STREAMS_POOL_SIZE=\"eight\" is not a valid pool size: \
+/// assert_eq!(err, "environment variable CUDA_STREAMS_POOL_SIZE=\"eight\" is invalid: \
 ///                  expected a whole number from 1 to 1024");
 /// ```
 pub fn parse_pool_size(value: &str) -> Result<usize> {
-    let invalid = |reason: String| Error::InvalidPoolSize {
+    let found = Found {
+        setting: POOL_SIZE_SETTING,
         var: POOL_SIZE_ENV,
         value: value.to_string(),
-        reason,
+        overridden: Vec::new(),
     };
-    let expected = || format!("expected a whole number from 1 to {MAX_ENV_POOL_SIZE}");
-    let size: usize = value.trim().parse().map_err(|_| invalid(expected()))?;
-    match size {
-        0 => Err(invalid("a pool needs at least 1 stream".into())),
-        n if n > MAX_ENV_POOL_SIZE => Err(invalid(format!(
-            "at most {MAX_ENV_POOL_SIZE} streams are accepted from the environment"
-        ))),
-        n => Ok(n),
-    }
+    Ok(found.parse_int(1..=MAX_ENV_POOL_SIZE)?)
 }
 
 #[cfg(test)]
@@ -138,13 +140,13 @@ mod tests {
             ("", "whole number"),
             ("-3", "whole number"),
             ("4.5", "whole number"),
-            ("0", "at least 1"),
-            ("1025", "at most 1024"),
+            ("0", "from 1 to 1024"),
+            ("1025", "from 1 to 1024"),
             ("99999999999999999999999", "whole number"),
         ] {
             let message = parse_pool_size(bad).unwrap_err().to_string();
             assert!(
-                message.starts_with(&format!("CUDA_STREAMS_POOL_SIZE={bad:?}")),
+                message.contains(&format!("CUDA_STREAMS_POOL_SIZE={bad:?} is invalid")),
                 "{message}"
             );
             assert!(message.contains(reason), "{message}");

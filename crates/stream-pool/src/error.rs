@@ -40,16 +40,10 @@ pub enum Error {
     /// A pool of zero streams was asked for.
     #[error("a stream pool of 0 streams: the size must be at least 1")]
     EmptyPool,
-    /// `CUDA_STREAMS_POOL_SIZE` holds something that is not a usable size.
-    #[error("{var}={value:?} is not a valid pool size: {reason}")]
-    InvalidPoolSize {
-        /// The variable read (`CUDA_STREAMS_POOL_SIZE`).
-        var: &'static str,
-        /// The value found.
-        value: String,
-        /// What is wrong with it.
-        reason: String,
-    },
+    /// `CUDA_STREAMS_POOL_SIZE` holds something that is not a usable size
+    /// (the message names the variable and the value).
+    #[error(transparent)]
+    InvalidPoolSize(#[from] driver::sys::env::EnvError),
     /// A class split whose parts do not add up to the pool size.
     #[error(
         "class split {high} high + {normal} normal + {low} low = {} streams, but the pool has {size}",

@@ -76,7 +76,8 @@ pub use driver::StreamPriority;
 pub use engine;
 
 pub use config::{
-    DEFAULT_POOL_SIZE, MAX_ENV_POOL_SIZE, POOL_SIZE_ENV, PoolBuilder, parse_pool_size,
+    DEFAULT_POOL_SIZE, MAX_ENV_POOL_SIZE, POOL_SIZE_ENV, POOL_SIZE_SETTING, PoolBuilder,
+    parse_pool_size,
 };
 pub use coordinator::MultiStreamCoordinator;
 pub use devices::DevicePools;

@@ -55,7 +55,7 @@ fn pool_size_comes_from_the_environment_and_bad_values_are_named() {
             .to_string();
         assert!(
             err.starts_with(&format!(
-                "CUDA_STREAMS_POOL_SIZE={bad:?} is not a valid pool size"
+                "environment variable CUDA_STREAMS_POOL_SIZE={bad:?} is invalid"
             )),
             "{err}"
         );

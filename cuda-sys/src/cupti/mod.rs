@@ -30,6 +30,14 @@ use std::ffi::{CStr, c_void};
 /// default search.
 pub const LIBRARY_ENV: &str = "CUDA_STREAMS_CUPTI_LIBRARY";
 
+/// [`LIBRARY_ENV`] as a setting (for listings such as `cuda-streams info`).
+pub const LIBRARY_SETTING: crate::env::Setting = crate::env::Setting {
+    name: LIBRARY_ENV,
+    aliases: &[],
+    default: "libcupti.so.13 (search)",
+    about: "the libcupti.so.13 to open (a failure to load names it)",
+};
+
 /// The library names tried, in order, when [`LIBRARY_ENV`] is unset: the
 /// versioned soname and the development symlink on the loader path, then the
 /// places a CUDA 13 toolkit installs CUPTI (not on the loader path by default).

@@ -46,6 +46,14 @@ const LIBRARY_NAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 /// wheel's, say: `.../site-packages/nvidia/nccl/lib/libnccl.so.2`).
 pub const LIBRARY_ENV: &str = "CUDA_STREAMS_NCCL_LIBRARY";
 
+/// [`LIBRARY_ENV`] as a setting (for listings such as `cuda-streams info`).
+pub const LIBRARY_SETTING: crate::env::Setting = crate::env::Setting {
+    name: LIBRARY_ENV,
+    aliases: &[],
+    default: "libnccl.so.2 (search)",
+    about: "the libnccl.so.2 to open (a failure to load names it)",
+};
+
 /// Why NCCL could not be loaded. The message says what was looked for and
 /// how to fix it.
 #[derive(Debug, thiserror::Error)]
