@@ -219,10 +219,17 @@ fn a_faulted_stream_writes_no_flag() {
     let stream = Stream::new(table);
     let flags = Mapped::new(table, 64);
     let dev = DeviceMem::new(table, 64);
+    // Hold the stream until the write is enqueued: a launch that already
+    // failed would make the enqueue itself return the sticky error.
+    let (open, held) = std::sync::mpsc::channel::<()>();
+    host_fn(table, stream.raw, move || {
+        let _ = held.recv_timeout(HANG);
+    });
     soft_driver::faults::fail_next_launch(stream.raw).unwrap();
     launch_add_u32(table, function, stream.raw, dev.ptr, 16, 1);
     // SAFETY: a live stream; the flag is inside the mapped allocation.
     ok(unsafe { (table.cuStreamWriteValue32)(stream.raw, flags.device, 1, 0) });
+    let _ = open.send(());
     // SAFETY: a live stream.
     expect(
         unsafe { (table.cuStreamSynchronize)(stream.raw) },
