@@ -125,33 +125,14 @@ pub(crate) fn run(check: bool) -> Result<()> {
         .map_err(|e| format!("bindgen failed on {}: {e}", wrapper.display()))?
         .to_string();
 
-    let file =
-        syn::parse_file(&generated).map_err(|e| format!("cannot parse bindgen output: {e}"))?;
-    let mut functions = BTreeMap::new();
-    let mut items = Vec::new();
-    for item in file.items {
-        match item {
-            syn::Item::ForeignMod(foreign) => {
-                for f in foreign.items {
-                    if let syn::ForeignItem::Fn(f) = f {
-                        functions.insert(f.sig.ident.to_string(), f.sig);
-                    }
-                }
-            }
-            other => items.push(other),
-        }
-    }
+    let (functions, items) = crate::gen_bindings::split_functions(&generated)?;
     let names = error_names(&items)?;
     let cuda_h = toolchain.include_dir().join("cuda.h");
     let renames = header_renames(
         &std::fs::read_to_string(&cuda_h)
             .map_err(|e| format!("cannot read {}: {e}", cuda_h.display()))?,
     );
-    let bindings = syn::File {
-        shebang: None,
-        attrs: Vec::new(),
-        items,
-    };
+    let bindings = crate::gen_bindings::file_of(items);
 
     let out = root.join("cuda-sys").join("src");
     let header = format!("// {GENERATED_BY}\n\n");
@@ -181,6 +162,39 @@ pub(crate) fn run(check: bool) -> Result<()> {
         eprintln!("xtask: cuda-sys bindings unchanged");
     }
     Ok(())
+}
+
+/// Bindgen's output split into the entry points' signatures (by name) and
+/// every other item (types, constants), which become the bindings file.
+pub(crate) fn split_functions(
+    generated: &str,
+) -> Result<(BTreeMap<String, syn::Signature>, Vec<syn::Item>)> {
+    let file =
+        syn::parse_file(generated).map_err(|e| format!("cannot parse bindgen output: {e}"))?;
+    let mut functions = BTreeMap::new();
+    let mut items = Vec::new();
+    for item in file.items {
+        match item {
+            syn::Item::ForeignMod(foreign) => {
+                for f in foreign.items {
+                    if let syn::ForeignItem::Fn(f) = f {
+                        functions.insert(f.sig.ident.to_string(), f.sig);
+                    }
+                }
+            }
+            other => items.push(other),
+        }
+    }
+    Ok((functions, items))
+}
+
+/// A file of `items`, to print as bindings.
+pub(crate) fn file_of(items: Vec<syn::Item>) -> syn::File {
+    syn::File {
+        shebang: None,
+        attrs: Vec::new(),
+        items,
+    }
 }
 
 /// What differs between the function tables generated: the driver's and NCCL's.

@@ -68,27 +68,8 @@ pub(crate) fn run(check: bool) -> Result<usize> {
         .generate()
         .map_err(|e| format!("bindgen failed on {}: {e}", wrapper.display()))?
         .to_string();
-    let file =
-        syn::parse_file(&generated).map_err(|e| format!("cannot parse bindgen output: {e}"))?;
-    let mut functions = BTreeMap::new();
-    let mut items = Vec::new();
-    for item in file.items {
-        match item {
-            syn::Item::ForeignMod(foreign) => {
-                for f in foreign.items {
-                    if let syn::ForeignItem::Fn(f) = f {
-                        functions.insert(f.sig.ident.to_string(), f.sig);
-                    }
-                }
-            }
-            other => items.push(other),
-        }
-    }
-    let bindings = syn::File {
-        shebang: None,
-        attrs: Vec::new(),
-        items,
-    };
+    let (functions, items) = crate::gen_bindings::split_functions(&generated)?;
+    let bindings = crate::gen_bindings::file_of(items);
     let table = function_table(
         &TableSpec {
             name: "Nccl",
