@@ -141,7 +141,20 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// Output into a closed pipe (`cuda-streams info | head -1`) ends the tool
+/// quietly, as it does other command-line tools, instead of making
+/// `println!` panic: Rust starts programs with SIGPIPE ignored.
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: sets one signal's disposition back to the default, first thing
+    // in `main` while no other thread exists; no Rust handler is installed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => match err.kind() {

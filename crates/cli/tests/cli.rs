@@ -387,3 +387,17 @@ fn the_software_driver_refuses_a_bad_capacity() {
         "{stderr}"
     );
 }
+
+/// Output into a pipe whose reader has gone ends the tool quietly (no panic
+/// from `println!`): `info` prints its settings, then its devices after the
+/// driver starts, by which time `head -n 1` has left.
+#[cfg(unix)]
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let script = format!("'{}' info | head -n 1", cli().display());
+    let output = Command::new("sh").args(["-c", &script]).output().unwrap();
+    let stderr = text(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+    assert_eq!(text(&output.stdout).lines().count(), 1);
+}
