@@ -115,21 +115,12 @@ fn print_device(loaded: &LoadedDriver, info: &DeviceInfo) {
     }
 }
 
-/// The profiler's setting, described here (the profiler names the variable
-/// and parses it).
-const PROFILER_SETTING: Setting = Setting {
-    name: profiler::BACKEND_ENV,
-    aliases: &[],
-    default: "events",
-    about: "the profiler's backend: events or cupti",
-};
-
 /// Every setting the libraries and this tool read from the environment.
 fn settings() -> Vec<Setting> {
     let mut all = driver::DRIVER_SETTINGS.to_vec();
     all.push(pool::POOL_SIZE_SETTING);
     all.extend(pipeline::PLANNER_SETTINGS);
-    all.push(PROFILER_SETTING);
+    all.push(profiler::BACKEND_SETTING);
     all.push(driver::sys::cupti::LIBRARY_SETTING);
     all.push(driver::sys::nccl::LIBRARY_SETTING);
     all.push(crate::LOG_SETTING);

@@ -369,6 +369,23 @@ fn a_bad_setting_fails_with_one_line_naming_the_variable_and_the_value() {
     }
 }
 
+/// A profiler backend that is not UTF-8 is refused like any bad value, not
+/// taken silently as the default.
+#[cfg(unix)]
+#[test]
+fn a_profiler_backend_that_is_not_utf8_is_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let value = std::ffi::OsStr::from_bytes(b"cup\xfftti");
+    let output = Command::new(cli())
+        .arg("info")
+        .env("CUDA_STREAMS_PROFILER_BACKEND", value)
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("CUDA_STREAMS_PROFILER_BACKEND"), "{stderr}");
+}
+
 /// Not only `info` checks: the software driver itself refuses a bad capacity
 /// rather than falling back to 16 GiB, so any command fails naming it.
 #[test]

@@ -65,7 +65,7 @@ pub use display::{format_bytes, format_duration};
 /// so examples can name it through this crate.
 pub use driver;
 pub use error::{Error, Result};
-pub use profiler::{BACKEND_ENV, Backend, StreamProfiler};
+pub use profiler::{BACKEND_ENV, BACKEND_SETTING, Backend, StreamProfiler};
 pub use report::{ComprehensiveReport, OperationStats, StreamReport};
 pub use sampler::Sampler;
 pub use scope::ScopeGuard;

@@ -24,6 +24,15 @@ const INITIAL_TIMING_EVENTS: usize = 64;
 /// [`Backend`]: `events` (the default) or `cupti`.
 pub const BACKEND_ENV: &str = "CUDA_STREAMS_PROFILER_BACKEND";
 
+/// [`BACKEND_ENV`] as a setting of the workspace's one environment parser
+/// (`cuda_streams_sys::env`), which `cuda-streams info` lists.
+pub const BACKEND_SETTING: driver::sys::env::Setting = driver::sys::env::Setting {
+    name: BACKEND_ENV,
+    aliases: &[],
+    default: "events",
+    about: "the profiler's backend: events or cupti",
+};
+
 /// Where a profiler's GPU times come from.
 ///
 /// ```
@@ -56,10 +65,13 @@ pub enum Backend {
 
 impl Backend {
     /// The backend `CUDA_STREAMS_PROFILER_BACKEND` names (`events` when unset).
+    /// A value that is not UTF-8 is an error naming the variable, like any
+    /// other bad value.
     pub fn from_env() -> Result<Self> {
-        match std::env::var(BACKEND_ENV) {
-            Err(_) => Ok(Self::Events),
-            Ok(value) => Self::parse(&value),
+        match BACKEND_SETTING.from_env() {
+            Ok(None) => Ok(Self::Events),
+            Ok(Some(found)) => Self::parse(&found.value),
+            Err(err) => Err(Error::InvalidBackend { value: err.value }),
         }
     }
 
