@@ -9,7 +9,7 @@ use cuda_streams_driver::{
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use support::{GATE_LIMIT, Gate, XorShift, ctx, kernel};
+use support::{GATE_LIMIT, Gate, XorShift, ctx, kernel, serial};
 
 const N: usize = 4_099;
 
@@ -49,6 +49,9 @@ fn saxpy_eager(
 
 #[test]
 fn replayed_results_equal_eager_results() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
@@ -85,6 +88,9 @@ fn replayed_results_equal_eager_results() {
 
 #[test]
 fn a_graph_replays_while_another_stream_is_held() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let (stream, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
     let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
@@ -112,6 +118,9 @@ fn a_graph_replays_while_another_stream_is_held() {
 
 #[test]
 fn an_update_changes_a_kernel_argument_without_instantiating_again() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
@@ -154,6 +163,9 @@ fn an_update_changes_a_kernel_argument_without_instantiating_again() {
 
 #[test]
 fn illegal_calls_during_capture_get_clear_errors_and_the_capture_still_works() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let (stream, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
     let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
@@ -231,6 +243,9 @@ fn illegal_calls_during_capture_get_clear_errors_and_the_capture_still_works() {
 
 #[test]
 fn work_forked_to_other_streams_is_captured_and_must_be_joined() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let origin = Stream::new(&ctx).unwrap();
     let branches = [Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap()];
@@ -286,6 +301,9 @@ fn work_forked_to_other_streams_is_captured_and_must_be_joined() {
 
 #[test]
 fn a_graph_keeps_its_buffers_and_callbacks_alive_while_an_instance_exists() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
@@ -333,6 +351,9 @@ fn a_graph_keeps_its_buffers_and_callbacks_alive_while_an_instance_exists() {
 
 #[test]
 fn a_panicking_graph_callback_is_caught_and_counted_at_every_replay() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let mut capture = stream.begin_capture().unwrap();
@@ -352,6 +373,9 @@ fn a_panicking_graph_callback_is_caught_and_counted_at_every_replay() {
 
 #[test]
 fn a_dropped_capture_leaves_the_stream_usable() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
@@ -378,6 +402,9 @@ fn a_dropped_capture_leaves_the_stream_usable() {
 
 #[test]
 fn a_captured_upload_compute_download_step_replays_through_pinned_memory() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let (up, compute, down) = (
         Stream::new(&ctx).unwrap(),
@@ -414,6 +441,9 @@ fn a_captured_upload_compute_download_step_replays_through_pinned_memory() {
 
 #[test]
 fn graph_private_memory_is_not_reused_while_the_graph_lives() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
@@ -456,6 +486,9 @@ fn graph_private_memory_is_not_reused_while_the_graph_lives() {
 
 #[test]
 fn a_graphs_own_host_buffers_are_reached_only_when_no_replay_can_touch_them() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");

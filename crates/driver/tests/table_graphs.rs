@@ -11,6 +11,9 @@ use sys::{
 
 #[test]
 fn a_captured_stream_replays_as_a_graph() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let table = table();
     let (_module, function) = load_add_u32(table);
     let stream = Stream::new(table);
@@ -83,6 +86,9 @@ fn a_captured_stream_replays_as_a_graph() {
 
 #[test]
 fn ending_a_capture_that_never_began_is_an_error() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let table = table();
     let stream = Stream::new(table);
     let mut graph = std::ptr::null_mut();
@@ -142,6 +148,9 @@ fn fill(table: &Driver, stream: &Stream, dev: &DeviceMem, n: usize, value: u32) 
 
 #[test]
 fn work_forked_to_another_stream_and_joined_back_is_captured() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let table = table();
     let (_module, function) = load_add_u32(table);
     let (origin, branch, replay) = (Stream::new(table), Stream::new(table), Stream::new(table));
@@ -195,6 +204,9 @@ fn work_forked_to_another_stream_and_joined_back_is_captured() {
 
 #[test]
 fn a_fork_left_unjoined_fails_the_end_of_the_capture() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let table = table();
     let (_module, function) = load_add_u32(table);
     let (origin, branch) = (Stream::new(table), Stream::new(table));
@@ -221,6 +233,9 @@ fn a_fork_left_unjoined_fails_the_end_of_the_capture() {
 
 #[test]
 fn a_synchronize_during_capture_fails_and_invalidates_it() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let table = table();
     let stream = Stream::new(table);
     begin(table, &stream);
@@ -241,6 +256,9 @@ fn a_synchronize_during_capture_fails_and_invalidates_it() {
 
 #[test]
 fn waiting_on_an_event_from_outside_the_capture_is_an_isolation_error() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let table = table();
     let (stream, other) = (Stream::new(table), Stream::new(table));
     let outside = Event::new(table, 0);
@@ -257,6 +275,9 @@ fn waiting_on_an_event_from_outside_the_capture_is_an_isolation_error() {
 
 #[test]
 fn an_executable_graph_is_updated_in_place_when_only_parameters_change() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let table = table();
     let (_module, function) = load_add_u32(table);
     let stream = Stream::new(table);

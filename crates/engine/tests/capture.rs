@@ -7,7 +7,7 @@ use cuda_streams_engine::driver::{
 use cuda_streams_engine::{Error, OperationGraph, OperationId};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use test_support::{XorShift, ctx, kernel};
+use test_support::{XorShift, ctx, kernel, serial};
 
 const N: usize = 3_001;
 const ROUNDS: usize = 4;
@@ -34,6 +34,9 @@ fn saxpy(
 
 #[test]
 fn a_captured_dag_replays_to_the_eager_results() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let streams: Vec<_> = (0..3).map(|_| Stream::new(&ctx).unwrap()).collect();
     let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
@@ -139,6 +142,9 @@ fn a_captured_dag_replays_to_the_eager_results() {
 
 #[test]
 fn a_captured_operation_depends_only_on_operations_of_its_capture() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let graph = OperationGraph::for_context(&ctx);
