@@ -89,8 +89,9 @@
 //! # }
 //! ```
 
+use super::shared::{PER_THREAD_STREAM, interop, order, require_gpu};
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::event::Event;
 use crate::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut};
 use crate::stream::Stream;
@@ -102,22 +103,9 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 use sys::{CUdeviceptr, CUstream};
 
-/// cudarc's handle of the per-thread default stream.
-const PER_THREAD_STREAM: usize = 0x2;
-
-fn interop(reason: String) -> Error {
-    Error::Interop { reason }
-}
-
 /// `Ok` when `cuda` is the very context `ctx` is, on NVIDIA's driver.
 fn check_context(ctx: &Context, cuda: &CudaContext, what: &str) -> Result<()> {
-    if !ctx.is_gpu() {
-        return Err(interop(format!(
-            "{what}: cudarc uses NVIDIA's driver, and context {} runs on the software driver \
-             (CUDA_STREAMS_DRIVER=soft, or no GPU answered)",
-            ctx.id()
-        )));
-    }
+    require_gpu(ctx, "cudarc", what)?;
     if cuda.cu_ctx().cast::<()>() != ctx.as_raw().cast::<()>() {
         return Err(interop(format!(
             "{what} belongs to CUDA context {:p} (device {}), and ours (id {}) is {:p} (device {}): \
@@ -142,24 +130,6 @@ fn check_not_per_thread(stream: &CudaStream, what: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Make `waiter` wait until `signaller` has done the work enqueued on it so
-/// far: one pooled event recorded on `signaller`, waited on by `waiter`
-/// (both raw handles of `ctx`). The event goes back to the pool at once: a
-/// wait takes its state when it is enqueued.
-fn order(ctx: &Arc<Context>, waiter: CUstream, signaller: CUstream) -> Result<()> {
-    if waiter == signaller {
-        return Ok(());
-    }
-    ctx.bind()?;
-    let event = ctx.event_pool().acquire_event(false)?;
-    let driver = ctx.driver();
-    // SAFETY: the event is ours and alive; both streams are valid handles of
-    // `ctx` (the callers hold the objects that own them) and it is current.
-    ctx.check(unsafe { (driver.cuEventRecord)(event.as_raw(), signaller) })?;
-    // SAFETY: as above; the event was just recorded.
-    ctx.check(unsafe { (driver.cuStreamWaitEvent)(waiter, event.as_raw(), 0) })
 }
 
 impl Stream {

@@ -113,8 +113,9 @@
 //! # }
 //! ```
 
+use super::shared::{PER_THREAD_STREAM, interop, order, require_gpu};
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::event::Event;
 use crate::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut};
 use crate::stream::Stream;
@@ -128,23 +129,10 @@ use sys::{CUdeviceptr, CUstream};
 /// memsets run.
 const LEGACY_STREAM: CUstream = std::ptr::null_mut();
 
-/// cust's handle of the per-thread default stream.
-const PER_THREAD_STREAM: usize = 0x2;
-
-fn interop(reason: String) -> Error {
-    Error::Interop { reason }
-}
-
 /// `Ok` when `ctx` runs on NVIDIA's driver; it is then current on this
 /// thread, for cust's calls.
 fn check_gpu(ctx: &Context, what: &str) -> Result<()> {
-    if !ctx.is_gpu() {
-        return Err(interop(format!(
-            "{what}: cust uses NVIDIA's driver, and context {} runs on the software driver \
-             (CUDA_STREAMS_DRIVER=soft, or no GPU answered)",
-            ctx.id()
-        )));
-    }
+    require_gpu(ctx, "cust", what)?;
     ctx.bind()
 }
 
@@ -202,24 +190,6 @@ fn check_memory(ctx: &Context, ptr: CUdeviceptr, what: &str) -> Result<()> {
         )
     };
     check_same(ctx, code, owner, what)
-}
-
-/// Make `waiter` wait until `signaller` has done the work enqueued on it so
-/// far: one pooled event recorded on `signaller`, waited on by `waiter`
-/// (both raw handles of `ctx`; null is the legacy default stream). The event
-/// goes back to the pool at once: a wait takes its state when it is enqueued.
-fn order(ctx: &Arc<Context>, waiter: CUstream, signaller: CUstream) -> Result<()> {
-    if waiter == signaller {
-        return Ok(());
-    }
-    ctx.bind()?;
-    let event = ctx.event_pool().acquire_event(false)?;
-    let driver = ctx.driver();
-    // SAFETY: the event is ours and alive; both streams are valid handles of
-    // `ctx` (the callers hold the objects that own them) and it is current.
-    ctx.check(unsafe { (driver.cuEventRecord)(event.as_raw(), signaller) })?;
-    // SAFETY: as above; the event was just recorded.
-    ctx.check(unsafe { (driver.cuStreamWaitEvent)(waiter, event.as_raw(), 0) })
 }
 
 impl Stream {
