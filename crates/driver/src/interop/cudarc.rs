@@ -20,7 +20,7 @@
 //!   `CudaContext::new(ordinal)` retains too. Every conversion compares the
 //!   two handles and refuses a mismatch, the software driver (cudarc always
 //!   talks to `libcuda.so.1`) and per-thread default streams (their handle
-//!   means another stream on every thread) with [`Error::Interop`].
+//!   means another stream on every thread) with [`Error::Interop`](crate::Error::Interop).
 //! - **cudarc memory used by us.** cudarc frees a `CudaSlice` on the stream it
 //!   was allocated on (its *home*). Before our work uses the slice, our stream
 //!   waits for the home stream (the allocation and cudarc's work there) and
@@ -138,7 +138,7 @@ impl Stream {
     /// returned `Stream` keeps a clone of `stream` so that cannot happen
     /// before it is dropped.
     ///
-    /// Fails with [`Error::Interop`] when `stream` belongs to another context
+    /// Fails with [`Error::Interop`](crate::Error::Interop) when `stream` belongs to another context
     /// than `ctx`, when `ctx` runs on the software driver, or for the
     /// per-thread default stream.
     pub fn from_cudarc(ctx: &Arc<Context>, stream: &Arc<CudaStream>) -> Result<Arc<Stream>> {
@@ -297,7 +297,7 @@ pub struct CudarcSlice<'a, T, S: DevicePtr<T> + ?Sized = CudaSlice<T>> {
 
 impl<'a, T: DeviceCopy, S: DevicePtr<T> + ?Sized> CudarcSlice<'a, T, S> {
     /// Wrap `slice` for use with `ctx`'s streams. Fails with
-    /// [`Error::Interop`] when it belongs to another context, `ctx` runs on
+    /// [`Error::Interop`](crate::Error::Interop) when it belongs to another context, `ctx` runs on
     /// the software driver, or the slice lives on the per-thread stream.
     pub fn new(ctx: &Arc<Context>, slice: &'a S) -> Result<Self> {
         check_slice(ctx, slice)?;

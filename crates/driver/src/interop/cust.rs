@@ -34,7 +34,7 @@
 //!   `cust::quick_init()` and `cust::context::Context::new(device)` retain the
 //!   device's primary context, which is what our [`Context`] is. Streams and
 //!   buffers are checked (`cuStreamGetCtx`, `cuPointerGetAttribute`) and a
-//!   mismatch is refused with [`Error::Interop`], as is the software driver
+//!   mismatch is refused with [`Error::Interop`](crate::Error::Interop), as is the software driver
 //!   (cust always talks to `libcuda`). Every conversion makes our context
 //!   current first, so cust's later calls on this thread go to it.
 //! - **cust memory used by us.** cust frees a `DeviceBuffer` with `cuMemFree`
@@ -198,7 +198,7 @@ impl Stream {
     /// returned `Stream` keeps a clone of `stream` so that cannot happen
     /// before it is dropped.
     ///
-    /// Fails with [`Error::Interop`] when `stream` belongs to another context
+    /// Fails with [`Error::Interop`](crate::Error::Interop) when `stream` belongs to another context
     /// than `ctx`, when `ctx` runs on the software driver, or for the
     /// per-thread default stream.
     pub fn from_cust(
@@ -293,7 +293,7 @@ pub struct CustBuffer<'a, T: CustCopy> {
 
 impl<'a, T: DeviceCopy + CustCopy> CustBuffer<'a, T> {
     /// Wrap `buffer` for use with `ctx`'s streams. Fails with
-    /// [`Error::Interop`] when it belongs to another context or `ctx` runs on
+    /// [`Error::Interop`](crate::Error::Interop) when it belongs to another context or `ctx` runs on
     /// the software driver.
     pub fn new(ctx: &Arc<Context>, buffer: &'a CustDeviceBuffer<T>) -> Result<Self> {
         if !buffer.is_empty() {
@@ -436,7 +436,7 @@ impl<T: DeviceCopy + CustCopy> DeviceBuffer<T> {
     /// on other cust streams (cust's `unsafe` async calls) is ordered by the
     /// caller, as cust requires.
     ///
-    /// Fails with [`Error::Interop`] on the software driver.
+    /// Fails with [`Error::Interop`](crate::Error::Interop) on the software driver.
     ///
     /// # Safety
     /// cust's `DeviceSlice` is `Copy`: no copy of the slice may be used after
