@@ -7,8 +7,10 @@
 //!    (registration, state, retirement), driver calls excluded.
 //! 2. A 1→4 fork/join: a root operation, four branches after it on four
 //!    streams, a join after all four: 6 records and 8 waits, through the
-//!    graph and as raw calls. Also the driver layer's `Stream::fork`/`join`
-//!    (5 records, 8 waits).
+//!    graph and as raw calls; then the same as one graph operation
+//!    (`OpBuilder::fork_join`: the fork, four branches and the join, with
+//!    the same 6 records and 8 waits and one operation's bookkeeping). Also
+//!    the driver layer's `Stream::fork`/`join` (5 records, 8 waits).
 //!
 //! Every batch of work is followed by an untimed synchronize, so queues stay
 //! short on both sides.
@@ -149,6 +151,25 @@ fn main() {
         "%",
     );
     let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
+    let node = per_call(
+        |_| {
+            let _fan = graph
+                .op(root_stream)
+                .fork_join(&refs, |_, _| Ok(()))
+                .expect("fork/join");
+        },
+        settle,
+    );
+    compare(
+        "engine: 1->4 fork/join as one graph operation vs the same raw calls",
+        node,
+        raw,
+    );
+    figure(
+        "engine: 1->4 fork/join node, graph over raw",
+        (node / raw - 1.0) * 100.0,
+        "%",
+    );
     let layer = per_call(
         |_| {
             root_stream.fork(&refs).expect("fork");

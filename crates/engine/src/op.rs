@@ -141,6 +141,66 @@ impl<'g> OpBuilder<'g> {
     }
 }
 
+impl OpBuilder<'_> {
+    /// A fork/join as one operation: after its dependencies, its stream
+    /// forks to `branches` ([`Stream::fork`], one event), `work(i, branch)`
+    /// enqueues branch `i`'s work, and the stream joins them
+    /// ([`Stream::join`], one event per branch). The operation completes on
+    /// its own stream after the join, so a dependant waits for every branch.
+    ///
+    /// It costs the driver calls a fork/join needs and the graph's
+    /// bookkeeping of a single operation, where one operation per branch
+    /// would cost that bookkeeping once per branch. The branches have no ids
+    /// of their own: build them with [`run`](Self::run) when something must
+    /// depend on one branch alone.
+    ///
+    /// When a branch's work fails, the other branches still run, the join is
+    /// still made (whatever was enqueued stays ordered before dependants) and
+    /// the error is [`Error::OperationFailed`], naming the operation.
+    ///
+    /// ```
+    /// use cuda_streams_engine::OperationGraph;
+    /// use cuda_streams_engine::driver::{Context, DeviceBuffer, PinnedBuffer, Stream};
+    /// # fn main() -> cuda_streams_engine::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let main = Stream::new(&ctx)?;
+    /// let branches = [Stream::new(&ctx)?, Stream::new(&ctx)?, Stream::new(&ctx)?];
+    /// let graph = OperationGraph::for_context(&ctx);
+    /// let mut parts: Vec<DeviceBuffer<u32>> =
+    ///     (0..3).map(|_| DeviceBuffer::new(&ctx, 256)).collect::<Result<_, _>>()?;
+    /// let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
+    /// let mut next = parts.iter_mut();
+    /// let fan = graph.op(&main).label("fill parts").fork_join(&refs, |i, s| {
+    ///     let part = next.next().expect("one part per branch");
+    ///     s.memset_u32_async(part, i as u32 + 1)
+    /// })?;
+    /// let mut host = PinnedBuffer::<u32>::new(&ctx, 256)?;
+    /// let read = graph.op(&main).after(&[fan.id()])
+    ///     .run(|s| s.copy_to_host_async(&mut host, &parts[2]))?;
+    /// read.wait()?;
+    /// assert!(host.as_slice()?.iter().all(|&v| v == 3));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fork_join(
+        self,
+        branches: &[&Stream],
+        mut work: impl FnMut(usize, &Stream) -> driver::Result<()>,
+    ) -> Result<Op> {
+        self.run(|root| {
+            root.fork(branches)?;
+            let mut first_failure = None;
+            for (i, branch) in branches.iter().enumerate() {
+                if let Err(err) = work(i, branch) {
+                    first_failure.get_or_insert(err);
+                }
+            }
+            root.join(branches)?;
+            first_failure.map_or(Ok(()), Err)
+        })
+    }
+}
+
 /// An enqueued operation of an [`OperationGraph`]: its id, to depend on, and
 /// its completion, to wait for. Dropping it forgets nothing: the graph keeps
 /// the operation until the GPU has passed it.

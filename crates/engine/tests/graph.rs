@@ -132,3 +132,95 @@ fn failed_work_completes_its_operation_and_names_it() {
     ));
     graph.op(&b).run(|_| Ok(())).unwrap().wait().unwrap();
 }
+
+#[test]
+fn a_fork_join_orders_every_branch_between_its_dependency_and_its_dependant() {
+    let ctx = ctx();
+    let root = Stream::new(&ctx).unwrap();
+    let branches: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
+    let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
+    let graph = OperationGraph::for_context(&ctx);
+    let slow = spin_kernel(&ctx);
+    let n = 1 << 14;
+    let mut source = DeviceBuffer::<u32>::new(&ctx, n).unwrap();
+    let mut parts: Vec<DeviceBuffer<u32>> = (0..4)
+        .map(|_| DeviceBuffer::new(&ctx, n).unwrap())
+        .collect();
+    let mut host = PinnedBuffer::<u32>::new(&ctx, n).unwrap();
+    for round in 1..=3u32 {
+        // The source is written late (behind a slow kernel): a branch that
+        // did not wait for the fork would copy the previous round's values.
+        let fill = graph
+            .op(&root)
+            .run(|s| {
+                spin(s, &slow, Duration::from_millis(2));
+                s.memset_u32_async(&mut source, round)
+            })
+            .unwrap();
+        let mut next = parts.iter_mut();
+        let fan = graph
+            .op(&root)
+            .after(&[fill.id()])
+            .label("copy to parts")
+            .fork_join(&refs, |i, s| {
+                // Each branch is slow too, so a join that did not wait would
+                // let the reads below see stale parts.
+                spin(s, &slow, Duration::from_millis(1 + i as u64));
+                s.copy_device_to_device_async(next.next().unwrap(), &source)
+            })
+            .unwrap();
+        // Read every part on another stream, after the fork/join only.
+        let reader = &branches[(round as usize) % 4];
+        for part in &parts {
+            let read = graph
+                .op(reader)
+                .after(&[fan.id()])
+                .run(|s| s.copy_to_host_async(&mut host, part))
+                .unwrap();
+            read.wait().unwrap();
+            assert!(host.as_slice().unwrap().iter().all(|&v| v == round));
+        }
+    }
+}
+
+#[test]
+fn a_failed_branch_still_joins_and_names_the_operation() {
+    let ctx = ctx();
+    let root = Stream::new(&ctx).unwrap();
+    let branches = [Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap()];
+    let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
+    let graph = OperationGraph::for_context(&ctx);
+    let slow = spin_kernel(&ctx);
+    let mut small = DeviceBuffer::<u32>::new(&ctx, 4).unwrap();
+    let mut ran = Vec::new();
+    let err = graph
+        .op(&root)
+        .label("fan")
+        .fork_join(&refs, |i, s| {
+            ran.push(i);
+            if i == 0 {
+                s.copy_from_host(&mut small, &[1u32; 8])
+            } else {
+                spin(s, &slow, Duration::from_millis(2));
+                Ok(())
+            }
+        })
+        .unwrap_err();
+    assert_eq!(ran, [0, 1], "the other branch still ran");
+    let Error::OperationFailed {
+        operation, label, ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(label, "fan");
+    // Completed after the join: its event is passed only after branch 1's
+    // slow kernel, so once a dependant has finished, branch 1 has too.
+    let after = graph
+        .op(&root)
+        .after(&[*operation])
+        .run(|_| Ok(()))
+        .unwrap();
+    after.wait().unwrap();
+    assert!(branches[1].query().unwrap(), "the join did not wait");
+}

@@ -37,7 +37,9 @@ pub struct CoordinatorMetrics {
     pub completed_operations: u64,
     /// Host time spent inside `register_operation`, `begin_operation` and
     /// `complete_operation` (driver calls included), divided by
-    /// `total_operations`.
+    /// `total_operations`. Builder operations ([`crate::OperationGraph::op`])
+    /// are sampled: one in sixteen is timed and stands for the others, since
+    /// reading the clock would be a sizeable part of their cost.
     pub average_coordination_time: Duration,
     /// Cycles reported by `detect_deadlocks`, summed over its calls.
     pub deadlock_detections: u64,
@@ -64,6 +66,13 @@ impl Counters {
     pub(crate) fn add_time(&self, elapsed: Duration) {
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         self.coordination_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Time one operation in `every`: the sample stands for all of them.
+    pub(crate) fn add_sampled_time(&self, elapsed: Duration, every: u64) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.coordination_ns
+            .fetch_add(ns.saturating_mul(every), Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self, in_flight: usize) -> CoordinatorMetrics {

@@ -65,6 +65,39 @@ impl Phase {
 /// What the builder's work returned; on failure, with the operation's label.
 pub(crate) type WorkOutcome = std::result::Result<(), (driver::Error, String)>;
 
+/// The completion events an operation must wait for. Most operations have
+/// at most one dependency on another stream, which then costs no allocation.
+pub(crate) enum Waits {
+    None,
+    One(Arc<PooledEvent>),
+    Many(Vec<Arc<PooledEvent>>),
+}
+
+impl Waits {
+    fn push(&mut self, event: Arc<PooledEvent>) {
+        *self = match std::mem::replace(self, Waits::None) {
+            Waits::None => Waits::One(event),
+            Waits::One(first) => Waits::Many(vec![first, event]),
+            Waits::Many(mut all) => {
+                all.push(event);
+                Waits::Many(all)
+            }
+        };
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Arc<PooledEvent>> {
+        match self {
+            Waits::None => [].iter(),
+            Waits::One(event) => std::slice::from_ref(event).iter(),
+            Waits::Many(all) => all.iter(),
+        }
+    }
+}
+
+/// One builder operation in this many is timed for
+/// [`CoordinatorMetrics::average_coordination_time`].
+const TIME_EVERY: u64 = 16;
+
 /// What the builder says of an operation, before it has an id.
 pub(crate) struct OpMeta {
     pub(crate) kind: OperationType,
@@ -312,7 +345,7 @@ impl OperationGraph {
                 return Err(err);
             }
         };
-        for event in &waits {
+        for event in waits.iter() {
             if let Err(err) = stream.wait_event(event) {
                 self.unclaim_begin(id);
                 return Err(err.into());
@@ -330,27 +363,28 @@ impl OperationGraph {
         stream: Arc<Stream>,
         work: impl FnOnce(&Stream) -> driver::Result<()>,
     ) -> Result<(OperationId, Arc<PooledEvent>, WorkOutcome)> {
-        let start = Instant::now();
+        let created = Instant::now();
         let id = OperationId(self.next_id.fetch_add(1, Ordering::AcqRel));
+        // Timing every operation would cost four clock reads, a sizeable
+        // share of the operation itself: one in `TIME_EVERY` is timed.
+        let timed = id.0.is_multiple_of(TIME_EVERY);
         let waits = match self.cross_stream_waits(id, &meta.dependencies, &stream) {
             Ok(waits) => waits,
             Err(err) => {
                 self.abandon(id);
-                self.counters.add_time(start.elapsed());
                 return Err(err);
             }
         };
-        for event in &waits {
+        for event in waits.iter() {
             if let Err(err) = stream.wait_event(event) {
                 self.abandon(id);
-                self.counters.add_time(start.elapsed());
                 return Err(err.into());
             }
         }
         drop(waits);
         let begun_at = self.begin_clock.fetch_add(1, Ordering::Relaxed);
         self.counters.total.fetch_add(1, Ordering::Relaxed);
-        let registered = start.elapsed();
+        let registered = timed.then(|| created.elapsed());
         // Nobody holds the id before `run` returns, so the operation enters
         // the map only once its work is enqueued, already completed.
         let outcome = {
@@ -359,7 +393,7 @@ impl OperationGraph {
             work(&stream)
         };
         let outcome = outcome.map_err(|err| (err, meta.label.clone()));
-        let start = Instant::now();
+        let completing = timed.then(Instant::now);
         let event = self.completion_event(&stream).and_then(|event| {
             let event = Arc::new(event);
             let op = Op {
@@ -368,7 +402,7 @@ impl OperationGraph {
                     priority: meta.priority,
                     stream_id: stream.id(),
                     operation_id: id,
-                    creation_time: start,
+                    creation_time: created,
                     dependencies: meta.dependencies,
                     description: meta.label,
                 },
@@ -398,7 +432,10 @@ impl OperationGraph {
                 }
             }
         });
-        self.counters.add_time(registered + start.elapsed());
+        if let (Some(registered), Some(completing)) = (registered, completing) {
+            self.counters
+                .add_sampled_time(registered + completing.elapsed(), TIME_EVERY);
+        }
         match event {
             Ok(event) => {
                 self.counters.completed.fetch_add(1, Ordering::Relaxed);
@@ -432,8 +469,8 @@ impl OperationGraph {
         id: OperationId,
         dependencies: &[OperationId],
         stream: &Stream,
-    ) -> Result<Vec<Arc<PooledEvent>>> {
-        let mut waits = Vec::new();
+    ) -> Result<Waits> {
+        let mut waits = Waits::None;
         for &dependency in dependencies {
             let Some(dep) = self.ops.get(&dependency) else {
                 // Absent and issued: retired, so the GPU is past it.
