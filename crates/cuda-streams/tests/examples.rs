@@ -11,7 +11,8 @@
     feature = "allocator",
     feature = "profiler",
     feature = "pipeline",
-    feature = "kernels"
+    feature = "kernels",
+    feature = "collectives"
 ))]
 
 use std::path::{Path, PathBuf};
@@ -29,6 +30,8 @@ const EXAMPLES: &[&str] = &[
     "profiler",
     "async_loader",
     "graph_replay",
+    "data_parallel",
+    "two_gpu_pipeline",
 ];
 
 /// Where the examples are: `CUDA_STREAMS_EXAMPLES_DIR`, or the directory
