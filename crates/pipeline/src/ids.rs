@@ -33,6 +33,32 @@ pub struct BufferId(pub usize);
 /// assert_eq!(id.index(), 2);
 /// assert_eq!(id.to_string(), "stage 2");
 /// ```
+///
+/// A buffer is no stage, and a stage no buffer:
+///
+/// ```
+/// # use cuda_streams_pipeline::{BufferId, PipelineStageManager, StageId};
+/// fn configure(pipeline: &mut PipelineStageManager) -> cuda_streams_pipeline::Result<()> {
+///     pipeline.set_inputs(vec![BufferId(0)]);
+///     pipeline.set_order(vec![StageId(0)])
+/// }
+/// ```
+///
+/// ```compile_fail
+/// # use cuda_streams_pipeline::{BufferId, PipelineStageManager, StageId};
+/// fn configure(pipeline: &mut PipelineStageManager) -> cuda_streams_pipeline::Result<()> {
+///     pipeline.set_inputs(vec![BufferId(0)]);
+///     pipeline.set_order(vec![BufferId(0)])
+/// }
+/// ```
+///
+/// ```compile_fail
+/// # use cuda_streams_pipeline::{BufferId, PipelineStageManager, StageId};
+/// fn configure(pipeline: &mut PipelineStageManager) -> cuda_streams_pipeline::Result<()> {
+///     pipeline.set_inputs(vec![StageId(0)]);
+///     pipeline.set_order(vec![StageId(0)])
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StageId(pub usize);
 
