@@ -38,7 +38,7 @@ pub use profiler::{ComprehensiveReport, StreamProfiler};
 #[cfg(feature = "pipeline")]
 #[cfg_attr(docsrs, doc(cfg(feature = "pipeline")))]
 pub use pipeline::{
-    ArraySpec, AsyncCoordinator, BatchUploader, GpuPipelineStage, GpuTripleBuffer,
-    ManagedGpuContext, PipelineStageManager, PlannerConfig, StageArg, StepConfig, Telemetry,
-    plan_transfers,
+    ArraySpec, AsyncCoordinator, BatchUploader, BufferId, GpuPipelineStage, GpuTripleBuffer,
+    ManagedGpuContext, PipelineStageManager, PlannerConfig, StageArg, StageId, StepConfig,
+    Telemetry, plan_transfers,
 };

@@ -1,5 +1,6 @@
 //! The pipeline crate's error type.
 
+use crate::ids::{BufferId, StageId};
 use crate::triple_buffer::SlotState;
 
 /// Everything the pipeline can fail with.
@@ -66,33 +67,33 @@ pub enum Error {
         /// Host length.
         host: usize,
     },
-    /// A stage index that was never added.
-    #[error("stage {index} does not exist (the manager has {stages} stage(s))")]
+    /// A stage id that was never handed out by `add_stage`.
+    #[error("{stage} does not exist (the manager has {stages} stage(s))")]
     UnknownStage {
-        /// The index asked for.
-        index: usize,
+        /// The id asked for.
+        stage: StageId,
         /// How many stages exist.
         stages: usize,
     },
-    /// A stage index listed twice in an order.
-    #[error("stage {index} ({name:?}) appears more than once in the order")]
+    /// A stage listed twice in an order.
+    #[error("{stage} ({name:?}) appears more than once in the order")]
     DuplicateStage {
-        /// The index.
-        index: usize,
+        /// The stage.
+        stage: StageId,
         /// The stage's name.
         name: String,
     },
     /// A stage reads a buffer that is neither a pipeline input nor written by an earlier stage.
     #[error(
-        "stage {index} ({name:?}) reads buffer {buffer}, which is neither a pipeline input nor written by an earlier stage"
+        "{stage} ({name:?}) reads {buffer}, which is neither a pipeline input nor written by an earlier stage"
     )]
     ReadBeforeWrite {
-        /// The stage index.
-        index: usize,
+        /// The stage.
+        stage: StageId,
         /// The stage's name.
         name: String,
-        /// The buffer id.
-        buffer: usize,
+        /// The buffer.
+        buffer: BufferId,
     },
     /// The stages' data flow forms a cycle.
     #[error("the stages' data flow forms a cycle: {cycle}")]
@@ -102,15 +103,41 @@ pub enum Error {
     },
     /// A stage passes a buffer to its kernel that it does not declare.
     #[error(
-        "stage {index} ({name:?}) passes buffer {buffer} to its kernel without listing it in input_buffers or output_buffers"
+        "{stage} ({name:?}) passes {buffer} to its kernel without listing it in input_buffers or output_buffers"
     )]
     UndeclaredBuffer {
-        /// The stage index.
-        index: usize,
+        /// The stage.
+        stage: StageId,
         /// The stage's name.
         name: String,
-        /// The buffer id.
-        buffer: usize,
+        /// The buffer.
+        buffer: BufferId,
+    },
+    /// A stage's arguments do not fit its kernel's signature over the
+    /// pipeline's buffers: a count or scalar type that differs, or buffers
+    /// of an element type the kernel does not take (its buffer parameters
+    /// must be `T*` of the pipeline's `T`).
+    #[error("{stage} ({name:?}): {source}")]
+    StageArguments {
+        /// The stage.
+        stage: StageId,
+        /// The stage's name.
+        name: String,
+        /// What the kernel's signature check said.
+        #[source]
+        source: driver::Error,
+    },
+    /// A buffer that is not one of the pipeline's inputs, where an input is needed.
+    #[error("{buffer} is not a pipeline input")]
+    NotAnInput {
+        /// The buffer.
+        buffer: BufferId,
+    },
+    /// A buffer that is not one of the pipeline's outputs, where an output is needed.
+    #[error("{buffer} is not a pipeline output")]
+    NotAnOutput {
+        /// The buffer.
+        buffer: BufferId,
     },
     /// The pipeline was run before `set_order`.
     #[error("the pipeline has no execution order: call set_order first")]

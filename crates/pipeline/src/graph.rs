@@ -3,8 +3,11 @@
 //! the choice of graph and consecutive batches overlap across lanes.
 
 use crate::error::{Error, Result};
+use crate::ids::BufferId;
 use crate::stage::{GpuPipelineStage, StageArg};
-use driver::{Context, DeviceBuffer, GraphArg, GraphExec, HostSlot, PinnedBuffer, Stream};
+use driver::{
+    Context, DeviceBuffer, DeviceCopy, GraphArg, GraphExec, HostSlot, PinnedBuffer, Stream,
+};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
@@ -13,21 +16,21 @@ use std::sync::Arc;
 const DEPTH: usize = 3;
 
 /// What a capture needs from the manager.
-pub(crate) struct GraphSpec<'a> {
+pub(crate) struct GraphSpec<'a, T> {
     pub(crate) ctx: &'a Arc<Context>,
     /// Upload, compute and download streams (the capture's, not the lanes').
     pub(crate) streams: [&'a Arc<Stream>; 3],
     pub(crate) elements: usize,
     pub(crate) stages: Vec<&'a GpuPipelineStage>,
     /// Each input id with its current host data, per slot.
-    pub(crate) inputs: Vec<Vec<(usize, &'a [f32])>>,
-    pub(crate) outputs: Vec<usize>,
+    pub(crate) inputs: Vec<Vec<(BufferId, &'a [T])>>,
+    pub(crate) outputs: Vec<BufferId>,
 }
 
-struct SlotGraph {
+struct SlotGraph<T> {
     exec: GraphExec,
-    inputs: HashMap<usize, HostSlot<f32>>,
-    outputs: HashMap<usize, HostSlot<f32>>,
+    inputs: HashMap<BufferId, HostSlot<T>>,
+    outputs: HashMap<BufferId, HostSlot<T>>,
 }
 
 /// The step of a [`crate::PipelineStageManager`] captured as CUDA graphs
@@ -38,7 +41,7 @@ struct SlotGraph {
 ///
 /// Inputs start as the manager's when captured; write new ones with
 /// [`PipelineGraph::fill_input`] or [`PipelineGraph::input_mut`], read results
-/// with [`PipelineGraph::output`].
+/// with [`PipelineGraph::output`]. Its element type `T` is the manager's.
 ///
 /// ```
 /// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
@@ -63,27 +66,27 @@ struct SlotGraph {
 /// # Ok(())
 /// # }
 /// ```
-pub struct PipelineGraph {
+pub struct PipelineGraph<T: DeviceCopy = f32> {
     lanes: Vec<Arc<Stream>>,
-    slots: Vec<SlotGraph>,
+    slots: Vec<SlotGraph<T>>,
     steps: u64,
     nodes: usize,
 }
 
-impl PipelineGraph {
-    pub(crate) fn capture(spec: GraphSpec<'_>) -> Result<Self> {
+impl<T: DeviceCopy> PipelineGraph<T> {
+    pub(crate) fn capture(spec: GraphSpec<'_, T>) -> Result<Self> {
         let [up, compute, down] = spec.streams;
         let mut slots = Vec::with_capacity(DEPTH);
         let mut nodes = 0;
         for slot_inputs in &spec.inputs {
-            let ids: HashSet<usize> = spec
+            let ids: HashSet<BufferId> = spec
                 .stages
                 .iter()
                 .flat_map(|stage| stage.buffers())
                 .chain(slot_inputs.iter().map(|(id, _)| *id))
                 .chain(spec.outputs.iter().copied())
                 .collect();
-            let device: HashMap<usize, Arc<DeviceBuffer<f32>>> = ids
+            let device: HashMap<BufferId, Arc<DeviceBuffer<T>>> = ids
                 .iter()
                 .map(|&id| Ok((id, Arc::new(DeviceBuffer::new(spec.ctx, spec.elements)?))))
                 .collect::<Result<_>>()?;
@@ -136,7 +139,8 @@ impl PipelineGraph {
     }
 
     /// Write input `id` of every slot (each waits for the replays reading it).
-    pub fn fill_input(&mut self, id: usize, data: &[f32]) -> Result<()> {
+    pub fn fill_input(&mut self, id: impl Into<BufferId>, data: &[T]) -> Result<()> {
+        let id = id.into();
         for slot in 0..DEPTH {
             let input = self.input_of(slot, id)?;
             if input.len() != data.len() {
@@ -153,21 +157,20 @@ impl PipelineGraph {
 
     /// Input `id` of the slot the next step replays, for writing the next
     /// batch into (waits for that slot's replays to finish reading it).
-    pub fn input_mut(&mut self, id: usize) -> Result<&mut [f32]> {
+    pub fn input_mut(&mut self, id: impl Into<BufferId>) -> Result<&mut [T]> {
         let slot = (self.steps % DEPTH as u64) as usize;
-        self.input_of(slot, id)
+        self.input_of(slot, id.into())
     }
 
-    fn input_of(&mut self, slot: usize, id: usize) -> Result<&mut [f32]> {
+    fn input_of(&mut self, slot: usize, id: BufferId) -> Result<&mut [T]> {
         let SlotGraph { exec, inputs, .. } = &mut self.slots[slot];
-        let input = inputs
-            .get(&id)
-            .ok_or_else(|| Error::InvalidConfig(format!("buffer {id} is not a pipeline input")))?;
+        let input = inputs.get(&id).ok_or(Error::NotAnInput { buffer: id })?;
         Ok(exec.host(input)?)
     }
 
     /// Output `id` of the latest step (waits for its replay).
-    pub fn output(&mut self, id: usize) -> Result<&[f32]> {
+    pub fn output(&mut self, id: impl Into<BufferId>) -> Result<&[T]> {
+        let id = id.into();
         let slot = match self.steps {
             0 => {
                 return Err(Error::InvalidConfig("no step has been replayed yet".into()));
@@ -175,9 +178,7 @@ impl PipelineGraph {
             steps => ((steps - 1) % DEPTH as u64) as usize,
         };
         let SlotGraph { exec, outputs, .. } = &mut self.slots[slot];
-        let output = outputs
-            .get(&id)
-            .ok_or_else(|| Error::InvalidConfig(format!("buffer {id} is not a pipeline output")))?;
+        let output = outputs.get(&id).ok_or(Error::NotAnOutput { buffer: id })?;
         Ok(exec.host(output)?)
     }
 
@@ -205,7 +206,7 @@ impl PipelineGraph {
     }
 }
 
-impl fmt::Debug for PipelineGraph {
+impl<T: DeviceCopy> fmt::Debug for PipelineGraph<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PipelineGraph")
             .field("steps", &self.steps)
@@ -217,12 +218,12 @@ impl fmt::Debug for PipelineGraph {
 /// A stage's arguments over one slot's buffers: a buffer the stage writes
 /// and passes once is lent for writing, others for reading (as the eager
 /// pipeline lends them).
-fn stage_args(
+fn stage_args<T: DeviceCopy>(
     stage: &GpuPipelineStage,
-    device: &HashMap<usize, Arc<DeviceBuffer<f32>>>,
+    device: &HashMap<BufferId, Arc<DeviceBuffer<T>>>,
     n: u64,
 ) -> Vec<GraphArg> {
-    let passes = |b: usize| {
+    let passes = |b: BufferId| {
         stage
             .args
             .iter()

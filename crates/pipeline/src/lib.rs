@@ -12,7 +12,8 @@
 //! - [`AsyncCoordinator`]: upload, compute and download streams; dependencies
 //!   through events; [`AsyncCoordinator::poll`] reports what the GPU finished.
 //! - [`PipelineStageManager`]: validated stage order (petgraph), three batches
-//!   in flight, statistics from timing events.
+//!   in flight, statistics from timing events; buffers of any [`driver::DeviceCopy`]
+//!   element type (`f32` by default), named by [`BufferId`], stages by [`StageId`].
 //! - [`ManagedGpuContext`]: sync (one stream) or async (triple-buffered) mode.
 //! - [`BatchUploader`] / [`plan_transfers`]: decide once whether multi-stream
 //!   batch upload pays, and assign keys to streams balanced by bytes.
@@ -23,6 +24,7 @@ mod batch_upload;
 mod coordinator;
 mod error;
 mod graph;
+mod ids;
 mod managed;
 mod manager;
 mod planner;
@@ -37,6 +39,7 @@ pub use coordinator::{AsyncCoordinator, CompletedOperation, OperationId, Operati
 pub use driver;
 pub use error::{Error, Result};
 pub use graph::PipelineGraph;
+pub use ids::{BufferId, StageId};
 pub use managed::{ManagedGpuContext, PIPELINE_DEPTH, StepConfig, StepOutput, Telemetry};
 pub use manager::{IterationReport, PipelineStageManager, PipelineStats};
 pub use planner::{

@@ -290,6 +290,15 @@ impl ManagedGpuContext {
     /// A stage manager for buffers of `elements` `f32`s, on this context's
     /// upload, compute and download streams (asynchronous mode only).
     pub fn create_pipeline_manager(&self, elements: usize) -> Result<PipelineStageManager> {
+        self.create_typed_pipeline_manager(elements)
+    }
+
+    /// [`create_pipeline_manager`](Self::create_pipeline_manager) for buffers
+    /// of `elements` values of `T` ([`PipelineStageManager::new_typed`]).
+    pub fn create_typed_pipeline_manager<T: DeviceCopy>(
+        &self,
+        elements: usize,
+    ) -> Result<PipelineStageManager<T>> {
         let Mode::Async { pool, .. } = &self.mode else {
             return Err(Error::Mode(
                 "a pipeline manager needs stream management: create the context with enable_async = true",
@@ -300,7 +309,7 @@ impl ManagedGpuContext {
             pool.get_stream_for_purpose(StreamPurpose::KernelExecution),
             pool.get_stream_for_purpose(StreamPurpose::TelemetryDownload),
         )?;
-        PipelineStageManager::new(coordinator, elements)
+        PipelineStageManager::new_typed(coordinator, elements)
     }
 
     /// Run one step: upload `config.input`, run the kernel, download the

@@ -3,8 +3,9 @@
 use crate::coordinator::{AsyncCoordinator, OperationId};
 use crate::error::{Error, Result};
 use crate::graph::{GraphSpec, PipelineGraph};
+use crate::ids::{self, BufferId, StageId};
 use crate::stage::{GpuPipelineStage, StageArg, validate_order};
-use driver::{DeviceBuffer, Event, KernelArg, PinnedBuffer, Stream};
+use driver::{DeviceBuffer, DeviceCopy, Event, KernelArg, PinnedBuffer};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
@@ -96,13 +97,16 @@ pub struct IterationReport {
     pub downloaded: Option<u64>,
 }
 
-/// The device buffers of one batch slot, by buffer id.
-type SlotBuffers = Vec<Option<DeviceBuffer<f32>>>;
+/// The device buffers of one batch slot, indexed by buffer id.
+type SlotBuffers<T> = Vec<Option<DeviceBuffer<T>>>;
 
-struct Slots {
-    device: Vec<SlotBuffers>,
-    host_in: Vec<HashMap<usize, PinnedBuffer<f32>>>,
-    host_out: Vec<HashMap<usize, PinnedBuffer<f32>>>,
+/// Host buffers by buffer id.
+type HostBuffers<T> = HashMap<BufferId, PinnedBuffer<T>>;
+
+struct Slots<T: DeviceCopy> {
+    device: Vec<SlotBuffers<T>>,
+    host_in: Vec<HostBuffers<T>>,
+    host_out: Vec<HostBuffers<T>>,
     /// Per slot: the uploads of its current batch, and its last downloads.
     uploads: Vec<Vec<OperationId>>,
     downloads: Vec<Vec<OperationId>>,
@@ -137,8 +141,13 @@ struct Timing {
 /// from pinned host buffers ([`input_mut`](Self::input_mut),
 /// [`fill_input`](Self::fill_input)); outputs ([`set_outputs`](Self::set_outputs),
 /// by default the last stage's outputs) are downloaded into pinned host
-/// buffers ([`output`](Self::output)). All buffers are `f32` of the
-/// element count given to [`new`](Self::new).
+/// buffers ([`output`](Self::output)). All buffers hold the element count
+/// given to [`new`](Self::new) of the element type `T`: `f32` by default,
+/// any [`DeviceCopy`] type through [`new_typed`](Self::new_typed). Stages'
+/// kernels take them as `T*`.
+///
+/// Buffers are named by [`BufferId`] and stages by [`StageId`]; calls take
+/// plain indices too (`set_inputs(vec![0])`, `output(1)`).
 ///
 /// ```
 /// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
@@ -165,14 +174,14 @@ struct Timing {
 /// # Ok(())
 /// # }
 /// ```
-pub struct PipelineStageManager {
+pub struct PipelineStageManager<T: DeviceCopy = f32> {
     coordinator: AsyncCoordinator,
     elements: usize,
     stages: Vec<GpuPipelineStage>,
-    order: Option<Vec<usize>>,
-    inputs: Vec<usize>,
-    outputs: Option<Vec<usize>>,
-    slots: Option<Slots>,
+    order: Option<Vec<StageId>>,
+    inputs: Vec<BufferId>,
+    outputs: Option<Vec<BufferId>>,
+    slots: Option<Slots<T>>,
     /// Steps taken; batches uploaded, computed and downloaded (queued).
     step: u64,
     fed: u64,
@@ -184,8 +193,47 @@ pub struct PipelineStageManager {
 }
 
 impl PipelineStageManager {
-    /// A manager over `coordinator`'s streams, for buffers of `elements` `f32`s.
+    /// A manager over `coordinator`'s streams, for buffers of `elements` `f32`s
+    /// ([`new_typed`](Self::new_typed) for another element type).
     pub fn new(coordinator: AsyncCoordinator, elements: usize) -> Result<Self> {
+        Self::new_typed(coordinator, elements)
+    }
+}
+
+impl<T: DeviceCopy> PipelineStageManager<T> {
+    /// A manager over `coordinator`'s streams, for buffers of `elements`
+    /// values of `T`, which the stages' kernels take as `T*`.
+    ///
+    /// [`new`](PipelineStageManager::new) is this for `f32`; it exists so
+    /// that a plain `PipelineStageManager::new(…)` needs no type annotation.
+    /// Here `fill_u32(n, value, out)` overwrites the first 4 of each batch's
+    /// 8 `u32`s, in place:
+    ///
+    /// ```
+    /// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
+    /// use cuda_streams_pipeline::{AsyncCoordinator, BufferId, GpuPipelineStage, PipelineStageManager, StageArg};
+    /// # fn main() -> cuda_streams_pipeline::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("fill_u32")?;
+    /// let mut pipeline = PipelineStageManager::<u32>::new_typed(AsyncCoordinator::new(&ctx)?, 8)?;
+    /// let stage = pipeline.add_stage(GpuPipelineStage {
+    ///     name: "mark".into(),
+    ///     input_buffers: vec![BufferId(0)],
+    ///     output_buffers: vec![BufferId(0)],
+    ///     kernel: fill,
+    ///     config: LaunchConfig::for_num_elems(4),
+    ///     args: vec![StageArg::U64(4), StageArg::U32(7), StageArg::buffer(0)],
+    /// });
+    /// pipeline.set_inputs(vec![0]);
+    /// pipeline.set_order(vec![stage])?;
+    /// pipeline.input_mut(0)?.copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    /// pipeline.execute_iteration()?;
+    /// pipeline.drain()?;
+    /// assert_eq!(pipeline.output_of(0, 0)?, &[7, 7, 7, 7, 5, 6, 7, 8]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new_typed(coordinator: AsyncCoordinator, elements: usize) -> Result<Self> {
         if elements == 0 {
             return Err(Error::InvalidConfig("a pipeline of 0 elements".into()));
         }
@@ -206,68 +254,105 @@ impl PipelineStageManager {
         })
     }
 
-    /// Add a stage; returns its index for [`set_order`](Self::set_order).
-    pub fn add_stage(&mut self, stage: GpuPipelineStage) -> usize {
+    /// Add a stage; returns its id for [`set_order`](Self::set_order).
+    pub fn add_stage(&mut self, stage: GpuPipelineStage) -> StageId {
         self.stages.push(stage);
-        self.stages.len() - 1
+        StageId(self.stages.len() - 1)
     }
 
-    /// The buffers uploaded from the host for every batch.
-    pub fn set_inputs(&mut self, inputs: Vec<usize>) {
-        self.inputs = inputs;
+    /// The buffers uploaded from the host for every batch ([`BufferId`]s or
+    /// plain indices).
+    pub fn set_inputs<I>(&mut self, inputs: I)
+    where
+        I: IntoIterator,
+        I::Item: Into<BufferId>,
+    {
+        self.inputs = ids::collect(inputs);
         self.slots = None;
     }
 
-    /// The buffers downloaded for every batch (default: the last stage's outputs).
-    pub fn set_outputs(&mut self, outputs: Vec<usize>) {
-        self.outputs = Some(outputs);
+    /// The buffers downloaded for every batch (default: the last stage's
+    /// outputs), as [`BufferId`]s or plain indices.
+    pub fn set_outputs<I>(&mut self, outputs: I)
+    where
+        I: IntoIterator,
+        I::Item: Into<BufferId>,
+    {
+        self.outputs = Some(ids::collect(outputs));
         self.slots = None;
     }
 
-    /// Set the execution order after validating it: every index names a
-    /// stage, once; the stages' data flow has no cycle; every stage reads
-    /// only pipeline inputs and buffers written by a stage before it.
-    /// Allocates the buffers of the three slots. On error nothing changes.
-    pub fn set_order(&mut self, order: Vec<usize>) -> Result<()> {
+    /// Set the execution order ([`StageId`]s from
+    /// [`add_stage`](Self::add_stage), or plain indices) after validating it:
+    /// every id names a stage, once; the stages' data flow has no cycle;
+    /// every stage reads only pipeline inputs and buffers written by a stage
+    /// before it; every stage's arguments fit its kernel's signature over
+    /// buffers of `T`. Allocates the buffers of the three slots. On error
+    /// nothing changes.
+    pub fn set_order<I>(&mut self, order: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: Into<StageId>,
+    {
+        self.apply_order(ids::collect(order))
+    }
+
+    fn apply_order(&mut self, order: Vec<StageId>) -> Result<()> {
         validate_order(&self.stages, &order, &self.inputs)?;
         if order.is_empty() {
             return Err(Error::InvalidConfig("an empty execution order".into()));
         }
         let outputs = self.outputs_for(&order);
-        let written: HashSet<usize> = order
+        let written: HashSet<BufferId> = order
             .iter()
-            .flat_map(|&i| self.stages[i].output_buffers.iter().copied())
+            .flat_map(|&i| self.stages[i.0].output_buffers.iter().copied())
             .chain(self.inputs.iter().copied())
             .collect();
         if let Some(&missing) = outputs.iter().find(|b| !written.contains(b)) {
             return Err(Error::InvalidConfig(format!(
-                "output buffer {missing} is neither an input nor written by any stage"
+                "output {missing} is neither an input nor written by any stage"
             )));
         }
-        let ids: HashSet<usize> = order
+        let ids: HashSet<BufferId> = order
             .iter()
-            .flat_map(|&i| self.stages[i].buffers())
+            .flat_map(|&i| self.stages[i.0].buffers())
             .chain(self.inputs.iter().copied())
             .chain(outputs.iter().copied())
             .collect();
-        self.slots = Some(self.allocate(&ids, &outputs)?);
+        let mut slots = self.allocate(&ids, &outputs)?;
+        // The kernels' signatures against real buffers of `T`, now rather
+        // than at the first step (with its upload already queued).
+        let n = self.elements as u64;
+        for &id in &order {
+            let stage = &self.stages[id.0];
+            let args = stage_args(stage, &mut slots.device[0], n);
+            stage
+                .kernel
+                .check_args(&args)
+                .map_err(|source| Error::StageArguments {
+                    stage: id,
+                    name: stage.name.clone(),
+                    source,
+                })?;
+        }
+        self.slots = Some(slots);
         self.order = Some(order);
         Ok(())
     }
 
-    fn outputs_for(&self, order: &[usize]) -> Vec<usize> {
+    fn outputs_for(&self, order: &[StageId]) -> Vec<BufferId> {
         match &self.outputs {
             Some(outputs) => outputs.clone(),
             None => order
                 .last()
-                .map(|&i| self.stages[i].output_buffers.clone())
+                .map(|&i| self.stages[i.0].output_buffers.clone())
                 .unwrap_or_default(),
         }
     }
 
-    fn allocate(&self, ids: &HashSet<usize>, outputs: &[usize]) -> Result<Slots> {
+    fn allocate(&self, ids: &HashSet<BufferId>, outputs: &[BufferId]) -> Result<Slots<T>> {
         let ctx = self.coordinator.context();
-        let count = ids.iter().max().map_or(0, |m| m + 1);
+        let count = ids.iter().max().map_or(0, |m| m.0 + 1);
         let mut slots = Slots {
             device: Vec::new(),
             host_in: Vec::new(),
@@ -277,12 +362,12 @@ impl PipelineStageManager {
             held: [None; DEPTH],
         };
         for _ in 0..DEPTH {
-            let mut device: SlotBuffers = (0..count).map(|_| None).collect();
+            let mut device: SlotBuffers<T> = (0..count).map(|_| None).collect();
             for &id in ids {
-                device[id] = Some(DeviceBuffer::new(ctx, self.elements)?);
+                device[id.0] = Some(DeviceBuffer::new(ctx, self.elements)?);
             }
             slots.device.push(device);
-            let pinned = |ids: &[usize]| -> Result<HashMap<usize, PinnedBuffer<f32>>> {
+            let pinned = |ids: &[BufferId]| -> Result<HostBuffers<T>> {
                 ids.iter()
                     .map(|&id| Ok((id, PinnedBuffer::new(ctx, self.elements)?)))
                     .collect()
@@ -295,7 +380,8 @@ impl PipelineStageManager {
 
     /// Write all three slots' host copies of input `id` (e.g. once, before a
     /// run that reuses the same data). Waits for uploads still reading them.
-    pub fn fill_input(&mut self, id: usize, data: &[f32]) -> Result<()> {
+    pub fn fill_input(&mut self, id: impl Into<BufferId>, data: &[T]) -> Result<()> {
+        let id = id.into();
         let slots = self.slots.as_mut().ok_or(Error::NoOrder)?;
         for host in &mut slots.host_in {
             let buffer = host.get_mut(&id).ok_or_else(|| not_input(id))?;
@@ -314,7 +400,8 @@ impl PipelineStageManager {
 
     /// The host copy of input `id` that the next step uploads, for writing
     /// the next batch into (waits if its previous upload is still running).
-    pub fn input_mut(&mut self, id: usize) -> Result<&mut [f32]> {
+    pub fn input_mut(&mut self, id: impl Into<BufferId>) -> Result<&mut [T]> {
+        let id = id.into();
         let slot = (self.fed % DEPTH as u64) as usize;
         let slots = self.slots.as_mut().ok_or(Error::NoOrder)?;
         let buffer = slots.host_in[slot]
@@ -327,7 +414,7 @@ impl PipelineStageManager {
     /// fraction of the launch cost ([`PipelineGraph`]). It has buffers of
     /// its own; its inputs start as this manager's. The capture runs on the
     /// coordinator's streams, which take no other work meanwhile.
-    pub fn capture_graph(&self) -> Result<PipelineGraph> {
+    pub fn capture_graph(&self) -> Result<PipelineGraph<T>> {
         let order = self.order.as_ref().ok_or(Error::NoOrder)?;
         let slots = self.slots.as_ref().ok_or(Error::NoOrder)?;
         let inputs = slots
@@ -352,7 +439,7 @@ impl PipelineStageManager {
                 coordinator.download_stream(),
             ],
             elements: self.elements,
-            stages: order.iter().map(|&i| &self.stages[i]).collect(),
+            stages: order.iter().map(|&i| &self.stages[i.0]).collect(),
             inputs,
             outputs: self.outputs_for(order),
         })
@@ -390,7 +477,8 @@ impl PipelineStageManager {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn output_of(&self, batch: u64, id: usize) -> Result<&[f32]> {
+    pub fn output_of(&self, batch: u64, id: impl Into<BufferId>) -> Result<&[T]> {
+        let id = id.into();
         let slots = self.slots.as_ref().ok_or(Error::NoOrder)?;
         let slot = (batch % DEPTH as u64) as usize;
         if slots.held[slot] != Some(batch) {
@@ -403,20 +491,21 @@ impl PipelineStageManager {
         }
         let buffer = slots.host_out[slot]
             .get(&id)
-            .ok_or_else(|| Error::InvalidConfig(format!("buffer {id} is not a pipeline output")))?;
+            .ok_or(Error::NotAnOutput { buffer: id })?;
         Ok(buffer.as_slice()?)
     }
 
     /// Output `id` of the batch most recently queued for download (waits for
     /// that download).
-    pub fn output(&self, id: usize) -> Result<&[f32]> {
+    pub fn output(&self, id: impl Into<BufferId>) -> Result<&[T]> {
+        let id = id.into();
         let slots = self.slots.as_ref().ok_or(Error::NoOrder)?;
         let slot = self.last_downloaded.ok_or(Error::InvalidConfig(
             "no batch has been downloaded yet (results lag two steps)".into(),
         ))?;
         let buffer = slots.host_out[slot]
             .get(&id)
-            .ok_or_else(|| Error::InvalidConfig(format!("buffer {id} is not a pipeline output")))?;
+            .ok_or(Error::NotAnOutput { buffer: id })?;
         Ok(buffer.as_slice()?)
     }
 
@@ -442,7 +531,7 @@ impl PipelineStageManager {
     fn step_once(&mut self, feed: bool) -> Result<IterationReport> {
         let order = self.order.clone().ok_or(Error::NoOrder)?;
         if self.slots.is_none() {
-            self.set_order(order.clone())?;
+            self.apply_order(order.clone())?;
         }
         let mut report = IterationReport::default();
         if self.timing.wall_start.is_none() {
@@ -478,7 +567,7 @@ impl PipelineStageManager {
             let slot = (batch % DEPTH as u64) as usize;
             let mut ids = Vec::new();
             for (&id, host) in &slots.host_in[slot] {
-                let dst = slots.device[slot][id].as_mut().expect("allocated");
+                let dst = slots.device[slot][id.0].as_mut().expect("allocated");
                 ids.push(coordinator.queue_upload_pinned(host, dst, &[])?);
             }
             slots.uploads[slot] = ids;
@@ -490,7 +579,7 @@ impl PipelineStageManager {
             let slot = (batch % DEPTH as u64) as usize;
             let mut ids = Vec::new();
             for (&id, host) in slots.host_out[slot].iter_mut() {
-                let src = slots.device[slot][id].as_ref().expect("allocated");
+                let src = slots.device[slot][id.0].as_ref().expect("allocated");
                 ids.push(coordinator.queue_download(src, host)?);
             }
             slots.downloads[slot] = ids;
@@ -515,9 +604,10 @@ impl PipelineStageManager {
             let n = *elements as u64;
             coordinator.queue_compute_with(&deps, |stream| {
                 start.record(stream)?;
-                for &index in &order {
-                    let _range = driver::nvtx::range(&stages[index].name);
-                    launch_stage(stream, &stages[index], buffers, n)?;
+                for &id in &order {
+                    let stage = &stages[id.0];
+                    let _range = driver::nvtx::range(&stage.name);
+                    stream.launch(&stage.kernel, stage.config, &stage_args(stage, buffers, n))?;
                 }
                 end.record(stream)
             })?;
@@ -610,8 +700,13 @@ impl PipelineStageManager {
         &self.stages
     }
 
+    /// The stage `id` names, if it was added.
+    pub fn stage(&self, id: impl Into<StageId>) -> Option<&GpuPipelineStage> {
+        self.stages.get(id.into().0)
+    }
+
     /// The validated execution order, once set.
-    pub fn order(&self) -> Option<&[usize]> {
+    pub fn order(&self) -> Option<&[StageId]> {
         self.order.as_deref()
     }
 
@@ -621,9 +716,10 @@ impl PipelineStageManager {
     }
 }
 
-impl fmt::Debug for PipelineStageManager {
+impl<T: DeviceCopy> fmt::Debug for PipelineStageManager<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PipelineStageManager")
+            .field("element", &std::any::type_name::<T>())
             .field("stages", &self.stages.len())
             .field("order", &self.order)
             .field("inputs", &self.inputs)
@@ -639,27 +735,26 @@ fn take_timing(timing: &mut Timing, coordinator: &AsyncCoordinator) -> Result<Ev
     }
 }
 
-fn not_input(id: usize) -> Error {
-    Error::InvalidConfig(format!("buffer {id} is not a pipeline input"))
+fn not_input(id: BufferId) -> Error {
+    Error::NotAnInput { buffer: id }
 }
 
-/// Launch one stage over one slot's buffers. A buffer the stage writes and
-/// passes once goes as `&mut`; others (read, or passed twice) as `&`: the
-/// driver tracks both kinds of use for the buffer's lifetime alike.
-fn launch_stage(
-    stream: &Stream,
+/// One stage's kernel arguments over one slot's buffers. A buffer the stage
+/// writes and passes once goes as `&mut`; others (read, or passed twice) as
+/// `&`: the driver tracks both kinds of use for the buffer's lifetime alike.
+fn stage_args<'a, T: DeviceCopy>(
     stage: &GpuPipelineStage,
-    buffers: &mut SlotBuffers,
+    buffers: &'a mut SlotBuffers<T>,
     n: u64,
-) -> driver::Result<()> {
-    let passes = |b: usize| {
+) -> Vec<KernelArg<'a>> {
+    let passes = |b: BufferId| {
         stage
             .args
             .iter()
             .filter(|a| **a == StageArg::Buffer(b))
             .count()
     };
-    let writable: HashSet<usize> = stage
+    let writable: HashSet<BufferId> = stage
         .output_buffers
         .iter()
         .copied()
@@ -668,6 +763,7 @@ fn launch_stage(
     let mut muts = HashMap::new();
     let mut shared = HashMap::new();
     for (id, buffer) in buffers.iter_mut().enumerate() {
+        let id = BufferId(id);
         if let Some(buffer) = buffer {
             if writable.contains(&id) {
                 muts.insert(id, buffer);
@@ -676,7 +772,7 @@ fn launch_stage(
             }
         }
     }
-    let args: Vec<KernelArg<'_>> = stage
+    stage
         .args
         .iter()
         .map(|arg| match *arg {
@@ -689,6 +785,5 @@ fn launch_stage(
                 None => KernelArg::from(shared[&b]),
             },
         })
-        .collect();
-    stream.launch(&stage.kernel, stage.config, &args)
+        .collect()
 }

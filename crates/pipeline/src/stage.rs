@@ -1,6 +1,7 @@
 //! Pipeline stages and the validation of their execution order.
 
 use crate::error::{Error, Result};
+use crate::ids::{BufferId, StageId};
 use driver::{Kernel, LaunchConfig};
 use petgraph::graphmap::DiGraphMap;
 use std::collections::HashSet;
@@ -16,7 +17,7 @@ use std::collections::HashSet;
 /// let cfg = LaunchConfig::for_num_elems(256);
 /// let stage = GpuPipelineStage::compute("smooth", compute, cfg, 4, 0, 1);
 /// // compute(n, iterations, x, y): the element count, a scalar, then buffers 0 and 1.
-/// let expected = [StageArg::Len, StageArg::U32(4), StageArg::Buffer(0), StageArg::Buffer(1)];
+/// let expected = [StageArg::Len, StageArg::U32(4), StageArg::buffer(0), StageArg::buffer(1)];
 /// assert_eq!(stage.args, expected);
 /// # Ok(())
 /// # }
@@ -32,34 +33,48 @@ pub enum StageArg {
     /// An `f32` scalar.
     F32(f32),
     /// A pipeline buffer by id, passed as its device pointer (of the batch
-    /// the stage is working on). It must be listed in `input_buffers` or
-    /// `output_buffers`; listed in `output_buffers` it is passed writable.
-    Buffer(usize),
+    /// the stage is working on): a `T*` of the pipeline's element type `T`.
+    /// It must be listed in `input_buffers` or `output_buffers`; listed in
+    /// `output_buffers` it is passed writable.
+    Buffer(BufferId),
+}
+
+impl StageArg {
+    /// [`StageArg::Buffer`] of `id` (a [`BufferId`] or a plain index).
+    pub fn buffer(id: impl Into<BufferId>) -> Self {
+        Self::Buffer(id.into())
+    }
 }
 
 /// One kernel launch in a pipeline: which buffers it reads and writes, the
 /// kernel, its launch shape and its arguments.
 ///
-/// Buffers are ids into the pipeline's `f32` buffers (each of the pipeline's
-/// element count); every batch in flight has its own copy of each.
+/// Buffers are ids into the pipeline's buffers, each of the pipeline's
+/// element count of its element type `T` (`f32` unless the
+/// [`PipelineStageManager`](crate::PipelineStageManager) was made for another
+/// type); every batch in flight has its own copy of each. The kernel's
+/// buffer parameters are therefore `T*` (`float*` for `f32`, `unsigned int*`
+/// for `u32`): `set_order` checks each stage's arguments against its
+/// kernel's signature and refuses, naming the stage, a kernel that expects
+/// another type.
 ///
 /// Any kernel can be a stage; here `saxpy(n, a, x, y)` (`y = a x + y`)
 /// updates buffer 1 in place:
 ///
 /// ```
 /// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
-/// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager, StageArg};
+/// use cuda_streams_pipeline::{AsyncCoordinator, BufferId, GpuPipelineStage, PipelineStageManager, StageArg};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let saxpy = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("saxpy")?;
 /// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 32)?;
 /// let stage = pipeline.add_stage(GpuPipelineStage {
 ///     name: "saxpy".into(),
-///     input_buffers: vec![0, 1],
-///     output_buffers: vec![1],
+///     input_buffers: vec![BufferId(0), BufferId(1)],
+///     output_buffers: vec![BufferId(1)],
 ///     kernel: saxpy,
 ///     config: LaunchConfig::for_num_elems(32),
-///     args: vec![StageArg::Len, StageArg::F32(2.0), StageArg::Buffer(0), StageArg::Buffer(1)],
+///     args: vec![StageArg::Len, StageArg::F32(2.0), StageArg::buffer(0), StageArg::buffer(1)],
 /// });
 /// pipeline.set_inputs(vec![0, 1]);
 /// pipeline.set_order(vec![stage])?;
@@ -76,9 +91,9 @@ pub struct GpuPipelineStage {
     /// A name for messages and statistics.
     pub name: String,
     /// Buffers the kernel reads.
-    pub input_buffers: Vec<usize>,
+    pub input_buffers: Vec<BufferId>,
     /// Buffers the kernel writes.
-    pub output_buffers: Vec<usize>,
+    pub output_buffers: Vec<BufferId>,
     /// The kernel.
     pub kernel: Kernel,
     /// Grid and block shape.
@@ -89,15 +104,17 @@ pub struct GpuPipelineStage {
 
 impl GpuPipelineStage {
     /// `kernels::COMPUTE`'s `compute(n, iterations, x, y)` as a stage reading
-    /// buffer `input` and writing buffer `output`.
+    /// buffer `input` and writing buffer `output` (`f32` buffers: `x` and `y`
+    /// are `float*`).
     pub fn compute(
         name: impl Into<String>,
         kernel: Kernel,
         config: LaunchConfig,
         iterations: u32,
-        input: usize,
-        output: usize,
+        input: impl Into<BufferId>,
+        output: impl Into<BufferId>,
     ) -> Self {
+        let (input, output) = (input.into(), output.into());
         Self {
             name: name.into(),
             input_buffers: vec![input],
@@ -114,7 +131,7 @@ impl GpuPipelineStage {
     }
 
     /// Every buffer id the stage names.
-    pub(crate) fn buffers(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn buffers(&self) -> impl Iterator<Item = BufferId> + '_ {
         self.input_buffers
             .iter()
             .chain(&self.output_buffers)
@@ -127,18 +144,18 @@ impl GpuPipelineStage {
 /// buffers an earlier stage wrote, and kernel buffer arguments are declared.
 pub(crate) fn validate_order(
     stages: &[GpuPipelineStage],
-    order: &[usize],
-    inputs: &[usize],
+    order: &[StageId],
+    inputs: &[BufferId],
 ) -> Result<()> {
     let mut seen = HashSet::new();
-    for &index in order {
-        let stage = stages.get(index).ok_or(Error::UnknownStage {
-            index,
+    for &id in order {
+        let stage = stages.get(id.0).ok_or(Error::UnknownStage {
+            stage: id,
             stages: stages.len(),
         })?;
-        if !seen.insert(index) {
+        if !seen.insert(id) {
             return Err(Error::DuplicateStage {
-                index,
+                stage: id,
                 name: stage.name.clone(),
             });
         }
@@ -147,7 +164,7 @@ pub(crate) fn validate_order(
                 && !stage.buffers().any(|b| b == buffer)
             {
                 return Err(Error::UndeclaredBuffer {
-                    index,
+                    stage: id,
                     name: stage.name.clone(),
                     buffer,
                 });
@@ -155,12 +172,12 @@ pub(crate) fn validate_order(
         }
     }
     check_cycles(stages, order)?;
-    let mut written: HashSet<usize> = inputs.iter().copied().collect();
-    for &index in order {
-        let stage = &stages[index];
+    let mut written: HashSet<BufferId> = inputs.iter().copied().collect();
+    for &id in order {
+        let stage = &stages[id.0];
         if let Some(&buffer) = stage.input_buffers.iter().find(|b| !written.contains(b)) {
             return Err(Error::ReadBeforeWrite {
-                index,
+                stage: id,
                 name: stage.name.clone(),
                 buffer,
             });
@@ -173,25 +190,27 @@ pub(crate) fn validate_order(
 /// Stage `w` feeds stage `r` when `r` reads a buffer `w` writes. A stage that
 /// rewrites a buffer it reads (in place) is not fed by the other writers of
 /// that buffer, so sequential in-place stages do not count as a cycle.
-fn check_cycles(stages: &[GpuPipelineStage], order: &[usize]) -> Result<()> {
-    // Nodes are stage indices; an edge w -> r means "w feeds r". Each edge is
+fn check_cycles(stages: &[GpuPipelineStage], order: &[StageId]) -> Result<()> {
+    // Nodes are stages; an edge w -> r means "w feeds r". Each edge is
     // checked as it is added, by the workspace's one cycle check.
-    let mut graph = DiGraphMap::<usize, (), std::hash::RandomState>::default();
+    let mut graph = DiGraphMap::<StageId, (), std::hash::RandomState>::default();
     for &stage in order {
         graph.add_node(stage);
     }
     for &r in order {
         for &w in order.iter().filter(|&&w| w != r) {
-            let feeds = stages[r].input_buffers.iter().any(|b| {
-                stages[w].output_buffers.contains(b) && !stages[r].output_buffers.contains(b)
-            });
+            let (reader, writer) = (&stages[r.0], &stages[w.0]);
+            let feeds = reader
+                .input_buffers
+                .iter()
+                .any(|b| writer.output_buffers.contains(b) && !reader.output_buffers.contains(b));
             if !feeds {
                 continue;
             }
             if let Some(cycle) = engine::cycle::closes_cycle(&graph, w, r) {
                 return Err(Error::StageCycle {
                     cycle: engine::cycle::describe(&engine::cycle::from_least(&cycle), |i| {
-                        format!("{i} {:?}", stages[i].name)
+                        format!("{} {:?}", i.0, stages[i.0].name)
                     }),
                 });
             }

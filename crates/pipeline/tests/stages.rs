@@ -5,7 +5,7 @@ mod common;
 
 use common::{XorShift, ctx, kernel, reference_compute, spin_kernel};
 use cuda_streams_pipeline::{
-    AsyncCoordinator, Error, GpuPipelineStage, PipelineStageManager, StageArg,
+    AsyncCoordinator, BufferId, Error, GpuPipelineStage, PipelineStageManager, StageArg, StageId,
 };
 use driver::{Kernel, LaunchConfig};
 
@@ -32,12 +32,12 @@ fn unknown_and_duplicate_indices_are_errors() {
     let (mut pipeline, kernel) = manager(64);
     pipeline.set_inputs(vec![0]);
     let a = pipeline.add_stage(stage("a", &kernel, 0, 1));
-    let err = pipeline.set_order(vec![a, 5]).unwrap_err();
+    let err = pipeline.set_order(vec![a, StageId(5)]).unwrap_err();
     assert!(
         matches!(
             err,
             Error::UnknownStage {
-                index: 5,
+                stage: StageId(5),
                 stages: 1
             }
         ),
@@ -46,7 +46,13 @@ fn unknown_and_duplicate_indices_are_errors() {
     assert!(err.to_string().contains("stage 5 does not exist"), "{err}");
     let err = pipeline.set_order(vec![a, a]).unwrap_err();
     assert!(
-        matches!(err, Error::DuplicateStage { index: 0, .. }),
+        matches!(
+            err,
+            Error::DuplicateStage {
+                stage: StageId(0),
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(
@@ -66,11 +72,11 @@ fn reading_a_buffer_before_it_is_written_is_an_error() {
     let err = pipeline.set_order(vec![b, a]).unwrap_err();
     match &err {
         Error::ReadBeforeWrite {
-            index,
+            stage,
             name,
             buffer,
         } => {
-            assert_eq!((*index, name.as_str(), *buffer), (b, "b", 1));
+            assert_eq!((*stage, name.as_str(), *buffer), (b, "b", BufferId(1)));
         }
         other => panic!("expected ReadBeforeWrite, got {other:?}"),
     }
@@ -87,7 +93,7 @@ fn a_cycle_is_reported_as_a_cycle() {
     let (mut pipeline, kernel) = manager(64);
     pipeline.set_inputs(vec![0]);
     let a = pipeline.add_stage(GpuPipelineStage {
-        input_buffers: vec![0, 2],
+        input_buffers: vec![BufferId(0), BufferId(2)],
         ..stage("a", &kernel, 0, 1)
     });
     let b = pipeline.add_stage(stage("b", &kernel, 1, 2));
@@ -100,20 +106,27 @@ fn a_cycle_is_reported_as_a_cycle() {
         );
     }
     // In-place stages on one buffer in sequence are not a cycle.
-    let (mut pipeline, kernel) = manager(64);
+    let (mut pipeline, _) = manager(64);
+    let fill = common::kernel(
+        pipeline.coordinator().context(),
+        &kernels::ELEMENTWISE,
+        "fill_f32",
+    );
     pipeline.set_inputs(vec![0]);
-    let in_place = |name: &str| GpuPipelineStage {
-        args: vec![
-            StageArg::Len,
-            StageArg::U32(1),
-            StageArg::Buffer(0),
-            StageArg::Buffer(0),
-        ],
-        ..stage(name, &kernel, 0, 0)
+    let in_place = |name: &str, value: f32| GpuPipelineStage {
+        name: name.into(),
+        input_buffers: vec![BufferId(0)],
+        output_buffers: vec![BufferId(0)],
+        kernel: fill.clone(),
+        config: LaunchConfig::for_num_elems(64),
+        args: vec![StageArg::Len, StageArg::F32(value), StageArg::buffer(0)],
     };
-    let x = pipeline.add_stage(in_place("x"));
-    let y = pipeline.add_stage(in_place("y"));
+    let x = pipeline.add_stage(in_place("x", 1.0));
+    let y = pipeline.add_stage(in_place("y", 2.0));
     pipeline.set_order(vec![x, y]).unwrap();
+    pipeline.execute_iteration().unwrap();
+    pipeline.drain().unwrap();
+    assert_eq!(pipeline.output(0).unwrap(), &[2.0; 64], "y ran after x");
 }
 
 #[test]
@@ -124,16 +137,24 @@ fn an_undeclared_kernel_buffer_is_an_error() {
         args: vec![
             StageArg::Len,
             StageArg::U32(1),
-            StageArg::Buffer(0),
-            StageArg::Buffer(3),
+            StageArg::buffer(0),
+            StageArg::buffer(3),
         ],
         ..stage("a", &kernel, 0, 1)
     });
     let err = pipeline.set_order(vec![a]).unwrap_err();
     assert!(
-        matches!(err, Error::UndeclaredBuffer { buffer: 3, .. }),
+        matches!(
+            err,
+            Error::UndeclaredBuffer {
+                stage: StageId(0),
+                buffer: BufferId(3),
+                ..
+            }
+        ),
         "{err}"
     );
+    assert!(err.to_string().contains("passes buffer 3"), "{err}");
 }
 
 #[test]
@@ -202,7 +223,7 @@ fn utilisation_is_measured_not_assumed() {
     let s = pipeline.add_stage(GpuPipelineStage {
         name: "spin".into(),
         input_buffers: vec![],
-        output_buffers: vec![0],
+        output_buffers: vec![BufferId(0)],
         kernel: spin,
         config: LaunchConfig::for_num_elems(1),
         args: vec![StageArg::U64(20_000_000)],
