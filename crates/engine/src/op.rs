@@ -3,7 +3,7 @@
 //! call, so it cannot be left half-done.
 
 use crate::error::{Error, Result};
-use crate::graph::{OpMeta, OperationGraph};
+use crate::graph::{Deps, OpMeta, OperationGraph};
 use crate::operation::{EventPriority, OperationId, OperationType};
 use crate::source::StreamSource;
 use driver::{PooledEvent, Stream};
@@ -37,7 +37,7 @@ use std::sync::Arc;
 pub struct OpBuilder<'g> {
     graph: &'g OperationGraph,
     place: Place<'g>,
-    after: Vec<OperationId>,
+    after: Deps,
     label: String,
     kind: OperationType,
     priority: EventPriority,
@@ -64,7 +64,7 @@ impl<'g> OpBuilder<'g> {
         OpBuilder {
             graph,
             place,
-            after: Vec::new(),
+            after: Deps::new(),
             label: String::new(),
             kind: OperationType::Kernel,
             priority: EventPriority::Normal,

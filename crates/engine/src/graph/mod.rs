@@ -98,17 +98,31 @@ impl Waits {
 /// [`CoordinatorMetrics::average_coordination_time`].
 const TIME_EVERY: u64 = 16;
 
+/// An operation's dependencies: most have a few, kept inline so that an
+/// operation costs no allocation for them.
+pub(crate) type Deps = smallvec::SmallVec<[OperationId; 4]>;
+
 /// What the builder says of an operation, before it has an id.
 pub(crate) struct OpMeta {
     pub(crate) kind: OperationType,
     pub(crate) priority: EventPriority,
-    pub(crate) dependencies: Vec<OperationId>,
+    pub(crate) dependencies: Deps,
     pub(crate) label: String,
+}
+
+/// What the graph keeps of an operation's description; the public
+/// [`EventMetadata`] is built from it when asked for.
+struct Meta {
+    operation_type: OperationType,
+    priority: EventPriority,
+    creation_time: Instant,
+    dependencies: Deps,
+    description: String,
 }
 
 /// One live operation.
 struct Op {
-    meta: EventMetadata,
+    meta: Meta,
     stream: Arc<Stream>,
     phase: Phase,
     /// Position among the operations begun on any stream (0: not begun).
@@ -232,13 +246,11 @@ impl OperationGraph {
             });
         }
         let op = Op {
-            meta: EventMetadata {
+            meta: Meta {
                 operation_type,
                 priority,
-                stream_id: stream.id(),
-                operation_id: id,
                 creation_time: start,
-                dependencies,
+                dependencies: Deps::from_vec(dependencies),
                 description: description.into(),
             },
             stream: Arc::clone(stream),
@@ -397,11 +409,9 @@ impl OperationGraph {
         let event = self.completion_event(&stream).and_then(|event| {
             let event = Arc::new(event);
             let op = Op {
-                meta: EventMetadata {
+                meta: Meta {
                     operation_type: meta.kind,
                     priority: meta.priority,
-                    stream_id: stream.id(),
-                    operation_id: id,
                     creation_time: created,
                     dependencies: meta.dependencies,
                     description: meta.label,
@@ -646,7 +656,15 @@ impl OperationGraph {
 
     /// A copy of `id`'s metadata, while the coordinator holds it (not retired).
     pub fn metadata(&self, id: OperationId) -> Option<EventMetadata> {
-        self.ops.get(&id).map(|op| op.meta.clone())
+        self.ops.get(&id).map(|op| EventMetadata {
+            operation_type: op.meta.operation_type,
+            priority: op.meta.priority,
+            stream_id: op.stream.id(),
+            operation_id: id,
+            creation_time: op.meta.creation_time,
+            dependencies: op.meta.dependencies.to_vec(),
+            description: op.meta.description.clone(),
+        })
     }
 
     /// Counters: operations, completions, coordination time, deadlocks found.

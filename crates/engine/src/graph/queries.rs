@@ -27,10 +27,10 @@ impl OperationGraph {
             .map(|op| Node {
                 id: *op.key(),
                 phase: op.phase,
-                stream_id: op.meta.stream_id,
+                stream_id: op.stream.id(),
                 begun_at: op.begun_at,
                 priority: op.meta.priority,
-                dependencies: op.meta.dependencies.clone(),
+                dependencies: op.meta.dependencies.to_vec(),
             })
             .collect()
     }

@@ -6,7 +6,11 @@
 //! stream complete in that order. So a sweep queries the newest event first
 //! (one `cuEventQuery` when the GPU has caught up), then the oldest, then
 //! bisects: O(log n) queries per sweep. Sweeps run every [`SWEEP_EVERY`]
-//! completions on a stream and on [`OperationGraph::retire_completed`].
+//! completions on a stream and on [`OperationGraph::retire_completed`]. The
+//! automatic ones query only the newest event while the queue is short: the
+//! GPU usually catches up soon, and one query then retires everything, where
+//! bisecting a queue the GPU is still working through would cost a handful
+//! of queries per sweep to retire a part of it.
 
 use super::OperationGraph;
 use crate::error::Result;
@@ -19,6 +23,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How many completions on one stream between two sweeps of that stream.
 const SWEEP_EVERY: u32 = 32;
+
+/// From this many queued operations on, an automatic sweep bisects too.
+const BISECT_FROM: usize = 4 * SWEEP_EVERY as usize;
 
 /// Completed operations of one stream and their completion events, in record order.
 #[derive(Default)]
@@ -76,11 +83,23 @@ impl OperationGraph {
     /// per stream; call it to trim the coordinator now.
     pub fn retire_completed(&self) -> usize {
         let streams: Vec<u64> = self.lanes.iter().map(|lane| *lane.key()).collect();
-        streams.into_iter().map(|stream| self.sweep(stream)).sum()
+        streams
+            .into_iter()
+            .map(|stream| self.sweep_lane(stream, true))
+            .sum()
     }
 
-    /// Retire the completed operations of one stream that the GPU has passed.
+    /// The automatic sweep of one stream: [`Self::sweep_lane`], bisecting
+    /// only a long queue.
     pub(super) fn sweep(&self, stream_id: u64) -> usize {
+        self.sweep_lane(stream_id, false)
+    }
+
+    /// Retire the completed operations of one stream that the GPU has
+    /// passed: all of them when it passed the newest; otherwise, when
+    /// `thorough` or the queue is long, those before the first it has not
+    /// passed (found by bisection).
+    fn sweep_lane(&self, stream_id: u64, thorough: bool) -> usize {
         let passed_ids: Vec<OperationId> = {
             let Some(lane) = self.lanes.get(&stream_id) else {
                 return 0;
@@ -89,6 +108,7 @@ impl OperationGraph {
             let queue = &lane.queue;
             let count = match (queue.front(), queue.back()) {
                 (Some(_), Some((id, event))) if passed(*id, event) => queue.len(),
+                _ if !thorough && queue.len() < BISECT_FROM => 0,
                 (Some((id, event)), Some(_)) if passed(*id, event) => {
                     // queue[lo] passed, queue[hi] not: find the first not passed.
                     let (mut lo, mut hi) = (0, queue.len() - 1);
