@@ -54,19 +54,24 @@ mod docs_examples {}
 #[doc = include_str!("../../../docs/graphs.md")]
 mod graphs_examples {}
 
+mod barrier;
 mod capture;
 pub mod cycle;
 mod error;
 mod graph;
 mod op;
 mod operation;
+mod parallel;
 mod source;
+mod streams;
 
+pub use barrier::Barrier;
 pub use capture::{CaptureOpBuilder, GraphCapture, ReplayGraph};
 pub use error::{Error, Result};
 pub use graph::{CoordinatorMetrics, OperationGraph};
 pub use op::{Op, OpBuilder};
 pub use operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
+pub use parallel::{Branch, BranchError, ParallelBuilder, ParallelRun};
 pub use source::StreamSource;
 
 /// The safe driver layer the graph runs on, so examples can name it through
