@@ -29,14 +29,14 @@ use std::sync::Arc;
 /// let run = graph.parallel(&streams).label("fill").run(|stream| {
 ///     let i = streams.iter().position(|s| s.id() == stream.id()).unwrap();
 ///     let mut buffer = buffers[i].lock().unwrap();
-///     stream.memset_u32_async(&mut buffer, i as u32 + 1)
+///     stream.memset_u32_async(&mut *buffer, i as u32 + 1)
 /// });
 /// assert!(run.is_ok());
 /// // An operation after every branch sees every branch's work.
 /// let mut host = PinnedBuffer::<u32>::new(&ctx, 64)?;
 /// let last = buffers[2].lock().unwrap();
 /// let read = graph.op(&streams[0]).after(&run.ids())
-///     .run(|s| s.copy_to_host_async(&mut host, &last))?;
+///     .run(|s| s.copy_to_host_async(&mut host, &*last))?;
 /// read.wait()?;
 /// assert!(host.as_slice()?.iter().all(|&v| v == 3));
 /// # Ok(())
