@@ -61,7 +61,8 @@ impl OperationGraph {
     /// `prerequisite` already waits for `dependent` (directly or through
     /// other streams), or when both are the same stream: the error names the
     /// cycle, each stream waiting for the next. Adding a dependency already
-    /// kept applies it again.
+    /// kept applies it again. The graph keeps a handle to both streams
+    /// until the dependency is removed.
     ///
     /// ```
     /// use cuda_streams_engine::{Error, OperationGraph};

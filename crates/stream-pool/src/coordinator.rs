@@ -243,6 +243,7 @@ impl MultiStreamCoordinator {
                             Error::other(format!("panicked: {message}"))
                         }
                         BranchError::Engine(error) => error.into(),
+                        BranchError::Spawn(error) => Error::other(error),
                         other => Error::other(other.to_string()),
                     },
                 })
