@@ -11,31 +11,32 @@ use std::borrow::Borrow;
 use std::fmt;
 
 /// A barrier over some streams, from [`OperationGraph::barrier`]: one
-/// operation per stream, each complete when its stream has passed the
-/// barrier, that is, when every stream has finished the work enqueued on it
-/// before the barrier.
-#[must_use = "depend on the barrier (`id`, `on`) or wait for it"]
+/// operation, complete once every stream has finished the work enqueued on
+/// it before the barrier. Every stream of the barrier passes it at that
+/// moment (each waits for the operation's completion event), so the one id
+/// stands for every stream's side of it.
+#[must_use = "depend on the barrier (`id`) or wait for it"]
 pub struct Barrier {
-    /// The departure of each stream, in the order given.
-    departures: Vec<(u64, Op)>,
+    op: Op,
+    streams: Vec<u64>,
 }
 
 impl OperationGraph {
-    /// A device-side barrier over `streams`, as operations of this graph:
+    /// A device-side barrier over `streams`, as an operation of this graph:
     /// work enqueued on any of them from now on waits until every one has
     /// finished the work enqueued before this call. The host does not wait.
     ///
-    /// It is built with [`op`](Self::op), as operations of kind
-    /// [`OperationType::Barrier`]: on each stream an arrival (its completion
-    /// event marks the stream's current end), then on each stream a
-    /// departure that depends on every arrival (one `cuStreamWaitEvent` per
-    /// other stream, the waits [`Stream::barrier`] makes). The departures'
-    /// ids are what later operations depend on: [`Barrier::id`] stands for
-    /// the whole barrier, [`Barrier::on`] for one stream's side of it.
+    /// It is a join and a fork through the first stream: the barrier is an
+    /// operation on the first stream (built with [`op`](Self::op), kind
+    /// [`OperationType::Barrier`]) whose work is [`Stream::join`] of the
+    /// others (one event each), and each other stream then waits for its
+    /// completion event. That is one event per stream and two waits per
+    /// other stream, where [`Stream::barrier`] makes every stream wait for
+    /// every other. Later operations depend on [`Barrier::id`].
     ///
     /// Fails with [`Error::EmptyBarrier`] for no streams. When a driver call
-    /// fails part-way, the operations built so far are completed (nothing
-    /// waits on them forever) and the error is returned.
+    /// fails part-way, the operation is completed all the same (nothing
+    /// waits on it forever) and the error is returned.
     ///
     /// ```
     /// use cuda_streams_engine::OperationGraph;
@@ -45,85 +46,71 @@ impl OperationGraph {
     /// let (a, b, c) = (Stream::new(&ctx)?, Stream::new(&ctx)?, Stream::new(&ctx)?);
     /// let graph = OperationGraph::for_context(&ctx);
     /// let mut data = DeviceBuffer::<u32>::new(&ctx, 256)?;
-    /// a.memset_u32_async(&mut data, 6)?;
+    /// b.memset_u32_async(&mut data, 6)?;
     /// let barrier = graph.barrier(&[&*a, &*b])?;
-    /// // c is not in the barrier, but an operation after it sees a's memset.
+    /// // c is not in the barrier, but an operation after it sees b's memset.
     /// let mut host = PinnedBuffer::<u32>::new(&ctx, 256)?;
     /// let read = graph.op(&c).after(&[barrier.id()])
     ///     .run(|s| s.copy_to_host_async(&mut host, &data))?;
     /// read.wait()?;
     /// assert!(host.as_slice()?.iter().all(|&v| v == 6));
-    /// assert_eq!(barrier.ids().len(), 2);
+    /// assert_eq!(barrier.streams(), [a.id(), b.id()]);
     /// # Ok(())
     /// # }
     /// ```
     pub fn barrier<S: Borrow<Stream>>(&self, streams: &[S]) -> Result<Barrier> {
-        if streams.is_empty() {
+        let Some((first, rest)) = streams.split_first() else {
             return Err(Error::EmptyBarrier);
+        };
+        let first = first.borrow();
+        let others: Vec<&Stream> = rest
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|s| s.id() != first.id())
+            .collect();
+        let op = self
+            .op(first)
+            .kind(OperationType::Barrier)
+            .label("barrier")
+            .run(|s| s.join(&others))?;
+        for other in &others {
+            other.wait_event(op.event())?;
         }
-        let arrivals = streams
-            .iter()
-            .map(|stream| {
-                self.op(stream.borrow())
-                    .kind(OperationType::Barrier)
-                    .label("barrier arrival")
-                    .run(|_| Ok(()))
-                    .map(|op| op.id())
-            })
-            .collect::<Result<Vec<OperationId>>>()?;
-        let departures = streams
-            .iter()
-            .map(|stream| {
-                let stream = stream.borrow();
-                let op = self
-                    .op(stream)
-                    .after(&arrivals)
-                    .kind(OperationType::Barrier)
-                    .label("barrier")
-                    .run(|_| Ok(()))?;
-                Ok((stream.id(), op))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Barrier { departures })
+        Ok(Barrier {
+            op,
+            streams: streams.iter().map(|s| s.borrow().id()).collect(),
+        })
     }
 }
 
 impl Barrier {
-    /// The barrier as one operation: complete once every stream has finished
-    /// the work enqueued before the barrier. (The departure on the first
-    /// stream, which depends on every stream's arrival.)
+    /// The barrier's operation: complete once every stream has finished the
+    /// work enqueued before the barrier.
     pub fn id(&self) -> OperationId {
-        self.departures[0].1.id()
+        self.op.id()
     }
 
-    /// The operation after which `stream` has passed the barrier, or `None`
-    /// for a stream not in it.
-    pub fn on(&self, stream: &Stream) -> Option<OperationId> {
-        self.departures
-            .iter()
-            .find(|(id, _)| *id == stream.id())
-            .map(|(_, op)| op.id())
+    /// The ids of the streams it was built over, in the order given.
+    pub fn streams(&self) -> &[u64] {
+        &self.streams
     }
 
-    /// Every stream's departure, in the order the streams were given.
-    pub fn ids(&self) -> Vec<OperationId> {
-        self.departures.iter().map(|(_, op)| op.id()).collect()
+    /// Whether the GPU has passed the barrier (never blocks).
+    pub fn is_done(&self) -> Result<bool> {
+        self.op.is_done()
     }
 
     /// Block until every stream has passed the barrier.
     pub fn wait(&self) -> Result<()> {
-        self.departures.iter().try_for_each(|(_, op)| op.wait())
+        self.op.wait()
     }
 }
 
 impl fmt::Debug for Barrier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Barrier")
-            .field(
-                "streams",
-                &self.departures.iter().map(|(s, _)| s).collect::<Vec<_>>(),
-            )
-            .field("ids", &self.ids())
+            .field("id", &self.id())
+            .field("streams", &self.streams)
             .finish()
     }
 }

@@ -199,10 +199,11 @@ impl MultiStreamCoordinator {
     /// A barrier: work enqueued on any stream after this call waits until
     /// every stream has finished the work enqueued before it.
     ///
-    /// The graph's barrier node ([`OperationGraph::barrier`]): one arrival
-    /// event per stream at its current end, then each stream waits on every
-    /// other stream's arrival. The host does not wait. For the barrier's
-    /// operation ids, call `coordinator.graph()` and its `barrier` directly.
+    /// The graph's barrier node ([`OperationGraph::barrier`]): one event per
+    /// stream; the first stream waits for the others' events, and the others
+    /// wait for the barrier operation's completion event on the first. The
+    /// host does not wait. For the barrier's operation id, call
+    /// `coordinator.graph()` and its `barrier` directly.
     pub fn create_barrier(&self) -> Result<()> {
         match &self.graph {
             Some(graph) if !self.streams.is_empty() => {
