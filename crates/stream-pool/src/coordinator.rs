@@ -278,7 +278,16 @@ impl MultiStreamCoordinator {
             .kind(OperationType::Synchronization)
             .label("completion callback")
             .run(|s| s.add_callback(f))?;
-        lock(&self.callbacks[index]).push(op);
+        let mut ops = lock(&self.callbacks[index]);
+        // Drop the finished ones at the front (operations on one stream
+        // finish in order), so the list stays as long as the callbacks in
+        // flight and their events go back to the pool.
+        let finished = ops
+            .iter()
+            .take_while(|op| op.is_done().unwrap_or(false))
+            .count();
+        ops.drain(..finished);
+        ops.push(op);
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 
 mod support;
 
-use cuda_streams_stream_pool::driver::{Context, DeviceBuffer, Stream};
+use cuda_streams_stream_pool::driver::{Context, DeviceBuffer, EventPool, Stream};
 use cuda_streams_stream_pool::engine::{OperationGraph, OperationType};
 use cuda_streams_stream_pool::{Error, MultiStreamCoordinator, StreamPool};
 use std::sync::mpsc;
@@ -175,4 +175,27 @@ fn barriers_parallel_work_and_callbacks_are_operations_of_the_graph() {
         .run(|_| Ok::<(), Error>(()));
     assert!(run.is_ok());
     run.wait().unwrap();
+}
+
+#[test]
+fn finished_callbacks_give_their_events_back_without_being_asked_about() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    // A graph with events of its own, so the count below is only its.
+    let events = Arc::new(EventPool::new(&ctx, 0, 0).unwrap());
+    let graph = Arc::new(OperationGraph::new(Arc::clone(&events)));
+    let coordinator = MultiStreamCoordinator::with_graph(&graph, [Arc::clone(&stream)]);
+    for _ in 0..100 {
+        coordinator.add_completion_callback(&stream, || {}).unwrap();
+    }
+    stream.synchronize().unwrap();
+    // Nobody asked for `pending_callbacks`: the next callback lets the
+    // finished ones go.
+    coordinator.add_completion_callback(&stream, || {}).unwrap();
+    stream.synchronize().unwrap();
+    graph.retire_completed();
+    let in_use = events.utilization().in_use;
+    assert!(in_use <= 1, "{in_use} events still held");
+    assert_eq!(coordinator.pending_callbacks(&stream).unwrap(), 0);
+    assert_eq!(events.utilization().in_use, 0);
 }
