@@ -1,13 +1,15 @@
 //! Stream pool: handing out a pooled stream against creating and destroying
 //! one (`cuStreamCreateWithPriority` + `cuStreamDestroy`), and eight 10 ms
-//! spin kernels on the pool's streams against the same kernels on one stream.
+//! spin kernels on the pool's streams against the same kernels on one stream;
+//! the stream coordinator's barrier and re-applied dependencies against the
+//! raw driver-layer calls.
 
 use criterion::Criterion;
 use cuda_streams_benches::{
     compare, criterion_summary, figure, median_duration, median_ns, run_criterion, spin_kernel,
 };
 use driver::{Context, Kernel, LaunchConfig, Stream, StreamPriority};
-use pool::{AllocationStrategy, StreamPool, StreamPurpose, WorkloadType};
+use pool::{AllocationStrategy, MultiStreamCoordinator, StreamPool, StreamPurpose, WorkloadType};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,8 +152,47 @@ fn ratios() {
     );
 }
 
+/// The coordinator, a view on the operation graph, against the raw driver
+/// layer calls: its barrier over 4 streams (the graph's barrier node, one
+/// operation: 4 records and 6 waits) against `Stream::barrier`, the seed's
+/// barrier (4 records, 12 waits), and re-applying a chain of 3 standing
+/// dependencies against the same `wait_stream` calls.
+fn coordinator_ratios() {
+    let (_ctx, pool) = setup();
+    let streams: Vec<Arc<Stream>> = pool.streams().take(4).cloned().collect();
+    let mut coordinator = MultiStreamCoordinator::new(streams.iter().cloned());
+    let refs: Vec<&Stream> = streams.iter().map(|s| &**s).collect();
+    let ours = median_ns(51, 200, || coordinator.create_barrier().expect("barrier"));
+    let raw = median_ns(51, 200, || Stream::barrier(&refs).expect("barrier"));
+    compare(
+        "coordinator create_barrier (4 streams) vs Stream::barrier",
+        ours,
+        raw,
+    );
+    for pair in streams.windows(2) {
+        coordinator
+            .add_dependency(&pair[1], &pair[0])
+            .expect("no cycle");
+    }
+    let ours = median_ns(51, 200, || coordinator.apply_dependencies().expect("apply"));
+    let raw = median_ns(51, 200, || {
+        for pair in streams.windows(2) {
+            pair[1].wait_stream(&pair[0]).expect("wait");
+        }
+    });
+    compare(
+        "coordinator apply_dependencies (chain of 3) vs the same wait_stream calls",
+        ours,
+        raw,
+    );
+    for stream in &streams {
+        stream.synchronize().expect("synchronize");
+    }
+}
+
 fn main() {
     run_criterion(&[getters]);
     ratios();
+    coordinator_ratios();
     criterion_summary();
 }

@@ -52,6 +52,13 @@ pub enum Error {
         /// The operations on the cycle, first and last the same.
         cycle: Vec<crate::OperationId>,
     },
+    /// A standing stream dependency that would make a stream wait,
+    /// transitively, for itself: each stream waits for the next.
+    #[error("dependency would close a cycle: {}", crate::cycle::describe(.path, |id| format!("stream {id}")))]
+    StreamCycle {
+        /// The stream ids along the cycle, first and last the same.
+        path: Vec<u64>,
+    },
     /// Work enqueued by an operation built with
     /// [`OperationGraph::op`](crate::OperationGraph::op) failed; the operation
     /// was completed anyway, so nothing waits on it forever.

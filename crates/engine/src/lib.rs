@@ -15,6 +15,14 @@
 //!   cycle ([`Error::Cycle`]). Deadlocks that only appear with stream order
 //!   (A before B on one stream, B's dependency after A's on another) are found
 //!   by [`OperationGraph::detect_deadlocks`].
+//! - Stream-level nodes for the stream coordinator
+//!   (`cuda_streams_stream_pool::MultiStreamCoordinator`, a view on this
+//!   graph): standing stream dependencies
+//!   ([`OperationGraph::add_stream_dependency`], cycles refused the same
+//!   way, [`Error::StreamCycle`]), a barrier ([`OperationGraph::barrier`])
+//!   and host code run on several streams at once, one CPU thread and one
+//!   operation each ([`OperationGraph::parallel`]). Each gives operation ids
+//!   that later operations depend on.
 //! - Completion is seen at GPU time: completion callbacks run from a host
 //!   function after the operation's work, and finished operations retire by
 //!   querying their events.
@@ -54,19 +62,24 @@ mod docs_examples {}
 #[doc = include_str!("../../../docs/graphs.md")]
 mod graphs_examples {}
 
+mod barrier;
 mod capture;
 pub mod cycle;
 mod error;
 mod graph;
 mod op;
 mod operation;
+mod parallel;
 mod source;
+mod streams;
 
+pub use barrier::Barrier;
 pub use capture::{CaptureOpBuilder, GraphCapture, ReplayGraph};
 pub use error::{Error, Result};
 pub use graph::{CoordinatorMetrics, OperationGraph};
 pub use op::{Op, OpBuilder};
 pub use operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
+pub use parallel::{Branch, BranchError, ParallelBuilder, ParallelRun};
 pub use source::StreamSource;
 
 /// The safe driver layer the graph runs on, so examples can name it through

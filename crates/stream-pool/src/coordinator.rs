@@ -1,29 +1,27 @@
-//! Coordinating a set of streams: declared dependencies (acyclic, checked
-//! with petgraph), barriers, parallel host work and completion callbacks.
+//! Coordinating a set of streams, as a view on the engine's operation
+//! graph: standing stream dependencies, barriers, parallel host work and
+//! completion callbacks are the graph's.
 
 use crate::error::{Error, Result, StreamFailure};
 use driver::Stream;
-use petgraph::algo::{is_cyclic_directed, toposort};
-use petgraph::graphmap::DiGraphMap;
+use engine::{BranchError, Op, OperationGraph, OperationType};
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::RandomState;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// Stream ids; an edge `a -> b` means "a waits for b".
-type WaitGraph = DiGraphMap<u64, (), RandomState>;
+use std::sync::{Arc, Mutex};
 
 /// Dependencies, barriers, parallel execution and completion callbacks over a
-/// fixed set of streams.
+/// fixed set of streams: a view on one [`OperationGraph`]
+/// ([`graph`](Self::graph)), so the work it orders is made of the graph's
+/// operations and can be mixed with the graph's builder.
 ///
 /// Everything here is enqueued on the GPU; nothing blocks the host:
 /// a dependency is one `cuEventRecord` on the prerequisite and one
-/// `cuStreamWaitEvent` on the dependent ([`Stream::wait_stream`]), a barrier
-/// one event per stream ([`Stream::barrier`]), all from the context's event
-/// pool. Cycles are refused by the workspace's one cycle check
-/// (`cuda_streams_engine::cycle`).
+/// `cuStreamWaitEvent` on the dependent, kept as the graph's standing stream
+/// dependency ([`OperationGraph::add_stream_dependency`]); a barrier is the
+/// graph's barrier node ([`OperationGraph::barrier`]); `execute_parallel` is
+/// its parallel node ([`OperationGraph::parallel`]); a completion callback is
+/// a host-function operation. Cycles are refused by the workspace's one cycle
+/// check (`cuda_streams_engine::cycle`).
 ///
 /// ```
 /// use cuda_streams_stream_pool::driver::{Context, Stream};
@@ -43,18 +41,59 @@ type WaitGraph = DiGraphMap<u64, (), RandomState>;
 pub struct MultiStreamCoordinator {
     streams: Vec<Arc<Stream>>,
     position: HashMap<u64, usize>,
-    graph: WaitGraph,
-    pending: Vec<Arc<AtomicUsize>>,
+    /// `None` until the first stream gives it a context.
+    graph: Option<Arc<OperationGraph>>,
+    /// Per stream, the completion-callback operations the GPU may not have
+    /// passed yet.
+    callbacks: Vec<Mutex<Vec<Op>>>,
 }
 
 impl MultiStreamCoordinator {
-    /// Coordinate `streams` (a stream given twice counts once).
+    /// Coordinate `streams` (a stream given twice counts once), on a graph of
+    /// its own ([`OperationGraph::for_context`] of the first stream's
+    /// context).
     pub fn new(streams: impl IntoIterator<Item = Arc<Stream>>) -> Self {
+        Self::build(None, streams)
+    }
+
+    /// Coordinate `streams` as a view on `graph`, shared with other
+    /// coordinators and with code using the graph's builder: the standing
+    /// dependencies are the graph's, so every view sees them.
+    ///
+    /// ```
+    /// use cuda_streams_stream_pool::driver::{Context, Stream};
+    /// use cuda_streams_stream_pool::engine::OperationGraph;
+    /// use cuda_streams_stream_pool::MultiStreamCoordinator;
+    /// use std::sync::Arc;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ctx = Context::new(0)?;
+    /// let (a, b, c) = (Stream::new(&ctx)?, Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let graph = Arc::new(OperationGraph::for_context(&ctx));
+    /// let mut first = MultiStreamCoordinator::with_graph(&graph, [a.clone(), b.clone()]);
+    /// let mut second = MultiStreamCoordinator::with_graph(&graph, [b.clone(), c.clone()]);
+    /// first.add_dependency(&b, &a)?;
+    /// second.add_dependency(&c, &b)?;
+    /// // a waiting for c would close a cycle through both views.
+    /// assert!(graph.add_stream_dependency(&a, &c).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_graph(
+        graph: &Arc<OperationGraph>,
+        streams: impl IntoIterator<Item = Arc<Stream>>,
+    ) -> Self {
+        Self::build(Some(Arc::clone(graph)), streams)
+    }
+
+    fn build(
+        graph: Option<Arc<OperationGraph>>,
+        streams: impl IntoIterator<Item = Arc<Stream>>,
+    ) -> Self {
         let mut coordinator = Self {
             streams: Vec::new(),
             position: HashMap::new(),
-            graph: WaitGraph::default(),
-            pending: Vec::new(),
+            graph,
+            callbacks: Vec::new(),
         };
         for stream in streams {
             coordinator.add_stream(stream);
@@ -68,10 +107,12 @@ impl MultiStreamCoordinator {
         if self.position.contains_key(&id) {
             return;
         }
+        if self.graph.is_none() {
+            self.graph = Some(Arc::new(OperationGraph::for_context(stream.context())));
+        }
         self.position.insert(id, self.streams.len());
-        self.graph.add_node(id);
         self.streams.push(stream);
-        self.pending.push(Arc::default());
+        self.callbacks.push(Mutex::default());
     }
 
     /// The coordinated streams, in the order given.
@@ -79,10 +120,27 @@ impl MultiStreamCoordinator {
         &self.streams
     }
 
+    /// The operation graph this coordinator is a view on (`None` only while
+    /// it has no stream: the graph takes its events from the first stream's
+    /// context). Use it to mix builder operations with the coordinator's
+    /// work: `graph.op(&stream).after(&[...])`, barriers with ids, parallel
+    /// nodes whose branches later operations depend on.
+    pub fn graph(&self) -> Option<&Arc<OperationGraph>> {
+        self.graph.as_ref()
+    }
+
     fn index_of(&self, stream: &Stream) -> Result<usize> {
         self.position
             .get(&stream.id())
             .copied()
+            .ok_or(Error::UnknownStream { id: stream.id() })
+    }
+
+    /// The graph, once a stream was given (every stream-taking method checks
+    /// the stream first, so after `index_of` this is `Some`).
+    fn engine(&self, stream: &Stream) -> Result<&OperationGraph> {
+        self.graph
+            .as_deref()
             .ok_or(Error::UnknownStream { id: stream.id() })
     }
 
@@ -96,106 +154,106 @@ impl MultiStreamCoordinator {
     pub fn add_dependency(&mut self, dependent: &Stream, prerequisite: &Stream) -> Result<()> {
         self.index_of(dependent)?;
         self.index_of(prerequisite)?;
-        let (d, p) = (dependent.id(), prerequisite.id());
-        if let Some(cycle) = engine::cycle::closes_cycle(&self.graph, d, p) {
-            return Err(Error::Cycle { path: cycle });
-        }
-        dependent.wait_stream(prerequisite)?;
-        self.graph.add_edge(d, p, ());
-        Ok(())
+        Ok(self
+            .engine(dependent)?
+            .add_stream_dependency(dependent, prerequisite)?)
     }
 
     /// Forget a dependency (work already ordered stays ordered). Returns
     /// whether there was one.
     pub fn remove_dependency(&mut self, dependent: &Stream, prerequisite: &Stream) -> bool {
         self.graph
-            .remove_edge(dependent.id(), prerequisite.id())
-            .is_some()
+            .as_ref()
+            .is_some_and(|graph| graph.remove_stream_dependency(dependent, prerequisite))
     }
 
-    /// The declared dependencies as `(dependent id, prerequisite id)`.
+    /// The declared dependencies as `(dependent id, prerequisite id)` (the
+    /// graph's standing stream dependencies, which other views on a shared
+    /// graph add to as well).
     pub fn dependencies(&self) -> Vec<(u64, u64)> {
-        self.graph.all_edges().map(|(d, p, _)| (d, p)).collect()
+        self.graph
+            .as_ref()
+            .map(|graph| graph.stream_dependencies())
+            .unwrap_or_default()
     }
 
     /// Whether the declared dependencies contain a cycle. `add_dependency`
     /// refuses the edge that would close one, so this stays `false`; it is a
     /// check for callers that assert the invariant.
     pub fn has_cycles(&self) -> bool {
-        is_cyclic_directed(&self.graph)
+        self.graph
+            .as_ref()
+            .is_some_and(|graph| graph.has_stream_cycles())
     }
 
     /// Apply every declared dependency again, for the work enqueued since:
     /// prerequisites first (topological order), so a chain `c -> b -> a` puts
     /// `c` after `a`'s current end in one call.
     pub fn apply_dependencies(&self) -> Result<()> {
-        let order = toposort(&self.graph, None).map_err(|cycle| Error::Cycle {
-            path: vec![cycle.node_id(), cycle.node_id()],
-        })?;
-        for &id in order.iter().rev() {
-            let dependent = &self.streams[self.position[&id]];
-            for prerequisite in self.graph.neighbors(id) {
-                dependent.wait_stream(&self.streams[self.position[&prerequisite]])?;
-            }
+        match &self.graph {
+            Some(graph) => graph.apply_stream_dependencies().map_err(Error::from),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// A barrier: work enqueued on any stream after this call waits until
     /// every stream has finished the work enqueued before it.
     ///
-    /// One event per stream, recorded at each stream's current end, then each
-    /// stream waits on every other stream's event. The host does not wait.
+    /// The graph's barrier node ([`OperationGraph::barrier`]): one event per
+    /// stream; the first stream waits for the others' events, and the others
+    /// wait for the barrier operation's completion event on the first. The
+    /// host does not wait. For the barrier's operation id, call
+    /// `coordinator.graph()` and its `barrier` directly.
     pub fn create_barrier(&self) -> Result<()> {
-        let streams: Vec<&Stream> = self.streams.iter().map(|s| &**s).collect();
-        Ok(Stream::barrier(&streams)?)
+        match &self.graph {
+            Some(graph) if !self.streams.is_empty() => {
+                graph.barrier(&self.streams).map(drop).map_err(Error::from)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Run `f(stream)` for every stream at once, one CPU thread each, and
     /// wait for all. Every failure is kept ([`Error::Parallel`], in stream
     /// order); a panic in `f` is caught and reported as a failure.
+    ///
+    /// The graph's parallel node ([`OperationGraph::parallel`]): each call
+    /// is one operation on its stream; to depend on them, call the graph's
+    /// `parallel` directly and use the run's `ids()`.
     pub fn execute_parallel<F>(&self, f: F) -> Result<()>
     where
         F: Fn(&Arc<Stream>) -> Result<()> + Sync,
     {
-        let f = &f;
-        let results: Vec<Result<()>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = self
-                .streams
-                .iter()
-                .map(|stream| {
-                    std::thread::Builder::new()
-                        .name(format!("stream-{}", stream.id()))
-                        .spawn_scoped(scope, move || run_caught(f, stream))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| match handle {
-                    Ok(handle) => handle
-                        .join()
-                        .unwrap_or_else(|_| Err(Error::other("the worker thread panicked"))),
-                    Err(spawn) => Err(Error::other(spawn)),
-                })
-                .collect()
-        });
-        let failures: Vec<StreamFailure> = results
+        let Some(graph) = &self.graph else {
+            return Ok(());
+        };
+        let run = graph
+            .parallel(&self.streams)
+            .label("execute_parallel")
+            .run(f);
+        let total = run.branches.len();
+        let failures: Vec<StreamFailure> = run
+            .branches
             .into_iter()
-            .zip(&self.streams)
-            .filter_map(|(result, stream)| {
-                result.err().map(|error| StreamFailure {
-                    stream: stream.id(),
-                    error,
+            .filter_map(|branch| {
+                branch.error.map(|error| StreamFailure {
+                    stream: branch.stream.id(),
+                    error: match error {
+                        BranchError::Failed(error) => error,
+                        BranchError::Panicked(message) => {
+                            Error::other(format!("panicked: {message}"))
+                        }
+                        BranchError::Engine(error) => error.into(),
+                        BranchError::Spawn(error) => Error::other(error),
+                        other => Error::other(other.to_string()),
+                    },
                 })
             })
             .collect();
         if failures.is_empty() {
             Ok(())
         } else {
-            Err(Error::Parallel {
-                failures,
-                total: self.streams.len(),
-            })
+            Err(Error::Parallel { failures, total })
         }
     }
 
@@ -203,52 +261,57 @@ impl MultiStreamCoordinator {
     /// (`cuLaunchHostFunc`), on a driver thread. There is no
     /// `execute_callbacks`: callbacks fire by themselves, not at a
     /// synchronize. `f` must not call the driver (see
-    /// `driver::Stream::add_callback`); a panic in it is caught.
+    /// `driver::Stream::add_callback`); a panic in it is caught and reported
+    /// by the stream (`Stream::check_callback_panics`).
+    ///
+    /// The callback is the work of one operation of the graph (kind
+    /// [`OperationType::Synchronization`], label `completion callback`),
+    /// complete once `f` has run.
     pub fn add_completion_callback<F>(&self, stream: &Stream, f: F) -> Result<()>
     where
         F: FnOnce() + Send + 'static,
     {
         let index = self.index_of(stream)?;
-        let pending = Arc::clone(&self.pending[index]);
-        pending.fetch_add(1, Ordering::AcqRel);
-        let settle = Settle(Arc::clone(&pending));
-        // When the driver refuses the callback, the closure is dropped unrun
-        // and its `Settle` undoes the count.
-        stream.add_callback(move || {
-            let _settle = settle;
-            f();
-        })?;
+        let op = self
+            .engine(stream)?
+            .op(stream)
+            .kind(OperationType::Synchronization)
+            .label("completion callback")
+            .run(|s| s.add_callback(f))?;
+        let mut ops = lock(&self.callbacks[index]);
+        // Drop the finished ones at the front (operations on one stream
+        // finish in order), so the list stays as long as the callbacks in
+        // flight and their events go back to the pool.
+        let finished = ops
+            .iter()
+            .take_while(|op| op.is_done().unwrap_or(false))
+            .count();
+        ops.drain(..finished);
+        ops.push(op);
         Ok(())
     }
 
-    /// Completion callbacks added on `stream` that have not fired yet.
+    /// Completion callbacks added on `stream` that have not finished yet
+    /// (their operations the GPU has not passed).
     pub fn pending_callbacks(&self, stream: &Stream) -> Result<usize> {
-        Ok(self.pending[self.index_of(stream)?].load(Ordering::Acquire))
+        let mut ops = lock(&self.callbacks[self.index_of(stream)?]);
+        let mut failed = None;
+        ops.retain(|op| match op.is_done() {
+            Ok(done) => !done,
+            Err(err) => {
+                failed.get_or_insert(err);
+                true
+            }
+        });
+        if let Some(err) = failed {
+            return Err(err.into());
+        }
+        Ok(ops.len())
     }
 }
 
-/// Counts a completion callback as settled when dropped: after it ran (even
-/// if it panicked), or when the driver refused it.
-struct Settle(Arc<AtomicUsize>);
-
-impl Drop for Settle {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-fn run_caught<F>(f: &F, stream: &Arc<Stream>) -> Result<()>
-where
-    F: Fn(&Arc<Stream>) -> Result<()>,
-{
-    catch_unwind(AssertUnwindSafe(|| f(stream))).unwrap_or_else(|panic| {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic with a non-string payload".into());
-        Err(Error::other(format!("panicked: {message}")))
-    })
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl fmt::Debug for MultiStreamCoordinator {

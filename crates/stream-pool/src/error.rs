@@ -80,6 +80,10 @@ pub enum Error {
         /// How many streams the closure ran on.
         total: usize,
     },
+    /// An operation-graph failure the variants above do not cover (the
+    /// coordinator is a view on `cuda_streams_engine::OperationGraph`).
+    #[error(transparent)]
+    Engine(engine::Error),
     /// An error from user code run by the coordinator (see [`Error::other`]).
     #[error(transparent)]
     Other(Box<dyn std::error::Error + Send + Sync>),
@@ -90,6 +94,20 @@ impl Error {
     /// `execute_parallel`'s closure.
     pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self::Other(error.into())
+    }
+}
+
+impl From<engine::Error> for Error {
+    /// The graph's errors in this crate's terms: a driver failure (also one
+    /// inside an operation's work) is [`Error::Driver`], a stream cycle
+    /// [`Error::Cycle`], anything else [`Error::Engine`].
+    fn from(error: engine::Error) -> Self {
+        match error {
+            engine::Error::Driver(error) => Error::Driver(error),
+            engine::Error::OperationFailed { source, .. } => Error::Driver(source),
+            engine::Error::StreamCycle { path } => Error::Cycle { path },
+            other => Error::Engine(other),
+        }
     }
 }
 

@@ -46,9 +46,14 @@
 //!   `optimize_configuration` returning [`ConfigChange`]s.
 //! - Readiness: `has_ready_streams`, `wait_for_any_ready` (sleeping back-off).
 //! - [`PoolMetrics`]: the driver layer's per-stream metrics, summed.
-//! - [`MultiStreamCoordinator`]: dependencies checked for cycles (petgraph),
-//!   barriers of one event per stream, parallel host work collecting every
-//!   error, completion callbacks at GPU time.
+//! - [`MultiStreamCoordinator`]: a view on the engine's operation graph
+//!   ([`engine::OperationGraph`], reached with
+//!   [`graph`](MultiStreamCoordinator::graph)): its dependencies are the
+//!   graph's standing stream dependencies (cycles refused by the engine's one
+//!   check), its barrier the graph's barrier node, `execute_parallel` the
+//!   graph's parallel node (every error collected) and each completion
+//!   callback a host-function operation that fires at GPU time. Builder
+//!   operations mix with all of them.
 //! - [`Error`]: one enum; driver failures wrapped.
 //!
 //! The guide, with the specification's examples in this API, is

@@ -48,3 +48,23 @@ pub fn fill(stream: &Stream, fill: &Kernel, value: f32, out: &mut DeviceBuffer<f
         .launch(fill, cfg, &[KernelArg::from(n), value.into(), out.into()])
         .expect("fill launches");
 }
+
+/// `saxpy(n, a, x, y)` over all of `y` on `stream`: `y = a * x + y` (the
+/// kernel's argument order).
+pub fn saxpy(
+    stream: &Stream,
+    saxpy: &Kernel,
+    a: f32,
+    x: &DeviceBuffer<f32>,
+    y: &mut DeviceBuffer<f32>,
+) {
+    let n = y.len() as u64;
+    let cfg = LaunchConfig::for_num_elems(y.len() as u32);
+    stream
+        .launch(
+            saxpy,
+            cfg,
+            &[KernelArg::from(n), a.into(), x.into(), y.into()],
+        )
+        .expect("saxpy launches");
+}

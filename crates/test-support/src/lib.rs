@@ -16,7 +16,7 @@ mod serial;
 
 pub use context::ctx;
 pub use gate::Gate;
-pub use kernels::{ONE_THREAD, fill, kernel, spin, spin_kernel};
+pub use kernels::{ONE_THREAD, fill, kernel, saxpy, spin, spin_kernel};
 pub use rng::{XorShift, XorShift64};
 pub use serial::serial;
 

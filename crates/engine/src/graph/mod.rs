@@ -189,6 +189,8 @@ pub struct OperationGraph {
     /// Serialises `add_dependency` calls, so two edges added at once cannot
     /// close a cycle that neither check saw.
     edge_lock: Mutex<()>,
+    /// Standing stream dependencies (`crate::streams`).
+    pub(crate) stream_order: crate::streams::StreamOrder,
 }
 
 impl OperationGraph {
@@ -211,6 +213,7 @@ impl OperationGraph {
             any_abandoned: AtomicBool::new(false),
             counters: Arc::new(Counters::default()),
             edge_lock: Mutex::new(()),
+            stream_order: Default::default(),
         }
     }
 

@@ -6,33 +6,16 @@
     reason = "each test file uses a different subset"
 )]
 
-use cuda_streams_stream_pool::driver::{DeviceBuffer, Kernel, KernelArg, LaunchConfig, Stream};
+use cuda_streams_stream_pool::driver::Stream;
 use std::sync::Arc;
 
 // `serial()`: a file that asserts which streams are busy runs its tests one at
 // a time. On a GPU, a neighbouring test's stream or module teardown can hold
 // the calling thread inside the driver until the whole device is idle, which
 // would let "busy" spin kernels finish before the pool looks at them.
-pub(crate) use test_support::{HANG, XorShift, ctx, fill, kernel, serial, spin, spin_kernel};
-
-/// `saxpy(n, a, x, y)` on `stream`: `y = a * x + y`.
-pub(crate) fn saxpy(
-    stream: &Stream,
-    saxpy: &Kernel,
-    a: f32,
-    x: &DeviceBuffer<f32>,
-    y: &mut DeviceBuffer<f32>,
-) {
-    let n = y.len() as u64;
-    let cfg = LaunchConfig::for_num_elems(y.len() as u32);
-    stream
-        .launch(
-            saxpy,
-            cfg,
-            &[KernelArg::from(n), a.into(), x.into(), y.into()],
-        )
-        .expect("saxpy launches");
-}
+pub(crate) use test_support::{
+    Gate, HANG, XorShift, ctx, fill, kernel, saxpy, serial, spin, spin_kernel,
+};
 
 /// Ids of a list of streams.
 pub(crate) fn ids<'a>(streams: impl IntoIterator<Item = &'a Arc<Stream>>) -> Vec<u64> {

@@ -1,0 +1,156 @@
+//! Standing stream dependencies: "stream B waits for stream A", kept by the
+//! graph and applied again on request, prerequisites first.
+//!
+//! An operation's dependency orders one operation after another; a standing
+//! dependency orders a whole stream after another, now and whenever it is
+//! applied again. An edge that would make a stream wait, transitively, for
+//! itself is refused when it is added, by the workspace's one cycle check
+//! ([`crate::cycle`]), so the standing dependencies stay acyclic.
+
+use crate::error::{Error, Result};
+use crate::graph::OperationGraph;
+use driver::Stream;
+use petgraph::Direction::{Incoming, Outgoing};
+use petgraph::algo::toposort;
+use petgraph::graphmap::DiGraphMap;
+use std::collections::HashMap;
+use std::hash::RandomState;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Stream ids; an edge `a -> b` means "a waits for b".
+type WaitGraph = DiGraphMap<u64, (), RandomState>;
+
+/// The standing dependencies of one [`OperationGraph`].
+#[derive(Default)]
+pub(crate) struct StreamOrder(Mutex<Standing>);
+
+#[derive(Default)]
+struct Standing {
+    waits: WaitGraph,
+    /// The streams with at least one standing dependency, to apply them again.
+    streams: HashMap<u64, Arc<Stream>>,
+}
+
+impl StreamOrder {
+    fn lock(&self) -> MutexGuard<'_, Standing> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Standing {
+    /// Drop a stream that no standing dependency names any more.
+    fn forget_if_isolated(&mut self, id: u64) {
+        let isolated = self.waits.contains_node(id)
+            && self.waits.neighbors_directed(id, Incoming).next().is_none()
+            && self.waits.neighbors_directed(id, Outgoing).next().is_none();
+        if isolated {
+            self.waits.remove_node(id);
+            self.streams.remove(&id);
+        }
+    }
+}
+
+impl OperationGraph {
+    /// Make work enqueued on `dependent` from now on wait until
+    /// `prerequisite` has finished the work enqueued on it so far (one event,
+    /// [`Stream::wait_stream`]), and keep the dependency, so that
+    /// [`apply_stream_dependencies`](Self::apply_stream_dependencies) orders
+    /// later work the same way.
+    ///
+    /// Fails, changing nothing, with [`Error::StreamCycle`] when
+    /// `prerequisite` already waits for `dependent` (directly or through
+    /// other streams), or when both are the same stream: the error names the
+    /// cycle, each stream waiting for the next. Adding a dependency already
+    /// kept applies it again. The graph keeps a handle to both streams
+    /// until the dependency is removed.
+    ///
+    /// ```
+    /// use cuda_streams_engine::{Error, OperationGraph};
+    /// use cuda_streams_engine::driver::{Context, DeviceBuffer, PinnedBuffer, Stream};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ctx = Context::new(0)?;
+    /// let (upload, compute) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let graph = OperationGraph::for_context(&ctx);
+    /// graph.add_stream_dependency(&compute, &upload)?; // compute waits for upload
+    /// let err = graph.add_stream_dependency(&upload, &compute).unwrap_err();
+    /// assert!(matches!(&err, Error::StreamCycle { path } if *path == [upload.id(), compute.id(), upload.id()]));
+    /// assert_eq!(graph.stream_dependencies(), [(compute.id(), upload.id())]);
+    ///
+    /// // Later work: apply the standing dependencies again.
+    /// let mut data = DeviceBuffer::<u32>::new(&ctx, 256)?;
+    /// upload.memset_u32_async(&mut data, 4)?;
+    /// graph.apply_stream_dependencies()?;
+    /// let mut host = PinnedBuffer::<u32>::new(&ctx, 256)?;
+    /// compute.copy_to_host_async(&mut host, &data)?;
+    /// assert!(host.as_slice()?.iter().all(|&v| v == 4));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add_stream_dependency(&self, dependent: &Stream, prerequisite: &Stream) -> Result<()> {
+        let (d, p) = (dependent.id(), prerequisite.id());
+        let mut standing = self.stream_order.lock();
+        if let Some(path) = crate::cycle::closes_cycle(&standing.waits, d, p) {
+            return Err(Error::StreamCycle { path });
+        }
+        dependent.wait_stream(prerequisite)?;
+        standing.waits.add_edge(d, p, ());
+        standing
+            .streams
+            .entry(d)
+            .or_insert_with(|| dependent.to_arc());
+        standing
+            .streams
+            .entry(p)
+            .or_insert_with(|| prerequisite.to_arc());
+        tracing::debug!(
+            dependent = d,
+            prerequisite = p,
+            "stream {d} waits for stream {p} (standing)"
+        );
+        Ok(())
+    }
+
+    /// Forget a standing dependency (work already ordered stays ordered).
+    /// Returns whether there was one.
+    pub fn remove_stream_dependency(&self, dependent: &Stream, prerequisite: &Stream) -> bool {
+        let (d, p) = (dependent.id(), prerequisite.id());
+        let mut standing = self.stream_order.lock();
+        let removed = standing.waits.remove_edge(d, p).is_some();
+        if removed {
+            standing.forget_if_isolated(d);
+            standing.forget_if_isolated(p);
+        }
+        removed
+    }
+
+    /// The standing dependencies as `(dependent id, prerequisite id)`.
+    pub fn stream_dependencies(&self) -> Vec<(u64, u64)> {
+        let standing = self.stream_order.lock();
+        standing.waits.all_edges().map(|(d, p, _)| (d, p)).collect()
+    }
+
+    /// Whether the standing dependencies contain a cycle.
+    /// [`add_stream_dependency`](Self::add_stream_dependency) refuses the
+    /// edge that would close one, so this stays `false`; it is a check for
+    /// callers that assert the invariant.
+    pub fn has_stream_cycles(&self) -> bool {
+        toposort(&self.stream_order.lock().waits, None).is_err()
+    }
+
+    /// Apply every standing dependency again, for the work enqueued since:
+    /// prerequisites first (topological order), so a chain `c -> b -> a`
+    /// puts `c` after `a`'s current end in one call. The host does not wait.
+    pub fn apply_stream_dependencies(&self) -> Result<()> {
+        let standing = self.stream_order.lock();
+        let order = toposort(&standing.waits, None).map_err(|cycle| Error::StreamCycle {
+            path: vec![cycle.node_id(), cycle.node_id()],
+        })?;
+        for &id in order.iter().rev() {
+            let dependent = &standing.streams[&id];
+            for prerequisite in standing.waits.neighbors(id) {
+                dependent.wait_stream(&standing.streams[&prerequisite])?;
+            }
+        }
+        Ok(())
+    }
+}
