@@ -224,3 +224,63 @@ fn a_failed_branch_still_joins_and_names_the_operation() {
     after.wait().unwrap();
     assert!(branches[1].query().unwrap(), "the join did not wait");
 }
+
+#[test]
+fn an_operation_left_registered_stays_usable_while_thousands_retire_after_it() {
+    use cuda_streams_engine::{EventPriority, OperationState, OperationType};
+    let ctx = ctx();
+    let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let graph = OperationGraph::for_context(&ctx);
+    let waiting = graph
+        .register_operation(
+            OperationType::Kernel,
+            EventPriority::Low,
+            &a,
+            vec![],
+            "left registered",
+        )
+        .unwrap();
+    // Far more operations than the graph keeps side by side, each retired
+    // once the GPU passes it.
+    let mut last = None;
+    for round in 0..10 {
+        for _ in 0..1000 {
+            last = Some(graph.op(&b).run(|_| Ok(())).unwrap().id());
+        }
+        b.synchronize().unwrap();
+        graph.retire_completed();
+        assert!(
+            graph.metrics().in_flight <= 2,
+            "round {round}: {:?}",
+            graph.metrics()
+        );
+    }
+    assert_eq!(graph.state(last.unwrap()), Some(OperationState::Retired));
+    assert_eq!(graph.state(OperationId(2)), Some(OperationState::Retired));
+    // The one left behind is still there, with its metadata, and runs.
+    assert_eq!(graph.state(waiting), Some(OperationState::Registered));
+    assert_eq!(
+        graph.metadata(waiting).unwrap().description,
+        "left registered"
+    );
+    let after = graph
+        .register_operation(
+            OperationType::Kernel,
+            EventPriority::Low,
+            &b,
+            vec![waiting, last.unwrap()],
+            "after it",
+        )
+        .unwrap();
+    graph.begin_operation(waiting, &a).unwrap();
+    graph.complete_operation(waiting).unwrap();
+    graph.begin_operation(after, &b).unwrap();
+    graph.complete_operation(after).unwrap();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    assert_eq!(graph.retire_completed(), 2);
+    assert_eq!(graph.state(waiting), Some(OperationState::Retired));
+    let m = graph.metrics();
+    assert_eq!((m.total_operations, m.in_flight), (10_002, 0));
+    assert_eq!(m.completed_operations, m.retired_operations);
+}

@@ -51,14 +51,12 @@ pub struct CoordinatorMetrics {
     pub callback_panics: u64,
 }
 
-/// Shared with the completion host functions, which count panics.
+/// Shared with the completion host functions, which count panics. The
+/// operation counts live in the graph's table, under its lock.
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub(crate) total: AtomicU64,
-    pub(crate) completed: AtomicU64,
     pub(crate) coordination_ns: AtomicU64,
     pub(crate) deadlocks: AtomicU64,
-    pub(crate) retired: AtomicU64,
     pub(crate) callback_panics: AtomicU64,
 }
 
@@ -75,15 +73,20 @@ impl Counters {
             .fetch_add(ns.saturating_mul(every), Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, in_flight: usize) -> CoordinatorMetrics {
-        let total = self.total.load(Ordering::Relaxed);
+    pub(crate) fn snapshot(
+        &self,
+        in_flight: usize,
+        total: u64,
+        completed: u64,
+        retired: u64,
+    ) -> CoordinatorMetrics {
         let ns = self.coordination_ns.load(Ordering::Relaxed);
         CoordinatorMetrics {
             total_operations: total,
-            completed_operations: self.completed.load(Ordering::Relaxed),
+            completed_operations: completed,
             average_coordination_time: Duration::from_nanos(ns / total.max(1)),
             deadlock_detections: self.deadlocks.load(Ordering::Relaxed),
-            retired_operations: self.retired.load(Ordering::Relaxed),
+            retired_operations: retired,
             in_flight,
             callback_panics: self.callback_panics.load(Ordering::Relaxed),
         }

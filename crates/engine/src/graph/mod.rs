@@ -1,50 +1,31 @@
 //! The operation graph: registration, begin/complete with cross-stream
-//! waits, completion callbacks. Retirement lives in `retire.rs`, the graph
-//! queries (deadlocks, ready list) in `queries.rs`.
+//! waits, completion callbacks. The operations live in `table.rs`,
+//! retirement in `retire.rs`, the graph queries (deadlocks, ready list) in
+//! `queries.rs`.
 
 mod hash;
 mod metrics;
 mod queries;
 mod retire;
+mod table;
 
 pub use metrics::CoordinatorMetrics;
 
 use crate::error::{Error, Result};
 use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
-use dashmap::DashMap;
 use driver::{Context, Stream};
 use driver::{EventPool, PooledEvent};
-use hash::IdBuild;
 use metrics::Counters;
-use retire::Lane;
-use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
+use table::Table;
 
 /// A completion callback.
 type Callback = Box<dyn FnOnce() + Send + 'static>;
 
-/// A value reachable only through `&mut` or by value, so sharing `&Exclusive`
-/// between threads exposes nothing: it is `Sync` whenever `T` is `Send`
-/// (what `std::sync::Exclusive` does, unstable as of Rust 1.85). Callbacks
-/// need only be `Send`, yet the operation map must be `Sync`.
-struct Exclusive<T>(T);
-
-// SAFETY: no method gives shared access to the inner value (only `get_mut`,
-// which needs `&mut self`), so a `&Exclusive<T>` cannot be used to touch `T`
-// from two threads; moving it between threads needs `T: Send`.
-unsafe impl<T: Send> Sync for Exclusive<T> {}
-
-impl<T> Exclusive<T> {
-    fn get_mut(&mut self) -> &mut T {
-        &mut self.0
-    }
-}
-
-/// Where an operation is, including the short window while its completion
-/// event is being recorded.
+/// Where an operation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Registered,
@@ -128,10 +109,10 @@ struct Op {
     /// Position among the operations begun on any stream (0: not begun).
     begun_at: u64,
     /// Recorded by `complete_operation`; shared so that `begin_operation` can
-    /// wait on it without holding the map's lock during the driver call.
+    /// wait on it without holding the table's lock during the driver call.
     completion: Option<Arc<PooledEvent>>,
     /// Callbacks added before the completion event was recorded.
-    callbacks: Exclusive<Vec<Callback>>,
+    callbacks: Vec<Callback>,
     /// Set by the completion host function, when there is one.
     done: Option<Arc<AtomicBool>>,
 }
@@ -176,15 +157,10 @@ struct Op {
 /// ```
 pub struct OperationGraph {
     pool: Arc<EventPool>,
-    ops: DashMap<OperationId, Op, IdBuild>,
-    /// Completed operations per stream id, oldest first, waiting to retire.
-    lanes: DashMap<u64, Mutex<Lane>, IdBuild>,
-    /// The next id to issue; every id below it was issued.
-    next_id: AtomicU64,
-    begin_clock: AtomicU64,
-    /// Ids issued to registrations that failed: unknown, not retired.
-    abandoned: Mutex<HashSet<OperationId>>,
-    any_abandoned: AtomicBool,
+    /// The operations, their retirement queues and counters.
+    table: Mutex<Table>,
+    /// Counts builder operations, to time one in [`TIME_EVERY`].
+    sampled: AtomicU64,
     counters: Arc<Counters>,
     /// Serialises `add_dependency` calls, so two edges added at once cannot
     /// close a cycle that neither check saw.
@@ -205,12 +181,8 @@ impl OperationGraph {
     pub fn new(pool: Arc<EventPool>) -> OperationGraph {
         OperationGraph {
             pool,
-            ops: DashMap::with_hasher(IdBuild::default()),
-            lanes: DashMap::with_hasher(IdBuild::default()),
-            next_id: AtomicU64::new(1),
-            begin_clock: AtomicU64::new(1),
-            abandoned: Mutex::new(HashSet::new()),
-            any_abandoned: AtomicBool::new(false),
+            table: Mutex::new(Table::default()),
+            sampled: AtomicU64::new(0),
             counters: Arc::new(Counters::default()),
             edge_lock: Mutex::new(()),
             stream_order: Default::default(),
@@ -220,6 +192,12 @@ impl OperationGraph {
     /// The pool completion events come from.
     pub fn pool(&self) -> &Arc<EventPool> {
         &self.pool
+    }
+
+    /// The table, locked. A panic cannot leave it half-changed (nothing that
+    /// can panic runs under the lock), so a poisoned lock is taken as is.
+    fn table(&self) -> MutexGuard<'_, Table> {
+        lock(&self.table)
     }
 
     /// Register an operation to run on `stream` after `dependencies`.
@@ -236,37 +214,32 @@ impl OperationGraph {
         description: impl Into<String>,
     ) -> Result<OperationId> {
         let start = Instant::now();
-        let id = OperationId(self.next_id.fetch_add(1, Ordering::AcqRel));
-        if let Some(&dependency) = dependencies
-            .iter()
-            .find(|&&dep| dep == id || !self.is_known(dep))
-        {
-            self.abandon(id);
-            self.counters.add_time(start.elapsed());
-            return Err(Error::UnknownDependency {
-                operation: id,
+        let description = description.into();
+        let mut table = self.table();
+        let result = match dependencies.iter().find(|&&dep| !table.is_known(dep)) {
+            Some(&dependency) => Err(Error::UnknownDependency {
+                operation: table.abandon_next(),
                 dependency,
-            });
-        }
-        let op = Op {
-            meta: Meta {
-                operation_type,
-                priority,
-                creation_time: start,
-                dependencies: Deps::from_vec(dependencies),
-                description: description.into(),
-            },
-            stream: Arc::clone(stream),
-            phase: Phase::Registered,
-            begun_at: 0,
-            completion: None,
-            callbacks: Exclusive(Vec::new()),
-            done: None,
+            }),
+            None => Ok(table.issue(Op {
+                meta: Meta {
+                    operation_type,
+                    priority,
+                    creation_time: start,
+                    dependencies: Deps::from_vec(dependencies),
+                    description,
+                },
+                stream: Arc::clone(stream),
+                phase: Phase::Registered,
+                begun_at: 0,
+                completion: None,
+                callbacks: Vec::new(),
+                done: None,
+            })),
         };
-        self.ops.insert(id, op);
-        self.counters.total.fetch_add(1, Ordering::Relaxed);
+        drop(table);
         self.counters.add_time(start.elapsed());
-        Ok(id)
+        result
     }
 
     /// Add `dependency` to an operation not begun yet (dependencies given at
@@ -278,14 +251,15 @@ impl OperationGraph {
         if id == dependency {
             return Err(Error::SelfDependency { operation: id });
         }
-        if !self.is_known(dependency) {
-            return Err(Error::UnknownDependency {
-                operation: id,
-                dependency,
-            });
-        }
         {
-            let op = self.live_mut(id, "add_dependency")?;
+            let mut table = self.table();
+            if !table.is_known(dependency) {
+                return Err(Error::UnknownDependency {
+                    operation: id,
+                    dependency,
+                });
+            }
+            let op = table.live_mut(id, "add_dependency")?;
             match op.phase {
                 Phase::Registered => {}
                 Phase::Begun => return Err(Error::AlreadyBegun { operation: id }),
@@ -303,7 +277,8 @@ impl OperationGraph {
         if let Some(cycle) = self.closes_cycle(id, dependency) {
             return Err(Error::Cycle { cycle });
         }
-        let mut op = self.live_mut(id, "add_dependency")?;
+        let mut table = self.table();
+        let op = table.live_mut(id, "add_dependency")?;
         if op.phase != Phase::Registered {
             return Err(Error::AlreadyBegun { operation: id });
         }
@@ -331,8 +306,10 @@ impl OperationGraph {
     }
 
     fn begin_inner(&self, id: OperationId, stream: &Stream) -> Result<()> {
-        let dependencies = {
-            let mut op = self.live_mut(id, "begin_operation")?;
+        let waits = {
+            let mut table = self.table();
+            let at = table.tick();
+            let op = table.live_mut(id, "begin_operation")?;
             match op.phase {
                 Phase::Registered => {}
                 Phase::Begun => return Err(Error::AlreadyBegun { operation: id }),
@@ -347,18 +324,15 @@ impl OperationGraph {
                     given: stream.id(),
                 });
             }
-            // Claim it so a concurrent begin fails; undone on error below.
+            let dependencies = op.meta.dependencies.clone();
+            // Every dependency was known at registration (or added since).
+            let waits = cross_stream_waits(&table, &dependencies, stream)
+                .map_err(|problem| problem.for_operation(id))?;
+            // Claimed, so a concurrent begin fails; undone on error below.
+            let op = table.live_mut(id, "begin_operation")?;
             op.phase = Phase::Begun;
-            op.begun_at = self.begin_clock.fetch_add(1, Ordering::Relaxed);
-            op.meta.dependencies.clone()
-        };
-        // Every dependency was known at registration (or added since).
-        let waits = match self.cross_stream_waits(id, &dependencies, stream) {
-            Ok(waits) => waits,
-            Err(err) => {
-                self.unclaim_begin(id);
-                return Err(err);
-            }
+            op.begun_at = at;
+            waits
         };
         for event in waits.iter() {
             if let Err(err) = stream.wait_event(event) {
@@ -369,9 +343,11 @@ impl OperationGraph {
         Ok(())
     }
 
-    /// The builder's path ([`crate::OpBuilder::run`]): register, begin,
-    /// run `work` and complete in one pass, with one map insertion and one
-    /// lookup per dependency, and only the graph's own time counted.
+    /// The builder's path ([`crate::OpBuilder::run`]): the dependencies'
+    /// events are looked up (one lock), waited on, `work` runs, and the
+    /// completion event is recorded as the operation enters the table,
+    /// already completed (a second lock). Only the graph's own time is
+    /// counted, on one operation in [`TIME_EVERY`].
     pub(crate) fn run_op(
         &self,
         meta: OpMeta,
@@ -379,29 +355,26 @@ impl OperationGraph {
         work: impl FnOnce(&Stream) -> driver::Result<()>,
     ) -> Result<(OperationId, Arc<PooledEvent>, WorkOutcome)> {
         let created = Instant::now();
-        let id = OperationId(self.next_id.fetch_add(1, Ordering::AcqRel));
         // Timing every operation would cost four clock reads, a sizeable
         // share of the operation itself: one in `TIME_EVERY` is timed.
-        let timed = id.0.is_multiple_of(TIME_EVERY);
-        let waits = match self.cross_stream_waits(id, &meta.dependencies, &stream) {
-            Ok(waits) => waits,
-            Err(err) => {
-                self.abandon(id);
-                return Err(err);
-            }
-        };
-        for event in waits.iter() {
-            if let Err(err) = stream.wait_event(event) {
-                self.abandon(id);
-                return Err(err.into());
+        // A plain load and store, not an atomic increment: two threads may
+        // count one operation twice, which only moves the sample.
+        let count = self.sampled.load(Ordering::Relaxed);
+        self.sampled.store(count.wrapping_add(1), Ordering::Relaxed);
+        let timed = count.is_multiple_of(TIME_EVERY);
+        if !meta.dependencies.is_empty() {
+            let looked_up = {
+                let mut table = self.table();
+                cross_stream_waits(&table, &meta.dependencies, &stream)
+                    .map_err(|problem| problem.for_operation(table.abandon_next()))
+            };
+            for event in looked_up?.iter() {
+                stream.wait_event(event)?;
             }
         }
-        drop(waits);
-        let begun_at = self.begin_clock.fetch_add(1, Ordering::Relaxed);
-        self.counters.total.fetch_add(1, Ordering::Relaxed);
         let registered = timed.then(|| created.elapsed());
         // Nobody holds the id before `run` returns, so the operation enters
-        // the map only once its work is enqueued, already completed.
+        // the table only once its work is enqueued, already completed.
         let outcome = {
             // Named in Nsight Systems (nothing without a tool attached).
             let _range = driver::nvtx::range(&meta.label);
@@ -409,9 +382,26 @@ impl OperationGraph {
         };
         let outcome = outcome.map_err(|err| (err, meta.label.clone()));
         let completing = timed.then(Instant::now);
-        let event = self.completion_event(&stream).and_then(|event| {
-            let event = Arc::new(event);
-            let op = Op {
+        let event = match self.completion_event(&stream) {
+            Ok(event) => Arc::new(event),
+            Err(err) => {
+                // Its work may be enqueued, but without a completion event
+                // nothing could wait for it: the operation never enters.
+                self.table().abandon_next();
+                return Err(err);
+            }
+        };
+        let stream_id = stream.id();
+        let (id, sweep_due) = {
+            let mut table = self.table();
+            // Recorded under the lock, so each stream's retirement queue is
+            // in record order.
+            if let Err(err) = event.record(&stream) {
+                table.abandon_next();
+                return Err(err.into());
+            }
+            let begun_at = table.tick();
+            let id = table.issue(Op {
                 meta: Meta {
                     operation_type: meta.kind,
                     priority: meta.priority,
@@ -423,44 +413,20 @@ impl OperationGraph {
                 phase: Phase::Completed,
                 begun_at,
                 completion: Some(Arc::clone(&event)),
-                callbacks: Exclusive(Vec::new()),
+                callbacks: Vec::new(),
                 done: None,
-            };
-            // Recorded under the entry's lock, as `complete_operation` does,
-            // so no one sees it completed before its event is recorded.
-            let entry = self.ops.entry(id).insert(op);
-            match self.record_and_queue(&entry.stream, id, &event) {
-                Ok(sweep_due) => {
-                    let stream_id = entry.stream.id();
-                    drop(entry);
-                    if sweep_due {
-                        self.sweep(stream_id);
-                    }
-                    Ok(event)
-                }
-                Err(err) => {
-                    drop(entry);
-                    self.ops.remove(&id);
-                    Err(err)
-                }
-            }
-        });
+            });
+            table.completed += 1;
+            (id, table.queue(stream_id, id))
+        };
+        if sweep_due {
+            self.sweep(stream_id);
+        }
         if let (Some(registered), Some(completing)) = (registered, completing) {
             self.counters
                 .add_sampled_time(registered + completing.elapsed(), TIME_EVERY);
         }
-        match event {
-            Ok(event) => {
-                self.counters.completed.fetch_add(1, Ordering::Relaxed);
-                Ok((id, event, outcome))
-            }
-            Err(err) => {
-                // Its work may be enqueued, but without a completion event
-                // nothing could wait for it: the id is unknown from now on.
-                self.abandon(id);
-                Err(err)
-            }
-        }
+        Ok((id, event, outcome))
     }
 
     /// A completion event for an operation on `stream`: from the graph's
@@ -473,48 +439,8 @@ impl OperationGraph {
         })
     }
 
-    /// The completion events `stream` must wait for before operation `id`
-    /// runs after `dependencies`: those of completed operations on other
-    /// streams that the GPU may not have passed yet. A dependency that is
-    /// unknown, or registered but not completed, is an error naming it.
-    fn cross_stream_waits(
-        &self,
-        id: OperationId,
-        dependencies: &[OperationId],
-        stream: &Stream,
-    ) -> Result<Waits> {
-        let mut waits = Waits::None;
-        for &dependency in dependencies {
-            let Some(dep) = self.ops.get(&dependency) else {
-                // Absent and issued: retired, so the GPU is past it.
-                if dependency == id || !self.is_known(dependency) {
-                    return Err(Error::UnknownDependency {
-                        operation: id,
-                        dependency,
-                    });
-                }
-                continue;
-            };
-            if dep.phase != Phase::Completed {
-                return Err(Error::DependencyNotComplete {
-                    operation: id,
-                    dependency,
-                    state: dep.phase.name(),
-                });
-            }
-            let finished = dep.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
-            if dep.stream.id() != stream.id()
-                && !finished
-                && let Some(event) = &dep.completion
-            {
-                waits.push(Arc::clone(event));
-            }
-        }
-        Ok(waits)
-    }
-
     fn unclaim_begin(&self, id: OperationId) {
-        if let Some(mut op) = self.ops.get_mut(&id) {
+        if let Some(op) = self.table().get_mut(id) {
             op.phase = Phase::Registered;
             op.begun_at = 0;
         }
@@ -533,29 +459,39 @@ impl OperationGraph {
     /// [`complete_operation`](Self::complete_operation), returning the
     /// completion event.
     pub(crate) fn complete_inner(&self, id: OperationId) -> Result<Arc<PooledEvent>> {
-        // The operation stays locked until its event is recorded and queued
-        // for retirement, so no one sees it half-completed and a sweep cannot
-        // retire it before it is marked completed.
-        let mut op = self.live_mut(id, "complete_operation")?;
-        match op.phase {
-            Phase::Begun => {}
-            Phase::Registered => return Err(Error::NotBegun { operation: id }),
-            Phase::Completed => return Err(Error::AlreadyCompleted { operation: id }),
-        }
-        let event = Arc::new(self.completion_event(&op.stream)?);
-        let sweep_due = self.record_and_queue(&op.stream, id, &event)?;
-        op.completion = Some(Arc::clone(&event));
-        op.phase = Phase::Completed;
-        let scheduled = if op.callbacks.get_mut().is_empty() {
-            None
-        } else {
-            let done = Arc::new(AtomicBool::new(false));
-            op.done = Some(Arc::clone(&done));
-            Some((std::mem::take(op.callbacks.get_mut()), done))
+        let stream = {
+            let mut table = self.table();
+            let op = table.live_mut(id, "complete_operation")?;
+            match op.phase {
+                Phase::Begun => {}
+                Phase::Registered => return Err(Error::NotBegun { operation: id }),
+                Phase::Completed => return Err(Error::AlreadyCompleted { operation: id }),
+            }
+            Arc::clone(&op.stream)
         };
-        let stream = Arc::clone(&op.stream);
-        drop(op);
-        self.counters.completed.fetch_add(1, Ordering::Relaxed);
+        let event = Arc::new(self.completion_event(&stream)?);
+        // The event is recorded and the operation marked completed under one
+        // lock, so no one sees it half-completed, a concurrent completion
+        // fails, and the stream's retirement queue stays in record order.
+        let (scheduled, sweep_due) = {
+            let mut table = self.table();
+            let op = table.live_mut(id, "complete_operation")?;
+            if op.phase != Phase::Begun {
+                return Err(Error::AlreadyCompleted { operation: id });
+            }
+            event.record(&stream)?;
+            op.completion = Some(Arc::clone(&event));
+            op.phase = Phase::Completed;
+            let scheduled = if op.callbacks.is_empty() {
+                None
+            } else {
+                let done = Arc::new(AtomicBool::new(false));
+                op.done = Some(Arc::clone(&done));
+                Some((std::mem::take(&mut op.callbacks), done))
+            };
+            table.completed += 1;
+            (scheduled, table.queue(stream.id(), id))
+        };
         if let Some((callbacks, done)) = scheduled {
             self.schedule_callbacks(id, &stream, &event, callbacks, done);
         }
@@ -616,21 +552,25 @@ impl OperationGraph {
     where
         F: FnOnce() + Send + 'static,
     {
-        let late = match self.ops.get_mut(&id) {
-            None if self.is_known(id) => None,
-            None => {
-                return Err(Error::UnknownOperation {
-                    operation: id,
-                    call: "add_completion_callback",
-                });
-            }
-            Some(mut op) => {
-                if op.phase != Phase::Completed {
-                    op.callbacks.get_mut().push(Box::new(f));
-                    return Ok(());
+        let late = {
+            let mut table = self.table();
+            let known = table.is_known(id);
+            match table.get_mut(id) {
+                None if known => None,
+                None => {
+                    return Err(Error::UnknownOperation {
+                        operation: id,
+                        call: "add_completion_callback",
+                    });
                 }
-                let finished = op.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
-                (!finished).then(|| (Arc::clone(&op.stream), op.completion.clone()))
+                Some(op) => {
+                    if op.phase != Phase::Completed {
+                        op.callbacks.push(Box::new(f));
+                        return Ok(());
+                    }
+                    let finished = op.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
+                    (!finished).then(|| (Arc::clone(&op.stream), op.completion.clone()))
+                }
             }
         };
         let callbacks: Vec<Callback> = vec![Box::new(f)];
@@ -647,19 +587,20 @@ impl OperationGraph {
 
     /// Where `id` is, or `None` for an id this coordinator never issued.
     pub fn state(&self, id: OperationId) -> Option<OperationState> {
-        match self.ops.get(&id) {
+        let table = self.table();
+        match table.get(id) {
             Some(op) => Some(match op.phase {
                 Phase::Registered => OperationState::Registered,
                 Phase::Begun => OperationState::Begun,
                 Phase::Completed => OperationState::Completed,
             }),
-            None => self.is_known(id).then_some(OperationState::Retired),
+            None => table.is_known(id).then_some(OperationState::Retired),
         }
     }
 
     /// A copy of `id`'s metadata, while the coordinator holds it (not retired).
     pub fn metadata(&self, id: OperationId) -> Option<EventMetadata> {
-        self.ops.get(&id).map(|op| EventMetadata {
+        self.table().get(id).map(|op| EventMetadata {
             operation_type: op.meta.operation_type,
             priority: op.meta.priority,
             stream_id: op.stream.id(),
@@ -672,47 +613,64 @@ impl OperationGraph {
 
     /// Counters: operations, completions, coordination time, deadlocks found.
     pub fn metrics(&self) -> CoordinatorMetrics {
-        self.counters.snapshot(self.ops.len())
+        let table = self.table();
+        self.counters
+            .snapshot(table.live(), table.total, table.completed, table.retired)
     }
+}
 
-    fn live_mut(
-        &self,
-        id: OperationId,
-        call: &'static str,
-    ) -> Result<dashmap::mapref::one::RefMut<'_, OperationId, Op>> {
-        match self.ops.get_mut(&id) {
-            Some(op) => Ok(op),
-            // Retired operations were completed.
-            None if self.is_known(id) => Err(Error::AlreadyCompleted { operation: id }),
-            None => Err(Error::UnknownOperation {
-                operation: id,
-                call,
-            }),
+/// Why an operation cannot run after its dependencies (its id is given later).
+enum DependencyProblem {
+    Unknown(OperationId),
+    NotComplete(OperationId, &'static str),
+}
+
+impl DependencyProblem {
+    fn for_operation(self, operation: OperationId) -> Error {
+        match self {
+            DependencyProblem::Unknown(dependency) => Error::UnknownDependency {
+                operation,
+                dependency,
+            },
+            DependencyProblem::NotComplete(dependency, state) => Error::DependencyNotComplete {
+                operation,
+                dependency,
+                state,
+            },
         }
     }
+}
 
-    /// Whether this coordinator issued `id` to a successful registration.
-    fn is_known(&self, id: OperationId) -> bool {
-        if self.ops.contains_key(&id) {
-            return true;
+/// The completion events `stream` must wait for before an operation runs
+/// after `dependencies`: those of completed operations on other streams that
+/// the GPU may not have passed yet. A dependency that is unknown, or
+/// registered but not completed, is a problem naming it.
+fn cross_stream_waits(
+    table: &Table,
+    dependencies: &[OperationId],
+    stream: &Stream,
+) -> std::result::Result<Waits, DependencyProblem> {
+    let mut waits = Waits::None;
+    for &dependency in dependencies {
+        let Some(dep) = table.get(dependency) else {
+            // Absent and issued: retired, so the GPU is past it.
+            if !table.is_known(dependency) {
+                return Err(DependencyProblem::Unknown(dependency));
+            }
+            continue;
+        };
+        if dep.phase != Phase::Completed {
+            return Err(DependencyProblem::NotComplete(dependency, dep.phase.name()));
         }
-        let issued = id.0 >= 1 && id.0 < self.next_id.load(Ordering::Acquire);
-        issued
-            && !(self.any_abandoned.load(Ordering::Acquire)
-                && self
-                    .abandoned
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .contains(&id))
+        let finished = dep.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
+        if dep.stream.id() != stream.id()
+            && !finished
+            && let Some(event) = &dep.completion
+        {
+            waits.push(Arc::clone(event));
+        }
     }
-
-    fn abandon(&self, id: OperationId) {
-        self.abandoned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id);
-        self.any_abandoned.store(true, Ordering::Release);
-    }
+    Ok(waits)
 }
 
 impl std::fmt::Debug for OperationGraph {
@@ -728,10 +686,10 @@ impl Drop for OperationGraph {
     /// forever: say so, naming them, rather than hang silently.
     fn drop(&mut self) {
         let mut unfinished: Vec<(OperationId, String)> = self
-            .ops
+            .table()
             .iter()
-            .filter(|op| op.phase == Phase::Begun)
-            .map(|op| (*op.key(), op.meta.description.clone()))
+            .filter(|(_, op)| op.phase == Phase::Begun)
+            .map(|(id, op)| (id, op.meta.description.clone()))
             .collect();
         if unfinished.is_empty() {
             return;

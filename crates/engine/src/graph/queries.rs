@@ -22,10 +22,10 @@ struct Node {
 impl OperationGraph {
     /// Copy what the queries need, so no map lock is held while they run.
     fn snapshot(&self) -> Vec<Node> {
-        self.ops
+        self.table()
             .iter()
-            .map(|op| Node {
-                id: *op.key(),
+            .map(|(id, op)| Node {
+                id,
                 phase: op.phase,
                 stream_id: op.stream.id(),
                 begun_at: op.begun_at,

@@ -1,0 +1,241 @@
+//! The graph's operations, in one table under one lock.
+//!
+//! Ids are issued in order, and an operation is issued its id when it enters
+//! the table, so the live operations sit in a ring indexed by `id - base`: a
+//! lookup is an index, an insertion a push at the back, and retirement marks
+//! a slot gone and trims the front. One lock guards the ring, each stream's
+//! retirement queue and the counters, so an operation of the builder costs
+//! one lock (two with dependencies) instead of a lock per map, queue and
+//! counter it touches.
+//!
+//! An operation that stays live for long (registered and never begun, or
+//! behind GPU work that does not finish) would keep every slot after it in
+//! the ring: past [`RING_LIMIT`] slots it moves to a side map instead.
+
+use super::Op;
+use super::hash::IdBuild;
+use crate::error::{Error, Result};
+use crate::operation::OperationId;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// Slots the ring holds before a long-lived operation at its front moves to
+/// the side map.
+const RING_LIMIT: usize = 4096;
+
+/// How many completions on one stream between two sweeps of that stream.
+pub(super) const SWEEP_EVERY: u32 = 32;
+
+/// One id of the ring.
+enum Slot {
+    Live(Op),
+    /// Retired, moved to the side map, or issued to a registration that failed.
+    Gone,
+}
+
+/// Completed operations of one stream, in the order their completion events
+/// were recorded (under the table's lock), so in the order the GPU passes them.
+#[derive(Default)]
+pub(super) struct Lane {
+    pub(super) queue: VecDeque<OperationId>,
+    since_sweep: u32,
+}
+
+/// Everything the graph knows of its operations.
+pub(super) struct Table {
+    /// The id of `ring[0]`; `ring` covers `base..next_id`.
+    base: u64,
+    ring: VecDeque<Slot>,
+    /// Live operations that outgrew the ring.
+    old: HashMap<u64, Op, IdBuild>,
+    next_id: u64,
+    begin_clock: u64,
+    /// Ids issued to registrations that failed: unknown, not retired.
+    abandoned: HashSet<OperationId, IdBuild>,
+    pub(super) lanes: HashMap<u64, Lane, IdBuild>,
+    live: usize,
+    pub(super) total: u64,
+    pub(super) completed: u64,
+    pub(super) retired: u64,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table {
+            base: 1,
+            ring: VecDeque::new(),
+            old: HashMap::default(),
+            next_id: 1,
+            begin_clock: 1,
+            abandoned: HashSet::default(),
+            lanes: HashMap::default(),
+            live: 0,
+            total: 0,
+            completed: 0,
+            retired: 0,
+        }
+    }
+}
+
+impl Table {
+    /// Issue the next id to `op`.
+    pub(super) fn issue(&mut self, op: Op) -> OperationId {
+        let id = OperationId(self.next_id);
+        self.next_id += 1;
+        self.ring.push_back(Slot::Live(op));
+        self.live += 1;
+        self.total += 1;
+        self.trim();
+        id
+    }
+
+    /// Issue the next id to a registration that failed, so its error can
+    /// name it; the id stays unknown.
+    pub(super) fn abandon_next(&mut self) -> OperationId {
+        let id = OperationId(self.next_id);
+        self.next_id += 1;
+        self.ring.push_back(Slot::Gone);
+        self.abandoned.insert(id);
+        self.trim();
+        id
+    }
+
+    /// The next position in begin order.
+    pub(super) fn tick(&mut self) -> u64 {
+        let at = self.begin_clock;
+        self.begin_clock += 1;
+        at
+    }
+
+    /// Whether `id` was issued to an operation that entered the graph (live
+    /// or retired).
+    pub(super) fn is_known(&self, id: OperationId) -> bool {
+        id.0 >= 1 && id.0 < self.next_id && !self.abandoned.contains(&id)
+    }
+
+    pub(super) fn get(&self, id: OperationId) -> Option<&Op> {
+        if id.0 < self.base {
+            return self.old.get(&id.0);
+        }
+        match self.ring.get(usize::try_from(id.0 - self.base).ok()?) {
+            Some(Slot::Live(op)) => Some(op),
+            _ => None,
+        }
+    }
+
+    pub(super) fn get_mut(&mut self, id: OperationId) -> Option<&mut Op> {
+        if id.0 < self.base {
+            return self.old.get_mut(&id.0);
+        }
+        match self.ring.get_mut(usize::try_from(id.0 - self.base).ok()?) {
+            Some(Slot::Live(op)) => Some(op),
+            _ => None,
+        }
+    }
+
+    /// The live operation `id`, for `call`; a retired one was completed.
+    pub(super) fn live_mut(&mut self, id: OperationId, call: &'static str) -> Result<&mut Op> {
+        if self.get(id).is_none() {
+            return Err(match self.is_known(id) {
+                true => Error::AlreadyCompleted { operation: id },
+                false => Error::UnknownOperation {
+                    operation: id,
+                    call,
+                },
+            });
+        }
+        Ok(self.get_mut(id).expect("checked just above"))
+    }
+
+    /// Take a live operation out (retired).
+    fn remove(&mut self, id: OperationId) -> Option<Op> {
+        let op = if id.0 < self.base {
+            self.old.remove(&id.0)
+        } else {
+            let slot = self.ring.get_mut(usize::try_from(id.0 - self.base).ok()?)?;
+            match std::mem::replace(slot, Slot::Gone) {
+                Slot::Live(op) => Some(op),
+                Slot::Gone => None,
+            }
+        };
+        if op.is_some() {
+            self.live -= 1;
+        }
+        op
+    }
+
+    /// Drop gone slots from the front; move long-lived operations out of a
+    /// ring grown past its limit.
+    fn trim(&mut self) {
+        while let Some(front) = self.ring.front() {
+            match front {
+                Slot::Gone => {}
+                Slot::Live(_) if self.ring.len() > RING_LIMIT => {
+                    if let Some(Slot::Live(op)) = self
+                        .ring
+                        .front_mut()
+                        .map(|s| std::mem::replace(s, Slot::Gone))
+                    {
+                        self.old.insert(self.base, op);
+                    }
+                }
+                Slot::Live(_) => break,
+            }
+            self.ring.pop_front();
+            self.base += 1;
+        }
+    }
+
+    /// The live operations, with their ids.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (OperationId, &Op)> + '_ {
+        let ring = self
+            .ring
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| match slot {
+                Slot::Live(op) => Some((OperationId(self.base + i as u64), op)),
+                Slot::Gone => None,
+            });
+        ring.chain(self.old.iter().map(|(&id, op)| (OperationId(id), op)))
+    }
+
+    /// Operations not yet retired.
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Queue `id` (just completed, its event just recorded) for retirement
+    /// on its stream. Returns whether a sweep of that stream is due.
+    pub(super) fn queue(&mut self, stream_id: u64, id: OperationId) -> bool {
+        let lane = self.lanes.entry(stream_id).or_default();
+        lane.queue.push_back(id);
+        lane.since_sweep += 1;
+        let due = lane.since_sweep >= SWEEP_EVERY;
+        if due {
+            lane.since_sweep = 0;
+        }
+        due
+    }
+
+    /// Take the first `count` queued operations of a stream out of the
+    /// graph. They are dropped here, under the lock: what they hold (their
+    /// completion events go back to the event pool) takes no lock of the
+    /// graph, and moving them out to drop later would cost a copy of each.
+    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> usize {
+        let Some(lane) = self.lanes.get_mut(&stream_id) else {
+            return 0;
+        };
+        let mut queue = std::mem::take(&mut lane.queue);
+        let mut retired = 0;
+        for id in queue.drain(..count.min(queue.len())) {
+            if self.remove(id).is_some() {
+                retired += 1;
+            }
+        }
+        if let Some(lane) = self.lanes.get_mut(&stream_id) {
+            lane.queue = queue;
+        }
+        self.retired += retired as u64;
+        self.trim();
+        retired
+    }
+}
