@@ -142,6 +142,9 @@ struct AsyncState {
     step_of: [u64; 3],
 }
 
+// One per managed context, built once and never moved on a hot path: the
+// size difference between the modes costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Mode {
     Sync {
         stream: Arc<Stream>,
