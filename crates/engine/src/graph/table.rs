@@ -16,7 +16,9 @@ use super::Op;
 use super::hash::IdBuild;
 use crate::error::{Error, Result};
 use crate::operation::OperationId;
+use driver::{PooledEvent, Stream};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
 /// Slots the ring holds before a long-lived operation at its front moves to
 /// the side map.
@@ -24,6 +26,12 @@ const RING_LIMIT: usize = 4096;
 
 /// How many completions on one stream between two sweeps of that stream.
 pub(super) const SWEEP_EVERY: u32 = 32;
+
+/// What a retired operation still holds, dropped outside the table's lock.
+pub(super) struct Released {
+    _stream: Arc<Stream>,
+    _event: Option<Arc<PooledEvent>>,
+}
 
 /// One id of the ring.
 enum Slot {
@@ -217,25 +225,30 @@ impl Table {
     }
 
     /// Take the first `count` queued operations of a stream out of the
-    /// graph. They are dropped here, under the lock: what they hold (their
-    /// completion events go back to the event pool) takes no lock of the
-    /// graph, and moving them out to drop later would cost a copy of each.
-    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> usize {
+    /// graph. Each is dropped here except its stream and completion event,
+    /// which the caller drops once the lock is released: a stream's last
+    /// handle destroys it, which can wait for the device, and a completion
+    /// callback running there may be waiting for this lock.
+    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> Vec<Released> {
         let Some(lane) = self.lanes.get_mut(&stream_id) else {
-            return 0;
+            return Vec::new();
         };
         let mut queue = std::mem::take(&mut lane.queue);
-        let mut retired = 0;
-        for id in queue.drain(..count.min(queue.len())) {
-            if self.remove(id).is_some() {
-                retired += 1;
+        let taken = count.min(queue.len());
+        let mut released = Vec::with_capacity(taken);
+        for id in queue.drain(..taken) {
+            if let Some(op) = self.remove(id) {
+                released.push(Released {
+                    _stream: op.stream,
+                    _event: op.completion,
+                });
             }
         }
         if let Some(lane) = self.lanes.get_mut(&stream_id) {
             lane.queue = queue;
         }
-        self.retired += retired as u64;
+        self.retired += released.len() as u64;
         self.trim();
-        retired
+        released
     }
 }
