@@ -16,6 +16,7 @@ use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState
 use driver::{Context, Stream};
 use driver::{EventPool, PooledEvent};
 use metrics::Counters;
+use smallvec::SmallVec;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -46,34 +47,9 @@ impl Phase {
 /// What the builder's work returned; on failure, with the operation's label.
 pub(crate) type WorkOutcome = std::result::Result<(), (driver::Error, String)>;
 
-/// The completion events an operation must wait for. Most operations have
-/// at most one dependency on another stream, which then costs no allocation.
-pub(crate) enum Waits {
-    None,
-    One(Arc<PooledEvent>),
-    Many(Vec<Arc<PooledEvent>>),
-}
-
-impl Waits {
-    fn push(&mut self, event: Arc<PooledEvent>) {
-        *self = match std::mem::replace(self, Waits::None) {
-            Waits::None => Waits::One(event),
-            Waits::One(first) => Waits::Many(vec![first, event]),
-            Waits::Many(mut all) => {
-                all.push(event);
-                Waits::Many(all)
-            }
-        };
-    }
-
-    fn iter(&self) -> std::slice::Iter<'_, Arc<PooledEvent>> {
-        match self {
-            Waits::None => [].iter(),
-            Waits::One(event) => std::slice::from_ref(event).iter(),
-            Waits::Many(all) => all.iter(),
-        }
-    }
-}
+/// Completion events copied out of the table, to wait on once its lock is
+/// released.
+type WaitEvents = SmallVec<[Arc<PooledEvent>; 4]>;
 
 /// One builder operation in this many is timed for
 /// [`CoordinatorMetrics::average_coordination_time`].
@@ -326,15 +302,18 @@ impl OperationGraph {
             }
             let dependencies = op.meta.dependencies.clone();
             // Every dependency was known at registration (or added since).
-            let waits = cross_stream_waits(&table, &dependencies, stream)
-                .map_err(|problem| problem.for_operation(id))?;
+            let waits: WaitEvents = dependency_events(&table, &dependencies, stream)
+                .map_err(|problem| problem.for_operation(id))?
+                .into_iter()
+                .cloned()
+                .collect();
             // Claimed, so a concurrent begin fails; undone on error below.
             let op = table.live_mut(id, "begin_operation")?;
             op.phase = Phase::Begun;
             op.begun_at = at;
             waits
         };
-        for event in waits.iter() {
+        for event in &waits {
             if let Err(err) = stream.wait_event(event) {
                 self.unclaim_begin(id);
                 return Err(err.into());
@@ -363,13 +342,20 @@ impl OperationGraph {
         self.sampled.store(count.wrapping_add(1), Ordering::Relaxed);
         let timed = count.is_multiple_of(TIME_EVERY);
         if !meta.dependencies.is_empty() {
-            let looked_up = {
-                let mut table = self.table();
-                cross_stream_waits(&table, &meta.dependencies, &stream)
-                    .map_err(|problem| problem.for_operation(table.abandon_next()))
+            // The waits are enqueued under the lock, on the events where the
+            // table keeps them: no reference count changes hands.
+            let mut table = self.table();
+            let problem = match dependency_events(&table, &meta.dependencies, &stream) {
+                Ok(events) => {
+                    for event in events {
+                        stream.wait_event(event)?;
+                    }
+                    None
+                }
+                Err(problem) => Some(problem),
             };
-            for event in looked_up?.iter() {
-                stream.wait_event(event)?;
+            if let Some(problem) = problem {
+                return Err(problem.for_operation(table.abandon_next()));
             }
         }
         let registered = timed.then(|| created.elapsed());
@@ -643,14 +629,14 @@ impl DependencyProblem {
 
 /// The completion events `stream` must wait for before an operation runs
 /// after `dependencies`: those of completed operations on other streams that
-/// the GPU may not have passed yet. A dependency that is unknown, or
-/// registered but not completed, is a problem naming it.
-fn cross_stream_waits(
-    table: &Table,
+/// the GPU may not have passed yet, where the table keeps them. A dependency
+/// that is unknown, or registered but not completed, is a problem naming it.
+fn dependency_events<'t>(
+    table: &'t Table,
     dependencies: &[OperationId],
     stream: &Stream,
-) -> std::result::Result<Waits, DependencyProblem> {
-    let mut waits = Waits::None;
+) -> std::result::Result<SmallVec<[&'t Arc<PooledEvent>; 4]>, DependencyProblem> {
+    let mut events = SmallVec::new();
     for &dependency in dependencies {
         let Some(dep) = table.get(dependency) else {
             // Absent and issued: retired, so the GPU is past it.
@@ -667,10 +653,10 @@ fn cross_stream_waits(
             && !finished
             && let Some(event) = &dep.completion
         {
-            waits.push(Arc::clone(event));
+            events.push(event);
         }
     }
-    Ok(waits)
+    Ok(events)
 }
 
 impl std::fmt::Debug for OperationGraph {
