@@ -45,7 +45,7 @@ pub struct OpBuilder<'g> {
 
 /// Where an operation runs: the caller's stream, or one the engine takes.
 enum Place<'g> {
-    Stream(Arc<Stream>),
+    Stream(&'g Stream),
     Source(&'g dyn StreamSource),
 }
 
@@ -54,8 +54,8 @@ impl OperationGraph {
     /// Its kind defaults to [`OperationType::Kernel`] and its priority to
     /// [`EventPriority::Normal`] (both metadata here: the caller chose the
     /// stream; with [`op_from`](Self::op_from) the priority picks it).
-    pub fn op(&self, stream: &Stream) -> OpBuilder<'_> {
-        OpBuilder::at(self, Place::Stream(stream.to_arc()))
+    pub fn op<'a>(&'a self, stream: &'a Stream) -> OpBuilder<'a> {
+        OpBuilder::at(self, Place::Stream(stream))
     }
 }
 
@@ -125,9 +125,13 @@ impl<'g> OpBuilder<'g> {
             dependencies: after,
             label,
         };
+        let chosen;
         let stream = match place {
             Place::Stream(stream) => stream,
-            Place::Source(source) => source.stream_for(priority.stream_class()),
+            Place::Source(source) => {
+                chosen = source.stream_for(priority.stream_class());
+                &*chosen
+            }
         };
         let (id, event, outcome) = graph.run_op(meta, stream, work)?;
         match outcome {

@@ -80,7 +80,13 @@ struct Meta {
 /// One live operation.
 struct Op {
     meta: Meta,
-    stream: Arc<Stream>,
+    /// [`Stream::id`] of its stream.
+    stream_id: u64,
+    /// Its stream, for an operation registered through the seed calls. A
+    /// builder operation enters the table completed, and its stream is
+    /// held by the stream's retirement queue instead, so that an operation
+    /// costs no reference count of its stream.
+    stream: Option<Arc<Stream>>,
     phase: Phase,
     /// Position among the operations begun on any stream (0: not begun).
     begun_at: u64,
@@ -205,7 +211,8 @@ impl OperationGraph {
                     dependencies: Deps::from_vec(dependencies),
                     description,
                 },
-                stream: Arc::clone(stream),
+                stream_id: stream.id(),
+                stream: Some(Arc::clone(stream)),
                 phase: Phase::Registered,
                 begun_at: 0,
                 completion: None,
@@ -293,10 +300,10 @@ impl OperationGraph {
                     return Err(Error::AlreadyCompleted { operation: id });
                 }
             }
-            if op.stream.id() != stream.id() {
+            if op.stream_id != stream.id() {
                 return Err(Error::StreamMismatch {
                     operation: id,
-                    registered: op.stream.id(),
+                    registered: op.stream_id,
                     given: stream.id(),
                 });
             }
@@ -330,7 +337,7 @@ impl OperationGraph {
     pub(crate) fn run_op(
         &self,
         meta: OpMeta,
-        stream: Arc<Stream>,
+        stream: &Stream,
         work: impl FnOnce(&Stream) -> driver::Result<()>,
     ) -> Result<(OperationId, Arc<PooledEvent>, WorkOutcome)> {
         let created = Instant::now();
@@ -345,7 +352,7 @@ impl OperationGraph {
             // The waits are enqueued under the lock, on the events where the
             // table keeps them: no reference count changes hands.
             let mut table = self.table();
-            let problem = match dependency_events(&table, &meta.dependencies, &stream) {
+            let problem = match dependency_events(&table, &meta.dependencies, stream) {
                 Ok(events) => {
                     for event in events {
                         stream.wait_event(event)?;
@@ -364,11 +371,11 @@ impl OperationGraph {
         let outcome = {
             // Named in Nsight Systems (nothing without a tool attached).
             let _range = driver::nvtx::range(&meta.label);
-            work(&stream)
+            work(stream)
         };
         let outcome = outcome.map_err(|err| (err, meta.label.clone()));
         let completing = timed.then(Instant::now);
-        let event = match self.completion_event(&stream) {
+        let event = match self.completion_event(stream) {
             Ok(event) => Arc::new(event),
             Err(err) => {
                 // Its work may be enqueued, but without a completion event
@@ -382,7 +389,7 @@ impl OperationGraph {
             let mut table = self.table();
             // Recorded under the lock, so each stream's retirement queue is
             // in record order.
-            if let Err(err) = event.record(&stream) {
+            if let Err(err) = event.record(stream) {
                 table.abandon_next();
                 return Err(err.into());
             }
@@ -395,7 +402,8 @@ impl OperationGraph {
                     dependencies: meta.dependencies,
                     description: meta.label,
                 },
-                stream,
+                stream_id,
+                stream: None,
                 phase: Phase::Completed,
                 begun_at,
                 completion: Some(Arc::clone(&event)),
@@ -403,7 +411,7 @@ impl OperationGraph {
                 done: None,
             });
             table.completed += 1;
-            (id, table.queue(stream_id, id))
+            (id, table.queue(stream, id))
         };
         if sweep_due {
             self.sweep(stream_id);
@@ -453,7 +461,8 @@ impl OperationGraph {
                 Phase::Registered => return Err(Error::NotBegun { operation: id }),
                 Phase::Completed => return Err(Error::AlreadyCompleted { operation: id }),
             }
-            Arc::clone(&op.stream)
+            // Begun: registered through the seed calls, which keep the stream.
+            op.stream.clone().ok_or(Error::NotBegun { operation: id })?
         };
         let event = Arc::new(self.completion_event(&stream)?);
         // The event is recorded and the operation marked completed under one
@@ -476,7 +485,7 @@ impl OperationGraph {
                 Some((std::mem::take(&mut op.callbacks), done))
             };
             table.completed += 1;
-            (scheduled, table.queue(stream.id(), id))
+            (scheduled, table.queue(&stream, id))
         };
         if let Some((callbacks, done)) = scheduled {
             self.schedule_callbacks(id, &stream, &event, callbacks, done);
@@ -555,7 +564,11 @@ impl OperationGraph {
                         return Ok(());
                     }
                     let finished = op.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
-                    (!finished).then(|| (Arc::clone(&op.stream), op.completion.clone()))
+                    let stream = op.stream.clone();
+                    let (stream_id, event) = (op.stream_id, op.completion.clone());
+                    // A completed operation is queued for retirement: its
+                    // stream is held there when the operation does not.
+                    (!finished).then(|| (stream.or_else(|| table.lane_stream(stream_id)), event))
                 }
             }
         };
@@ -563,9 +576,16 @@ impl OperationGraph {
         if let Some((stream, Some(event))) = late
             && !event.query()?
         {
-            let done = Arc::new(AtomicBool::new(false));
-            self.schedule_callbacks(id, &stream, &event, callbacks, done);
-            return Ok(());
+            match stream {
+                Some(stream) => {
+                    let done = Arc::new(AtomicBool::new(false));
+                    self.schedule_callbacks(id, &stream, &event, callbacks, done);
+                    return Ok(());
+                }
+                // Not reached (a completed operation's stream is held by its
+                // retirement queue); if it were, wait here rather than run early.
+                None => event.synchronize()?,
+            }
         }
         run_callbacks(id, callbacks, &self.counters);
         Ok(())
@@ -589,7 +609,7 @@ impl OperationGraph {
         self.table().get(id).map(|op| EventMetadata {
             operation_type: op.meta.operation_type,
             priority: op.meta.priority,
-            stream_id: op.stream.id(),
+            stream_id: op.stream_id,
             operation_id: id,
             creation_time: op.meta.creation_time,
             dependencies: op.meta.dependencies.to_vec(),
@@ -649,7 +669,7 @@ fn dependency_events<'t>(
             return Err(DependencyProblem::NotComplete(dependency, dep.phase.name()));
         }
         let finished = dep.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
-        if dep.stream.id() != stream.id()
+        if dep.stream_id != stream.id()
             && !finished
             && let Some(event) = &dep.completion
         {

@@ -27,7 +27,7 @@ impl OperationGraph {
             .map(|(id, op)| Node {
                 id,
                 phase: op.phase,
-                stream_id: op.stream.id(),
+                stream_id: op.stream_id,
                 begun_at: op.begun_at,
                 priority: op.meta.priority,
                 dependencies: op.meta.dependencies.to_vec(),

@@ -99,6 +99,6 @@ impl OperationGraph {
             table.retire_front(stream_id, count)
         };
         // Their streams and events are let go of outside the lock.
-        released.len()
+        released.iter().filter(|r| r.is_operation()).count()
     }
 }

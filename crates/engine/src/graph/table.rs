@@ -27,10 +27,17 @@ const RING_LIMIT: usize = 4096;
 /// How many completions on one stream between two sweeps of that stream.
 pub(super) const SWEEP_EVERY: u32 = 32;
 
-/// What a retired operation still holds, dropped outside the table's lock.
+/// What retired operations still hold, dropped outside the table's lock.
 pub(super) struct Released {
-    _stream: Arc<Stream>,
-    _event: Option<Arc<PooledEvent>>,
+    _stream: Option<Arc<Stream>>,
+    event: Option<Arc<PooledEvent>>,
+}
+
+impl Released {
+    /// Whether it comes from an operation (not from a retirement queue).
+    pub(super) fn is_operation(&self) -> bool {
+        self.event.is_some()
+    }
 }
 
 /// One id of the ring.
@@ -42,10 +49,12 @@ enum Slot {
 
 /// Completed operations of one stream, in the order their completion events
 /// were recorded (under the table's lock), so in the order the GPU passes them.
-#[derive(Default)]
+/// The lane holds the stream while it has operations queued, and goes when
+/// it has none.
 pub(super) struct Lane {
     pub(super) queue: VecDeque<OperationId>,
     since_sweep: u32,
+    stream: Arc<Stream>,
 }
 
 /// Everything the graph knows of its operations.
@@ -213,8 +222,12 @@ impl Table {
 
     /// Queue `id` (just completed, its event just recorded) for retirement
     /// on its stream. Returns whether a sweep of that stream is due.
-    pub(super) fn queue(&mut self, stream_id: u64, id: OperationId) -> bool {
-        let lane = self.lanes.entry(stream_id).or_default();
+    pub(super) fn queue(&mut self, stream: &Stream, id: OperationId) -> bool {
+        let lane = self.lanes.entry(stream.id()).or_insert_with(|| Lane {
+            queue: VecDeque::new(),
+            since_sweep: 0,
+            stream: stream.to_arc(),
+        });
         lane.queue.push_back(id);
         lane.since_sweep += 1;
         let due = lane.since_sweep >= SWEEP_EVERY;
@@ -222,6 +235,13 @@ impl Table {
             lane.since_sweep = 0;
         }
         due
+    }
+
+    /// The stream of a stream's retirement queue, while it has one.
+    pub(super) fn lane_stream(&self, stream_id: u64) -> Option<Arc<Stream>> {
+        self.lanes
+            .get(&stream_id)
+            .map(|lane| Arc::clone(&lane.stream))
     }
 
     /// Take the first `count` queued operations of a stream out of the
@@ -235,19 +255,26 @@ impl Table {
         };
         let mut queue = std::mem::take(&mut lane.queue);
         let taken = count.min(queue.len());
-        let mut released = Vec::with_capacity(taken);
+        let mut released = Vec::with_capacity(taken + 1);
         for id in queue.drain(..taken) {
             if let Some(op) = self.remove(id) {
                 released.push(Released {
                     _stream: op.stream,
-                    _event: op.completion,
+                    event: op.completion,
                 });
             }
         }
-        if let Some(lane) = self.lanes.get_mut(&stream_id) {
+        self.retired += released.len() as u64;
+        if queue.is_empty() {
+            if let Some(lane) = self.lanes.remove(&stream_id) {
+                released.push(Released {
+                    _stream: Some(lane.stream),
+                    event: None,
+                });
+            }
+        } else if let Some(lane) = self.lanes.get_mut(&stream_id) {
             lane.queue = queue;
         }
-        self.retired += released.len() as u64;
         self.trim();
         released
     }
