@@ -93,12 +93,13 @@ impl OperationGraph {
     /// Retire the completed operations of one stream that the GPU has
     /// passed ([`passed_count`]).
     fn sweep_lane(&self, stream_id: u64, thorough: bool) -> usize {
-        let released = {
+        let (retired, released) = {
             let mut table = self.table();
             let count = passed_count(&table, stream_id, thorough);
             table.retire_front(stream_id, count)
         };
-        // Their streams and events are let go of outside the lock.
-        released.iter().filter(|r| r.is_operation()).count()
+        // Their streams and events are let go of here, outside the lock.
+        drop(released);
+        retired
     }
 }

@@ -30,14 +30,7 @@ pub(super) const SWEEP_EVERY: u32 = 32;
 /// What retired operations still hold, dropped outside the table's lock.
 pub(super) struct Released {
     _stream: Option<Arc<Stream>>,
-    event: Option<Arc<PooledEvent>>,
-}
-
-impl Released {
-    /// Whether it comes from an operation (not from a retirement queue).
-    pub(super) fn is_operation(&self) -> bool {
-        self.event.is_some()
-    }
+    _event: Option<Arc<PooledEvent>>,
 }
 
 /// One id of the ring.
@@ -249,9 +242,10 @@ impl Table {
     /// which the caller drops once the lock is released: a stream's last
     /// handle destroys it, which can wait for the device, and a completion
     /// callback running there may be waiting for this lock.
-    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> Vec<Released> {
+    /// Returns how many were retired, and what they hold.
+    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> (usize, Vec<Released>) {
         let Some(lane) = self.lanes.get_mut(&stream_id) else {
-            return Vec::new();
+            return (0, Vec::new());
         };
         let mut queue = std::mem::take(&mut lane.queue);
         let taken = count.min(queue.len());
@@ -260,22 +254,23 @@ impl Table {
             if let Some(op) = self.remove(id) {
                 released.push(Released {
                     _stream: op.stream,
-                    event: op.completion,
+                    _event: op.completion,
                 });
             }
         }
-        self.retired += released.len() as u64;
+        let retired = released.len();
+        self.retired += retired as u64;
         if queue.is_empty() {
             if let Some(lane) = self.lanes.remove(&stream_id) {
                 released.push(Released {
                     _stream: Some(lane.stream),
-                    event: None,
+                    _event: None,
                 });
             }
         } else if let Some(lane) = self.lanes.get_mut(&stream_id) {
             lane.queue = queue;
         }
         self.trim();
-        released
+        (retired, released)
     }
 }
