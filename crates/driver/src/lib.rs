@@ -143,6 +143,7 @@ mod reactor;
 mod select;
 mod stream;
 
+pub use callback::panic_message;
 pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use copy::check_len;
 pub use enqueue::BufferUse;

@@ -5,7 +5,7 @@ use crate::error::Error;
 use crate::graph::OperationGraph;
 use crate::op::Op;
 use crate::operation::{OperationId, OperationType};
-use driver::Stream;
+use driver::{Stream, panic_message};
 use std::borrow::Borrow;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -274,13 +274,4 @@ where
         }
         (Err(err), _) => (None, Some(BranchError::Engine(err))),
     }
-}
-
-/// The message of a caught panic.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with a non-string payload".into())
 }

@@ -11,7 +11,7 @@ use crate::{Error, Result};
 use driver::Completion;
 use driver::Event;
 use driver::PooledEvent;
-use std::any::Any;
+use driver::panic_message;
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::fmt;
@@ -588,12 +588,4 @@ fn discard(shared: &Shared, wait: Wait) {
             "async waiter: dropping the callback of cancelled wait {id} panicked: {why}"
         );
     }
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".to_owned())
 }

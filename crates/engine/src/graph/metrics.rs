@@ -94,11 +94,7 @@ impl Counters {
 
     pub(crate) fn panicked(&self, what: &str, payload: &(dyn Any + Send)) {
         self.callback_panics.fetch_add(1, Ordering::Relaxed);
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string panic payload".to_owned());
+        let message = driver::panic_message(payload);
         tracing::error!("a completion callback of {what} panicked: {message}");
     }
 }
