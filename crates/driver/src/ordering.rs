@@ -109,7 +109,9 @@ impl Stream {
 
     /// A device-side barrier over `streams`: work enqueued on any of them
     /// from now on waits until every one has finished the work enqueued
-    /// before this call. One event per stream; the host does not wait.
+    /// before this call. One event per stream and two waits per stream but
+    /// the first (a join into the first stream, then a fork out of it); the
+    /// host does not wait.
     ///
     /// ```
     /// use cuda_streams_driver::{Context, Stream};
@@ -173,22 +175,33 @@ fn check_context(ctx: &Context, stream: &Stream) -> Result<()> {
 }
 
 /// The one device-side barrier: `mark` records an event at a stream's end.
+///
+/// A join and a fork through the first stream: it waits for a mark of every
+/// other stream, then every other stream waits for one mark of it. One event
+/// per stream and 2(n − 1) waits, where each stream waiting for every other
+/// would take n(n − 1).
 fn barrier_with(
     streams: &[&Stream],
     mut mark: impl FnMut(&Stream) -> Result<PooledEvent>,
 ) -> Result<()> {
-    // Every event is recorded before any wait is enqueued: otherwise a later
-    // event would include the earlier waits.
-    let marks = streams
+    let Some((first, rest)) = streams.split_first() else {
+        return Ok(());
+    };
+    let others: Vec<&Stream> = rest
         .iter()
-        .map(|stream| mark(stream))
-        .collect::<Result<Vec<_>>>()?;
-    for (i, stream) in streams.iter().enumerate() {
-        for (j, event) in marks.iter().enumerate() {
-            if i != j && streams[j].id() != stream.id() {
-                stream.wait_event(event)?;
-            }
-        }
+        .copied()
+        .filter(|stream| stream.id() != first.id())
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    for other in &others {
+        let done = mark(other)?;
+        first.wait_event(&done)?;
+    }
+    let gathered = mark(first)?;
+    for other in &others {
+        other.wait_event(&gathered)?;
     }
     Ok(())
 }

@@ -30,9 +30,9 @@ impl OperationGraph {
     /// operation on the first stream (built with [`op`](Self::op), kind
     /// [`OperationType::Barrier`]) whose work is [`Stream::join`] of the
     /// others (one event each), and each other stream then waits for its
-    /// completion event. That is one event per stream and two waits per
-    /// other stream, where [`Stream::barrier`] makes every stream wait for
-    /// every other. Later operations depend on [`Barrier::id`].
+    /// completion event: the shape of [`Stream::barrier`], one event per
+    /// stream and two waits per other stream, with the gathering event being
+    /// the operation's own. Later operations depend on [`Barrier::id`].
     ///
     /// Fails with [`Error::EmptyBarrier`] for no streams. When a driver call
     /// fails part-way, the operation is completed all the same (nothing
