@@ -15,14 +15,9 @@ const N: usize = 4099;
 /// Long enough that, without ordering, the reader would run first.
 const SLOW: Duration = Duration::from_millis(300);
 
-/// A zeroed buffer whose home is an idle stream of its own: a buffer orders
-/// its first use on another stream after its home stream, which would order
-/// the work under test without the ordering under test.
+/// A zeroed buffer of `N` floats homed on an idle stream of its own.
 fn zeroed(ctx: &Arc<Context>) -> DeviceBuffer<f32> {
-    let home = Stream::new(ctx).unwrap();
-    let buffer = DeviceBuffer::<f32>::zeroed_async(&home, N).unwrap();
-    home.synchronize().unwrap();
-    buffer
+    test_support::zeroed_elsewhere(ctx, N)
 }
 
 fn kernels(ctx: &Arc<Context>) -> (Kernel, Kernel, Kernel) {

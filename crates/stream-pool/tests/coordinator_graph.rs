@@ -16,13 +16,9 @@ const N: usize = 4099;
 /// Long enough that, without ordering, the reader would run first.
 const SLOW: Duration = Duration::from_millis(300);
 
-/// A zeroed buffer homed on an idle stream of its own, so that its first use
-/// elsewhere is not ordered after the work under test.
+/// A zeroed buffer of `N` floats homed on an idle stream of its own.
 fn zeroed(ctx: &Arc<Context>) -> DeviceBuffer<f32> {
-    let home = Stream::new(ctx).unwrap();
-    let buffer = DeviceBuffer::<f32>::zeroed_async(&home, N).unwrap();
-    home.synchronize().unwrap();
-    buffer
+    test_support::zeroed_elsewhere(ctx, N)
 }
 
 #[test]

@@ -14,7 +14,7 @@ mod kernels;
 mod rng;
 mod serial;
 
-pub use context::ctx;
+pub use context::{ctx, zeroed_elsewhere};
 pub use gate::Gate;
 pub use kernels::{ONE_THREAD, fill, kernel, saxpy, spin, spin_kernel};
 pub use rng::{XorShift, XorShift64};

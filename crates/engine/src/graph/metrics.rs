@@ -62,8 +62,7 @@ pub(crate) struct Counters {
 
 impl Counters {
     pub(crate) fn add_time(&self, elapsed: Duration) {
-        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        self.coordination_ns.fetch_add(ns, Ordering::Relaxed);
+        self.add_sampled_time(elapsed, 1);
     }
 
     /// Time one operation in `every`: the sample stands for all of them.
