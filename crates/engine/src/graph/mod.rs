@@ -47,10 +47,6 @@ impl Phase {
 /// What the builder's work returned; on failure, with the operation's label.
 pub(crate) type WorkOutcome = std::result::Result<(), (driver::Error, String)>;
 
-/// Completion events copied out of the table, to wait on once its lock is
-/// released.
-type WaitEvents = SmallVec<[Arc<PooledEvent>; 4]>;
-
 /// One builder operation in this many is timed for
 /// [`CoordinatorMetrics::average_coordination_time`].
 const TIME_EVERY: u64 = 16;
@@ -289,43 +285,35 @@ impl OperationGraph {
     }
 
     fn begin_inner(&self, id: OperationId, stream: &Stream) -> Result<()> {
-        let waits = {
-            let mut table = self.table();
-            let at = table.tick();
-            let op = table.live_mut(id, "begin_operation")?;
-            match op.phase {
-                Phase::Registered => {}
-                Phase::Begun => return Err(Error::AlreadyBegun { operation: id }),
-                Phase::Completed => {
-                    return Err(Error::AlreadyCompleted { operation: id });
-                }
-            }
-            if op.stream_id != stream.id() {
-                return Err(Error::StreamMismatch {
-                    operation: id,
-                    registered: op.stream_id,
-                    given: stream.id(),
-                });
-            }
-            let dependencies = op.meta.dependencies.clone();
-            // Every dependency was known at registration (or added since).
-            let waits: WaitEvents = dependency_events(&table, &dependencies, stream)
-                .map_err(|problem| problem.for_operation(id))?
-                .into_iter()
-                .cloned()
-                .collect();
-            // Claimed, so a concurrent begin fails; undone on error below.
-            let op = table.live_mut(id, "begin_operation")?;
-            op.phase = Phase::Begun;
-            op.begun_at = at;
-            waits
-        };
-        for event in &waits {
-            if let Err(err) = stream.wait_event(event) {
-                self.unclaim_begin(id);
-                return Err(err.into());
+        let mut table = self.table();
+        let at = table.tick();
+        let op = table.live_mut(id, "begin_operation")?;
+        match op.phase {
+            Phase::Registered => {}
+            Phase::Begun => return Err(Error::AlreadyBegun { operation: id }),
+            Phase::Completed => {
+                return Err(Error::AlreadyCompleted { operation: id });
             }
         }
+        if op.stream_id != stream.id() {
+            return Err(Error::StreamMismatch {
+                operation: id,
+                registered: op.stream_id,
+                given: stream.id(),
+            });
+        }
+        let dependencies = op.meta.dependencies.clone();
+        // Every dependency was known at registration (or added since). The
+        // waits are enqueued under the lock, as the builder's are; on an
+        // error the operation stays registered.
+        let events = dependency_events(&table, &dependencies, stream)
+            .map_err(|problem| problem.for_operation(id))?;
+        for event in events {
+            stream.wait_event(event)?;
+        }
+        let op = table.live_mut(id, "begin_operation")?;
+        op.phase = Phase::Begun;
+        op.begun_at = at;
         Ok(())
     }
 
@@ -431,13 +419,6 @@ impl OperationGraph {
             true => self.pool.acquire_event(false)?,
             false => stream.event_pool().acquire_event(false)?,
         })
-    }
-
-    fn unclaim_begin(&self, id: OperationId) {
-        if let Some(op) = self.table().get_mut(id) {
-            op.phase = Phase::Registered;
-            op.begun_at = 0;
-        }
     }
 
     /// Record `id`'s completion event (from the pool) on its stream, after the
