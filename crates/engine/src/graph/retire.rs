@@ -5,20 +5,13 @@
 //! recorded under the table's lock), and events on one stream complete in
 //! that order. So a sweep queries the newest event first (one `cuEventQuery`
 //! when the GPU has caught up), then the oldest, then bisects: O(log n)
-//! queries per sweep. Sweeps run every [`SWEEP_EVERY`] completions on a
-//! stream and on [`OperationGraph::retire_completed`]. The automatic ones
-//! query only the newest event while the queue is short: the GPU usually
-//! catches up soon, and one query then retires everything, where bisecting a
-//! queue the GPU is still working through would cost a handful of queries per
-//! sweep to retire a part of it.
+//! queries per sweep. Sweeps run every `SWEEP_EVERY` completions on a
+//! stream and on [`OperationGraph::retire_completed`].
 
 use super::OperationGraph;
-use super::table::{SWEEP_EVERY, Table};
+use super::table::Table;
 use crate::operation::OperationId;
 use driver::PooledEvent;
-
-/// From this many queued operations on, an automatic sweep bisects too.
-const BISECT_FROM: usize = 4 * SWEEP_EVERY as usize;
 
 /// Whether the GPU has passed `event`; a failed query counts as "not yet".
 fn passed(id: OperationId, event: &PooledEvent) -> bool {
@@ -32,9 +25,9 @@ fn passed(id: OperationId, event: &PooledEvent) -> bool {
 }
 
 /// How many of a stream's queued operations, from the front, the GPU has
-/// passed: all when it passed the newest; otherwise, when `thorough` or the
-/// queue is long, those before the first it has not passed (bisection).
-fn passed_count(table: &Table, stream_id: u64, thorough: bool) -> usize {
+/// passed: all when it passed the newest; otherwise those before the first
+/// it has not passed (bisection).
+fn passed_count(table: &Table, stream_id: u64) -> usize {
     let Some(lane) = table.lanes.get(&stream_id) else {
         return 0;
     };
@@ -55,7 +48,7 @@ fn passed_count(table: &Table, stream_id: u64, thorough: bool) -> usize {
     if passed_at(len - 1) {
         return len;
     }
-    if (!thorough && len < BISECT_FROM) || !passed_at(0) {
+    if !passed_at(0) {
         return 0;
     }
     // queue[lo] passed, queue[hi] not: find the first not passed.
@@ -78,24 +71,15 @@ impl OperationGraph {
     /// per stream; call it to trim the coordinator now.
     pub fn retire_completed(&self) -> usize {
         let streams: Vec<u64> = self.table().lanes.keys().copied().collect();
-        streams
-            .into_iter()
-            .map(|stream| self.sweep_lane(stream, true))
-            .sum()
-    }
-
-    /// The automatic sweep of one stream: [`Self::sweep_lane`], bisecting
-    /// only a long queue.
-    pub(super) fn sweep(&self, stream_id: u64) -> usize {
-        self.sweep_lane(stream_id, false)
+        streams.into_iter().map(|stream| self.sweep(stream)).sum()
     }
 
     /// Retire the completed operations of one stream that the GPU has
     /// passed ([`passed_count`]).
-    fn sweep_lane(&self, stream_id: u64, thorough: bool) -> usize {
+    pub(super) fn sweep(&self, stream_id: u64) -> usize {
         let (retired, released) = {
             let mut table = self.table();
-            let count = passed_count(&table, stream_id, thorough);
+            let count = passed_count(&table, stream_id);
             table.retire_front(stream_id, count)
         };
         // Their streams and events are let go of here, outside the lock.
