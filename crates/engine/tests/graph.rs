@@ -3,7 +3,7 @@
 
 use cuda_streams_engine::driver::{DeviceBuffer, PinnedBuffer, Stream};
 use cuda_streams_engine::{Error, OperationGraph, OperationId};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use test_support::{Gate, ctx, spin, spin_kernel};
 
 #[test]
@@ -283,4 +283,43 @@ fn an_operation_left_registered_stays_usable_while_thousands_retire_after_it() {
     let m = graph.metrics();
     assert_eq!((m.total_operations, m.in_flight), (10_002, 0));
     assert_eq!(m.completed_operations, m.retired_operations);
+}
+
+#[test]
+fn an_operations_creation_time_is_when_it_was_built() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let graph = OperationGraph::for_context(&ctx);
+    // Held behind a gate, so the operations stay in the graph to be asked about.
+    let gate = Gate::close(&stream);
+    let mut built = Vec::new();
+    for _ in 0..3 {
+        let before = Instant::now();
+        let op = graph.op(&stream).run(|_| Ok(())).unwrap();
+        let after = Instant::now();
+        built.push((op, before, after));
+        // Time passes between operations and before anyone asks.
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(3) {
+            std::hint::spin_loop();
+        }
+    }
+    if gate.still_held() {
+        // Each lies within its own window (1 ms allows for the thread being
+        // preempted between two clock reads), so 3 ms apart from the next.
+        let slack = Duration::from_millis(1);
+        for (op, before, after) in &built {
+            let meta = graph.metadata(op.id()).expect("held behind the gate");
+            assert!(
+                meta.creation_time + slack >= *before,
+                "{meta:?} before {before:?}"
+            );
+            assert!(
+                meta.creation_time <= *after + slack,
+                "{meta:?} after {after:?}"
+            );
+        }
+    }
+    gate.open();
+    built.last().unwrap().0.wait().unwrap();
 }

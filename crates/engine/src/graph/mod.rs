@@ -7,6 +7,7 @@ mod hash;
 mod metrics;
 mod queries;
 mod retire;
+mod stamp;
 mod table;
 
 pub use metrics::CoordinatorMetrics;
@@ -16,7 +17,9 @@ use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState
 use driver::{Context, Stream};
 use driver::{EventPool, PooledEvent};
 use metrics::Counters;
+use retire::Sweep;
 use smallvec::SmallVec;
+use stamp::{Clock, Stamp};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -68,7 +71,7 @@ pub(crate) struct OpMeta {
 struct Meta {
     operation_type: OperationType,
     priority: EventPriority,
-    creation_time: Instant,
+    creation_time: Stamp,
     dependencies: Deps,
     description: String,
 }
@@ -145,6 +148,8 @@ pub struct OperationGraph {
     edge_lock: Mutex<()>,
     /// Standing stream dependencies (`crate::streams`).
     pub(crate) stream_order: crate::streams::StreamOrder,
+    /// Where operations' creation times come from.
+    clock: Clock,
 }
 
 impl OperationGraph {
@@ -164,6 +169,7 @@ impl OperationGraph {
             counters: Arc::new(Counters::default()),
             edge_lock: Mutex::new(()),
             stream_order: Default::default(),
+            clock: Clock::new(),
         }
     }
 
@@ -203,7 +209,7 @@ impl OperationGraph {
                 meta: Meta {
                     operation_type,
                     priority,
-                    creation_time: start,
+                    creation_time: Stamp::At(start),
                     dependencies: Deps::from_vec(dependencies),
                     description,
                 },
@@ -328,14 +334,14 @@ impl OperationGraph {
         stream: &Stream,
         work: impl FnOnce(&Stream) -> driver::Result<()>,
     ) -> Result<(OperationId, Arc<PooledEvent>, WorkOutcome)> {
-        let created = Instant::now();
+        let created = self.clock.now();
         // Timing every operation would cost four clock reads, a sizeable
         // share of the operation itself: one in `TIME_EVERY` is timed.
         // A plain load and store, not an atomic increment: two threads may
         // count one operation twice, which only moves the sample.
         let count = self.sampled.load(Ordering::Relaxed);
         self.sampled.store(count.wrapping_add(1), Ordering::Relaxed);
-        let timed = count.is_multiple_of(TIME_EVERY);
+        let started = count.is_multiple_of(TIME_EVERY).then(Instant::now);
         if !meta.dependencies.is_empty() {
             // The waits are enqueued under the lock, on the events where the
             // table keeps them: no reference count changes hands.
@@ -353,7 +359,7 @@ impl OperationGraph {
                 return Err(problem.for_operation(table.abandon_next()));
             }
         }
-        let registered = timed.then(|| created.elapsed());
+        let registered = started.map(|started| started.elapsed());
         // Nobody holds the id before `run` returns, so the operation enters
         // the table only once its work is enqueued, already completed.
         let outcome = {
@@ -362,7 +368,7 @@ impl OperationGraph {
             work(stream)
         };
         let outcome = outcome.map_err(|err| (err, meta.label.clone()));
-        let completing = timed.then(Instant::now);
+        let completing = started.map(|_| Instant::now());
         let event = match self.completion_event(stream) {
             Ok(event) => Arc::new(event),
             Err(err) => {
@@ -402,7 +408,7 @@ impl OperationGraph {
             (id, table.queue(stream, id))
         };
         if sweep_due {
-            self.sweep(stream_id);
+            self.sweep(stream_id, Sweep::Cheap);
         }
         if let (Some(registered), Some(completing)) = (registered, completing) {
             self.counters
@@ -472,7 +478,7 @@ impl OperationGraph {
             self.schedule_callbacks(id, &stream, &event, callbacks, done);
         }
         if sweep_due {
-            self.sweep(stream.id());
+            self.sweep(stream.id(), Sweep::Cheap);
         }
         Ok(event)
     }
@@ -592,7 +598,7 @@ impl OperationGraph {
             priority: op.meta.priority,
             stream_id: op.stream_id,
             operation_id: id,
-            creation_time: op.meta.creation_time,
+            creation_time: self.clock.instant(op.meta.creation_time),
             dependencies: op.meta.dependencies.to_vec(),
             description: op.meta.description.clone(),
         })

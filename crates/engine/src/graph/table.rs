@@ -27,6 +27,12 @@ const RING_LIMIT: usize = 4096;
 /// How many completions on one stream between two sweeps of that stream.
 pub(super) const SWEEP_EVERY: u32 = 32;
 
+/// The longest retirement queue (in slots) kept for the next stream's lane.
+const SPARE_QUEUE_LIMIT: usize = 1024;
+
+/// What one sweep retires, inline for a sweep's usual count (no allocation).
+pub(super) type ReleasedList = smallvec::SmallVec<[Released; SWEEP_EVERY as usize + 8]>;
+
 /// What retired operations still hold, dropped outside the table's lock.
 pub(super) struct Released {
     _stream: Option<Arc<Stream>>,
@@ -62,6 +68,10 @@ pub(super) struct Table {
     /// Ids issued to registrations that failed: unknown, not retired.
     abandoned: HashSet<OperationId, IdBuild>,
     pub(super) lanes: HashMap<u64, Lane, IdBuild>,
+    /// The queue of the last lane that went, kept with its capacity for the
+    /// next lane: a stream whose sweeps keep up empties its lane at every
+    /// sweep, and would otherwise grow a new queue from nothing each time.
+    spare_queue: VecDeque<OperationId>,
     live: usize,
     pub(super) total: u64,
     pub(super) completed: u64,
@@ -78,6 +88,7 @@ impl Default for Table {
             begin_clock: 1,
             abandoned: HashSet::default(),
             lanes: HashMap::default(),
+            spare_queue: VecDeque::new(),
             live: 0,
             total: 0,
             completed: 0,
@@ -216,8 +227,9 @@ impl Table {
     /// Queue `id` (just completed, its event just recorded) for retirement
     /// on its stream. Returns whether a sweep of that stream is due.
     pub(super) fn queue(&mut self, stream: &Stream, id: OperationId) -> bool {
+        let spare = &mut self.spare_queue;
         let lane = self.lanes.entry(stream.id()).or_insert_with(|| Lane {
-            queue: VecDeque::new(),
+            queue: std::mem::take(spare),
             since_sweep: 0,
             stream: stream.to_arc(),
         });
@@ -243,13 +255,13 @@ impl Table {
     /// handle destroys it, which can wait for the device, and a completion
     /// callback running there may be waiting for this lock.
     /// Returns how many were retired, and what they hold.
-    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> (usize, Vec<Released>) {
+    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> (usize, ReleasedList) {
         let Some(lane) = self.lanes.get_mut(&stream_id) else {
-            return (0, Vec::new());
+            return (0, ReleasedList::new());
         };
         let mut queue = std::mem::take(&mut lane.queue);
         let taken = count.min(queue.len());
-        let mut released = Vec::with_capacity(taken + 1);
+        let mut released = ReleasedList::new();
         for id in queue.drain(..taken) {
             if let Some(op) = self.remove(id) {
                 released.push(Released {
@@ -261,6 +273,10 @@ impl Table {
         let retired = released.len();
         self.retired += retired as u64;
         if queue.is_empty() {
+            // A queue grown long by a stream far behind is not kept.
+            if queue.capacity() <= SPARE_QUEUE_LIMIT {
+                self.spare_queue = queue;
+            }
             if let Some(lane) = self.lanes.remove(&stream_id) {
                 released.push(Released {
                     _stream: Some(lane.stream),
