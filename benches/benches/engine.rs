@@ -17,6 +17,10 @@
 //! alternate, so both see the same state of the machine: the host of the H200
 //! machine runs in two states, one about 1.7 times slower than the other, and
 //! measured one after the other the two sides could land in different ones.
+//! The overheads in percent are the median over pairs of neighbouring
+//! batches of one batch's time over the other's, so that a change of state
+//! during the run moves both sides of each pair alike; the RATIO lines give
+//! the medians of each side over the whole run.
 
 use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
 use driver::{Context, EventPool, PooledEvent, Stream};
@@ -24,17 +28,28 @@ use engine::OperationGraph;
 use std::sync::Arc;
 use std::time::Instant;
 
-const SAMPLES: usize = 200;
+const SAMPLES: usize = 400;
 const BATCH: usize = 100;
 
-/// Median ns per call of `ours` and of `raw`, over `SAMPLES` batches of
-/// `BATCH` calls each, the two alternating batch by batch, with `settle` run
-/// untimed after each batch.
+/// Ns per call of one side and of the other, as medians over the run.
+struct Pair {
+    ours: f64,
+    raw: f64,
+    /// The median over neighbouring batches of ours over raw, minus one, in
+    /// percent.
+    over_raw_percent: f64,
+    /// The median over neighbouring batches of ours minus raw, ns per call.
+    over_raw_ns: f64,
+}
+
+/// Ns per call of `ours` and of `raw`, over `SAMPLES` batches of `BATCH`
+/// calls each, the two alternating batch by batch, with `settle` run untimed
+/// after each batch.
 fn per_call_pair(
     mut ours: impl FnMut(usize),
     mut raw: impl FnMut(usize),
     mut settle: impl FnMut(),
-) -> (f64, f64) {
+) -> Pair {
     let mut batch = |f: &mut dyn FnMut(usize)| {
         let start = Instant::now();
         for i in 0..BATCH {
@@ -50,7 +65,14 @@ fn per_call_pair(
     let (mut a, mut b): (Vec<f64>, Vec<f64>) = (0..SAMPLES)
         .map(|_| (batch(&mut ours), batch(&mut raw)))
         .unzip();
-    (median(&mut a), median(&mut b))
+    let mut ratios: Vec<f64> = a.iter().zip(&b).map(|(a, b)| a / b).collect();
+    let mut differences: Vec<f64> = a.iter().zip(&b).map(|(a, b)| a - b).collect();
+    Pair {
+        over_raw_percent: (median(&mut ratios) - 1.0) * 100.0,
+        over_raw_ns: median(&mut differences),
+        ours: median(&mut a),
+        raw: median(&mut b),
+    }
 }
 
 fn median(samples: &mut [f64]) -> f64 {
@@ -81,7 +103,7 @@ fn main() {
     let graph = OperationGraph::for_context(&ctx);
     let mut prev = graph.op(&streams[0]).run(|_| Ok(())).expect("an op").id();
     let mut last = record(&pool, &streams[0]);
-    let (ours, raw) = per_call_pair(
+    let per_op = per_call_pair(
         |i| {
             let op = graph
                 .op(&streams[1 + i % 2])
@@ -99,12 +121,12 @@ fn main() {
     );
     compare(
         "engine: one operation with a cross-stream dependency vs the raw wait + record",
-        ours,
-        raw,
+        per_op.ours,
+        per_op.raw,
     );
     figure(
         "engine: host overhead per operation, driver calls excluded",
-        ours - raw,
+        per_op.over_raw_ns,
         "ns",
     );
 
@@ -124,7 +146,7 @@ fn main() {
         }
         let _join = record(&pool, root_stream);
     };
-    let (ours, raw) = per_call_pair(
+    let builder = per_call_pair(
         |_| {
             let root = graph.op(root_stream).run(|_| Ok(())).expect("root");
             let ids: Vec<_> = branches
@@ -149,16 +171,16 @@ fn main() {
     );
     compare(
         "engine: 1->4 fork/join through the graph vs the same raw calls",
-        ours,
-        raw,
+        builder.ours,
+        builder.raw,
     );
     figure(
         "engine: 1->4 fork/join, graph over raw",
-        (ours / raw - 1.0) * 100.0,
+        builder.over_raw_percent,
         "%",
     );
     let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
-    let (node, raw) = per_call_pair(
+    let node = per_call_pair(
         |_| {
             let _fan = graph
                 .op(root_stream)
@@ -170,15 +192,15 @@ fn main() {
     );
     compare(
         "engine: 1->4 fork/join as one graph operation vs the same raw calls",
-        node,
-        raw,
+        node.ours,
+        node.raw,
     );
     figure(
         "engine: 1->4 fork/join node, graph over raw",
-        (node / raw - 1.0) * 100.0,
+        node.over_raw_percent,
         "%",
     );
-    let (layer, raw) = per_call_pair(
+    let layer = per_call_pair(
         |_| {
             root_stream.fork(&refs).expect("fork");
             root_stream.join(&refs).expect("join");
@@ -188,8 +210,8 @@ fn main() {
     );
     compare(
         "engine: Stream::fork + join (1->4, 5 records) vs the same raw calls (6 records)",
-        layer,
-        raw,
+        layer.ours,
+        layer.raw,
     );
     criterion_summary();
 }

@@ -3,21 +3,22 @@
 //!
 //! Each stream keeps its completed operations in record order (the event is
 //! recorded under the table's lock), and events on one stream complete in
-//! that order. So a sweep queries the newest event first (one `cuEventQuery`
-//! when the GPU has caught up), then one a few places before it (two when
-//! the GPU trails a little), then the oldest, then bisects: O(log n)
-//! queries per sweep. Sweeps run every `SWEEP_EVERY` completions on a
-//! stream and on [`OperationGraph::retire_completed`].
+//! that order, so a sweep finds how far the GPU got with a few
+//! `cuEventQuery`s. Those queries are most of a sweep's cost (a sweep every
+//! `SWEEP_EVERY` completions bisecting its queue cost a builder operation
+//! about 100 ns on the H200 machine), so the automatic sweeps guess: each
+//! stream remembers how many operations the GPU trailed by at its last
+//! sweep, queries the one that far back from the newest, and retires up to
+//! it when the GPU has passed it (one query while the guess holds); when it
+//! has not, it looks twice as far back, and so on. What the GPU passed
+//! beyond the guess waits for the next sweep. [`OperationGraph::retire_completed`]
+//! retires exactly what the GPU has passed: the newest, else the oldest,
+//! then a bisection.
 
 use super::OperationGraph;
 use super::table::Table;
 use crate::operation::OperationId;
 use driver::PooledEvent;
-
-/// How far before the newest queued operation a sweep looks when the GPU has
-/// not passed the newest: a GPU trailing the host by fewer operations than
-/// this costs a sweep two event queries instead of a bisection.
-const NEAR_NEWEST: usize = 8;
 
 /// Whether the GPU has passed `event`; a failed query counts as "not yet".
 fn passed(id: OperationId, event: &PooledEvent) -> bool {
@@ -35,20 +36,17 @@ fn passed(id: OperationId, event: &PooledEvent) -> bool {
 pub(super) enum Sweep {
     /// Every operation the GPU has passed ([`OperationGraph::retire_completed`]).
     All,
-    /// The automatic sweep, on the hot path: when the GPU trails the host by
-    /// a few operations, those few wait for the next sweep.
+    /// The automatic sweep, on the hot path: from the stream's guess of how
+    /// far the GPU trails, so those it passed beyond it may wait.
     Cheap,
 }
 
-/// How many of a stream's queued operations, from the front, the GPU has
-/// passed. All of them when it passed the newest (one query: the GPU keeps
-/// up). Otherwise, for a cheap sweep, when it passed the one [`NEAR_NEWEST`]
-/// places before the newest, those up to it (a second query: the GPU
-/// trails by a few operations, which the next sweep retires). Otherwise
-/// those before the first it has not passed, by bisection.
-fn passed_count(table: &Table, stream_id: u64, sweep: Sweep) -> usize {
+/// How many of a stream's queued operations, from the front, a sweep
+/// retires (all of them the GPU has passed for [`Sweep::All`]), and how far
+/// the GPU trailed the newest, for the stream's next cheap sweep.
+fn passed_count(table: &Table, stream_id: u64, sweep: Sweep) -> (usize, usize) {
     let Some(lane) = table.lanes.get(&stream_id) else {
-        return 0;
+        return (0, 0);
     };
     let queue = &lane.queue;
     // Every queued operation is live and has its completion event (it leaves
@@ -62,25 +60,32 @@ fn passed_count(table: &Table, stream_id: u64, sweep: Sweep) -> usize {
     };
     let len = queue.len();
     if len == 0 {
-        return 0;
+        return (0, 0);
+    }
+    if sweep == Sweep::Cheap {
+        // Query `back` places before the newest; further back while not passed.
+        let mut back = lane.trail.min(len - 1);
+        loop {
+            let at = len - 1 - back;
+            if passed_at(at) {
+                // Next time, start a little nearer the newest, so the guess
+                // follows a GPU that catches up.
+                return (at + 1, back - back / 4);
+            }
+            if at == 0 {
+                return (0, len);
+            }
+            back = (2 * back + 1).min(len - 1);
+        }
     }
     if passed_at(len - 1) {
-        return len;
-    }
-    // queue[lo] passed (or lo is -1), queue[hi] not: find the first not passed.
-    let mut hi = len - 1;
-    if let Some(near) = hi.checked_sub(NEAR_NEWEST)
-        && sweep == Sweep::Cheap
-    {
-        if passed_at(near) {
-            return near + 1;
-        }
-        hi = near;
+        return (len, 0);
     }
     if !passed_at(0) {
-        return 0;
+        return (0, len);
     }
-    let mut lo = 0;
+    // queue[lo] passed, queue[hi] not: find the first not passed.
+    let (mut lo, mut hi) = (0, len - 1);
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if passed_at(mid) {
@@ -89,7 +94,7 @@ fn passed_count(table: &Table, stream_id: u64, sweep: Sweep) -> usize {
             hi = mid;
         }
     }
-    hi
+    (hi, len - hi)
 }
 
 impl OperationGraph {
@@ -110,8 +115,8 @@ impl OperationGraph {
     pub(super) fn sweep(&self, stream_id: u64, sweep: Sweep) -> usize {
         let (retired, released) = {
             let mut table = self.table();
-            let count = passed_count(&table, stream_id, sweep);
-            table.retire_front(stream_id, count)
+            let (count, trail) = passed_count(&table, stream_id, sweep);
+            table.retire_front(stream_id, count, trail)
         };
         // Their streams and events are let go of here, outside the lock.
         drop(released);

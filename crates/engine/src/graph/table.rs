@@ -53,6 +53,8 @@ enum Slot {
 pub(super) struct Lane {
     pub(super) queue: VecDeque<OperationId>,
     since_sweep: u32,
+    /// How many operations the GPU trailed the newest by at the last sweep.
+    pub(super) trail: usize,
     stream: Arc<Stream>,
 }
 
@@ -231,6 +233,7 @@ impl Table {
         let lane = self.lanes.entry(stream.id()).or_insert_with(|| Lane {
             queue: std::mem::take(spare),
             since_sweep: 0,
+            trail: 0,
             stream: stream.to_arc(),
         });
         lane.queue.push_back(id);
@@ -250,15 +253,21 @@ impl Table {
     }
 
     /// Take the first `count` queued operations of a stream out of the
-    /// graph. Each is dropped here except its stream and completion event,
+    /// graph, and note that the GPU trailed its newest by `trail`. Each is dropped here except its stream and completion event,
     /// which the caller drops once the lock is released: a stream's last
     /// handle destroys it, which can wait for the device, and a completion
     /// callback running there may be waiting for this lock.
     /// Returns how many were retired, and what they hold.
-    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> (usize, ReleasedList) {
+    pub(super) fn retire_front(
+        &mut self,
+        stream_id: u64,
+        count: usize,
+        trail: usize,
+    ) -> (usize, ReleasedList) {
         let Some(lane) = self.lanes.get_mut(&stream_id) else {
             return (0, ReleasedList::new());
         };
+        lane.trail = trail;
         let mut queue = std::mem::take(&mut lane.queue);
         let taken = count.min(queue.len());
         let mut released = ReleasedList::new();
