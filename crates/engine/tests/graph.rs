@@ -323,3 +323,26 @@ fn an_operations_creation_time_is_when_it_was_built() {
     gate.open();
     built.last().unwrap().0.wait().unwrap();
 }
+
+#[test]
+fn builder_operations_retire_on_their_own_while_running() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let graph = OperationGraph::for_context(&ctx);
+    for _ in 0..20 {
+        for _ in 0..100 {
+            let _op = graph.op(&stream).run(|_| Ok(())).unwrap();
+        }
+        stream.synchronize().unwrap();
+    }
+    // No retire_completed: each stream's sweeps find what the GPU passed and
+    // its next operations retire it. Every batch before the last was
+    // synchronised before the next began, so all of them are retired; of the
+    // last, up to all 100 may remain.
+    let m = graph.metrics();
+    assert!(m.in_flight <= 100, "the graph did not stay small: {m:?}");
+    assert!(m.retired_operations >= 1900, "{m:?}");
+    // And what remains is retired when asked, exactly.
+    assert_eq!(graph.retire_completed() as u64, 2000 - m.retired_operations);
+    assert_eq!(graph.metrics().in_flight, 0);
+}
