@@ -24,7 +24,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
-use table::{Releases, Table};
+use table::Table;
 
 /// A completion callback.
 type Callback = Box<dyn FnOnce() + Send + 'static>;
@@ -379,8 +379,6 @@ impl OperationGraph {
             }
         };
         let stream_id = stream.id();
-        // What the table retires as this one enters, let go of after the lock.
-        let mut released = Releases::new();
         let (id, sweep_due) = {
             let mut table = self.table();
             // Recorded under the lock, so each stream's retirement queue is
@@ -407,9 +405,8 @@ impl OperationGraph {
                 done: None,
             });
             table.completed += 1;
-            (id, table.queue(stream, id, &mut released))
+            (id, table.queue(stream, id))
         };
-        drop(released);
         if sweep_due {
             self.sweep(stream_id, Sweep::Cheap);
         }
@@ -455,8 +452,6 @@ impl OperationGraph {
             op.stream.clone().ok_or(Error::NotBegun { operation: id })?
         };
         let event = Arc::new(self.completion_event(&stream)?);
-        // What the table retires as this one enters, let go of after the lock.
-        let mut released = Releases::new();
         // The event is recorded and the operation marked completed under one
         // lock, so no one sees it half-completed, a concurrent completion
         // fails, and the stream's retirement queue stays in record order.
@@ -477,9 +472,8 @@ impl OperationGraph {
                 Some((std::mem::take(&mut op.callbacks), done))
             };
             table.completed += 1;
-            (scheduled, table.queue(&stream, id, &mut released))
+            (scheduled, table.queue(&stream, id))
         };
-        drop(released);
         if let Some((callbacks, done)) = scheduled {
             self.schedule_callbacks(id, &stream, &event, callbacks, done);
         }

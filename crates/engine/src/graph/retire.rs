@@ -4,26 +4,19 @@
 //! Each stream keeps its completed operations in record order (the event is
 //! recorded under the table's lock), and events on one stream complete in
 //! that order, so a sweep finds how far the GPU got with a few
-//! `cuEventQuery`s, every `SWEEP_EVERY` completions on a stream. The
-//! automatic sweeps guess: each stream remembers how many operations the GPU
-//! trailed by at its last sweep and queries the one that far back from the
-//! newest (one query while the guess holds); when the GPU has not passed
-//! it, the sweep looks twice as far back, and so on. What the GPU passed
-//! beyond the guess waits for the next sweep.
-//!
-//! An automatic sweep retires nothing itself: the operations it found
-//! passed are retired by the stream's next operations, `RETIRE_PER_OPERATION`
-//! each, as they enter the table under the same lock. Their completion
-//! events then go back to the pool (and their allocations to the allocator)
-//! one or two at a time, to be taken again by the operations that follow,
-//! instead of a sweep's worth at once, which overflowed the per-thread
-//! caches of both: on the H200 machine a 1→4 fork/join operation cost about
-//! 60 ns more host time that way. [`OperationGraph::retire_completed`]
-//! retires exactly what the GPU has passed, at once: the newest, else the
-//! oldest, then a bisection.
+//! `cuEventQuery`s. Those queries are most of a sweep's cost (a sweep every
+//! `SWEEP_EVERY` completions bisecting its queue cost a builder operation
+//! about 100 ns on the H200 machine), so the automatic sweeps guess: each
+//! stream remembers how many operations the GPU trailed by at its last
+//! sweep, queries the one that far back from the newest, and retires up to
+//! it when the GPU has passed it (one query while the guess holds); when it
+//! has not, it looks twice as far back, and so on. What the GPU passed
+//! beyond the guess waits for the next sweep. [`OperationGraph::retire_completed`]
+//! retires exactly what the GPU has passed: the newest, else the oldest,
+//! then a bisection.
 
 use super::OperationGraph;
-use super::table::{Releases, SWEEP_EVERY, Table};
+use super::table::Table;
 use crate::operation::OperationId;
 use driver::PooledEvent;
 
@@ -44,8 +37,7 @@ pub(super) enum Sweep {
     /// Every operation the GPU has passed ([`OperationGraph::retire_completed`]).
     All,
     /// The automatic sweep, on the hot path: from the stream's guess of how
-    /// far the GPU trails, so those it passed beyond it may wait; the
-    /// stream's next operations retire what it found.
+    /// far the GPU trails, so those it passed beyond it may wait.
     Cheap,
 }
 
@@ -118,20 +110,13 @@ impl OperationGraph {
             .sum()
     }
 
-    /// Find how far the GPU got on one stream ([`passed_count`]). A cheap
-    /// sweep leaves the retiring to the stream's next operations, a few
-    /// each (`RETIRE_PER_OPERATION`); [`Sweep::All`] retires them now.
-    /// Returns how many it retired.
+    /// Retire the completed operations of one stream that the GPU has
+    /// passed ([`passed_count`]).
     pub(super) fn sweep(&self, stream_id: u64, sweep: Sweep) -> usize {
-        let mut released = Releases::<{ SWEEP_EVERY as usize + 8 }>::new();
-        let retired = {
+        let (retired, released) = {
             let mut table = self.table();
-            let (passed, trail) = passed_count(&table, stream_id, sweep);
-            table.note_sweep(stream_id, passed, trail);
-            match sweep {
-                Sweep::All => table.retire_front(stream_id, passed, &mut released),
-                Sweep::Cheap => 0,
-            }
+            let (count, trail) = passed_count(&table, stream_id, sweep);
+            table.retire_front(stream_id, count, trail)
         };
         // Their streams and events are let go of here, outside the lock.
         drop(released);

@@ -30,14 +30,8 @@ pub(super) const SWEEP_EVERY: u32 = 32;
 /// The longest retirement queue (in slots) kept for the next stream's lane.
 const SPARE_QUEUE_LIMIT: usize = 1024;
 
-/// What retired operations hold, inline up to `N` (no allocation).
-pub(super) type Releases<const N: usize> = smallvec::SmallVec<[Released; N]>;
-
-/// How many operations a new operation on a stream retires, of those the
-/// stream's last sweep found passed: retired a few at a time, their events
-/// and allocations are reused by the operations that follow, instead of
-/// going back all at once.
-pub(super) const RETIRE_PER_OPERATION: usize = 2;
+/// What one sweep retires, inline for a sweep's usual count (no allocation).
+pub(super) type ReleasedList = smallvec::SmallVec<[Released; SWEEP_EVERY as usize + 8]>;
 
 /// What retired operations still hold, dropped outside the table's lock.
 pub(super) struct Released {
@@ -61,8 +55,6 @@ pub(super) struct Lane {
     since_sweep: u32,
     /// How many operations the GPU trailed the newest by at the last sweep.
     pub(super) trail: usize,
-    /// How many at the front of `queue` the GPU is known to have passed.
-    ready: usize,
     stream: Arc<Stream>,
 }
 
@@ -235,21 +227,13 @@ impl Table {
     }
 
     /// Queue `id` (just completed, its event just recorded) for retirement
-    /// on its stream, and retire a few the stream's last sweep found passed
-    /// ([`RETIRE_PER_OPERATION`], into `released`). Returns whether a sweep
-    /// of that stream is due.
-    pub(super) fn queue(
-        &mut self,
-        stream: &Stream,
-        id: OperationId,
-        released: &mut Releases<RETIRE_PER_OPERATION>,
-    ) -> bool {
+    /// on its stream. Returns whether a sweep of that stream is due.
+    pub(super) fn queue(&mut self, stream: &Stream, id: OperationId) -> bool {
         let spare = &mut self.spare_queue;
         let lane = self.lanes.entry(stream.id()).or_insert_with(|| Lane {
             queue: std::mem::take(spare),
             since_sweep: 0,
             trail: 0,
-            ready: 0,
             stream: stream.to_arc(),
         });
         lane.queue.push_back(id);
@@ -258,7 +242,6 @@ impl Table {
         if due {
             lane.since_sweep = 0;
         }
-        self.retire_ready(stream.id(), RETIRE_PER_OPERATION, released);
         due
     }
 
@@ -269,58 +252,34 @@ impl Table {
             .map(|lane| Arc::clone(&lane.stream))
     }
 
-    /// What a sweep found: the GPU passed the first `passed` queued
-    /// operations of the stream, and trailed its newest by `trail`.
-    pub(super) fn note_sweep(&mut self, stream_id: u64, passed: usize, trail: usize) {
-        if let Some(lane) = self.lanes.get_mut(&stream_id) {
-            lane.ready = lane.ready.max(passed);
-            lane.trail = trail;
-        }
-    }
-
-    /// Retire up to `max` of the operations of the stream known passed
-    /// ([`note_sweep`](Self::note_sweep)), into `released`.
-    pub(super) fn retire_ready<const N: usize>(
-        &mut self,
-        stream_id: u64,
-        max: usize,
-        released: &mut Releases<N>,
-    ) -> usize {
-        let ready = self.lanes.get(&stream_id).map_or(0, |lane| lane.ready);
-        match ready.min(max) {
-            0 => 0,
-            count => self.retire_front(stream_id, count, released),
-        }
-    }
-
     /// Take the first `count` queued operations of a stream out of the
-    /// graph. Each is dropped here except its stream and completion event,
-    /// which go to `released`, for the caller to drop once the lock is
-    /// released: a stream's last handle destroys it, which can wait for the
-    /// device, and a completion callback running there may be waiting for
-    /// this lock. Returns how many were retired.
-    pub(super) fn retire_front<const N: usize>(
+    /// graph, and note that the GPU trailed its newest by `trail`. Each is dropped here except its stream and completion event,
+    /// which the caller drops once the lock is released: a stream's last
+    /// handle destroys it, which can wait for the device, and a completion
+    /// callback running there may be waiting for this lock.
+    /// Returns how many were retired, and what they hold.
+    pub(super) fn retire_front(
         &mut self,
         stream_id: u64,
         count: usize,
-        released: &mut Releases<N>,
-    ) -> usize {
+        trail: usize,
+    ) -> (usize, ReleasedList) {
         let Some(lane) = self.lanes.get_mut(&stream_id) else {
-            return 0;
+            return (0, ReleasedList::new());
         };
-        let taken = count.min(lane.queue.len());
-        lane.ready = lane.ready.saturating_sub(taken);
+        lane.trail = trail;
         let mut queue = std::mem::take(&mut lane.queue);
-        let mut retired = 0;
+        let taken = count.min(queue.len());
+        let mut released = ReleasedList::new();
         for id in queue.drain(..taken) {
             if let Some(op) = self.remove(id) {
-                retired += 1;
                 released.push(Released {
                     _stream: op.stream,
                     _event: op.completion,
                 });
             }
         }
+        let retired = released.len();
         self.retired += retired as u64;
         if queue.is_empty() {
             // A queue grown long by a stream far behind is not kept.
@@ -337,6 +296,6 @@ impl Table {
             lane.queue = queue;
         }
         self.trim();
-        retired
+        (retired, released)
     }
 }
