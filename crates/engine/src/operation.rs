@@ -185,7 +185,9 @@ pub struct EventMetadata {
     pub stream_id: u64,
     /// Its id.
     pub operation_id: OperationId,
-    /// When it was registered.
+    /// When it was registered (for a builder operation, when `run` began).
+    /// Where the CPU's time stamp counter is invariant, the graph keeps the
+    /// counter and converts it here, to within a few hundred ns.
     pub creation_time: Instant,
     /// The operations it waits for.
     pub dependencies: Vec<OperationId>,
