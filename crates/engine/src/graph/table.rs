@@ -253,10 +253,11 @@ impl Table {
     }
 
     /// Take the first `count` queued operations of a stream out of the
-    /// graph, and note that the GPU trailed its newest by `trail`. Each is dropped here except its stream and completion event,
-    /// which the caller drops once the lock is released: a stream's last
-    /// handle destroys it, which can wait for the device, and a completion
-    /// callback running there may be waiting for this lock.
+    /// graph, and note that the GPU trailed its newest by `trail`. Each is
+    /// dropped here except its stream and completion event, which the caller
+    /// drops once the lock is released: a stream's last handle destroys it,
+    /// which can wait for the device, and a completion callback running
+    /// there may be waiting for this lock.
     /// Returns how many were retired, and what they hold.
     pub(super) fn retire_front(
         &mut self,
