@@ -199,7 +199,7 @@ fn libclang_present() -> bool {
         std::fs::read_dir(dir).is_ok_and(|entries| {
             entries
                 .filter_map(|e| e.ok())
-                .any(|e| e.file_name().to_string_lossy().starts_with("libclang"))
+                .any(|e| is_libclang(&e.file_name().to_string_lossy()))
         })
     };
     dirs.iter().any(|d| has_in(Path::new(d)))
@@ -209,6 +209,14 @@ fn libclang_present() -> bool {
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_string_lossy().starts_with("llvm-"))
             .any(|e| has_in(&e.path().join("lib")))
+}
+
+/// Whether `name` is a library bindgen loads: `libclang.so`, `libclang-N.so`
+/// or a versioned one. `libclang-cpp.so.N` (LLVM's C++ library, which some
+/// machines have without libclang) is not: bindgen skips it, so counting it
+/// would leave libclang uninstalled and bindgen failing.
+fn is_libclang(name: &str) -> bool {
+    name.starts_with("libclang") && name.contains(".so") && !name.starts_with("libclang-cpp")
 }
 
 /// Run a command, turning a failure into a message naming it.
@@ -221,5 +229,30 @@ pub(crate) fn run(command: &mut Command) -> Result<()> {
         Ok(())
     } else {
         Err(format!("{shown} failed with {status}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_libclang;
+
+    #[test]
+    fn only_the_libraries_bindgen_loads_count_as_libclang() {
+        for name in [
+            "libclang.so",
+            "libclang.so.1",
+            "libclang-14.so.1",
+            "libclang-18.so",
+        ] {
+            assert!(is_libclang(name), "{name}");
+        }
+        for name in [
+            "libclang-cpp.so.14",
+            "libclang-cpp.so",
+            "libclangBasic.a",
+            "libLLVM.so.14",
+        ] {
+            assert!(!is_libclang(name), "{name}");
+        }
     }
 }
