@@ -58,7 +58,7 @@ impl Clock {
     /// `stamp` as an `Instant`: never before the clock was made, never after
     /// now.
     pub(super) fn instant(&self, stamp: Stamp) -> Instant {
-        let ticks = match (stamp, self.origin_ticks) {
+        let (ticks, origin_ticks) = match (stamp, self.origin_ticks) {
             (Stamp::At(at), _) => return at,
             (Stamp::Ticks(ticks), Some(origin_ticks)) => (ticks, origin_ticks),
             // Not made by this clock; cannot happen (it only makes `At`).
@@ -66,12 +66,12 @@ impl Clock {
         };
         let now_ticks = counter::read();
         let now = Instant::now();
-        let span = now.saturating_duration_since(self.origin);
-        let span_ticks = now_ticks.saturating_sub(ticks.1);
-        let age_ticks = now_ticks.saturating_sub(ticks.0).min(span_ticks);
+        let span_ticks = now_ticks.saturating_sub(origin_ticks);
         if span_ticks == 0 {
             return now;
         }
+        let span = now.saturating_duration_since(self.origin);
+        let age_ticks = now_ticks.saturating_sub(ticks).min(span_ticks);
         // age = span × age_ticks / span_ticks, in u128 so nothing overflows.
         let age_ns = span.as_nanos() * u128::from(age_ticks) / u128::from(span_ticks);
         let age = Duration::from_nanos(u64::try_from(age_ns).unwrap_or(u64::MAX));
