@@ -76,9 +76,13 @@ fn a_copy_after_waiting_for_its_buffer_is_timed_as_the_copy() {
     profiler.enable();
 
     // Allocated on `home` behind a long kernel: its first use on `stream`
-    // waits for that (the driver layer's ordering, not the caller's).
+    // waits for that (the driver layer's ordering, not the caller's). `home`
+    // also writes it first, so the scoped copy is not the first touch of
+    // fresh pages, which on a loaded machine running the software driver can
+    // take many times a copy.
     spin(&home, &spin_kernel, FOREIGN);
     let mut device = DeviceBuffer::<u8>::new_async(&home, BYTES).unwrap();
+    home.copy_from_host_async(&mut device, &host).unwrap();
     profiler
         .time(&stream, "upload after a wait", |s| {
             s.copy_from_host_async(&mut device, &host)
@@ -108,10 +112,10 @@ fn a_copy_after_waiting_for_its_buffer_is_timed_as_the_copy() {
         waited >= floor && reference >= floor,
         "{waited:?} {reference:?}"
     );
-    // Like the same copy unhindered (the first touch of fresh pages is
-    // slower on the software driver, hence the margin).
+    // Like the same copy unhindered (host clocks on a shared machine, hence
+    // the margin; it stays under the bound above).
     assert!(
-        waited <= reference * 10 + Duration::from_millis(20),
+        waited <= reference * 10 + Duration::from_millis(40),
         "{waited:?} against {reference:?}"
     );
     if on_gpu(&ctx, "the waited copy within 1.5x of the same copy") {
