@@ -73,8 +73,16 @@ fn main() -> ExitCode {
 }
 
 /// The workspace root (xtask lives one level below it).
+///
+/// `cargo run` (so `cargo xtask`) sets `CARGO_MANIFEST_DIR` for the process
+/// too, and that one wins over the path compiled in: cargo reuses an xtask
+/// binary built in a clone of this repository that shared the target folder
+/// (its fingerprint does not include the checkout's path), and the compiled-in
+/// path would then point every command at that clone.
 pub(crate) fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .parent()
         .expect("xtask sits inside the workspace")
         .to_path_buf()
