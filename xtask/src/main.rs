@@ -82,6 +82,8 @@ fn main() -> ExitCode {
 pub(crate) fn workspace_root() -> PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
+        // Inherited from some other package's `cargo run`, it is not ours.
+        .filter(|dir| dir.ends_with("xtask"))
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .parent()
         .expect("xtask sits inside the workspace")
