@@ -395,9 +395,10 @@ fn retirement_happens_on_its_own_while_running() {
     let m = coordinator.metrics();
     assert!(m.in_flight <= 200, "the coordinator did not grow: {m:?}");
     assert!(m.retired_operations >= 1800, "{m:?}");
-    // And the pool did not grow past what was in flight at once.
+    // And the pool did not grow past what was in flight at once (at most
+    // about two batches; one event per operation would be 2000).
     assert!(
-        coordinator.pool().growth_count() < 200,
+        coordinator.pool().growth_count() < 300,
         "{}",
         coordinator.pool().growth_count()
     );
