@@ -93,7 +93,10 @@ fn a_peer_copy_waits_for_a_producer_on_the_other_device() {
     }
     gate.open();
     assert!(out.as_slice().unwrap().iter().all(|&v| v == 7));
-    assert!(written.query().unwrap() && done.query().unwrap());
+    // The copy read what device 0 wrote, so the consumer passed `written`.
+    // (`as_slice` waits for the copy, not for `done`, recorded after it.)
+    assert!(written.query().unwrap());
+    done.synchronize().unwrap();
 }
 
 #[test]
