@@ -35,11 +35,13 @@ fn a_large_memset_is_timed_in_its_own_scope() {
         .find(|s| s.stream_id == stream.id())
         .expect("the stream is in the report");
     let big_time = ours.operations["memset 64 MiB"].min;
-    let small_time = ours.operations["memset 16 B"].max;
+    let small_time = ours.operations["memset 16 B"].min;
     assert!(big_time > std::time::Duration::ZERO, "{ours:?}");
-    // Absorbed, the small one would take at least as long as the large one.
-    // On an H200 the 64 MiB memset takes about 18 µs and an empty scope
-    // about 5 µs, so the margin is 2x, not more.
+    // Absorbed, every small one would take at least as long as the large
+    // one, so the quickest of each is compared: one small memset held up by
+    // a loaded host (the software driver's thread) decides nothing. On an
+    // H200 the 64 MiB memset takes about 18 µs and an empty scope about
+    // 5 µs, so the margin is 2x, not more.
     assert!(
         small_time * 2 < big_time,
         "the 16-byte memset ({small_time:?}) absorbed the large one ({big_time:?})"
