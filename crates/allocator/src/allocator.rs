@@ -108,8 +108,9 @@ impl StreamOrderedAllocator {
         }
         // Captured, a stream-ordered allocation would become a node of the
         // graph (and its address a graph's): graphs allocate their memory
-        // with `Capture::alloc`.
-        stream.check_not_capturing(
+        // with `Capture::alloc`. Held to the end, so no capture begins
+        // while the allocation enqueues on the stream.
+        let _gate = stream.enqueue_gate(
             "StreamOrderedAllocator::allocate_for_stream (a graph's memory comes from Capture::alloc)",
         )?;
         let too_large = || Error::TooLarge {
@@ -144,7 +145,7 @@ impl StreamOrderedAllocator {
     /// Returns how many were freed.
     pub fn free_for_stream(&self, stream: &Stream) -> Result<usize> {
         self.shared.check_stream(stream)?;
-        stream.check_not_capturing("StreamOrderedAllocator::free_for_stream")?;
+        let _gate = stream.enqueue_gate("StreamOrderedAllocator::free_for_stream")?;
         let Some(slot) = self.shared.existing_slot(stream) else {
             return Ok(0);
         };

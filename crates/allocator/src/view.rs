@@ -145,7 +145,12 @@ unsafe impl<T: DeviceCopy> DeviceMemory for AllocationView<'_, T> {
             return Ok(());
         }
         // First use there: wait for the home stream's work so far (the
-        // block's previous owner may still be using it there).
+        // block's previous owner may still be using it there). Recorded
+        // during a capture of the home stream, the mark would be no point in time.
+        let _gate = allocation
+            .slot
+            .stream
+            .enqueue_gate("a first use elsewhere of an allocation whose home stream")?;
         let event = allocation
             .slot
             .shared

@@ -46,7 +46,9 @@ impl Stream {
     {
         // A captured callback would run on every replay, but this payload
         // is freed by its first run: captures take `Capture::add_callback`.
-        self.refuse_if_capturing("Stream::add_callback")?;
+        // The gate keeps a capture from beginning before the driver call: the
+        // trampoline frees the payload when it runs, so it must run once.
+        let _gate = self.enqueue_gate("Stream::add_callback")?;
         let ctx = self.context();
         ctx.bind()?;
         self.before_work();

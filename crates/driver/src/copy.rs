@@ -213,6 +213,9 @@ impl Stream {
         T: DeviceCopy,
         D: DeviceMemoryMut<Elem = T>,
     {
+        // Held until the copy is waited for: a capture beginning in between
+        // would refuse the wait and leave the copy reading `src` later.
+        let _gate = self.enqueue_gate("Stream::copy_from_host")?;
         // SAFETY: `src` outlives the copy: we wait for it before returning. The
         // only error after enqueueing (an untracked use) has already waited for
         // the stream.
@@ -246,6 +249,9 @@ impl Stream {
         T: DeviceCopy,
         D: DeviceMemory<Elem = T>,
     {
+        // Held until the copy is waited for: a capture beginning in between
+        // would refuse the wait, and the copy would write `dst` after return.
+        let _gate = self.enqueue_gate("Stream::copy_to_host")?;
         // SAFETY: the caller's contract, and we wait for the copy before returning.
         unsafe { self.copy_to_host_raw_async(dst, dst_len, src)? };
         self.wait_for_enqueued()

@@ -48,8 +48,9 @@ impl Stream {
         call: impl FnOnce(&Driver, CUstream) -> CUresult,
     ) -> Result<()> {
         // Captured work must keep its buffers alive for every replay, which
-        // this protocol does not do: captures go through `Capture`.
-        self.refuse_if_capturing("enqueueing work (use the Capture's methods)")?;
+        // this protocol does not do: captures go through `Capture`. The gate
+        // keeps a capture from beginning before the uses are tracked.
+        let _gate = self.enqueue_gate("enqueueing work (use the Capture's methods)")?;
         self.context().bind()?;
         for used in uses.clone() {
             match used {

@@ -308,6 +308,18 @@ pub enum Error {
         /// The stream's id.
         stream: u64,
     },
+    /// A capture begun (or a stream forked into one) by a thread that is
+    /// enqueueing work at that moment, such as a [`crate::WorkObserver`]:
+    /// the capture would have to wait for the enqueue it interrupts.
+    #[error(
+        "{operation} on stream {stream} was called while this thread is enqueueing work (from a WorkObserver?); begin the capture after the enqueue returns"
+    )]
+    CaptureInsideEnqueue {
+        /// What was attempted.
+        operation: &'static str,
+        /// The stream that would have entered the capture.
+        stream: u64,
+    },
     /// A context-wide call while a capture is open in the context.
     #[error(
         "{operation} is not allowed while {captures} stream capture(s) are open in the context; the captures are still usable"

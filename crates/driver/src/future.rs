@@ -169,7 +169,8 @@ impl Stream {
     /// Enqueues one flag write (`cuStreamWriteValue32`) and one event record;
     /// the context's reactor wakes the future.
     pub fn completion(&self) -> Result<Completion> {
-        self.refuse_if_capturing("Stream::completion")?;
+        // A captured wake-up would free its payload at every replay.
+        let _gate = self.enqueue_gate("Stream::completion")?;
         self.check_callback_free()?;
         Completion::register(self.context(), Target::Stream(self.as_raw()))
     }
@@ -186,6 +187,8 @@ impl Stream {
         H: HostMemory<T> + ?Sized,
         D: DeviceMemory<Elem = T>,
     {
+        // One gate for both, so the completion watches this very copy.
+        let _gate = self.enqueue_gate("Stream::copy_to_host_future")?;
         self.copy_to_host_async(dst, src)?;
         Ok(CopyFuture {
             completion: self.completion()?,
@@ -205,6 +208,7 @@ impl Stream {
         D: DeviceMemoryMut<Elem = T>,
         H: HostMemory<T> + ?Sized,
     {
+        let _gate = self.enqueue_gate("Stream::copy_from_host_future")?;
         self.copy_from_host_async(dst, src)?;
         Ok(CopyFuture {
             completion: self.completion()?,

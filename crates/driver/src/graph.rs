@@ -22,6 +22,7 @@
 //! capture, here the capture stays usable.
 
 use crate::callback::panic_message;
+use crate::capture_gate::EnqueueGate;
 use crate::context::{Context, HostFnGuard};
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig, launch_raw};
@@ -326,25 +327,30 @@ impl Stream {
         let ctx = self.context();
         ctx.bind()?;
         let id = NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed);
-        if self
-            .capture
-            .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Err(Error::StreamCapturing {
-                operation: "Stream::begin_capture",
-                stream: self.id(),
-            });
-        }
-        // Relaxed: the safe layer refuses the calls CUDA's stricter modes
-        // would, with a clear error, and a capture may end on another thread.
-        let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-        // SAFETY: a live stream of the current context.
-        let code = unsafe { (ctx.driver().cuStreamBeginCapture)(self.as_raw(), mode) };
-        if let Err(err) = ctx.check(code) {
-            self.capture.store(0, Ordering::Release);
-            return Err(err);
-        }
+        // Exclusively: every eager enqueue in flight finishes first, and
+        // none can start until the flag says "capturing".
+        self.enter_capture("Stream::begin_capture", || {
+            if self
+                .capture
+                .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return Err(Error::StreamCapturing {
+                    operation: "Stream::begin_capture",
+                    stream: self.id(),
+                });
+            }
+            // Relaxed: the safe layer refuses the calls CUDA's stricter modes
+            // would, with a clear error, and a capture may end on another thread.
+            let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+            // SAFETY: a live stream of the current context.
+            let code = unsafe { (ctx.driver().cuStreamBeginCapture)(self.as_raw(), mode) };
+            if let Err(err) = ctx.check(code) {
+                self.capture.store(0, Ordering::Release);
+                return Err(err);
+            }
+            Ok(())
+        })?;
         ctx.captures.fetch_add(1, Ordering::AcqRel);
         tracing::debug!(stream = self.id(), capture = id, "stream capture begun");
         Ok(Capture {
@@ -750,8 +756,18 @@ impl Capture {
         }
         let event = from.mark()?;
         for branch in branches {
-            // Marked first, so the wait is one inside the capture.
-            branch.capture.store(self.id, Ordering::Release);
+            // Marked first, so the wait is one inside the capture; under the
+            // branch's gate, so no eager work of another thread slips in.
+            branch.enter_capture("Capture::fork", || {
+                branch
+                    .capture
+                    .compare_exchange(0, self.id, Ordering::AcqRel, Ordering::Acquire)
+                    .map(drop)
+                    .map_err(|_| Error::StreamCapturing {
+                        operation: "Capture::fork",
+                        stream: branch.id(),
+                    })
+            })?;
             if let Err(err) = branch.wait_event(&event) {
                 branch.capture.store(0, Ordering::Release);
                 return Err(err);
@@ -1017,7 +1033,7 @@ impl GraphExec {
     /// runs after the work enqueued on `stream` before, and the work
     /// enqueued after waits for all of it.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        self.before_launch(stream, "GraphExec::launch")?;
+        let _gate = self.before_launch(stream, "GraphExec::launch")?;
         {
             let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
             // A profiler scope around the launch starts here: one scope, the
@@ -1049,17 +1065,23 @@ impl GraphExec {
     /// (`cuGraphUpload`), in stream order on `stream`, so the first launch
     /// costs no more than later ones.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
-        self.before_launch(stream, "GraphExec::upload")?;
+        let _gate = self.before_launch(stream, "GraphExec::upload")?;
         let _turn = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live executable graph and a live stream of its context.
         let code = unsafe { (self.ctx.driver().cuGraphUpload)(self.raw, stream.as_raw()) };
         self.ctx.check(code)
     }
 
-    fn before_launch(&self, stream: &Stream, operation: &'static str) -> Result<()> {
+    /// Checks and orders a launch on `stream`; the gate it returns is held
+    /// until the launch's uses are tracked.
+    fn before_launch<'s>(
+        &self,
+        stream: &'s Stream,
+        operation: &'static str,
+    ) -> Result<EnqueueGate<'s>> {
         // Launched into a capture it would become a child graph, whose
         // resources nothing would keep.
-        stream.refuse_if_capturing(operation)?;
+        let gate = stream.enqueue_gate(operation)?;
         stream.check_context("the executable graph", &self.ctx)?;
         self.ctx.bind()?;
         for (memory, _) in &self.resources.buffers {
@@ -1069,7 +1091,7 @@ impl GraphExec {
         for (memory, _) in &self.resources.hosts {
             stream.check_context_id("a host buffer", memory.as_host().host_context_id())?;
         }
-        Ok(())
+        Ok(gate)
     }
 
     /// Replace the parameters of every node with those of `graph`

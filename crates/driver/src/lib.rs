@@ -121,6 +121,7 @@
 
 pub mod borrow_rules;
 mod callback;
+mod capture_gate;
 mod context;
 mod copy;
 mod enqueue;
@@ -144,6 +145,7 @@ mod select;
 mod stream;
 
 pub use callback::panic_message;
+pub use capture_gate::EnqueueGate;
 pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use copy::check_len;
 pub use enqueue::BufferUse;

@@ -3,6 +3,7 @@
 //! Copies live in `copy.rs`, callbacks in `callback.rs`, kernel launches in
 //! `launch.rs`; this file holds the handle itself.
 
+use crate::capture_gate::CaptureGate;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
@@ -55,6 +56,8 @@ pub struct Stream {
     pub(crate) pool: std::sync::OnceLock<Arc<EventPool>>,
     /// The id of the capture this stream takes part in (0: none).
     pub(crate) capture: AtomicU64,
+    /// Orders enqueues against the stream entering a capture (`capture_gate.rs`).
+    pub(crate) gate: CaptureGate,
     /// Told before the next work item ([`Stream::observe_next_work`]).
     observers: Mutex<Vec<Arc<dyn WorkObserver>>>,
     /// Whether `observers` may be non-empty: the only cost on the enqueue
@@ -156,6 +159,7 @@ impl Stream {
             timings: Mutex::default(),
             pool: std::sync::OnceLock::new(),
             capture: AtomicU64::new(0),
+            gate: CaptureGate::default(),
             observers: Mutex::default(),
             observed: AtomicBool::new(false),
             _owner: owner,
@@ -283,9 +287,10 @@ impl Stream {
     }
 
     /// `Err` ([`Error::StreamCapturing`], naming `operation`) while the
-    /// stream is capturing: for code outside this crate that enqueues on a
-    /// stream with raw driver calls, which a capture would record into its
-    /// graph instead of running.
+    /// stream is capturing. This is a snapshot: a capture may begin right
+    /// after it returns. Code that enqueues with raw driver calls takes
+    /// [`Stream::enqueue_gate`] instead, which holds captures off until it
+    /// is dropped.
     ///
     /// ```
     /// use cuda_streams_driver::{Context, Stream};
@@ -457,7 +462,8 @@ impl Stream {
     /// assert!(m.average_latency.is_some());
     /// ```
     pub fn timed<R>(&self, f: impl FnOnce(&Stream) -> Result<R>) -> Result<R> {
-        self.refuse_if_capturing("Stream::timed")?;
+        // Held throughout, so the two marks and `f`'s work are all eager.
+        let _gate = self.enqueue_gate("Stream::timed")?;
         let pool = self.event_pool();
         let (start, end) = (pool.acquire_event(true)?, pool.acquire_event(true)?);
         start.record(self)?;

@@ -69,7 +69,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     pub fn new_async(stream: &Arc<Stream>, len: usize) -> Result<Self> {
         let bytes = byte_size::<T>("DeviceBuffer", len)?;
         // Captured, the allocation would become a node of the graph.
-        stream.refuse_if_capturing("DeviceBuffer::new_async")?;
+        let _gate = stream.enqueue_gate("DeviceBuffer::new_async")?;
         let ctx = stream.context();
         ctx.bind()?;
         let mut ptr: CUdeviceptr = 0;
@@ -194,18 +194,23 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
             return;
         }
         let driver = self.ctx.driver();
-        match &self.home {
-            Some(home) if home.is_capturing() => {
-                // Captured, the free would become a node of the graph (and
-                // happen at every replay), so the memory is leaked instead.
+        // Held through the free: captured, the free would become a node of
+        // the graph (and happen at every replay).
+        let home_gate = self
+            .home
+            .as_ref()
+            .map(|home| (home, home.enqueue_gate("freeing a device buffer")));
+        match home_gate {
+            Some((home, Err(_))) => {
+                // So the memory is leaked instead.
                 tracing::warn!(
-                    "leaking device buffer {:#x} ({} bytes): dropped while its home stream {}                      is being captured",
+                    "leaking device buffer {:#x} ({} bytes): dropped while its home stream {} is being captured",
                     self.ptr,
                     self.size_in_bytes(),
                     home.id()
                 );
             }
-            Some(home) => {
+            Some((home, Ok(_gate))) => {
                 if self.tracker.order_before_free(home) {
                     // SAFETY: the pointer came from cuMemAllocAsync and is freed
                     // once, after every recorded use (the home stream waits on them).

@@ -59,7 +59,7 @@ impl UseTracker {
         }
         if inner.ready.is_none() {
             // Recorded during a capture, the mark would be no point in time.
-            home.refuse_if_capturing("a first use elsewhere of a buffer whose home stream")?;
+            let _gate = home.enqueue_gate("a first use elsewhere of a buffer whose home stream")?;
             inner.ready = Some(home.mark()?);
         }
         match &inner.ready {
