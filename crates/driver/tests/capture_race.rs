@@ -191,3 +191,29 @@ fn captures_begun_by_another_thread_never_swallow_eager_work() {
     println!("{accepted} callbacks accepted, {refused} enqueues refused, {captures} captures");
     assert_eq!(out.to_vec(&stream).unwrap(), vec![9u32; 256]);
 }
+
+#[test]
+fn an_observer_cannot_pull_a_graph_launch_into_a_capture() {
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_u32");
+    let out = Arc::new(DeviceBuffer::<u32>::new_async(&stream, 64).unwrap());
+    let exec = {
+        let mut capture = stream.begin_capture().unwrap();
+        let args = [GraphArg::from(64u64), 5u32.into(), GraphArg::write(&out)];
+        capture
+            .launch(&stream, &fill, LaunchConfig::for_num_elems(64), &args)
+            .unwrap();
+        capture.end().unwrap().instantiate().unwrap()
+    };
+    let beginner = Arc::new(CaptureBeginner::default());
+    stream.observe_next_work(beginner.clone());
+    exec.launch(&stream).unwrap();
+    beginner.assert_refused(&stream);
+    assert_eq!(
+        out.to_vec(&stream).unwrap(),
+        vec![5u32; 64],
+        "the replay ran eagerly"
+    );
+}
