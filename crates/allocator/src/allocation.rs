@@ -114,7 +114,7 @@ impl Allocation {
     /// itself; this is for work the allocator cannot see (raw launches).
     pub fn record_stream(&self, stream: &Arc<Stream>) -> Result<()> {
         self.shared().check_stream(stream)?;
-        let _gate = stream.enqueue_gate("Allocation::record_stream")?;
+        stream.check_not_capturing("Allocation::record_stream")?;
         if stream.id() == self.stream_id() {
             return Ok(());
         }
@@ -241,10 +241,10 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        // Held through the free: captured, the stream-ordered free would
-        // become a node of the graph (run at every replay).
-        let stream = Arc::clone(&self.slot.stream);
-        let Ok(_gate) = stream.enqueue_gate("freeing an allocation") else {
+        // Captured, the stream-ordered free would become a node of the graph
+        // (run at every replay). A snapshot: `cuMemFreeAsync` itself takes
+        // the stream's gate.
+        if self.slot.stream.is_capturing() {
             // So the block is leaked instead.
             tracing::warn!(
                 "leaking allocation {:#x} ({} bytes): dropped while stream {} is being captured",
@@ -253,7 +253,7 @@ impl Drop for Allocation {
                 self.stream_id()
             );
             return;
-        };
+        }
         // No view can outlive the handle, so nothing pins the block now.
         let mut st = self.slot.lock();
         self.free_now(&mut st);

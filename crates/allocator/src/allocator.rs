@@ -48,6 +48,10 @@ pub struct StreamOrderedAllocator {
     shared: Arc<Shared>,
 }
 
+/// What an allocation on a capturing stream is refused as.
+pub(crate) const ALLOCATE_WHILE_CAPTURING: &str =
+    "StreamOrderedAllocator::allocate_for_stream (a graph's memory comes from Capture::alloc)";
+
 impl StreamOrderedAllocator {
     /// A caching allocator ([`Backend::Caching`]) on `ctx`.
     pub fn new(ctx: &Arc<Context>) -> Result<Self> {
@@ -108,11 +112,9 @@ impl StreamOrderedAllocator {
         }
         // Captured, a stream-ordered allocation would become a node of the
         // graph (and its address a graph's): graphs allocate their memory
-        // with `Capture::alloc`. Held to the end, so no capture begins
-        // while the allocation enqueues on the stream.
-        let _gate = stream.enqueue_gate(
-            "StreamOrderedAllocator::allocate_for_stream (a graph's memory comes from Capture::alloc)",
-        )?;
+        // with `Capture::alloc`. A snapshot: a cache hit enqueues nothing,
+        // and `cuMemAllocAsync` takes the stream's gate.
+        stream.check_not_capturing(ALLOCATE_WHILE_CAPTURING)?;
         let too_large = || Error::TooLarge {
             requested: bytes,
             total: self.shared.total_memory,
@@ -145,7 +147,7 @@ impl StreamOrderedAllocator {
     /// Returns how many were freed.
     pub fn free_for_stream(&self, stream: &Stream) -> Result<usize> {
         self.shared.check_stream(stream)?;
-        let _gate = stream.enqueue_gate("StreamOrderedAllocator::free_for_stream")?;
+        stream.check_not_capturing("StreamOrderedAllocator::free_for_stream")?;
         let Some(slot) = self.shared.existing_slot(stream) else {
             return Ok(0);
         };

@@ -86,6 +86,10 @@ impl Shared {
     }
 
     fn alloc_async(&self, slot: &Slot, bytes: usize) -> Result<CUdeviceptr> {
+        // Captured, the allocation would become a node of the graph.
+        let _gate = slot
+            .stream
+            .enqueue_gate(crate::allocator::ALLOCATE_WHILE_CAPTURING)?;
         self.ctx.bind()?;
         let table = self.ctx.driver();
         let mut ptr: CUdeviceptr = 0;
@@ -169,6 +173,15 @@ impl Shared {
         }
         // The waits are enqueued; the pooled events can go back now.
         drop(waits);
+        // Captured, the free would become a node of the graph, run at every
+        // replay: leaked instead (a capture began since the caller looked).
+        let Ok(_gate) = slot.stream.enqueue_gate("freeing an allocation") else {
+            tracing::warn!(
+                "leaking {ptr:#x}: stream {} began a capture as it was freed",
+                slot.stream.id()
+            );
+            return;
+        };
         if let Err(err) = self.ctx.bind() {
             tracing::warn!("leaking {ptr:#x}: {err}");
             return;

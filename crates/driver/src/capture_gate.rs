@@ -8,26 +8,28 @@
 //! record that work into a graph that keeps none of those resources, and
 //! every replay would touch memory nobody owns any more. So the check, the
 //! driver call and the use tracking happen while the stream's gate is held
-//! shared, and the only step that turns a stream into a capturing one
-//! (beginning a capture, forking a stream into one) holds it exclusively.
+//! shared, and the only steps that turn a stream into a capturing one
+//! (beginning a capture, forking a stream into one) hold it exclusively.
 //!
 //! Ending a capture needs no gate: eager work is refused while the flag is
 //! set, and the capture's own methods take `&mut Capture`, as does ending it.
 //!
-//! Two rules keep the gate from deadlocking. A thread already inside a gate
-//! (a [`crate::WorkObserver`], or ordering a buffer after its home stream)
-//! never blocks on another one: it tries, and a stream whose capture is
-//! beginning counts as capturing. And such a thread cannot begin a capture,
-//! which would wait for the very gate it holds.
+//! An enqueue never waits at the gate. When a capture is beginning it is
+//! refused as if the capture had begun: it arrived after `begin_capture` was
+//! called, so that is the order it takes. This is also why the gate cannot
+//! deadlock: an enqueue made while another is in progress on the same thread
+//! (an observer's, or a buffer ordered after its home stream) only tries. The
+//! one wait is `begin_capture`'s, for the enqueues in flight; a
+//! [`crate::WorkObserver`] runs inside one, so it may not begin a capture.
 
 use crate::error::{Error, Result};
 use crate::stream::Stream;
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::sync::{RwLock, RwLockReadGuard, TryLockError};
 
 thread_local! {
-    /// The streams whose gate this thread holds, innermost last.
-    static HELD: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// How many work observers this thread is inside (each inside an enqueue).
+    static OBSERVING: Cell<u32> = const { Cell::new(0) };
 }
 
 /// The per-stream lock: shared by enqueues, exclusive for a stream entering
@@ -40,8 +42,7 @@ pub(crate) struct CaptureGate(RwLock<()>);
 /// runs eagerly, never into a graph.
 #[must_use = "the stream may begin a capture as soon as the gate is dropped"]
 pub struct EnqueueGate<'a> {
-    /// `None` when this thread already held the same stream's gate.
-    shared: Option<RwLockReadGuard<'a, ()>>,
+    _shared: RwLockReadGuard<'a, ()>,
     stream: u64,
 }
 
@@ -49,41 +50,25 @@ impl std::fmt::Debug for EnqueueGate<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EnqueueGate")
             .field("stream", &self.stream)
-            .field("nested", &self.shared.is_none())
             .finish()
-    }
-}
-
-impl Drop for EnqueueGate<'_> {
-    fn drop(&mut self) {
-        if self.shared.is_some() {
-            // Gates may be dropped in any order: forget this one, not the last.
-            HELD.with(|held| {
-                let mut held = held.borrow_mut();
-                if let Some(at) = held.iter().rposition(|&id| id == self.stream) {
-                    held.remove(at);
-                }
-            });
-        }
     }
 }
 
 impl Stream {
     /// Hold the stream out of captures: `Err` ([`Error::StreamCapturing`],
-    /// naming `operation`) when it is capturing, otherwise a guard during
-    /// which no capture can begin on it (`begin_capture` and `Capture::fork`
-    /// wait for the guard).
+    /// naming `operation`) when it is capturing or a capture is beginning
+    /// on it, otherwise a guard during which no capture can begin on it
+    /// (`begin_capture` and `Capture::fork` wait for the guard). It never
+    /// waits.
     ///
     /// This crate takes it around every enqueue of work, from the capture
     /// check through the driver call and the tracking of buffer uses. Code
     /// that enqueues on a stream with raw driver calls (NCCL, another
     /// library's kernels) takes it around its calls, together with
     /// [`Stream::prepare_uses`] and [`Stream::track_uses`], so that its work
-    /// cannot slip into a capture that keeps none of its buffers.
-    ///
-    /// Taken again on the same thread it is free; taken on another stream
-    /// while one is held it does not wait, and a stream whose capture is
-    /// beginning is refused as capturing.
+    /// cannot slip into a capture that keeps none of its buffers. Beginning
+    /// a capture on the stream while holding its gate on the same thread
+    /// waits forever, as locking a held `Mutex` does.
     ///
     /// ```
     /// use cuda_streams_driver::{Context, Stream};
@@ -98,34 +83,18 @@ impl Stream {
     /// assert!(err.to_string().contains("my raw call"), "{err}");
     /// drop(capture);
     /// ```
+    #[inline]
     pub fn enqueue_gate(&self, operation: &'static str) -> Result<EnqueueGate<'_>> {
-        let (nested, same) = HELD.with(|held| {
-            let held = held.borrow();
-            (!held.is_empty(), held.contains(&self.id()))
-        });
-        if same {
-            // The capture flag cannot have changed since the outer gate.
-            return Ok(EnqueueGate {
-                shared: None,
-                stream: self.id(),
-            });
-        }
-        let lock = &self.gate.0;
-        let shared = if nested {
-            match lock.try_read() {
-                Ok(shared) => shared,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                // A capture is beginning (or a fork into one): waiting here
-                // could close a cycle with the gate this thread holds.
-                Err(TryLockError::WouldBlock) => return Err(self.capturing_error(operation)),
-            }
-        } else {
-            lock.read().unwrap_or_else(|p| p.into_inner())
+        let shared = match self.gate.0.try_read() {
+            Ok(shared) => shared,
+            // Nothing is left half done under this lock: a panic while it
+            // was held changed no state it guards.
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(self.capturing_error(operation)),
         };
         self.refuse_if_capturing(operation)?;
-        HELD.with(|held| held.borrow_mut().push(self.id()));
         Ok(EnqueueGate {
-            shared: Some(shared),
+            _shared: shared,
             stream: self.id(),
         })
     }
@@ -138,7 +107,9 @@ impl Stream {
         operation: &'static str,
         enter: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
-        if HELD.with(|held| !held.borrow().is_empty()) {
+        if OBSERVING.with(Cell::get) > 0 {
+            // The enqueue this observer runs inside holds a gate (maybe this
+            // one) until the observer returns.
             return Err(Error::CaptureInsideEnqueue {
                 operation,
                 stream: self.id(),
@@ -153,5 +124,22 @@ impl Stream {
             operation,
             stream: self.id(),
         }
+    }
+}
+
+/// Marks the calling thread as running a [`crate::WorkObserver`] (inside an
+/// enqueue) until dropped.
+pub(crate) struct ObservingGuard(());
+
+impl ObservingGuard {
+    pub(crate) fn enter() -> Self {
+        OBSERVING.with(|depth| depth.set(depth.get() + 1));
+        Self(())
+    }
+}
+
+impl Drop for ObservingGuard {
+    fn drop(&mut self) {
+        OBSERVING.with(|depth| depth.set(depth.get().saturating_sub(1)));
     }
 }

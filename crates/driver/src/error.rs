@@ -308,11 +308,11 @@ pub enum Error {
         /// The stream's id.
         stream: u64,
     },
-    /// A capture begun (or a stream forked into one) by a thread that is
-    /// enqueueing work at that moment, such as a [`crate::WorkObserver`]:
-    /// the capture would have to wait for the enqueue it interrupts.
+    /// A capture begun (or a stream forked into one) from a
+    /// [`crate::WorkObserver`], which runs inside an enqueue: the capture
+    /// would have to wait for the enqueue it interrupts.
     #[error(
-        "{operation} on stream {stream} was called while this thread is enqueueing work (from a WorkObserver?); begin the capture after the enqueue returns"
+        "{operation} on stream {stream} was called from a WorkObserver, inside an enqueue; begin the capture after the enqueue returns"
     )]
     CaptureInsideEnqueue {
         /// What was attempted.

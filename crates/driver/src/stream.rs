@@ -415,6 +415,8 @@ impl Stream {
             (first, rest)
         };
         // Called without the lock: an observer may ask to observe again.
+        // Inside an enqueue, so no observer may begin a capture.
+        let _observing = crate::capture_gate::ObservingGuard::enter();
         for observer in first.into_iter().chain(rest) {
             let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 observer.before_work(self)
@@ -462,8 +464,9 @@ impl Stream {
     /// assert!(m.average_latency.is_some());
     /// ```
     pub fn timed<R>(&self, f: impl FnOnce(&Stream) -> Result<R>) -> Result<R> {
-        // Held throughout, so the two marks and `f`'s work are all eager.
-        let _gate = self.enqueue_gate("Stream::timed")?;
+        // A snapshot, not the gate: `f` is the caller's code, which may
+        // begin a capture (its later work is then refused, as it should be).
+        self.refuse_if_capturing("Stream::timed")?;
         let pool = self.event_pool();
         let (start, end) = (pool.acquire_event(true)?, pool.acquire_event(true)?);
         start.record(self)?;
