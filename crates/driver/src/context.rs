@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, Weak};
 use sys::{CUcontext, CUdevice, CUdevice_attribute, CUresult, Driver};
 
 thread_local! {
-    /// The id of the `Context` this thread last made current (0: none).
+    /// The id of the `Context` this thread last made current (0: none). It
+    /// saves a `cuCtxSetCurrent` per call; `Context::still_current` says when
+    /// it is trusted alone.
     static CURRENT: Cell<u64> = const { Cell::new(0) };
     /// Set while a stream callback runs on this thread.
     static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
@@ -411,9 +413,13 @@ impl Context {
     ///
     /// Cheap: a thread-local remembers the last context bound, so repeated calls
     /// make no driver call. Every method of this crate that calls the driver
-    /// binds first, so handles can be used from any thread. Code that changes the
-    /// current context behind this crate's back (raw calls, other libraries) must
-    /// call [`Context::force_bind`] afterwards.
+    /// binds first, so handles can be used from any thread. With the `cudarc`
+    /// or `cust` feature, whose libraries make their own contexts current on
+    /// the same threads, the remembered context is also confirmed with the
+    /// driver (`cuCtxGetCurrent`), so their calls cannot send our work to
+    /// another device. Without them, code that changes the current context
+    /// behind this crate's back (raw `cuCtxSetCurrent` calls, a library this
+    /// crate does not know) must call [`Context::force_bind`] afterwards.
     ///
     /// Fails with [`Error::InsideCallback`] inside a stream callback, where CUDA
     /// forbids driver calls.
@@ -424,10 +430,37 @@ impl Context {
                 operation: "a driver call",
             });
         }
-        if CURRENT.with(Cell::get) == self.id {
+        if CURRENT.with(Cell::get) == self.id && self.still_current() {
             return Ok(());
         }
         self.force_bind()
+    }
+
+    /// Whether this context, which the thread's cache says is current, still
+    /// is for the driver.
+    ///
+    /// With an interop feature on, another library shares the thread's
+    /// current context: cudarc makes the context of each of its calls current,
+    /// and cust pushes and pops its own. One cudarc call on device 1 would
+    /// otherwise leave the cache saying device 0, and our next stream, event,
+    /// allocation or module would be made on device 1 while its handle claims
+    /// device 0. So the driver is asked, as cudarc asks before each of its own
+    /// calls; no entry point of ours sees every foreign call, so invalidating
+    /// the cache at our interop calls could not be enough. Without those
+    /// features only this crate and the caller's `unsafe` raw calls change the
+    /// current context, and the cache alone is trusted: `bind`, made on every
+    /// enqueue, stays a thread-local read there.
+    #[inline]
+    fn still_current(&self) -> bool {
+        #[cfg(any(feature = "cudarc", feature = "cust"))]
+        {
+            let mut current: CUcontext = std::ptr::null_mut();
+            // SAFETY: writes one context handle through a valid pointer.
+            let code = unsafe { (self.driver.table.cuCtxGetCurrent)(&mut current) };
+            code == CUresult::CUDA_SUCCESS && current == self.raw
+        }
+        #[cfg(not(any(feature = "cudarc", feature = "cust")))]
+        true
     }
 
     /// Make this context current with `cuCtxSetCurrent`, whatever the cache says.
@@ -570,9 +603,11 @@ impl Drop for Context {
             id: self.id,
             reactor: self.reactor.take(),
         };
-        let bound = CURRENT.with(|current| current.replace(0) == self.id);
+        let cached = CURRENT.with(|current| current.replace(0) == self.id);
         if !in_stream_callback() {
-            release.run(bound);
+            // Confirmed as `bind` does: the release synchronizes the current
+            // context, which must be this one.
+            release.run(cached && self.still_current());
             return;
         }
         // CUDA forbids driver calls in a stream callback, and this one would

@@ -3,11 +3,16 @@
 //! memsets, and events ordering work across the two, each checked on the
 //! data.
 //!
-//! cudarc always talks to `libcuda.so.1`, so everything here needs NVIDIA's
-//! driver: on the software driver each test says why it skips (the keeping
-//! alive of a borrowed stream is tested on the software driver by the
-//! driver's unit tests, `interop::cudarc::tests`). With
+//! cudarc always talks to `libcuda.so.1`, so nearly everything here needs
+//! NVIDIA's driver: on the software driver each such test says why it skips
+//! (the keeping alive of a borrowed stream is tested on the software driver by
+//! the driver's unit tests, `interop::cudarc::tests`). With
 //! `CUDA_STREAMS_DRIVER=cuda` every test runs, and a missing GPU fails it.
+//!
+//! One thing cudarc does to us needs no GPU to check: it makes its own
+//! context current on the calling thread. On the software driver a raw
+//! `cuCtxSetCurrent` through our table stands in for it; on two GPUs cudarc
+//! itself does it.
 
 mod support;
 
@@ -16,6 +21,7 @@ use cuda_streams_driver::{Context, DeviceBuffer, Error, KernelArg, LaunchConfig,
 use cudarc::driver::{CudaContext, CudaSlice};
 use std::sync::Arc;
 use support::{GATE_LIMIT, Gate, kernel};
+use sys::{CUcontext, CUresult};
 
 const N: usize = 1 << 16;
 
@@ -260,4 +266,139 @@ fn another_context_is_refused_with_both_named() {
     let err = Stream::from_cudarc(&ctx, &cs).unwrap_err();
     assert!(matches!(err, Error::Interop { .. }), "{err}");
     assert!(err.to_string().contains("device 1"), "{err}");
+}
+
+/// The thread's current context, as the driver (our table) has it.
+fn current_context(ctx: &Context) -> CUcontext {
+    let mut current: CUcontext = std::ptr::null_mut();
+    // SAFETY: writes one context handle through a valid pointer.
+    let code = unsafe { (ctx.driver().cuCtxGetCurrent)(&mut current) };
+    assert_eq!(code, CUresult::CUDA_SUCCESS, "cuCtxGetCurrent");
+    current
+}
+
+/// Device 0's and device 1's contexts, this thread's cache saying device 0,
+/// or `None` (and why) with one device.
+fn two_devices(test: &str) -> Option<(Arc<Context>, Arc<Context>)> {
+    let count = Context::device_count().unwrap();
+    if count < 2 {
+        eprintln!(
+            "{test}: skipped: {count} device, and the wrong device needs a second one \
+             (the software driver has two unless CUDA_STREAMS_SOFT_DEVICES says otherwise)"
+        );
+        return None;
+    }
+    let ctx1 = Context::new(1).unwrap();
+    let ctx0 = support::ctx();
+    ctx0.bind().unwrap();
+    assert_eq!(current_context(&ctx0), ctx0.as_raw());
+    Some((ctx0, ctx1))
+}
+
+/// With another device's context made current behind our back: new work of
+/// ours on device 0 (a stream, an allocation, a module, all made in the
+/// current context) writing `early`, memory of device 0 made before. Had it
+/// been made on device 1, the launch would touch device 0's memory without
+/// peer access and fault, or the buffer would miss the value. Returns the new
+/// stream and allocation for the caller's own checks.
+fn new_work_lands_on_device_0(
+    ctx0: &Arc<Context>,
+    early: &mut DeviceBuffer<u32>,
+) -> (Arc<Stream>, DeviceBuffer<u32>) {
+    let stream = Stream::new(ctx0).unwrap();
+    let mut late = DeviceBuffer::<u32>::new(ctx0, N).unwrap();
+    let fill = kernel(ctx0, &kernels::ELEMENTWISE, "fill_u32");
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    stream
+        .launch(
+            &fill,
+            cfg,
+            &[
+                KernelArg::from(N as u64),
+                0xD0u32.into(),
+                (&mut *early).into(),
+            ],
+        )
+        .expect("a launch on device 0 into device 0's memory");
+    stream.memset_u32_async(&mut late, 0xD1).unwrap();
+    let early_back = early
+        .to_vec(&stream)
+        .expect("device 0's memory read back after our work on device 0");
+    assert!(
+        early_back.iter().all(|&v| v == 0xD0),
+        "the launch did not write device 0's buffer"
+    );
+    assert!(late.to_vec(&stream).unwrap().iter().all(|&v| v == 0xD1));
+    assert_eq!(
+        current_context(ctx0),
+        ctx0.as_raw(),
+        "our calls on device 0 left another context current"
+    );
+    (stream, late)
+}
+
+#[test]
+fn a_context_made_current_behind_our_back_does_not_take_our_work() {
+    let Some((ctx0, ctx1)) = two_devices("context made current behind our back") else {
+        return;
+    };
+    let home = Stream::new(&ctx0).unwrap();
+    let mut early = DeviceBuffer::<u32>::zeroed_async(&home, N).unwrap();
+    home.synchronize().unwrap();
+    // What cudarc does at each of its calls on device 1 (the GPU test below
+    // has cudarc itself do it): device 1's context current, our cache still
+    // saying device 0.
+    // SAFETY: a retained primary context, alive while `ctx1` is.
+    let code = unsafe { (ctx1.driver().cuCtxSetCurrent)(ctx1.as_raw()) };
+    assert_eq!(code, CUresult::CUDA_SUCCESS);
+    new_work_lands_on_device_0(&ctx0, &mut early);
+}
+
+#[test]
+fn cudarc_calls_on_another_device_do_not_take_our_work() {
+    if contexts("cudarc on another device").is_none() {
+        return;
+    }
+    let Some((ctx0, _ctx1)) = two_devices("cudarc on another device") else {
+        return;
+    };
+    let home = Stream::new(&ctx0).unwrap();
+    let mut early = DeviceBuffer::<u32>::zeroed_async(&home, N).unwrap();
+    home.synchronize().unwrap();
+    // cudarc work on device 1 from this thread: cudarc binds device 1.
+    let cuda1 = CudaContext::new(1).unwrap();
+    let cs1 = cuda1.new_stream().unwrap();
+    let theirs = cs1.clone_htod(&[1u32, 2, 3]).unwrap();
+    assert_eq!(cs1.clone_dtoh(&theirs).unwrap(), [1, 2, 3]);
+    assert_eq!(
+        current_context(&ctx0).cast::<()>(),
+        cuda1.cu_ctx().cast::<()>(),
+        "cudarc left its context current"
+    );
+    let (stream, late) = new_work_lands_on_device_0(&ctx0, &mut early);
+    // The driver's own word on where the new stream and allocation are.
+    use cudarc::driver::sys as cu;
+    let mut owner: cu::CUcontext = std::ptr::null_mut();
+    // SAFETY: writes one context handle; the stream is alive (`stream`).
+    let code = unsafe { cu::cuStreamGetCtx(stream.as_raw() as cu::CUstream, &mut owner) };
+    assert_eq!(code, cu::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        owner.cast::<()>(),
+        ctx0.as_raw().cast::<()>(),
+        "the new stream's context"
+    );
+    let mut ordinal: i32 = -1;
+    // SAFETY: the attribute is an int, written to a valid place of that type;
+    // the allocation is alive (`late`).
+    let code = unsafe {
+        cu::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            late.as_device_ptr(),
+        )
+    };
+    assert_eq!(code, cu::CUresult::CUDA_SUCCESS);
+    assert_eq!(ordinal, 0, "the new allocation's device");
+    // And cudarc finds its own context again at its next call.
+    assert_eq!(cs1.clone_dtoh(&theirs).unwrap(), [1, 2, 3]);
 }

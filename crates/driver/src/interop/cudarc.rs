@@ -51,9 +51,11 @@
 //! - Unified memory (`UnifiedSlice`): cudarc lets the host read it while a
 //!   kernel of ours might write it.
 //!
-//! With several devices, note that cudarc's calls set the thread's current
-//! context behind our per-thread cache: call [`Context::force_bind`] after
-//! cudarc calls on another device's context.
+//! With several devices, cudarc's calls make their own context current on the
+//! calling thread. With this feature on, [`Context::bind`] confirms the
+//! context it remembers for the thread with the driver, so cudarc's calls on
+//! another device never send our later work there: nothing needs calling in
+//! between.
 //!
 //! # Example
 //!

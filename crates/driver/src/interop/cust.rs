@@ -36,7 +36,11 @@
 //!   buffers are checked (`cuStreamGetCtx`, `cuPointerGetAttribute`) and a
 //!   mismatch is refused with [`Error::Interop`](crate::Error::Interop), as is the software driver
 //!   (cust always talks to `libcuda`). Every conversion makes our context
-//!   current first, so cust's later calls on this thread go to it.
+//!   current first, so cust's later calls on this thread go to it. The other
+//!   way round, cust making another context current (a context of another
+//!   device, its context stack) does not mislead our later calls: with this
+//!   feature on, [`Context::bind`] confirms the context it remembers for the
+//!   thread with the driver before trusting it.
 //! - **cust memory used by us.** cust frees a `DeviceBuffer` with `cuMemFree`
 //!   when it is dropped, ordered after no stream, and its safe copies and
 //!   memsets are synchronous calls on the legacy default stream, whose DMA may
