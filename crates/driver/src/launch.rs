@@ -342,7 +342,7 @@ impl Stream {
     /// let ctx = Context::new(0).unwrap();
     /// let stream = Stream::new(&ctx).unwrap();
     /// // fill_f32(u64 n, f32 value, f32* out): its signature comes with it.
-    /// let fill = Module::load(&ctx, ELEMENTWISE.fatbin()).unwrap().function("fill_f32").unwrap();
+    /// let fill = Module::load(&ctx, &ELEMENTWISE).unwrap().function("fill_f32").unwrap();
     /// let mut out = DeviceBuffer::<f32>::new_async(&stream, 4).unwrap();
     /// let cfg = LaunchConfig::for_num_elems(4);
     /// stream.launch(&fill, cfg, &[4u64.into(), 2.5f32.into(), (&mut out).into()]).unwrap();

@@ -158,13 +158,16 @@ pub use memory::{
     UnifiedBuffer,
 };
 pub use metrics::StreamMetrics;
-pub use module::{Kernel, Module};
+pub use module::{Kernel, Module, ModuleImage};
 pub use priority::{PriorityRange, StreamPriority};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use select::{
     DRIVER_ENV, DRIVER_SETTING, DRIVER_SETTINGS, DriverChoice, DriverKind, LoadedDriver, check_env,
     driver, select,
 };
+/// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
+/// twin (the software driver's).
+pub use soft_driver::{KernelTwin, LaunchDims, TwinSpec};
 pub use stream::{Stream, WorkObserver};
 /// The raw bindings this crate is built on, for interop and raw calls.
 pub use sys;
