@@ -131,3 +131,20 @@ impl std::fmt::Debug for KernelImage {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use soft_driver::sys::signature;
+
+    #[test]
+    fn every_declared_signature_is_valid() {
+        for image in crate::ALL {
+            for twin in image.twins() {
+                signature::validate(twin.params)
+                    .unwrap_or_else(|err| panic!("{}::{}: {err}", image.name(), twin.name));
+            }
+            // Registering the twins (which validates them too) succeeds.
+            assert!(!image.fatbin().is_empty());
+        }
+    }
+}

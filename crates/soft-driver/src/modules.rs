@@ -499,3 +499,100 @@ pub(crate) unsafe extern "C" fn cuLaunchKernel(
         stream.submit(&[Template::Act(action)])
     })())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sys::signature::{Access, Extent, Scalar};
+
+    unsafe fn nothing(_: &LaunchDims, _: *mut *mut c_void) {}
+
+    const ONE: &[Param] = &[Param::Pointer {
+        elem: Scalar::U32,
+        access: Access::Write,
+        extent: Extent::Elements(1),
+    }];
+    const TWO: &[Param] = &[Param::Pointer {
+        elem: Scalar::U32,
+        access: Access::Write,
+        extent: Extent::Elements(2),
+    }];
+
+    fn spec(name: &'static str, params: &'static [Param]) -> TwinSpec {
+        TwinSpec {
+            name,
+            params,
+            run: nothing,
+        }
+    }
+
+    #[test]
+    fn a_registered_signature_never_changes() {
+        static IMAGE: [u8; 4] = *b"keep";
+        let address = IMAGE.as_ptr() as usize;
+        // SAFETY: `nothing` touches none of the elements it may write.
+        unsafe { register_image(&IMAGE, &[spec("k", ONE)]) }.unwrap();
+        // The same parameters again: nothing changes, no error.
+        // SAFETY: as above.
+        unsafe { register_image(&IMAGE, &[spec("k", ONE)]) }.unwrap();
+        // Others: refused, and the list's other twins are not added either.
+        // SAFETY: as above.
+        let err =
+            unsafe { register_image(&IMAGE, &[spec("new", ONE), spec("k", TWO)]) }.unwrap_err();
+        assert_eq!(
+            err,
+            RegisterError::SignatureChanged {
+                kernel: "k",
+                image: address,
+                registered: ONE,
+                refused: TWO,
+            }
+        );
+        assert!(err.to_string().contains("`k`"), "{err}");
+        assert_eq!(registered_signature(address, "k"), Some(ONE));
+        assert_eq!(registered_signature(address, "new"), None);
+    }
+
+    #[test]
+    fn one_list_cannot_declare_a_kernel_twice_differently() {
+        static IMAGE: [u8; 4] = *b"twic";
+        // SAFETY: as above.
+        let err = unsafe { register_image(&IMAGE, &[spec("k", ONE), spec("k", TWO)]) }.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RegisterError::SignatureChanged {
+                    kernel: "k",
+                    registered: ONE,
+                    refused: TWO,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(registered_signature(IMAGE.as_ptr() as usize, "k"), None);
+    }
+
+    #[test]
+    fn an_invalid_signature_registers_nothing_of_the_list() {
+        static IMAGE: [u8; 4] = *b"inva";
+        const BAD: &[Param] = &[Param::Pointer {
+            elem: Scalar::U32,
+            access: Access::Write,
+            extent: Extent::Arg(1),
+        }];
+        // SAFETY: as above.
+        let err =
+            unsafe { register_image(&IMAGE, &[spec("good", ONE), spec("bad", BAD)]) }.unwrap_err();
+        let RegisterError::InvalidSignature { kernel, source } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!((*kernel, source.param), ("bad", 0));
+        assert!(
+            err.to_string()
+                .contains("its element count is parameter 1, but the kernel has 1 parameter(s)"),
+            "{err}"
+        );
+        assert_eq!(registered_signature(IMAGE.as_ptr() as usize, "good"), None);
+    }
+}
