@@ -80,8 +80,12 @@ fn re_registering_fill_f32_cannot_shrink_its_signature() {
     // breaks), is refused anyway: a registered signature never changes.
     // SAFETY: none: the parameters are not fill_f32's. The registration is
     // refused before anything is registered, which is what this checks.
-    let err = unsafe { soft_driver::register_image(kernels::ELEMENTWISE.fatbin(), &[shrunk]) }
-        .unwrap_err();
+    let attempt = unsafe { soft_driver::register_image(kernels::ELEMENTWISE.fatbin(), &[shrunk]) };
+    // What the attack was for, first: loaded after the attempt, the kernel
+    // keeps its declared signature and refuses the 512-float fill.
+    let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
+    fill_512_into_one(&module, &stream);
+    let err = attempt.unwrap_err();
     match &err {
         soft_driver::RegisterError::SignatureChanged {
             kernel,
@@ -96,6 +100,7 @@ fn re_registering_fill_f32_cannot_shrink_its_signature() {
         other => panic!("expected SignatureChanged, got {other:?}"),
     }
     assert!(err.to_string().contains("fill_f32"), "{err}");
+    // The software driver keeps copying and checking the real parameters.
     assert_eq!(
         soft_driver::registered_signature(
             kernels::ELEMENTWISE.fatbin().as_ptr() as usize,
@@ -103,9 +108,6 @@ fn re_registering_fill_f32_cannot_shrink_its_signature() {
         ),
         Some(real.params)
     );
-    // Loaded before or after the attempt, the kernel keeps its signature.
-    let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
-    fill_512_into_one(&module, &stream);
 }
 
 #[test]
