@@ -215,7 +215,8 @@ impl std::error::Error for RegisterError {
 ///     .unwrap_err();
 /// assert!(err.to_string().contains("parameter 3"), "{err}");
 /// // SAFETY: as above.
-/// let err = unsafe { register_image(&IMAGE, &[TwinSpec { name: "nothing", params: &BAD[..1], run: nothing }]) }
+/// const ONE_U32: &[Param] = &[Param::Scalar(Scalar::U32)];
+/// let err = unsafe { register_image(&IMAGE, &[TwinSpec { name: "nothing", params: ONE_U32, run: nothing }]) }
 ///     .unwrap_err();
 /// assert!(matches!(err, RegisterError::SignatureChanged { kernel: "nothing", .. }), "{err}");
 /// ```
