@@ -322,8 +322,9 @@ impl Stream {
     /// Launch `kernel` with `config` and `args`, asynchronously, after
     /// checking every argument against the kernel's signature.
     ///
-    /// The kernel must have a signature: kernels of this workspace's images
-    /// get theirs from the kernels crate when looked up
+    /// The kernel must have a signature: a kernel of an image that declares
+    /// it ([`ModuleImage`](crate::ModuleImage), as the kernels crate's images
+    /// do) gets it when looked up
     /// ([`Module::function`](crate::Module::function)); others are declared
     /// with the `unsafe` [`Kernel::with_signature`], or launched with
     /// [`Stream::launch_unchecked`]. Checked before the driver sees anything:

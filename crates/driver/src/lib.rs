@@ -103,7 +103,9 @@
 //! with the kernel's declared signature: exact scalar types, buffers of the
 //! declared element type holding every element the kernel is told to touch
 //! (the extent names the count parameter), and `&mut` for every parameter
-//! the kernel writes. A shared borrow lends memory for reading only, so no
+//! the kernel writes. The signature is the one the kernel's image declared
+//! when it was loaded ([`ModuleImage`]), validated then; no safe call can
+//! declare or change one. A shared borrow lends memory for reading only, so no
 //! host slice (`UnifiedBuffer::as_slice`) sees a GPU write. Kernels whose
 //! parameters the library cannot know launch through `unsafe`
 //! [`Stream::launch_unchecked`]. [`borrow_rules`] shows each rule as code
