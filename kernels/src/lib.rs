@@ -25,8 +25,10 @@
 //!
 //! [`typed`] has a safe method per kernel (`Elementwise::saxpy`, …) taking
 //! buffers of the right element type and checking their lengths; the raw
-//! kernels from `Module::function` come with their signatures, so
-//! `Stream::launch` checks their arguments too.
+//! kernels of an image loaded with its signatures (`Module::load(&ctx,
+//! &ELEMENTWISE)`) come with them from `Module::function`, so
+//! `Stream::launch` checks their arguments too. The signatures are declared
+//! here, beside the twins, and nothing outside this crate can change them.
 //!
 //! Floating-point results are bit-identical to [`reference`](mod@reference): the CUDA source
 //! writes every fused multiply-add as `fmaf`, the reference as `f32::mul_add`.

@@ -45,7 +45,7 @@ fn grid_for(n: usize) -> LaunchConfig {
 }
 
 fn load(ctx: &Arc<Context>, image: &'static KernelImage) -> Result<Arc<Module>> {
-    Module::load(ctx, image.fatbin())
+    Module::load(ctx, image)
 }
 
 /// The kernels of `elementwise.cu`.

@@ -27,7 +27,7 @@ use std::marker::PhantomData;
 /// let allocator = StreamOrderedAllocator::new(&ctx)?;
 /// let mut data = allocator.allocate_for_stream(&stream, 1024 * 4)?;
 /// // fill_u32(u64 n, u32 value, u32* out): checked against its signature.
-/// let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("fill_u32")?;
+/// let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_u32")?;
 /// let mut words = data.as_device_mut::<u32>()?;
 /// stream.launch(&fill, LaunchConfig::for_num_elems(1024), &[1024u64.into(), 7u32.into(), (&mut words).into()])?;
 /// drop(words);

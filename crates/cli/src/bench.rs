@@ -177,7 +177,7 @@ fn pipeline_vs_sequential(ctx: &Arc<Context>) -> BenchResult<Comparison> {
     } else {
         (1 << 15, 16)
     };
-    let compute = Module::load(ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+    let compute = Module::load(ctx, &kernels::COMPUTE)?.function("compute")?;
     let cfg = LaunchConfig::for_num_elems(elements.min(1 << 20) as u32);
     let data: Vec<f32> = (0..elements).map(|i| (i % 1000) as f32 * 0.001).collect();
 

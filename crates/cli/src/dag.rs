@@ -41,7 +41,7 @@ pub(crate) fn run(
     let ctx = pool.context();
     let s: Vec<Arc<Stream>> = pool.streams().cloned().collect();
     let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(ctx, 16, 0)?));
-    let elementwise = Module::load(ctx, kernels::ELEMENTWISE.fatbin())?;
+    let elementwise = Module::load(ctx, &kernels::ELEMENTWISE)?;
     let (saxpy, fill, scale_add) = (
         elementwise.function("saxpy")?,
         elementwise.function("fill_f32")?,

@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let events = Arc::new(EventPool::new(&ctx, 16, 0)?);
     let coordinator = OperationCoordinator::new(Arc::clone(&events));
 
-    let elementwise = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?;
+    let elementwise = Module::load(&ctx, &kernels::ELEMENTWISE)?;
     let saxpy = elementwise.function("saxpy")?;
     let scale_add = elementwise.function("scale_add")?;
     let n = 1 << 16;

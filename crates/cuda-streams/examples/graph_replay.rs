@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|_| Stream::new(&ctx))
         .collect::<Result<_, _>>()?;
     let (s0, s1, s2) = (&streams[0], &streams[1], &streams[2]);
-    let elementwise = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?;
+    let elementwise = Module::load(&ctx, &kernels::ELEMENTWISE)?;
     let (saxpy, scale_add) = (
         elementwise.function("saxpy")?,
         elementwise.function("scale_add")?,

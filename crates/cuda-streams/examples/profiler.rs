@@ -14,8 +14,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(Into::into)
         .unwrap_or_else(|| std::env::temp_dir().join("cuda-streams-profiler-example.json"));
     let ctx = Context::new(0)?;
-    let spin = Module::load(&ctx, kernels::TIMING.fatbin())?.function("spin")?;
-    let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("fill_f32")?;
+    let spin = Module::load(&ctx, &kernels::TIMING)?.function("spin")?;
+    let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_f32")?;
     let one = LaunchConfig {
         grid_dim: (1, 1, 1),
         block_dim: (1, 1, 1),

@@ -26,7 +26,7 @@ fn expected(batch: u64) -> Vec<f32> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ctx = Context::new(0)?;
-    let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+    let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
     let cfg = LaunchConfig::for_num_elems(N as u32);
     let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, N)?;
 

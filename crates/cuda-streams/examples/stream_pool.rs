@@ -59,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Eight 20 ms kernels: one stream runs them back to back, the pool's
     // eight streams side by side.
-    let spin = Module::load(&ctx, kernels::TIMING.fatbin())?.function("spin")?;
+    let spin = Module::load(&ctx, &kernels::TIMING)?.function("spin")?;
     let one = LaunchConfig {
         grid_dim: (1, 1, 1),
         block_dim: (1, 1, 1),

@@ -18,7 +18,7 @@ fn batch(k: usize) -> Vec<f32> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ctx = Context::new(0)?;
     let (up, comp, down) = (Stream::new(&ctx)?, Stream::new(&ctx)?, Stream::new(&ctx)?);
-    let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+    let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
     let cfg = LaunchConfig::for_num_elems(N as u32);
 
     let slots = GpuTripleBuffer::<f32>::new(&ctx, N)?;

@@ -51,7 +51,7 @@
 //!
 //! // 3. A kernel on the producer, timed on the GPU by the profiler...
 //! let n = 4096;
-//! let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("fill_f32")?;
+//! let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_f32")?;
 //! let mut data = DeviceBuffer::<f32>::new(&ctx, n)?;
 //! let profiler = StreamProfiler::new(&ctx)?;
 //! profiler.enable();
@@ -84,7 +84,7 @@
 //!
 //! // 5. A pipeline: upload, compute and download of three batches in flight,
 //! //    overlapped on three streams.
-//! let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+//! let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
 //! let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, n)?;
 //! let cfg = LaunchConfig::for_num_elems(n as u32);
 //! let stage = pipeline.add_stage(GpuPipelineStage::compute("compute", compute, cfg, 3, 0, 1));

@@ -221,7 +221,7 @@ pub enum Error {
     },
     /// A checked launch of a kernel without a declared signature.
     #[error(
-        "kernel `{kernel}` has no declared signature, so its arguments cannot be checked: declare one with the unsafe `Kernel::with_signature`, or launch with the unsafe `Stream::launch_unchecked`"
+        "kernel `{kernel}` has no declared signature, so its arguments cannot be checked: load it from an image that declares it (`Module::load(&ctx, &kernels::ELEMENTWISE)`, or the unsafe `ModuleImage::declared`), declare one with the unsafe `Kernel::with_signature`, or launch with the unsafe `Stream::launch_unchecked`"
     )]
     UncheckedKernel {
         /// The kernel's name.
@@ -236,6 +236,10 @@ pub enum Error {
         #[source]
         source: InvalidSignature,
     },
+    /// The software driver refused the CPU twins of a declared image: one of
+    /// its kernels is already registered there with other parameters.
+    #[error("the software driver refused the image's CPU twins: {0}")]
+    Twins(#[from] soft_driver::RegisterError),
     /// Loading a module image failed.
     #[error("loading a module image of {bytes} bytes failed: {source}{}", detail_suffix(.detail))]
     ModuleLoad {

@@ -294,7 +294,7 @@ struct Member {
 /// # fn main() -> cuda_streams_driver::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let fill = Module::load(&ctx, ELEMENTWISE.fatbin())?.function("fill_f32")?;
+/// let fill = Module::load(&ctx, &ELEMENTWISE)?.function("fill_f32")?;
 /// let out = Arc::new(DeviceBuffer::<f32>::new_async(&stream, 4)?);
 ///
 /// let mut capture = stream.begin_capture()?;
@@ -995,7 +995,7 @@ impl fmt::Debug for Graph {
 /// # fn main() -> cuda_streams_driver::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
-/// let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("fill_u32")?;
+/// let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_u32")?;
 /// let out = Arc::new(DeviceBuffer::<u32>::new(&ctx, 32)?);
 /// let capture_fill = |value: u32| {
 ///     let mut capture = stream.begin_capture()?;

@@ -322,8 +322,9 @@ impl Stream {
     /// Launch `kernel` with `config` and `args`, asynchronously, after
     /// checking every argument against the kernel's signature.
     ///
-    /// The kernel must have a signature: kernels of this workspace's images
-    /// get theirs from the kernels crate when looked up
+    /// The kernel must have a signature: a kernel of an image that declares
+    /// it ([`ModuleImage`](crate::ModuleImage), as the kernels crate's images
+    /// do) gets it when looked up
     /// ([`Module::function`](crate::Module::function)); others are declared
     /// with the `unsafe` [`Kernel::with_signature`], or launched with
     /// [`Stream::launch_unchecked`]. Checked before the driver sees anything:
@@ -342,7 +343,7 @@ impl Stream {
     /// let ctx = Context::new(0).unwrap();
     /// let stream = Stream::new(&ctx).unwrap();
     /// // fill_f32(u64 n, f32 value, f32* out): its signature comes with it.
-    /// let fill = Module::load(&ctx, ELEMENTWISE.fatbin()).unwrap().function("fill_f32").unwrap();
+    /// let fill = Module::load(&ctx, &ELEMENTWISE).unwrap().function("fill_f32").unwrap();
     /// let mut out = DeviceBuffer::<f32>::new_async(&stream, 4).unwrap();
     /// let cfg = LaunchConfig::for_num_elems(4);
     /// stream.launch(&fill, cfg, &[4u64.into(), 2.5f32.into(), (&mut out).into()]).unwrap();

@@ -103,7 +103,9 @@
 //! with the kernel's declared signature: exact scalar types, buffers of the
 //! declared element type holding every element the kernel is told to touch
 //! (the extent names the count parameter), and `&mut` for every parameter
-//! the kernel writes. A shared borrow lends memory for reading only, so no
+//! the kernel writes. The signature is the one the kernel's image declared
+//! when it was loaded ([`ModuleImage`]), validated then; no safe call can
+//! declare or change one. A shared borrow lends memory for reading only, so no
 //! host slice (`UnifiedBuffer::as_slice`) sees a GPU write. Kernels whose
 //! parameters the library cannot know launch through `unsafe`
 //! [`Stream::launch_unchecked`]. [`borrow_rules`] shows each rule as code
@@ -160,13 +162,16 @@ pub use memory::{
     UnifiedBuffer,
 };
 pub use metrics::StreamMetrics;
-pub use module::{Kernel, Module};
+pub use module::{Kernel, Module, ModuleImage};
 pub use priority::{PriorityRange, StreamPriority};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use select::{
     DRIVER_ENV, DRIVER_SETTING, DRIVER_SETTINGS, DriverChoice, DriverKind, LoadedDriver, check_env,
     driver, select,
 };
+/// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
+/// twin (the software driver's).
+pub use soft_driver::{KernelTwin, LaunchDims, TwinSpec};
 pub use stream::{Stream, WorkObserver};
 /// The raw bindings this crate is built on, for interop and raw calls.
 pub use sys;

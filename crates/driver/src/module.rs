@@ -3,19 +3,135 @@
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::select::DriverKind;
+use soft_driver::TwinSpec;
 use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
 use sys::signature::{self, Param};
 use sys::{CUfunction, CUmodule};
 
+/// A kernel image as [`Module::load`] takes it: the bytes of a cubin, fatbin
+/// or PTX, and the declared signatures of kernels in it.
+///
+/// The signatures belong to the image: a kernel of a declared image comes
+/// out of [`Module::function`] with its signature and launches checked
+/// ([`crate::Stream::launch`]), on either driver, and nothing can change the
+/// signature afterwards. Bytes alone declare nothing: their kernels need the
+/// `unsafe` [`Kernel::with_signature`] or [`crate::Stream::launch_unchecked`].
+/// The kernels crate's images convert into declared ones.
+///
+/// ```
+/// use cuda_streams_driver::{Context, Module, ModuleImage};
+/// let ctx = Context::new(0).unwrap();
+/// // The kernels crate declares its kernels' signatures beside their twins.
+/// let declared = ModuleImage::from(&kernels::ELEMENTWISE);
+/// assert_eq!(declared.signature("saxpy").unwrap().len(), 4);
+/// let saxpy = Module::load(&ctx, declared).unwrap().function("saxpy").unwrap();
+/// assert_eq!(saxpy.signature().unwrap().len(), 4);
+/// // The same bytes without their declarations: the kernel is found, but
+/// // only an unsafe call can say what it takes.
+/// let bytes: &'static [u8] = kernels::ELEMENTWISE.fatbin();
+/// let saxpy = Module::load(&ctx, bytes).unwrap().function("saxpy").unwrap();
+/// assert!(saxpy.signature().is_none());
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct ModuleImage {
+    bytes: &'static [u8],
+    kernels: &'static [TwinSpec],
+}
+
+impl ModuleImage {
+    /// An image that declares no signatures.
+    pub const fn new(bytes: &'static [u8]) -> Self {
+        Self {
+            bytes,
+            kernels: &[],
+        }
+    }
+
+    /// An image whose kernels `kernels` declares: each one's name, parameters
+    /// ([`sys::signature::Param`]) and CPU twin. [`Module::load`] validates
+    /// the parameters, and on the software driver registers the twins
+    /// ([`soft_driver::register_image`]) under `bytes`.
+    ///
+    /// ```
+    /// use cuda_streams_driver::sys::signature::{Access, Extent, Param, Scalar};
+    /// use cuda_streams_driver::{Context, LaunchDims, Module, ModuleImage, TwinSpec};
+    /// static IMAGE: [u8; 8] = *b"declare\0"; // stands in for a cubin or PTX image
+    /// /// Twin of `zero(u32* out)`, which writes out[0].
+    /// unsafe fn zero(_: &LaunchDims, params: *mut *mut std::ffi::c_void) {
+    ///     // SAFETY: params[0] points at the one pointer argument, which the
+    ///     // driver checked addresses one u32.
+    ///     unsafe { **(*params).cast::<*mut u32>() = 0 };
+    /// }
+    /// static KERNELS: &[TwinSpec] = &[TwinSpec {
+    ///     name: "zero",
+    ///     params: &[Param::Pointer { elem: Scalar::U32, access: Access::Write, extent: Extent::Elements(1) }],
+    ///     run: zero,
+    /// }];
+    /// // SAFETY: zero(u32* out) writes exactly out[0], and so does its twin.
+    /// let image = unsafe { ModuleImage::declared(&IMAGE, KERNELS) };
+    /// assert!(image.signature("zero").is_some());
+    /// let ctx = Context::new(0).unwrap();
+    /// if !ctx.is_gpu() {
+    ///     let zero = Module::load(&ctx, image).unwrap().function("zero").unwrap();
+    ///     assert_eq!(zero.signature(), Some(KERNELS[0].params));
+    /// }
+    /// ```
+    ///
+    /// # Safety
+    /// For each entry of `kernels`:
+    /// - `params` are the parameters of the kernel `name` in `bytes`, exactly:
+    ///   their count, order and types; a pointer the kernel writes through is
+    ///   [`Access::Write`](sys::signature::Access::Write), and the kernel
+    ///   touches no element beyond a pointer's declared extent, counted from
+    ///   the pointer. Checked launches of the kernel trust this;
+    /// - `run` satisfies the safety contract of
+    ///   [`soft_driver::register_image`] for it (the software driver runs it
+    ///   in place of the kernel).
+    pub const unsafe fn declared(bytes: &'static [u8], kernels: &'static [TwinSpec]) -> Self {
+        Self { bytes, kernels }
+    }
+
+    /// The image's bytes.
+    pub fn bytes(&self) -> &'static [u8] {
+        self.bytes
+    }
+
+    /// The kernels it declares, with their twins (none for bare bytes).
+    pub fn kernels(&self) -> &'static [TwinSpec] {
+        self.kernels
+    }
+
+    /// The declared parameters of `kernel`, if the image declares it.
+    pub fn signature(&self, kernel: &str) -> Option<&'static [Param]> {
+        self.kernels
+            .iter()
+            .find(|declared| declared.name == kernel)
+            .map(|declared| declared.params)
+    }
+}
+
+impl From<&'static [u8]> for ModuleImage {
+    fn from(bytes: &'static [u8]) -> Self {
+        Self::new(bytes)
+    }
+}
+
+impl<const N: usize> From<&'static [u8; N]> for ModuleImage {
+    fn from(bytes: &'static [u8; N]) -> Self {
+        Self::new(bytes)
+    }
+}
+
 /// A loaded cubin, fatbin or PTX image (`cuModuleLoadData`).
 ///
 /// ```
 /// use cuda_streams_driver::{Context, Module};
 /// let ctx = Context::new(0).unwrap();
-/// // A fatbin from the kernels crate (its CPU twins serve the software driver).
-/// let module = Module::load(&ctx, kernels::ELEMENTWISE.fatbin()).unwrap();
+/// // An image of the kernels crate: a fatbin with its kernels' signatures and
+/// // CPU twins (which serve the software driver).
+/// let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
 /// let kernel = module.function("saxpy").unwrap();
 /// assert_eq!(kernel.name(), "saxpy");
 /// assert!(module.function("no_such_kernel").is_err());
@@ -23,9 +139,8 @@ use sys::{CUfunction, CUmodule};
 pub struct Module {
     ctx: Arc<Context>,
     raw: CUmodule,
-    /// The image's address: the kernels crate registers its kernels'
-    /// signatures under it.
-    image: usize,
+    /// The image it was loaded from, with the signatures it declares.
+    image: ModuleImage,
 }
 
 // SAFETY: module handles may be used from any thread; `Module` only passes it
@@ -35,15 +150,38 @@ unsafe impl Send for Module {}
 unsafe impl Sync for Module {}
 
 impl Module {
-    /// Load an image. `image` is `'static` because the software driver finds
-    /// the CPU twins of an image's kernels by the image's address.
+    /// Load an image: bare bytes (`&'static [u8]`), or a [`ModuleImage`]
+    /// that declares its kernels' signatures (the kernels crate's images
+    /// convert into one: `Module::load(&ctx, &kernels::ELEMENTWISE)`).
+    /// The bytes are `'static` because the software driver finds the CPU
+    /// twins of an image's kernels by the image's address.
+    ///
+    /// A declared signature that cannot be checked (a pointer counted by a
+    /// parameter that does not exist or is not an integer) is an
+    /// [`Error::InvalidSignature`] naming the kernel and the parameter. On the
+    /// software driver the declared twins are registered under the bytes; a
+    /// kernel registered there before with other parameters is an
+    /// [`Error::Twins`].
     ///
     /// On the GPU, an image that is not 8-byte aligned, or a PTX text without
     /// its terminating NUL, is first copied into an aligned, terminated buffer.
     /// A failure on the software driver carries its explanation.
-    pub fn load(ctx: &Arc<Context>, image: &'static [u8]) -> Result<Arc<Self>> {
+    pub fn load(ctx: &Arc<Context>, image: impl Into<ModuleImage>) -> Result<Arc<Self>> {
+        let declared = image.into();
+        let image = declared.bytes;
         if image.is_empty() {
             return Err(Error::EmptyImage);
+        }
+        for kernel in declared.kernels {
+            signature::validate(kernel.params).map_err(|source| Error::InvalidSignature {
+                kernel: kernel.name.to_string(),
+                source,
+            })?;
+        }
+        if ctx.kind() == DriverKind::Soft && !declared.kernels.is_empty() {
+            // SAFETY: `ModuleImage::declared`'s contract is the registration's:
+            // the parameters are the kernels' own and the twins are sound.
+            unsafe { soft_driver::register_image(image, declared.kernels) }?;
         }
         ctx.bind()?;
         let aligned =
@@ -67,16 +205,16 @@ impl Module {
         Ok(Arc::new(Self {
             ctx: Arc::clone(ctx),
             raw,
-            image: image.as_ptr() as usize,
+            image: declared,
         }))
     }
 
     /// Look up a kernel by its (unmangled, `extern "C"`) name.
     ///
-    /// A kernel of an image whose parameters were registered with it (every
-    /// image of the kernels crate) comes with its signature, so it launches
-    /// safely ([`crate::Stream::launch`]); others need the `unsafe`
-    /// [`Kernel::with_signature`] first.
+    /// A kernel the image declares ([`ModuleImage`]: every image of the
+    /// kernels crate) comes with its declared signature, validated at load, so
+    /// it launches safely ([`crate::Stream::launch`]); others need the
+    /// `unsafe` [`Kernel::with_signature`] first.
     pub fn function(self: &Arc<Self>, name: &str) -> Result<Kernel> {
         let c_name = CString::new(name).map_err(|_| Error::InvalidName {
             name: name.to_string(),
@@ -98,13 +236,20 @@ impl Module {
             module: Arc::clone(self),
             raw,
             name: name.into(),
-            signature: soft_driver::registered_signature(self.image, name).map(Arc::from),
+            // The image's own declaration, never a registry that a later
+            // call could change.
+            signature: self.image.signature(name).map(Arc::from),
         })
     }
 
     /// The context it is loaded in.
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
+    }
+
+    /// The image it was loaded from, with the signatures it declares.
+    pub fn image(&self) -> ModuleImage {
+        self.image
     }
 
     /// The raw handle (for interop; it stays owned by this `Module`).
@@ -146,7 +291,7 @@ impl fmt::Debug for Module {
 /// let stream = Stream::new(&ctx).unwrap();
 /// // saxpy(u64 n, f32 a, const f32* x, f32* y): y = a * x + y; the kernels
 /// // crate declares its signature, so it comes with the function.
-/// let saxpy = Module::load(&ctx, ELEMENTWISE.fatbin()).unwrap().function("saxpy").unwrap();
+/// let saxpy = Module::load(&ctx, &ELEMENTWISE).unwrap().function("saxpy").unwrap();
 /// assert_eq!(saxpy.signature().unwrap().len(), 4);
 /// let x = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0, 3.0]).unwrap();
 /// let mut y = DeviceBuffer::from_slice(&stream, &[10.0f32, 20.0, 30.0]).unwrap();

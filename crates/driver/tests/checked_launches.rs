@@ -6,7 +6,8 @@ mod support;
 
 use cuda_streams_driver::sys::signature::{Access, Extent, Param, Scalar};
 use cuda_streams_driver::{
-    ArgKind, DeviceBuffer, Error, KernelArg, LaunchConfig, Module, Stream, UnifiedBuffer,
+    ArgKind, DeviceBuffer, Error, KernelArg, LaunchConfig, Module, ModuleImage, Stream,
+    UnifiedBuffer,
 };
 use support::{ctx, kernel};
 
@@ -158,16 +159,15 @@ fn a_registered_signature_comes_with_the_function() {
         access: Access::Write,
         extent: Extent::Elements(1),
     }];
-    soft_driver::register_image(
-        &IMAGE,
-        &[soft_driver::TwinSpec {
-            name: "nothing",
-            params: PARAMS,
-            run: nothing,
-        }],
-    );
+    static KERNELS: &[soft_driver::TwinSpec] = &[soft_driver::TwinSpec {
+        name: "nothing",
+        params: PARAMS,
+        run: nothing,
+    }];
+    // SAFETY: `nothing` touches none of the one u32 it may write.
+    let image = unsafe { ModuleImage::declared(&IMAGE, KERNELS) };
     let stream = Stream::new(&ctx).unwrap();
-    let kernel = Module::load(&ctx, &IMAGE)
+    let kernel = Module::load(&ctx, image)
         .unwrap()
         .function("nothing")
         .unwrap();
@@ -192,7 +192,7 @@ fn a_registered_signature_comes_with_the_function() {
 #[test]
 fn declared_signatures_are_validated() {
     let ctx = ctx();
-    let module = Module::load(&ctx, kernels::ELEMENTWISE.fatbin()).unwrap();
+    let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
     let fill = module.function("fill_f32").unwrap();
     let bad = [
         Param::Scalar(Scalar::F32),

@@ -220,7 +220,7 @@ fn deliberate_failures_allowed(ctx: &cuda_streams_driver::Context) -> bool {
 #[test]
 fn missing_functions_and_bad_images_are_clear_errors() {
     let ctx = ctx();
-    let module = Module::load(&ctx, kernels::ELEMENTWISE.fatbin()).unwrap();
+    let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
     // Rejected before any driver call.
     assert!(matches!(
         module.function("bad\0name"),

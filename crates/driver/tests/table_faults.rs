@@ -73,14 +73,18 @@ fn a_panicking_twin_is_a_launch_failure_naming_it() {
     unsafe fn boom(_: &soft_driver::LaunchDims, _: *mut *mut std::ffi::c_void) {
         panic!("twin exploded");
     }
-    soft_driver::register_image(
-        &IMAGE,
-        &[soft_driver::TwinSpec {
-            name: "boom",
-            params: &[],
-            run: boom,
-        }],
-    );
+    // SAFETY: boom() takes no arguments and touches no memory (it panics).
+    unsafe {
+        soft_driver::register_image(
+            &IMAGE,
+            &[soft_driver::TwinSpec {
+                name: "boom",
+                params: &[],
+                run: boom,
+            }],
+        )
+    }
+    .unwrap();
     let table = table();
     let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
     let stream = Stream::new(table);

@@ -36,7 +36,7 @@ struct Captured {
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let ctx = Context::new(0)?;
 /// let (a, b) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
-/// let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("fill_f32")?;
+/// let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_f32")?;
 /// let out = Arc::new(DeviceBuffer::<f32>::new(&ctx, 256)?);
 /// let graph = OperationGraph::for_context(&ctx);
 ///

@@ -129,7 +129,7 @@ struct Pending {
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let mut coordinator = AsyncCoordinator::new(&ctx)?;
-/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
 /// let (x, mut y) = (DeviceBuffer::<f32>::new(&ctx, 4)?, DeviceBuffer::<f32>::new(&ctx, 4)?);
 /// let mut x = x;
 /// let mut out = PinnedBuffer::<f32>::new(&ctx, 4)?;

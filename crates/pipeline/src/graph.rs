@@ -48,7 +48,7 @@ struct SlotGraph<T> {
 /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
-/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
 /// let cfg = LaunchConfig::for_num_elems(256);
 /// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 256)?;
 /// let stage = pipeline.add_stage(GpuPipelineStage::compute("c", compute, cfg, 1, 0, 1));

@@ -206,7 +206,7 @@ impl ManagedGpuContext {
     /// A managed context on `device`, asynchronous (triple-buffered, with a
     /// stream pool) when `enable_async`.
     pub fn new(device: &Arc<Context>, enable_async: bool) -> Result<Self> {
-        let kernel = Module::load(device, kernels::COMPUTE.fatbin())?.function("compute")?;
+        let kernel = Module::load(device, &kernels::COMPUTE)?.function("compute")?;
         let mode = if enable_async {
             let pool = StreamPool::new(device, POOL_SIZE)?;
             let coordinator = AsyncCoordinator::with_streams(

@@ -22,7 +22,7 @@ const DEPTH: usize = 3;
 /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager, PipelineStats};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
-/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
 /// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 64)?;
 /// let cfg = LaunchConfig::for_num_elems(64);
 /// let stage = pipeline.add_stage(GpuPipelineStage::compute("c", compute, cfg, 1, 0, 1));
@@ -70,7 +70,7 @@ pub struct PipelineStats {
 /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, IterationReport, PipelineStageManager};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
-/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
 /// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 64)?;
 /// let cfg = LaunchConfig::for_num_elems(64);
 /// let stage = pipeline.add_stage(GpuPipelineStage::compute("c", compute, cfg, 1, 0, 1));
@@ -154,7 +154,7 @@ struct Timing {
 /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
-/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
 /// let cfg = LaunchConfig::for_num_elems(256);
 /// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 256)?;
 /// let a = pipeline.add_stage(GpuPipelineStage::compute("first", compute.clone(), cfg, 1, 0, 1));
@@ -214,7 +214,7 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     /// use cuda_streams_pipeline::{AsyncCoordinator, BufferId, GpuPipelineStage, PipelineStageManager, StageArg};
     /// # fn main() -> cuda_streams_pipeline::Result<()> {
     /// let ctx = Context::new(0)?;
-    /// let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("fill_u32")?;
+    /// let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_u32")?;
     /// let mut pipeline = PipelineStageManager::<u32>::new_typed(AsyncCoordinator::new(&ctx)?, 8)?;
     /// let stage = pipeline.add_stage(GpuPipelineStage {
     ///     name: "mark".into(),
@@ -458,7 +458,7 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     /// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
     /// # fn main() -> cuda_streams_pipeline::Result<()> {
     /// let ctx = Context::new(0)?;
-    /// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+    /// let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
     /// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 8)?;
     /// let cfg = LaunchConfig::for_num_elems(8);
     /// let stage = pipeline.add_stage(GpuPipelineStage::compute("c", compute, cfg, 1, 0, 1));

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 /// use cuda_streams_pipeline::{GpuPipelineStage, StageArg};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
-/// let compute = Module::load(&ctx, kernels::COMPUTE.fatbin())?.function("compute")?;
+/// let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
 /// let cfg = LaunchConfig::for_num_elems(256);
 /// let stage = GpuPipelineStage::compute("smooth", compute, cfg, 4, 0, 1);
 /// // compute(n, iterations, x, y): the element count, a scalar, then buffers 0 and 1.
@@ -66,7 +66,7 @@ impl StageArg {
 /// use cuda_streams_pipeline::{AsyncCoordinator, BufferId, GpuPipelineStage, PipelineStageManager, StageArg};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
-/// let saxpy = Module::load(&ctx, kernels::ELEMENTWISE.fatbin())?.function("saxpy")?;
+/// let saxpy = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("saxpy")?;
 /// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 32)?;
 /// let stage = pipeline.add_stage(GpuPipelineStage {
 ///     name: "saxpy".into(),

@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "memory-trace.json".into());
     let ctx = Context::new(0)?;
-    let spin = Module::load(&ctx, kernels::TIMING.fatbin())?.function("spin")?;
+    let spin = Module::load(&ctx, &kernels::TIMING)?.function("spin")?;
     let one_thread = LaunchConfig {
         grid_dim: (1, 1, 1),
         block_dim: (1, 1, 1),

@@ -17,7 +17,7 @@
 //! use cuda_streams_profiler::driver::{Context, LaunchConfig, Module, Stream};
 //! # fn main() -> cuda_streams_profiler::Result<()> {
 //! let ctx = Context::new(0)?;
-//! let spin = Module::load(&ctx, kernels::TIMING.fatbin())?.function("spin")?;
+//! let spin = Module::load(&ctx, &kernels::TIMING)?.function("spin")?;
 //! let one_thread = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
 //! let streams = [Stream::new(&ctx)?, Stream::new(&ctx)?];
 //!

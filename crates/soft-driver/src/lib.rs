@@ -85,7 +85,9 @@ pub use memory::{
     ALIGNMENT, CAPACITY_ENV, CAPACITY_SETTING, DEFAULT_CAPACITY, capacity, device_capacity,
     device_memory_in_use, memory_in_use, set_capacity, set_device_capacity,
 };
-pub use modules::{KernelTwin, LaunchDims, TwinSpec, register_image, registered_signature};
+pub use modules::{
+    KernelTwin, LaunchDims, RegisterError, TwinSpec, register_image, registered_signature,
+};
 pub use nccl::{NCCL_VERSION, nccl};
 /// The raw bindings the table is made of (and the kernel-signature vocabulary).
 pub use sys;

@@ -15,7 +15,7 @@ use crate::stream::resolve;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_uint, c_void};
 use std::sync::{Arc, Mutex};
-use sys::signature::Param;
+use sys::signature::{self, InvalidSignature, Param};
 use sys::{CUfunction, CUmodule, CUresult, CUstream};
 
 /// The launch configuration a twin runs under: `cuLaunchKernel`'s grid,
@@ -59,8 +59,9 @@ pub type KernelTwin = unsafe fn(dims: &LaunchDims, params: *mut *mut c_void);
 /// The parameters' sizes let `cuLaunchKernel` copy the arguments at launch
 /// time, as CUDA does (the caller may free its `kernelParams` array and the
 /// values it points at as soon as the call returns); exactly `params.len()`
-/// arguments are copied. The safe layer reads the same description to check
-/// launches (`Module::function` attaches it to the kernel).
+/// arguments are copied. A declared image carries the same descriptions into
+/// the safe layer's `Module::load`, whose checked launches trust them; so
+/// they are only ever registered or declared through an `unsafe fn`.
 ///
 /// ```
 /// use cuda_streams_soft_driver::{self as soft, LaunchDims, TwinSpec, register_image};
@@ -75,7 +76,11 @@ pub type KernelTwin = unsafe fn(dims: &LaunchDims, params: *mut *mut c_void);
 ///     STORED.store(unsafe { *(*params).cast::<u32>() }, Ordering::Relaxed);
 /// }
 /// # fn main() -> Result<(), sys::DriverError> {
-/// register_image(&IMAGE, &[TwinSpec { name: "store", params: &[Param::Scalar(Scalar::U32)], run: store }]);
+/// // SAFETY: `store` reads one u32 argument and touches no device memory.
+/// unsafe {
+///     register_image(&IMAGE, &[TwinSpec { name: "store", params: &[Param::Scalar(Scalar::U32)], run: store }])
+/// }
+/// .unwrap();
 /// # let table = soft::driver();
 /// # let (mut dev, mut ctx) = (0, std::ptr::null_mut());
 /// # // SAFETY: valid out-pointers.
@@ -117,36 +122,164 @@ struct Image {
 
 static IMAGES: Mutex<Option<HashMap<usize, Image>>> = Mutex::new(None);
 
-/// Register the CPU twins of the kernels in `image`, keyed by the image's
-/// address (`image.as_ptr()`). Idempotent: registering again adds or replaces
-/// twins by name.
+/// Why [`register_image`] refused a list of twins. Nothing of the list was
+/// registered.
 ///
-/// ```
-/// use cuda_streams_soft_driver::{LaunchDims, TwinSpec, register_image};
-/// static IMAGE: [u8; 4] = *b"demo";
-/// unsafe fn nothing(_: &LaunchDims, _: *mut *mut std::ffi::c_void) {}
-/// register_image(&IMAGE, &[TwinSpec { name: "nothing", params: &[], run: nothing }]);
-/// ```
-pub fn register_image(image: &'static [u8], twins: &[TwinSpec]) {
-    let mut images = lock(&IMAGES);
-    let entry = images
-        .get_or_insert_with(HashMap::new)
-        .entry(image.as_ptr() as usize)
-        .or_insert_with(|| Image {
-            len: image.len(),
-            twins: HashMap::new(),
-        });
-    for twin in twins {
-        entry.twins.insert(twin.name, *twin);
+/// A kernel's parameters are what the software driver copies at each launch
+/// and checks every pointer against, and what a checked launch in the safe
+/// layer trusts, so they are checked when they are registered and never
+/// change afterwards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+// More reasons may come with typed kernel declarations.
+#[non_exhaustive]
+pub enum RegisterError {
+    /// A pointer's extent names a parameter that does not exist or is not an
+    /// integer scalar.
+    InvalidSignature {
+        /// The kernel.
+        kernel: &'static str,
+        /// What is wrong with which parameter.
+        source: InvalidSignature,
+    },
+    /// The kernel is already registered for this image with other
+    /// parameters (or twice in the list, differently).
+    SignatureChanged {
+        /// The kernel.
+        kernel: &'static str,
+        /// The image's address.
+        image: usize,
+        /// The parameters it keeps.
+        registered: &'static [Param],
+        /// The parameters refused.
+        refused: &'static [Param],
+    },
+}
+
+impl std::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidSignature { kernel, source } => {
+                write!(f, "the signature of kernel `{kernel}` is invalid: {source}")
+            }
+            Self::SignatureChanged {
+                kernel,
+                image,
+                registered,
+                refused,
+            } => write!(
+                f,
+                "kernel `{kernel}` of the image at {image:#x} is registered with parameters \
+                 {registered:?}; a registered signature never changes, so {refused:?} is refused"
+            ),
+        }
     }
 }
 
-/// The parameters registered for `name` in the image at `image` (its
-/// address, as passed to `cuModuleLoadData`), if twins were registered for it.
+impl std::error::Error for RegisterError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::InvalidSignature { source, .. } => Some(source),
+            Self::SignatureChanged { .. } => None,
+        }
+    }
+}
+
+/// Register the CPU twins of the kernels in `image`, keyed by the image's
+/// address (`image.as_ptr()`), so that `cuModuleLoadData` on those bytes
+/// finds them.
 ///
-/// The safe layer asks this for every kernel it looks up, on either driver:
-/// an image of the kernels crate declares its kernels' signatures once, with
-/// their twins.
+/// Every twin's parameters are validated first ([`sys::signature::validate`]),
+/// and a kernel the image already has keeps the parameters it was first
+/// registered with: registering it again with the same parameters changes
+/// nothing (the first twin stays), with others is an error. Either error
+/// registers nothing of the list.
+///
+/// Users of the safe layer rarely call this: `Module::load` of a declared
+/// image (`cuda_streams_driver::ModuleImage::declared`, or the kernels crate's
+/// images) registers the image's twins itself.
+///
+/// ```
+/// use cuda_streams_soft_driver::{LaunchDims, RegisterError, TwinSpec, register_image};
+/// use cuda_streams_soft_driver::sys::signature::{Access, Extent, Param, Scalar};
+/// static IMAGE: [u8; 4] = *b"demo";
+/// /// Twin of a kernel that takes nothing and does nothing.
+/// unsafe fn nothing(_: &LaunchDims, _: *mut *mut std::ffi::c_void) {}
+/// // SAFETY: `nothing` takes no arguments and touches no memory.
+/// unsafe { register_image(&IMAGE, &[TwinSpec { name: "nothing", params: &[], run: nothing }]) }
+///     .unwrap();
+/// // A pointer counted by a parameter the kernel does not have is refused,
+/// // as is a second signature for `nothing`.
+/// const BAD: &[Param] = &[Param::Pointer { elem: Scalar::F32, access: Access::Write, extent: Extent::Arg(3) }];
+/// // SAFETY: refused before anything is registered.
+/// let err = unsafe { register_image(&IMAGE, &[TwinSpec { name: "bad", params: BAD, run: nothing }]) }
+///     .unwrap_err();
+/// assert!(err.to_string().contains("parameter 3"), "{err}");
+/// // SAFETY: as above.
+/// const ONE_U32: &[Param] = &[Param::Scalar(Scalar::U32)];
+/// let err = unsafe { register_image(&IMAGE, &[TwinSpec { name: "nothing", params: ONE_U32, run: nothing }]) }
+///     .unwrap_err();
+/// assert!(matches!(err, RegisterError::SignatureChanged { kernel: "nothing", .. }), "{err}");
+/// ```
+///
+/// # Safety
+/// For each twin:
+/// - `params` are the parameters of the kernel `name` in `image`, exactly:
+///   their count, order and types; a pointer the kernel writes through is
+///   [`Access::Write`](sys::signature::Access::Write), and the kernel touches
+///   no element beyond a pointer's declared extent. The driver copies
+///   arguments of these sizes at each launch, and checked launches in the
+///   safe layer trust them;
+/// - `run` may be called with a `kernelParams` array pointing at copies of
+///   arguments of those types, for any grid and block shape, and touches no
+///   memory but the declared extents of its pointer arguments (which the
+///   driver checks are live and in bounds before it runs).
+pub unsafe fn register_image(
+    image: &'static [u8],
+    twins: &[TwinSpec],
+) -> Result<(), RegisterError> {
+    for twin in twins {
+        signature::validate(twin.params).map_err(|source| RegisterError::InvalidSignature {
+            kernel: twin.name,
+            source,
+        })?;
+    }
+    let address = image.as_ptr() as usize;
+    let mut images = lock(&IMAGES);
+    let images = images.get_or_insert_with(HashMap::new);
+    let known = images.get(&address);
+    for (index, twin) in twins.iter().enumerate() {
+        // Against the image as registered so far, then against the twins of
+        // the same name earlier in this list.
+        let first = known
+            .and_then(|image| image.twins.get(twin.name))
+            .or_else(|| twins[..index].iter().find(|other| other.name == twin.name));
+        if let Some(first) = first
+            && first.params != twin.params
+        {
+            return Err(RegisterError::SignatureChanged {
+                kernel: twin.name,
+                image: address,
+                registered: first.params,
+                refused: twin.params,
+            });
+        }
+    }
+    let entry = images.entry(address).or_insert_with(|| Image {
+        len: image.len(),
+        twins: HashMap::new(),
+    });
+    for twin in twins {
+        entry.twins.entry(twin.name).or_insert(*twin);
+    }
+    Ok(())
+}
+
+/// The parameters registered for `name` in the image at `image` (its
+/// address, as passed to `cuModuleLoadData`), if twins were registered for it:
+/// what the software driver copies and checks at each launch of the kernel.
+///
+/// The safe layer does not look here: a checked launch trusts the
+/// signatures its image carried into `Module::load`, on either driver.
 ///
 /// ```
 /// use cuda_streams_soft_driver::{LaunchDims, TwinSpec, register_image, registered_signature};
@@ -154,7 +287,9 @@ pub fn register_image(image: &'static [u8], twins: &[TwinSpec]) {
 /// static IMAGE: [u8; 4] = *b"sigs";
 /// unsafe fn nothing(_: &LaunchDims, _: *mut *mut std::ffi::c_void) {}
 /// const PARAMS: &[Param] = &[Param::Scalar(Scalar::F32)];
-/// register_image(&IMAGE, &[TwinSpec { name: "f", params: PARAMS, run: nothing }]);
+/// // SAFETY: `nothing` reads none of its one f32 argument and touches no memory.
+/// unsafe { register_image(&IMAGE, &[TwinSpec { name: "f", params: PARAMS, run: nothing }]) }
+///     .unwrap();
 /// assert_eq!(registered_signature(IMAGE.as_ptr() as usize, "f"), Some(PARAMS));
 /// assert_eq!(registered_signature(IMAGE.as_ptr() as usize, "g"), None);
 /// ```
@@ -364,4 +499,101 @@ pub(crate) unsafe extern "C" fn cuLaunchKernel(
         };
         stream.submit(&[Template::Act(action)])
     })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sys::signature::{Access, Extent, Scalar};
+
+    unsafe fn nothing(_: &LaunchDims, _: *mut *mut c_void) {}
+
+    const ONE: &[Param] = &[Param::Pointer {
+        elem: Scalar::U32,
+        access: Access::Write,
+        extent: Extent::Elements(1),
+    }];
+    const TWO: &[Param] = &[Param::Pointer {
+        elem: Scalar::U32,
+        access: Access::Write,
+        extent: Extent::Elements(2),
+    }];
+
+    fn spec(name: &'static str, params: &'static [Param]) -> TwinSpec {
+        TwinSpec {
+            name,
+            params,
+            run: nothing,
+        }
+    }
+
+    #[test]
+    fn a_registered_signature_never_changes() {
+        static IMAGE: [u8; 4] = *b"keep";
+        let address = IMAGE.as_ptr() as usize;
+        // SAFETY: `nothing` touches none of the elements it may write.
+        unsafe { register_image(&IMAGE, &[spec("k", ONE)]) }.unwrap();
+        // The same parameters again: nothing changes, no error.
+        // SAFETY: as above.
+        unsafe { register_image(&IMAGE, &[spec("k", ONE)]) }.unwrap();
+        // Others: refused, and the list's other twins are not added either.
+        // SAFETY: as above.
+        let err =
+            unsafe { register_image(&IMAGE, &[spec("new", ONE), spec("k", TWO)]) }.unwrap_err();
+        assert_eq!(
+            err,
+            RegisterError::SignatureChanged {
+                kernel: "k",
+                image: address,
+                registered: ONE,
+                refused: TWO,
+            }
+        );
+        assert!(err.to_string().contains("`k`"), "{err}");
+        assert_eq!(registered_signature(address, "k"), Some(ONE));
+        assert_eq!(registered_signature(address, "new"), None);
+    }
+
+    #[test]
+    fn one_list_cannot_declare_a_kernel_twice_differently() {
+        static IMAGE: [u8; 4] = *b"twic";
+        // SAFETY: as above.
+        let err = unsafe { register_image(&IMAGE, &[spec("k", ONE), spec("k", TWO)]) }.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RegisterError::SignatureChanged {
+                    kernel: "k",
+                    registered: ONE,
+                    refused: TWO,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(registered_signature(IMAGE.as_ptr() as usize, "k"), None);
+    }
+
+    #[test]
+    fn an_invalid_signature_registers_nothing_of_the_list() {
+        static IMAGE: [u8; 4] = *b"inva";
+        const BAD: &[Param] = &[Param::Pointer {
+            elem: Scalar::U32,
+            access: Access::Write,
+            extent: Extent::Arg(1),
+        }];
+        // SAFETY: as above.
+        let err =
+            unsafe { register_image(&IMAGE, &[spec("good", ONE), spec("bad", BAD)]) }.unwrap_err();
+        let RegisterError::InvalidSignature { kernel, source } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!((*kernel, source.param), ("bad", 0));
+        assert!(
+            err.to_string()
+                .contains("its element count is parameter 1, but the kernel has 1 parameter(s)"),
+            "{err}"
+        );
+        assert_eq!(registered_signature(IMAGE.as_ptr() as usize, "good"), None);
+    }
 }

@@ -15,12 +15,12 @@ pub const ONE_THREAD: LaunchConfig = LaunchConfig {
 /// `function` from `image`, with the signature the kernels crate declares,
 /// so a launch with the wrong arguments fails instead of reading garbage.
 pub fn kernel(ctx: &Arc<Context>, image: &'static KernelImage, function: &str) -> Kernel {
-    let module = Module::load(ctx, image.fatbin()).expect("the image loads");
+    let module = Module::load(ctx, image).expect("the image loads");
     assert!(
         image.signature(function).is_some(),
         "the image has the function"
     );
-    // The signature comes with the function: the kernels crate registers it.
+    // The signature comes with the function: the image declares it.
     module
         .function(function)
         .expect("the function is in the image")

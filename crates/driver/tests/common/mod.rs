@@ -387,22 +387,27 @@ pub(crate) unsafe fn add_u32_twin(dims: &soft_driver::LaunchDims, params: *mut *
 /// Register the test image's twin with the software driver (harmless on the
 /// GPU, which never looks at it).
 pub(crate) fn register_test_image() {
-    soft_driver::register_image(
-        TEST_IMAGE,
-        &[soft_driver::TwinSpec {
-            name: "add_u32",
-            params: &[
-                Param::Pointer {
-                    elem: Scalar::U32,
-                    access: Access::Write,
-                    extent: Extent::Arg(1),
-                },
-                Param::Scalar(Scalar::U32),
-                Param::Scalar(Scalar::U32),
-            ],
-            run: add_u32_twin,
-        }],
-    );
+    // SAFETY: add_u32(unsigned* data, unsigned n, unsigned value) adds to
+    // data[0..n], and so does its twin (within the threads launched).
+    let registered = unsafe {
+        soft_driver::register_image(
+            TEST_IMAGE,
+            &[soft_driver::TwinSpec {
+                name: "add_u32",
+                params: &[
+                    Param::Pointer {
+                        elem: Scalar::U32,
+                        access: Access::Write,
+                        extent: Extent::Arg(1),
+                    },
+                    Param::Scalar(Scalar::U32),
+                    Param::Scalar(Scalar::U32),
+                ],
+                run: add_u32_twin,
+            }],
+        )
+    };
+    registered.expect("the test image's twin registers");
 }
 
 /// Load the test image and look up `add_u32`.
