@@ -100,9 +100,7 @@ fn read_u32(table: &'static sys::Driver, dev: &DeviceMem) -> Vec<u32> {
     let mut out = vec![0u32; dev.len / 4];
     let stream = Stream::new(table);
     // SAFETY: `out` holds `dev.len` bytes and outlives the copy (synchronized).
-    ok(unsafe {
-        (table.cuMemcpyDtoHAsync)(out.as_mut_ptr().cast(), dev.ptr, dev.len, stream.raw)
-    });
+    ok(unsafe { (table.cuMemcpyDtoHAsync)(out.as_mut_ptr().cast(), dev.ptr, dev.len, stream.raw) });
     stream.sync();
     out
 }
@@ -134,7 +132,12 @@ fn work_waiting_on_a_failed_launch_does_not_run_and_fails() {
     // SAFETY: live stream and event; a copy between live allocations.
     unsafe {
         ok((table.cuStreamWaitEvent)(consumer.raw, produced.raw, 0));
-        ok((table.cuMemcpyDtoDAsync)(result.ptr, data.ptr, 64, consumer.raw));
+        ok((table.cuMemcpyDtoDAsync)(
+            result.ptr,
+            data.ptr,
+            64,
+            consumer.raw,
+        ));
     }
     launch_add_u32(table, function, consumer.raw, result.ptr, 16, 100);
     gate.open();
@@ -190,7 +193,12 @@ fn a_failure_crosses_devices_through_a_wait() {
     // SAFETY: live streams, event and allocations.
     unsafe {
         ok((table.cuStreamWaitEvent)(consumer.raw, produced.raw, 0));
-        ok((table.cuMemcpyDtoDAsync)(copy.ptr, data.ptr, 64, consumer.raw));
+        ok((table.cuMemcpyDtoDAsync)(
+            copy.ptr,
+            data.ptr,
+            64,
+            consumer.raw,
+        ));
     }
     gate.open();
     // SAFETY: a live stream.

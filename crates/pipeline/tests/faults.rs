@@ -10,8 +10,8 @@
 mod common;
 
 use common::{ctx, kernel, reference_compute};
-use cuda_streams_pipeline::ManagedGpuContext;
 use cuda_streams_pipeline::AsyncCoordinator;
+use cuda_streams_pipeline::ManagedGpuContext;
 use driver::{DeviceBuffer, LaunchConfig, PinnedBuffer};
 use test_support::{FaultReset, Gate, fail_next_launch, serial};
 
@@ -37,7 +37,10 @@ fn a_download_after_a_failed_compute_is_an_error_not_stale_data() {
         .unwrap();
     let download = coordinator.queue_download(&y, &mut out).unwrap();
     coordinator.wait(download).unwrap();
-    assert_eq!(out.as_slice().unwrap(), &reference_compute(1, &[1.0; 1024])[..]);
+    assert_eq!(
+        out.as_slice().unwrap(),
+        &reference_compute(1, &[1.0; 1024])[..]
+    );
     coordinator.poll().unwrap();
 
     // The second round's compute fails while the download waiting on it is
@@ -99,7 +102,10 @@ fn no_step_result_after_a_failed_compute_is_ok() {
     }
     {
         let step0 = managed.step_in_place(256, 1, fill(2)).unwrap().unwrap();
-        assert_eq!((step0.step(), step0.output().unwrap()), (0, &expected(0)[..]));
+        assert_eq!(
+            (step0.step(), step0.output().unwrap()),
+            (0, &expected(0)[..])
+        );
     }
     // Step 3 queues the download of step 1's result (and step 2's compute)
     // while the failing compute is still held: every call succeeds, as on a

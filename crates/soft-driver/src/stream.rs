@@ -54,7 +54,11 @@ pub(crate) struct State {
 impl State {
     /// The sticky error, as the code to return (with its detail for this thread).
     pub(crate) fn fault_status(&self) -> Status {
-        match self.fault.clone().or_else(|| crate::faults::poison(self.device)) {
+        match self
+            .fault
+            .clone()
+            .or_else(|| crate::faults::poison(self.device))
+        {
             Some(fault) => Err(fail(fault.code, fault.detail)),
             None => Ok(()),
         }
@@ -118,8 +122,7 @@ impl Stream {
         loop {
             if let Some(op) = state.queue.pop_front() {
                 let delay = state.delay.take();
-                let faulted =
-                    state.fault.is_some() || crate::faults::poison(self.device).is_some();
+                let faulted = state.fault.is_some() || crate::faults::poison(self.device).is_some();
                 return Some((op, delay, faulted));
             }
             if state.closing {
