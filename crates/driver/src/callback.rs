@@ -14,6 +14,8 @@ struct Payload {
     f: Box<dyn FnOnce() + Send + 'static>,
     counters: Arc<Counters>,
     stream_id: u64,
+    /// Its number among the stream's callbacks (see `report_callback_panics`).
+    seq: u64,
 }
 
 impl Stream {
@@ -25,9 +27,19 @@ impl Stream {
     /// calls in a stream callback, so this crate's methods return
     /// [`crate::Error::InsideCallback`] there, and handles dropped inside `f`
     /// leak their driver object (with a log line) instead of deadlocking. Send
-    /// results out through a channel or an atomic. A panic in `f` is caught,
-    /// counted ([`crate::StreamMetrics::callback_panics`]) and reported by
-    /// [`Stream::check_callback_panics`]; the stream stays usable.
+    /// results out through a channel or an atomic.
+    ///
+    /// A panic in `f` is caught (it cannot unwind into the driver), counted
+    /// ([`crate::StreamMetrics::callback_panics`]) and reported once, as
+    /// [`crate::Error::CallbackPanicked`] naming the stream and the panic's
+    /// message, by whichever comes first: the stream's next
+    /// [`Stream::synchronize`], a [`Stream::completion`] (or copy future) of
+    /// the stream whose point comes after the callback, or
+    /// [`Stream::check_callback_panics`]. The stream stays usable: once
+    /// reported, the next synchronize is `Ok` again. [`crate::Event`]s do not
+    /// report it: an event is a point any stream may wait for, and the panic
+    /// belongs to the stream that ran the callback, so `Event::synchronize`
+    /// and `Event::query` answer for the GPU work only.
     ///
     /// ```
     /// use cuda_streams_driver::{Context, Stream};
@@ -56,6 +68,7 @@ impl Stream {
             f: Box::new(f),
             counters: Arc::clone(&self.counters),
             stream_id: self.id(),
+            seq: self.counters.next_callback_seq(),
         }));
         // SAFETY: the stream is live; `trampoline` matches CUhostFn and takes
         // ownership of `payload` when (and only when) the driver runs it.
@@ -70,6 +83,27 @@ impl Stream {
         }
         self.counters.callback();
         Ok(())
+    }
+}
+
+impl Stream {
+    /// [`crate::Error::CallbackPanicked`] for the panics not reported yet of
+    /// this stream's callbacks numbered up to `through` (`u64::MAX`: all),
+    /// so each panic is reported once.
+    pub(crate) fn report_callback_panics(&self, through: u64) -> Result<()> {
+        report_panics(&self.counters, self.id(), through)
+    }
+}
+
+/// [`Stream::report_callback_panics`] from the stream's counters and id.
+pub(crate) fn report_panics(counters: &Counters, stream: u64, through: u64) -> Result<()> {
+    match counters.take_panics_through(through) {
+        None => Ok(()),
+        Some((count, message)) => Err(crate::Error::CallbackPanicked {
+            stream,
+            count,
+            message,
+        }),
     }
 }
 
@@ -88,13 +122,14 @@ fn run(payload: Payload) {
         f,
         counters,
         stream_id,
+        seq,
     } = payload;
     // The closure's captures drop inside the call, so their panics are caught too.
     if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
         let message = panic_message(&*panic);
         // Dropping a panic payload can itself panic.
         let _ = catch_unwind(AssertUnwindSafe(move || drop(panic)));
-        counters.callback_panicked(stream_id, message);
+        counters.callback_panicked_at(stream_id, seq, message);
     }
 }
 

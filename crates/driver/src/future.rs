@@ -8,6 +8,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::memory::{DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory};
+use crate::metrics::Counters;
 use crate::reactor::{Target, Ticket};
 use crate::stream::Stream;
 use std::fmt;
@@ -55,6 +56,16 @@ use sys::CUresult;
 #[must_use = "a future does nothing unless awaited; dropping it cancels the wait"]
 pub struct Completion {
     state: State,
+    /// For a stream's completion: the stream's callbacks enqueued before its
+    /// point, whose panics it reports (see [`Stream::add_callback`]).
+    callbacks: Option<Callbacks>,
+}
+
+/// The callbacks a [`Completion`] answers for.
+struct Callbacks {
+    counters: Arc<Counters>,
+    stream: u64,
+    through: u64,
 }
 
 enum State {
@@ -68,7 +79,7 @@ enum State {
 }
 
 impl Completion {
-    fn register(ctx: &Arc<Context>, target: Target) -> Result<Self> {
+    fn register(ctx: &Arc<Context>, target: Target, callbacks: Option<Callbacks>) -> Result<Self> {
         ctx.bind()?;
         let ticket = ctx.reactor().register(ctx, target)?;
         Ok(Self {
@@ -76,6 +87,7 @@ impl Completion {
                 ctx: Arc::clone(ctx),
                 ticket,
             },
+            callbacks,
         })
     }
 
@@ -92,7 +104,12 @@ impl Future for Completion {
         let outcome = match &mut self.state {
             State::Waiting { ctx, ticket } => match ctx.reactor().poll(ticket, cx.waker()) {
                 None => return Poll::Pending,
-                Some(CUresult::CUDA_SUCCESS) => Ok(()),
+                // The GPU's error first; a panic not reported by it stays
+                // for the next check.
+                Some(CUresult::CUDA_SUCCESS) => match &self.callbacks {
+                    Some(c) => crate::callback::report_panics(&c.counters, c.stream, c.through),
+                    None => Ok(()),
+                },
                 Some(code) => ctx.check(code),
             },
             State::Failed(err) => Err(err.take().unwrap_or(Error::ReactorThread(
@@ -164,7 +181,9 @@ impl<R> fmt::Debug for CopyFuture<R> {
 
 impl Stream {
     /// A future that resolves once everything enqueued on this stream so far
-    /// has completed (later work is not waited for).
+    /// has completed (later work is not waited for). It resolves to
+    /// [`Error::CallbackPanicked`] when a callback enqueued before it panicked
+    /// and was not reported yet (see [`Stream::add_callback`]).
     ///
     /// Enqueues one flag write (`cuStreamWriteValue32`) and one event record;
     /// the context's reactor wakes the future.
@@ -172,7 +191,16 @@ impl Stream {
         // A captured wake-up would free its payload at every replay.
         let _gate = self.enqueue_gate("Stream::completion")?;
         self.check_callback_free()?;
-        Completion::register(self.context(), Target::Stream(self.as_raw()))
+        let callbacks = Callbacks {
+            counters: Arc::clone(&self.counters),
+            stream: self.id(),
+            through: self.counters.last_callback_seq(),
+        };
+        Completion::register(
+            self.context(),
+            Target::Stream(self.as_raw()),
+            Some(callbacks),
+        )
     }
 
     /// [`Stream::copy_to_host_async`], then a future that resolves to `dst`
@@ -231,7 +259,8 @@ impl Event {
     /// even if the event is re-recorded or dropped.
     pub fn wait_async(&self) -> Result<Completion> {
         self.refuse_if_captured("Event::wait_async")?;
-        Completion::register(self.context(), Target::Event(self.as_raw()))
+        // Not the panics of callbacks: see `Stream::add_callback`.
+        Completion::register(self.context(), Target::Event(self.as_raw()), None)
     }
 }
 
@@ -244,6 +273,7 @@ impl IntoFuture for &Event {
     fn into_future(self) -> Completion {
         self.wait_async().unwrap_or_else(|err| Completion {
             state: State::Failed(Some(err)),
+            callbacks: None,
         })
     }
 }

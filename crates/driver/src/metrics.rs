@@ -1,5 +1,6 @@
 //! Per-stream counters kept by the stream's own methods with relaxed atomics.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -59,6 +60,19 @@ pub struct StreamMetrics {
     pub average_latency: Option<Duration>,
 }
 
+/// Panics of callbacks not reported yet: the number of the newest callback
+/// among them, how many, and the newest one's message.
+struct Unreported {
+    seq: u64,
+    count: u64,
+    message: String,
+}
+
+/// At most this many entries wait to be reported; beyond it a panic merges
+/// into the newest entry (reported with it, never before its own callback's
+/// point), so a stream whose callbacks keep panicking unobserved stays small.
+const UNREPORTED_ENTRIES: usize = 64;
+
 /// The live counters behind [`StreamMetrics`]; shared with callbacks in flight.
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -70,9 +84,12 @@ pub(crate) struct Counters {
     graph_launches: AtomicU64,
     graph_nodes: AtomicU64,
     callback_panics: AtomicU64,
-    panics_checked: AtomicU64,
+    /// Numbers the callbacks in enqueue order, so a future reports only the
+    /// panics of callbacks enqueued before its point.
+    callback_seq: AtomicU64,
     panic_reported: AtomicBool,
-    last_panic: Mutex<Option<String>>,
+    /// Panics not reported yet, oldest first.
+    unreported: Mutex<VecDeque<Unreported>>,
     current_memory: AtomicU64,
     peak_memory: AtomicU64,
     timed_operations: AtomicU64,
@@ -110,29 +127,70 @@ impl Counters {
         self.callbacks.fetch_add(1, Relaxed);
     }
 
+    /// The number of a callback about to be enqueued.
+    pub(crate) fn next_callback_seq(&self) -> u64 {
+        self.callback_seq.fetch_add(1, Relaxed) + 1
+    }
+
+    /// The number of the last callback enqueued so far.
+    pub(crate) fn last_callback_seq(&self) -> u64 {
+        self.callback_seq.load(Relaxed)
+    }
+
+    /// A callback without a number of its own panicked (a graph's host node,
+    /// at a replay): reported with everything enqueued so far.
     pub(crate) fn callback_panicked(&self, stream: u64, message: String) {
+        self.callback_panicked_at(stream, self.last_callback_seq(), message);
+    }
+
+    /// Callback number `seq` panicked.
+    pub(crate) fn callback_panicked_at(&self, stream: u64, seq: u64, message: String) {
         if !self.panic_reported.swap(true, Relaxed) {
             tracing::warn!(
-                "a callback on stream {stream} panicked (caught; further panics on this stream are only counted): {message}"
+                "a callback on stream {stream} panicked (caught; reported by the stream's next synchronize, and further panics on this stream are only counted here): {message}"
             );
         }
-        *self.last_panic.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
+        let mut unreported = self.unreported.lock().unwrap_or_else(|p| p.into_inner());
+        let full = unreported.len() >= UNREPORTED_ENTRIES;
+        match unreported.back_mut() {
+            Some(newest) if full => {
+                newest.seq = newest.seq.max(seq);
+                newest.count += 1;
+                newest.message = message;
+            }
+            _ => unreported.push_back(Unreported {
+                seq,
+                count: 1,
+                message,
+            }),
+        }
         self.callback_panics.fetch_add(1, Relaxed);
     }
 
-    /// Panics since the last call, with the last message.
+    /// The panics not reported yet of the callbacks numbered up to
+    /// `through`, with the newest message; each panic is reported once.
+    pub(crate) fn take_panics_through(&self, through: u64) -> Option<(u64, String)> {
+        let mut unreported = self.unreported.lock().unwrap_or_else(|p| p.into_inner());
+        let mut taken: Option<(u64, String)> = None;
+        // Callbacks run in stream order, so their panics come in number order
+        // (except for callbacks enqueued concurrently from several threads,
+        // which are then reported by a later check).
+        while unreported
+            .front()
+            .is_some_and(|oldest| oldest.seq <= through)
+        {
+            let Some(entry) = unreported.pop_front() else {
+                break;
+            };
+            let count = taken.as_ref().map_or(0, |(count, _)| *count) + entry.count;
+            taken = Some((count, entry.message));
+        }
+        taken
+    }
+
+    /// Every panic not reported yet, with the newest message.
     pub(crate) fn take_panics(&self) -> Option<(u64, String)> {
-        let total = self.callback_panics.load(Relaxed);
-        let seen = self.panics_checked.swap(total, Relaxed);
-        (total > seen).then(|| {
-            let message = self
-                .last_panic
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-                .unwrap_or_default();
-            (total - seen, message)
-        })
+        self.take_panics_through(u64::MAX)
     }
 
     pub(crate) fn allocated(&self, bytes: usize) {

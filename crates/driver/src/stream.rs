@@ -208,6 +208,8 @@ impl Stream {
     }
 
     /// Block the calling thread until all work enqueued so far has finished.
+    /// A callback of the stream that panicked and was not reported yet makes
+    /// it return [`Error::CallbackPanicked`] once (see [`Stream::add_callback`]).
     pub fn synchronize(&self) -> Result<()> {
         self.refuse_if_capturing("Stream::synchronize")?;
         self.ctx.bind()?;
@@ -215,7 +217,8 @@ impl Stream {
         let code = unsafe { (self.ctx.driver().cuStreamSynchronize)(self.raw) };
         self.ctx.check(code)?;
         self.harvest_timings();
-        Ok(())
+        // A callback that panicked fails the synchronize, once.
+        self.report_callback_panics(u64::MAX)
     }
 
     /// Make work enqueued after this call wait until `event` completes (the host
@@ -499,11 +502,12 @@ impl Stream {
         self.timings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Return the callbacks that panicked since the last call as an error.
+    /// Return the callbacks that panicked and were not reported yet (here, by
+    /// [`Stream::synchronize`] or by a completion future) as an error.
     ///
     /// Panics in callbacks are caught (they cannot unwind into the driver),
-    /// counted in [`StreamMetrics::callback_panics`], printed once per stream,
-    /// and reported here.
+    /// counted in [`StreamMetrics::callback_panics`], logged once per stream,
+    /// and reported once.
     pub fn check_callback_panics(&self) -> Result<()> {
         match self.counters.take_panics() {
             None => Ok(()),

@@ -4,8 +4,9 @@
 //! wakes its futures with the error.
 //!
 //! The executor is hand-written with `std` (the library is runtime-agnostic).
-//! Tests that look at the reactor's counters take `serial()`: the context,
-//! and so its reactor, is shared by every test of this binary.
+//! Every test takes `serial()`: the context, and so its reactor, is shared
+//! by every test of this binary, and the failing-stream test's launch
+//! failure is sticky for the whole context until it resets it, as on a GPU.
 
 use cuda_streams_driver::{
     Context, DeviceBuffer, Event, PinnedBuffer, Reactor, ReactorConfig, Stream, WakeMode,
@@ -82,6 +83,7 @@ fn ctx() -> Arc<Context> {
 
 #[test]
 fn a_copy_future_resolves_only_after_its_work() {
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let spin_k = spin_kernel(&ctx);
@@ -110,6 +112,7 @@ fn a_copy_future_resolves_only_after_its_work() {
 
 #[test]
 fn a_completion_sees_everything_enqueued_before_it() {
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let spin_k = spin_kernel(&ctx);
@@ -127,6 +130,7 @@ fn a_completion_sees_everything_enqueued_before_it() {
 
 #[test]
 fn an_event_can_be_awaited_and_dropped_meanwhile() {
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let gate = Gate::close(&stream);

@@ -12,13 +12,22 @@ use soft_driver::faults;
 use std::time::Duration;
 use sys::CUresult;
 
+/// Reset the faults even when an assertion fails, so the next test starts clean.
+struct ResetOnDrop;
+impl Drop for ResetOnDrop {
+    fn drop(&mut self) {
+        faults::reset();
+    }
+}
+
 #[test]
-fn a_failed_launch_is_sticky_until_cleared() {
+fn a_failed_launch_is_sticky_for_the_whole_context_until_cleared() {
     if skip_on_gpu("fault injection is a software-driver feature") {
         return;
     }
     let _serial = serial();
     let _device = device_wide();
+    let _reset = ResetOnDrop;
     let table = table();
     let (_module, function) = load_add_u32(table);
     let (stream, bystander) = (Stream::new(table), Stream::new(table));
@@ -47,20 +56,245 @@ fn a_failed_launch_is_sticky_until_cleared() {
         unsafe { (table.cuCtxSynchronize)() },
         CUresult::CUDA_ERROR_LAUNCH_FAILED,
     );
-    // Other streams keep working (a GPU would fail the whole context).
+    // As on a GPU, the whole context fails: another stream, which never
+    // touched the failed work, and the calls that make new things.
+    expect(bystander.query(), CUresult::CUDA_ERROR_LAUNCH_FAILED);
     // SAFETY: live allocation and stream.
-    ok(unsafe { (table.cuMemsetD8Async)(dev.ptr, 0, 64, bystander.raw) });
-    bystander.sync();
+    expect(
+        unsafe { (table.cuMemsetD8Async)(dev.ptr, 0, 64, bystander.raw) },
+        CUresult::CUDA_ERROR_LAUNCH_FAILED,
+    );
+    let (mut ptr, mut raw_stream, mut raw_event) = (0, std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: valid out-pointers.
+    unsafe {
+        expect(
+            (table.cuMemAlloc)(&mut ptr, 64),
+            CUresult::CUDA_ERROR_LAUNCH_FAILED,
+        );
+        expect(
+            (table.cuStreamCreateWithPriority)(&mut raw_stream, 0, 0),
+            CUresult::CUDA_ERROR_LAUNCH_FAILED,
+        );
+        expect(
+            (table.cuEventCreate)(&mut raw_event, 0),
+            CUresult::CUDA_ERROR_LAUNCH_FAILED,
+        );
+    }
     let (code, detail) = faults::stream_fault(stream.raw).unwrap().unwrap();
     assert_eq!(code, CUresult::CUDA_ERROR_LAUNCH_FAILED);
     assert!(detail.contains("injected"), "{detail}");
+    // The bystander has no error of its own: it fails because its context does.
+    assert!(faults::stream_fault(bystander.raw).unwrap().is_none());
 
     faults::clear(stream.raw).unwrap();
     stream.sync();
+    bystander.sync();
     // SAFETY: no arguments.
     ok(unsafe { (table.cuCtxSynchronize)() });
     launch_add_u32(table, function, stream.raw, dev.ptr, 16, 1);
     stream.sync();
+}
+
+/// Device memory read back through a fresh stream.
+fn read_u32(table: &'static sys::Driver, dev: &DeviceMem) -> Vec<u32> {
+    let mut out = vec![0u32; dev.len / 4];
+    let stream = Stream::new(table);
+    // SAFETY: `out` holds `dev.len` bytes and outlives the copy (synchronized).
+    ok(unsafe { (table.cuMemcpyDtoHAsync)(out.as_mut_ptr().cast(), dev.ptr, dev.len, stream.raw) });
+    stream.sync();
+    out
+}
+
+#[test]
+fn work_waiting_on_a_failed_launch_does_not_run_and_fails() {
+    if skip_on_gpu("fault injection is a software-driver feature") {
+        return;
+    }
+    let _serial = serial();
+    let _reset = ResetOnDrop;
+    let table = table();
+    let (_module, function) = load_add_u32(table);
+    let (producer, consumer) = (Stream::new(table), Stream::new(table));
+    let (data, result) = (DeviceMem::new(table, 64), DeviceMem::new(table, 64));
+    // SAFETY: live allocations and stream.
+    unsafe {
+        ok((table.cuMemsetD32Async)(data.ptr, 1, 16, consumer.raw));
+        ok((table.cuMemsetD32Async)(result.ptr, 1, 16, consumer.raw));
+    }
+    consumer.sync();
+    // The failing launch is still queued behind the gate when the consumer's
+    // work is enqueued: every call below succeeds, as on a GPU.
+    let mut gate = Gate::block(table, producer.raw);
+    faults::fail_next_launch(producer.raw).unwrap();
+    launch_add_u32(table, function, producer.raw, data.ptr, 16, 41);
+    let produced = Event::new(table, 0);
+    produced.record(producer.raw);
+    // SAFETY: live stream and event; a copy between live allocations.
+    unsafe {
+        ok((table.cuStreamWaitEvent)(consumer.raw, produced.raw, 0));
+        ok((table.cuMemcpyDtoDAsync)(
+            result.ptr,
+            data.ptr,
+            64,
+            consumer.raw,
+        ));
+    }
+    launch_add_u32(table, function, consumer.raw, result.ptr, 16, 100);
+    gate.open();
+    // SAFETY: live streams and event.
+    unsafe {
+        expect(
+            (table.cuStreamSynchronize)(consumer.raw),
+            CUresult::CUDA_ERROR_LAUNCH_FAILED,
+        );
+        expect(
+            (table.cuStreamSynchronize)(producer.raw),
+            CUresult::CUDA_ERROR_LAUNCH_FAILED,
+        );
+        expect(
+            (table.cuEventSynchronize)(produced.raw),
+            CUresult::CUDA_ERROR_LAUNCH_FAILED,
+        );
+    }
+    expect(consumer.query(), CUresult::CUDA_ERROR_LAUNCH_FAILED);
+    faults::reset();
+    // Nothing after the wait ran: the result still holds what it held.
+    assert_eq!(read_u32(table, &result), [1; 16]);
+}
+
+#[test]
+fn a_failure_crosses_devices_through_a_wait() {
+    if skip_on_gpu("fault injection is a software-driver feature") {
+        return;
+    }
+    let _serial = serial();
+    let _reset = ResetOnDrop;
+    let table = table();
+    let mut count = 0;
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { (table.cuDeviceGetCount)(&mut count) });
+    if count < 2 {
+        eprintln!("skipped: one software device (CUDA_STREAMS_SOFT_DEVICES < 2)");
+        return;
+    }
+    let (_module, function) = load_add_u32(table);
+    let producer = Stream::new(table);
+    let data = DeviceMem::new(table, 64);
+    let mut gate = Gate::block(table, producer.raw);
+    faults::fail_next_launch(producer.raw).unwrap();
+    launch_add_u32(table, function, producer.raw, data.ptr, 16, 1);
+    let produced = Event::new(table, 0);
+    produced.record(producer.raw);
+    // Device 1's primary context current on this thread until the end.
+    let on_second = OnDevice::one(table);
+    let consumer = Stream::new(table);
+    let bystander = Stream::new(table);
+    let copy = DeviceMem::new(table, 64);
+    // SAFETY: live streams, event and allocations.
+    unsafe {
+        ok((table.cuStreamWaitEvent)(consumer.raw, produced.raw, 0));
+        ok((table.cuMemcpyDtoDAsync)(
+            copy.ptr,
+            data.ptr,
+            64,
+            consumer.raw,
+        ));
+    }
+    gate.open();
+    // SAFETY: a live stream.
+    expect(
+        unsafe { (table.cuStreamSynchronize)(consumer.raw) },
+        CUresult::CUDA_ERROR_LAUNCH_FAILED,
+    );
+    let detail = soft_driver::last_error_detail().unwrap();
+    assert!(
+        detail.contains("waited for stream") && detail.contains("add_u32"),
+        "{detail}"
+    );
+    // Device 1's context is not poisoned (the failed work was device 0's):
+    // its other streams go on.
+    bystander.sync();
+    drop((consumer, bystander, copy, on_second));
+}
+
+/// Device 1's primary context, current on this thread while it lives; then
+/// device 0's again.
+struct OnDevice {
+    table: &'static sys::Driver,
+    previous: sys::CUcontext,
+    device: sys::CUdevice,
+}
+
+impl OnDevice {
+    fn one(table: &'static sys::Driver) -> Self {
+        let (mut previous, mut device, mut ctx) = (std::ptr::null_mut(), 0, std::ptr::null_mut());
+        // SAFETY: valid out-pointers; the caller checked that device 1 exists.
+        unsafe {
+            ok((table.cuCtxGetCurrent)(&mut previous));
+            ok((table.cuDeviceGet)(&mut device, 1));
+            ok((table.cuDevicePrimaryCtxRetain)(&mut ctx, device));
+            ok((table.cuCtxSetCurrent)(ctx));
+        }
+        Self {
+            table,
+            previous,
+            device,
+        }
+    }
+}
+
+impl Drop for OnDevice {
+    fn drop(&mut self) {
+        // SAFETY: the context that was current before, and the retain above.
+        unsafe {
+            (self.table.cuCtxSetCurrent)(self.previous);
+            (self.table.cuDevicePrimaryCtxRelease)(self.device);
+        }
+    }
+}
+
+#[test]
+fn an_invalid_launch_configuration_is_not_sticky() {
+    if skip_on_gpu("fault injection is a software-driver feature") {
+        return;
+    }
+    let _serial = serial();
+    let _reset = ResetOnDrop;
+    let table = table();
+    let (_module, function) = load_add_u32(table);
+    let stream = Stream::new(table);
+    let dev = DeviceMem::new(table, 64);
+    let (mut data, mut n, mut value) = (dev.ptr, 16u32, 1u32);
+    let mut params = [
+        (&mut data as *mut sys::CUdeviceptr).cast::<std::ffi::c_void>(),
+        (&mut n as *mut u32).cast(),
+        (&mut value as *mut u32).cast(),
+    ];
+    // 2048 threads per block: refused at the call, as a GPU refuses it.
+    // SAFETY: params points at three live arguments matching the kernel.
+    let code = unsafe {
+        (table.cuLaunchKernel)(
+            function,
+            1,
+            1,
+            1,
+            2048,
+            1,
+            1,
+            0,
+            stream.raw,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_ne!(code, CUresult::CUDA_SUCCESS);
+    // Not sticky: the stream, the context and the next launch are fine.
+    ok(stream.query());
+    // SAFETY: no arguments.
+    ok(unsafe { (table.cuCtxSynchronize)() });
+    launch_add_u32(table, function, stream.raw, dev.ptr, 16, 1);
+    stream.sync();
+    assert_eq!(read_u32(table, &dev)[0], 1);
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! Stream memory operations through the driver table: `cuStreamWriteValue32`
 //! writes in stream order into mapped pinned memory (whose device pointer
 //! `cuMemHostGetDevicePointer` gives), and the software driver's checks.
+//!
+//! Every test takes `serial()`: the faulted-stream test's launch failure is
+//! sticky for the whole context until it resets it, as on a GPU.
 
 mod common;
 
@@ -53,6 +56,7 @@ impl Drop for Mapped {
 
 #[test]
 fn write_value_lands_in_stream_order() {
+    let _serial = serial();
     let table = table();
     let stream = Stream::new(table);
     let flags = Mapped::new(table, 4096);
@@ -83,6 +87,7 @@ fn write_value_lands_in_stream_order() {
 
 #[test]
 fn a_flag_written_after_a_copy_shows_the_copy() {
+    let _serial = serial();
     let table = table();
     let stream = Stream::new(table);
     let flags = Mapped::new(table, 256);
@@ -129,6 +134,7 @@ fn a_flag_written_after_a_copy_shows_the_copy() {
 
 #[test]
 fn device_memory_can_be_written_too() {
+    let _serial = serial();
     let table = table();
     let stream = Stream::new(table);
     let dev = DeviceMem::new(table, 64);
@@ -158,6 +164,7 @@ fn bad_arguments_are_refused() {
     if skip_on_gpu("the GPU does not check these addresses (undefined behaviour there)") {
         return;
     }
+    let _serial = serial();
     let table = table();
     let stream = Stream::new(table);
     let flags = Mapped::new(table, 64);

@@ -1,15 +1,28 @@
 //! Fault injection, for tests: make the software driver fail the way a GPU
 //! does, on demand.
 //!
-//! A failed launch leaves a *sticky* error, as a faulting kernel does on a
-//! GPU: afterwards every call on that stream (submissions, query, synchronize,
-//! events recorded on it) and `cuCtxSynchronize` answer
-//! `CUDA_ERROR_LAUNCH_FAILED`. An illegal address (a kernel, copy or memset
-//! touching memory that is not live, not yet usable in stream order, or too
-//! short) is sticky for the whole context, as on a GPU: every stream answers
-//! `CUDA_ERROR_ILLEGAL_ADDRESS` from then on. On a GPU the only way out is to
-//! destroy the context; here tests call [`clear`] (one stream) or [`reset`]
-//! (everything).
+//! An error *during* the work of a stream (a failed launch, a kernel twin
+//! that panics, an illegal address in a kernel, copy, memset or stream memory
+//! operation) is sticky for the whole context, as on a GPU: from then on every
+//! stream of the device answers it on every submission, query and
+//! synchronize, events recorded on them answer it, `cuCtxSynchronize` answers
+//! it, and so do allocations and the creation of streams and events. Work
+//! already queued behind it on any stream of the device does not run (host
+//! functions, frees, event markers and waits still do, so nothing waiting on
+//! them hangs). On a GPU the only way out is to destroy the context; here
+//! tests call [`clear`] (one stream) or [`reset`] (everything). Frees and
+//! destroys keep working: nothing here tears the context down to reclaim
+//! memory, as destroying it would on a GPU.
+//!
+//! Errors a call returns at once are not sticky, as on a GPU: an invalid
+//! launch configuration, an out-of-memory, a bad handle.
+//!
+//! Work of the software NCCL that fails (ranks that disagree, an aborted
+//! communicator) is sticky for its stream only (a GPU would hang or corrupt
+//! memory rather than report it). A stream that waits on a stream which
+//! failed at or before the point waited for takes that failure as its own
+//! sticky error, so work ordered after failed work never runs, not even on
+//! another device.
 //!
 //! These functions take raw stream handles from the software driver's table;
 //! a handle from elsewhere is an `INVALID_HANDLE` error.
@@ -23,10 +36,30 @@ use std::time::Duration;
 use sys::{CUresult, CUstream, DriverError};
 
 static FAIL_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-static CONTEXT_FAULT: Mutex<Option<Fault>> = Mutex::new(None);
-/// An illegal address poisons the whole context, as on a GPU: every stream
-/// then answers with it (checked on every submission, hence the flag).
-static CONTEXT_POISONED: AtomicBool = AtomicBool::new(false);
+
+/// Each device's context's sticky errors, indexed by device.
+static CONTEXTS: Mutex<Vec<ContextFaults>> = Mutex::new(Vec::new());
+/// Whether any context is poisoned: checked on every submission and by every
+/// worker before each operation, so the common case takes no lock.
+static ANY_POISONED: AtomicBool = AtomicBool::new(false);
+
+#[derive(Clone, Default)]
+struct ContextFaults {
+    /// The first fault of any stream of the context (for `cuCtxSynchronize`).
+    first: Option<Fault>,
+    /// The fault that poisoned the whole context, if one did.
+    poison: Option<Fault>,
+}
+
+/// Run `f` on device `device`'s entry, created on first use.
+fn with_context<R>(device: i32, f: impl FnOnce(&mut ContextFaults) -> R) -> R {
+    let mut all = lock(&CONTEXTS);
+    let index = usize::try_from(device).unwrap_or(0);
+    if all.len() <= index {
+        all.resize_with(index + 1, ContextFaults::default);
+    }
+    f(&mut all[index])
+}
 
 fn stream(handle: CUstream) -> Result<Arc<Stream>, DriverError> {
     STREAMS
@@ -36,7 +69,8 @@ fn stream(handle: CUstream) -> Result<Arc<Stream>, DriverError> {
 
 /// Make the next `cuLaunchKernel` on `stream` fail: the launch call itself
 /// succeeds (errors of kernels are asynchronous), and when the worker reaches
-/// it the stream takes the sticky error `CUDA_ERROR_LAUNCH_FAILED`.
+/// it the stream's context takes the sticky error `CUDA_ERROR_LAUNCH_FAILED`
+/// (every stream of the device answers it, see the module's docs).
 pub fn fail_next_launch(stream: CUstream) -> Result<(), DriverError> {
     self::stream(stream)?.state().inject_launch_fault = true;
     Ok(())
@@ -72,19 +106,21 @@ pub fn stream_fault(stream: CUstream) -> Result<Option<(CUresult, String)>, Driv
 /// Clear `stream`'s sticky error and pending injections, and the context's
 /// sticky error if no other stream still has one.
 pub fn clear(stream: CUstream) -> Result<(), DriverError> {
-    {
+    let device = {
         let stream = self::stream(stream)?;
         let mut state = stream.state();
-        state.fault = None;
+        state.clear_fault();
         state.inject_launch_fault = false;
         state.delay = None;
-    }
+        stream.device
+    };
     if crate::stream::live()
         .iter()
+        .filter(|s| s.device == device)
         .all(|s| s.state().fault.is_none())
     {
-        *lock(&CONTEXT_FAULT) = None;
-        CONTEXT_POISONED.store(false, Ordering::Release);
+        with_context(device, |context| *context = ContextFaults::default());
+        refresh_any_poisoned();
     }
     Ok(())
 }
@@ -94,12 +130,17 @@ pub fn reset() {
     FAIL_ALLOCATIONS.store(0, Ordering::Release);
     for stream in crate::stream::live() {
         let mut state = stream.state();
-        state.fault = None;
+        state.clear_fault();
         state.inject_launch_fault = false;
         state.delay = None;
     }
-    *lock(&CONTEXT_FAULT) = None;
-    CONTEXT_POISONED.store(false, Ordering::Release);
+    lock(&CONTEXTS).clear();
+    ANY_POISONED.store(false, Ordering::Release);
+}
+
+fn refresh_any_poisoned() {
+    let any = lock(&CONTEXTS).iter().any(|c| c.poison.is_some());
+    ANY_POISONED.store(any, Ordering::Release);
 }
 
 /// Consume one injected allocation failure, if any is pending.
@@ -109,28 +150,44 @@ pub(crate) fn take_allocation_failure() -> bool {
         .is_ok()
 }
 
-/// A stream faulted: the context is faulted too (for `cuCtxSynchronize`).
-/// An illegal address also poisons every other stream of the context, as on
-/// a GPU; injected launch failures stay with their stream (a test tool).
-pub(crate) fn note_context_fault(fault: &Fault) {
-    lock(&CONTEXT_FAULT).get_or_insert_with(|| fault.clone());
-    if fault.code == CUresult::CUDA_ERROR_ILLEGAL_ADDRESS {
-        CONTEXT_POISONED.store(true, Ordering::Release);
+/// A stream of `device` faulted: its context is faulted too (for
+/// `cuCtxSynchronize`). With `poison` (an error during the work itself, as
+/// opposed to one taken over from a stream it waited on, or the software
+/// NCCL's), every other stream of the context fails with it too, as on a GPU.
+pub(crate) fn note_context_fault(device: i32, fault: &Fault, poison: bool) {
+    with_context(device, |context| {
+        context.first.get_or_insert_with(|| fault.clone());
+        if poison {
+            context.poison.get_or_insert_with(|| fault.clone());
+        }
+    });
+    if poison {
+        ANY_POISONED.store(true, Ordering::Release);
     }
 }
 
-/// The illegal address that poisoned the context, if one did.
-pub(crate) fn poison() -> Option<Fault> {
-    if !CONTEXT_POISONED.load(Ordering::Acquire) {
+/// The fault that poisoned `device`'s context, if one did.
+pub(crate) fn poison(device: i32) -> Option<Fault> {
+    if !ANY_POISONED.load(Ordering::Acquire) {
         return None;
     }
-    lock(&CONTEXT_FAULT).clone()
+    with_context(device, |context| context.poison.clone())
 }
 
-/// The context's sticky error, for `cuCtxSynchronize`.
-pub(crate) fn context_fault() -> Result<(), CUresult> {
-    match lock(&CONTEXT_FAULT).as_ref() {
-        Some(fault) => Err(crate::errors::fail(fault.code, fault.detail.clone())),
+/// `device`'s context's sticky error, if it is poisoned: what a call on a
+/// faulted context answers on a GPU (allocations, new streams and events).
+pub(crate) fn check_context(device: i32) -> Result<(), CUresult> {
+    match poison(device) {
+        Some(fault) => Err(crate::errors::fail(fault.code, fault.detail)),
+        None => Ok(()),
+    }
+}
+
+/// `device`'s context's sticky error, for `cuCtxSynchronize`: the first fault
+/// of any of its streams.
+pub(crate) fn context_fault(device: i32) -> Result<(), CUresult> {
+    match with_context(device, |context| context.first.clone()) {
+        Some(fault) => Err(crate::errors::fail(fault.code, fault.detail)),
         None => Ok(()),
     }
 }

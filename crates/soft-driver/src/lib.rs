@@ -19,7 +19,10 @@
 //! - **kernels** run as CPU twins registered with [`register_image`];
 //! - **handles** are checked against registries: a destroyed or foreign handle
 //!   is `CUDA_ERROR_INVALID_HANDLE`, never undefined behaviour;
-//! - [`faults`] injects launch failures, out-of-memory and worker delays;
+//! - an error during a stream's work (a failed launch, an illegal address) is
+//!   **sticky** for its device's whole context, as on a GPU, and a stream that
+//!   waits for failed work fails with it; [`faults`] injects launch failures,
+//!   out-of-memory and worker delays;
 //! - a **software NCCL** ([`nccl`]): communicators over the software devices,
 //!   collectives done by the ranks' stream workers over host memory, in
 //!   stream order;

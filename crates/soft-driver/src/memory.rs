@@ -279,6 +279,8 @@ pub(crate) fn allocate(size: usize, kind: Kind, device: i32) -> Result<usize, CU
             "allocation of 0 bytes",
         ));
     }
+    // A faulted context allocates nothing more, as on a GPU.
+    crate::faults::check_context(device)?;
     if kind != Kind::Pinned && crate::faults::take_allocation_failure() {
         return Err(fail(
             CUresult::CUDA_ERROR_OUT_OF_MEMORY,

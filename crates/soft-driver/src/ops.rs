@@ -108,9 +108,26 @@ impl Op {
             }
             Op::Wait(stream, ticket) => {
                 stream.wait_for(ticket);
-                None
+                // Work after the wait reads what the other stream produced:
+                // if that failed, this stream fails too, rather than run on
+                // stale data and report success.
+                stream.failed_by(ticket).map(|fault| Fault {
+                    code: fault.code,
+                    detail: format!(
+                        "waited for stream {:#x}, whose work failed: {}",
+                        stream.handle, fault.detail
+                    ),
+                })
             }
         }
+    }
+
+    /// Whether a fault of this operation poisons its whole context. Errors
+    /// of the work itself do, as on a GPU; a failure taken over from a
+    /// stream waited for (already noted where it happened, maybe on another
+    /// device) and the software NCCL's failures stay with the stream.
+    pub(crate) fn poisons_context(&self) -> bool {
+        !matches!(self, Op::Wait(..) | Op::Act(Action::Call(_)))
     }
 }
 

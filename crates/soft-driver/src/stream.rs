@@ -40,7 +40,12 @@ pub(crate) struct State {
     closing: bool,
     /// Threads blocked on `done`; the worker skips the wake-up when zero.
     waiters: usize,
+    /// The device of the stream (for its context's sticky error).
+    device: i32,
     pub(crate) fault: Option<Fault>,
+    /// The ticket of the operation that faulted (meaningful with `fault`):
+    /// a stream waiting for an earlier point is not held to it.
+    fault_ticket: u64,
     pub(crate) inject_launch_fault: bool,
     pub(crate) delay: Option<Duration>,
     pub(crate) capture: Option<crate::graph::Capturing>,
@@ -49,10 +54,20 @@ pub(crate) struct State {
 impl State {
     /// The sticky error, as the code to return (with its detail for this thread).
     pub(crate) fn fault_status(&self) -> Status {
-        match self.fault.clone().or_else(crate::faults::poison) {
+        match self
+            .fault
+            .clone()
+            .or_else(|| crate::faults::poison(self.device))
+        {
             Some(fault) => Err(fail(fault.code, fault.detail)),
             None => Ok(()),
         }
+    }
+
+    /// Forget the stream's own sticky error (fault injection's `clear`).
+    pub(crate) fn clear_fault(&mut self) {
+        self.fault = None;
+        self.fault_ticket = 0;
     }
 }
 
@@ -75,7 +90,9 @@ impl Stream {
                 completed: 0,
                 closing: false,
                 waiters: 0,
+                device,
                 fault: None,
+                fault_ticket: 0,
                 inject_launch_fault: false,
                 delay: None,
                 capture: None,
@@ -105,7 +122,7 @@ impl Stream {
         loop {
             if let Some(op) = state.queue.pop_front() {
                 let delay = state.delay.take();
-                let faulted = state.fault.is_some() || crate::faults::poison().is_some();
+                let faulted = state.fault.is_some() || crate::faults::poison(self.device).is_some();
                 return Some((op, delay, faulted));
             }
             if state.closing {
@@ -122,11 +139,17 @@ impl Stream {
             if let Some(delay) = delay {
                 std::thread::sleep(delay);
             }
+            let poisons = op.poisons_context();
             let fault = op.run(faulted, self.device);
             let mut state = self.state();
+            // Noted before `completed` moves: a stream waiting for this
+            // ticket must see the fault when its wait returns.
             if let Some(fault) = fault {
-                crate::faults::note_context_fault(&fault);
-                state.fault.get_or_insert(fault);
+                crate::faults::note_context_fault(self.device, &fault, poisons);
+                if state.fault.is_none() {
+                    state.fault = Some(fault);
+                    state.fault_ticket = state.completed + 1;
+                }
             }
             state.completed += 1;
             if state.waiters > 0 {
@@ -220,6 +243,18 @@ impl Stream {
             state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
         }
         state.waiters -= 1;
+    }
+
+    /// The sticky error that work ordered after this stream's operation
+    /// `ticket` must not run past: the stream's own fault if it came at or
+    /// before `ticket`, else the fault that poisoned its context (taken as
+    /// covering every point: what the worker skipped after it is unknown).
+    pub(crate) fn failed_by(&self, ticket: u64) -> Option<Fault> {
+        let state = self.state();
+        match &state.fault {
+            Some(fault) if state.fault_ticket <= ticket => Some(fault.clone()),
+            _ => crate::faults::poison(self.device),
+        }
     }
 
     /// `cuStreamSynchronize`: wait for everything submitted so far.

@@ -5,16 +5,19 @@
 //! through the selected driver (`CUDA_STREAMS_DRIVER`), so the same tests run
 //! on the software driver and on the GPU.
 //!
-//! Only `driver` and `kernels` are dependencies: the upper crates use this one
+//! Only `driver`, `kernels` and the software driver (for fault injection)
+//! are dependencies: the upper crates use this one
 //! as a dev-dependency, and depending on them would close a cycle.
 
 mod context;
+mod faults;
 mod gate;
 mod kernels;
 mod rng;
 mod serial;
 
 pub use context::{ctx, zeroed_elsewhere};
+pub use faults::{FaultReset, fail_next_launch};
 pub use gate::Gate;
 pub use kernels::{ONE_THREAD, fill, kernel, saxpy, spin, spin_kernel};
 pub use rng::{XorShift, XorShift64};
