@@ -39,5 +39,5 @@ mod docs_examples {}
 /// so examples can name it through this crate.
 pub use driver;
 pub use waiter::{
-    AsyncEventWaiter, DEFAULT_MAX_BACKOFF, MIN_BACKOFF, WaitEvent, WaitId, WaiterMetrics,
+    AsyncEventWaiter, DEFAULT_MAX_BACKOFF, MIN_BACKOFF, WaitError, WaitEvent, WaitId, WaiterMetrics,
 };

@@ -173,12 +173,31 @@ pub struct WaiterMetrics {
     pub polls: u64,
 }
 
-type Callback = Box<dyn FnOnce() + Send + 'static>;
+type Callback = Box<dyn FnOnce(std::result::Result<(), WaitError>) + Send + 'static>;
+
+/// Why a wait of [`AsyncEventWaiter::wait_async_result`] ended without its
+/// event completing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// The event's stream failed (its work did not complete), or the wait
+    /// could not be started.
+    #[error("the waited-on work failed: {0}")]
+    Failed(#[from] driver::Error),
+    /// The waited-on value's [`WaitEvent::event`] panicked (caught).
+    #[error("the waited-on value panicked when asked for its event: {message}")]
+    EventPanicked {
+        /// The panic's message.
+        message: String,
+    },
+}
 
 struct Wait {
     id: WaitId,
     event: Box<dyn WaitEvent>,
     callback: Callback,
+    /// Why the event will not complete, once the waiter knows.
+    failed: Option<WaitError>,
     /// The reactor's wait, started by the thread when it picks the wait up.
     completion: Option<Completion>,
     waker: Waker,
@@ -301,16 +320,51 @@ impl AsyncEventWaiter {
     /// callback signals anyone). Callbacks whose events the waiter finds
     /// complete at the same poll run in the order the waits were made, so
     /// waits on events of one stream fire in stream order.
+    ///
+    /// The callback also runs when the wait fails (the event's stream
+    /// failed: its work did not complete), so that nobody waits for it
+    /// forever; it cannot tell. Use [`AsyncEventWaiter::wait_async_result`]
+    /// wherever the callback hands out the work's results.
     pub fn wait_async<E, F>(&self, event: E, callback: F) -> WaitId
     where
         E: WaitEvent,
         F: FnOnce() + Send + 'static,
+    {
+        self.wait_async_result(event, move |_outcome| callback())
+    }
+
+    /// [`AsyncEventWaiter::wait_async`], telling the callback whether the
+    /// work before the event completed: `Err` when the event's stream failed
+    /// (a launch failure is sticky for the context, as on a GPU) or the wait
+    /// could not be started, so failed work is never taken for finished work.
+    ///
+    /// ```
+    /// use cuda_streams_event_coord::AsyncEventWaiter;
+    /// use cuda_streams_event_coord::driver::{Context, Stream};
+    /// use std::sync::mpsc;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let waiter = AsyncEventWaiter::new();
+    /// let (tx, rx) = mpsc::channel();
+    /// waiter.wait_async_result(stream.record_event()?, move |outcome| {
+    ///     tx.send(outcome.is_ok()).unwrap();
+    /// });
+    /// assert!(rx.recv()?, "the work before the event completed");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn wait_async_result<E, F>(&self, event: E, callback: F) -> WaitId
+    where
+        E: WaitEvent,
+        F: FnOnce(std::result::Result<(), WaitError>) + Send + 'static,
     {
         let id = WaitId(self.shared.next_id.fetch_add(1, Ordering::Relaxed));
         let wait = Wait {
             id,
             event: Box::new(event),
             callback: Box::new(callback),
+            failed: None,
             completion: None,
             waker: Waker::from(Arc::new(WakeWait {
                 id,
@@ -476,14 +530,16 @@ fn start(shared: &Shared, wait: &mut Wait) {
                 "async waiter: waiting for the event of {}: {err}; running its callback",
                 wait.id
             );
+            wait.failed = Some(err.into());
         }
         Err(payload) => {
             shared.event_panics.fetch_add(1, Ordering::Relaxed);
+            let why = panic_message(payload.as_ref());
             tracing::warn!(
-                "async waiter: the event of {} panicked: {}; running its callback",
+                "async waiter: the event of {} panicked: {why}; running its callback",
                 wait.id,
-                panic_message(payload.as_ref())
             );
+            wait.failed = Some(WaitError::EventPanicked { message: why });
             // Dropping a panic payload can itself panic.
             let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
         }
@@ -514,6 +570,7 @@ fn poll(
                     "async waiter: the event of {} failed: {err}; running its callback",
                     wait.id
                 );
+                wait.failed = Some(err.into());
             }
             wait.completion = None;
             finished.push(wait);
@@ -537,6 +594,7 @@ fn fire(shared: &Shared, finished: Vec<Wait>) {
             id,
             event,
             callback,
+            failed,
             completion,
             waker,
         } = wait;
@@ -546,7 +604,8 @@ fn fire(shared: &Shared, finished: Vec<Wait>) {
         // counted. Its Drop is user code: a panic there is caught.
         drop_caught(shared, id, event);
         shared.fired.fetch_add(1, Ordering::Relaxed);
-        if let Some(why) = caught(callback) {
+        let outcome = failed.map_or(Ok(()), Err);
+        if let Some(why) = caught(move || callback(outcome)) {
             shared.panics.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("async waiter: the callback of {id} panicked: {why}");
         }
@@ -577,10 +636,11 @@ fn discard(shared: &Shared, wait: Wait) {
         id,
         event,
         callback,
+        failed,
         completion,
         waker,
     } = wait;
-    drop((completion, waker));
+    drop((completion, waker, failed));
     drop_caught(shared, id, event);
     if let Some(why) = caught(move || drop(callback)) {
         shared.panics.fetch_add(1, Ordering::Relaxed);
