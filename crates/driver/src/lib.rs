@@ -125,6 +125,7 @@ pub mod borrow_rules;
 mod callback;
 mod capture_gate;
 mod context;
+mod declare;
 mod copy;
 mod enqueue;
 mod error;
@@ -142,6 +143,7 @@ mod module;
 pub mod nvtx;
 mod ordering;
 mod priority;
+mod program;
 mod reactor;
 mod select;
 mod stream;
@@ -171,7 +173,11 @@ pub use select::{
 };
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
 /// twin (the software driver's).
-pub use soft_driver::{KernelTwin, LaunchDims, TwinSpec};
+pub use declare::{DeclaredKernel, KernelDecl, LaunchDims, Thread, Twin, TwinArgs};
+pub use program::{
+    Arch, CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program,
+};
+pub use soft_driver::{KernelTwin, TwinSpec};
 pub use stream::{Stream, WorkObserver};
 /// The raw bindings this crate is built on, for interop and raw calls.
 pub use sys;

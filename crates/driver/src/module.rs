@@ -3,7 +3,8 @@
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::select::DriverKind;
-use soft_driver::TwinSpec;
+use crate::declare::{DeclaredKernel, KernelDecl};
+use crate::program::SourceInfo;
 use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
@@ -37,7 +38,7 @@ use sys::{CUfunction, CUmodule};
 #[derive(Clone, Copy, Debug)]
 pub struct ModuleImage {
     bytes: &'static [u8],
-    kernels: &'static [TwinSpec],
+    kernels: &'static [KernelDecl],
 }
 
 impl ModuleImage {
@@ -49,47 +50,38 @@ impl ModuleImage {
         }
     }
 
-    /// An image whose kernels `kernels` declares: each one's name, parameters
-    /// ([`sys::signature::Param`]) and CPU twin. [`Module::load`] validates
-    /// the parameters, and on the software driver registers the twins
-    /// ([`soft_driver::register_image`]) under `bytes`.
+    /// An image whose kernels `kernels` declares: each one's name,
+    /// parameters ([`sys::signature::Param`]) and safe CPU twin, as
+    /// [`kernel!`](crate::kernel!) makes them. [`Module::load`] validates
+    /// the parameters, and on the software driver makes the module from the
+    /// declarations' twins (the bytes are not read there).
     ///
     /// ```
-    /// use cuda_streams_driver::sys::signature::{Access, Extent, Param, Scalar};
-    /// use cuda_streams_driver::{Context, LaunchDims, Module, ModuleImage, TwinSpec};
-    /// static IMAGE: [u8; 8] = *b"declare\0"; // stands in for a cubin or PTX image
-    /// /// Twin of `zero(u32* out)`, which writes out[0].
-    /// unsafe fn zero(_: &LaunchDims, params: *mut *mut std::ffi::c_void) {
-    ///     // SAFETY: params[0] points at the one pointer argument, which the
-    ///     // driver checked addresses one u32.
-    ///     unsafe { **(*params).cast::<*mut u32>() = 0 };
+    /// use cuda_streams_driver::{Context, DeclaredKernel, Module, ModuleImage, kernel};
+    /// kernel! {
+    ///     /// `zero(unsigned int* out)`: writes out[0].
+    ///     pub struct Zero: fn zero(out: &mut [u32; 1]);
+    ///     twin = per_grid(|_dims, out| out[0] = 0);
     /// }
-    /// static KERNELS: &[TwinSpec] = &[TwinSpec {
-    ///     name: "zero",
-    ///     params: &[Param::Pointer { elem: Scalar::U32, access: Access::Write, extent: Extent::Elements(1) }],
-    ///     run: zero,
-    /// }];
-    /// // SAFETY: zero(u32* out) writes exactly out[0], and so does its twin.
-    /// let image = unsafe { ModuleImage::declared(&IMAGE, KERNELS) };
+    /// static IMAGE: [u8; 8] = *b"declare\0"; // stands in for a cubin or PTX image
+    /// // SAFETY: zero(u32* out) in IMAGE writes exactly out[0], as declared.
+    /// let image = unsafe { ModuleImage::declared(&IMAGE, &[Zero::DECL]) };
     /// assert!(image.signature("zero").is_some());
     /// let ctx = Context::new(0).unwrap();
     /// if !ctx.is_gpu() {
-    ///     let zero = Module::load(&ctx, image).unwrap().function("zero").unwrap();
-    ///     assert_eq!(zero.signature(), Some(KERNELS[0].params));
+    ///     let zero: Zero = Module::load(&ctx, image).unwrap().kernel().unwrap();
+    ///     assert_eq!(zero.kernel().signature(), Some(Zero::DECL.params));
     /// }
     /// ```
     ///
     /// # Safety
-    /// For each entry of `kernels`:
-    /// - `params` are the parameters of the kernel `name` in `bytes`, exactly:
-    ///   their count, order and types; a pointer the kernel writes through is
-    ///   [`Access::Write`](sys::signature::Access::Write), and the kernel
-    ///   touches no element beyond a pointer's declared extent, counted from
-    ///   the pointer. Checked launches of the kernel trust this;
-    /// - `run` satisfies the safety contract of
-    ///   [`soft_driver::register_image`] for it (the software driver runs it
-    ///   in place of the kernel).
-    pub const unsafe fn declared(bytes: &'static [u8], kernels: &'static [TwinSpec]) -> Self {
+    /// For each entry of `kernels`, `params` are the parameters of the
+    /// kernel `name` in `bytes`, exactly: their count, order and types; a
+    /// pointer the kernel writes through is
+    /// [`Access::Write`](sys::signature::Access::Write), and the kernel
+    /// touches no element beyond a pointer's declared extent, counted from
+    /// the pointer. Checked launches of the kernel on a GPU trust this.
+    pub const unsafe fn declared(bytes: &'static [u8], kernels: &'static [KernelDecl]) -> Self {
         Self { bytes, kernels }
     }
 
@@ -99,7 +91,7 @@ impl ModuleImage {
     }
 
     /// The kernels it declares, with their twins (none for bare bytes).
-    pub fn kernels(&self) -> &'static [TwinSpec] {
+    pub fn kernels(&self) -> &'static [KernelDecl] {
         self.kernels
     }
 
@@ -141,6 +133,9 @@ pub struct Module {
     raw: CUmodule,
     /// The image it was loaded from, with the signatures it declares.
     image: ModuleImage,
+    /// The source it was compiled from, whose parameter lists declarations
+    /// are checked against.
+    source: Option<SourceInfo>,
 }
 
 // SAFETY: module handles may be used from any thread; `Module` only passes it
@@ -179,9 +174,13 @@ impl Module {
             })?;
         }
         if ctx.kind() == DriverKind::Soft && !declared.kernels.is_empty() {
-            // SAFETY: `ModuleImage::declared`'s contract is the registration's:
-            // the parameters are the kernels' own and the twins are sound.
-            unsafe { soft_driver::register_image(image, declared.kernels) }?;
+            let module = Self::soft_module(ctx, declared, None)?;
+            for kernel in declared.kernels {
+                if let Some(twin) = kernel.twin {
+                    soft_driver::define_kernel(module.raw, kernel.name, kernel.params, twin)?;
+                }
+            }
+            return Ok(module);
         }
         ctx.bind()?;
         let aligned =
@@ -206,7 +205,142 @@ impl Module {
             ctx: Arc::clone(ctx),
             raw,
             image: declared,
+            source: None,
         }))
+    }
+
+    /// A software-driver module with no image: its kernels are defined from
+    /// declarations and their twins.
+    fn soft_module(
+        ctx: &Arc<Context>,
+        image: ModuleImage,
+        source: Option<SourceInfo>,
+    ) -> Result<Arc<Self>> {
+        ctx.bind()?;
+        let raw = soft_driver::module_from_declarations()?;
+        Ok(Arc::new(Self {
+            ctx: Arc::clone(ctx),
+            raw,
+            image,
+            source,
+        }))
+    }
+
+    /// The software driver's module for a program: nothing to compile;
+    /// [`Module::kernel`] checks each declaration against the source and
+    /// defines its twin.
+    pub(crate) fn from_declarations(ctx: &Arc<Context>, source: SourceInfo) -> Result<Arc<Self>> {
+        Self::soft_module(ctx, ModuleImage::new(b"\0"), Some(source))
+    }
+
+    /// A module of a compiled program's image (the driver copies it).
+    pub(crate) fn load_compiled(
+        ctx: &Arc<Context>,
+        image: &[u8],
+        source: SourceInfo,
+    ) -> Result<Arc<Self>> {
+        ctx.bind()?;
+        let words = aligned_copy(image);
+        let mut raw: CUmodule = std::ptr::null_mut();
+        // SAFETY: `words` holds the complete image, 8-byte aligned and
+        // NUL-terminated, alive until after the call; the context is current.
+        let code = unsafe { (ctx.driver().cuModuleLoadData)(&mut raw, words.as_ptr().cast()) };
+        if let Err(source) = ctx.driver().check(code) {
+            return Err(Error::ModuleLoad {
+                bytes: image.len(),
+                source,
+                detail: load_detail(ctx.kind()),
+            });
+        }
+        Ok(Arc::new(Self {
+            ctx: Arc::clone(ctx),
+            raw,
+            image: ModuleImage::new(b"\0"),
+            source: Some(source),
+        }))
+    }
+
+    /// The CUDA source as NVRTC compiles it: [`Program::compile_for`](crate::Program::compile_for).
+    pub fn from_cuda_source(ctx: &Arc<Context>, program: &crate::Program) -> Result<Arc<Self>> {
+        program.compile_for(ctx)
+    }
+
+    /// The kernel `K` declares ([`kernel!`](crate::kernel!)), with its
+    /// declaration checked and attached, ready for `K`'s typed launcher.
+    ///
+    /// - A module compiled from source ([`crate::Program`]): the declaration
+    ///   is compared with the source's `__global__` function (parameter
+    ///   count, scalar types, pointer element types, `const` for read-only)
+    ///   and a mismatch is an [`Error::DeclarationMismatch`] naming the
+    ///   parameter.
+    /// - A declared image ([`ModuleImage::declared`]): the image must declare
+    ///   the kernel with the same parameters.
+    /// - Bare bytes: nothing to check against, so
+    ///   [`Error::UncheckableDeclaration`]; the `unsafe`
+    ///   [`Module::kernel_unchecked`] takes the declaration on trust.
+    ///
+    /// On the software driver the kernel runs as the declaration's twin; a
+    /// declaration without one is an [`Error::NoTwin`] saying how to add it.
+    pub fn kernel<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
+        let decl = K::DECL;
+        validate_decl(&decl)?;
+        let symbol = match &self.source {
+            Some(source) => source.check(decl.name, decl.params)?,
+            None => match self.image.signature(decl.name) {
+                Some(params) if params == decl.params => decl.name.to_string(),
+                Some(params) => {
+                    return Err(Error::DeclarationMismatch {
+                        kernel: decl.name.to_string(),
+                        program: "its image".into(),
+                        reason: format!(
+                            "the image declares {params:?}, the declaration {:?}",
+                            decl.params
+                        ),
+                    });
+                }
+                None => {
+                    return Err(Error::UncheckableDeclaration {
+                        kernel: decl.name.to_string(),
+                    });
+                }
+            },
+        };
+        self.attach(&decl, &symbol).map(K::from_kernel)
+    }
+
+    /// The kernel `K` declares, with the declaration taken on trust: for
+    /// kernels of binaries that declare nothing. On a GPU whose driver
+    /// reports parameter sizes (`cuFuncGetParamInfo`) they are not compared
+    /// yet; on the software driver the declaration's twin runs, so there
+    /// the declaration is the kernel.
+    ///
+    /// # Safety
+    /// The declaration's parameters are the kernel's own, as
+    /// [`ModuleImage::declared`] requires.
+    pub unsafe fn kernel_unchecked<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
+        let decl = K::DECL;
+        validate_decl(&decl)?;
+        self.attach(&decl, decl.name).map(K::from_kernel)
+    }
+
+    /// Look up `symbol` (defining the twin first on the software driver)
+    /// and give it the declaration's signature.
+    fn attach(self: &Arc<Self>, decl: &KernelDecl, symbol: &str) -> Result<Kernel> {
+        if self.ctx.kind() == DriverKind::Soft && self.image.bytes.len() <= 1 {
+            let twin = decl.twin.ok_or_else(|| Error::NoTwin {
+                kernel: decl.name.to_string(),
+            })?;
+            soft_driver::define_kernel(self.raw, decl.name, decl.params, twin)?;
+        }
+        let lookup = if self.ctx.kind() == DriverKind::Soft {
+            decl.name
+        } else {
+            symbol
+        };
+        let mut kernel = self.function(lookup)?;
+        kernel.name = decl.name.into();
+        kernel.signature = Some(Arc::from(decl.params));
+        Ok(kernel)
     }
 
     /// Look up a kernel by its (unmangled, `extern "C"`) name.
@@ -225,13 +359,23 @@ impl Module {
         // NUL-terminated; the module is live.
         let code =
             unsafe { (self.ctx.driver().cuModuleGetFunction)(&mut raw, self.raw, c_name.as_ptr()) };
-        self.ctx
-            .driver()
-            .check(code)
-            .map_err(|source| Error::FunctionNotFound {
+        if let Err(source) = self.ctx.driver().check(code) {
+            let declared_without_twin = self
+                .image
+                .kernels
+                .iter()
+                .any(|k| k.name == name && k.twin.is_none());
+            if self.ctx.kind() == DriverKind::Soft && declared_without_twin {
+                return Err(Error::NoTwin {
+                    kernel: name.to_string(),
+                });
+            }
+            return Err(Error::FunctionNotFound {
                 name: name.to_string(),
                 source,
-            })?;
+                detail: load_detail(self.ctx.kind()),
+            });
+        }
         Ok(Kernel {
             module: Arc::clone(self),
             raw,
@@ -386,6 +530,14 @@ impl fmt::Debug for Kernel {
             .field("signature", &self.signature)
             .finish()
     }
+}
+
+/// A declaration's parameters must be checkable.
+fn validate_decl(decl: &KernelDecl) -> Result<()> {
+    signature::validate(decl.params).map_err(|source| Error::InvalidSignature {
+        kernel: decl.name.to_string(),
+        source,
+    })
 }
 
 /// Fatbin and ELF (cubin) images are binary; anything else is taken as PTX text.
