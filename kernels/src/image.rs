@@ -1,7 +1,7 @@
 //! A compiled kernel image, embedded in the binary, with its CPU twins.
 
-use driver::ModuleImage;
 use driver::KernelDecl;
+use driver::ModuleImage;
 
 /// Bytes aligned for `cuModuleLoadData`, which wants an image at least 8-byte
 /// aligned; 64 also suits the ELF sections inside a fatbin.
@@ -41,11 +41,7 @@ impl KernelImage {
         bytes: &'static Aligned<[u8]>,
         twins: &'static [KernelDecl],
     ) -> Self {
-        Self {
-            name,
-            bytes,
-            twins,
-        }
+        Self { name, bytes, twins }
     }
 
     /// The source's name: `elementwise` for `kernels/elementwise.cu`.

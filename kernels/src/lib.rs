@@ -55,9 +55,9 @@ pub mod typed;
 /// The safe driver layer the typed wrappers launch through.
 pub use driver;
 
+pub use driver::{KernelDecl, LaunchDims};
 use image::Aligned;
 pub use image::KernelImage;
-pub use driver::{KernelDecl, LaunchDims};
 pub use twins::{Checksum, Compute, FillF32, FillU32, Saxpy, ScaleAdd, Spin};
 
 /// A [`KernelImage`] for `kernels/<name>.fatbin`. The bytes live in their own
@@ -95,4 +95,3 @@ pub fn image_of(function: &str) -> Option<&'static KernelImage> {
         .copied()
         .find(|image| image.twin(function).is_some())
 }
-

@@ -173,7 +173,12 @@ fn the_bytes_register_nothing_and_the_declared_image_runs_every_function() {
         for image in ALL {
             let mut module = std::ptr::null_mut();
             let loaded = (d.cuModuleLoadData)(&mut module, image.fatbin().as_ptr().cast());
-            assert_eq!(loaded, soft_driver::sys::CUresult::CUDA_ERROR_INVALID_IMAGE, "{}", image.name());
+            assert_eq!(
+                loaded,
+                soft_driver::sys::CUresult::CUDA_ERROR_INVALID_IMAGE,
+                "{}",
+                image.name()
+            );
         }
     }
     // Through the safe layer, the image's declarations make the module.

@@ -79,7 +79,7 @@
 //! # use cuda_streams_driver::{Context, LaunchConfig, Module, Stream};
 //! # let ctx = Context::new(0).unwrap();
 //! # let stream = Stream::new(&ctx).unwrap();
-//! # let spin = Module::load(&ctx, kernels::TIMING.fatbin()).unwrap().function("spin").unwrap();
+//! # let spin = Module::load(&ctx, &kernels::TIMING).unwrap().function("spin").unwrap();
 //! # let cfg = LaunchConfig::for_num_elems(1);
 //! stream.launch_unchecked(&spin, cfg, &[1u64.into()]).unwrap();
 //! ```
@@ -88,7 +88,7 @@
 //! # use cuda_streams_driver::{Context, Module};
 //! # use cuda_streams_driver::sys::signature::{Param, Scalar};
 //! # let ctx = Context::new(0).unwrap();
-//! # let spin = Module::load(&ctx, kernels::TIMING.fatbin()).unwrap().function("spin").unwrap();
+//! # let spin = Module::load(&ctx, &kernels::TIMING).unwrap().function("spin").unwrap();
 //! let spin = spin.with_signature(&[Param::Scalar(Scalar::U64)]).unwrap();
 //! ```
 //!
@@ -98,7 +98,7 @@
 //! # use cuda_streams_driver::{Context, LaunchConfig, Module, Stream};
 //! # let ctx = Context::new(0).unwrap();
 //! # let stream = Stream::new(&ctx).unwrap();
-//! # let spin = Module::load(&ctx, kernels::TIMING.fatbin()).unwrap().function("spin").unwrap();
+//! # let spin = Module::load(&ctx, &kernels::TIMING).unwrap().function("spin").unwrap();
 //! # let cfg = LaunchConfig::for_num_elems(1);
 //! // SAFETY: spin(u64 nanoseconds) takes one u64.
 //! unsafe { stream.launch_unchecked(&spin, cfg, &[1u64.into()]) }.unwrap();

@@ -95,10 +95,10 @@ pub use modules::{
     KernelTwin, LaunchDims, RegisterError, TwinSpec, define_kernel, module_from_declarations,
     register_image, registered_signature,
 };
-pub use twin::{Thread, Twin, TwinArgs};
 pub use nccl::{NCCL_VERSION, nccl};
 /// The raw bindings the table is made of (and the kernel-signature vocabulary).
 pub use sys;
+pub use twin::{Thread, Twin, TwinArgs};
 
 use sys::Driver;
 

@@ -456,8 +456,9 @@ pub(crate) unsafe extern "C" fn cuModuleLoadData(
                 CUresult::CUDA_ERROR_INVALID_IMAGE,
                 format!(
                     "no CPU twins are registered for the kernel image at {address:#x}; the \
-                     software driver runs kernels as CPU twins registered with \
-                     cuda_streams_soft_driver::register_image"
+                     software driver runs kernels as the CPU twins of their declarations: load \
+                     a declared image (ModuleImage::declared) or compile the source (Program), \
+                     with the kernels declared by kernel! with a twin"
                 ),
             ));
         }
@@ -520,7 +521,11 @@ pub(crate) unsafe extern "C" fn cuModuleGetFunction(
                                  `twin = per_thread(..)` or `twin = per_grid(..)` \
                                  (docs/kernels.md)",
                                 hmod as usize,
-                                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                                if known.is_empty() {
+                                    "none".to_string()
+                                } else {
+                                    known.join(", ")
+                                }
                             ),
                         ));
                     }

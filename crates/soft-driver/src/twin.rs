@@ -45,9 +45,20 @@ pub type Twin = fn(&LaunchDims, &mut TwinArgs<'_>);
 /// One argument as the twin receives it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum View {
-    Scalar { scalar: Scalar, bytes: [u8; 8] },
-    Read { elem: Scalar, ptr: usize, len: usize },
-    Write { elem: Scalar, ptr: usize, len: usize },
+    Scalar {
+        scalar: Scalar,
+        bytes: [u8; 8],
+    },
+    Read {
+        elem: Scalar,
+        ptr: usize,
+        len: usize,
+    },
+    Write {
+        elem: Scalar,
+        ptr: usize,
+        len: usize,
+    },
 }
 
 /// The checked arguments of one launch, handed out in parameter order.
@@ -225,9 +236,8 @@ impl LaunchDims {
     /// within each block (x fastest), as a per-thread twin is run.
     pub fn threads(&self) -> impl Iterator<Item = Thread> + use<> {
         let (grid, block) = (self.grid, self.block);
-        let blocks = (0..grid.2).flat_map(move |z| {
-            (0..grid.1).flat_map(move |y| (0..grid.0).map(move |x| (x, y, z)))
-        });
+        let blocks = (0..grid.2)
+            .flat_map(move |z| (0..grid.1).flat_map(move |y| (0..grid.0).map(move |x| (x, y, z))));
         blocks.flat_map(move |block_idx| {
             (0..block.2).flat_map(move |z| {
                 (0..block.1).flat_map(move |y| {

@@ -140,7 +140,11 @@ mod tests {
         assert_eq!(load(&dir, "key one"), Some(entry.clone()));
         assert_eq!(load(&dir, "key two"), None);
         // An entry whose stored key differs (a collision) is a miss.
-        std::fs::rename(dir.join(file_name("key one")), dir.join(file_name("key two"))).unwrap();
+        std::fs::rename(
+            dir.join(file_name("key one")),
+            dir.join(file_name("key two")),
+        )
+        .unwrap();
         assert_eq!(load(&dir, "key two"), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -480,7 +480,9 @@ impl Program {
             if !name.is_null() {
                 // SAFETY: NVRTC returns a NUL-terminated string owned by the
                 // program, alive until it is destroyed (after this copy).
-                let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+                let name = unsafe { CStr::from_ptr(name) }
+                    .to_string_lossy()
+                    .into_owned();
                 lowered.push((text.clone(), name));
             }
         }
@@ -499,24 +501,34 @@ impl ProgramGuard<'_> {
     /// Read a size, then that many bytes, with a pair of entry points.
     fn bytes(
         &self,
-        size_call: (&'static str, unsafe extern "C" fn(nvrtcProgram, *mut usize) -> sys::nvrtc::bindings::nvrtcResult),
-        data_call: (&'static str, unsafe extern "C" fn(nvrtcProgram, *mut c_char) -> sys::nvrtc::bindings::nvrtcResult),
+        size_call: (
+            &'static str,
+            unsafe extern "C" fn(nvrtcProgram, *mut usize) -> sys::nvrtc::bindings::nvrtcResult,
+        ),
+        data_call: (
+            &'static str,
+            unsafe extern "C" fn(nvrtcProgram, *mut c_char) -> sys::nvrtc::bindings::nvrtcResult,
+        ),
     ) -> Result<Vec<u8>> {
         let mut size = 0usize;
         // SAFETY: a live program and a valid out-pointer.
         let status = unsafe { (size_call.1)(self.program, &mut size) };
-        self.table.check(status).map_err(|source| Error::NvrtcCall {
-            call: size_call.0,
-            source,
-        })?;
+        self.table
+            .check(status)
+            .map_err(|source| Error::NvrtcCall {
+                call: size_call.0,
+                source,
+            })?;
         let mut bytes = vec![0u8; size];
         if size > 0 {
             // SAFETY: room for the `size` bytes NVRTC reported.
             let status = unsafe { (data_call.1)(self.program, bytes.as_mut_ptr().cast()) };
-            self.table.check(status).map_err(|source| Error::NvrtcCall {
-                call: data_call.0,
-                source,
-            })?;
+            self.table
+                .check(status)
+                .map_err(|source| Error::NvrtcCall {
+                    call: data_call.0,
+                    source,
+                })?;
         }
         Ok(bytes)
     }

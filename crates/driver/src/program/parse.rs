@@ -15,7 +15,10 @@ use sys::signature::{Access, Param, Scalar};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SourceType {
     Scalar(Scalar),
-    Pointer { elem: Scalar, is_const: bool },
+    Pointer {
+        elem: Scalar,
+        is_const: bool,
+    },
     /// Something else (a struct, a pointer to pointer, an unknown typedef).
     Other(String),
 }
@@ -250,7 +253,13 @@ fn param_of(tokens: &[&Token]) -> (Option<String>, Vec<String>) {
     }
 }
 
-const QUALIFIERS: &[&str] = &["const", "volatile", "__restrict__", "__restrict", "restrict"];
+const QUALIFIERS: &[&str] = &[
+    "const",
+    "volatile",
+    "__restrict__",
+    "__restrict",
+    "restrict",
+];
 const TYPE_WORDS: &[&str] = &[
     "unsigned", "signed", "int", "long", "short", "char", "float", "double",
 ];
@@ -263,10 +272,20 @@ fn scalar_of(words: &[&str]) -> Option<Scalar> {
         "char unsigned" | "uint8_t" => Scalar::U8,
         "unsigned" | "int unsigned" | "uint32_t" | "uint" => Scalar::U32,
         "int" | "int signed" | "signed" | "int32_t" => Scalar::I32,
-        "long long unsigned" | "int long long unsigned" | "uint64_t" | "size_t"
-        | "long unsigned" | "int long unsigned" => Scalar::U64,
-        "long long" | "int long long" | "int64_t" | "long" | "int long" | "ptrdiff_t"
-        | "long long signed" | "int long long signed" => Scalar::I64,
+        "long long unsigned"
+        | "int long long unsigned"
+        | "uint64_t"
+        | "size_t"
+        | "long unsigned"
+        | "int long unsigned" => Scalar::U64,
+        "long long"
+        | "int long long"
+        | "int64_t"
+        | "long"
+        | "int long"
+        | "ptrdiff_t"
+        | "long long signed"
+        | "int long long signed" => Scalar::I64,
         "float" => Scalar::F32,
         "double" => Scalar::F64,
         _ => return None,
