@@ -60,6 +60,7 @@ mod docs_examples {}
 mod communicator;
 mod error;
 mod group;
+mod meeting;
 mod table;
 mod types;
 
