@@ -5,14 +5,14 @@ use crate::communicator::{
     broadcast_op, reduce_op, reduce_scatter_op,
 };
 use crate::error::{Error, Result};
+use crate::meeting::Meeting;
 use crate::table::check;
 use crate::types::{NcclType, ReduceOp};
-use crate::meeting::Meeting;
 use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
 use engine::{EventPriority, OperationGraph, OperationId, OperationType};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::ffi::c_void;
+use std::sync::Arc;
 use sys::CUdeviceptr;
 use sys::nccl::{ncclDataType_t, ncclRedOp_t};
 
