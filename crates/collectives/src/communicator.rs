@@ -22,6 +22,28 @@ use sys::nccl::{Nccl, ncclComm_t, ncclConfig_t, ncclResult_t};
 /// (`!Sync`): NCCL forbids concurrent calls on one communicator. Driving
 /// several ranks from one thread needs a [`crate::Group`], as NCCL requires.
 ///
+/// # What is checked before NCCL sees a collective
+///
+/// - This rank's arguments: the stream's and buffers' device, the lengths,
+///   the root, and that the stream is not being captured into a graph
+///   ([`Error::StreamCapturing`]: the graph would keep none of the buffers
+///   for its replays).
+/// - **The ranks against each other, where they share this process**
+///   (`all_devices`, or `init_rank` called from several threads): a
+///   collective made alone waits until every other rank of the
+///   communicator in this process has made its own (NCCL's call may block
+///   the same way), then all go on to NCCL or none does. Ranks that
+///   disagree on the collective, count, element type, operation or root
+///   all get [`Error::RanksDisagree`], naming both ranks and values; ranks
+///   that group their collectives differently get [`Error::MissingRank`].
+///   A rank whose communicator is dropped or aborted ends the others' wait
+///   ([`Error::RankGone`]). A call refused by its own rank's checks counts
+///   for nothing: the others wait for that rank's next collective.
+/// - **Ranks in other processes are not compared**: nothing here sees
+///   their calls, and NCCL does not check them. With one rank per process,
+///   collectives that disagree hang or read and write past the buffers on
+///   GPUs; keep every rank's sequence of collectives identical.
+///
 /// Dropping it destroys the communicator (`ncclCommDestroy`, which waits for
 /// its collectives); [`Communicator::abort`] gives up on them instead.
 pub struct Communicator {

@@ -337,12 +337,15 @@ fn meet(ops: &[Op<'_>]) -> Result<()> {
 /// one thread drives several ranks (NCCL needs it, or the first rank's call
 /// may wait for the others), and how several collectives fuse.
 ///
-/// Each call checks its own rank's arguments at once; [`Group::end`] then
-/// checks the ranks of each communicator made by
-/// [`Communicator::all_devices`] against each other (every rank takes part,
-/// with the same collective, count, type, operation and root) before any
-/// call reaches NCCL, and issues them. The buffers stay borrowed until then.
-/// A group dropped without `end` issues nothing.
+/// Each call checks its own rank's arguments at once; [`Group::end`] then,
+/// before any call reaches NCCL, checks that every rank of each
+/// communicator made by [`Communicator::all_devices`] takes part, that no
+/// stream is being captured, and that the ranks in this process agree (the
+/// same collectives, counts, types, operations and roots, in order): those
+/// in the group among themselves, and ranks driven by other threads
+/// through their own calls, which the group waits for (see
+/// [`Communicator`]'s checks). Then it issues them. The buffers stay
+/// borrowed until then. A group dropped without `end` issues nothing.
 ///
 /// ```
 /// use cuda_streams_collectives::{Communicator, Error, Group, ReduceOp};
@@ -513,7 +516,7 @@ impl<'a> Group<'a> {
 
     /// Check the ranks against each other, then issue every collective in
     /// one NCCL group and track the buffers. When a call fails, the group is
-    /// still closed and the calls issued before it tracked; the first error
+    /// still closed and every call handed to NCCL tracked; the first error
     /// is returned.
     pub fn end(self) -> Result<()> {
         self.check_ranks()?;
@@ -645,5 +648,66 @@ impl std::fmt::Debug for Group<'_> {
         f.debug_struct("Group")
             .field("collectives", &self.ops.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use driver::DeviceBuffer;
+    use test_support::Gate;
+
+    /// A failure after NCCL has the calls still tracks each of them: send
+    /// buffers dropped at once on their home streams are freed only after
+    /// the held collectives read them. The failure is injected into
+    /// `launch`'s rebinding: on the software driver `cuCtxSetCurrent` fails
+    /// only inside a stream callback (where `bind` refuses first) or for a
+    /// context no longer alive (the communicator holds its context), so no
+    /// public call provokes it.
+    #[test]
+    fn calls_handed_to_nccl_are_tracked_when_rebinding_fails() {
+        let contexts = Context::all().unwrap();
+        if contexts.len() < 2 {
+            eprintln!(
+                "skipped: needs two devices, the driver reports {}",
+                contexts.len()
+            );
+            return;
+        }
+        let contexts = &contexts[..2];
+        let comms = Communicator::all_devices(contexts).unwrap();
+        let streams: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+        // Uploaded on other streams, whose frees the collectives' streams
+        // must hold back.
+        let homes: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+        let send: Vec<DeviceBuffer<u32>> = homes
+            .iter()
+            .enumerate()
+            .map(|(r, s)| DeviceBuffer::from_slice(s, &[r as u32 + 1; 4096]).unwrap())
+            .collect();
+        let mut recv: Vec<DeviceBuffer<u32>> = streams
+            .iter()
+            .map(|s| DeviceBuffer::from_slice(s, &[0; 4096]).unwrap())
+            .collect();
+        let gates: Vec<Gate> = streams.iter().map(|s| Gate::close(s)).collect();
+        let mut group = Group::new();
+        for (i, out) in recv.iter_mut().enumerate() {
+            group
+                .all_reduce(&comms[i], &streams[i], &send[i], out, ReduceOp::Sum)
+                .unwrap();
+        }
+        let injected = |_: &Context| {
+            Err(driver::Error::InsideCallback {
+                operation: "rebinding (injected)",
+            })
+        };
+        let err = launch(&group.ops, Issue::Grouped, injected).unwrap_err();
+        assert!(err.to_string().contains("injected"), "{err}");
+        drop(group);
+        drop(send);
+        drop(gates);
+        for (stream, out) in streams.iter().zip(&recv) {
+            assert_eq!(out.to_vec(stream).unwrap(), vec![3; 4096]);
+        }
     }
 }
