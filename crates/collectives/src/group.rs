@@ -309,7 +309,9 @@ fn launch(
 /// posted to before any is waited on, so calls that each hold ranks of
 /// several communicators cannot wait for each other in a circle.
 fn meet(ops: &[Op<'_>]) -> Result<()> {
-    let mut meetings: Vec<(&Arc<Meeting>, BTreeMap<usize, Vec<Shape>>)> = Vec::new();
+    /// Each rank's collectives, in call order.
+    type Calls = BTreeMap<usize, Vec<Shape>>;
+    let mut meetings: Vec<(&Arc<Meeting>, Calls)> = Vec::new();
     for op in ops {
         let meeting = op.comm.meeting();
         let calls = match meetings.iter_mut().find(|(m, _)| Arc::ptr_eq(m, meeting)) {
