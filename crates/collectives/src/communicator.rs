@@ -2,15 +2,13 @@
 
 use crate::error::{Error, Result};
 use crate::group::{Kind, Op, Shape};
+use crate::meeting::Meeting;
 use crate::table::{check, for_context};
 use crate::types::{NcclType, ReduceOp, UniqueId};
 use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use sys::nccl::{Nccl, ncclComm_t, ncclConfig_t, ncclResult_t};
-
-static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
 
 /// One rank of an NCCL communicator, on one device.
 ///
@@ -24,6 +22,28 @@ static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
 /// (`!Sync`): NCCL forbids concurrent calls on one communicator. Driving
 /// several ranks from one thread needs a [`crate::Group`], as NCCL requires.
 ///
+/// # What is checked before NCCL sees a collective
+///
+/// - This rank's arguments: the stream's and buffers' device, the lengths,
+///   the root, and that the stream is not being captured into a graph
+///   ([`Error::StreamCapturing`]: the graph would keep none of the buffers
+///   for its replays).
+/// - **The ranks against each other, where they share this process**
+///   (`all_devices`, or `init_rank` called from several threads): a
+///   collective made alone waits until every other rank of the
+///   communicator in this process has made its own (NCCL's call may block
+///   the same way), then all go on to NCCL or none does. Ranks that
+///   disagree on the collective, count, element type, operation or root
+///   all get [`Error::RanksDisagree`], naming both ranks and values; ranks
+///   that group their collectives differently get [`Error::MissingRank`].
+///   A rank whose communicator is dropped or aborted ends the others' wait
+///   ([`Error::RankGone`]). A call refused by its own rank's checks counts
+///   for nothing: the others wait for that rank's next collective.
+/// - **Ranks in other processes are not compared**: nothing here sees
+///   their calls, and NCCL does not check them. With one rank per process,
+///   collectives that disagree hang or read and write past the buffers on
+///   GPUs; keep every rank's sequence of collectives identical.
+///
 /// Dropping it destroys the communicator (`ncclCommDestroy`, which waits for
 /// its collectives); [`Communicator::abort`] gives up on them instead.
 pub struct Communicator {
@@ -32,11 +52,12 @@ pub struct Communicator {
     ctx: Arc<Context>,
     rank: usize,
     nranks: usize,
-    /// Shared by the ranks made together (`all_devices`), so a group can
-    /// check them against each other.
-    pub(crate) clique: u64,
-    /// Whether every rank of the clique lives in this process.
-    pub(crate) all_local: bool,
+    /// Shared by the communicator's ranks in this process, which compare
+    /// their collectives there before NCCL sees them.
+    meeting: Arc<Meeting>,
+    /// Made by `all_devices`, to be driven together: a group holds every
+    /// rank or none.
+    pub(crate) made_together: bool,
     /// A non-blocking communicator: calls may answer `ncclInProgress`.
     blocking: bool,
 }
@@ -75,7 +96,7 @@ impl Communicator {
         // NCCL switches devices while it initialises: resynchronise the cache.
         first.force_bind()?;
         check(nccl, "ncclCommInitAll", std::ptr::null_mut(), code)?;
-        let clique = NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed);
+        let meeting = Meeting::all_local(contexts.len());
         tracing::debug!(
             ranks = contexts.len(),
             "NCCL communicators over {ordinals:?}"
@@ -90,8 +111,8 @@ impl Communicator {
                 ctx: Arc::clone(ctx),
                 rank,
                 nranks: contexts.len(),
-                clique,
-                all_local: true,
+                meeting: Arc::clone(&meeting),
+                made_together: true,
                 blocking: true,
             })
             .collect())
@@ -130,19 +151,27 @@ impl Communicator {
         let nccl = for_context(ctx)?;
         let mut raw = std::ptr::null_mut();
         ctx.bind()?;
+        // Before the NCCL call, which returns once every rank has made it.
+        let meeting = Meeting::join(id.to_bytes(), nranks, rank);
         // SAFETY: writes one communicator through a valid pointer; the id is
         // passed by value as nccl.h declares.
         let code = unsafe { (nccl.ncclCommInitRank)(&mut raw, nranks as i32, id.0, rank as i32) };
-        ctx.force_bind()?;
-        check(nccl, "ncclCommInitRank", std::ptr::null_mut(), code)?;
+        let made = ctx
+            .force_bind()
+            .map_err(Error::from)
+            .and_then(|()| check(nccl, "ncclCommInitRank", std::ptr::null_mut(), code));
+        if let Err(err) = made {
+            meeting.unjoin(rank);
+            return Err(err);
+        }
         Ok(Communicator {
             raw,
             nccl,
             ctx: Arc::clone(ctx),
             rank,
             nranks,
-            clique: clique_of(id),
-            all_local: false,
+            meeting,
+            made_together: false,
             blocking: true,
         })
     }
@@ -178,24 +207,35 @@ impl Communicator {
         let mut raw = std::ptr::null_mut();
         ctx.bind()?;
         let start = std::time::Instant::now();
+        // Before the NCCL call, which completes once every rank has made it.
+        let meeting = Meeting::join(id.to_bytes(), nranks, rank);
         // SAFETY: writes one communicator through a valid pointer; the config
         // is initialised as NCCL_CONFIG_INITIALIZER does, and read only
         // during the call.
         let code = unsafe {
             (nccl.ncclCommInitRankConfig)(&mut raw, nranks as i32, id.0, rank as i32, &mut config)
         };
-        ctx.force_bind()?;
-        if code != ncclResult_t::ncclInProgress {
-            check(nccl, "ncclCommInitRankConfig", std::ptr::null_mut(), code)?;
+        let made = ctx.force_bind().map_err(Error::from).and_then(|()| {
+            if code == ncclResult_t::ncclInProgress {
+                Ok(())
+            } else {
+                check(nccl, "ncclCommInitRankConfig", std::ptr::null_mut(), code)
+            }
+        });
+        if let Err(err) = made {
+            meeting.unjoin(rank);
+            return Err(err);
         }
+        // From here the communicator is destroyed (or aborted) on every
+        // path, which tells the meeting.
         let comm = Communicator {
             raw,
             nccl,
             ctx: Arc::clone(ctx),
             rank,
             nranks,
-            clique: clique_of(id),
-            all_local: false,
+            meeting,
+            made_together: false,
             blocking: false,
         };
         // Polled, with a growing pause: NCCL's bootstrap runs on its own
@@ -265,6 +305,11 @@ impl Communicator {
     /// The context of this rank's device.
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
+    }
+
+    /// Where this rank meets the communicator's other ranks in this process.
+    pub(crate) fn meeting(&self) -> &Arc<Meeting> {
+        &self.meeting
     }
 
     /// The raw handle, for NCCL calls this crate does not wrap.
@@ -422,15 +467,6 @@ impl Communicator {
     }
 }
 
-/// A clique number for the communicator a unique id names (high bit set, so
-/// it never equals one of `all_devices`'s).
-fn clique_of(id: &UniqueId) -> u64 {
-    id.to_bytes()
-        .iter()
-        .fold(0u64, |h, &b| h.rotate_left(5) ^ u64::from(b))
-        | 1 << 63
-}
-
 /// `NCCL_CONFIG_INITIALIZER` with `blocking = 0`.
 fn nonblocking_config() -> ncclConfig_t {
     const UNDEF: i32 = i32::MIN;
@@ -457,6 +493,8 @@ fn nonblocking_config() -> ncclConfig_t {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        // Dropped or aborted: ranks waiting for this one's part give up.
+        self.meeting.leave(self.rank);
         if self.raw.is_null() {
             return;
         }

@@ -74,19 +74,26 @@ pub enum Error {
         /// The length given.
         actual: usize,
     },
-    /// Ranks of one communicator whose calls in a group disagree.
-    #[error("collective {index} of the group's communicator: {what}")]
+    /// Ranks of one communicator whose calls disagree: in a group, or
+    /// (ranks in this process) collectives each rank made alone. Nothing
+    /// was issued to NCCL.
+    #[error("the ranks' collective {index} of this call disagrees: {what}; none reached NCCL")]
     RanksDisagree {
-        /// Which of the communicator's collectives in the group (from 0).
+        /// Which of the rank's collectives in the call (from 0; a collective
+        /// made alone is 0).
         index: usize,
         /// What differs, naming both ranks and values.
         what: String,
     },
-    /// A group in which not every rank of a communicator made the same
-    /// number of calls.
+    /// Ranks of one communicator that issue different numbers of
+    /// collectives together: a group that leaves out a rank of a
+    /// [`crate::Communicator::all_devices`] communicator, or ranks in this
+    /// process that group their collectives differently. Nothing was issued
+    /// to NCCL.
     #[error(
-        "the group has {calls_here} collective(s) for rank {rank} but {calls_there} for rank \
-         {other_rank} of the same communicator: every rank must take part in each"
+        "rank {rank} issues {calls_here} collective(s) together but rank {other_rank} of the \
+         same communicator issues {calls_there}: every rank must take part in each, alone or \
+         grouped alike; none reached NCCL"
     )]
     MissingRank {
         /// A rank with calls.
@@ -97,6 +104,35 @@ pub enum Error {
         other_rank: usize,
         /// That rank's number of calls (0: it never joined).
         calls_there: usize,
+    },
+    /// A collective on a stream that is being captured into a graph: the
+    /// graph would keep neither buffer alive for its replays. Nothing was
+    /// issued to NCCL; the capture and the communicator stay usable.
+    #[error(
+        "{collective} on rank {rank}: stream {stream} is being captured into a graph, which \
+         would keep none of the collective's buffers alive for its replays; collectives \
+         cannot be captured yet, so end the capture first (nothing reached NCCL, the capture \
+         and the communicator stay usable)"
+    )]
+    StreamCapturing {
+        /// The collective, e.g. `all_reduce`.
+        collective: &'static str,
+        /// The rank.
+        rank: usize,
+        /// The stream's id.
+        stream: u64,
+    },
+    /// A rank in this process waited for another rank's part of a
+    /// collective, but that rank's communicator was dropped or aborted.
+    #[error(
+        "rank {rank} cannot meet rank {gone} for its collective: rank {gone}'s communicator \
+         (in this process) was dropped or aborted; nothing reached NCCL"
+    )]
+    RankGone {
+        /// The rank that waited.
+        rank: usize,
+        /// The rank whose communicator is gone.
+        gone: usize,
     },
     /// Not every rank joined in time
     /// ([`crate::Communicator::init_rank_within`]); the communicator was
