@@ -5,9 +5,9 @@
 mod common;
 
 use common::{Kernels, ctx};
-use test_support::Gate;
 use cuda_streams_allocator::driver::{LaunchConfig, PinnedBuffer, Stream};
 use cuda_streams_allocator::{Error, StreamOrderedAllocator};
+use test_support::Gate;
 
 #[test]
 fn copies_and_memsets_are_counted_by_the_stream() {

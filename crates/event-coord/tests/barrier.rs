@@ -49,7 +49,10 @@ fn synchronize_returns_only_when_every_stream_got_there() {
     );
     let stats = barrier.stats();
     assert_eq!((stats.synchronizations, stats.arrivals), (1, 0));
-    assert_eq!(stats.total_wait, waited, "the stats add up what it returned");
+    assert_eq!(
+        stats.total_wait, waited,
+        "the stats add up what it returned"
+    );
     assert_eq!(
         events.utilization().in_use,
         0,

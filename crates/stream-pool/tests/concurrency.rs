@@ -45,7 +45,11 @@ fn each_pool_stream_finishes_its_kernels_while_any_other_is_held() {
         stream.synchronize().unwrap();
     }
     let distinct: std::collections::HashSet<u64> = streams.iter().map(|s| s.id()).collect();
-    assert_eq!(distinct.len(), KERNELS, "the pool handed out {KERNELS} streams");
+    assert_eq!(
+        distinct.len(),
+        KERNELS,
+        "the pool handed out {KERNELS} streams"
+    );
 }
 
 #[test]
