@@ -19,6 +19,13 @@ const HOLD: Duration = Duration::from_secs(10);
 fn each_pool_stream_finishes_its_kernels_while_any_other_is_held() {
     let _serial = serial();
     let ctx = ctx();
+    if ctx.is_gpu() && std::env::var_os("CUDA_STREAMS_SANITIZER").is_some_and(|v| !v.is_empty()) {
+        // compute-sanitizer makes a launch behind a held stream block the
+        // host until the gate opens itself: no stream can be held while the
+        // others run, which is what this test needs.
+        eprintln!("skipped under a sanitizer: launches behind a gate block the host there");
+        return;
+    }
     let spinner = spin_kernel(&ctx);
     let pool = StreamPool::new(&ctx, KERNELS).unwrap();
     let streams: Vec<_> = (0..KERNELS).map(|_| pool.get_stream()).collect();
