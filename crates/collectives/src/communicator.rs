@@ -905,19 +905,19 @@ where
     Op::new(comm, stream, shape, 0, ptr, uses, count * size_of::<T>())
 }
 
-/// One send or receive of `count` elements at element `offset` of a buffer
+/// One send or receive of the elements `elems` of a buffer
 /// whose use another op of the same call carries (`uses`, or none).
 fn part<'a, T: NcclType>(
     comm: &'a Communicator,
     stream: &'a Stream,
     kind: Kind,
     base: sys::CUdeviceptr,
-    offset: usize,
-    count: usize,
+    elems: std::ops::Range<usize>,
     peer: usize,
     uses: Vec<BufferUse<'a>>,
 ) -> Result<Op<'a>> {
-    let ptr = base + (offset * size_of::<T>()) as sys::CUdeviceptr;
+    let count = elems.len();
+    let ptr = base + (elems.start * size_of::<T>()) as sys::CUdeviceptr;
     let shape = shape::<T>(kind, count, None, peer);
     let (send, recv) = if kind == Kind::Send {
         (ptr, 0)
@@ -959,7 +959,7 @@ where
 {
     let n = comm.nranks;
     let len = send.device_len();
-    if len % n != 0 {
+    if !len.is_multiple_of(n) {
         return Err(Error::CountMismatch {
             collective: "all_to_all",
             rank: comm.rank,
@@ -981,8 +981,7 @@ where
             stream,
             Kind::Send,
             s,
-            peer * chunk,
-            chunk,
+            peer * chunk..(peer + 1) * chunk,
             peer,
             uses,
         )?);
@@ -992,8 +991,7 @@ where
             stream,
             Kind::Recv,
             r,
-            peer * chunk,
-            chunk,
+            peer * chunk..(peer + 1) * chunk,
             peer,
             uses,
         )?);
@@ -1035,8 +1033,7 @@ where
                 stream,
                 Kind::Recv,
                 r,
-                peer * count,
-                count,
+                peer * count..(peer + 1) * count,
                 peer,
                 uses,
             )?);
@@ -1080,8 +1077,7 @@ where
                 stream,
                 Kind::Send,
                 s,
-                peer * count,
-                count,
+                peer * count..(peer + 1) * count,
                 peer,
                 uses,
             )?);

@@ -215,6 +215,49 @@ pub enum Error {
         /// `send buffer` or `receive buffer`.
         buffer: &'static str,
     },
+    /// A launch variable that is missing or invalid
+    /// ([`crate::Launch::from_env`]).
+    #[error(transparent)]
+    Env(#[from] sys::env::EnvError),
+    /// The TCP store that hands out the unique id failed.
+    #[error("rank {rank}: could not {what} at the launch store {addr}: {source}")]
+    Store {
+        /// The rank.
+        rank: usize,
+        /// The store's address.
+        addr: String,
+        /// What failed.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The ranks did not all meet at the store in time.
+    #[error(
+        "rank {rank}: {missing} rank(s) did not come to the launch store at {addr} within \
+         {waited:?}; is every rank running, with the same MASTER_ADDR, MASTER_PORT and \
+         WORLD_SIZE (and rank 0 reachable from this host)?"
+    )]
+    StoreTimeout {
+        /// The rank that waited.
+        rank: usize,
+        /// The store's address.
+        addr: String,
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// Ranks still missing (for rank 0), or 1 (rank 0 itself).
+        missing: usize,
+    },
+    /// Rank 0's world size differs from this rank's.
+    #[error("rank {rank} was launched with WORLD_SIZE={ours}, but rank 0 with {rank0}")]
+    WorldSizeMismatch {
+        /// The rank.
+        rank: usize,
+        /// Its world size.
+        ours: usize,
+        /// Rank 0's.
+        rank0: usize,
+    },
     /// A rank outside `0..nranks`, or zero ranks.
     #[error("rank {rank} is not in 0..{nranks}")]
     InvalidRank {

@@ -456,15 +456,15 @@ impl Ticket {
     /// every caller has read; the first refusal.
     fn collect(&self, state: &mut State) -> Result<(), Refusal> {
         let mut result = Ok(());
-        if let Some(round_number) = self.round {
-            if let Some(round) = state.rounds.get_mut(&round_number) {
-                let verdict = round.verdict.clone().unwrap_or(Ok(()));
-                round.collected += 1;
-                if round.collected == round.callers {
-                    state.rounds.remove(&round_number);
-                }
-                result = verdict.map_err(Refusal::Disagree);
+        if let Some(round_number) = self.round
+            && let Some(round) = state.rounds.get_mut(&round_number)
+        {
+            let verdict = round.verdict.clone().unwrap_or(Ok(()));
+            round.collected += 1;
+            if round.collected == round.callers {
+                state.rounds.remove(&round_number);
             }
+            result = verdict.map_err(Refusal::Disagree);
         }
         for key in &self.sides {
             if let Some(pair) = state.pairs.get_mut(key) {
