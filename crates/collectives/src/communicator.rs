@@ -58,6 +58,9 @@ pub struct Communicator {
     /// Made by `all_devices`, to be driven together: a group holds every
     /// rank or none.
     pub(crate) made_together: bool,
+    /// No other rank of the communicator lives in this process: nothing to
+    /// compare with, so calls skip the meeting.
+    pub(crate) alone_here: bool,
     /// A non-blocking communicator: calls may answer `ncclInProgress`.
     blocking: bool,
 }
@@ -113,6 +116,7 @@ impl Communicator {
                 nranks: contexts.len(),
                 meeting: Arc::clone(&meeting),
                 made_together: true,
+                alone_here: contexts.len() < 2,
                 blocking: true,
             })
             .collect())
@@ -164,6 +168,9 @@ impl Communicator {
             meeting.unjoin(rank);
             return Err(err);
         }
+        // Every rank has joined NCCL, so every rank of this process has
+        // joined the meeting.
+        let alone_here = meeting.local_ranks() < 2;
         Ok(Communicator {
             raw,
             nccl,
@@ -172,6 +179,7 @@ impl Communicator {
             nranks,
             meeting,
             made_together: false,
+            alone_here,
             blocking: true,
         })
     }
@@ -228,7 +236,7 @@ impl Communicator {
         }
         // From here the communicator is destroyed (or aborted) on every
         // path, which tells the meeting.
-        let comm = Communicator {
+        let mut comm = Communicator {
             raw,
             nccl,
             ctx: Arc::clone(ctx),
@@ -236,6 +244,8 @@ impl Communicator {
             nranks,
             meeting,
             made_together: false,
+            // Set once every rank has joined (below).
+            alone_here: false,
             blocking: false,
         };
         // Polled, with a growing pause: NCCL's bootstrap runs on its own
@@ -243,7 +253,10 @@ impl Communicator {
         let mut pause = std::time::Duration::from_micros(50);
         loop {
             match comm.state()? {
-                ncclResult_t::ncclSuccess => return Ok(comm),
+                ncclResult_t::ncclSuccess => {
+                    comm.alone_here = comm.meeting.local_ranks() < 2;
+                    return Ok(comm);
+                }
                 ncclResult_t::ncclInProgress if start.elapsed() < timeout => {
                     std::thread::sleep(pause.min(timeout.saturating_sub(start.elapsed())));
                     pause = (pause * 2).min(std::time::Duration::from_millis(10));
@@ -262,6 +275,7 @@ impl Communicator {
                 other => {
                     // An error (success returned above): say which.
                     check(nccl, "ncclCommInitRankConfig", comm.raw, other)?;
+                    comm.alone_here = comm.meeting.local_ranks() < 2;
                     return Ok(comm);
                 }
             }
@@ -464,6 +478,133 @@ impl Communicator {
         D: DeviceMemoryMut<Elem = T>,
     {
         reduce_scatter_op(self, stream, send, recv, op)?.run_alone()
+    }
+
+    /// Send `send` to rank `peer` (`ncclSend`), which receives it with
+    /// [`Communicator::recv`] of the same count and element type. Sends and
+    /// receives between two ranks meet in call order.
+    ///
+    /// Alone, the call enqueues at once; a rank that both sends to and
+    /// receives from others in one step (a ring, an exchange) issues them
+    /// together in a [`crate::Group`], as NCCL requires, so no pair waits
+    /// for another. When the peer lives in this process, the call waits
+    /// until the peer has posted its receive and checks that the two agree
+    /// ([`Error::PeerMismatch`]); a peer outside `0..size()` is
+    /// [`Error::InvalidPeer`].
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, Group};
+    /// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+    /// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+    /// let contexts = Context::all()?;
+    /// if contexts.len() < 2 { return Ok(()); }
+    /// let comms = Communicator::all_devices(&contexts[..2])?;
+    /// let streams = [Stream::new(&contexts[0])?, Stream::new(&contexts[1])?];
+    /// let activations = DeviceBuffer::from_slice(&streams[0], &[1.5f32; 8])?;
+    /// let mut received = DeviceBuffer::<f32>::new_async(&streams[1], 8)?;
+    /// // One thread drives both ranks: a group.
+    /// let mut group = Group::new();
+    /// group.send(&comms[0], &streams[0], &activations, 1)?;
+    /// group.recv(&comms[1], &streams[1], &mut received, 0)?;
+    /// group.end()?;
+    /// assert_eq!(received.to_vec(&streams[1])?, [1.5; 8]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn send<T, S>(&self, stream: &Stream, send: &S, peer: usize) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+    {
+        send_op(self, stream, send, peer)?.run_alone()
+    }
+
+    /// Receive into `recv` what rank `peer` sends (`ncclRecv`); see
+    /// [`Communicator::send`].
+    pub fn recv<T, D>(&self, stream: &Stream, recv: &mut D, peer: usize) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        recv_op(self, stream, recv, peer)?.run_alone()
+    }
+
+    /// Every rank sends the `p`-th of `size()` equal chunks of `send` to
+    /// rank `p`, and receives rank `p`'s chunk into the `p`-th chunk of
+    /// `recv`: grouped sends and receives, as NCCL documents all-to-all.
+    /// Both buffers hold `size()` chunks of the same length.
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, Group};
+    /// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+    /// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+    /// let contexts = Context::all()?;
+    /// let comms = Communicator::all_devices(&contexts)?;
+    /// let n = comms.len();
+    /// let streams = contexts.iter().map(Stream::new).collect::<Result<Vec<_>, _>>()?;
+    /// // Rank r's chunk for rank p holds 10 * r + p.
+    /// let sends = streams.iter().enumerate()
+    ///     .map(|(r, s)| DeviceBuffer::from_slice(s, &(0..n).map(|p| (10 * r + p) as u32).collect::<Vec<_>>()))
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let mut recvs = streams.iter()
+    ///     .map(|s| DeviceBuffer::<u32>::new_async(s, n))
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let mut group = Group::new();
+    /// for (r, recv) in recvs.iter_mut().enumerate() {
+    ///     group.all_to_all(&comms[r], &streams[r], &sends[r], recv)?;
+    /// }
+    /// group.end()?;
+    /// for (p, (stream, recv)) in streams.iter().zip(&recvs).enumerate() {
+    ///     let expected: Vec<u32> = (0..n).map(|r| (10 * r + p) as u32).collect();
+    ///     assert_eq!(recv.to_vec(stream)?, expected);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn all_to_all<T, S, D>(&self, stream: &Stream, send: &S, recv: &mut D) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        crate::group::run_grouped(all_to_all_ops(self, stream, send, recv)?)
+    }
+
+    /// Every rank's `send` into the root's `recv`, side by side in rank
+    /// order (grouped sends and receives). The root passes `Some(recv)` of
+    /// `size()` times `send`'s length; other ranks' `recv` is not used.
+    pub fn gather<T, S, D>(
+        &self,
+        stream: &Stream,
+        send: &S,
+        recv: Option<&mut D>,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        crate::group::run_grouped(gather_ops(self, stream, send, recv, root)?)
+    }
+
+    /// The root's `send`, cut into `size()` equal chunks, one to each
+    /// rank's `recv` (grouped sends and receives). The root passes
+    /// `Some(send)` of `size()` times `recv`'s length; other ranks' `send`
+    /// is not used.
+    pub fn scatter<T, S, D>(
+        &self,
+        stream: &Stream,
+        send: Option<&S>,
+        recv: &mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        crate::group::run_grouped(scatter_ops(self, stream, send, recv, root)?)
     }
 }
 
@@ -728,4 +869,220 @@ where
     )?;
     let shape = shape::<T>(Kind::ReduceScatter, count, Some(op), 0);
     between(comm, stream, send, recv, shape, whole * size_of::<T>())
+}
+
+pub(crate) fn send_op<'a, T, S>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    peer: usize,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+{
+    let count = send.device_len();
+    let ptr = send.device_ptr();
+    let shape = shape::<T>(Kind::Send, count, None, peer);
+    let uses = vec![BufferUse::read(send)];
+    Op::new(comm, stream, shape, ptr, 0, uses, count * size_of::<T>())
+}
+
+pub(crate) fn recv_op<'a, T, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    recv: &'a mut D,
+    peer: usize,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = recv.device_len();
+    let ptr = recv.device_ptr();
+    let shape = shape::<T>(Kind::Recv, count, None, peer);
+    let uses = vec![BufferUse::write(recv)];
+    Op::new(comm, stream, shape, 0, ptr, uses, count * size_of::<T>())
+}
+
+/// One send or receive of the elements `elems` of a buffer
+/// whose use another op of the same call carries (`uses`, or none).
+fn part<'a, T: NcclType>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    kind: Kind,
+    base: sys::CUdeviceptr,
+    elems: std::ops::Range<usize>,
+    peer: usize,
+    uses: Vec<BufferUse<'a>>,
+) -> Result<Op<'a>> {
+    let count = elems.len();
+    let ptr = base + (elems.start * size_of::<T>()) as sys::CUdeviceptr;
+    let shape = shape::<T>(kind, count, None, peer);
+    let (send, recv) = if kind == Kind::Send {
+        (ptr, 0)
+    } else {
+        (0, ptr)
+    };
+    Op::new(
+        comm,
+        stream,
+        shape,
+        send,
+        recv,
+        uses,
+        count * size_of::<T>(),
+    )
+}
+
+fn check_root(comm: &Communicator, root: usize) -> Result<()> {
+    if root < comm.nranks {
+        Ok(())
+    } else {
+        Err(Error::InvalidRoot {
+            root,
+            nranks: comm.nranks,
+        })
+    }
+}
+
+pub(crate) fn all_to_all_ops<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: &'a mut D,
+) -> Result<Vec<Op<'a>>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let n = comm.nranks;
+    let len = send.device_len();
+    if !len.is_multiple_of(n) {
+        return Err(Error::CountMismatch {
+            collective: "all_to_all",
+            rank: comm.rank,
+            buffer: "send buffer",
+            expected: len.next_multiple_of(n),
+            actual: len,
+        });
+    }
+    check_len(comm, "all_to_all", "receive buffer", len, recv.device_len())?;
+    let chunk = len / n;
+    let (s, r) = (send.device_ptr(), recv.device_ptr());
+    let mut send_use = Some(BufferUse::read(send));
+    let mut recv_use = Some(BufferUse::write(recv));
+    let mut ops = Vec::with_capacity(2 * n);
+    for peer in 0..n {
+        let uses = send_use.take().into_iter().collect();
+        ops.push(part::<T>(
+            comm,
+            stream,
+            Kind::Send,
+            s,
+            peer * chunk..(peer + 1) * chunk,
+            peer,
+            uses,
+        )?);
+        let uses = recv_use.take().into_iter().collect();
+        ops.push(part::<T>(
+            comm,
+            stream,
+            Kind::Recv,
+            r,
+            peer * chunk..(peer + 1) * chunk,
+            peer,
+            uses,
+        )?);
+    }
+    Ok(ops)
+}
+
+pub(crate) fn gather_ops<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: Option<&'a mut D>,
+    root: usize,
+) -> Result<Vec<Op<'a>>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    check_root(comm, root)?;
+    let count = send.device_len();
+    let mut ops = Vec::with_capacity(comm.nranks + 1);
+    if comm.rank == root {
+        let whole = count.saturating_mul(comm.nranks);
+        let Some(recv) = recv else {
+            return Err(Error::MissingBuffer {
+                operation: "gather",
+                rank: comm.rank,
+                buffer: "receive buffer",
+            });
+        };
+        check_len(comm, "gather", "receive buffer", whole, recv.device_len())?;
+        let r = recv.device_ptr();
+        let mut recv_use = Some(BufferUse::write(recv));
+        for peer in 0..comm.nranks {
+            let uses = recv_use.take().into_iter().collect();
+            ops.push(part::<T>(
+                comm,
+                stream,
+                Kind::Recv,
+                r,
+                peer * count..(peer + 1) * count,
+                peer,
+                uses,
+            )?);
+        }
+    }
+    ops.push(send_op(comm, stream, send, root)?);
+    Ok(ops)
+}
+
+pub(crate) fn scatter_ops<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: Option<&'a S>,
+    recv: &'a mut D,
+    root: usize,
+) -> Result<Vec<Op<'a>>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    check_root(comm, root)?;
+    let count = recv.device_len();
+    let mut ops = Vec::with_capacity(comm.nranks + 1);
+    if comm.rank == root {
+        let whole = count.saturating_mul(comm.nranks);
+        let Some(send) = send else {
+            return Err(Error::MissingBuffer {
+                operation: "scatter",
+                rank: comm.rank,
+                buffer: "send buffer",
+            });
+        };
+        check_len(comm, "scatter", "send buffer", whole, send.device_len())?;
+        let s = send.device_ptr();
+        let mut send_use = Some(BufferUse::read(send));
+        for peer in 0..comm.nranks {
+            let uses = send_use.take().into_iter().collect();
+            ops.push(part::<T>(
+                comm,
+                stream,
+                Kind::Send,
+                s,
+                peer * count..(peer + 1) * count,
+                peer,
+                uses,
+            )?);
+        }
+    }
+    ops.push(recv_op(comm, stream, recv, root)?);
+    Ok(ops)
 }

@@ -1,8 +1,9 @@
 //! One collective as checked and issued, and groups of them.
 
 use crate::communicator::{
-    Communicator, all_gather_op, all_reduce_in_place_op, all_reduce_op, broadcast_in_place_op,
-    broadcast_op, reduce_op, reduce_scatter_op,
+    Communicator, all_gather_op, all_reduce_in_place_op, all_reduce_op, all_to_all_ops,
+    broadcast_in_place_op, broadcast_op, gather_ops, recv_op, reduce_op, reduce_scatter_op,
+    scatter_ops, send_op,
 };
 use crate::error::{Error, Result};
 use crate::meeting::Meeting;
@@ -23,9 +24,19 @@ pub(crate) enum Kind {
     Reduce,
     AllGather,
     ReduceScatter,
+    /// To the peer in `Shape::root`.
+    Send,
+    /// From the peer in `Shape::root`.
+    Recv,
 }
 
 impl Kind {
+    /// A send or receive (matched with one peer), not a collective (of
+    /// every rank).
+    pub(crate) fn is_p2p(self) -> bool {
+        matches!(self, Self::Send | Self::Recv)
+    }
+
     /// The method's name, for errors.
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -34,6 +45,8 @@ impl Kind {
             Self::Reduce => "reduce",
             Self::AllGather => "all_gather",
             Self::ReduceScatter => "reduce_scatter",
+            Self::Send => "send",
+            Self::Recv => "recv",
         }
     }
 }
@@ -46,6 +59,7 @@ pub(crate) struct Shape {
     pub(crate) count: usize,
     pub(crate) dtype: ncclDataType_t,
     pub(crate) op: Option<ReduceOp>,
+    /// The root; for a send or receive, the peer.
     pub(crate) root: usize,
 }
 
@@ -59,8 +73,11 @@ impl std::fmt::Display for Shape {
         if let Some(op) = self.op {
             write!(f, ", {op:?}")?;
         }
-        if matches!(self.kind, Kind::Broadcast | Kind::Reduce) {
-            write!(f, ", root {}", self.root)?;
+        match self.kind {
+            Kind::Broadcast | Kind::Reduce => write!(f, ", root {}", self.root)?,
+            Kind::Send => write!(f, " to rank {}", self.root)?,
+            Kind::Recv => write!(f, " from rank {}", self.root)?,
+            _ => {}
         }
         Ok(())
     }
@@ -112,6 +129,14 @@ impl<'a> Op<'a> {
                 rank: comm.rank(),
                 comm_device: comm.context().ordinal(),
                 stream_device: stream.context().ordinal(),
+            });
+        }
+        if shape.kind.is_p2p() && shape.root >= comm.size() {
+            return Err(Error::InvalidPeer {
+                operation: shape.kind.name(),
+                rank: comm.rank(),
+                peer: shape.root,
+                nranks: comm.size(),
             });
         }
         if shape.root >= comm.size() {
@@ -198,6 +223,14 @@ impl<'a> Op<'a> {
                     "ncclReduceScatter",
                     (nccl.ncclReduceScatter)(send, recv, count, dtype, op, comm, stream),
                 ),
+                Kind::Send => (
+                    "ncclSend",
+                    (nccl.ncclSend)(send, count, dtype, root, comm, stream),
+                ),
+                Kind::Recv => (
+                    "ncclRecv",
+                    (nccl.ncclRecv)(recv, count, dtype, root, comm, stream),
+                ),
             }
         };
         // Inside a group a non-blocking communicator's call settles at the
@@ -224,6 +257,13 @@ impl<'a> Op<'a> {
         meet(ops)?;
         launch(ops, Issue::Alone, Context::force_bind)
     }
+}
+
+/// Check a call of several ops (an all-to-all, a gather) against the other
+/// ranks in this process, then issue them in one NCCL group.
+pub(crate) fn run_grouped(ops: Vec<Op<'_>>) -> Result<()> {
+    meet(&ops)?;
+    launch(&ops, Issue::Grouped, Context::force_bind)
 }
 
 /// Whether `launch` wraps its calls in `ncclGroupStart`/`ncclGroupEnd`.
@@ -311,10 +351,15 @@ fn launch(
 /// posted to before any is waited on, so calls that each hold ranks of
 /// several communicators cannot wait for each other in a circle.
 fn meet(ops: &[Op<'_>]) -> Result<()> {
+    // The common case of one rank per process costs one branch per op: no
+    // lock, no allocation.
+    if ops.iter().all(|op| op.comm.alone_here) {
+        return Ok(());
+    }
     /// Each rank's collectives, in call order.
     type Calls = BTreeMap<usize, Vec<Shape>>;
     let mut meetings: Vec<(&Arc<Meeting>, Calls)> = Vec::new();
-    for op in ops {
+    for op in ops.iter().filter(|op| !op.comm.alone_here) {
         let meeting = op.comm.meeting();
         let calls = match meetings.iter_mut().find(|(m, _)| Arc::ptr_eq(m, meeting)) {
             Some((_, calls)) => calls,
@@ -324,6 +369,10 @@ fn meet(ops: &[Op<'_>]) -> Result<()> {
             }
         };
         calls.entry(op.comm.rank()).or_default().push(op.shape);
+    }
+    // Every post first (a refusal of one call posts nothing anywhere).
+    for (meeting, calls) in &meetings {
+        meeting.check_pairs_within(calls)?;
     }
     let tickets: Vec<_> = meetings
         .into_iter()
@@ -508,7 +557,95 @@ impl<'a> Group<'a> {
         Ok(())
     }
 
-    /// How many collectives the group holds.
+    /// [`Communicator::send`] in the group.
+    pub fn send<T, S>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        peer: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+    {
+        self.ops.push(send_op(comm, stream, send, peer)?);
+        Ok(())
+    }
+
+    /// [`Communicator::recv`] in the group.
+    pub fn recv<T, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        recv: &'a mut D,
+        peer: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.push(recv_op(comm, stream, recv, peer)?);
+        Ok(())
+    }
+
+    /// [`Communicator::all_to_all`] in the group (how one thread drives
+    /// every rank's part).
+    pub fn all_to_all<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.extend(all_to_all_ops(comm, stream, send, recv)?);
+        Ok(())
+    }
+
+    /// [`Communicator::gather`] in the group.
+    pub fn gather<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: Option<&'a mut D>,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.extend(gather_ops(comm, stream, send, recv, root)?);
+        Ok(())
+    }
+
+    /// [`Communicator::scatter`] in the group.
+    pub fn scatter<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: Option<&'a S>,
+        recv: &'a mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .extend(scatter_ops(comm, stream, send, recv, root)?);
+        Ok(())
+    }
+
+    /// How many NCCL calls the group holds (an all-to-all is one send and
+    /// one receive per rank).
     pub fn len(&self) -> usize {
         self.ops.len()
     }
@@ -579,6 +716,7 @@ impl<'a> Group<'a> {
                     Kind::AllReduce => OperationType::AllReduce,
                     Kind::Broadcast | Kind::AllGather => OperationType::Broadcast,
                     Kind::Reduce | Kind::ReduceScatter => OperationType::Reduction,
+                    Kind::Send | Kind::Recv => OperationType::MemoryTransfer,
                 };
                 streams.push((op.stream, kind));
             }
@@ -613,7 +751,11 @@ impl<'a> Group<'a> {
     fn check_ranks(&self) -> Result<()> {
         // communicator -> (size, rank -> its calls)
         let mut together: Vec<(&Arc<Meeting>, usize, BTreeMap<usize, usize>)> = Vec::new();
-        for op in self.ops.iter().filter(|op| op.comm.made_together) {
+        for op in self
+            .ops
+            .iter()
+            .filter(|op| op.comm.made_together && !op.shape.kind.is_p2p())
+        {
             let meeting = op.comm.meeting();
             let index = match together.iter().position(|(m, ..)| Arc::ptr_eq(m, meeting)) {
                 Some(index) => index,
@@ -636,6 +778,37 @@ impl<'a> Group<'a> {
                         calls_there: calls,
                     });
                 }
+            }
+        }
+        // Sends and receives of a communicator one thread drives whole
+        // (`all_devices`) can only be matched within the group.
+        for op in self.ops.iter().filter(|op| op.comm.made_together) {
+            let rank = op.comm.rank();
+            let peer = op.shape.root;
+            let (from, to) = match op.shape.kind {
+                Kind::Send => (rank, peer),
+                Kind::Recv => (peer, rank),
+                _ => continue,
+            };
+            let count = |kind: Kind, holder: usize, other: usize| {
+                self.ops
+                    .iter()
+                    .filter(|o| {
+                        Arc::ptr_eq(o.comm.meeting(), op.comm.meeting())
+                            && o.shape.kind == kind
+                            && o.comm.rank() == holder
+                            && o.shape.root == other
+                    })
+                    .count()
+            };
+            let (sends, recvs) = (count(Kind::Send, from, to), count(Kind::Recv, to, from));
+            if sends != recvs {
+                return Err(Error::UnmatchedPeer {
+                    from,
+                    to,
+                    sends,
+                    recvs,
+                });
             }
         }
         // Refused before meeting the other ranks: a call that meets them

@@ -66,6 +66,7 @@ mod docs_examples {}
 mod communicator;
 mod error;
 mod group;
+mod launch;
 mod meeting;
 mod table;
 mod types;
@@ -80,4 +81,5 @@ pub use soft_driver;
 pub use communicator::Communicator;
 pub use error::{Error, Result};
 pub use group::Group;
+pub use launch::{LAUNCH_TIMEOUT, LOCAL_RANK, Launch, MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE};
 pub use types::{NcclType, ReduceOp, UniqueId};

@@ -20,10 +20,17 @@
 //! NCCL call: the other ranks wait for the rank's next call, as they would
 //! on a GPU.
 //!
+//! Sends and receives are not rounds of every rank: the `k`-th send from
+//! rank `a` to rank `b` meets the `k`-th receive of `b` from `a` (NCCL
+//! matches them in that order), and the call that posts one side waits for
+//! the other, when both ranks live here. The pair must agree on the count
+//! and the element type. A call that holds both ranks of a pair (a group
+//! driving them) must hold both sides, or it would wait for itself.
+//!
 //! Ranks in other processes cannot be compared; NCCL runs their collectives
 //! unchecked.
 
-use crate::group::Shape;
+use crate::group::{Kind, Shape};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
@@ -47,6 +54,28 @@ struct State {
     /// A local rank whose communicator was dropped or aborted: no round can
     /// complete any more.
     gone: Option<usize>,
+    /// Every local rank whose communicator is gone: a send or receive
+    /// fails only when its own peer is.
+    left: Vec<bool>,
+    /// Sends posted from one rank to another, and receives posted by the
+    /// other from the one, by `(from, to)`.
+    sent: HashMap<(usize, usize), u64>,
+    received: HashMap<(usize, usize), u64>,
+    /// Send/receive pairs not yet collected by both sides, by
+    /// `(from, to, seq)`.
+    pairs: HashMap<PairKey, Pair>,
+}
+
+/// `(from, to, seq)`: the `seq`-th send from `from` to `to`.
+type PairKey = (usize, usize, u64);
+
+#[derive(Default)]
+struct Pair {
+    send: Option<Shape>,
+    recv: Option<Shape>,
+    verdict: Option<Result<(), Disagreement>>,
+    /// Sides whose caller has read the verdict.
+    collected: u8,
 }
 
 struct Round {
@@ -67,6 +96,13 @@ pub(crate) enum Disagreement {
         calls_here: usize,
         other_rank: usize,
         calls_there: usize,
+    },
+    /// A send and its receive differ in count or element type.
+    Peer {
+        from: usize,
+        to: usize,
+        sent: Shape,
+        received: Shape,
     },
     /// Collective `index` of the round differs.
     Shape {
@@ -110,6 +146,10 @@ impl Meeting {
                 posted: vec![0; nranks],
                 rounds: HashMap::new(),
                 gone: None,
+                left: vec![false; nranks],
+                sent: HashMap::new(),
+                received: HashMap::new(),
+                pairs: HashMap::new(),
             }),
             changed: Condvar::new(),
         }
@@ -175,6 +215,7 @@ impl Meeting {
                 return;
             }
             state.gone.get_or_insert(rank);
+            state.left[rank] = true;
             self.changed.notify_all();
         }
         self.forget();
@@ -193,20 +234,139 @@ impl Meeting {
         }
     }
 
-    /// Post `calls` (each a local rank's collectives, in call order) as
-    /// their ranks' next round. Returns `None` when there is nothing to
-    /// compare against: this process has at most one of the ranks.
+    /// How many of the communicator's ranks live in this process (fixed
+    /// once any of their communicators exists).
+    pub(crate) fn local_ranks(&self) -> usize {
+        lock(&self.state).local.iter().filter(|&&l| l).count()
+    }
+
+    /// Before posting: a call that holds both ranks of a send/receive pair
+    /// holds both sides, in equal numbers, or it would wait for itself.
+    pub(crate) fn check_pairs_within(
+        &self,
+        calls: &std::collections::BTreeMap<usize, Vec<Shape>>,
+    ) -> Result<(), crate::Error> {
+        for (&rank, shapes) in calls {
+            for shape in shapes.iter().filter(|s| s.kind == Kind::Send) {
+                let peer = shape.root;
+                let Some(theirs) = calls.get(&peer) else {
+                    continue;
+                };
+                let count = |list: &[Shape], kind: Kind, other: usize| {
+                    list.iter()
+                        .filter(|s| s.kind == kind && s.root == other)
+                        .count()
+                };
+                let sends = count(shapes, Kind::Send, peer);
+                let recvs = count(theirs, Kind::Recv, rank);
+                if sends != recvs {
+                    return Err(crate::Error::UnmatchedPeer {
+                        from: rank,
+                        to: peer,
+                        sends,
+                        recvs,
+                    });
+                }
+            }
+            for shape in shapes.iter().filter(|s| s.kind == Kind::Recv) {
+                let peer = shape.root;
+                let Some(theirs) = calls.get(&peer) else {
+                    continue;
+                };
+                let recvs = shapes
+                    .iter()
+                    .filter(|s| s.kind == Kind::Recv && s.root == peer)
+                    .count();
+                let sends = theirs
+                    .iter()
+                    .filter(|s| s.kind == Kind::Send && s.root == rank)
+                    .count();
+                if sends != recvs {
+                    return Err(crate::Error::UnmatchedPeer {
+                        from: peer,
+                        to: rank,
+                        sends,
+                        recvs,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Post `calls` (each a local rank's collectives, sends and receives,
+    /// in call order): the collectives as their ranks' next round, each
+    /// send or receive with a local peer as its side of a pair. Returns
+    /// `None` when there is nothing to compare against.
     pub(crate) fn post(self: &Arc<Self>, calls: Vec<(usize, Vec<Shape>)>) -> Option<Ticket> {
         let mut state = lock(&self.state);
         if state.local.iter().filter(|&&l| l).count() < 2 {
             return None;
+        }
+        let named = calls.first()?.0;
+        let mut sides = Vec::new();
+        for (rank, shapes) in &calls {
+            for shape in shapes.iter().filter(|s| s.kind.is_p2p()) {
+                let peer = shape.root;
+                if !state.local.get(peer).copied().unwrap_or(false) {
+                    continue;
+                }
+                let send = shape.kind == Kind::Send;
+                let (from, to) = if send { (*rank, peer) } else { (peer, *rank) };
+                let counter = if send {
+                    state.sent.entry((from, to)).or_default()
+                } else {
+                    state.received.entry((from, to)).or_default()
+                };
+                let seq = *counter;
+                *counter += 1;
+                let key = (from, to, seq);
+                let pair = state.pairs.entry(key).or_default();
+                if send {
+                    pair.send = Some(*shape);
+                } else {
+                    pair.recv = Some(*shape);
+                }
+                if let (Some(sent), Some(received)) = (pair.send, pair.recv) {
+                    pair.verdict = Some(
+                        if sent.count == received.count && sent.dtype == received.dtype {
+                            Ok(())
+                        } else {
+                            Err(Disagreement::Peer {
+                                from,
+                                to,
+                                sent,
+                                received,
+                            })
+                        },
+                    );
+                    self.changed.notify_all();
+                }
+                sides.push(key);
+            }
+        }
+        let calls: Vec<(usize, Vec<Shape>)> = calls
+            .into_iter()
+            .map(|(rank, shapes)| {
+                let collectives: Vec<Shape> =
+                    shapes.into_iter().filter(|s| !s.kind.is_p2p()).collect();
+                (rank, collectives)
+            })
+            .filter(|(_, shapes)| !shapes.is_empty())
+            .collect();
+        if calls.is_empty() {
+            return (!sides.is_empty()).then(|| Ticket {
+                meeting: Arc::clone(self),
+                round: None,
+                sides,
+                rank: named,
+            });
         }
         // Every rank of one call posts to the same round: a thread that
         // holds a rank's communicator has collected every round that rank
         // posted, and each of those rounds was complete, so the ranks it
         // holds have posted equally often.
         let round = calls.iter().map(|(rank, _)| state.posted[*rank]).max()?;
-        let named = calls[0].0;
         let nranks = self.nranks;
         for (rank, shapes) in calls {
             state.posted[rank] = round + 1;
@@ -228,7 +388,8 @@ impl Meeting {
         }
         Some(Ticket {
             meeting: Arc::clone(self),
-            round,
+            round: Some(round),
+            sides,
             rank: named,
         })
     }
@@ -237,7 +398,10 @@ impl Meeting {
 /// A call's place in a round, until it has the round's verdict.
 pub(crate) struct Ticket {
     meeting: Arc<Meeting>,
-    round: u64,
+    /// The round of the call's collectives, if it has any.
+    round: Option<u64>,
+    /// The sides of send/receive pairs it posted.
+    sides: Vec<PairKey>,
     /// A rank of the call, to name in errors.
     rank: usize,
 }
@@ -249,18 +413,33 @@ impl Ticket {
         let meeting = &self.meeting;
         let mut state = lock(&meeting.state);
         loop {
-            let gone = state.gone;
-            let Some(round) = state.rounds.get_mut(&self.round) else {
-                return Ok(());
-            };
-            if let Some(verdict) = round.verdict.clone() {
-                round.collected += 1;
-                if round.collected == round.callers {
-                    state.rounds.remove(&self.round);
-                }
-                return verdict.map_err(Refusal::Disagree);
+            let round_ready = self
+                .round
+                .is_none_or(|round| state.rounds.get(&round).is_none_or(|r| r.verdict.is_some()));
+            let pairs_ready = self
+                .sides
+                .iter()
+                .all(|key| state.pairs.get(key).is_none_or(|p| p.verdict.is_some()));
+            if round_ready && pairs_ready {
+                return self.collect(&mut state);
             }
-            if let Some(gone) = gone {
+            if let (false, Some(gone)) = (round_ready, state.gone) {
+                return Err(Refusal::Gone {
+                    rank: self.rank,
+                    gone,
+                });
+            }
+            // A pair waits only for its own peer.
+            let peer_gone = self.sides.iter().find_map(|key| {
+                let pair = state.pairs.get(key)?;
+                let missing = match (pair.send, pair.recv) {
+                    (None, _) => key.0,
+                    (_, None) => key.1,
+                    _ => return None,
+                };
+                state.left[missing].then_some(missing)
+            });
+            if let Some(gone) = peer_gone {
                 return Err(Refusal::Gone {
                     rank: self.rank,
                     gone,
@@ -271,6 +450,33 @@ impl Ticket {
                 .wait(state)
                 .unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Read every verdict of the call (each is ready), forgetting what
+    /// every caller has read; the first refusal.
+    fn collect(&self, state: &mut State) -> Result<(), Refusal> {
+        let mut result = Ok(());
+        if let Some(round_number) = self.round
+            && let Some(round) = state.rounds.get_mut(&round_number)
+        {
+            let verdict = round.verdict.clone().unwrap_or(Ok(()));
+            round.collected += 1;
+            if round.collected == round.callers {
+                state.rounds.remove(&round_number);
+            }
+            result = verdict.map_err(Refusal::Disagree);
+        }
+        for key in &self.sides {
+            if let Some(pair) = state.pairs.get_mut(key) {
+                let verdict = pair.verdict.clone().unwrap_or(Ok(()));
+                pair.collected += 1;
+                if pair.collected == 2 {
+                    state.pairs.remove(key);
+                }
+                result = result.and(verdict.map_err(Refusal::Disagree));
+            }
+        }
+        result
     }
 }
 
@@ -332,6 +538,17 @@ impl From<Refusal> for crate::Error {
             }) => Self::RanksDisagree {
                 index,
                 what: format!("rank {rank} calls {mine}, but rank {other_rank} calls {theirs}"),
+            },
+            Refusal::Disagree(Disagreement::Peer {
+                from,
+                to,
+                sent,
+                received,
+            }) => Self::PeerMismatch {
+                from,
+                to,
+                sent: sent.to_string(),
+                received: received.to_string(),
             },
             Refusal::Gone { rank, gone } => Self::RankGone { rank, gone },
         }
