@@ -4,7 +4,7 @@
 //! The CUDA kernels use grid-stride loops over the flattened thread index, so
 //! their result does not depend on the launch shape; the twins are per-grid
 //! (one call per launch) and compute the same result as
-//! [`reference`](crate::reference), over the typed slices the software
+//! [`crate::reference`], over the typed slices the software
 //! driver hands them after its memcheck-grade pointer checks.
 
 use crate::reference;

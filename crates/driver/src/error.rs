@@ -262,8 +262,9 @@ pub enum Error {
         /// The driver's error.
         #[source]
         source: DriverError,
-        /// The software driver's explanation, when it gives one.
-        detail: Option<String>,
+        /// The software driver's explanation, when it gives one (boxed to
+        /// keep the error small).
+        detail: Option<Box<str>>,
     },
     /// NVRTC, needed to compile CUDA source on a GPU, could not be loaded.
     #[error("run-time compilation needs NVRTC: {reason}")]
@@ -286,7 +287,7 @@ pub enum Error {
         /// The program's name.
         program: String,
         /// The architecture compiled for.
-        arch: String,
+        arch: crate::Arch,
         /// NVRTC's log.
         log: String,
     },
@@ -294,7 +295,7 @@ pub enum Error {
     #[error("NVRTC {nvrtc} cannot target {arch}; it supports {supported}")]
     UnsupportedArch {
         /// The architecture asked for.
-        arch: String,
+        arch: crate::Arch,
         /// NVRTC's version.
         nvrtc: String,
         /// The architectures it supports.
@@ -305,7 +306,7 @@ pub enum Error {
     #[error("the declaration of kernel `{kernel}` does not match {program}: {reason}")]
     DeclarationMismatch {
         /// The kernel's declared name.
-        kernel: String,
+        kernel: &'static str,
         /// The program (or image) checked against.
         program: String,
         /// What differs.

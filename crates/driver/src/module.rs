@@ -295,7 +295,7 @@ impl Module {
                 Some(params) if params == decl.params => decl.name.to_string(),
                 Some(params) => {
                     return Err(Error::DeclarationMismatch {
-                        kernel: decl.name.to_string(),
+                        kernel: decl.name,
                         program: "its image".into(),
                         reason: format!(
                             "the image declares {params:?}, the declaration {:?}",
@@ -378,7 +378,7 @@ impl Module {
             return Err(Error::FunctionNotFound {
                 name: name.to_string(),
                 source,
-                detail: load_detail(self.ctx.kind()),
+                detail: load_detail(self.ctx.kind()).map(String::into_boxed_str),
             });
         }
         Ok(Kernel {

@@ -383,7 +383,7 @@ pub fn module_from_declarations() -> Result<CUmodule, sys::DriverError> {
 /// Define kernel `name` of `module` (a module of this driver) as taking
 /// `params` and running as `twin`, so `cuModuleGetFunction` finds it and
 /// `cuLaunchKernel` runs the twin over checked views of its arguments
-/// ([`TwinArgs`]).
+/// ([`TwinArgs`](crate::TwinArgs)).
 ///
 /// Safe: the twin sees only the views, and the driver checks every pointer
 /// against the parameters before the twin runs, so no declaration can make

@@ -297,14 +297,14 @@ pub(crate) fn views(
         let (View::Write { .. }, Some(written)) = (views[i], range(&views[i])) else {
             continue;
         };
-        for j in 0..views.len() {
-            let Some(other) = range(&views[j]).filter(|_| i != j) else {
+        for (j, view) in views.iter_mut().enumerate() {
+            let Some(other) = range(view).filter(|_| i != j) else {
                 continue;
             };
             if !overlaps(written, other) {
                 continue;
             }
-            match views[j] {
+            match *view {
                 View::Write { .. } => {
                     return Err(format!(
                         "kernel `{kernel}`: parameters {} and {} are both written and their \
@@ -335,7 +335,7 @@ pub(crate) fn views(
                     };
                     let ptr = copy.as_ptr().expose_provenance();
                     snapshots.push(copy);
-                    views[j] = View::Read { elem, ptr, len };
+                    *view = View::Read { elem, ptr, len };
                 }
                 View::Scalar { .. } => {}
             }

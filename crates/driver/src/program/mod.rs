@@ -319,8 +319,13 @@ impl Program {
     }
 
     /// Compile, or take the image from the cache, for the context, and load
-    /// it: see the [module documentation](self) for what happens on each
-    /// driver.
+    /// it. On a GPU, NVRTC compiles the source for the context's compute
+    /// capability (or [`Program::arch`]), or the image comes from the disk
+    /// cache ([`CACHE_ENV`]), and a compile error carries NVRTC's log. On the
+    /// software driver nothing is compiled: the module is made from the
+    /// declarations' CPU twins, and the source is still read so that
+    /// [`Module::kernel`] checks each declaration against its `__global__`
+    /// function exactly as on a GPU.
     pub fn compile_for(&self, ctx: &Arc<Context>) -> Result<Arc<Module>> {
         let kernels = parse::kernels(&self.source);
         let info = SourceInfo {
@@ -354,7 +359,7 @@ impl Program {
         if !compiler.archs.contains(&(arch.number() as i32)) {
             let (major, minor) = compiler.version;
             return Err(Error::UnsupportedArch {
-                arch: arch.to_string(),
+                arch,
                 nvrtc: format!("{major}.{minor}"),
                 supported: compiler
                     .archs
@@ -464,7 +469,7 @@ impl Program {
         if compiled == sys::nvrtc::bindings::nvrtcResult::NVRTC_ERROR_COMPILATION {
             return Err(Error::Compile {
                 program: self.name.clone(),
-                arch: arch.to_string(),
+                arch,
                 log,
             });
         }
@@ -639,9 +644,13 @@ impl SourceInfo {
     /// Check a declaration against the source; `Ok` gives the symbol to
     /// look up (the `extern "C"` name, or the name expression's lowered
     /// name; on the software driver the declared name itself).
-    pub(crate) fn check(&self, name: &str, params: &[sys::signature::Param]) -> Result<String> {
+    pub(crate) fn check(
+        &self,
+        name: &'static str,
+        params: &[sys::signature::Param],
+    ) -> Result<String> {
         let mismatch = |reason: String| Error::DeclarationMismatch {
-            kernel: name.to_string(),
+            kernel: name,
             program: self.program.clone(),
             reason,
         };
