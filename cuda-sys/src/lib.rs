@@ -51,6 +51,7 @@ mod error_names;
 mod load;
 pub mod nccl;
 pub mod nvrtc;
+pub mod optional;
 mod result;
 pub mod signature;
 

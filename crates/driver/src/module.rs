@@ -284,8 +284,11 @@ impl Module {
     ///   [`Error::UncheckableDeclaration`]; the `unsafe`
     ///   [`Module::kernel_unchecked`] takes the declaration on trust.
     ///
-    /// On the software driver the kernel runs as the declaration's twin; a
-    /// declaration without one is an [`Error::NoTwin`] saying how to add it.
+    /// On a GPU whose driver reports parameter sizes (`cuFuncGetParamInfo`,
+    /// CUDA 12.4 and later) the kernel's parameter count and sizes in the
+    /// binary are compared with the declaration too. On the software driver
+    /// the kernel runs as the declaration's twin; a declaration without one
+    /// is an [`Error::NoTwin`] saying how to add it.
     pub fn kernel<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
         let decl = K::DECL;
         validate_decl(&decl)?;
@@ -315,9 +318,12 @@ impl Module {
 
     /// The kernel `K` declares, with the declaration taken on trust: for
     /// kernels of binaries that declare nothing. On a GPU whose driver
-    /// reports parameter sizes (`cuFuncGetParamInfo`) they are not compared
-    /// yet; on the software driver the declaration's twin runs, so there
-    /// the declaration is the kernel.
+    /// reports parameter sizes (`cuFuncGetParamInfo`, CUDA 12.4 and later)
+    /// the count and sizes are compared all the same, and a difference is an
+    /// [`Error::DeclarationMismatch`]; what sizes cannot show (`f32` for
+    /// `u32`, a slice's extent) stays the caller's promise. On the software
+    /// driver the declaration's twin runs, so there the declaration is the
+    /// kernel.
     ///
     /// # Safety
     /// The declaration's parameters are the kernel's own, as
@@ -343,6 +349,24 @@ impl Module {
             symbol
         };
         let mut kernel = self.function(lookup)?;
+        if self.ctx.kind() == DriverKind::Cuda
+            && let Some(param_info) = sys::optional::func_get_param_info()
+        {
+            let raw = kernel.raw;
+            let size = |index: usize| {
+                let (mut offset, mut size) = (0usize, 0usize);
+                // SAFETY: `raw` is a live function of this context's module,
+                // from the libcuda the entry point comes from; two valid
+                // out-pointers. Past the last parameter it returns an error.
+                let code = unsafe { param_info(raw, index, &mut offset, &mut size) };
+                (code == sys::CUresult::CUDA_SUCCESS).then_some(size)
+            };
+            check_param_sizes(decl.params, size).map_err(|reason| Error::DeclarationMismatch {
+                kernel: decl.name,
+                program: "its binary (cuFuncGetParamInfo)".into(),
+                reason,
+            })?;
+        }
         kernel.name = decl.name.into();
         kernel.signature = Some(Arc::from(decl.params));
         Ok(kernel)
@@ -564,6 +588,40 @@ fn aligned_copy(image: &[u8]) -> Vec<u64> {
 }
 
 /// The software driver's explanation of the last failure, when it has one.
+/// Compare a declaration's parameters with the sizes a binary reports
+/// (`size(i)`: parameter `i`'s size in bytes, `None` past the last one):
+/// the count and each size must match. Types of one size (`f32`, `u32`) or
+/// a pointer's element type cannot be told apart this way.
+fn check_param_sizes(
+    params: &[Param],
+    size: impl Fn(usize) -> Option<usize>,
+) -> std::result::Result<(), String> {
+    for (index, param) in params.iter().enumerate() {
+        match size(index) {
+            Some(bytes) if bytes == param.size() => {}
+            Some(bytes) => {
+                return Err(format!(
+                    "parameter {index} is {bytes} bytes in the binary, {} as declared ({param:?})",
+                    param.size()
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "the binary's kernel takes {index} parameter(s), the declaration {}",
+                    params.len()
+                ));
+            }
+        }
+    }
+    if size(params.len()).is_some() {
+        return Err(format!(
+            "the binary's kernel takes more than the {} parameter(s) declared",
+            params.len()
+        ));
+    }
+    Ok(())
+}
+
 fn load_detail(kind: DriverKind) -> Option<String> {
     match kind {
         DriverKind::Soft => soft_driver::last_error_detail(),
@@ -589,5 +647,48 @@ mod tests {
         let fatbin = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), 16) };
         assert!(!needs_copy(fatbin));
         assert!(needs_copy(&fatbin[1..]));
+    }
+
+    /// `cuFuncGetParamInfo` as a binary of `sizes` answers it.
+    fn binary(sizes: &[usize]) -> impl Fn(usize) -> Option<usize> + '_ {
+        |index| sizes.get(index).copied()
+    }
+
+    #[test]
+    fn a_binarys_parameter_sizes_must_match_the_declaration() {
+        use sys::signature::{Access, Extent, Scalar};
+        // saxpy(u64 n, f32 a, const f32* x, f32* y)
+        let saxpy = [
+            Param::Scalar(Scalar::U64),
+            Param::Scalar(Scalar::F32),
+            Param::Pointer {
+                elem: Scalar::F32,
+                access: Access::Read,
+                extent: Extent::Arg(0),
+            },
+            Param::Pointer {
+                elem: Scalar::F32,
+                access: Access::Write,
+                extent: Extent::Arg(0),
+            },
+        ];
+        assert_eq!(check_param_sizes(&saxpy, binary(&[8, 4, 8, 8])), Ok(()));
+
+        let wider = check_param_sizes(&saxpy, binary(&[8, 8, 8, 8])).unwrap_err();
+        assert!(
+            wider.starts_with("parameter 1 is 8 bytes in the binary, 4 as declared"),
+            "{wider}"
+        );
+        let fewer = check_param_sizes(&saxpy, binary(&[8, 4, 8])).unwrap_err();
+        assert_eq!(
+            fewer,
+            "the binary's kernel takes 3 parameter(s), the declaration 4"
+        );
+        let more = check_param_sizes(&saxpy, binary(&[8, 4, 8, 8, 4])).unwrap_err();
+        assert_eq!(
+            more,
+            "the binary's kernel takes more than the 4 parameter(s) declared"
+        );
+        assert_eq!(check_param_sizes(&[], binary(&[])), Ok(()));
     }
 }

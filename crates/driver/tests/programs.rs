@@ -552,3 +552,44 @@ fn real_nvrtc_returns_its_log_and_refuses_old_architectures_or_says_what_to_inst
         .unwrap();
     assert!(!compiled.image().is_empty());
 }
+
+/// On a GPU whose driver reports parameter sizes (`cuFuncGetParamInfo`), a
+/// declaration taken on trust for a bare binary is still compared with it.
+#[test]
+fn a_bare_binarys_parameter_sizes_are_checked_where_the_driver_reports_them() {
+    let _serial = serial();
+    let ctx = ctx();
+    if !ctx.is_gpu() {
+        eprintln!("skipped: cuFuncGetParamInfo is a GPU driver's; the software driver runs twins");
+        return;
+    }
+    if cuda_streams_driver::sys::optional::func_get_param_info().is_none() {
+        eprintln!("skipped: this driver has no cuFuncGetParamInfo (CUDA 12.4 and later)");
+        return;
+    }
+    let compiled = match Program::new(SOURCE).no_cache().compile(Arch::of(&ctx)) {
+        Ok(compiled) => compiled,
+        Err(err) => {
+            eprintln!("skipped: compiling on a GPU needs NVRTC: {err}");
+            return;
+        }
+    };
+    let bytes: &'static [u8] = Box::leak(compiled.image().to_vec().into_boxed_slice());
+    let module = cuda_streams_driver::Module::load(&ctx, bytes).unwrap();
+    // SAFETY: nothing is launched with this declaration: the size check
+    // refuses it (`a` is a 4-byte float in the binary, declared f64).
+    let err = unsafe { module.kernel_unchecked::<ScaleWithDouble>() }.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("parameter 1 is 4 bytes in the binary, 8 as declared"),
+        "{text}"
+    );
+    // SAFETY: Scale is scale's exact declaration (the source above).
+    let scale = unsafe { module.kernel_unchecked::<Scale>() }.unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut y = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0]).unwrap();
+    scale
+        .launch(&stream, LaunchConfig::for_num_elems(2), 2, 4.0, &mut y)
+        .unwrap();
+    assert_eq!(y.to_vec(&stream).unwrap(), [4.0, 8.0]);
+}
