@@ -3,6 +3,7 @@
 //! host, while a stream may still use it.
 
 use crate::error::Result;
+use crate::order::{self, OrderPolicy, Touch};
 use crate::memory::sealed::HostUse;
 use crate::memory::{DeviceMemory, DeviceMemoryMut, DeviceUse};
 use crate::stream::Stream;
@@ -19,6 +20,24 @@ pub(crate) enum Use<'a> {
     Peer(&'a dyn DeviceUse, bool),
     /// The host side of a host buffer.
     Host(&'a dyn HostUse, bool),
+}
+
+impl Use<'_> {
+    /// The bytes it touches, for the stream-order tracker.
+    pub(crate) fn touch(self) -> Touch {
+        let (ctx, (address, bytes), write) = match self {
+            Use::Device(buffer, write) | Use::Peer(buffer, write) => {
+                (buffer.use_context_id(), buffer.use_bytes(), write)
+            }
+            Use::Host(buffer, write) => (buffer.host_context_id(), buffer.host_bytes(), write),
+        };
+        Touch {
+            ctx,
+            address,
+            bytes,
+            write,
+        }
+    }
 }
 
 /// What an operation adds to the stream's counters.
@@ -64,8 +83,22 @@ impl Stream {
                 Use::Host(..) => {}
             }
         }
-        // After the waits above: an observer (the profiler) marks where the
-        // work itself starts.
+        // After the waits above (which order the stream after allocations),
+        // before the driver sees the work: the one branch `off` costs.
+        let policy = self.context().order.policy();
+        if policy != OrderPolicy::Off {
+            let what = match work {
+                Work::KernelLaunch => "kernel launch",
+                Work::Operation => "memset",
+                Work::Transfer(_) if uses.clone().into_iter().any(|u| matches!(u, Use::Peer(..))) => {
+                    "peer copy"
+                }
+                Work::Transfer(_) => "copy",
+            };
+            let touches: order::Touches = uses.clone().into_iter().map(Use::touch).collect();
+            order::before_enqueue(self, what, &touches, policy)?;
+        }
+        // An observer (the profiler) marks where the work itself starts.
         self.before_work();
         self.context()
             .check(call(self.context().driver(), self.as_raw()))?;
@@ -137,6 +170,11 @@ impl Stream {
     /// both devices otherwise, [`crate::Error::DeviceMismatch`]) and order
     /// this stream after whatever made each valid (a stream-ordered
     /// allocation on another stream).
+    ///
+    /// The uses are checked against the context's [`OrderPolicy`] here, as
+    /// one operation ("external work"): with `Check` an unordered conflicting
+    /// use is refused before the work is enqueued; with `Auto` this stream is
+    /// made to wait.
     pub fn prepare_uses(&self, uses: &[BufferUse<'_>]) -> Result<()> {
         self.context().bind()?;
         for used in uses {
@@ -144,6 +182,11 @@ impl Stream {
                 self.check_context_id("a buffer", buffer.use_context_id())?;
                 buffer.before_use(self)?;
             }
+        }
+        let policy = self.context().order.policy();
+        if policy != OrderPolicy::Off {
+            let touches: order::Touches = uses.iter().map(|u| u.0.touch()).collect();
+            order::before_enqueue(self, "external work", &touches, policy)?;
         }
         Ok(())
     }

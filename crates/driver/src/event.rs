@@ -84,6 +84,8 @@ pub struct Event {
     /// The capture the latest record was made in (0: none): such an event
     /// is an edge of a graph, not a point in a stream.
     captured_in: std::sync::atomic::AtomicU64,
+    /// Its latest record's clock, for the stream-order tracker.
+    pub(crate) order: crate::order::EventOrder,
 }
 
 // SAFETY: CUDA event handles may be used from any thread; the only other state
@@ -106,6 +108,7 @@ impl Event {
             flags,
             recorded: AtomicBool::new(false),
             captured_in: std::sync::atomic::AtomicU64::new(0),
+            order: crate::order::EventOrder::default(),
         })
     }
 
@@ -130,6 +133,7 @@ impl Event {
         self.recorded.store(true, Ordering::Relaxed);
         self.captured_in
             .store(stream.capture_id(), Ordering::Release);
+        crate::order::recorded(self, stream);
         Ok(())
     }
 
@@ -152,18 +156,26 @@ impl Event {
     pub fn query(&self) -> Result<bool> {
         self.refuse_if_captured("Event::query")?;
         self.ctx.bind()?;
+        let point = crate::order::event_point(self);
         // SAFETY: the handle is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuEventQuery)(self.raw) };
-        self.ctx.check_ready(code)
+        let done = self.ctx.check_ready(code)?;
+        if done {
+            crate::order::completed(point);
+        }
+        Ok(done)
     }
 
     /// Block the calling thread until the event completes.
     pub fn synchronize(&self) -> Result<()> {
         self.refuse_if_captured("Event::synchronize")?;
         self.ctx.bind()?;
+        let point = crate::order::event_point(self);
         // SAFETY: the handle is live; the context is current.
         self.ctx
-            .check(unsafe { (self.ctx.driver().cuEventSynchronize)(self.raw) })
+            .check(unsafe { (self.ctx.driver().cuEventSynchronize)(self.raw) })?;
+        crate::order::completed(point);
+        Ok(())
     }
 
     /// GPU time between two completed timing events.

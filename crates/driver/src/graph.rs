@@ -24,6 +24,7 @@
 use crate::callback::panic_message;
 use crate::capture_gate::EnqueueGate;
 use crate::context::{Context, HostFnGuard};
+use crate::enqueue::Use;
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig, launch_raw};
 use crate::memory::sealed::HostUse;
@@ -1090,6 +1091,17 @@ impl GraphExec {
         }
         for (memory, _) in &self.resources.hosts {
             stream.check_context_id("a host buffer", memory.as_host().host_context_id())?;
+        }
+        // One operation with the graph's whole access set.
+        let policy = self.ctx.order.policy();
+        if policy != crate::order::OrderPolicy::Off {
+            let devices = self.resources.buffers.iter();
+            let hosts = self.resources.hosts.iter();
+            let touches: crate::order::Touches = devices
+                .map(|(memory, write)| Use::Device(memory.as_use(), *write).touch())
+                .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write).touch()))
+                .collect();
+            crate::order::before_enqueue(stream, "graph launch", &touches, policy)?;
         }
         Ok(gate)
     }

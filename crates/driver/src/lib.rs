@@ -140,6 +140,7 @@ mod memory;
 mod metrics;
 mod module;
 pub mod nvtx;
+pub mod order;
 mod ordering;
 mod priority;
 mod reactor;
@@ -162,6 +163,7 @@ pub use memory::{
     UnifiedBuffer,
 };
 pub use metrics::StreamMetrics;
+pub use order::{ORDERING_SETTING, OrderPolicy, OrderStats, Race, RaceOp};
 pub use module::{Kernel, Module, ModuleImage};
 pub use priority::{PriorityRange, StreamPriority};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
