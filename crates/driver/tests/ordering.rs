@@ -1,0 +1,197 @@
+//! Seeded races between streams: each is refused under `Check` (naming both
+//! operations and the missing edge), repaired under `Auto` (the right data,
+//! through one inserted wait), and silent once the program orders it.
+//! They run on whichever driver is selected (the software driver here; the
+//! GPU bundle runs them with `CUDA_STREAMS_DRIVER=cuda`).
+
+mod support;
+
+use cuda_streams_driver::{Context, DeviceBuffer, Error, OrderPolicy, Stream, order};
+use std::sync::{Arc, Mutex, MutexGuard};
+use support::{GATE_LIMIT, Gate};
+
+/// The tests switch the shared contexts' policy: one at a time, and the
+/// policy is put back afterwards.
+static POLICY: Mutex<()> = Mutex::new(());
+
+struct Policy {
+    contexts: Vec<(Arc<Context>, OrderPolicy)>,
+    _turn: MutexGuard<'static, ()>,
+}
+
+fn policy(contexts: &[&Arc<Context>], policy: OrderPolicy) -> Policy {
+    let turn = POLICY.lock().unwrap_or_else(|p| p.into_inner());
+    let contexts = contexts
+        .iter()
+        .map(|ctx| {
+            let before = ctx.ordering();
+            ctx.set_ordering(policy);
+            (Arc::clone(ctx), before)
+        })
+        .collect();
+    Policy {
+        contexts,
+        _turn: turn,
+    }
+}
+
+impl Drop for Policy {
+    fn drop(&mut self) {
+        for (ctx, before) in &self.contexts {
+            ctx.set_ordering(*before);
+        }
+    }
+}
+
+fn race(err: Error) -> Box<cuda_streams_driver::Race> {
+    match err {
+        Error::UnorderedAccess(race) => race,
+        other => panic!("expected an unordered access, got {other}"),
+    }
+}
+
+/// The torchrec pattern: produce on a side stream, consume on the main
+/// stream without a wait.
+fn produce_on_side(ctx: &Arc<Context>) -> (Arc<Stream>, Arc<Stream>, DeviceBuffer<u32>) {
+    let (main, side) = (Stream::new(ctx).unwrap(), Stream::new(ctx).unwrap());
+    let mut data = DeviceBuffer::from_slice(&main, &[1u32; 256]).unwrap();
+    main.synchronize().unwrap();
+    order::labelled("fill", || side.memset_u32_async(&mut data, 7)).unwrap();
+    (main, side, data)
+}
+
+#[test]
+fn consuming_on_main_what_a_side_stream_produces_is_refused_under_check() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Check);
+    let (main, side, data) = produce_on_side(&ctx);
+    let before = ctx.ordering_stats().reports;
+    let err = data.to_vec(&main).unwrap_err();
+    let message = err.to_string();
+    let race = race(err);
+    assert_eq!(race.earlier.stream, side.id());
+    assert_eq!(race.later.stream, main.id());
+    assert_eq!(race.earlier.label.as_deref(), Some("fill"));
+    assert!(race.earlier.writes && !race.later.writes);
+    assert_eq!(race.overlap, 0..1024);
+    assert_eq!(race.buffer_bytes, 1024);
+    assert!(
+        message.contains(&format!(
+            "stream {} must wait for an event recorded after operation 'fill' on stream {}",
+            main.id(),
+            side.id()
+        )),
+        "{message}"
+    );
+    assert_eq!(ctx.ordering_stats().reports, before + 1);
+    // Ordered, the same read goes through.
+    main.wait_stream(&side).unwrap();
+    assert_eq!(data.to_vec(&main).unwrap(), [7; 256]);
+    assert_eq!(ctx.ordering_stats().reports, before + 1, "no report once ordered");
+}
+
+#[test]
+fn auto_makes_the_consumer_wait_for_the_producer() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Auto);
+    let (main, side) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let mut data = DeviceBuffer::from_slice(&main, &[1u32; 256]).unwrap();
+    main.synchronize().unwrap();
+    // The producer cannot run until the gate opens: without the inserted
+    // wait the consumer's copy would read the old contents.
+    let gate = Gate::close_within(&side, GATE_LIMIT);
+    side.memset_u32_async(&mut data, 7).unwrap();
+    let waits = ctx.ordering_stats().inserted_waits;
+    let opener = std::thread::spawn(move || drop(gate));
+    assert_eq!(data.to_vec(&main).unwrap(), [7; 256]);
+    opener.join().unwrap();
+    assert_eq!(ctx.ordering_stats().inserted_waits, waits + 1, "one event");
+    // Ordered now: nothing more is inserted.
+    assert_eq!(data.to_vec(&main).unwrap(), [7; 256]);
+    assert_eq!(ctx.ordering_stats().inserted_waits, waits + 1);
+}
+
+#[test]
+fn ordered_programs_are_silent_under_check() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Check);
+    let before = ctx.ordering_stats();
+    let (main, side, data) = produce_on_side(&ctx);
+    // Each kind of edge orders the read: an event, a fork/join, the host.
+    let done = side.record_event().unwrap();
+    main.wait_event(&done).unwrap();
+    assert_eq!(data.to_vec(&main).unwrap(), [7; 256]);
+    let (main, side, data) = produce_on_side(&ctx);
+    main.join(&[&side]).unwrap();
+    assert_eq!(data.to_vec(&main).unwrap(), [7; 256]);
+    let (main, side, data) = produce_on_side(&ctx);
+    side.synchronize().unwrap();
+    assert_eq!(data.to_vec(&main).unwrap(), [7; 256]);
+    // Two readers need no order between them.
+    let (main, side, mut data) = produce_on_side(&ctx);
+    side.synchronize().unwrap();
+    let mut copy = DeviceBuffer::<u32>::new(&ctx, 256).unwrap();
+    main.copy_device_to_device_async(&mut copy, &data).unwrap();
+    let mut other = DeviceBuffer::<u32>::new(&ctx, 256).unwrap();
+    side.copy_device_to_device_async(&mut other, &data).unwrap();
+    // ... but a write after both readers does, to each of them.
+    let err = side.memset_u32_async(&mut data, 1).unwrap_err();
+    assert_eq!(race(err).earlier.stream, main.id());
+    side.wait_stream(&main).unwrap();
+    side.memset_u32_async(&mut data, 1).unwrap();
+    assert_eq!(ctx.ordering_stats().reports, before.reports + 1);
+}
+
+#[test]
+fn report_lets_the_work_through_and_counts_it() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Report);
+    let before = ctx.ordering_stats().reports;
+    let (main, side, data) = produce_on_side(&ctx);
+    side.synchronize().unwrap(); // so the data is right; the tracker saw the read first
+    let _ = data.to_vec(&main).unwrap();
+    let (main, _side, data) = produce_on_side(&ctx);
+    data.to_vec(&main).unwrap();
+    assert_eq!(ctx.ordering_stats().reports, before + 1);
+}
+
+/// Devices 0 and 1, or `None` (printed why) with fewer than two.
+fn two_devices() -> Option<[Arc<Context>; 2]> {
+    let count = Context::device_count().expect("the driver answers");
+    if count < 2 {
+        eprintln!("skipped: needs two devices, the driver reports {count}");
+        return None;
+    }
+    Some([Context::new(0).unwrap(), Context::new(1).unwrap()])
+}
+
+#[test]
+fn a_peer_copy_read_on_the_destination_before_a_wait_is_refused_then_repaired() {
+    let Some([c0, c1]) = two_devices() else {
+        return;
+    };
+    let _ = c0.enable_peer_access(&c1);
+    for policy_now in [OrderPolicy::Check, OrderPolicy::Auto] {
+        let _policy = policy(&[&c0, &c1], policy_now);
+        let (s0, s1) = (Stream::new(&c0).unwrap(), Stream::new(&c1).unwrap());
+        let src = DeviceBuffer::from_slice(&s0, &[5u32; 64]).unwrap();
+        let mut dst = DeviceBuffer::from_slice(&s1, &[0u32; 64]).unwrap();
+        s1.synchronize().unwrap();
+        let gate = Gate::close_within(&s0, GATE_LIMIT);
+        s0.copy_peer_async(&mut dst, &src).unwrap();
+        let opener = std::thread::spawn(move || drop(gate));
+        let read = dst.to_vec(&s1);
+        opener.join().unwrap();
+        match policy_now {
+            OrderPolicy::Check => {
+                let race = race(read.unwrap_err());
+                assert_eq!((race.earlier.stream, race.earlier.device), (s0.id(), 0));
+                assert_eq!((race.later.stream, race.later.device), (s1.id(), 1));
+                assert_eq!(race.earlier.what, "peer copy");
+                s1.wait_stream(&s0).unwrap();
+                assert_eq!(dst.to_vec(&s1).unwrap(), [5; 64], "silent once ordered");
+            }
+            _ => assert_eq!(read.unwrap(), [5; 64]),
+        }
+    }
+}
