@@ -3,9 +3,9 @@
 //! host, while a stream may still use it.
 
 use crate::error::Result;
-use crate::order::{self, OrderPolicy, Touch};
 use crate::memory::sealed::HostUse;
 use crate::memory::{DeviceMemory, DeviceMemoryMut, DeviceUse};
+use crate::order::{self, OrderPolicy, Touch};
 use crate::stream::Stream;
 use sys::{CUresult, CUstream, Driver};
 
@@ -90,7 +90,9 @@ impl Stream {
             let what = match work {
                 Work::KernelLaunch => "kernel launch",
                 Work::Operation => "memset",
-                Work::Transfer(_) if uses.clone().into_iter().any(|u| matches!(u, Use::Peer(..))) => {
+                Work::Transfer(_)
+                    if uses.clone().into_iter().any(|u| matches!(u, Use::Peer(..))) =>
+                {
                     "peer copy"
                 }
                 Work::Transfer(_) => "copy",

@@ -172,8 +172,8 @@ impl Event {
         self.ctx.bind()?;
         let point = crate::order::event_point(self);
         // SAFETY: the handle is live; the context is current.
-        self.ctx
-            .check(unsafe { (self.ctx.driver().cuEventSynchronize)(self.raw) })?;
+        let code = unsafe { (self.ctx.driver().cuEventSynchronize)(self.raw) };
+        self.ctx.check(code)?;
         crate::order::completed(point);
         Ok(())
     }

@@ -121,6 +121,11 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// The examples of `docs/ordering.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/ordering.md")]
+mod ordering_docs {}
+
 pub mod borrow_rules;
 mod callback;
 mod capture_gate;
@@ -163,8 +168,8 @@ pub use memory::{
     UnifiedBuffer,
 };
 pub use metrics::StreamMetrics;
-pub use order::{ORDERING_SETTING, OrderPolicy, OrderStats, Race, RaceOp};
 pub use module::{Kernel, Module, ModuleImage};
+pub use order::{ORDERING_SETTING, OrderPolicy, OrderStats, Race, RaceOp};
 pub use priority::{PriorityRange, StreamPriority};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use select::{

@@ -87,7 +87,11 @@ fn consuming_on_main_what_a_side_stream_produces_is_refused_under_check() {
     // Ordered, the same read goes through.
     main.wait_stream(&side).unwrap();
     assert_eq!(data.to_vec(&main).unwrap(), [7; 256]);
-    assert_eq!(ctx.ordering_stats().reports, before + 1, "no report once ordered");
+    assert_eq!(
+        ctx.ordering_stats().reports,
+        before + 1,
+        "no report once ordered"
+    );
 }
 
 #[test]

@@ -282,7 +282,7 @@ impl<M: DeviceMemory> DeviceUse for M {
         self.context_id()
     }
     fn use_bytes(&self) -> (u64, usize) {
-        (self.device_ptr() as u64, device_bytes(self))
+        (self.device_ptr(), device_bytes(self))
     }
     fn before_use(&self, stream: &Stream) -> Result<()> {
         self.before_device_use(stream)

@@ -52,7 +52,6 @@ impl Vc {
         }
         grew
     }
-
 }
 
 /// A stream's clock, or a snapshot of one (an event's record).

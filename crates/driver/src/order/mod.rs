@@ -112,8 +112,9 @@ pub const ORDERING_SETTING: sys::env::Setting = sys::env::Setting {
 
 /// The policy `CUDA_STREAMS_ORDERING` asks for, if set.
 pub(crate) fn policy_from_env() -> Result<Option<OrderPolicy>> {
-    static FROM_ENV: std::sync::OnceLock<std::result::Result<Option<OrderPolicy>, sys::env::EnvError>> =
-        std::sync::OnceLock::new();
+    static FROM_ENV: std::sync::OnceLock<
+        std::result::Result<Option<OrderPolicy>, sys::env::EnvError>,
+    > = std::sync::OnceLock::new();
     FROM_ENV
         .get_or_init(|| {
             let Some(found) = ORDERING_SETTING.from_env()? else {
@@ -464,7 +465,10 @@ pub(crate) fn before_enqueue(
                 .conflicts(lo, hi, touch.write, &state.clock, |conflict| {
                     if policy == OrderPolicy::Auto {
                         let id = conflict.prior.op.stream;
-                        if !wait_for.iter().any(|w| w.upgrade().is_some_and(|s| s.id() == id)) {
+                        if !wait_for
+                            .iter()
+                            .any(|w| w.upgrade().is_some_and(|s| s.id() == id))
+                        {
                             wait_for.push(conflict.prior.op.handle.clone());
                         }
                     }

@@ -106,7 +106,8 @@ impl Shadow {
         }
         self.split(lo);
         self.split(hi);
-        let starts: smallvec::SmallVec<[u64; 4]> = self.map.range(lo..hi).map(|(s, _)| *s).collect();
+        let starts: smallvec::SmallVec<[u64; 4]> =
+            self.map.range(lo..hi).map(|(s, _)| *s).collect();
         let mut cursor = lo;
         for start in starts {
             if start > cursor {
@@ -128,7 +129,8 @@ impl Shadow {
         }
         self.split(lo);
         self.split(hi);
-        let starts: smallvec::SmallVec<[u64; 4]> = self.map.range(lo..hi).map(|(s, _)| *s).collect();
+        let starts: smallvec::SmallVec<[u64; 4]> =
+            self.map.range(lo..hi).map(|(s, _)| *s).collect();
         for start in starts {
             self.map.remove(&start);
         }
@@ -218,7 +220,11 @@ mod tests {
         a.own = 1;
         shadow.record(100, 200, true, &access(1, 1), &a);
         let b = Clock::new(2);
-        assert_eq!(count(&shadow, 150, 250, false, &b), 1, "read after an unordered write");
+        assert_eq!(
+            count(&shadow, 150, 250, false, &b),
+            1,
+            "read after an unordered write"
+        );
         assert_eq!(count(&shadow, 200, 300, true, &b), 0, "no overlap");
         assert_eq!(count(&shadow, 0, 101, true, &b), 1, "one byte is enough");
         assert_eq!(count(&shadow, 100, 200, true, &a), 0, "same stream");
@@ -229,7 +235,11 @@ mod tests {
         shadow.record(100, 200, false, &access(2, 1), &ordered);
         let c = Clock::new(3);
         assert_eq!(count(&shadow, 100, 200, false, &c), 1, "only the write");
-        assert_eq!(count(&shadow, 100, 200, true, &c), 2, "the write and the read");
+        assert_eq!(
+            count(&shadow, 100, 200, true, &c),
+            2,
+            "the write and the read"
+        );
     }
 
     #[test]
@@ -248,6 +258,10 @@ mod tests {
         assert_eq!(ranges, [(30, 40), (40, 60), (60, 90), (90, 100)]);
         shadow.forget(0, 100);
         assert_eq!(count(&shadow, 0, 100, true, &b), 0);
-        assert_eq!(count(&shadow, 100, 120, true, &b), 1, "outside the freed range");
+        assert_eq!(
+            count(&shadow, 100, 120, true, &b),
+            1,
+            "outside the freed range"
+        );
     }
 }
