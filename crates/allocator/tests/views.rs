@@ -5,9 +5,9 @@
 mod common;
 
 use common::{Kernels, ctx};
-use cuda_streams_allocator::driver::{LaunchConfig, Stream};
+use cuda_streams_allocator::driver::{LaunchConfig, PinnedBuffer, Stream};
 use cuda_streams_allocator::{Error, StreamOrderedAllocator};
-use std::time::Duration;
+use test_support::Gate;
 
 #[test]
 fn copies_and_memsets_are_counted_by_the_stream() {
@@ -75,19 +75,25 @@ fn a_use_on_another_stream_waits_for_the_home_stream_and_is_declared() {
     let (home, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
     let alloc = StreamOrderedAllocator::new(&ctx).unwrap();
     let mut data = alloc.allocate_for_stream(&home, 1 << 16).unwrap();
-    // The home stream is busy, then fills; the read on `other` must see the fill.
-    k.spin(&home, Duration::from_millis(50));
+    // The home stream fills behind a gate; the read on `other` must wait
+    // for the fill, not read the block before it.
+    let home_gate = Gate::close(&home);
     k.fill(&home, &mut data, 0x5EED);
     let view = data.as_device::<u32>().unwrap();
-    let mut back = vec![0u32; 1 << 14];
-    other.copy_to_host(&mut back, &view).unwrap();
+    let mut back = PinnedBuffer::<u32>::new(&ctx, 1 << 14).unwrap();
+    other.copy_to_host_async(&mut back, &view).unwrap();
+    if home_gate.still_held() {
+        assert!(!other.query().unwrap(), "`other` waits for the home stream");
+    }
+    home_gate.open();
     assert!(
-        back.iter().all(|&w| w == 0x5EED),
+        back.as_slice().unwrap().iter().all(|&w| w == 0x5EED),
         "ordered after the home stream"
     );
     drop(view);
     // The use on `other` was declared: freeing waits for it like record_stream.
-    k.spin(&other, Duration::from_millis(200));
+    // The gate holds the copy queued on `other` until the test opens it.
+    let gate = Gate::close(&other);
     let ptr = data.device_ptr().unwrap();
     let view = data.as_device::<u32>().unwrap();
     let mut sink = cuda_streams_allocator::driver::DeviceBuffer::<u32>::new(&ctx, 1 << 14).unwrap();
@@ -95,15 +101,21 @@ fn a_use_on_another_stream_waits_for_the_home_stream_and_is_declared() {
     drop(view);
     drop(data);
     let next = alloc.allocate_for_stream(&home, 1 << 16).unwrap();
-    if other.query().unwrap() {
-        return; // the spin ended already (a very slow machine): nothing to see
+    if gate.still_held() {
+        assert_ne!(
+            next.device_ptr().unwrap(),
+            ptr,
+            "the block waits for `other`"
+        );
     }
-    assert_ne!(
-        next.device_ptr().unwrap(),
-        ptr,
-        "the block waits for `other`"
-    );
+    gate.open();
     other.synchronize().unwrap();
+    // Once `other` has passed the copy, the block is reused on its home
+    // stream (settled on the allocation path): the wait above was for
+    // `other`, not a block kept for ever.
+    let again = alloc.allocate_for_stream(&home, 1 << 16).unwrap();
+    assert_eq!(again.device_ptr().unwrap(), ptr, "the block came back");
+    drop((next, again));
 }
 
 #[test]
@@ -130,7 +142,6 @@ fn views_need_whole_elements() {
 #[test]
 fn a_block_freed_while_another_stream_used_it_comes_back_once_that_stream_is_done() {
     let ctx = ctx();
-    let k = Kernels::load(&ctx);
     let (home, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
     let alloc = StreamOrderedAllocator::new(&ctx).unwrap();
     let size = 1 << 16;
@@ -138,19 +149,19 @@ fn a_block_freed_while_another_stream_used_it_comes_back_once_that_stream_is_don
         cuda_streams_allocator::driver::DeviceBuffer::<u32>::new(&ctx, size / 4).unwrap();
     let x = alloc.allocate_for_stream(&home, size).unwrap();
     let x_ptr = x.device_ptr().unwrap();
-    // `other` reads x late.
-    k.spin(&other, Duration::from_millis(100));
+    // `other` reads x late: its copy waits behind a gate.
+    let gate = Gate::close(&other);
     other
         .copy_device_to_device_async(&mut sink, &x.as_device::<u32>().unwrap())
         .unwrap();
     drop(x);
     // While `other` may still read it, the home stream gets other blocks.
     let y = alloc.allocate_for_stream(&home, size).unwrap();
-    let busy = !other.query().unwrap();
-    if busy {
+    if gate.still_held() {
         assert_ne!(y.device_ptr().unwrap(), x_ptr);
     }
     drop(y);
+    gate.open();
     other.synchronize().unwrap();
     // `other` is done: the very next allocation of the size gets x's block
     // (before the fix it came back only after the free lists ran dry).

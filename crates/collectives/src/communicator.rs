@@ -2,15 +2,13 @@
 
 use crate::error::{Error, Result};
 use crate::group::{Kind, Op, Shape};
+use crate::meeting::Meeting;
 use crate::table::{check, for_context};
 use crate::types::{NcclType, ReduceOp, UniqueId};
 use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use sys::nccl::{Nccl, ncclComm_t, ncclConfig_t, ncclResult_t};
-
-static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
 
 /// One rank of an NCCL communicator, on one device.
 ///
@@ -24,6 +22,28 @@ static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
 /// (`!Sync`): NCCL forbids concurrent calls on one communicator. Driving
 /// several ranks from one thread needs a [`crate::Group`], as NCCL requires.
 ///
+/// # What is checked before NCCL sees a collective
+///
+/// - This rank's arguments: the stream's and buffers' device, the lengths,
+///   the root, and that the stream is not being captured into a graph
+///   ([`Error::StreamCapturing`]: the graph would keep none of the buffers
+///   for its replays).
+/// - **The ranks against each other, where they share this process**
+///   (`all_devices`, or `init_rank` called from several threads): a
+///   collective made alone waits until every other rank of the
+///   communicator in this process has made its own (NCCL's call may block
+///   the same way), then all go on to NCCL or none does. Ranks that
+///   disagree on the collective, count, element type, operation or root
+///   all get [`Error::RanksDisagree`], naming both ranks and values; ranks
+///   that group their collectives differently get [`Error::MissingRank`].
+///   A rank whose communicator is dropped or aborted ends the others' wait
+///   ([`Error::RankGone`]). A call refused by its own rank's checks counts
+///   for nothing: the others wait for that rank's next collective.
+/// - **Ranks in other processes are not compared**: nothing here sees
+///   their calls, and NCCL does not check them. With one rank per process,
+///   collectives that disagree hang or read and write past the buffers on
+///   GPUs; keep every rank's sequence of collectives identical.
+///
 /// Dropping it destroys the communicator (`ncclCommDestroy`, which waits for
 /// its collectives); [`Communicator::abort`] gives up on them instead.
 pub struct Communicator {
@@ -32,11 +52,15 @@ pub struct Communicator {
     ctx: Arc<Context>,
     rank: usize,
     nranks: usize,
-    /// Shared by the ranks made together (`all_devices`), so a group can
-    /// check them against each other.
-    pub(crate) clique: u64,
-    /// Whether every rank of the clique lives in this process.
-    pub(crate) all_local: bool,
+    /// Shared by the communicator's ranks in this process, which compare
+    /// their collectives there before NCCL sees them.
+    meeting: Arc<Meeting>,
+    /// Made by `all_devices`, to be driven together: a group holds every
+    /// rank or none.
+    pub(crate) made_together: bool,
+    /// No other rank of the communicator lives in this process: nothing to
+    /// compare with, so calls skip the meeting.
+    pub(crate) alone_here: bool,
     /// A non-blocking communicator: calls may answer `ncclInProgress`.
     blocking: bool,
 }
@@ -75,7 +99,7 @@ impl Communicator {
         // NCCL switches devices while it initialises: resynchronise the cache.
         first.force_bind()?;
         check(nccl, "ncclCommInitAll", std::ptr::null_mut(), code)?;
-        let clique = NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed);
+        let meeting = Meeting::all_local(contexts.len());
         tracing::debug!(
             ranks = contexts.len(),
             "NCCL communicators over {ordinals:?}"
@@ -90,8 +114,9 @@ impl Communicator {
                 ctx: Arc::clone(ctx),
                 rank,
                 nranks: contexts.len(),
-                clique,
-                all_local: true,
+                meeting: Arc::clone(&meeting),
+                made_together: true,
+                alone_here: contexts.len() < 2,
                 blocking: true,
             })
             .collect())
@@ -130,19 +155,31 @@ impl Communicator {
         let nccl = for_context(ctx)?;
         let mut raw = std::ptr::null_mut();
         ctx.bind()?;
+        // Before the NCCL call, which returns once every rank has made it.
+        let meeting = Meeting::join(id.to_bytes(), nranks, rank);
         // SAFETY: writes one communicator through a valid pointer; the id is
         // passed by value as nccl.h declares.
         let code = unsafe { (nccl.ncclCommInitRank)(&mut raw, nranks as i32, id.0, rank as i32) };
-        ctx.force_bind()?;
-        check(nccl, "ncclCommInitRank", std::ptr::null_mut(), code)?;
+        let made = ctx
+            .force_bind()
+            .map_err(Error::from)
+            .and_then(|()| check(nccl, "ncclCommInitRank", std::ptr::null_mut(), code));
+        if let Err(err) = made {
+            meeting.unjoin(rank);
+            return Err(err);
+        }
+        // Every rank has joined NCCL, so every rank of this process has
+        // joined the meeting.
+        let alone_here = meeting.local_ranks() < 2;
         Ok(Communicator {
             raw,
             nccl,
             ctx: Arc::clone(ctx),
             rank,
             nranks,
-            clique: clique_of(id),
-            all_local: false,
+            meeting,
+            made_together: false,
+            alone_here,
             blocking: true,
         })
     }
@@ -178,24 +215,37 @@ impl Communicator {
         let mut raw = std::ptr::null_mut();
         ctx.bind()?;
         let start = std::time::Instant::now();
+        // Before the NCCL call, which completes once every rank has made it.
+        let meeting = Meeting::join(id.to_bytes(), nranks, rank);
         // SAFETY: writes one communicator through a valid pointer; the config
         // is initialised as NCCL_CONFIG_INITIALIZER does, and read only
         // during the call.
         let code = unsafe {
             (nccl.ncclCommInitRankConfig)(&mut raw, nranks as i32, id.0, rank as i32, &mut config)
         };
-        ctx.force_bind()?;
-        if code != ncclResult_t::ncclInProgress {
-            check(nccl, "ncclCommInitRankConfig", std::ptr::null_mut(), code)?;
+        let made = ctx.force_bind().map_err(Error::from).and_then(|()| {
+            if code == ncclResult_t::ncclInProgress {
+                Ok(())
+            } else {
+                check(nccl, "ncclCommInitRankConfig", std::ptr::null_mut(), code)
+            }
+        });
+        if let Err(err) = made {
+            meeting.unjoin(rank);
+            return Err(err);
         }
-        let comm = Communicator {
+        // From here the communicator is destroyed (or aborted) on every
+        // path, which tells the meeting.
+        let mut comm = Communicator {
             raw,
             nccl,
             ctx: Arc::clone(ctx),
             rank,
             nranks,
-            clique: clique_of(id),
-            all_local: false,
+            meeting,
+            made_together: false,
+            // Set once every rank has joined (below).
+            alone_here: false,
             blocking: false,
         };
         // Polled, with a growing pause: NCCL's bootstrap runs on its own
@@ -203,7 +253,10 @@ impl Communicator {
         let mut pause = std::time::Duration::from_micros(50);
         loop {
             match comm.state()? {
-                ncclResult_t::ncclSuccess => return Ok(comm),
+                ncclResult_t::ncclSuccess => {
+                    comm.alone_here = comm.meeting.local_ranks() < 2;
+                    return Ok(comm);
+                }
                 ncclResult_t::ncclInProgress if start.elapsed() < timeout => {
                     std::thread::sleep(pause.min(timeout.saturating_sub(start.elapsed())));
                     pause = (pause * 2).min(std::time::Duration::from_millis(10));
@@ -222,6 +275,7 @@ impl Communicator {
                 other => {
                     // An error (success returned above): say which.
                     check(nccl, "ncclCommInitRankConfig", comm.raw, other)?;
+                    comm.alone_here = comm.meeting.local_ranks() < 2;
                     return Ok(comm);
                 }
             }
@@ -265,6 +319,11 @@ impl Communicator {
     /// The context of this rank's device.
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
+    }
+
+    /// Where this rank meets the communicator's other ranks in this process.
+    pub(crate) fn meeting(&self) -> &Arc<Meeting> {
+        &self.meeting
     }
 
     /// The raw handle, for NCCL calls this crate does not wrap.
@@ -420,15 +479,133 @@ impl Communicator {
     {
         reduce_scatter_op(self, stream, send, recv, op)?.run_alone()
     }
-}
 
-/// A clique number for the communicator a unique id names (high bit set, so
-/// it never equals one of `all_devices`'s).
-fn clique_of(id: &UniqueId) -> u64 {
-    id.to_bytes()
-        .iter()
-        .fold(0u64, |h, &b| h.rotate_left(5) ^ u64::from(b))
-        | 1 << 63
+    /// Send `send` to rank `peer` (`ncclSend`), which receives it with
+    /// [`Communicator::recv`] of the same count and element type. Sends and
+    /// receives between two ranks meet in call order.
+    ///
+    /// Alone, the call enqueues at once; a rank that both sends to and
+    /// receives from others in one step (a ring, an exchange) issues them
+    /// together in a [`crate::Group`], as NCCL requires, so no pair waits
+    /// for another. When the peer lives in this process, the call waits
+    /// until the peer has posted its receive and checks that the two agree
+    /// ([`Error::PeerMismatch`]); a peer outside `0..size()` is
+    /// [`Error::InvalidPeer`].
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, Group};
+    /// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+    /// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+    /// let contexts = Context::all()?;
+    /// if contexts.len() < 2 { return Ok(()); }
+    /// let comms = Communicator::all_devices(&contexts[..2])?;
+    /// let streams = [Stream::new(&contexts[0])?, Stream::new(&contexts[1])?];
+    /// let activations = DeviceBuffer::from_slice(&streams[0], &[1.5f32; 8])?;
+    /// let mut received = DeviceBuffer::<f32>::new_async(&streams[1], 8)?;
+    /// // One thread drives both ranks: a group.
+    /// let mut group = Group::new();
+    /// group.send(&comms[0], &streams[0], &activations, 1)?;
+    /// group.recv(&comms[1], &streams[1], &mut received, 0)?;
+    /// group.end()?;
+    /// assert_eq!(received.to_vec(&streams[1])?, [1.5; 8]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn send<T, S>(&self, stream: &Stream, send: &S, peer: usize) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+    {
+        send_op(self, stream, send, peer)?.run_alone()
+    }
+
+    /// Receive into `recv` what rank `peer` sends (`ncclRecv`); see
+    /// [`Communicator::send`].
+    pub fn recv<T, D>(&self, stream: &Stream, recv: &mut D, peer: usize) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        recv_op(self, stream, recv, peer)?.run_alone()
+    }
+
+    /// Every rank sends the `p`-th of `size()` equal chunks of `send` to
+    /// rank `p`, and receives rank `p`'s chunk into the `p`-th chunk of
+    /// `recv`: grouped sends and receives, as NCCL documents all-to-all.
+    /// Both buffers hold `size()` chunks of the same length.
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Communicator, Group};
+    /// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+    /// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+    /// let contexts = Context::all()?;
+    /// let comms = Communicator::all_devices(&contexts)?;
+    /// let n = comms.len();
+    /// let streams = contexts.iter().map(Stream::new).collect::<Result<Vec<_>, _>>()?;
+    /// // Rank r's chunk for rank p holds 10 * r + p.
+    /// let sends = streams.iter().enumerate()
+    ///     .map(|(r, s)| DeviceBuffer::from_slice(s, &(0..n).map(|p| (10 * r + p) as u32).collect::<Vec<_>>()))
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let mut recvs = streams.iter()
+    ///     .map(|s| DeviceBuffer::<u32>::new_async(s, n))
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let mut group = Group::new();
+    /// for (r, recv) in recvs.iter_mut().enumerate() {
+    ///     group.all_to_all(&comms[r], &streams[r], &sends[r], recv)?;
+    /// }
+    /// group.end()?;
+    /// for (p, (stream, recv)) in streams.iter().zip(&recvs).enumerate() {
+    ///     let expected: Vec<u32> = (0..n).map(|r| (10 * r + p) as u32).collect();
+    ///     assert_eq!(recv.to_vec(stream)?, expected);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn all_to_all<T, S, D>(&self, stream: &Stream, send: &S, recv: &mut D) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        crate::group::run_grouped(all_to_all_ops(self, stream, send, recv)?)
+    }
+
+    /// Every rank's `send` into the root's `recv`, side by side in rank
+    /// order (grouped sends and receives). The root passes `Some(recv)` of
+    /// `size()` times `send`'s length; other ranks' `recv` is not used.
+    pub fn gather<T, S, D>(
+        &self,
+        stream: &Stream,
+        send: &S,
+        recv: Option<&mut D>,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        crate::group::run_grouped(gather_ops(self, stream, send, recv, root)?)
+    }
+
+    /// The root's `send`, cut into `size()` equal chunks, one to each
+    /// rank's `recv` (grouped sends and receives). The root passes
+    /// `Some(send)` of `size()` times `recv`'s length; other ranks' `send`
+    /// is not used.
+    pub fn scatter<T, S, D>(
+        &self,
+        stream: &Stream,
+        send: Option<&S>,
+        recv: &mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        crate::group::run_grouped(scatter_ops(self, stream, send, recv, root)?)
+    }
 }
 
 /// `NCCL_CONFIG_INITIALIZER` with `blocking = 0`.
@@ -457,6 +634,8 @@ fn nonblocking_config() -> ncclConfig_t {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        // Dropped or aborted: ranks waiting for this one's part give up.
+        self.meeting.leave(self.rank);
         if self.raw.is_null() {
             return;
         }
@@ -690,4 +869,220 @@ where
     )?;
     let shape = shape::<T>(Kind::ReduceScatter, count, Some(op), 0);
     between(comm, stream, send, recv, shape, whole * size_of::<T>())
+}
+
+pub(crate) fn send_op<'a, T, S>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    peer: usize,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+{
+    let count = send.device_len();
+    let ptr = send.device_ptr();
+    let shape = shape::<T>(Kind::Send, count, None, peer);
+    let uses = vec![BufferUse::read(send)];
+    Op::new(comm, stream, shape, ptr, 0, uses, count * size_of::<T>())
+}
+
+pub(crate) fn recv_op<'a, T, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    recv: &'a mut D,
+    peer: usize,
+) -> Result<Op<'a>>
+where
+    T: NcclType,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let count = recv.device_len();
+    let ptr = recv.device_ptr();
+    let shape = shape::<T>(Kind::Recv, count, None, peer);
+    let uses = vec![BufferUse::write(recv)];
+    Op::new(comm, stream, shape, 0, ptr, uses, count * size_of::<T>())
+}
+
+/// One send or receive of the elements `elems` of a buffer
+/// whose use another op of the same call carries (`uses`, or none).
+fn part<'a, T: NcclType>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    kind: Kind,
+    base: sys::CUdeviceptr,
+    elems: std::ops::Range<usize>,
+    peer: usize,
+    uses: Vec<BufferUse<'a>>,
+) -> Result<Op<'a>> {
+    let count = elems.len();
+    let ptr = base + (elems.start * size_of::<T>()) as sys::CUdeviceptr;
+    let shape = shape::<T>(kind, count, None, peer);
+    let (send, recv) = if kind == Kind::Send {
+        (ptr, 0)
+    } else {
+        (0, ptr)
+    };
+    Op::new(
+        comm,
+        stream,
+        shape,
+        send,
+        recv,
+        uses,
+        count * size_of::<T>(),
+    )
+}
+
+fn check_root(comm: &Communicator, root: usize) -> Result<()> {
+    if root < comm.nranks {
+        Ok(())
+    } else {
+        Err(Error::InvalidRoot {
+            root,
+            nranks: comm.nranks,
+        })
+    }
+}
+
+pub(crate) fn all_to_all_ops<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: &'a mut D,
+) -> Result<Vec<Op<'a>>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    let n = comm.nranks;
+    let len = send.device_len();
+    if !len.is_multiple_of(n) {
+        return Err(Error::CountMismatch {
+            collective: "all_to_all",
+            rank: comm.rank,
+            buffer: "send buffer",
+            expected: len.next_multiple_of(n),
+            actual: len,
+        });
+    }
+    check_len(comm, "all_to_all", "receive buffer", len, recv.device_len())?;
+    let chunk = len / n;
+    let (s, r) = (send.device_ptr(), recv.device_ptr());
+    let mut send_use = Some(BufferUse::read(send));
+    let mut recv_use = Some(BufferUse::write(recv));
+    let mut ops = Vec::with_capacity(2 * n);
+    for peer in 0..n {
+        let uses = send_use.take().into_iter().collect();
+        ops.push(part::<T>(
+            comm,
+            stream,
+            Kind::Send,
+            s,
+            peer * chunk..(peer + 1) * chunk,
+            peer,
+            uses,
+        )?);
+        let uses = recv_use.take().into_iter().collect();
+        ops.push(part::<T>(
+            comm,
+            stream,
+            Kind::Recv,
+            r,
+            peer * chunk..(peer + 1) * chunk,
+            peer,
+            uses,
+        )?);
+    }
+    Ok(ops)
+}
+
+pub(crate) fn gather_ops<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: &'a S,
+    recv: Option<&'a mut D>,
+    root: usize,
+) -> Result<Vec<Op<'a>>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    check_root(comm, root)?;
+    let count = send.device_len();
+    let mut ops = Vec::with_capacity(comm.nranks + 1);
+    if comm.rank == root {
+        let whole = count.saturating_mul(comm.nranks);
+        let Some(recv) = recv else {
+            return Err(Error::MissingBuffer {
+                operation: "gather",
+                rank: comm.rank,
+                buffer: "receive buffer",
+            });
+        };
+        check_len(comm, "gather", "receive buffer", whole, recv.device_len())?;
+        let r = recv.device_ptr();
+        let mut recv_use = Some(BufferUse::write(recv));
+        for peer in 0..comm.nranks {
+            let uses = recv_use.take().into_iter().collect();
+            ops.push(part::<T>(
+                comm,
+                stream,
+                Kind::Recv,
+                r,
+                peer * count..(peer + 1) * count,
+                peer,
+                uses,
+            )?);
+        }
+    }
+    ops.push(send_op(comm, stream, send, root)?);
+    Ok(ops)
+}
+
+pub(crate) fn scatter_ops<'a, T, S, D>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    send: Option<&'a S>,
+    recv: &'a mut D,
+    root: usize,
+) -> Result<Vec<Op<'a>>>
+where
+    T: NcclType,
+    S: DeviceMemory<Elem = T>,
+    D: DeviceMemoryMut<Elem = T>,
+{
+    check_root(comm, root)?;
+    let count = recv.device_len();
+    let mut ops = Vec::with_capacity(comm.nranks + 1);
+    if comm.rank == root {
+        let whole = count.saturating_mul(comm.nranks);
+        let Some(send) = send else {
+            return Err(Error::MissingBuffer {
+                operation: "scatter",
+                rank: comm.rank,
+                buffer: "send buffer",
+            });
+        };
+        check_len(comm, "scatter", "send buffer", whole, send.device_len())?;
+        let s = send.device_ptr();
+        let mut send_use = Some(BufferUse::read(send));
+        for peer in 0..comm.nranks {
+            let uses = send_use.take().into_iter().collect();
+            ops.push(part::<T>(
+                comm,
+                stream,
+                Kind::Send,
+                s,
+                peer * count..(peer + 1) * count,
+                peer,
+                uses,
+            )?);
+        }
+    }
+    ops.push(recv_op(comm, stream, recv, root)?);
+    Ok(ops)
 }

@@ -74,19 +74,26 @@ pub enum Error {
         /// The length given.
         actual: usize,
     },
-    /// Ranks of one communicator whose calls in a group disagree.
-    #[error("collective {index} of the group's communicator: {what}")]
+    /// Ranks of one communicator whose calls disagree: in a group, or
+    /// (ranks in this process) collectives each rank made alone. Nothing
+    /// was issued to NCCL.
+    #[error("the ranks' collective {index} of this call disagrees: {what}; none reached NCCL")]
     RanksDisagree {
-        /// Which of the communicator's collectives in the group (from 0).
+        /// Which of the rank's collectives in the call (from 0; a collective
+        /// made alone is 0).
         index: usize,
         /// What differs, naming both ranks and values.
         what: String,
     },
-    /// A group in which not every rank of a communicator made the same
-    /// number of calls.
+    /// Ranks of one communicator that issue different numbers of
+    /// collectives together: a group that leaves out a rank of a
+    /// [`crate::Communicator::all_devices`] communicator, or ranks in this
+    /// process that group their collectives differently. Nothing was issued
+    /// to NCCL.
     #[error(
-        "the group has {calls_here} collective(s) for rank {rank} but {calls_there} for rank \
-         {other_rank} of the same communicator: every rank must take part in each"
+        "rank {rank} issues {calls_here} collective(s) together but rank {other_rank} of the \
+         same communicator issues {calls_there}: every rank must take part in each, alone or \
+         grouped alike; none reached NCCL"
     )]
     MissingRank {
         /// A rank with calls.
@@ -97,6 +104,35 @@ pub enum Error {
         other_rank: usize,
         /// That rank's number of calls (0: it never joined).
         calls_there: usize,
+    },
+    /// A collective on a stream that is being captured into a graph: the
+    /// graph would keep neither buffer alive for its replays. Nothing was
+    /// issued to NCCL; the capture and the communicator stay usable.
+    #[error(
+        "{collective} on rank {rank}: stream {stream} is being captured into a graph, which \
+         would keep none of the collective's buffers alive for its replays; collectives \
+         cannot be captured yet, so end the capture first (nothing reached NCCL, the capture \
+         and the communicator stay usable)"
+    )]
+    StreamCapturing {
+        /// The collective, e.g. `all_reduce`.
+        collective: &'static str,
+        /// The rank.
+        rank: usize,
+        /// The stream's id.
+        stream: u64,
+    },
+    /// A rank in this process waited for another rank's part of a
+    /// collective, but that rank's communicator was dropped or aborted.
+    #[error(
+        "rank {rank} cannot meet rank {gone} for its collective: rank {gone}'s communicator \
+         (in this process) was dropped or aborted; nothing reached NCCL"
+    )]
+    RankGone {
+        /// The rank that waited.
+        rank: usize,
+        /// The rank whose communicator is gone.
+        gone: usize,
     },
     /// Not every rank joined in time
     /// ([`crate::Communicator::init_rank_within`]); the communicator was
@@ -120,6 +156,107 @@ pub enum Error {
         root: usize,
         /// The communicator's size.
         nranks: usize,
+    },
+    /// A send or receive whose peer is not a rank of the communicator.
+    #[error(
+        "{operation} on rank {rank}: peer {peer} is not a rank of this {nranks}-rank communicator"
+    )]
+    InvalidPeer {
+        /// `send` or `recv` (or the operation built from them).
+        operation: &'static str,
+        /// The rank that called.
+        rank: usize,
+        /// The peer asked for.
+        peer: usize,
+        /// The communicator's size.
+        nranks: usize,
+    },
+    /// A send and the receive it meets (ranks in this process) differ in
+    /// count or element type. Neither reached NCCL.
+    #[error(
+        "rank {from} sends {sent} but rank {to} posts {received}: a send and its receive must \
+         agree on count and element type; neither reached NCCL"
+    )]
+    PeerMismatch {
+        /// The sending rank.
+        from: usize,
+        /// The receiving rank.
+        to: usize,
+        /// The send, e.g. "send of 4 element(s) of f32 to rank 1".
+        sent: String,
+        /// The receive.
+        received: String,
+    },
+    /// One call (a group) drives both ranks of a send/receive pair but not
+    /// both sides equally often: the missing side could only come from the
+    /// call itself. Nothing reached NCCL.
+    #[error(
+        "this call sends {sends} time(s) from rank {from} to rank {to} but receives {recvs} \
+         time(s) on rank {to} from rank {from}: a group that drives both ranks must hold both \
+         sides of each pair; none reached NCCL"
+    )]
+    UnmatchedPeer {
+        /// The sending rank.
+        from: usize,
+        /// The receiving rank.
+        to: usize,
+        /// Sends from `from` to `to` in the call.
+        sends: usize,
+        /// Receives on `to` from `from` in the call.
+        recvs: usize,
+    },
+    /// The root of a gather or scatter passed no buffer for the whole.
+    #[error("{operation} on rank {rank}, the root: the {buffer} is missing (the root passes Some)")]
+    MissingBuffer {
+        /// `gather` or `scatter`.
+        operation: &'static str,
+        /// The rank.
+        rank: usize,
+        /// `send buffer` or `receive buffer`.
+        buffer: &'static str,
+    },
+    /// A launch variable that is missing or invalid
+    /// ([`crate::Launch::from_env`]).
+    #[error(transparent)]
+    Env(#[from] sys::env::EnvError),
+    /// The TCP store that hands out the unique id failed.
+    #[error("rank {rank}: could not {what} at the launch store {addr}: {source}")]
+    Store {
+        /// The rank.
+        rank: usize,
+        /// The store's address.
+        addr: String,
+        /// What failed.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The ranks did not all meet at the store in time.
+    #[error(
+        "rank {rank}: {missing} rank(s) did not come to the launch store at {addr} within \
+         {waited:?}; is every rank running, with the same MASTER_ADDR, MASTER_PORT and \
+         WORLD_SIZE (and rank 0 reachable from this host)?"
+    )]
+    StoreTimeout {
+        /// The rank that waited.
+        rank: usize,
+        /// The store's address.
+        addr: String,
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// Ranks still missing (for rank 0), or 1 (rank 0 itself).
+        missing: usize,
+    },
+    /// Rank 0's world size differs from this rank's.
+    #[error("rank {rank} was launched with WORLD_SIZE={ours}, but rank 0 with {rank0}")]
+    WorldSizeMismatch {
+        /// The rank.
+        rank: usize,
+        /// Its world size.
+        ours: usize,
+        /// Rank 0's.
+        rank0: usize,
     },
     /// A rank outside `0..nranks`, or zero ranks.
     #[error("rank {rank} is not in 0..{nranks}")]

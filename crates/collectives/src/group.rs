@@ -1,16 +1,19 @@
 //! One collective as checked and issued, and groups of them.
 
 use crate::communicator::{
-    Communicator, all_gather_op, all_reduce_in_place_op, all_reduce_op, broadcast_in_place_op,
-    broadcast_op, reduce_op, reduce_scatter_op,
+    Communicator, all_gather_op, all_reduce_in_place_op, all_reduce_op, all_to_all_ops,
+    broadcast_in_place_op, broadcast_op, gather_ops, recv_op, reduce_op, reduce_scatter_op,
+    scatter_ops, send_op,
 };
 use crate::error::{Error, Result};
+use crate::meeting::Meeting;
 use crate::table::check;
 use crate::types::{NcclType, ReduceOp};
-use driver::{BufferUse, DeviceMemory, DeviceMemoryMut, Stream};
+use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
 use engine::{EventPriority, OperationGraph, OperationId, OperationType};
 use std::collections::BTreeMap;
 use std::ffi::c_void;
+use std::sync::Arc;
 use sys::CUdeviceptr;
 use sys::nccl::{ncclDataType_t, ncclRedOp_t};
 
@@ -21,6 +24,31 @@ pub(crate) enum Kind {
     Reduce,
     AllGather,
     ReduceScatter,
+    /// To the peer in `Shape::root`.
+    Send,
+    /// From the peer in `Shape::root`.
+    Recv,
+}
+
+impl Kind {
+    /// A send or receive (matched with one peer), not a collective (of
+    /// every rank).
+    pub(crate) fn is_p2p(self) -> bool {
+        matches!(self, Self::Send | Self::Recv)
+    }
+
+    /// The method's name, for errors.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::AllReduce => "all_reduce",
+            Self::Broadcast => "broadcast",
+            Self::Reduce => "reduce",
+            Self::AllGather => "all_gather",
+            Self::ReduceScatter => "reduce_scatter",
+            Self::Send => "send",
+            Self::Recv => "recv",
+        }
+    }
 }
 
 /// What the ranks of one collective must agree on.
@@ -31,24 +59,44 @@ pub(crate) struct Shape {
     pub(crate) count: usize,
     pub(crate) dtype: ncclDataType_t,
     pub(crate) op: Option<ReduceOp>,
+    /// The root; for a send or receive, the peer.
     pub(crate) root: usize,
 }
 
 impl std::fmt::Display for Shape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:?} of {} element(s) of NCCL type {}",
-            self.kind, self.count, self.dtype.0
-        )?;
+        write!(f, "{} of {} element(s) of ", self.kind.name(), self.count)?;
+        match type_name(self.dtype) {
+            Some(name) => write!(f, "{name}")?,
+            None => write!(f, "NCCL type {}", self.dtype.0)?,
+        }
         if let Some(op) = self.op {
             write!(f, ", {op:?}")?;
         }
-        if matches!(self.kind, Kind::Broadcast | Kind::Reduce) {
-            write!(f, ", root {}", self.root)?;
+        match self.kind {
+            Kind::Broadcast | Kind::Reduce => write!(f, ", root {}", self.root)?,
+            Kind::Send => write!(f, " to rank {}", self.root)?,
+            Kind::Recv => write!(f, " from rank {}", self.root)?,
+            _ => {}
         }
         Ok(())
     }
+}
+
+/// The Rust name of an element type this crate offers.
+fn type_name(dtype: ncclDataType_t) -> Option<&'static str> {
+    type D = ncclDataType_t;
+    Some(match dtype {
+        D::ncclInt8 => "i8",
+        D::ncclUint8 => "u8",
+        D::ncclInt32 => "i32",
+        D::ncclUint32 => "u32",
+        D::ncclInt64 => "i64",
+        D::ncclUint64 => "u64",
+        D::ncclFloat32 => "f32",
+        D::ncclFloat64 => "f64",
+        _ => return None,
+    })
 }
 
 /// One collective of one rank: checked, its buffers ordered on the stream,
@@ -64,9 +112,9 @@ pub(crate) struct Op<'a> {
 }
 
 impl<'a> Op<'a> {
-    /// Check what can be checked locally (the stream's device, the root,
-    /// each buffer's device) and order the stream after the buffers'
-    /// allocations.
+    /// Check what can be checked locally (the stream's device and capture,
+    /// the root, each buffer's device) and order the stream after the
+    /// buffers' allocations.
     pub(crate) fn new(
         comm: &'a Communicator,
         stream: &'a Stream,
@@ -83,14 +131,21 @@ impl<'a> Op<'a> {
                 stream_device: stream.context().ordinal(),
             });
         }
+        if shape.kind.is_p2p() && shape.root >= comm.size() {
+            return Err(Error::InvalidPeer {
+                operation: shape.kind.name(),
+                rank: comm.rank(),
+                peer: shape.root,
+                nranks: comm.size(),
+            });
+        }
         if shape.root >= comm.size() {
             return Err(Error::InvalidRoot {
                 root: shape.root,
                 nranks: comm.size(),
             });
         }
-        stream.prepare_uses(&uses)?;
-        Ok(Self {
+        let op = Self {
             comm,
             stream,
             shape,
@@ -98,7 +153,28 @@ impl<'a> Op<'a> {
             recv,
             uses,
             bytes,
-        })
+        };
+        // Under the gate, so no capture begins before prepare_uses's waits
+        // are enqueued (a capture would record them); taken again right
+        // before NCCL sees the call (`launch`).
+        let gate = op.gate()?;
+        stream.prepare_uses(&op.uses)?;
+        drop(gate);
+        Ok(op)
+    }
+
+    /// `Err` while the op's stream is being captured: the graph would keep
+    /// neither buffer for its replays.
+    /// Held from the check through the NCCL call and the tracking, so no
+    /// capture can begin in between (see `Stream::enqueue_gate`).
+    fn gate(&self) -> Result<driver::EnqueueGate<'_>> {
+        self.stream
+            .enqueue_gate("a collective")
+            .map_err(|_| Error::StreamCapturing {
+                collective: self.shape.kind.name(),
+                rank: self.comm.rank(),
+                stream: self.stream.id(),
+            })
     }
 
     /// Issue the NCCL call (inside a group, NCCL enqueues it at the end).
@@ -121,7 +197,10 @@ impl<'a> Op<'a> {
         // this rank (checked when the op was made), is of the communicator's
         // device (checked by prepare_uses), and stays alive until the stream
         // has passed the collective: the op borrows it until it is tracked
-        // on the stream, after the call (after the group's end).
+        // on the stream, which `launch` does for every call it hands to NCCL,
+        // whatever fails after. The stream is not capturing (checked by
+        // `launch` just before), so the work runs now, not in a graph's
+        // replays.
         let (call, code) = unsafe {
             match self.shape.kind {
                 Kind::AllReduce => (
@@ -144,6 +223,14 @@ impl<'a> Op<'a> {
                     "ncclReduceScatter",
                     (nccl.ncclReduceScatter)(send, recv, count, dtype, op, comm, stream),
                 ),
+                Kind::Send => (
+                    "ncclSend",
+                    (nccl.ncclSend)(send, count, dtype, root, comm, stream),
+                ),
+                Kind::Recv => (
+                    "ncclRecv",
+                    (nccl.ncclRecv)(recv, count, dtype, root, comm, stream),
+                ),
             }
         };
         // Inside a group a non-blocking communicator's call settles at the
@@ -156,31 +243,162 @@ impl<'a> Op<'a> {
 
     /// After the call (and the group's end): frees and host access of the
     /// buffers wait for the collective.
-    fn track(&self) -> Result<()> {
-        self.stream.record_memory_transfer(self.bytes);
+    fn track(&self, counted: bool) -> Result<()> {
+        if counted {
+            self.stream.record_memory_transfer(self.bytes);
+        }
         self.stream.track_uses(&self.uses).map_err(Error::from)
     }
 
-    /// Issue and track a collective outside any group.
+    /// Check against the other ranks in this process, then issue and track
+    /// a collective outside any group.
     pub(crate) fn run_alone(self) -> Result<()> {
-        let issued = self.issue(false);
-        // NCCL may leave another device current: resynchronise the cache.
-        self.comm.context().force_bind()?;
-        issued?;
-        self.track()
+        let ops = std::slice::from_ref(&self);
+        meet(ops)?;
+        launch(ops, Issue::Alone, Context::force_bind)
     }
+}
+
+/// Check a call of several ops (an all-to-all, a gather) against the other
+/// ranks in this process, then issue them in one NCCL group.
+pub(crate) fn run_grouped(ops: Vec<Op<'_>>) -> Result<()> {
+    meet(&ops)?;
+    launch(&ops, Issue::Grouped, Context::force_bind)
+}
+
+/// Whether `launch` wraps its calls in `ncclGroupStart`/`ncclGroupEnd`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Issue {
+    Alone,
+    Grouped,
+}
+
+/// The one place collectives reach NCCL: every stream's capture check right
+/// before the calls, the calls (one alone, or a group), then the tracking
+/// of every call handed to NCCL, whatever failed after it (a tracked use
+/// that did not run costs a wait; an untracked one that did would let a
+/// free or host access overtake the collective). Returns the first error.
+///
+/// `rebind` makes the first op's context current again after NCCL, which
+/// switches devices as it launches (`Context::force_bind`).
+fn launch(
+    ops: &[Op<'_>],
+    issue: Issue,
+    rebind: impl FnOnce(&Context) -> driver::Result<()>,
+) -> Result<()> {
+    let Some(first) = ops.first() else {
+        return Ok(());
+    };
+    if ops
+        .iter()
+        .any(|op| op.comm.context().kind() != first.comm.context().kind())
+    {
+        return Err(Error::MixedDrivers);
+    }
+    // Every stream before any call, so a refused group issues nothing; the
+    // gates never wait, so holding several cannot deadlock.
+    let _gates = ops.iter().map(Op::gate).collect::<Result<Vec<_>>>()?;
+    let nccl = first.comm.nccl();
+    // Each op handed to NCCL, and whether NCCL took it.
+    let mut handed: Vec<bool> = Vec::with_capacity(ops.len());
+    let mut result = Ok(());
+    match issue {
+        Issue::Alone => {
+            for op in ops {
+                let issued = op.issue(false);
+                handed.push(issued.is_ok());
+                result = result.and(issued);
+            }
+        }
+        Issue::Grouped => {
+            // SAFETY: no arguments.
+            let code = unsafe { (nccl.ncclGroupStart)() };
+            check(nccl, "ncclGroupStart", std::ptr::null_mut(), code)?;
+            for op in ops {
+                let issued = op.issue(true);
+                handed.push(issued.is_ok());
+                if issued.is_err() {
+                    result = issued;
+                    break;
+                }
+            }
+            // SAFETY: no arguments; closes the group opened above.
+            let mut code = unsafe { (nccl.ncclGroupEnd)() };
+            // Non-blocking communicators finish the group's launches in the
+            // background: wait until each has.
+            if code == sys::nccl::ncclResult_t::ncclInProgress {
+                for (op, _) in ops.iter().zip(&handed).filter(|(_, ok)| **ok) {
+                    code = op.comm.settle(sys::nccl::ncclResult_t::ncclInProgress);
+                    if code != sys::nccl::ncclResult_t::ncclSuccess {
+                        break;
+                    }
+                }
+            }
+            result = result.and(check(nccl, "ncclGroupEnd", std::ptr::null_mut(), code));
+        }
+    }
+    // Not `?`: the calls are enqueued, and must be tracked first.
+    let rebound = rebind(first.comm.context()).map_err(Error::from);
+    for (op, &took) in ops.iter().zip(&handed) {
+        let tracked = op.track(took);
+        result = result.and(tracked);
+    }
+    result.and(rebound)
+}
+
+/// Post the ops' shapes, per communicator and rank, to the meetings of the
+/// ranks in this process, and wait for every verdict. Every meeting is
+/// posted to before any is waited on, so calls that each hold ranks of
+/// several communicators cannot wait for each other in a circle.
+fn meet(ops: &[Op<'_>]) -> Result<()> {
+    // The common case of one rank per process costs one branch per op: no
+    // lock, no allocation.
+    if ops.iter().all(|op| op.comm.alone_here) {
+        return Ok(());
+    }
+    /// Each rank's collectives, in call order.
+    type Calls = BTreeMap<usize, Vec<Shape>>;
+    let mut meetings: Vec<(&Arc<Meeting>, Calls)> = Vec::new();
+    for op in ops.iter().filter(|op| !op.comm.alone_here) {
+        let meeting = op.comm.meeting();
+        let calls = match meetings.iter_mut().find(|(m, _)| Arc::ptr_eq(m, meeting)) {
+            Some((_, calls)) => calls,
+            None => {
+                meetings.push((meeting, BTreeMap::new()));
+                &mut meetings.last_mut().unwrap_or_else(|| unreachable!()).1
+            }
+        };
+        calls.entry(op.comm.rank()).or_default().push(op.shape);
+    }
+    // Every post first (a refusal of one call posts nothing anywhere).
+    for (meeting, calls) in &meetings {
+        meeting.check_pairs_within(calls)?;
+    }
+    let tickets: Vec<_> = meetings
+        .into_iter()
+        .filter_map(|(meeting, calls)| meeting.post(calls.into_iter().collect()))
+        .collect();
+    // Every ticket waited for, so each round's verdict is collected.
+    let mut result = Ok(());
+    for ticket in tickets {
+        result = result.and(ticket.wait().map_err(Error::from));
+    }
+    result
 }
 
 /// Collectives issued together (`ncclGroupStart` ... `ncclGroupEnd`): how
 /// one thread drives several ranks (NCCL needs it, or the first rank's call
 /// may wait for the others), and how several collectives fuse.
 ///
-/// Each call checks its own rank's arguments at once; [`Group::end`] then
-/// checks the ranks of each communicator made by
-/// [`Communicator::all_devices`] against each other (every rank takes part,
-/// with the same collective, count, type, operation and root) before any
-/// call reaches NCCL, and issues them. The buffers stay borrowed until then.
-/// A group dropped without `end` issues nothing.
+/// Each call checks its own rank's arguments at once; [`Group::end`] then,
+/// before any call reaches NCCL, checks that every rank of each
+/// communicator made by [`Communicator::all_devices`] takes part, that no
+/// stream is being captured, and that the ranks in this process agree (the
+/// same collectives, counts, types, operations and roots, in order): those
+/// in the group among themselves, and ranks driven by other threads
+/// through their own calls, which the group waits for (see
+/// [`Communicator`]'s checks). Then it issues them. The buffers stay
+/// borrowed until then. A group dropped without `end` issues nothing.
 ///
 /// ```
 /// use cuda_streams_collectives::{Communicator, Error, Group, ReduceOp};
@@ -339,7 +557,95 @@ impl<'a> Group<'a> {
         Ok(())
     }
 
-    /// How many collectives the group holds.
+    /// [`Communicator::send`] in the group.
+    pub fn send<T, S>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        peer: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+    {
+        self.ops.push(send_op(comm, stream, send, peer)?);
+        Ok(())
+    }
+
+    /// [`Communicator::recv`] in the group.
+    pub fn recv<T, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        recv: &'a mut D,
+        peer: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.push(recv_op(comm, stream, recv, peer)?);
+        Ok(())
+    }
+
+    /// [`Communicator::all_to_all`] in the group (how one thread drives
+    /// every rank's part).
+    pub fn all_to_all<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.extend(all_to_all_ops(comm, stream, send, recv)?);
+        Ok(())
+    }
+
+    /// [`Communicator::gather`] in the group.
+    pub fn gather<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: Option<&'a mut D>,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops.extend(gather_ops(comm, stream, send, recv, root)?);
+        Ok(())
+    }
+
+    /// [`Communicator::scatter`] in the group.
+    pub fn scatter<T, S, D>(
+        &mut self,
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: Option<&'a S>,
+        recv: &'a mut D,
+        root: usize,
+    ) -> Result<()>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        self.ops
+            .extend(scatter_ops(comm, stream, send, recv, root)?);
+        Ok(())
+    }
+
+    /// How many NCCL calls the group holds (an all-to-all is one send and
+    /// one receive per rank).
     pub fn len(&self) -> usize {
         self.ops.len()
     }
@@ -351,11 +657,11 @@ impl<'a> Group<'a> {
 
     /// Check the ranks against each other, then issue every collective in
     /// one NCCL group and track the buffers. When a call fails, the group is
-    /// still closed and the calls issued before it tracked; the first error
+    /// still closed and every call handed to NCCL tracked; the first error
     /// is returned.
     pub fn end(self) -> Result<()> {
         self.check_ranks()?;
-        self.issue_all()
+        launch(&self.ops, Issue::Grouped, Context::force_bind)
     }
 
     /// [`Group::end`] as operations of `graph`: one operation per stream the
@@ -410,6 +716,7 @@ impl<'a> Group<'a> {
                     Kind::AllReduce => OperationType::AllReduce,
                     Kind::Broadcast | Kind::AllGather => OperationType::Broadcast,
                     Kind::Reduce | Kind::ReduceScatter => OperationType::Reduction,
+                    Kind::Send | Kind::Recv => OperationType::MemoryTransfer,
                 };
                 streams.push((op.stream, kind));
             }
@@ -426,7 +733,7 @@ impl<'a> Group<'a> {
             graph.begin_operation(id, stream)?;
             ids.push(id);
         }
-        let issued = self.issue_all();
+        let issued = launch(&self.ops, Issue::Grouped, Context::force_bind);
         // Completed even when a call failed: what was enqueued stays
         // ordered before the dependants.
         let mut completed = Ok(());
@@ -436,93 +743,81 @@ impl<'a> Group<'a> {
         issued.and(completed).map(|()| ids)
     }
 
-    /// Issue every collective in one NCCL group, then track the buffers.
-    fn issue_all(&self) -> Result<()> {
-        let Some(first) = self.ops.first() else {
-            return Ok(());
-        };
-        let nccl = first.comm.nccl();
-        if self
+    /// Before any call reaches NCCL: every rank of each communicator made
+    /// by [`Communicator::all_devices`] takes part (one thread drives them
+    /// all, so a rank left out would never come), no stream is capturing,
+    /// and the ranks in this process agree, this group's among themselves
+    /// and with the other threads' calls for their other ranks.
+    fn check_ranks(&self) -> Result<()> {
+        // communicator -> (size, rank -> its calls)
+        let mut together: Vec<(&Arc<Meeting>, usize, BTreeMap<usize, usize>)> = Vec::new();
+        for op in self
             .ops
             .iter()
-            .any(|op| op.comm.context().kind() != first.comm.context().kind())
+            .filter(|op| op.comm.made_together && !op.shape.kind.is_p2p())
         {
-            return Err(Error::MixedDrivers);
-        }
-        // SAFETY: no arguments.
-        let code = unsafe { (nccl.ncclGroupStart)() };
-        check(nccl, "ncclGroupStart", std::ptr::null_mut(), code)?;
-        let mut issued = 0;
-        let mut result = Ok(());
-        for op in &self.ops {
-            match op.issue(true) {
-                Ok(()) => issued += 1,
-                Err(err) => {
-                    result = Err(err);
-                    break;
+            let meeting = op.comm.meeting();
+            let index = match together.iter().position(|(m, ..)| Arc::ptr_eq(m, meeting)) {
+                Some(index) => index,
+                None => {
+                    together.push((meeting, op.comm.size(), BTreeMap::new()));
+                    together.len() - 1
                 }
-            }
+            };
+            *together[index].2.entry(op.comm.rank()).or_default() += 1;
         }
-        // SAFETY: no arguments; closes the group opened above.
-        let mut code = unsafe { (nccl.ncclGroupEnd)() };
-        // Non-blocking communicators finish the group's launches in the
-        // background: wait until each has.
-        if code == sys::nccl::ncclResult_t::ncclInProgress {
-            for op in &self.ops[..issued] {
-                code = op.comm.settle(sys::nccl::ncclResult_t::ncclInProgress);
-                if code != sys::nccl::ncclResult_t::ncclSuccess {
-                    break;
-                }
-            }
-        }
-        result = result.and(check(nccl, "ncclGroupEnd", std::ptr::null_mut(), code));
-        // NCCL switches devices while it launches: resynchronise the cache.
-        first.comm.context().force_bind()?;
-        for op in &self.ops[..issued] {
-            let tracked = op.track();
-            result = result.and(tracked);
-        }
-        result
-    }
-
-    /// Every communicator whose ranks all live in this process takes part
-    /// in the group on every rank, with matching collectives.
-    fn check_ranks(&self) -> Result<()> {
-        // clique -> rank -> its shapes in call order
-        let mut cliques: BTreeMap<u64, (usize, BTreeMap<usize, Vec<Shape>>)> = BTreeMap::new();
-        for op in self.ops.iter().filter(|op| op.comm.all_local) {
-            let (_, ranks) = cliques
-                .entry(op.comm.clique)
-                .or_insert_with(|| (op.comm.size(), BTreeMap::new()));
-            ranks.entry(op.comm.rank()).or_default().push(op.shape);
-        }
-        for (nranks, ranks) in cliques.values() {
-            let (&rank0, shapes0) = ranks.iter().next().unwrap_or_else(|| unreachable!());
+        for (_, nranks, ranks) in &together {
+            let (&rank0, &calls0) = ranks.iter().next().unwrap_or_else(|| unreachable!());
             for rank in 0..*nranks {
-                let calls = ranks.get(&rank).map_or(0, Vec::len);
-                if calls != shapes0.len() {
+                let calls = ranks.get(&rank).copied().unwrap_or(0);
+                if calls != calls0 {
                     return Err(Error::MissingRank {
                         rank: rank0,
-                        calls_here: shapes0.len(),
+                        calls_here: calls0,
                         other_rank: rank,
                         calls_there: calls,
                     });
                 }
             }
-            for (&rank, shapes) in ranks {
-                for (index, (mine, theirs)) in shapes0.iter().zip(shapes).enumerate() {
-                    if mine != theirs {
-                        return Err(Error::RanksDisagree {
-                            index,
-                            what: format!(
-                                "rank {rank0} calls {mine}, but rank {rank} calls {theirs}"
-                            ),
-                        });
-                    }
-                }
+        }
+        // Sends and receives of a communicator one thread drives whole
+        // (`all_devices`) can only be matched within the group.
+        for op in self.ops.iter().filter(|op| op.comm.made_together) {
+            let rank = op.comm.rank();
+            let peer = op.shape.root;
+            let (from, to) = match op.shape.kind {
+                Kind::Send => (rank, peer),
+                Kind::Recv => (peer, rank),
+                _ => continue,
+            };
+            let count = |kind: Kind, holder: usize, other: usize| {
+                self.ops
+                    .iter()
+                    .filter(|o| {
+                        Arc::ptr_eq(o.comm.meeting(), op.comm.meeting())
+                            && o.shape.kind == kind
+                            && o.comm.rank() == holder
+                            && o.shape.root == other
+                    })
+                    .count()
+            };
+            let (sends, recvs) = (count(Kind::Send, from, to), count(Kind::Recv, to, from));
+            if sends != recvs {
+                return Err(Error::UnmatchedPeer {
+                    from,
+                    to,
+                    sends,
+                    recvs,
+                });
             }
         }
-        Ok(())
+        // Refused before meeting the other ranks: a call that meets them
+        // and then makes no NCCL call would leave theirs unmatched.
+        // (A snapshot: `launch` takes the gates for the calls themselves.)
+        for op in &self.ops {
+            drop(op.gate()?);
+        }
+        meet(&self.ops)
     }
 }
 
@@ -531,5 +826,66 @@ impl std::fmt::Debug for Group<'_> {
         f.debug_struct("Group")
             .field("collectives", &self.ops.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use driver::DeviceBuffer;
+    use test_support::Gate;
+
+    /// A failure after NCCL has the calls still tracks each of them: send
+    /// buffers dropped at once on their home streams are freed only after
+    /// the held collectives read them. The failure is injected into
+    /// `launch`'s rebinding: on the software driver `cuCtxSetCurrent` fails
+    /// only inside a stream callback (where `bind` refuses first) or for a
+    /// context no longer alive (the communicator holds its context), so no
+    /// public call provokes it.
+    #[test]
+    fn calls_handed_to_nccl_are_tracked_when_rebinding_fails() {
+        let contexts = Context::all().unwrap();
+        if contexts.len() < 2 {
+            eprintln!(
+                "skipped: needs two devices, the driver reports {}",
+                contexts.len()
+            );
+            return;
+        }
+        let contexts = &contexts[..2];
+        let comms = Communicator::all_devices(contexts).unwrap();
+        let streams: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+        // Uploaded on other streams, whose frees the collectives' streams
+        // must hold back.
+        let homes: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+        let send: Vec<DeviceBuffer<u32>> = homes
+            .iter()
+            .enumerate()
+            .map(|(r, s)| DeviceBuffer::from_slice(s, &[r as u32 + 1; 4096]).unwrap())
+            .collect();
+        let mut recv: Vec<DeviceBuffer<u32>> = streams
+            .iter()
+            .map(|s| DeviceBuffer::from_slice(s, &[0; 4096]).unwrap())
+            .collect();
+        let gates: Vec<Gate> = streams.iter().map(|s| Gate::close(s)).collect();
+        let mut group = Group::new();
+        for (i, out) in recv.iter_mut().enumerate() {
+            group
+                .all_reduce(&comms[i], &streams[i], &send[i], out, ReduceOp::Sum)
+                .unwrap();
+        }
+        let injected = |_: &Context| {
+            Err(driver::Error::InsideCallback {
+                operation: "rebinding (injected)",
+            })
+        };
+        let err = launch(&group.ops, Issue::Grouped, injected).unwrap_err();
+        assert!(err.to_string().contains("injected"), "{err}");
+        drop(group);
+        drop(send);
+        drop(gates);
+        for (stream, out) in streams.iter().zip(&recv) {
+            assert_eq!(out.to_vec(stream).unwrap(), vec![3; 4096]);
+        }
     }
 }

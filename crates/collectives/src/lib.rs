@@ -11,10 +11,16 @@
 //! - AllReduce, Broadcast, Reduce, AllGather and ReduceScatter on typed
 //!   buffers ([`NcclType`]), stream-ordered, each buffer tracked like any
 //!   copy's so it is not freed before the collective ran;
+//! - ranks of one communicator that live in this process checked against
+//!   each other (collectives, counts, types, operations, roots) before any
+//!   call reaches NCCL, whether each thread makes its collectives alone or
+//!   one thread groups them; ranks in other processes cannot be compared
+//!   (see [`Communicator`]);
+//! - collectives refused on a stream that is being captured into a graph
+//!   ([`Error::StreamCapturing`]);
 //! - [`Group`]: several collectives issued together (`ncclGroupStart` /
-//!   `ncclGroupEnd`), which is how one thread drives many devices; the
-//!   ranks' calls are checked against each other (counts, types,
-//!   operations, roots) before any reaches NCCL; [`Group::end_in`] makes
+//!   `ncclGroupEnd`), which is how one thread drives many devices;
+//!   [`Group::end_in`] makes
 //!   them operations of an [`engine::OperationGraph`]
 //!   (`OperationType::AllReduce`, `Broadcast`, `Reduction`), ordered after
 //!   operations on any device.
@@ -60,6 +66,8 @@ mod docs_examples {}
 mod communicator;
 mod error;
 mod group;
+mod launch;
+mod meeting;
 mod table;
 mod types;
 
@@ -73,4 +81,5 @@ pub use soft_driver;
 pub use communicator::Communicator;
 pub use error::{Error, Result};
 pub use group::Group;
+pub use launch::{LAUNCH_TIMEOUT, LOCAL_RANK, Launch, MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE};
 pub use types::{NcclType, ReduceOp, UniqueId};

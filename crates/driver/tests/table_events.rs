@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use sys::{CUevent_flags, CUresult};
 
 #[test]
@@ -163,9 +163,12 @@ fn elapsed_time_errors_are_cudas() {
     let stream = Stream::new(table);
     let untimed = Event::new(table, CUevent_flags::CU_EVENT_DISABLE_TIMING.0);
     let (start, end) = (Event::new(table, 0), Event::new(table, 0));
+    let before_start = Instant::now();
     start.record(stream.raw);
     untimed.record(stream.raw);
     stream.sync();
+    // `start` has passed by now.
+    let start_passed = Instant::now();
     expect(
         elapsed(table, &start, &untimed).unwrap_err(),
         CUresult::CUDA_ERROR_INVALID_HANDLE,
@@ -176,9 +179,23 @@ fn elapsed_time_errors_are_cudas() {
         elapsed(table, &start, &end).unwrap_err(),
         CUresult::CUDA_ERROR_NOT_READY,
     );
+    // The gate holds `end` back for a while: the time measured is when the
+    // stream passed each event, not when it was recorded.
+    std::thread::sleep(Duration::from_millis(10));
+    let opened = Instant::now();
     gate.open();
     end.sync();
-    assert!(elapsed(table, &start, &end).unwrap() >= 0.0);
+    let end_passed = Instant::now();
+    // Once ready, the time lies between what the host saw: at least from
+    // `start` having passed to the gate opening, at most from before `start`
+    // was recorded to `end` having passed (less/plus the timers' resolution).
+    let ms = elapsed(table, &start, &end).unwrap();
+    let at_least = opened.duration_since(start_passed).as_secs_f32() * 1000.0;
+    let at_most = end_passed.duration_since(before_start).as_secs_f32() * 1000.0;
+    assert!(
+        (at_least - 0.01..=at_most + 0.01).contains(&ms),
+        "elapsed {ms} ms, the host saw between {at_least} and {at_most} ms"
+    );
 }
 
 #[test]

@@ -154,3 +154,28 @@ impl OperationGraph {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use driver::Context;
+
+    /// Through `add_stream_dependency` the standing dependencies never hold a
+    /// cycle, so `has_stream_cycles` is `false` in every test that builds
+    /// them that way. Forcing the edge the check refuses shows it does see
+    /// one (and that applying them then fails instead of looping).
+    #[test]
+    fn a_cycle_forced_past_the_check_is_seen() {
+        let ctx = Context::new(0).unwrap();
+        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let graph = OperationGraph::for_context(&ctx);
+        graph.add_stream_dependency(&b, &a).unwrap();
+        assert!(!graph.has_stream_cycles());
+        graph.stream_order.lock().waits.add_edge(a.id(), b.id(), ());
+        assert!(graph.has_stream_cycles());
+        assert!(matches!(
+            graph.apply_stream_dependencies(),
+            Err(Error::StreamCycle { .. })
+        ));
+    }
+}

@@ -6,7 +6,7 @@ use cuda_streams_event_coord as events;
 use events::{CrossStreamBarrier, Error};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::{Gate, ctx, pool, streams};
 
 #[test]
@@ -16,25 +16,43 @@ fn synchronize_returns_only_when_every_stream_got_there() {
     let events = pool(&ctx);
     let barrier = CrossStreamBarrier::new(s.clone(), Arc::clone(&events)).unwrap();
     let reached = Arc::new(AtomicU32::new(0));
+    // Different amounts of work per stream: gates that open themselves
+    // (nobody else can open them while the host waits), the longest last.
+    let longest = Duration::from_millis(40);
+    let closed = Instant::now();
+    let mut gates = Vec::new();
     for (i, stream) in s.iter().enumerate() {
+        gates.push(Gate::close_within(stream, longest / 4 * (i as u32 + 1)));
         let r = Arc::clone(&reached);
-        // Different amounts of work per stream.
         stream
             .add_callback(move || {
-                std::thread::sleep(Duration::from_millis(5 * i as u64));
                 r.fetch_add(1, Ordering::SeqCst);
             })
             .unwrap();
     }
+    let called = Instant::now();
     let waited = barrier.synchronize().unwrap();
+    let returned = called.elapsed();
     assert_eq!(
         reached.load(Ordering::SeqCst),
         4,
         "every stream's work is done"
     );
-    assert!(waited > Duration::ZERO);
+    // The host waited for the last gate to open by itself: no less than its
+    // limit less what had passed before the call, no more than the call took.
+    // (Exact: `synchronize` reads its clock first thing, so only a thread
+    // descheduled within a function call could read it late.)
+    let at_least = longest.saturating_sub(called - closed);
+    assert!(
+        at_least <= waited && waited <= returned,
+        "waited {waited:?}: at least {at_least:?}, at most {returned:?}"
+    );
     let stats = barrier.stats();
     assert_eq!((stats.synchronizations, stats.arrivals), (1, 0));
+    assert_eq!(
+        stats.total_wait, waited,
+        "the stats add up what it returned"
+    );
     assert_eq!(
         events.utilization().in_use,
         0,

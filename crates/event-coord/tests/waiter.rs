@@ -8,6 +8,7 @@ use driver::Event;
 use events::{AsyncEventWaiter, EventPool};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 use support::{Gate, HANG, ctx, streams};
 
 #[test]
@@ -183,23 +184,29 @@ fn drop_runs_pending_callbacks_once_their_events_complete() {
     let s = streams(&ctx, 1);
     let fired = Arc::new(AtomicU32::new(0));
     let waiter = AsyncEventWaiter::new();
-    let gate = Gate::close(&s[0]);
+    // Nobody opens this gate: it opens itself, so a drop that waits returns
+    // only after that, and one that does not wait returns while it holds.
+    let gate = Gate::close_within(&s[0], Duration::from_millis(100));
     for _ in 0..3 {
         let f = Arc::clone(&fired);
         waiter.wait_async(s[0].record_event().unwrap(), move || {
             f.fetch_add(1, Ordering::SeqCst);
         });
     }
-    let dropper = std::thread::spawn(move || drop(waiter));
-    std::thread::sleep(std::time::Duration::from_millis(20)); // let drop start waiting
-    assert_eq!(fired.load(Ordering::SeqCst), 0);
-    gate.open();
-    dropper.join().unwrap();
+    let seen = Arc::clone(&fired);
+    let dropper = std::thread::spawn(move || {
+        drop(waiter);
+        seen.load(Ordering::SeqCst)
+    });
+    if gate.still_held() {
+        assert_eq!(fired.load(Ordering::SeqCst), 0, "fired before the events");
+    }
     assert_eq!(
-        fired.load(Ordering::SeqCst),
+        dropper.join().unwrap(),
         3,
         "drop returned after running them"
     );
+    drop(gate);
 }
 
 #[test]

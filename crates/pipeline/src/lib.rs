@@ -30,6 +30,7 @@ mod manager;
 mod planner;
 mod stage;
 mod staging;
+mod sync;
 mod triple_buffer;
 
 pub use batch_upload::BatchUploader;

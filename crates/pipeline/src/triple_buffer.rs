@@ -1,11 +1,13 @@
 //! Three device buffers rotating through upload, processing and download,
-//! each slot's stage held in one atomic byte.
+//! each slot's stage held in one atomic byte (the protocol: [`states`]).
+
+mod states;
 
 use crate::error::{Error, Result};
 use driver::{Context, DeviceBuffer, DeviceCopy};
+use states::{DOWNLOAD, HELD, PROCESS, SlotStates, UPLOAD, state_of};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The stage a triple-buffer slot is in.
@@ -66,20 +68,7 @@ impl SlotState {
     pub const fn can_become(self, to: Self) -> bool {
         self.next() as u8 == to as u8
     }
-
-    fn from_bits(bits: u8) -> Self {
-        match bits & STATE_MASK {
-            0 => Self::Free,
-            1 => Self::Uploading,
-            2 => Self::Processing,
-            _ => Self::Downloading,
-        }
-    }
 }
-
-/// Set in a slot's byte while a guard owns the slot's current stage.
-const HELD: u8 = 0x80;
-const STATE_MASK: u8 = 0x03;
 
 /// One slot's state as seen by [`GpuTripleBuffer::get_states`].
 ///
@@ -103,13 +92,6 @@ pub struct SlotStatus {
     pub state: SlotState,
     /// Whether a guard currently holds it (the stage is being enqueued).
     pub held: bool,
-}
-
-struct Slot<T: DeviceCopy> {
-    state: AtomicU8,
-    /// Uncontended: the state byte decides who may lock it. The Mutex lets a
-    /// guard hand out `&mut DeviceBuffer` without unsafe code.
-    buffer: Mutex<DeviceBuffer<T>>,
 }
 
 /// Three device buffers of `size` elements rotating through
@@ -151,34 +133,24 @@ struct Slot<T: DeviceCopy> {
 /// # }
 /// ```
 pub struct GpuTripleBuffer<T: DeviceCopy> {
-    slots: [Slot<T>; 3],
-    /// Monotonic stage cursors: the next upload, process, download and
-    /// retirement take slot `cursor % 3`. Only the thread that owns that
-    /// slot's transition moves a cursor.
-    cursors: [AtomicU64; 4],
+    /// Who holds which slot, and which slot each stage takes next.
+    states: SlotStates,
+    /// Uncontended: the slot's state decides who may lock it. The Mutex lets
+    /// a guard hand out `&mut DeviceBuffer` without unsafe code.
+    buffers: [Mutex<DeviceBuffer<T>>; 3],
     size: usize,
     ctx: Arc<Context>,
 }
-
-/// Which cursor a stage moves.
-const UPLOAD: usize = 0;
-const PROCESS: usize = 1;
-const DOWNLOAD: usize = 2;
-const RETIRE: usize = 3;
 
 impl<T: DeviceCopy> GpuTripleBuffer<T> {
     /// Three device buffers of `size` elements each (`cuMemAlloc`, usable on
     /// every stream).
     pub fn new(ctx: &Arc<Context>, size: usize) -> Result<Self> {
-        let slot = || -> Result<Slot<T>> {
-            Ok(Slot {
-                state: AtomicU8::new(SlotState::Free as u8),
-                buffer: Mutex::new(DeviceBuffer::new(ctx, size)?),
-            })
-        };
+        let buffer =
+            || -> Result<Mutex<DeviceBuffer<T>>> { Ok(Mutex::new(DeviceBuffer::new(ctx, size)?)) };
         Ok(Self {
-            slots: [slot()?, slot()?, slot()?],
-            cursors: Default::default(),
+            states: SlotStates::new(),
+            buffers: [buffer()?, buffer()?, buffer()?],
             size,
             ctx: Arc::clone(ctx),
         })
@@ -203,27 +175,14 @@ impl<T: DeviceCopy> GpuTripleBuffer<T> {
     /// and rotate. An error, changing nothing, when that slot is not
     /// downloaded or a download guard still holds it.
     pub fn advance(&self) -> Result<()> {
-        let cursor = self.cursors[RETIRE].load(Ordering::Acquire);
-        let index = (cursor % 3) as usize;
-        let slot = &self.slots[index];
-        let expected = SlotState::Downloading as u8;
-        match slot.state.compare_exchange(
-            expected,
-            SlotState::Free as u8,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => {
-                self.cursors[RETIRE].store(cursor + 1, Ordering::Release);
-                Ok(())
-            }
-            Err(actual) => Err(Error::IllegalTransition {
-                slot: index,
-                from: SlotState::from_bits(actual),
+        self.states
+            .retire()
+            .map_err(|(slot, actual)| Error::IllegalTransition {
+                slot,
+                from: state_of(actual),
                 to: SlotState::Free,
                 held: actual & HELD != 0,
-            }),
-        }
+            })
     }
 
     /// Elements per buffer.
@@ -234,9 +193,9 @@ impl<T: DeviceCopy> GpuTripleBuffer<T> {
     /// Each slot's state, in slot order (a snapshot: other threads may move on).
     pub fn get_states(&self) -> [SlotStatus; 3] {
         std::array::from_fn(|i| {
-            let bits = self.slots[i].state.load(Ordering::Acquire);
+            let bits = self.states.bits(i);
             SlotStatus {
-                state: SlotState::from_bits(bits),
+                state: state_of(bits),
                 held: bits & HELD != 0,
             }
         })
@@ -249,40 +208,14 @@ impl<T: DeviceCopy> GpuTripleBuffer<T> {
 
     /// Take the slot at stage `stage`'s cursor if it is in `from` and unheld.
     fn claim(&self, stage: usize, from: SlotState) -> Option<StageGuard<'_, T>> {
-        let cursor = self.cursors[stage].load(Ordering::Acquire);
-        let index = (cursor % 3) as usize;
-        let slot = &self.slots[index];
-        let to = from.next();
-        slot.state
-            .compare_exchange(
-                from as u8,
-                to as u8 | HELD,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .ok()?;
-        // Our read of the cursor may be stale: another thread may have taken
-        // this slot at an earlier turn and moved the cursor past it since.
-        // Only the holder of the cursor's slot moves the cursor, so if it
-        // still reads `cursor` now, this slot really is the stage's next one.
-        if self.cursors[stage]
-            .compare_exchange(cursor, cursor + 1, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            // Undo: nobody else can touch a held slot, so this cannot fail.
-            let _ = slot.state.compare_exchange(
-                to as u8 | HELD,
-                from as u8,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-            return None;
-        }
-        let buffer = slot.buffer.lock().unwrap_or_else(|p| p.into_inner());
+        let index = self.states.claim(stage, from)?;
+        let buffer = self.buffers[index]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         Some(StageGuard {
-            slot,
+            states: &self.states,
             index,
-            stage: to,
+            stage: from.next(),
             buffer: Some(buffer),
         })
     }
@@ -321,7 +254,7 @@ impl<T: DeviceCopy> fmt::Debug for GpuTripleBuffer<T> {
 /// # }
 /// ```
 pub struct StageGuard<'a, T: DeviceCopy> {
-    slot: &'a Slot<T>,
+    states: &'a SlotStates,
     index: usize,
     stage: SlotState,
     buffer: Option<MutexGuard<'a, DeviceBuffer<T>>>,
@@ -360,14 +293,7 @@ impl<T: DeviceCopy> Drop for StageGuard<'_, T> {
     fn drop(&mut self) {
         // Unlock before publishing the slot, so the next stage's lock is free.
         self.buffer = None;
-        let held = self.stage as u8 | HELD;
-        // Only this guard can clear HELD, so this always succeeds.
-        let _ = self.slot.state.compare_exchange(
-            held,
-            self.stage as u8,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        self.states.release(self.index, self.stage);
     }
 }
 

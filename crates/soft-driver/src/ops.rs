@@ -76,6 +76,11 @@ pub(crate) enum Action {
     /// given the stream's device and whether the stream has a sticky error;
     /// it runs even then, so that peers waiting for it are not left hanging.
     Call(Arc<dyn Fn(i32, bool) -> Option<Fault> + Send + Sync>),
+    /// Work made anew each time it is enqueued: eagerly, once; captured,
+    /// at every graph launch. The software NCCL numbers a communicator's
+    /// calls when they are enqueued, and a replayed collective is a new
+    /// call.
+    Instance(Arc<dyn Fn() -> Action + Send + Sync>),
 }
 
 /// What a stream in capture mode records, replayed by `cuGraphLaunch`.
@@ -153,6 +158,8 @@ impl Action {
                 None
             }
             Action::Call(call) => call(device, faulted),
+            // Made by `Stream::submit`; run as made if one slips through.
+            Action::Instance(make) => make().run(faulted, device),
             _ if faulted => None,
             Action::Nop => None,
             Action::InjectedFault(name) => Some(Fault {

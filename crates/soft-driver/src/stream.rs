@@ -8,7 +8,7 @@
 
 use crate::errors::{Status, fail};
 use crate::handles::{Registry, lock, mint};
-use crate::ops::{Fault, Op, Template};
+use crate::ops::{Action, Fault, Op, Template};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -174,6 +174,7 @@ impl Stream {
         let before = state.queue.len();
         for (index, template) in templates.iter().enumerate() {
             let op = match template {
+                Template::Act(Action::Instance(make)) => Op::Act(make()),
                 Template::Act(action) => Op::Act(action.clone()),
                 Template::Record(event) => {
                     let ticket = state.submitted + 1;

@@ -122,10 +122,28 @@ pub struct Nccl {
     pub ncclGroupStart: unsafe extern "C" fn() -> ncclResult_t,
     /// `ncclGroupEnd`
     pub ncclGroupEnd: unsafe extern "C" fn() -> ncclResult_t,
+    /// `ncclSend`
+    pub ncclSend: unsafe extern "C" fn(
+        sendbuff: *const ::std::os::raw::c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        peer: ::std::os::raw::c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t,
+    /// `ncclRecv`
+    pub ncclRecv: unsafe extern "C" fn(
+        recvbuff: *mut ::std::os::raw::c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        peer: ::std::os::raw::c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t,
 }
 /// Each entry point's name as documented and the versioned symbol
 /// NCCL 2.28's nccl.h select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 20usize] = [
+pub const SYMBOLS: [(&str, &str); 22usize] = [
     ("ncclGetVersion", "ncclGetVersion"),
     ("ncclGetUniqueId", "ncclGetUniqueId"),
     ("ncclCommInitRank", "ncclCommInitRank"),
@@ -146,6 +164,8 @@ pub const SYMBOLS: [(&str, &str); 20usize] = [
     ("ncclReduceScatter", "ncclReduceScatter"),
     ("ncclGroupStart", "ncclGroupStart"),
     ("ncclGroupEnd", "ncclGroupEnd"),
+    ("ncclSend", "ncclSend"),
+    ("ncclRecv", "ncclRecv"),
 ];
 impl Nccl {
     /// Build the table from a symbol resolver.
@@ -190,6 +210,8 @@ impl Nccl {
         let ncclReduceScatter = resolve("ncclReduceScatter");
         let ncclGroupStart = resolve("ncclGroupStart");
         let ncclGroupEnd = resolve("ncclGroupEnd");
+        let ncclSend = resolve("ncclSend");
+        let ncclRecv = resolve("ncclRecv");
         if !missing.is_empty() {
             return Err(missing);
         }
@@ -351,6 +373,28 @@ impl Nccl {
                     *const core::ffi::c_void,
                     unsafe extern "C" fn() -> ncclResult_t,
                 >(ncclGroupEnd),
+                ncclSend: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        sendbuff: *const ::std::os::raw::c_void,
+                        count: usize,
+                        datatype: ncclDataType_t,
+                        peer: ::std::os::raw::c_int,
+                        comm: ncclComm_t,
+                        stream: cudaStream_t,
+                    ) -> ncclResult_t,
+                >(ncclSend),
+                ncclRecv: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        recvbuff: *mut ::std::os::raw::c_void,
+                        count: usize,
+                        datatype: ncclDataType_t,
+                        peer: ::std::os::raw::c_int,
+                        comm: ncclComm_t,
+                        stream: cudaStream_t,
+                    ) -> ncclResult_t,
+                >(ncclRecv),
             }
         })
     }

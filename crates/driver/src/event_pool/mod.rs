@@ -7,69 +7,47 @@
 //! timed sections, the buffers' use tracking. Separate pools
 //! ([`EventPool::new`]) serve callers that want their own counts or a cap.
 
+mod shelf;
+mod sync;
 mod thread_shelf;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
+use shelf::Shelf;
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use thread_shelf::HeldCounts;
 
 /// Free events of one kind, and how many of that kind exist.
-struct Shelf {
-    free: Mutex<Vec<Event>>,
-    /// Events of this kind created so far (free + in use). Only growth writes it.
-    created: AtomicUsize,
-    cap: usize,
+type EventShelf = Shelf<Event>;
+
+/// A shelf of `count` new events of kind `flags`, at most `cap` ever.
+fn event_shelf(
+    ctx: &Arc<Context>,
     flags: EventFlags,
-    kind: &'static str,
+    count: usize,
+    cap: usize,
+) -> Result<EventShelf> {
+    let kind = kind_of(flags);
+    if count > cap {
+        return Err(Error::EventPoolCapBelowInitial {
+            kind,
+            requested: count,
+            cap,
+        });
+    }
+    let free = (0..count)
+        .map(|_| Event::new(ctx, flags))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Shelf::new(free, cap, kind))
 }
 
-impl Shelf {
-    fn new(ctx: &Arc<Context>, flags: EventFlags, count: usize, cap: usize) -> Result<Self> {
-        let kind = if flags.timing { "timing" } else { "regular" };
-        if count > cap {
-            return Err(Error::EventPoolCapBelowInitial {
-                kind,
-                requested: count,
-                cap,
-            });
-        }
-        let free = (0..count)
-            .map(|_| Event::new(ctx, flags))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            free: Mutex::new(free),
-            created: AtomicUsize::new(count),
-            cap,
-            flags,
-            kind,
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Vec<Event>> {
-        // A panic while holding the lock cannot leave the Vec half-updated.
-        self.free.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Create one more event, unless the cap is reached.
-    fn grow(&self, ctx: &Arc<Context>) -> Result<Event> {
-        self.created
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.cap).then_some(n + 1)
-            })
-            .map_err(|_| Error::EventPoolExhausted {
-                kind: self.kind,
-                cap: self.cap,
-            })?;
-        Event::new(ctx, self.flags).inspect_err(|_| {
-            self.created.fetch_sub(1, Ordering::AcqRel);
-        })
-    }
+fn kind_of(flags: EventFlags) -> &'static str {
+    if flags.timing { "timing" } else { "regular" }
 }
 
 /// How many events of an [`EventPool`] are free and in use, from
@@ -150,8 +128,8 @@ impl EventPoolUtilization {
 /// ```
 pub struct EventPool {
     ctx: Arc<Context>,
-    regular: Shelf,
-    timing: Shelf,
+    regular: EventShelf,
+    timing: EventShelf,
     growth: AtomicU64,
     /// Whether threads keep their released events (uncapped pools only).
     per_thread: bool,
@@ -177,8 +155,8 @@ impl EventPool {
     ) -> Result<EventPool> {
         Ok(EventPool {
             ctx: Arc::clone(ctx),
-            regular: Shelf::new(ctx, EventFlags::PLAIN, regular, cap)?,
-            timing: Shelf::new(ctx, EventFlags::TIMING, timing, cap)?,
+            regular: event_shelf(ctx, EventFlags::PLAIN, regular, cap)?,
+            timing: event_shelf(ctx, EventFlags::TIMING, timing, cap)?,
             growth: AtomicU64::new(0),
             per_thread: cap == usize::MAX,
             threads: Mutex::new(Vec::new()),
@@ -187,24 +165,17 @@ impl EventPool {
 
     /// An uncapped pool with no events yet: no driver call.
     pub(crate) fn empty(ctx: &Arc<Context>) -> EventPool {
-        let shelf = |flags: EventFlags, kind| Shelf {
-            free: Mutex::new(Vec::new()),
-            created: AtomicUsize::new(0),
-            cap: usize::MAX,
-            flags,
-            kind,
-        };
         EventPool {
             ctx: Arc::clone(ctx),
-            regular: shelf(EventFlags::PLAIN, "regular"),
-            timing: shelf(EventFlags::TIMING, "timing"),
+            regular: Shelf::new(Vec::new(), usize::MAX, kind_of(EventFlags::PLAIN)),
+            timing: Shelf::new(Vec::new(), usize::MAX, kind_of(EventFlags::TIMING)),
             growth: AtomicU64::new(0),
             per_thread: true,
             threads: Mutex::new(Vec::new()),
         }
     }
 
-    fn shelf(&self, timing: bool) -> &Shelf {
+    fn shelf(&self, timing: bool) -> &EventShelf {
         if timing { &self.timing } else { &self.regular }
     }
 
@@ -217,13 +188,18 @@ impl EventPool {
         } else {
             None
         };
-        // Bind the pop's result first so the guard is released before growth.
-        let popped = kept.or_else(|| shelf.lock().pop());
-        let event = match popped {
+        let event = match kept {
             Some(event) => event,
             None => {
-                let event = shelf.grow(&self.ctx)?;
-                self.growth.fetch_add(1, Ordering::Relaxed);
+                let flags = if timing {
+                    EventFlags::TIMING
+                } else {
+                    EventFlags::PLAIN
+                };
+                let (event, grew) = shelf.take_or_grow(|| Event::new(&self.ctx, flags))?;
+                if grew {
+                    self.growth.fetch_add(1, Ordering::Relaxed);
+                }
                 event
             }
         };
@@ -254,8 +230,7 @@ impl EventPool {
         });
         let regular = regular + self.regular.lock().len();
         let timing = timing + self.timing.lock().len();
-        let created = self.regular.created.load(Ordering::Acquire)
-            + self.timing.created.load(Ordering::Acquire);
+        let created = self.regular.created() + self.timing.created();
         EventPoolUtilization {
             available_regular: regular,
             available_timing: timing,
@@ -271,7 +246,7 @@ impl EventPool {
 
     /// The cap on events of each kind (`usize::MAX` for [`EventPool::new`]).
     pub fn capacity_limit(&self) -> usize {
-        self.regular.cap
+        self.regular.cap()
     }
 
     /// The context the events belong to.
@@ -295,7 +270,7 @@ impl EventPool {
     /// Put free events on the shared shelves.
     pub(crate) fn shelve(&self, events: impl Iterator<Item = Event>) {
         for event in events {
-            self.shelf(event.is_timing()).lock().push(event);
+            self.shelf(event.is_timing()).put(event);
         }
     }
 }

@@ -5,9 +5,9 @@
 //! the bytes each operation reads and writes; every ordering edge (stream
 //! order, event record and wait, joins and forks, which are events, host
 //! waits, graph launches) goes through this crate too. This module keeps a
-//! vector clock per stream and per event record ([`clock`]) and, per
+//! vector clock per stream and per event record (`clock.rs`) and, per
 //! context, the last write and the unordered reads of each byte range
-//! ([`tracker`]). An access that conflicts with one not in its past is a
+//! (`tracker.rs`). An access that conflicts with one not in its past is a
 //! [`Race`], which the context's [`OrderPolicy`] refuses, reports or repairs.
 //!
 //! The host is one agent: a completion observed on any thread (a stream or

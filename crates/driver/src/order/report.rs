@@ -24,8 +24,8 @@ pub struct RaceOp {
 /// Two operations on different streams that touch the same bytes, at least
 /// one of them writing, with no happens-before path between them: the
 /// error of [`crate::Error::UnorderedAccess`] under
-/// [`Ordering::Check`](crate::order::Ordering::Check), and the tracing event
-/// under [`Ordering::Report`](crate::order::Ordering::Report).
+/// [`OrderPolicy::Check`](crate::OrderPolicy::Check), and the tracing event
+/// under [`OrderPolicy::Report`](crate::OrderPolicy::Report).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Race {
     /// The operation enqueued first.
