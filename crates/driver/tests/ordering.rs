@@ -199,3 +199,121 @@ fn a_peer_copy_read_on_the_destination_before_a_wait_is_refused_then_repaired() 
         }
     }
 }
+
+/// What [`two_branch_graph`] made: the result of ending the capture, its
+/// streams (origin, left, right) and the buffer.
+struct TwoBranches {
+    graph: Result<cuda_streams_driver::Graph, Error>,
+    streams: [Arc<Stream>; 3],
+    data: Arc<DeviceBuffer<u32>>,
+}
+
+/// A graph whose two branches each write every byte of one buffer ("left"
+/// sets 1, "right" sets 2); with `ordered`, "right" is joined after "left"
+/// first.
+fn two_branch_graph(ctx: &Arc<Context>, ordered: bool) -> TwoBranches {
+    let origin = Stream::new(ctx).unwrap();
+    let (left, right) = (Stream::new(ctx).unwrap(), Stream::new(ctx).unwrap());
+    let data = Arc::new(DeviceBuffer::<u32>::new(ctx, 64).unwrap());
+    let mut capture = origin.begin_capture().unwrap();
+    capture.fork(&origin, &[&left, &right]).unwrap();
+    order::labelled("left", || capture.memset_u8(&left, &data, 1)).unwrap();
+    if ordered {
+        capture.join(&right, &[&left]).unwrap();
+    }
+    // Refused at the end, not here: the node is captured.
+    order::labelled("right", || capture.memset_u8(&right, &data, 2)).unwrap();
+    capture.join(&origin, &[&left, &right]).unwrap();
+    TwoBranches {
+        graph: capture.end(),
+        streams: [origin, left, right],
+        data,
+    }
+}
+
+#[test]
+fn a_graph_with_two_unordered_branches_writing_one_buffer_is_refused_at_end_capture() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Check);
+    let before = ctx.ordering_stats().reports;
+    let TwoBranches {
+        graph,
+        streams: [origin, left, right],
+        data,
+    } = two_branch_graph(&ctx, false);
+    let err = graph.unwrap_err();
+    let message = err.to_string();
+    let race = race(err);
+    assert_eq!(race.earlier.label.as_deref(), Some("left"));
+    assert_eq!(race.later.label.as_deref(), Some("right"));
+    assert_eq!(
+        (race.earlier.stream, race.later.stream),
+        (left.id(), right.id())
+    );
+    assert!(race.earlier.writes && race.later.writes);
+    assert_eq!(race.overlap, 0..256);
+    assert_eq!(
+        race.buffer,
+        cuda_streams_driver::DeviceMemory::device_ptr(&*data)
+    );
+    assert!(message.contains("operation 'left'"), "{message}");
+    assert_eq!(ctx.ordering_stats().reports, before + 1);
+    // The capture is over and the graph discarded: every stream works.
+    for stream in [&origin, &left, &right] {
+        assert!(!stream.is_capturing());
+        stream.synchronize().unwrap();
+    }
+    assert_eq!(data.to_vec(&origin).unwrap(), [0; 64]);
+}
+
+#[test]
+fn auto_orders_the_branches_of_a_graph_and_an_ordered_graph_is_silent() {
+    let ctx = Context::new(0).unwrap();
+    for (policy_now, ordered, waits) in [
+        (OrderPolicy::Auto, false, 1),
+        (OrderPolicy::Check, true, 0),
+        (OrderPolicy::Auto, true, 0),
+    ] {
+        let _policy = policy(&[&ctx], policy_now);
+        let before = ctx.ordering_stats();
+        let TwoBranches {
+            graph,
+            streams: [origin, ..],
+            data,
+        } = two_branch_graph(&ctx, ordered);
+        let exec = graph.unwrap().instantiate().unwrap();
+        for _ in 0..8 {
+            exec.launch(&origin).unwrap();
+            assert_eq!(data.to_vec(&origin).unwrap(), [0x0202_0202; 64]);
+        }
+        let after = ctx.ordering_stats();
+        assert_eq!(after.inserted_waits, before.inserted_waits + waits);
+        assert_eq!(after.reports, before.reports + waits, "{policy_now:?}");
+    }
+}
+
+#[test]
+fn report_keeps_a_graph_with_racing_branches_and_counts_the_race() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Report);
+    let before = ctx.ordering_stats().reports;
+    assert!(two_branch_graph(&ctx, false).graph.is_ok());
+    assert_eq!(ctx.ordering_stats().reports, before + 1);
+}
+
+#[test]
+fn a_fork_inside_a_capture_does_not_order_eager_work() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Check);
+    let (main, side, data) = produce_on_side(&ctx);
+    // The capture's fork and join are edges of the graph, which never runs
+    // here: the main stream's eager read is still unordered with the fill.
+    let mut capture = side.begin_capture().unwrap();
+    capture.fork(&side, &[&main]).unwrap();
+    capture.join(&side, &[&main]).unwrap();
+    drop(capture.end().unwrap());
+    let race = race(data.to_vec(&main).unwrap_err());
+    assert_eq!(race.earlier.label.as_deref(), Some("fill"));
+    side.synchronize().unwrap();
+    assert_eq!(data.to_vec(&main).unwrap(), [7; 256]);
+}

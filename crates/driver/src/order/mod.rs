@@ -19,10 +19,12 @@
 //! `docs/ordering.md` describes the model, what is and is not checked, and
 //! the cost of each policy.
 
+mod capture;
 mod clock;
 mod report;
 mod tracker;
 
+pub(crate) use capture::CaptureOrder;
 pub use report::{Race, RaceOp};
 
 use crate::context::Context;
@@ -251,6 +253,9 @@ pub(crate) struct StreamOrder {
 struct StreamState {
     clock: Clock,
     host_seen: u64,
+    /// While the stream takes part in a capture: its clock within the
+    /// graph (the capture's records and waits move it, not `clock`).
+    captured: Option<Clock>,
 }
 
 impl StreamOrder {
@@ -259,6 +264,7 @@ impl StreamOrder {
             state: Mutex::new(StreamState {
                 clock: Clock::new(id),
                 host_seen: 0,
+                captured: None,
             }),
         }
     }
@@ -269,6 +275,33 @@ impl StreamOrder {
 
     fn snapshot(&self) -> Clock {
         self.lock().clock.clone()
+    }
+
+    /// The stream joins a capture (it began one, or was forked in): its
+    /// clock within the graph starts from nothing (a fork's wait, captured
+    /// next, is the graph's first edge into it).
+    pub(crate) fn enter_capture(&self) {
+        let mut state = self.lock();
+        state.captured = Some(Clock::new(state.clock.agent));
+    }
+
+    /// The stream left its capture.
+    pub(crate) fn leave_capture(&self) {
+        self.lock().captured = None;
+    }
+
+    /// Its clock within the graph being captured (`None` outside one).
+    fn captured(&self) -> Option<Clock> {
+        self.lock().captured.clone()
+    }
+
+    /// A node was captured: the next step within the graph.
+    fn captured_step(&self) -> Clock {
+        let mut state = self.lock();
+        let agent = state.clock.agent;
+        let clock = state.captured.get_or_insert_with(|| Clock::new(agent));
+        clock.own += 1;
+        clock.clone()
     }
 }
 
@@ -285,12 +318,14 @@ impl StreamState {
     }
 }
 
-/// Per event: the clock of the stream at its latest record.
+/// Per event: the clock of the stream at its latest record, and whether
+/// that record was captured into a graph (then the clock is the stream's
+/// clock within the graph, which only streams of that capture may wait for).
 #[derive(Default)]
-pub(crate) struct EventOrder(Mutex<Option<Clock>>);
+pub(crate) struct EventOrder(Mutex<Option<(Clock, bool)>>);
 
 impl EventOrder {
-    fn get(&self) -> Option<Clock> {
+    fn get(&self) -> Option<(Clock, bool)> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
@@ -311,7 +346,13 @@ fn host_learns(clock: &Clock) {
 #[inline]
 pub(crate) fn recorded(event: &Event, stream: &Stream) {
     if stream.context().order.is_on() {
-        *event.order.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream.order.snapshot());
+        // A record captured into a graph happens at each replay, not now:
+        // it carries the stream's clock within the graph, never its own.
+        let snapshot = match stream.order.captured() {
+            Some(captured) => (captured, true),
+            None => (stream.order.snapshot(), false),
+        };
+        *event.order.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
     }
 }
 
@@ -319,9 +360,19 @@ pub(crate) fn recorded(event: &Event, stream: &Stream) {
 #[inline]
 pub(crate) fn waited(stream: &Stream, event: &Event) {
     if stream.context().order.is_on()
-        && let Some(snapshot) = event.order.get()
+        && let Some((snapshot, captured)) = event.order.get()
     {
-        stream.order.lock().clock.learn(&snapshot);
+        let mut state = stream.order.lock();
+        match (&mut state.captured, captured) {
+            (Some(within), true) => {
+                within.learn(&snapshot);
+            }
+            (None, false) => {
+                state.clock.learn(&snapshot);
+            }
+            // Refused by `Stream::wait_event` before it gets here.
+            _ => {}
+        }
     }
 }
 
@@ -340,7 +391,11 @@ pub(crate) fn stream_point(stream: &Stream) -> Option<Clock> {
 #[inline]
 pub(crate) fn event_point(event: &Event) -> Option<Clock> {
     if event.context().order.is_on() {
-        event.order.get()
+        // A captured record teaches the host nothing about eager work.
+        event
+            .order
+            .get()
+            .and_then(|(clock, captured)| (!captured).then_some(clock))
     } else {
         None
     }
