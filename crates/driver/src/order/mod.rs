@@ -108,7 +108,7 @@ impl OrderPolicy {
 pub const ORDERING_SETTING: sys::env::Setting = sys::env::Setting {
     name: "CUDA_STREAMS_ORDERING",
     aliases: &[],
-    default: "check on the software driver, off on a GPU",
+    default: "check (soft), off (GPU)",
     about: "stream-order checking: off, check, report or auto",
 };
 
