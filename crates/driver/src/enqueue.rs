@@ -86,7 +86,9 @@ impl Stream {
         // After the waits above (which order the stream after allocations),
         // before the driver sees the work: the one branch `off` costs.
         let policy = self.context().order.policy();
-        if policy != OrderPolicy::Off {
+        let _in_flight = if policy == OrderPolicy::Off {
+            order::InFlight::NONE
+        } else {
             let what = match work {
                 Work::KernelLaunch => "kernel launch",
                 Work::Operation => "memset",
@@ -98,8 +100,8 @@ impl Stream {
                 Work::Transfer(_) => "copy",
             };
             let touches: order::Touches = uses.clone().into_iter().map(Use::touch).collect();
-            order::before_enqueue(self, what, &touches, policy)?;
-        }
+            order::before_enqueue(self, what, &touches, policy)?
+        };
         // An observer (the profiler) marks where the work itself starts.
         self.before_work();
         self.context()
@@ -188,7 +190,15 @@ impl Stream {
         let policy = self.context().order.policy();
         if policy != OrderPolicy::Off {
             let touches: order::Touches = uses.iter().map(|u| u.0.touch()).collect();
-            order::before_enqueue(self, "external work", &touches, policy)?;
+            // The work itself is enqueued after this returns, outside this
+            // crate: the step is not held in flight until then (see
+            // docs/ordering.md, "What is not checked").
+            drop(order::before_enqueue(
+                self,
+                "external work",
+                &touches,
+                policy,
+            )?);
         }
         Ok(())
     }

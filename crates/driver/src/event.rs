@@ -127,13 +127,16 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         stream.check_context("the event", &self.ctx)?;
         self.ctx.bind()?;
+        // Before the driver call: what another thread queues meanwhile is
+        // not covered by the record.
+        let point = crate::order::record_point(stream);
         // SAFETY: both handles are live (owned by `self` and `stream`); the context is current.
         let code = unsafe { (self.ctx.driver().cuEventRecord)(self.raw, stream.as_raw()) };
         self.ctx.check(code)?;
         self.recorded.store(true, Ordering::Relaxed);
         self.captured_in
             .store(stream.capture_id(), Ordering::Release);
-        crate::order::recorded(self, stream);
+        crate::order::recorded(self, point);
         Ok(())
     }
 

@@ -1134,7 +1134,7 @@ impl GraphExec {
     /// runs after the work enqueued on `stream` before, and the work
     /// enqueued after waits for all of it.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        let _gate = self.before_launch(stream, "GraphExec::launch")?;
+        let (_gate, _in_flight) = self.before_launch(stream, "GraphExec::launch")?;
         {
             let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
             // A profiler scope around the launch starts here: one scope, the
@@ -1166,7 +1166,7 @@ impl GraphExec {
     /// (`cuGraphUpload`), in stream order on `stream`, so the first launch
     /// costs no more than later ones.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
-        let _gate = self.before_launch(stream, "GraphExec::upload")?;
+        let (_gate, _in_flight) = self.before_launch(stream, "GraphExec::upload")?;
         let _turn = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live executable graph and a live stream of its context.
         let code = unsafe { (self.ctx.driver().cuGraphUpload)(self.raw, stream.as_raw()) };
@@ -1174,12 +1174,13 @@ impl GraphExec {
     }
 
     /// Checks and orders a launch on `stream`; the gate it returns is held
-    /// until the launch's uses are tracked.
+    /// until the launch's uses are tracked, the step until the driver call
+    /// returned.
     fn before_launch<'s>(
         &self,
         stream: &'s Stream,
         operation: &'static str,
-    ) -> Result<EnqueueGate<'s>> {
+    ) -> Result<(EnqueueGate<'s>, crate::order::InFlight<'s>)> {
         // Launched into a capture it would become a child graph, whose
         // resources nothing would keep.
         let gate = stream.enqueue_gate(operation)?;
@@ -1194,16 +1195,17 @@ impl GraphExec {
         }
         // One operation with the graph's whole access set.
         let policy = self.ctx.order.policy();
-        if policy != crate::order::OrderPolicy::Off {
-            let devices = self.resources.buffers.iter();
-            let hosts = self.resources.hosts.iter();
-            let touches: crate::order::Touches = devices
-                .map(|(memory, write)| Use::Device(memory.as_use(), *write).touch())
-                .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write).touch()))
-                .collect();
-            crate::order::before_enqueue(stream, "graph launch", &touches, policy)?;
+        if policy == crate::order::OrderPolicy::Off {
+            return Ok((gate, crate::order::InFlight::NONE));
         }
-        Ok(gate)
+        let devices = self.resources.buffers.iter();
+        let hosts = self.resources.hosts.iter();
+        let touches: crate::order::Touches = devices
+            .map(|(memory, write)| Use::Device(memory.as_use(), *write).touch())
+            .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write).touch()))
+            .collect();
+        let in_flight = crate::order::before_enqueue(stream, "graph launch", &touches, policy)?;
+        Ok((gate, in_flight))
     }
 
     /// Replace the parameters of every node with those of `graph`

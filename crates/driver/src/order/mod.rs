@@ -256,6 +256,12 @@ struct StreamState {
     /// While the stream takes part in a capture: its clock within the
     /// graph (the capture's records and waits move it, not `clock`).
     captured: Option<Clock>,
+    /// Steps checked and recorded whose driver call has not returned yet.
+    /// Two threads may enqueue on one stream at once, and the driver may
+    /// queue their work in the other order than their steps: a snapshot
+    /// (an event record, a host wait) knows only the steps below all of
+    /// these, which the driver has queued before it.
+    in_flight: SmallVec<[u32; 2]>,
 }
 
 impl StreamOrder {
@@ -265,6 +271,7 @@ impl StreamOrder {
                 clock: Clock::new(id),
                 host_seen: 0,
                 captured: None,
+                in_flight: SmallVec::new(),
             }),
         }
     }
@@ -273,8 +280,15 @@ impl StreamOrder {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What a point taken now (an event recorded, the host waiting) knows
+    /// of this stream: everything but the steps still in flight.
     fn snapshot(&self) -> Clock {
-        self.lock().clock.clone()
+        let state = self.lock();
+        let mut clock = state.clock.clone();
+        if let Some(&lowest) = state.in_flight.iter().min() {
+            clock.own = clock.own.min(lowest - 1);
+        }
+        clock
     }
 
     /// The stream joins a capture (it began one, or was forked in): its
@@ -342,17 +356,26 @@ fn host_learns(clock: &Clock) {
     }
 }
 
-/// `event` was recorded on `stream`.
+/// What a record of an event on `stream` will cover, taken just before the
+/// driver records it (work queued after this point is not covered).
 #[inline]
-pub(crate) fn recorded(event: &Event, stream: &Stream) {
-    if stream.context().order.is_on() {
-        // A record captured into a graph happens at each replay, not now:
-        // it carries the stream's clock within the graph, never its own.
-        let snapshot = match stream.order.captured() {
-            Some(captured) => (captured, true),
-            None => (stream.order.snapshot(), false),
-        };
-        *event.order.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
+pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
+    if !stream.context().order.is_on() {
+        return None;
+    }
+    // A record captured into a graph happens at each replay, not now: it
+    // carries the stream's clock within the graph, never its own.
+    Some(match stream.order.captured() {
+        Some(captured) => (captured, true),
+        None => (stream.order.snapshot(), false),
+    })
+}
+
+/// `event` was recorded at `point` ([`record_point`]).
+#[inline]
+pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
+    if point.is_some() {
+        *event.order.0.lock().unwrap_or_else(|p| p.into_inner()) = point;
     }
 }
 
@@ -482,12 +505,12 @@ impl Locked<'_> {
 /// Check the accesses of one operation about to be enqueued on `stream`
 /// against every access recorded before it, act on the races as the policy
 /// says, and record them. `policy` is the stream context's, not `Off`.
-pub(crate) fn before_enqueue(
-    stream: &Stream,
+pub(crate) fn before_enqueue<'s>(
+    stream: &'s Stream,
     what: &'static str,
     touches: &[Touch],
     policy: OrderPolicy,
-) -> Result<()> {
+) -> Result<InFlight<'s>> {
     let home = stream.context();
     // Memory of other contexts (peer copies) needs those contexts' shadows.
     let mut others: SmallVec<[Arc<Context>; 1]> = SmallVec::new();
@@ -496,7 +519,7 @@ pub(crate) fn before_enqueue(
             match crate::context::by_id(touch.ctx) {
                 Some(ctx) => others.push(ctx),
                 // A context nobody holds any more: its memory is gone.
-                None => return Ok(()),
+                None => return Ok(InFlight(None)),
             }
         }
     }
@@ -576,8 +599,11 @@ pub(crate) fn before_enqueue(
                 }
             }
         }
-        // No race left (or reported): the access is this stream's next step.
+        // No race left (or reported): the access is this stream's next step,
+        // in flight until the driver call returns.
         state.clock.own += 1;
+        let step = state.clock.own;
+        state.in_flight.push(step);
         let access = Access {
             agent: stream.id(),
             counter: state.clock.own,
@@ -595,9 +621,30 @@ pub(crate) fn before_enqueue(
                 .get(touch.ctx)
                 .record(lo, hi, touch.write, &access, &state.clock);
         }
-        return Ok(());
+        return Ok(InFlight(Some((stream, step))));
     }
     unreachable!("the last attempt returns")
+}
+
+/// A step checked and recorded by [`before_enqueue`] whose driver call is
+/// being made: keep it until the call returns (or fails).
+#[must_use = "the step is in flight until this is dropped, after the driver call"]
+pub(crate) struct InFlight<'s>(Option<(&'s Stream, u32)>);
+
+impl InFlight<'_> {
+    /// Nothing in flight (the policy is `Off`).
+    pub(crate) const NONE: InFlight<'static> = InFlight(None);
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some((stream, step)) = self.0 {
+            let mut state = stream.order.lock();
+            if let Some(i) = state.in_flight.iter().position(|s| *s == step) {
+                state.in_flight.swap_remove(i);
+            }
+        }
+    }
 }
 
 /// `Auto`'s repair: `stream` waits for everything enqueued on `earlier` so
@@ -629,5 +676,38 @@ fn race_op(op: &Op, writes: bool) -> RaceOp {
         stream: op.stream,
         device: op.device,
         writes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_point_taken_while_a_step_is_in_flight_does_not_cover_it() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        // Bytes no allocation has: nothing to conflict with.
+        let touch = Touch {
+            ctx: ctx.id(),
+            address: 1 << 60,
+            bytes: 4,
+            write: true,
+        };
+        let first = before_enqueue(&stream, "test", &[touch], OrderPolicy::Check).unwrap();
+        let second = before_enqueue(&stream, "test", &[touch], OrderPolicy::Check).unwrap();
+        let steps = stream.order.lock().clock.own;
+        // Both driver calls are still being made: an event recorded now
+        // covers neither, whichever returns first.
+        assert_eq!(stream.order.snapshot().own, steps - 2);
+        drop(second);
+        assert_eq!(
+            stream.order.snapshot().own,
+            steps - 2,
+            "the first is in flight"
+        );
+        drop(first);
+        assert_eq!(stream.order.snapshot().own, steps);
+        forget(&ctx, touch.address, touch.bytes);
     }
 }
