@@ -86,7 +86,7 @@ impl Stream {
         // After the waits above (which order the stream after allocations),
         // before the driver sees the work: the one branch `off` costs.
         let policy = self.context().order.policy();
-        let _in_flight = if policy == OrderPolicy::Off {
+        let in_flight = if policy == OrderPolicy::Off {
             order::InFlight::NONE
         } else {
             let what = match work {
@@ -106,6 +106,8 @@ impl Stream {
         self.before_work();
         self.context()
             .check(call(self.context().driver(), self.as_raw()))?;
+        // Queued: the use events recorded below must cover this step.
+        drop(in_flight);
         match work {
             Work::Transfer(bytes) => self.counters.transfer(bytes),
             Work::Operation => self.counters.operation(),

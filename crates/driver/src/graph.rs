@@ -1134,7 +1134,7 @@ impl GraphExec {
     /// runs after the work enqueued on `stream` before, and the work
     /// enqueued after waits for all of it.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        let (_gate, _in_flight) = self.before_launch(stream, "GraphExec::launch")?;
+        let (_gate, in_flight) = self.before_launch(stream, "GraphExec::launch")?;
         {
             let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
             // A profiler scope around the launch starts here: one scope, the
@@ -1145,6 +1145,8 @@ impl GraphExec {
             // ordered after their allocations on `stream` (above).
             let code = unsafe { (self.ctx.driver().cuGraphLaunch)(self.raw, stream.as_raw()) };
             self.ctx.check(code)?;
+            // Queued: the use events recorded below must cover this step.
+            drop(in_flight);
             if !self.resources.callbacks.is_empty()
                 && !launched.iter().any(|s| s.id() == stream.id())
             {

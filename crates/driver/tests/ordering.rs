@@ -317,3 +317,25 @@ fn a_fork_inside_a_capture_does_not_order_eager_work() {
     side.synchronize().unwrap();
     assert_eq!(data.to_vec(&main).unwrap(), [7; 256]);
 }
+
+#[test]
+fn host_access_that_waited_for_a_copy_orders_later_writes_on_other_streams() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Check);
+    let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let mut src = DeviceBuffer::from_slice(&a, &[3u32; 256]).unwrap();
+    a.synchronize().unwrap();
+    let mut host = cuda_streams_driver::PinnedBuffer::<u32>::new(&ctx, 256).unwrap();
+    for round in 0..4u32 {
+        // The copy is still running when the host asks for its result.
+        let gate = Gate::close_within(&b, GATE_LIMIT);
+        b.copy_to_host_async(&mut host, &src).unwrap();
+        let opener = std::thread::spawn(move || drop(gate));
+        // The host waits for the copy (the buffer's use event): the copy's
+        // read of `src` is then in the past of what `a` enqueues next.
+        assert_eq!(host.as_slice().unwrap(), [3 + round; 256]);
+        opener.join().unwrap();
+        a.memset_u32_async(&mut src, 4 + round).unwrap();
+        a.synchronize().unwrap();
+    }
+}
