@@ -22,20 +22,28 @@ pub const DRIVER_SETTING: sys::env::Setting = sys::env::Setting {
 
 /// Every setting this crate reads from the environment, with the software
 /// driver's: [`DRIVER_SETTING`], `CUDA_STREAMS_SOFT_DEVICES`,
-/// `CUDA_STREAMS_SOFT_CAPACITY_MB` and [`crate::ORDERING_SETTING`].
+/// `CUDA_STREAMS_SOFT_CAPACITY_MB`, `CUDA_STREAMS_SOFT_SHUFFLE` and
+/// [`crate::ORDERING_SETTING`].
 ///
 /// ```
 /// use cuda_streams_driver::DRIVER_SETTINGS;
 /// let names: Vec<_> = DRIVER_SETTINGS.iter().map(|s| s.name).collect();
 /// assert_eq!(
 ///     names,
-///     ["CUDA_STREAMS_DRIVER", "CUDA_STREAMS_SOFT_DEVICES", "CUDA_STREAMS_SOFT_CAPACITY_MB", "CUDA_STREAMS_ORDERING"]
+///     [
+///         "CUDA_STREAMS_DRIVER",
+///         "CUDA_STREAMS_SOFT_DEVICES",
+///         "CUDA_STREAMS_SOFT_CAPACITY_MB",
+///         "CUDA_STREAMS_SOFT_SHUFFLE",
+///         "CUDA_STREAMS_ORDERING",
+///     ]
 /// );
 /// ```
-pub const DRIVER_SETTINGS: [sys::env::Setting; 4] = [
+pub const DRIVER_SETTINGS: [sys::env::Setting; 5] = [
     DRIVER_SETTING,
     soft_driver::DEVICES_SETTING,
     soft_driver::CAPACITY_SETTING,
+    soft_driver::SHUFFLE_SETTING,
     crate::ORDERING_SETTING,
 ];
 
