@@ -20,6 +20,11 @@ pub(crate) enum Use<'a> {
     Peer(&'a dyn DeviceUse, bool),
     /// The host side of a host buffer.
     Host(&'a dyn HostUse, bool),
+    /// Device memory of which the operation touches only the first bytes
+    /// (a checked launch: the signature's extent), writing them or not (the
+    /// signature's access); tracked for frees and host access as `Device`
+    /// with the first flag.
+    Extent(&'a dyn DeviceUse, bool, usize, bool),
 }
 
 impl Use<'_> {
@@ -30,6 +35,10 @@ impl Use<'_> {
                 (buffer.use_context_id(), buffer.use_bytes(), write)
             }
             Use::Host(buffer, write) => (buffer.host_context_id(), buffer.host_bytes(), write),
+            Use::Extent(buffer, _, bytes, writes) => {
+                let (address, whole) = buffer.use_bytes();
+                (buffer.use_context_id(), (address, bytes.min(whole)), writes)
+            }
         };
         Touch {
             ctx,
@@ -73,7 +82,7 @@ impl Stream {
         self.context().bind()?;
         for used in uses.clone() {
             match used {
-                Use::Device(buffer, _) => {
+                Use::Device(buffer, _) | Use::Extent(buffer, ..) => {
                     // Checked here, not left to each implementation: memory of
                     // another context is never handed to this stream's driver.
                     self.check_context_id("a buffer", buffer.use_context_id())?;
@@ -116,9 +125,9 @@ impl Stream {
         let mut result = Ok(());
         for used in uses {
             let tracked = match used {
-                Use::Device(buffer, write) | Use::Peer(buffer, write) => {
-                    buffer.after_use(self, write)
-                }
+                Use::Device(buffer, write)
+                | Use::Peer(buffer, write)
+                | Use::Extent(buffer, write, ..) => buffer.after_use(self, write),
                 Use::Host(buffer, write) => buffer.after_host_use(self, write),
             };
             result = result.and(tracked);
@@ -184,7 +193,7 @@ impl Stream {
     pub fn prepare_uses(&self, uses: &[BufferUse<'_>]) -> Result<()> {
         self.context().bind()?;
         for used in uses {
-            if let Use::Device(buffer, _) = used.0 {
+            if let Use::Device(buffer, _) | Use::Extent(buffer, ..) = used.0 {
                 self.check_context_id("a buffer", buffer.use_context_id())?;
                 buffer.before_use(self)?;
             }
@@ -212,9 +221,9 @@ impl Stream {
         let mut result = Ok(());
         for used in uses {
             let tracked = match used.0 {
-                Use::Device(buffer, write) | Use::Peer(buffer, write) => {
-                    buffer.after_use(self, write)
-                }
+                Use::Device(buffer, write)
+                | Use::Peer(buffer, write)
+                | Use::Extent(buffer, write, ..) => buffer.after_use(self, write),
                 Use::Host(buffer, write) => buffer.after_host_use(self, write),
             };
             result = result.and(tracked);

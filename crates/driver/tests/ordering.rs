@@ -339,3 +339,65 @@ fn host_access_that_waited_for_a_copy_orders_later_writes_on_other_streams() {
         a.synchronize().unwrap();
     }
 }
+
+#[test]
+fn a_checked_launch_counts_the_bytes_and_the_access_its_signature_declares() {
+    use cuda_streams_driver::{LaunchConfig, Module};
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Check);
+    let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
+    let (fill, saxpy) = (
+        module.function("fill_f32").unwrap(),
+        module.function("saxpy").unwrap(),
+    );
+    let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let mut data = DeviceBuffer::<f32>::new(&ctx, 512).unwrap();
+    // `fill_f32(n, value, out)` writes out[0..n]: the first 1 KiB only.
+    let n256 = LaunchConfig::for_num_elems(256);
+    order::labelled("half", || {
+        fill.launch(
+            &a,
+            n256,
+            &[256u64.into(), 1.0f32.into(), (&mut data).into()],
+        )
+    })
+    .unwrap();
+    let all = LaunchConfig::for_num_elems(512);
+    let err = fill
+        .launch(&b, all, &[512u64.into(), 2.0f32.into(), (&mut data).into()])
+        .unwrap_err();
+    let race = race(err);
+    assert_eq!(race.earlier.label.as_deref(), Some("half"));
+    assert_eq!(
+        race.overlap,
+        0..1024,
+        "the signature's extent, not the buffer"
+    );
+    a.synchronize().unwrap();
+    // `saxpy(n, a, const x, y)` only reads x, even lent mutably: two
+    // streams reading it need no order.
+    let mut x = DeviceBuffer::from_slice(&a, &[1.0f32; 512]).unwrap();
+    let (mut y1, mut y2) = (
+        DeviceBuffer::from_slice(&a, &[0.0f32; 512]).unwrap(),
+        DeviceBuffer::from_slice(&b, &[0.0f32; 512]).unwrap(),
+    );
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    let (n, three) = (512u64, 3.0f32);
+    saxpy
+        .launch(
+            &a,
+            all,
+            &[n.into(), three.into(), (&mut x).into(), (&mut y1).into()],
+        )
+        .unwrap();
+    saxpy
+        .launch(
+            &b,
+            all,
+            &[n.into(), three.into(), (&x).into(), (&mut y2).into()],
+        )
+        .unwrap();
+    assert_eq!(y1.to_vec(&a).unwrap(), [3.0; 512]);
+    assert_eq!(y2.to_vec(&b).unwrap(), [3.0; 512]);
+}

@@ -6,11 +6,11 @@
 //! clock within the graph beside its own (events recorded and waited inside
 //! the capture move that one: forks, joins, the engine's edges), and the
 //! capture keeps a shadow of its own, checking each captured node against
-//! the nodes before it. The races are told at [`crate::Capture::end`], which is where
-//! the graph's partial order is complete; `Auto` repairs each one as the
-//! node is captured instead (a wait inside the capture is an edge of the
-//! graph). A launch of the finished graph is then one operation with the
-//! graph's whole access set, checked as eager work is.
+//! the nodes before it. The races are told at [`crate::Capture::end`],
+//! where the graph's partial order is complete; `Auto` repairs each one as
+//! the node is captured instead (a wait inside the capture is an edge of
+//! the graph). A launch of the finished graph is then one operation with
+//! the graph's whole access set, checked as eager work is.
 
 use super::tracker::{Access, Op, Shadow};
 use super::{OrderPolicy, Race, Touch, current_label, race_op};

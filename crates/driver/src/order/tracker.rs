@@ -63,6 +63,9 @@ impl Shadow {
         clock: &Clock,
         mut found: impl FnMut(Conflict<'a>),
     ) {
+        if lo >= hi {
+            return;
+        }
         for (&start, segment) in self.map.range(..hi).rev() {
             if segment.end <= lo {
                 break;
