@@ -1134,7 +1134,7 @@ impl GraphExec {
     /// runs after the work enqueued on `stream` before, and the work
     /// enqueued after waits for all of it.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        let (_gate, in_flight) = self.before_launch(stream, "GraphExec::launch")?;
+        let (_gate, in_flight) = self.before_launch(stream, "GraphExec::launch", true)?;
         {
             let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
             // A profiler scope around the launch starts here: one scope, the
@@ -1168,7 +1168,8 @@ impl GraphExec {
     /// (`cuGraphUpload`), in stream order on `stream`, so the first launch
     /// costs no more than later ones.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
-        let (_gate, _in_flight) = self.before_launch(stream, "GraphExec::upload")?;
+        // An upload runs none of the graph's work: nothing for the tracker.
+        let (_gate, _in_flight) = self.before_launch(stream, "GraphExec::upload", false)?;
         let _turn = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live executable graph and a live stream of its context.
         let code = unsafe { (self.ctx.driver().cuGraphUpload)(self.raw, stream.as_raw()) };
@@ -1177,11 +1178,13 @@ impl GraphExec {
 
     /// Checks and orders a launch on `stream`; the gate it returns is held
     /// until the launch's uses are tracked, the step until the driver call
-    /// returned.
+    /// returned. With `runs` the graph's work runs (a launch, not an
+    /// upload): one operation with its whole access set for the tracker.
     fn before_launch<'s>(
         &self,
         stream: &'s Stream,
         operation: &'static str,
+        runs: bool,
     ) -> Result<(EnqueueGate<'s>, crate::order::InFlight<'s>)> {
         // Launched into a capture it would become a child graph, whose
         // resources nothing would keep.
@@ -1197,7 +1200,7 @@ impl GraphExec {
         }
         // One operation with the graph's whole access set.
         let policy = self.ctx.order.policy();
-        if policy == crate::order::OrderPolicy::Off {
+        if policy == crate::order::OrderPolicy::Off || !runs {
             return Ok((gate, crate::order::InFlight::NONE));
         }
         let devices = self.resources.buffers.iter();

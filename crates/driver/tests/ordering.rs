@@ -214,7 +214,8 @@ struct TwoBranches {
 fn two_branch_graph(ctx: &Arc<Context>, ordered: bool) -> TwoBranches {
     let origin = Stream::new(ctx).unwrap();
     let (left, right) = (Stream::new(ctx).unwrap(), Stream::new(ctx).unwrap());
-    let data = Arc::new(DeviceBuffer::<u32>::new(ctx, 64).unwrap());
+    let data = Arc::new(DeviceBuffer::from_slice(&origin, &[0u32; 64]).unwrap());
+    origin.synchronize().unwrap();
     let mut capture = origin.begin_capture().unwrap();
     capture.fork(&origin, &[&left, &right]).unwrap();
     order::labelled("left", || capture.memset_u8(&left, &data, 1)).unwrap();
@@ -400,4 +401,25 @@ fn a_checked_launch_counts_the_bytes_and_the_access_its_signature_declares() {
         .unwrap();
     assert_eq!(y1.to_vec(&a).unwrap(), [3.0; 512]);
     assert_eq!(y2.to_vec(&b).unwrap(), [3.0; 512]);
+}
+
+#[test]
+fn uploading_a_graph_touches_no_memory_and_launching_it_is_one_operation() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Check);
+    let (origin, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let data = Arc::new(DeviceBuffer::from_slice(&origin, &[0u32; 64]).unwrap());
+    origin.synchronize().unwrap();
+    let mut capture = origin.begin_capture().unwrap();
+    capture.memset_u8(&origin, &data, 1).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.upload(&origin).unwrap();
+    // The upload ran nothing: another stream may read the buffer.
+    assert_eq!(data.to_vec(&other).unwrap(), [0; 64]);
+    exec.launch(&origin).unwrap();
+    let race = race(data.to_vec(&other).unwrap_err());
+    assert_eq!(race.earlier.what, "graph launch");
+    assert_eq!(race.earlier.stream, origin.id());
+    other.wait_stream(&origin).unwrap();
+    assert_eq!(data.to_vec(&other).unwrap(), [0x0101_0101; 64]);
 }
