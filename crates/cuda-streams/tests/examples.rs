@@ -32,6 +32,7 @@ const EXAMPLES: &[&str] = &[
     "graph_replay",
     "data_parallel",
     "two_gpu_pipeline",
+    "user_kernels",
 ];
 
 /// Where the examples are: `CUDA_STREAMS_EXAMPLES_DIR`, or the directory
