@@ -133,6 +133,11 @@ impl StreamOrderedAllocator {
             }
         };
         self.shared.observe_alloc(&slot, ptr, block);
+        // SAFETY: the block's last owner's uses are ordered before `stream`'s
+        // next work (the same stream, an event settled on this path, or a
+        // stream-ordered free and allocation): the stream-order tracker may
+        // forget them, so the hand-off is not reported as a race.
+        unsafe { stream.context().forget_accesses(ptr, block) };
         Ok(Allocation {
             slot,
             ptr,

@@ -250,6 +250,8 @@ const SETTING_NAMES: &[&str] = &[
     "CUDA_STREAMS_MAX_STREAMS",
     "MAX_CONCURRENT_CUDA_STREAMS",
     "CUDA_STREAMS_PROFILER_BACKEND",
+    "CUDA_STREAMS_ORDERING",
+    "CUDA_STREAMS_SOFT_SHUFFLE",
 ];
 
 /// `cuda-streams info` with exactly `vars` among [`SETTING_NAMES`] set (the
@@ -350,6 +352,8 @@ fn a_bad_setting_fails_with_one_line_naming_the_variable_and_the_value() {
         ("MIN_BATCH_SIZE_FOR_STREAMS", "x"),
         ("MIN_BATCH_MEMORY_FOR_STREAMS_MB", "NaN"),
         ("MAX_CONCURRENT_CUDA_STREAMS", "1000"),
+        ("CUDA_STREAMS_ORDERING", "sometimes"),
+        ("CUDA_STREAMS_SOFT_SHUFFLE", "shuffled"),
     ] {
         let output = info_with(&[(var, value)]);
         let stderr = text(&output.stderr);

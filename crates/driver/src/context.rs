@@ -121,6 +121,8 @@ pub struct Context {
     peers: Mutex<Vec<u64>>,
     /// Stream captures open in this context ([`crate::Capture`]).
     pub(crate) captures: std::sync::atomic::AtomicUsize,
+    /// The stream-order policy and the accesses to this context's memory.
+    pub(crate) order: crate::order::ContextOrder,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (that is what
@@ -305,6 +307,12 @@ impl Context {
 
     fn create(driver: LoadedDriver, ordinal: i32) -> Result<Self> {
         let table = driver.table;
+        // The software driver is sound by default: two stream workers never
+        // race on the same host memory unless asked to.
+        let policy = crate::order::policy_from_env()?.unwrap_or(match driver.kind {
+            DriverKind::Soft => crate::order::OrderPolicy::Check,
+            DriverKind::Cuda => crate::order::OrderPolicy::Off,
+        });
         let check = |code: CUresult| table.check(code).map_err(Error::from);
         // SAFETY: cuInit takes flags (0) and no pointers.
         check(unsafe { (table.cuInit)(0) })?;
@@ -331,6 +339,7 @@ impl Context {
             event_pool: std::sync::Mutex::default(),
             peers: Mutex::default(),
             captures: std::sync::atomic::AtomicUsize::new(0),
+            order: crate::order::ContextOrder::new(policy),
         };
         ctx.bind()?;
         ctx.info = ctx.query_info(ordinal)?;

@@ -5,6 +5,7 @@
 use crate::error::Result;
 use crate::memory::sealed::HostUse;
 use crate::memory::{DeviceMemory, DeviceMemoryMut, DeviceUse};
+use crate::order::{self, OrderPolicy, Touch};
 use crate::stream::Stream;
 use sys::{CUresult, CUstream, Driver};
 
@@ -19,6 +20,33 @@ pub(crate) enum Use<'a> {
     Peer(&'a dyn DeviceUse, bool),
     /// The host side of a host buffer.
     Host(&'a dyn HostUse, bool),
+    /// Device memory of which the operation touches only the first bytes
+    /// (a checked launch: the signature's extent), writing them or not (the
+    /// signature's access); tracked for frees and host access as `Device`
+    /// with the first flag.
+    Extent(&'a dyn DeviceUse, bool, usize, bool),
+}
+
+impl Use<'_> {
+    /// The bytes it touches, for the stream-order tracker.
+    pub(crate) fn touch(self) -> Touch {
+        let (ctx, (address, bytes), write) = match self {
+            Use::Device(buffer, write) | Use::Peer(buffer, write) => {
+                (buffer.use_context_id(), buffer.use_bytes(), write)
+            }
+            Use::Host(buffer, write) => (buffer.host_context_id(), buffer.host_bytes(), write),
+            Use::Extent(buffer, _, bytes, writes) => {
+                let (address, whole) = buffer.use_bytes();
+                (buffer.use_context_id(), (address, bytes.min(whole)), writes)
+            }
+        };
+        Touch {
+            ctx,
+            address,
+            bytes,
+            write,
+        }
+    }
 }
 
 /// What an operation adds to the stream's counters.
@@ -54,7 +82,7 @@ impl Stream {
         self.context().bind()?;
         for used in uses.clone() {
             match used {
-                Use::Device(buffer, _) => {
+                Use::Device(buffer, _) | Use::Extent(buffer, ..) => {
                     // Checked here, not left to each implementation: memory of
                     // another context is never handed to this stream's driver.
                     self.check_context_id("a buffer", buffer.use_context_id())?;
@@ -64,11 +92,31 @@ impl Stream {
                 Use::Host(..) => {}
             }
         }
-        // After the waits above: an observer (the profiler) marks where the
-        // work itself starts.
+        // After the waits above (which order the stream after allocations),
+        // before the driver sees the work: the one branch `off` costs.
+        let policy = self.context().order.policy();
+        let in_flight = if policy == OrderPolicy::Off {
+            order::InFlight::NONE
+        } else {
+            let what = match work {
+                Work::KernelLaunch => "kernel launch",
+                Work::Operation => "memset",
+                Work::Transfer(_)
+                    if uses.clone().into_iter().any(|u| matches!(u, Use::Peer(..))) =>
+                {
+                    "peer copy"
+                }
+                Work::Transfer(_) => "copy",
+            };
+            let touches: order::Touches = uses.clone().into_iter().map(Use::touch).collect();
+            order::before_enqueue(self, what, &touches, policy)?
+        };
+        // An observer (the profiler) marks where the work itself starts.
         self.before_work();
         self.context()
             .check(call(self.context().driver(), self.as_raw()))?;
+        // Queued: the use events recorded below must cover this step.
+        drop(in_flight);
         match work {
             Work::Transfer(bytes) => self.counters.transfer(bytes),
             Work::Operation => self.counters.operation(),
@@ -77,9 +125,9 @@ impl Stream {
         let mut result = Ok(());
         for used in uses {
             let tracked = match used {
-                Use::Device(buffer, write) | Use::Peer(buffer, write) => {
-                    buffer.after_use(self, write)
-                }
+                Use::Device(buffer, write)
+                | Use::Peer(buffer, write)
+                | Use::Extent(buffer, write, ..) => buffer.after_use(self, write),
                 Use::Host(buffer, write) => buffer.after_host_use(self, write),
             };
             result = result.and(tracked);
@@ -137,13 +185,31 @@ impl Stream {
     /// both devices otherwise, [`crate::Error::DeviceMismatch`]) and order
     /// this stream after whatever made each valid (a stream-ordered
     /// allocation on another stream).
+    ///
+    /// The uses are checked against the context's [`OrderPolicy`] here, as
+    /// one operation ("external work"): with `Check` an unordered conflicting
+    /// use is refused before the work is enqueued; with `Auto` this stream is
+    /// made to wait.
     pub fn prepare_uses(&self, uses: &[BufferUse<'_>]) -> Result<()> {
         self.context().bind()?;
         for used in uses {
-            if let Use::Device(buffer, _) = used.0 {
+            if let Use::Device(buffer, _) | Use::Extent(buffer, ..) = used.0 {
                 self.check_context_id("a buffer", buffer.use_context_id())?;
                 buffer.before_use(self)?;
             }
+        }
+        let policy = self.context().order.policy();
+        if policy != OrderPolicy::Off {
+            let touches: order::Touches = uses.iter().map(|u| u.0.touch()).collect();
+            // The work itself is enqueued after this returns, outside this
+            // crate: the step is not held in flight until then (see
+            // docs/ordering.md, "What is not checked").
+            drop(order::before_enqueue(
+                self,
+                "external work",
+                &touches,
+                policy,
+            )?);
         }
         Ok(())
     }
@@ -155,9 +221,9 @@ impl Stream {
         let mut result = Ok(());
         for used in uses {
             let tracked = match used.0 {
-                Use::Device(buffer, write) | Use::Peer(buffer, write) => {
-                    buffer.after_use(self, write)
-                }
+                Use::Device(buffer, write)
+                | Use::Peer(buffer, write)
+                | Use::Extent(buffer, write, ..) => buffer.after_use(self, write),
                 Use::Host(buffer, write) => buffer.after_host_use(self, write),
             };
             result = result.and(tracked);

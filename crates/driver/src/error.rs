@@ -41,6 +41,12 @@ pub enum Error {
     /// value that cannot be used; the message names it.
     #[error(transparent)]
     InvalidEnv(#[from] sys::env::EnvError),
+    /// Two operations on different streams touch the same bytes, one
+    /// writing, with no order between them; the context's
+    /// [`crate::OrderPolicy`] is `Check` (or `Auto` could not repair it).
+    /// Nothing was enqueued.
+    #[error("{0}")]
+    UnorderedAccess(Box<crate::order::Race>),
     /// Selecting the driver failed earlier in this process (the message of that failure).
     #[error("driver selection failed: {0}")]
     Selection(String),

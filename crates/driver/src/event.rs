@@ -84,6 +84,8 @@ pub struct Event {
     /// The capture the latest record was made in (0: none): such an event
     /// is an edge of a graph, not a point in a stream.
     captured_in: std::sync::atomic::AtomicU64,
+    /// Its latest record's clock, for the stream-order tracker.
+    pub(crate) order: crate::order::EventOrder,
 }
 
 // SAFETY: CUDA event handles may be used from any thread; the only other state
@@ -106,6 +108,7 @@ impl Event {
             flags,
             recorded: AtomicBool::new(false),
             captured_in: std::sync::atomic::AtomicU64::new(0),
+            order: crate::order::EventOrder::default(),
         })
     }
 
@@ -124,12 +127,16 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         stream.check_context("the event", &self.ctx)?;
         self.ctx.bind()?;
+        // Before the driver call: what another thread queues meanwhile is
+        // not covered by the record.
+        let point = crate::order::record_point(stream);
         // SAFETY: both handles are live (owned by `self` and `stream`); the context is current.
         let code = unsafe { (self.ctx.driver().cuEventRecord)(self.raw, stream.as_raw()) };
         self.ctx.check(code)?;
         self.recorded.store(true, Ordering::Relaxed);
         self.captured_in
             .store(stream.capture_id(), Ordering::Release);
+        crate::order::recorded(self, point);
         Ok(())
     }
 
@@ -152,18 +159,26 @@ impl Event {
     pub fn query(&self) -> Result<bool> {
         self.refuse_if_captured("Event::query")?;
         self.ctx.bind()?;
+        let point = crate::order::event_point(self);
         // SAFETY: the handle is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuEventQuery)(self.raw) };
-        self.ctx.check_ready(code)
+        let done = self.ctx.check_ready(code)?;
+        if done {
+            crate::order::completed(point);
+        }
+        Ok(done)
     }
 
     /// Block the calling thread until the event completes.
     pub fn synchronize(&self) -> Result<()> {
         self.refuse_if_captured("Event::synchronize")?;
         self.ctx.bind()?;
+        let point = crate::order::event_point(self);
         // SAFETY: the handle is live; the context is current.
-        self.ctx
-            .check(unsafe { (self.ctx.driver().cuEventSynchronize)(self.raw) })
+        let code = unsafe { (self.ctx.driver().cuEventSynchronize)(self.raw) };
+        self.ctx.check(code)?;
+        crate::order::completed(point);
+        Ok(())
     }
 
     /// GPU time between two completed timing events.

@@ -59,6 +59,8 @@ pub struct Completion {
     /// For a stream's completion: the stream's callbacks enqueued before its
     /// point, whose panics it reports (see [`Stream::add_callback`]).
     callbacks: Option<Callbacks>,
+    /// What the host learns when it resolves (the stream-order tracker).
+    point: Option<crate::order::Clock>,
 }
 
 /// The callbacks a [`Completion`] answers for.
@@ -79,7 +81,12 @@ enum State {
 }
 
 impl Completion {
-    fn register(ctx: &Arc<Context>, target: Target, callbacks: Option<Callbacks>) -> Result<Self> {
+    fn register(
+        ctx: &Arc<Context>,
+        target: Target,
+        callbacks: Option<Callbacks>,
+        point: Option<crate::order::Clock>,
+    ) -> Result<Self> {
         ctx.bind()?;
         let ticket = ctx.reactor().register(ctx, target)?;
         Ok(Self {
@@ -88,6 +95,7 @@ impl Completion {
                 ticket,
             },
             callbacks,
+            point,
         })
     }
 
@@ -106,10 +114,13 @@ impl Future for Completion {
                 None => return Poll::Pending,
                 // The GPU's error first; a panic not reported by it stays
                 // for the next check.
-                Some(CUresult::CUDA_SUCCESS) => match &self.callbacks {
-                    Some(c) => crate::callback::report_panics(&c.counters, c.stream, c.through),
-                    None => Ok(()),
-                },
+                Some(CUresult::CUDA_SUCCESS) => {
+                    crate::order::completed(self.point.take());
+                    match &self.callbacks {
+                        Some(c) => crate::callback::report_panics(&c.counters, c.stream, c.through),
+                        None => Ok(()),
+                    }
+                }
                 Some(code) => ctx.check(code),
             },
             State::Failed(err) => Err(err.take().unwrap_or(Error::ReactorThread(
@@ -200,6 +211,7 @@ impl Stream {
             self.context(),
             Target::Stream(self.as_raw()),
             Some(callbacks),
+            crate::order::stream_point(self),
         )
     }
 
@@ -260,7 +272,12 @@ impl Event {
     pub fn wait_async(&self) -> Result<Completion> {
         self.refuse_if_captured("Event::wait_async")?;
         // Not the panics of callbacks: see `Stream::add_callback`.
-        Completion::register(self.context(), Target::Event(self.as_raw()), None)
+        Completion::register(
+            self.context(),
+            Target::Event(self.as_raw()),
+            None,
+            crate::order::event_point(self),
+        )
     }
 }
 
@@ -274,6 +291,7 @@ impl IntoFuture for &Event {
         self.wait_async().unwrap_or_else(|err| Completion {
             state: State::Failed(Some(err)),
             callbacks: None,
+            point: None,
         })
     }
 }

@@ -24,6 +24,7 @@
 use crate::callback::panic_message;
 use crate::capture_gate::EnqueueGate;
 use crate::context::{Context, HostFnGuard};
+use crate::enqueue::Use;
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig, launch_raw};
 use crate::memory::sealed::HostUse;
@@ -32,6 +33,7 @@ use crate::memory::{
 };
 use crate::metrics::Counters;
 use crate::module::Kernel;
+use crate::order::{CaptureOrder, Touches};
 use crate::stream::Stream;
 use std::any::Any;
 use std::ffi::c_void;
@@ -318,6 +320,9 @@ pub struct Capture {
     callbacks: Vec<Arc<HostNode>>,
     nodes: usize,
     open: bool,
+    /// The graph's own order, checked node by node (`None` when the
+    /// context's policy is `Off`).
+    order: Option<CaptureOrder>,
 }
 
 impl Stream {
@@ -340,6 +345,7 @@ impl Stream {
                     stream: self.id(),
                 });
             }
+            self.order.enter_capture();
             // Relaxed: the safe layer refuses the calls CUDA's stricter modes
             // would, with a clear error, and a capture may end on another thread.
             let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
@@ -347,6 +353,7 @@ impl Stream {
             let code = unsafe { (ctx.driver().cuStreamBeginCapture)(self.as_raw(), mode) };
             if let Err(err) = ctx.check(code) {
                 self.capture.store(0, Ordering::Release);
+                self.order.leave_capture();
                 return Err(err);
             }
             Ok(())
@@ -364,6 +371,7 @@ impl Stream {
             callbacks: Vec::new(),
             nodes: 0,
             open: true,
+            order: CaptureOrder::begin(self),
         })
     }
 }
@@ -418,6 +426,28 @@ impl Capture {
         }
     }
 
+    /// Capture one node with `node`, checked within the graph's own order
+    /// first: the bytes it touches (`touches`, computed only while the
+    /// policy is not `Off`) against the nodes captured before it.
+    fn ordered_node(
+        &mut self,
+        stream: &Stream,
+        what: &'static str,
+        touches: impl FnOnce() -> Touches,
+        node: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        let Some(mut order) = self.order.take() else {
+            return node(self);
+        };
+        let touches = touches();
+        let captured = order
+            .check(stream, what, &touches)
+            .and_then(|races| node(self).map(|()| races));
+        let result = captured.map(|races| order.record(stream, what, &touches, races));
+        self.order = Some(order);
+        result
+    }
+
     /// Capture a launch of `kernel` on `stream` (the origin or a stream
     /// forked in), checking `args` against the kernel's signature as
     /// [`Stream::launch`] does. The buffers and the kernel are kept alive by
@@ -457,29 +487,41 @@ impl Capture {
                 stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
             }
         }
-        let lent: Vec<KernelArg<'_>> = args.iter().map(GraphArg::arg).collect();
-        let ctx = stream.context();
-        ctx.bind()?;
-        // SAFETY: a live stream of the current context; the buffers are kept
-        // alive by the graph's resources (pushed below) for every replay;
-        // the arguments' meaning is the caller's contract.
-        let code = unsafe { launch_raw(ctx.driver(), stream.as_raw(), kernel, config, &lent) };
-        ctx.check(code)?;
-        for arg in args {
-            if let ArgInner::Buffer(memory, writable) = &arg.inner {
-                self.resources.add_buffer(memory, *writable);
+        let touches = || {
+            args.iter()
+                .filter_map(|arg| match &arg.inner {
+                    ArgInner::Buffer(memory, writable) => {
+                        Some(Use::Device(memory.as_use(), *writable).touch())
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        self.ordered_node(stream, "kernel launch", touches, |capture| {
+            let lent: Vec<KernelArg<'_>> = args.iter().map(GraphArg::arg).collect();
+            let ctx = stream.context();
+            ctx.bind()?;
+            // SAFETY: a live stream of the current context; the buffers are
+            // kept alive by the graph's resources (pushed below) for every
+            // replay; the arguments' meaning is the caller's contract.
+            let code = unsafe { launch_raw(ctx.driver(), stream.as_raw(), kernel, config, &lent) };
+            ctx.check(code)?;
+            for arg in args {
+                if let ArgInner::Buffer(memory, writable) = &arg.inner {
+                    capture.resources.add_buffer(memory, *writable);
+                }
             }
-        }
-        if !self
-            .resources
-            .kernels
-            .iter()
-            .any(|k| k.as_raw() == kernel.as_raw())
-        {
-            self.resources.kernels.push(kernel.clone());
-        }
-        self.worked_on(stream);
-        Ok(())
+            if !capture
+                .resources
+                .kernels
+                .iter()
+                .any(|k| k.as_raw() == kernel.as_raw())
+            {
+                capture.resources.kernels.push(kernel.clone());
+            }
+            capture.worked_on(stream);
+            Ok(())
+        })
     }
 
     /// Device memory private to the graph, for intermediate results its
@@ -533,18 +575,26 @@ impl Capture {
         for memory in [&dst, &src] {
             stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
         }
-        let ctx = stream.context();
-        ctx.bind()?;
-        // SAFETY: both regions hold `bytes` bytes and are kept alive by the
-        // graph for every replay.
-        let code = unsafe {
-            (ctx.driver().cuMemcpyDtoDAsync)(dst.ptr(), src.ptr(), dst.bytes(), stream.as_raw())
+        let touches = || {
+            [(&dst, true), (&src, false)]
+                .into_iter()
+                .map(|(memory, write)| Use::Device(memory.as_use(), write).touch())
+                .collect()
         };
-        ctx.check(code)?;
-        self.resources.add_buffer(&dst, true);
-        self.resources.add_buffer(&src, false);
-        self.worked_on(stream);
-        Ok(())
+        self.ordered_node(stream, "copy", touches, |capture| {
+            let ctx = stream.context();
+            ctx.bind()?;
+            // SAFETY: both regions hold `bytes` bytes and are kept alive by
+            // the graph for every replay.
+            let code = unsafe {
+                (ctx.driver().cuMemcpyDtoDAsync)(dst.ptr(), src.ptr(), dst.bytes(), stream.as_raw())
+            };
+            ctx.check(code)?;
+            capture.resources.add_buffer(&dst, true);
+            capture.resources.add_buffer(&src, false);
+            capture.worked_on(stream);
+            Ok(())
+        })
     }
 
     /// Capture a copy of the host buffer `src` (page-locked or unified
@@ -566,23 +616,33 @@ impl Capture {
         stream.check_context_id("the host buffer", src.host_context_id())?;
         let dst: Arc<dyn Kept> = dst.clone();
         stream.check_context_id("a buffer", dst.as_use().use_context_id())?;
-        let ctx = stream.context();
-        ctx.bind()?;
-        // SAFETY: both regions hold `bytes` bytes and are kept alive by the
-        // graph for every replay; the host side is only read.
-        let code = unsafe {
-            (ctx.driver().cuMemcpyHtoDAsync)(
-                dst.ptr(),
-                src.host_ptr().cast::<c_void>(),
-                dst.bytes(),
-                stream.as_raw(),
-            )
+        let touches = || {
+            [
+                Use::Device(dst.as_use(), true).touch(),
+                Use::Host(&**src, false).touch(),
+            ]
+            .into_iter()
+            .collect()
         };
-        ctx.check(code)?;
-        self.resources.add_buffer(&dst, true);
-        self.resources.add_host(src.clone(), false);
-        self.worked_on(stream);
-        Ok(())
+        self.ordered_node(stream, "copy", touches, |capture| {
+            let ctx = stream.context();
+            ctx.bind()?;
+            // SAFETY: both regions hold `bytes` bytes and are kept alive by
+            // the graph for every replay; the host side is only read.
+            let code = unsafe {
+                (ctx.driver().cuMemcpyHtoDAsync)(
+                    dst.ptr(),
+                    src.host_ptr().cast::<c_void>(),
+                    dst.bytes(),
+                    stream.as_raw(),
+                )
+            };
+            ctx.check(code)?;
+            capture.resources.add_buffer(&dst, true);
+            capture.resources.add_host(src.clone(), false);
+            capture.worked_on(stream);
+            Ok(())
+        })
     }
 
     /// Capture a copy of the page-locked buffer `src`, which the graph takes
@@ -667,24 +727,34 @@ impl Capture {
         stream.check_context_id("the host buffer", dst.host_context_id())?;
         let src: Arc<dyn Kept> = src.clone();
         stream.check_context_id("a buffer", src.as_use().use_context_id())?;
-        let ctx = stream.context();
-        ctx.bind()?;
-        // SAFETY: both regions hold `bytes` bytes and are kept alive by the
-        // graph for every replay; host access during replays is the
-        // caller's contract.
-        let code = unsafe {
-            (ctx.driver().cuMemcpyDtoHAsync)(
-                dst.host_ptr().cast::<c_void>(),
-                src.ptr(),
-                src.bytes(),
-                stream.as_raw(),
-            )
+        let touches = || {
+            [
+                Use::Device(src.as_use(), false).touch(),
+                Use::Host(&**dst, true).touch(),
+            ]
+            .into_iter()
+            .collect()
         };
-        ctx.check(code)?;
-        self.resources.add_buffer(&src, false);
-        self.resources.add_host(dst.clone(), true);
-        self.worked_on(stream);
-        Ok(())
+        self.ordered_node(stream, "copy", touches, |capture| {
+            let ctx = stream.context();
+            ctx.bind()?;
+            // SAFETY: both regions hold `bytes` bytes and are kept alive by
+            // the graph for every replay; host access during replays is the
+            // caller's contract.
+            let code = unsafe {
+                (ctx.driver().cuMemcpyDtoHAsync)(
+                    dst.host_ptr().cast::<c_void>(),
+                    src.ptr(),
+                    src.bytes(),
+                    stream.as_raw(),
+                )
+            };
+            ctx.check(code)?;
+            capture.resources.add_buffer(&src, false);
+            capture.resources.add_host(dst.clone(), true);
+            capture.worked_on(stream);
+            Ok(())
+        })
     }
 
     /// Capture a memset of every byte of `dst` to `value` on `stream`.
@@ -697,17 +767,24 @@ impl Capture {
         self.check_member(stream)?;
         let dst: Arc<dyn Kept> = dst.clone();
         stream.check_context_id("a buffer", dst.as_use().use_context_id())?;
-        let ctx = stream.context();
-        ctx.bind()?;
-        // SAFETY: the region holds `bytes` bytes and is kept alive by the
-        // graph for every replay.
-        let code = unsafe {
-            (ctx.driver().cuMemsetD8Async)(dst.ptr(), value, dst.bytes(), stream.as_raw())
+        let touches = || {
+            [Use::Device(dst.as_use(), true).touch()]
+                .into_iter()
+                .collect()
         };
-        ctx.check(code)?;
-        self.resources.add_buffer(&dst, true);
-        self.worked_on(stream);
-        Ok(())
+        self.ordered_node(stream, "memset", touches, |capture| {
+            let ctx = stream.context();
+            ctx.bind()?;
+            // SAFETY: the region holds `bytes` bytes and is kept alive by the
+            // graph for every replay.
+            let code = unsafe {
+                (ctx.driver().cuMemsetD8Async)(dst.ptr(), value, dst.bytes(), stream.as_raw())
+            };
+            ctx.check(code)?;
+            capture.resources.add_buffer(&dst, true);
+            capture.worked_on(stream);
+            Ok(())
+        })
     }
 
     /// Capture a host callback on `stream`: `f` runs on a driver thread at
@@ -762,7 +839,7 @@ impl Capture {
                 branch
                     .capture
                     .compare_exchange(0, self.id, Ordering::AcqRel, Ordering::Acquire)
-                    .map(drop)
+                    .map(|_| branch.order.enter_capture())
                     .map_err(|_| Error::StreamCapturing {
                         operation: "Capture::fork",
                         stream: branch.id(),
@@ -770,6 +847,7 @@ impl Capture {
             })?;
             if let Err(err) = branch.wait_event(&event) {
                 branch.capture.store(0, Ordering::Release);
+                branch.order.leave_capture();
                 return Err(err);
             }
             self.members.push(Member {
@@ -808,6 +886,15 @@ impl Capture {
     /// End the capture and return the graph. Fails, leaving the capture
     /// open and usable, while a forked stream has work not joined back into
     /// the origin ([`Error::CaptureUnjoined`]).
+    ///
+    /// The nodes are checked within the graph's own order (its forks and
+    /// joins) as they are captured: under [`crate::OrderPolicy::Check`] two
+    /// nodes on different branches that touch the same bytes, one writing,
+    /// with no path between them, end the capture with
+    /// [`Error::UnorderedAccess`] naming both (the graph is discarded, every
+    /// stream leaves the capture); `Report` logs them and returns the graph;
+    /// `Auto` captured a wait between the branches when the later node was
+    /// captured, so there is nothing left to tell.
     pub fn end(&mut self) -> Result<Graph> {
         self.check_open()?;
         if let Some(member) = self.members.iter().find(|m| m.unjoined) {
@@ -816,7 +903,19 @@ impl Capture {
                 origin: self.origin.id(),
             });
         }
+        let order = self.order.take();
         let raw = self.close()?;
+        if let Some(order) = order
+            && let Err(err) = order.end(&self.origin)
+        {
+            let ctx = self.origin.context();
+            ctx.release_in_drop(format_args!("a refused graph"), "destroying", |driver| {
+                // SAFETY: the graph was just made, never handed out, and is
+                // destroyed once.
+                unsafe { (driver.cuGraphDestroy)(raw) }
+            });
+            return Err(err);
+        }
         self.resources.callbacks = Arc::new(std::mem::take(&mut self.callbacks));
         Ok(Graph {
             ctx: Arc::clone(self.origin.context()),
@@ -836,8 +935,10 @@ impl Capture {
             // SAFETY: the origin is live and capturing; valid out-pointer.
             ctx.check(unsafe { (ctx.driver().cuStreamEndCapture)(self.origin.as_raw(), &mut raw) })
         });
+        self.origin.order.leave_capture();
         self.origin.capture.store(0, Ordering::Release);
         for member in &self.members {
+            member.stream.order.leave_capture();
             member.stream.capture.store(0, Ordering::Release);
         }
         ctx.captures.fetch_sub(1, Ordering::AcqRel);
@@ -1033,7 +1134,7 @@ impl GraphExec {
     /// runs after the work enqueued on `stream` before, and the work
     /// enqueued after waits for all of it.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        let _gate = self.before_launch(stream, "GraphExec::launch")?;
+        let (_gate, in_flight) = self.before_launch(stream, "GraphExec::launch", true)?;
         {
             let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
             // A profiler scope around the launch starts here: one scope, the
@@ -1044,6 +1145,8 @@ impl GraphExec {
             // ordered after their allocations on `stream` (above).
             let code = unsafe { (self.ctx.driver().cuGraphLaunch)(self.raw, stream.as_raw()) };
             self.ctx.check(code)?;
+            // Queued: the use events recorded below must cover this step.
+            drop(in_flight);
             if !self.resources.callbacks.is_empty()
                 && !launched.iter().any(|s| s.id() == stream.id())
             {
@@ -1065,7 +1168,8 @@ impl GraphExec {
     /// (`cuGraphUpload`), in stream order on `stream`, so the first launch
     /// costs no more than later ones.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
-        let _gate = self.before_launch(stream, "GraphExec::upload")?;
+        // An upload runs none of the graph's work: nothing for the tracker.
+        let (_gate, _in_flight) = self.before_launch(stream, "GraphExec::upload", false)?;
         let _turn = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live executable graph and a live stream of its context.
         let code = unsafe { (self.ctx.driver().cuGraphUpload)(self.raw, stream.as_raw()) };
@@ -1073,12 +1177,15 @@ impl GraphExec {
     }
 
     /// Checks and orders a launch on `stream`; the gate it returns is held
-    /// until the launch's uses are tracked.
+    /// until the launch's uses are tracked, the step until the driver call
+    /// returned. With `runs` the graph's work runs (a launch, not an
+    /// upload): one operation with its whole access set for the tracker.
     fn before_launch<'s>(
         &self,
         stream: &'s Stream,
         operation: &'static str,
-    ) -> Result<EnqueueGate<'s>> {
+        runs: bool,
+    ) -> Result<(EnqueueGate<'s>, crate::order::InFlight<'s>)> {
         // Launched into a capture it would become a child graph, whose
         // resources nothing would keep.
         let gate = stream.enqueue_gate(operation)?;
@@ -1091,7 +1198,19 @@ impl GraphExec {
         for (memory, _) in &self.resources.hosts {
             stream.check_context_id("a host buffer", memory.as_host().host_context_id())?;
         }
-        Ok(gate)
+        // One operation with the graph's whole access set.
+        let policy = self.ctx.order.policy();
+        if policy == crate::order::OrderPolicy::Off || !runs {
+            return Ok((gate, crate::order::InFlight::NONE));
+        }
+        let devices = self.resources.buffers.iter();
+        let hosts = self.resources.hosts.iter();
+        let touches: crate::order::Touches = devices
+            .map(|(memory, write)| Use::Device(memory.as_use(), *write).touch())
+            .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write).touch()))
+            .collect();
+        let in_flight = crate::order::before_enqueue(stream, "graph launch", &touches, policy)?;
+        Ok((gate, in_flight))
     }
 
     /// Replace the parameters of every node with those of `graph`

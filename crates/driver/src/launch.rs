@@ -364,13 +364,13 @@ impl Stream {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
-        kernel.check_args(args)?;
+        let extents = kernel.checked_extents(args)?;
         // SAFETY: every argument matches the kernel's declared parameters
         // (checked above): exact scalar types, and buffers of the declared
         // element type that hold every element the kernel touches, lent
         // mutably where it writes. The declaration is the contract of the
         // `unsafe` `with_signature`, or the kernels crate's own.
-        unsafe { self.launch_unchecked(kernel, config, args) }
+        unsafe { self.launch_with(kernel, config, args, Some(&extents)) }
     }
 
     /// Launch `kernel` without checking `args` against a signature (one is
@@ -391,12 +391,37 @@ impl Stream {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
+        // SAFETY: the caller's contract, as above.
+        unsafe { self.launch_with(kernel, config, args, None) }
+    }
+
+    /// The launch itself. With `extents` (a checked launch: one per buffer
+    /// argument, in order), the stream-order tracker sees each buffer over
+    /// the bytes the signature says the kernel touches, read or written as
+    /// declared; without, over the whole buffer, written when lent mutably.
+    ///
+    /// # Safety
+    /// As for [`Stream::launch_unchecked`]; `extents` are what
+    /// [`Kernel::checked_extents`] returned for these `args`.
+    unsafe fn launch_with(
+        &self,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &[KernelArg<'_>],
+        extents: Option<&[BufferExtent]>,
+    ) -> Result<()> {
         config.validate()?;
         self.check_context("the kernel", kernel.context())?;
         let uses = args
             .iter()
             .filter_map(|arg| arg.buffer)
-            .map(|buffer| Use::Device(buffer.memory, buffer.writable));
+            .enumerate()
+            .map(move |(i, buffer)| match extents.and_then(|e| e.get(i)) {
+                Some(extent) => {
+                    Use::Extent(buffer.memory, buffer.writable, extent.bytes, extent.writes)
+                }
+                None => Use::Device(buffer.memory, buffer.writable),
+            });
         self.enqueue_tracked(uses, Work::KernelLaunch, |driver, stream| {
             // SAFETY: buffer arguments stay allocated until the stream passes
             // the launch (tracked); what the arguments mean to the kernel is
@@ -474,6 +499,16 @@ impl Kernel {
 
     /// Check `args` against the signature, as [`Stream::launch`] does.
     pub fn check_args(&self, args: &[KernelArg<'_>]) -> Result<()> {
+        self.checked_extents(args).map(drop)
+    }
+
+    /// [`Kernel::check_args`], returning what the kernel touches through
+    /// each buffer argument, in order.
+    pub(crate) fn checked_extents(
+        &self,
+        args: &[KernelArg<'_>],
+    ) -> Result<smallvec::SmallVec<[BufferExtent; 8]>> {
+        let mut extents = smallvec::SmallVec::new();
         let Some(signature) = self.signature() else {
             return Err(Error::UncheckedKernel {
                 kernel: self.name().to_string(),
@@ -521,20 +556,36 @@ impl Kernel {
                         },
                     };
                     let needed = count.checked_mul(elem.size() as u64);
-                    if needed.is_none_or(|needed| needed > buffer.bytes as u64) {
-                        return Err(Error::ArgumentTooShort {
-                            kernel: self.name().to_string(),
-                            index,
-                            elements: count,
-                            elem,
-                            bytes: buffer.bytes,
-                        });
+                    match needed {
+                        Some(needed) if needed <= buffer.bytes as u64 => {
+                            extents.push(BufferExtent {
+                                bytes: needed as usize,
+                                writes: access == Access::Write,
+                            });
+                        }
+                        _ => {
+                            return Err(Error::ArgumentTooShort {
+                                kernel: self.name().to_string(),
+                                index,
+                                elements: count,
+                                elem,
+                                bytes: buffer.bytes,
+                            });
+                        }
                     }
                 }
             }
         }
-        Ok(())
+        Ok(extents)
     }
+}
+
+/// What a checked launch touches through one buffer argument: its first
+/// `bytes` bytes, written when `writes` (the signature's extent and access).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BufferExtent {
+    bytes: usize,
+    writes: bool,
 }
 
 #[cfg(test)]

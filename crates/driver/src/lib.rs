@@ -121,6 +121,11 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// The examples of `docs/ordering.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/ordering.md")]
+mod ordering_docs {}
+
 pub mod borrow_rules;
 mod callback;
 mod capture_gate;
@@ -141,6 +146,7 @@ mod memory;
 mod metrics;
 mod module;
 pub mod nvtx;
+pub mod order;
 mod ordering;
 mod priority;
 mod program;
@@ -168,6 +174,7 @@ pub use memory::{
 };
 pub use metrics::StreamMetrics;
 pub use module::{Kernel, Module, ModuleImage};
+pub use order::{ORDERING_SETTING, OrderPolicy, OrderStats, Race, RaceOp};
 pub use priority::{PriorityRange, StreamPriority};
 pub use program::{Arch, CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};

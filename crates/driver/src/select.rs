@@ -21,18 +21,30 @@ pub const DRIVER_SETTING: sys::env::Setting = sys::env::Setting {
 };
 
 /// Every setting this crate reads from the environment, with the software
-/// driver's: [`DRIVER_SETTING`], `CUDA_STREAMS_SOFT_DEVICES` and
-/// `CUDA_STREAMS_SOFT_CAPACITY_MB`.
+/// driver's: [`DRIVER_SETTING`], `CUDA_STREAMS_SOFT_DEVICES`,
+/// `CUDA_STREAMS_SOFT_CAPACITY_MB`, `CUDA_STREAMS_SOFT_SHUFFLE` and
+/// [`crate::ORDERING_SETTING`].
 ///
 /// ```
 /// use cuda_streams_driver::DRIVER_SETTINGS;
 /// let names: Vec<_> = DRIVER_SETTINGS.iter().map(|s| s.name).collect();
-/// assert_eq!(names, ["CUDA_STREAMS_DRIVER", "CUDA_STREAMS_SOFT_DEVICES", "CUDA_STREAMS_SOFT_CAPACITY_MB"]);
+/// assert_eq!(
+///     names,
+///     [
+///         "CUDA_STREAMS_DRIVER",
+///         "CUDA_STREAMS_SOFT_DEVICES",
+///         "CUDA_STREAMS_SOFT_CAPACITY_MB",
+///         "CUDA_STREAMS_SOFT_SHUFFLE",
+///         "CUDA_STREAMS_ORDERING",
+///     ]
+/// );
 /// ```
-pub const DRIVER_SETTINGS: [sys::env::Setting; 3] = [
+pub const DRIVER_SETTINGS: [sys::env::Setting; 5] = [
     DRIVER_SETTING,
     soft_driver::DEVICES_SETTING,
     soft_driver::CAPACITY_SETTING,
+    soft_driver::SHUFFLE_SETTING,
+    crate::ORDERING_SETTING,
 ];
 
 /// Check every setting in [`DRIVER_SETTINGS`], whichever driver would be
@@ -45,6 +57,7 @@ pub const DRIVER_SETTINGS: [sys::env::Setting; 3] = [
 pub fn check_env() -> Result<()> {
     DriverChoice::from_env()?;
     soft_driver::check_env()?;
+    crate::order::policy_from_env()?;
     Ok(())
 }
 

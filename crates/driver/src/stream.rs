@@ -63,6 +63,8 @@ pub struct Stream {
     /// Whether `observers` may be non-empty: the only cost on the enqueue
     /// path while nothing observes the stream.
     observed: AtomicBool,
+    /// Its clock for the stream-order tracker (`order/`).
+    pub(crate) order: crate::order::StreamOrder,
     /// What keeps a borrowed handle valid (another library's stream object,
     /// see `interop`): dropped after this stream, never used.
     _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
@@ -149,12 +151,14 @@ impl Stream {
         owned: bool,
         owner: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Arc<Self> {
+        let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
             ctx: Arc::clone(ctx),
             raw,
             owned,
-            id: NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed),
+            id,
+            order: crate::order::StreamOrder::new(id),
             counters: Arc::default(),
             timings: Mutex::default(),
             pool: std::sync::OnceLock::new(),
@@ -164,6 +168,11 @@ impl Stream {
             observed: AtomicBool::new(false),
             _owner: owner,
         })
+    }
+
+    /// A weak handle to this stream (the tracker's, for `Auto`).
+    pub(crate) fn weak(&self) -> std::sync::Weak<Stream> {
+        self.me.clone()
     }
 
     /// Another handle to this stream. Every `Stream` lives in an `Arc`
@@ -202,9 +211,14 @@ impl Stream {
     pub fn query(&self) -> Result<bool> {
         self.refuse_if_capturing("Stream::query")?;
         self.ctx.bind()?;
+        let point = crate::order::stream_point(self);
         // SAFETY: the stream is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuStreamQuery)(self.raw) };
-        self.ctx.check_ready(code)
+        let done = self.ctx.check_ready(code)?;
+        if done {
+            crate::order::completed(point);
+        }
+        Ok(done)
     }
 
     /// Block the calling thread until all work enqueued so far has finished.
@@ -213,9 +227,11 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         self.refuse_if_capturing("Stream::synchronize")?;
         self.ctx.bind()?;
+        let point = crate::order::stream_point(self);
         // SAFETY: the stream is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuStreamSynchronize)(self.raw) };
         self.ctx.check(code)?;
+        crate::order::completed(point);
         self.harvest_timings();
         // A callback that panicked fails the synchronize, once.
         self.report_callback_panics(u64::MAX)
@@ -270,6 +286,7 @@ impl Stream {
         // SAFETY: both handles are live; flags 0 is CU_EVENT_WAIT_DEFAULT.
         let code = unsafe { (self.ctx.driver().cuStreamWaitEvent)(self.raw, event.as_raw(), 0) };
         self.ctx.check(code)?;
+        crate::order::waited(self, event);
         self.counters.operation();
         Ok(())
     }

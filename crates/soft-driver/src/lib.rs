@@ -76,6 +76,7 @@ mod modules;
 mod nccl;
 mod ops;
 mod pool;
+mod shuffle;
 mod stream;
 mod stream_api;
 mod stream_memops;
@@ -96,6 +97,7 @@ pub use modules::{
     register_image, registered_signature,
 };
 pub use nccl::{NCCL_VERSION, nccl};
+pub use shuffle::{SHUFFLE_ENV, SHUFFLE_SETTING, shuffle_seed};
 /// The raw bindings the table is made of (and the kernel-signature vocabulary).
 pub use sys;
 pub use twin::{Thread, Twin, TwinArgs};
@@ -103,8 +105,9 @@ pub use twin::{Thread, Twin, TwinArgs};
 use sys::Driver;
 
 /// The settings the software driver reads from the environment, once, at
-/// first use: [`DEVICES_SETTING`] and [`CAPACITY_SETTING`].
-pub const SETTINGS: [sys::env::Setting; 2] = [DEVICES_SETTING, CAPACITY_SETTING];
+/// first use: [`DEVICES_SETTING`], [`CAPACITY_SETTING`] and
+/// [`SHUFFLE_SETTING`].
+pub const SETTINGS: [sys::env::Setting; 3] = [DEVICES_SETTING, CAPACITY_SETTING, SHUFFLE_SETTING];
 
 /// Whether every setting the software driver reads holds a usable value; the
 /// first that does not is an error naming the variable and the value. `cuInit`
@@ -119,6 +122,7 @@ pub const SETTINGS: [sys::env::Setting; 2] = [DEVICES_SETTING, CAPACITY_SETTING]
 pub fn check_env() -> Result<(), sys::env::EnvError> {
     device::devices_from_env().clone()?;
     memory::capacity_from_env().clone()?;
+    shuffle::seed_from_env().clone()?;
     Ok(())
 }
 

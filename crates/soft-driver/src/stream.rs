@@ -135,10 +135,13 @@ impl Stream {
     /// The worker: run operations in order until the stream is closed and
     /// drained. No driver lock is held while an operation (user code) runs.
     fn work(self: Arc<Self>) {
+        let mut nth = 0;
         while let Some((op, delay, faulted)) = self.next() {
             if let Some(delay) = delay {
                 std::thread::sleep(delay);
             }
+            crate::shuffle::before_operation(self.handle, nth);
+            nth += 1;
             let poisons = op.poisons_context();
             let fault = op.run(faulted, self.device);
             let mut state = self.state();

@@ -3,7 +3,7 @@
 
 mod support;
 
-use cuda_streams_stream_pool::driver::DeviceBuffer;
+use cuda_streams_stream_pool::driver::{DeviceBuffer, Error as DriverError, OrderPolicy};
 use cuda_streams_stream_pool::{Error, MultiStreamCoordinator, StreamPool};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -51,8 +51,18 @@ fn a_barrier_orders_work_proved_with_data() {
     // The control: without the barrier, b reads before a writes.
     spin(&a, &spinner, SLOW);
     fill(&a, &filler, value + 1.0, &mut x);
-    let early = x.to_vec(&b).unwrap();
-    assert_eq!(early, vec![value; N], "no barrier: b did not wait for a");
+    let early = x.to_vec(&b);
+    if a.context().ordering() == OrderPolicy::Off {
+        assert_eq!(
+            early.unwrap(),
+            vec![value; N],
+            "no barrier: b did not wait for a"
+        );
+    } else {
+        // The stream-order tracker refuses the race before it happens.
+        let err = early.unwrap_err();
+        assert!(matches!(err, DriverError::UnorderedAccess(_)), "{err}");
+    }
     a.synchronize().unwrap();
 }
 

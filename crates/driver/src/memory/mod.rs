@@ -69,6 +69,10 @@ macro_rules! host_side {
                 self.ctx.id()
             }
 
+            fn host_bytes(&self) -> (u64, usize) {
+                (self.host_ptr() as u64, self.len * std::mem::size_of::<T>())
+            }
+
             fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()> {
                 self.tracker.record_use(stream, write)
             }
@@ -267,6 +271,8 @@ impl<T: DeviceCopy, M: sealed::HostAccess<T>> HostMemory<T> for M {}
 /// an operation can list the buffers it uses whatever their element types.
 pub(crate) trait DeviceUse {
     fn use_context_id(&self) -> u64;
+    /// Its address and size in bytes.
+    fn use_bytes(&self) -> (u64, usize);
     fn before_use(&self, stream: &Stream) -> Result<()>;
     fn after_use(&self, stream: &Stream, write: bool) -> Result<()>;
 }
@@ -274,6 +280,9 @@ pub(crate) trait DeviceUse {
 impl<M: DeviceMemory> DeviceUse for M {
     fn use_context_id(&self) -> u64 {
         self.context_id()
+    }
+    fn use_bytes(&self) -> (u64, usize) {
+        (self.device_ptr(), device_bytes(self))
     }
     fn before_use(&self, stream: &Stream) -> Result<()> {
         self.before_device_use(stream)
@@ -304,6 +313,8 @@ pub(crate) mod sealed {
     pub trait HostUse {
         /// The buffer's context id.
         fn host_context_id(&self) -> u64;
+        /// The host side's address and size in bytes.
+        fn host_bytes(&self) -> (u64, usize);
         /// After enqueueing on `stream`: remember the use so host access and
         /// the free wait for it.
         fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()>;

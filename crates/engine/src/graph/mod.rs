@@ -365,7 +365,8 @@ impl OperationGraph {
         let outcome = {
             // Named in Nsight Systems (nothing without a tool attached).
             let _range = driver::nvtx::range(&meta.label);
-            work(stream)
+            // The label names the operation in stream-order reports.
+            driver::order::labelled(&meta.label, || work(stream))
         };
         let outcome = outcome.map_err(|err| (err, meta.label.clone()));
         let completing = started.map(|_| Instant::now());

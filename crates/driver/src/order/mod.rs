@@ -1,0 +1,713 @@
+//! Stream order, checked and inferred: happens-before over the bytes every
+//! operation touches.
+//!
+//! Every enqueue that touches memory goes through `enqueue.rs`, which knows
+//! the bytes each operation reads and writes; every ordering edge (stream
+//! order, event record and wait, joins and forks, which are events, host
+//! waits, graph launches) goes through this crate too. This module keeps a
+//! vector clock per stream and per event record (`clock.rs`) and, per
+//! context, the last write and the unordered reads of each byte range
+//! (`tracker.rs`). An access that conflicts with one not in its past is a
+//! [`Race`], which the context's [`OrderPolicy`] refuses, reports or repairs.
+//!
+//! The host is one agent: a completion observed on any thread (a stream or
+//! event synchronized, a query that answered "done", a future that resolved)
+//! orders the work every thread enqueues afterwards. Threads synchronise
+//! with each other in ways this crate cannot see (channels, joins), so it
+//! assumes they do; a completion that has not happened yet is never assumed.
+//!
+//! `docs/ordering.md` describes the model, what is and is not checked, and
+//! the cost of each policy.
+
+mod capture;
+mod clock;
+mod report;
+mod tracker;
+
+pub(crate) use capture::CaptureOrder;
+pub use report::{Race, RaceOp};
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::stream::Stream;
+pub(crate) use clock::Clock;
+use clock::Vc;
+use smallvec::SmallVec;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use tracker::{Access, Op, Shadow};
+
+/// What a context does with two conflicting accesses (a write and another
+/// access to the same bytes, on different streams) that have no order
+/// between them. Set per context ([`Context::set_ordering`]) or for every
+/// context of the process by `CUDA_STREAMS_ORDERING=off|check|report|auto`
+/// ([`ORDERING_SETTING`]).
+///
+/// Not `non_exhaustive`: code that matches on it should hear about a new
+/// policy.
+///
+/// ```
+/// use cuda_streams_driver::{Context, OrderPolicy};
+/// let ctx = Context::new(0).unwrap();
+/// // The software driver checks by default; a GPU does not.
+/// if !ctx.loaded_driver().is_gpu() && std::env::var_os("CUDA_STREAMS_ORDERING").is_none() {
+///     assert_eq!(ctx.ordering(), OrderPolicy::Check);
+/// }
+/// assert_eq!(OrderPolicy::parse("Auto").unwrap(), OrderPolicy::Auto);
+/// assert!(OrderPolicy::parse("sometimes").is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OrderPolicy {
+    /// Track nothing: one branch per enqueue. The default on a GPU.
+    Off,
+    /// Refuse the later operation with [`Error::UnorderedAccess`] before the
+    /// driver sees it. The default on the software driver, where a race
+    /// between two stream workers would be a data race on host memory.
+    Check,
+    /// Log each race as a `tracing` warning (target
+    /// `cuda_streams_driver::order`) and let the work through.
+    Report,
+    /// Make the later operation's stream wait for the earlier one's (one
+    /// event per stream to wait for; nothing when an order exists).
+    Auto,
+}
+
+impl OrderPolicy {
+    /// Parse `off`, `check`, `report` or `auto` (any case, surrounding
+    /// spaces allowed).
+    pub fn parse(value: &str) -> std::result::Result<Self, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "off" => Ok(Self::Off),
+            "check" => Ok(Self::Check),
+            "report" => Ok(Self::Report),
+            "auto" => Ok(Self::Auto),
+            other => Err(format!(
+                "unknown ordering policy {other:?}: expected off, check, report or auto"
+            )),
+        }
+    }
+
+    const fn to_u8(self) -> u8 {
+        self as u8
+    }
+
+    fn from_u8(raw: u8) -> Self {
+        match raw {
+            0 => Self::Off,
+            1 => Self::Check,
+            2 => Self::Report,
+            _ => Self::Auto,
+        }
+    }
+}
+
+/// `CUDA_STREAMS_ORDERING`, read once per process, for every context made
+/// afterwards.
+pub const ORDERING_SETTING: sys::env::Setting = sys::env::Setting {
+    name: "CUDA_STREAMS_ORDERING",
+    aliases: &[],
+    default: "check (soft), off (GPU)",
+    about: "stream-order checking: off, check, report or auto",
+};
+
+/// The policy `CUDA_STREAMS_ORDERING` asks for, if set.
+pub(crate) fn policy_from_env() -> Result<Option<OrderPolicy>> {
+    static FROM_ENV: std::sync::OnceLock<
+        std::result::Result<Option<OrderPolicy>, sys::env::EnvError>,
+    > = std::sync::OnceLock::new();
+    FROM_ENV
+        .get_or_init(|| {
+            let Some(found) = ORDERING_SETTING.from_env()? else {
+                return Ok(None);
+            };
+            OrderPolicy::parse(&found.value)
+                .map(Some)
+                .map_err(|reason| found.error(reason))
+        })
+        .clone()
+        .map_err(Error::from)
+}
+
+/// Set once any context turns tracking on: until then, labels cost nothing.
+static EVER_ON: AtomicBool = AtomicBool::new(false);
+
+/// Per context: the policy, and the accesses to the context's memory.
+pub(crate) struct ContextOrder {
+    policy: AtomicU8,
+    shadow: Mutex<Shadow>,
+    reports: AtomicU64,
+    inserted_waits: AtomicU64,
+}
+
+impl ContextOrder {
+    pub(crate) fn new(policy: OrderPolicy) -> Self {
+        if policy != OrderPolicy::Off {
+            EVER_ON.store(true, Ordering::Relaxed);
+        }
+        Self {
+            policy: AtomicU8::new(policy.to_u8()),
+            shadow: Mutex::default(),
+            reports: AtomicU64::new(0),
+            inserted_waits: AtomicU64::new(0),
+        }
+    }
+
+    /// The policy; `Off` is the one branch the enqueue path pays.
+    #[inline]
+    pub(crate) fn policy(&self) -> OrderPolicy {
+        OrderPolicy::from_u8(self.policy.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    pub(crate) fn is_on(&self) -> bool {
+        self.policy.load(Ordering::Relaxed) != OrderPolicy::Off.to_u8()
+    }
+
+    fn shadow(&self) -> MutexGuard<'_, Shadow> {
+        self.shadow.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What the tracker has done in one context.
+///
+/// ```
+/// use cuda_streams_driver::Context;
+/// let stats = Context::new(0).unwrap().ordering_stats();
+/// let _ = (stats.reports, stats.inserted_waits);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderStats {
+    /// Races found (refused, reported or repaired).
+    pub reports: u64,
+    /// Waits inserted by [`OrderPolicy::Auto`].
+    pub inserted_waits: u64,
+}
+
+impl Context {
+    /// The context's [`OrderPolicy`].
+    pub fn ordering(&self) -> OrderPolicy {
+        self.order.policy()
+    }
+
+    /// Change the context's [`OrderPolicy`] (for every thread using it).
+    /// Turning tracking on starts from nothing: work enqueued while it was
+    /// off is assumed ordered.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, OrderPolicy};
+    /// let ctx = Context::new(0).unwrap();
+    /// let before = ctx.ordering();
+    /// ctx.set_ordering(OrderPolicy::Report);
+    /// assert_eq!(ctx.ordering(), OrderPolicy::Report);
+    /// ctx.set_ordering(before);
+    /// ```
+    pub fn set_ordering(&self, policy: OrderPolicy) {
+        let mut shadow = self.order.shadow();
+        let was = self.order.policy();
+        if was == OrderPolicy::Off && policy != OrderPolicy::Off {
+            shadow.clear();
+            EVER_ON.store(true, Ordering::Relaxed);
+        }
+        self.order.policy.store(policy.to_u8(), Ordering::Relaxed);
+    }
+
+    /// Races found and waits inserted in this context so far.
+    pub fn ordering_stats(&self) -> OrderStats {
+        OrderStats {
+            reports: self.order.reports.load(Ordering::Relaxed),
+            inserted_waits: self.order.inserted_waits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Forget the accesses recorded to `bytes` bytes at `address` (memory
+    /// this context freed, or is about to hand to a new owner), so the next
+    /// owner's uses are not compared with the last one's.
+    ///
+    /// # Safety
+    /// No work enqueued so far may still use the memory unordered with
+    /// the next owner's work: every use has completed, or the memory goes
+    /// back to the driver after the uses (a stream-ordered free).
+    /// Forgetting memory that is still in use hides races the tracker
+    /// would refuse, and on the software driver a race is a data race.
+    pub unsafe fn forget_accesses(&self, address: u64, bytes: usize) {
+        forget(self, address, bytes);
+    }
+}
+
+/// See [`Context::forget_accesses`]; called by this crate's frees.
+pub(crate) fn forget(ctx: &Context, address: u64, bytes: usize) {
+    if ctx.order.is_on() {
+        ctx.order
+            .shadow()
+            .forget(address, address.saturating_add(bytes as u64));
+    }
+}
+
+/// Per stream: its clock, and the host knowledge it has taken in.
+pub(crate) struct StreamOrder {
+    state: Mutex<StreamState>,
+}
+
+struct StreamState {
+    clock: Clock,
+    host_seen: u64,
+    /// While the stream takes part in a capture: its clock within the
+    /// graph (the capture's records and waits move it, not `clock`).
+    captured: Option<Clock>,
+    /// Steps checked and recorded whose driver call has not returned yet.
+    /// Two threads may enqueue on one stream at once, and the driver may
+    /// queue their work in the other order than their steps: a snapshot
+    /// (an event record, a host wait) knows only the steps below all of
+    /// these, which the driver has queued before it.
+    in_flight: SmallVec<[u32; 2]>,
+}
+
+impl StreamOrder {
+    pub(crate) fn new(id: u64) -> Self {
+        Self {
+            state: Mutex::new(StreamState {
+                clock: Clock::new(id),
+                host_seen: 0,
+                captured: None,
+                in_flight: SmallVec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, StreamState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What a point taken now (an event recorded, the host waiting) knows
+    /// of this stream: everything but the steps still in flight.
+    fn snapshot(&self) -> Clock {
+        let state = self.lock();
+        let mut clock = state.clock.clone();
+        if let Some(&lowest) = state.in_flight.iter().min() {
+            clock.own = clock.own.min(lowest - 1);
+        }
+        clock
+    }
+
+    /// The stream joins a capture (it began one, or was forked in): its
+    /// clock within the graph starts from nothing (a fork's wait, captured
+    /// next, is the graph's first edge into it).
+    pub(crate) fn enter_capture(&self) {
+        let mut state = self.lock();
+        state.captured = Some(Clock::new(state.clock.agent));
+    }
+
+    /// The stream left its capture.
+    pub(crate) fn leave_capture(&self) {
+        self.lock().captured = None;
+    }
+
+    /// Its clock within the graph being captured (`None` outside one).
+    fn captured(&self) -> Option<Clock> {
+        self.lock().captured.clone()
+    }
+
+    /// A node was captured: the next step within the graph.
+    fn captured_step(&self) -> Clock {
+        let mut state = self.lock();
+        let agent = state.clock.agent;
+        let clock = state.captured.get_or_insert_with(|| Clock::new(agent));
+        clock.own += 1;
+        clock.clone()
+    }
+}
+
+impl StreamState {
+    /// Take in what the host has seen complete since the last enqueue.
+    #[inline]
+    fn learn_host(&mut self) {
+        let version = HOST_VERSION.load(Ordering::Acquire);
+        if version != self.host_seen {
+            let host = HOST.lock().unwrap_or_else(|p| p.into_inner());
+            self.clock.learn_vc(&host);
+            self.host_seen = version;
+        }
+    }
+}
+
+/// Per event: the clock of the stream at its latest record, and whether
+/// that record was captured into a graph (then the clock is the stream's
+/// clock within the graph, which only streams of that capture may wait for).
+#[derive(Default)]
+pub(crate) struct EventOrder(Mutex<Option<(Clock, bool)>>);
+
+impl EventOrder {
+    fn get(&self) -> Option<(Clock, bool)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// What every thread has seen complete.
+static HOST: Mutex<Vc> = Mutex::new(Vc::EMPTY);
+/// Bumped whenever `HOST` learns something.
+static HOST_VERSION: AtomicU64 = AtomicU64::new(0);
+
+fn host_learns(clock: &Clock) {
+    let mut host = HOST.lock().unwrap_or_else(|p| p.into_inner());
+    if host.join(&clock.to_vc()) {
+        HOST_VERSION.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// What a record of an event on `stream` will cover, taken just before the
+/// driver records it (work queued after this point is not covered).
+#[inline]
+pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
+    if !stream.context().order.is_on() {
+        return None;
+    }
+    // A record captured into a graph happens at each replay, not now: it
+    // carries the stream's clock within the graph, never its own.
+    Some(match stream.order.captured() {
+        Some(captured) => (captured, true),
+        None => (stream.order.snapshot(), false),
+    })
+}
+
+/// `event` was recorded at `point` ([`record_point`]).
+#[inline]
+pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
+    if point.is_some() {
+        *event.order.0.lock().unwrap_or_else(|p| p.into_inner()) = point;
+    }
+}
+
+/// `stream` was made to wait for `event`.
+#[inline]
+pub(crate) fn waited(stream: &Stream, event: &Event) {
+    if stream.context().order.is_on()
+        && let Some((snapshot, captured)) = event.order.get()
+    {
+        let mut state = stream.order.lock();
+        match (&mut state.captured, captured) {
+            (Some(within), true) => {
+                within.learn(&snapshot);
+            }
+            (None, false) => {
+                state.clock.learn(&snapshot);
+            }
+            // Refused by `Stream::wait_event` before it gets here.
+            _ => {}
+        }
+    }
+}
+
+/// The host is about to wait for (or query) everything enqueued on
+/// `stream` so far: what it would learn, taken before the wait.
+#[inline]
+pub(crate) fn stream_point(stream: &Stream) -> Option<Clock> {
+    stream
+        .context()
+        .order
+        .is_on()
+        .then(|| stream.order.snapshot())
+}
+
+/// The host is about to wait for `event`: what it would learn.
+#[inline]
+pub(crate) fn event_point(event: &Event) -> Option<Clock> {
+    if event.context().order.is_on() {
+        // A captured record teaches the host nothing about eager work.
+        event
+            .order
+            .get()
+            .and_then(|(clock, captured)| (!captured).then_some(clock))
+    } else {
+        None
+    }
+}
+
+/// The host saw `point` complete.
+#[inline]
+pub(crate) fn completed(point: Option<Clock>) {
+    if let Some(point) = point {
+        host_learns(&point);
+    }
+}
+
+thread_local! {
+    static LABEL: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+}
+
+/// Run `f` with `label` naming the operations it enqueues on this thread, in
+/// the reports of [`OrderPolicy::Check`] and [`OrderPolicy::Report`] (the
+/// engine labels each operation this way). Costs nothing while every
+/// context's policy is [`OrderPolicy::Off`].
+///
+/// ```
+/// use cuda_streams_driver::{order, Context, DeviceBuffer, Stream};
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let mut data = DeviceBuffer::<u32>::new(&ctx, 4).unwrap();
+/// order::labelled("clear", || stream.memset_u32_async(&mut data, 0)).unwrap();
+/// ```
+pub fn labelled<R>(label: &str, f: impl FnOnce() -> R) -> R {
+    if label.is_empty() || !EVER_ON.load(Ordering::Relaxed) {
+        return f();
+    }
+    let previous = LABEL.with(|l| l.replace(Some(Arc::from(label))));
+    let _restore = Restore(previous);
+    f()
+}
+
+struct Restore(Option<Arc<str>>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        LABEL.with(|l| *l.borrow_mut() = previous);
+    }
+}
+
+fn current_label() -> Option<Arc<str>> {
+    LABEL.with(|l| l.borrow().clone())
+}
+
+/// Bytes an operation touches: `bytes` at `address` in the memory of
+/// context `ctx`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Touch {
+    pub(crate) ctx: u64,
+    pub(crate) address: u64,
+    pub(crate) bytes: usize,
+    pub(crate) write: bool,
+}
+
+impl Touch {
+    fn range(self) -> (u64, u64) {
+        (self.address, self.address.saturating_add(self.bytes as u64))
+    }
+}
+
+/// The touches of one operation, on the stack for up to eight buffers.
+pub(crate) type Touches = SmallVec<[Touch; 8]>;
+
+/// The shadows of the contexts an operation touches, locked in id order.
+struct Locked<'c> {
+    ids: SmallVec<[u64; 2]>,
+    guards: SmallVec<[MutexGuard<'c, Shadow>; 2]>,
+}
+
+impl Locked<'_> {
+    fn get(&mut self, ctx: u64) -> &mut Shadow {
+        let i = self.ids.iter().position(|id| *id == ctx).unwrap_or(0);
+        &mut self.guards[i]
+    }
+}
+
+/// Check the accesses of one operation about to be enqueued on `stream`
+/// against every access recorded before it, act on the races as the policy
+/// says, and record them. `policy` is the stream context's, not `Off`.
+pub(crate) fn before_enqueue<'s>(
+    stream: &'s Stream,
+    what: &'static str,
+    touches: &[Touch],
+    policy: OrderPolicy,
+) -> Result<InFlight<'s>> {
+    let home = stream.context();
+    // Memory of other contexts (peer copies) needs those contexts' shadows.
+    let mut others: SmallVec<[Arc<Context>; 1]> = SmallVec::new();
+    for &touch in touches {
+        if touch.ctx != home.id() && !others.iter().any(|c| c.id() == touch.ctx) {
+            match crate::context::by_id(touch.ctx) {
+                Some(ctx) => others.push(ctx),
+                // A context nobody holds any more: its memory is gone.
+                None => return Ok(InFlight(None)),
+            }
+        }
+    }
+    for attempt in 0..4 {
+        let mut state = stream.order.lock();
+        state.learn_host();
+        let mut contexts: SmallVec<[&Context; 2]> = SmallVec::new();
+        contexts.push(home);
+        contexts.extend(others.iter().map(|c| &**c));
+        contexts.sort_by_key(|c| c.id());
+        let mut locked = Locked {
+            ids: contexts.iter().map(|c| c.id()).collect(),
+            guards: contexts.iter().map(|c| c.order.shadow()).collect(),
+        };
+        let mut races: SmallVec<[Race; 1]> = SmallVec::new();
+        let mut wait_for: SmallVec<[Weak<Stream>; 2]> = SmallVec::new();
+        for &touch in touches {
+            let (lo, hi) = touch.range();
+            locked
+                .get(touch.ctx)
+                .conflicts(lo, hi, touch.write, &state.clock, |conflict| {
+                    if policy == OrderPolicy::Auto {
+                        let id = conflict.prior.op.stream;
+                        if !wait_for
+                            .iter()
+                            .any(|w| w.upgrade().is_some_and(|s| s.id() == id))
+                        {
+                            wait_for.push(conflict.prior.op.handle.clone());
+                        }
+                    }
+                    if policy != OrderPolicy::Auto || races.is_empty() {
+                        races.push(Race {
+                            earlier: race_op(&conflict.prior.op, conflict.prior_writes),
+                            later: RaceOp {
+                                what,
+                                label: current_label().map(|l| l.to_string()),
+                                stream: stream.id(),
+                                device: home.ordinal(),
+                                writes: touch.write,
+                            },
+                            buffer: lo,
+                            buffer_bytes: touch.bytes,
+                            overlap: conflict.from - lo..conflict.to - lo,
+                        });
+                    }
+                });
+        }
+        if !races.is_empty() {
+            home.order
+                .reports
+                .fetch_add(races.len() as u64, Ordering::Relaxed);
+            match policy {
+                OrderPolicy::Check | OrderPolicy::Off => {
+                    let race = races.swap_remove(0);
+                    tracing::debug!(target: "cuda_streams_driver::order", "refused: {race}");
+                    return Err(Error::UnorderedAccess(Box::new(race)));
+                }
+                OrderPolicy::Report => {
+                    for race in &races {
+                        tracing::warn!(target: "cuda_streams_driver::order", stream = stream.id(), "{race}");
+                    }
+                }
+                OrderPolicy::Auto => {
+                    drop(locked);
+                    drop(state);
+                    if attempt == 3 {
+                        return Err(Error::UnorderedAccess(Box::new(races.swap_remove(0))));
+                    }
+                    for earlier in &wait_for {
+                        // A stream that is gone cannot be waited for: refuse.
+                        let Some(earlier) = earlier.upgrade() else {
+                            return Err(Error::UnorderedAccess(Box::new(races.swap_remove(0))));
+                        };
+                        order_after(stream, &earlier)?;
+                    }
+                    continue;
+                }
+            }
+        }
+        // No race left (or reported): the access is this stream's next step,
+        // in flight until the driver call returns.
+        state.clock.own += 1;
+        let step = state.clock.own;
+        state.in_flight.push(step);
+        let access = Access {
+            agent: stream.id(),
+            counter: state.clock.own,
+            op: Op {
+                what,
+                label: current_label(),
+                stream: stream.id(),
+                device: home.ordinal(),
+                handle: stream.weak(),
+            },
+        };
+        for &touch in touches {
+            let (lo, hi) = touch.range();
+            locked
+                .get(touch.ctx)
+                .record(lo, hi, touch.write, &access, &state.clock);
+        }
+        return Ok(InFlight(Some((stream, step))));
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// A step checked and recorded by [`before_enqueue`] whose driver call is
+/// being made: keep it until the call returns (or fails).
+#[must_use = "the step is in flight until this is dropped, after the driver call"]
+pub(crate) struct InFlight<'s>(Option<(&'s Stream, u32)>);
+
+impl InFlight<'_> {
+    /// Nothing in flight (the policy is `Off`).
+    pub(crate) const NONE: InFlight<'static> = InFlight(None);
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some((stream, step)) = self.0 {
+            let mut state = stream.order.lock();
+            if let Some(i) = state.in_flight.iter().position(|s| *s == step) {
+                state.in_flight.swap_remove(i);
+            }
+        }
+    }
+}
+
+/// `Auto`'s repair: `stream` waits for everything enqueued on `earlier` so
+/// far, through one pooled event.
+fn order_after(stream: &Stream, earlier: &Stream) -> Result<()> {
+    // Taken before the record: never more than the event will cover.
+    let snapshot = earlier.order.snapshot();
+    let event = earlier.mark()?;
+    stream.wait_event(&event)?;
+    stream.order.lock().clock.learn(&snapshot);
+    stream
+        .context()
+        .order
+        .inserted_waits
+        .fetch_add(1, Ordering::Relaxed);
+    tracing::trace!(
+        target: "cuda_streams_driver::order",
+        "stream {} now waits for stream {}",
+        stream.id(),
+        earlier.id()
+    );
+    Ok(())
+}
+
+fn race_op(op: &Op, writes: bool) -> RaceOp {
+    RaceOp {
+        what: op.what,
+        label: op.label.as_deref().map(str::to_string),
+        stream: op.stream,
+        device: op.device,
+        writes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_point_taken_while_a_step_is_in_flight_does_not_cover_it() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        // Bytes no allocation has: nothing to conflict with.
+        let touch = Touch {
+            ctx: ctx.id(),
+            address: 1 << 60,
+            bytes: 4,
+            write: true,
+        };
+        let first = before_enqueue(&stream, "test", &[touch], OrderPolicy::Check).unwrap();
+        let second = before_enqueue(&stream, "test", &[touch], OrderPolicy::Check).unwrap();
+        let steps = stream.order.lock().clock.own;
+        // Both driver calls are still being made: an event recorded now
+        // covers neither, whichever returns first.
+        assert_eq!(stream.order.snapshot().own, steps - 2);
+        drop(second);
+        assert_eq!(
+            stream.order.snapshot().own,
+            steps - 2,
+            "the first is in flight"
+        );
+        drop(first);
+        assert_eq!(stream.order.snapshot().own, steps);
+        forget(&ctx, touch.address, touch.bytes);
+    }
+}

@@ -1,0 +1,270 @@
+//! The accesses recorded per byte range: for each range, the last write and
+//! the reads since it that are not yet known to be ordered (FastTrack's
+//! shadow state, over byte ranges instead of words).
+//!
+//! A map of disjoint segments keyed by start address. Most operations use a
+//! whole buffer the same way each time, so the common case finds the one
+//! segment spanning the range and updates it in place, allocating nothing.
+
+use super::clock::{Agent, Clock};
+use crate::stream::Stream;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+
+/// One operation, as a report names it.
+#[derive(Clone, Debug)]
+pub(crate) struct Op {
+    pub(crate) what: &'static str,
+    pub(crate) label: Option<Arc<str>>,
+    pub(crate) stream: u64,
+    pub(crate) device: i32,
+    /// For `auto`: the stream to order after.
+    pub(crate) handle: Weak<Stream>,
+}
+
+/// An access by one operation.
+#[derive(Clone, Debug)]
+pub(crate) struct Access {
+    pub(crate) agent: Agent,
+    pub(crate) counter: u32,
+    pub(crate) op: Op,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Segment {
+    end: u64,
+    write: Option<Access>,
+    reads: Vec<Access>,
+}
+
+/// A prior access that the new one conflicts with.
+pub(crate) struct Conflict<'a> {
+    pub(crate) prior: &'a Access,
+    pub(crate) prior_writes: bool,
+    pub(crate) from: u64,
+    pub(crate) to: u64,
+}
+
+/// The shadow state of one context's memory.
+#[derive(Default)]
+pub(crate) struct Shadow {
+    map: BTreeMap<u64, Segment>,
+}
+
+impl Shadow {
+    /// Call `found` for each recorded access to `[lo, hi)` that conflicts
+    /// with a new access (`write` or read) by the holder of `clock` and is
+    /// not in its past.
+    pub(crate) fn conflicts<'a>(
+        &'a self,
+        lo: u64,
+        hi: u64,
+        write: bool,
+        clock: &Clock,
+        mut found: impl FnMut(Conflict<'a>),
+    ) {
+        if lo >= hi {
+            return;
+        }
+        for (&start, segment) in self.map.range(..hi).rev() {
+            if segment.end <= lo {
+                break;
+            }
+            let (from, to) = (start.max(lo), segment.end.min(hi));
+            if let Some(prior) = &segment.write
+                && !clock.knows(prior.agent, prior.counter)
+            {
+                found(Conflict {
+                    prior,
+                    prior_writes: true,
+                    from,
+                    to,
+                });
+            }
+            if write {
+                for prior in &segment.reads {
+                    if !clock.knows(prior.agent, prior.counter) {
+                        found(Conflict {
+                            prior,
+                            prior_writes: false,
+                            from,
+                            to,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Record `access` to `[lo, hi)`.
+    pub(crate) fn record(&mut self, lo: u64, hi: u64, write: bool, access: &Access, clock: &Clock) {
+        if lo >= hi {
+            return;
+        }
+        if let Some(segment) = self.map.get_mut(&lo)
+            && segment.end == hi
+        {
+            update(segment, write, access, clock);
+            return;
+        }
+        self.split(lo);
+        self.split(hi);
+        let starts: smallvec::SmallVec<[u64; 4]> =
+            self.map.range(lo..hi).map(|(s, _)| *s).collect();
+        let mut cursor = lo;
+        for start in starts {
+            if start > cursor {
+                self.insert_new(cursor, start, write, access);
+            }
+            let segment = self.map.get_mut(&start).expect("listed above");
+            update(segment, write, access, clock);
+            cursor = segment.end;
+        }
+        if cursor < hi {
+            self.insert_new(cursor, hi, write, access);
+        }
+    }
+
+    /// Forget every access to `[lo, hi)` (the memory was freed).
+    pub(crate) fn forget(&mut self, lo: u64, hi: u64) {
+        if lo >= hi || self.map.is_empty() {
+            return;
+        }
+        self.split(lo);
+        self.split(hi);
+        let starts: smallvec::SmallVec<[u64; 4]> =
+            self.map.range(lo..hi).map(|(s, _)| *s).collect();
+        for start in starts {
+            self.map.remove(&start);
+        }
+    }
+
+    /// Forget everything (the policy was switched).
+    pub(crate) fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn segments(&self) -> usize {
+        self.map.len()
+    }
+
+    fn insert_new(&mut self, lo: u64, hi: u64, write: bool, access: &Access) {
+        let mut segment = Segment {
+            end: hi,
+            ..Segment::default()
+        };
+        if write {
+            segment.write = Some(access.clone());
+        } else {
+            segment.reads.push(access.clone());
+        }
+        self.map.insert(lo, segment);
+    }
+
+    /// Make `at` a segment boundary.
+    fn split(&mut self, at: u64) {
+        let Some((&start, segment)) = self.map.range_mut(..at).next_back() else {
+            return;
+        };
+        if segment.end <= at {
+            return;
+        }
+        let mut tail = segment.clone();
+        segment.end = at;
+        tail.end = tail.end.max(at);
+        debug_assert!(start < at);
+        self.map.insert(at, tail);
+    }
+}
+
+fn update(segment: &mut Segment, write: bool, access: &Access, clock: &Clock) {
+    if write {
+        segment.write = Some(access.clone());
+        segment.reads.clear();
+    } else {
+        // Reads in this access's past can no longer race with anything it
+        // does not also race with: keep the list short.
+        segment
+            .reads
+            .retain(|r| r.agent != access.agent && !clock.knows(r.agent, r.counter));
+        segment.reads.push(access.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(agent: Agent, counter: u32) -> Access {
+        Access {
+            agent,
+            counter,
+            op: Op {
+                what: "test",
+                label: None,
+                stream: agent,
+                device: 0,
+                handle: Weak::new(),
+            },
+        }
+    }
+
+    fn count(shadow: &Shadow, lo: u64, hi: u64, write: bool, clock: &Clock) -> usize {
+        let mut n = 0;
+        shadow.conflicts(lo, hi, write, clock, |_| n += 1);
+        n
+    }
+
+    #[test]
+    fn conflicts_need_overlap_a_write_and_no_order() {
+        let mut shadow = Shadow::default();
+        let mut a = Clock::new(1);
+        a.own = 1;
+        shadow.record(100, 200, true, &access(1, 1), &a);
+        let b = Clock::new(2);
+        assert_eq!(
+            count(&shadow, 150, 250, false, &b),
+            1,
+            "read after an unordered write"
+        );
+        assert_eq!(count(&shadow, 200, 300, true, &b), 0, "no overlap");
+        assert_eq!(count(&shadow, 0, 101, true, &b), 1, "one byte is enough");
+        assert_eq!(count(&shadow, 100, 200, true, &a), 0, "same stream");
+        let mut ordered = Clock::new(2);
+        ordered.learn(&a);
+        assert_eq!(count(&shadow, 100, 200, true, &ordered), 0, "ordered");
+        // Reads of two streams do not conflict with each other, only with a write.
+        shadow.record(100, 200, false, &access(2, 1), &ordered);
+        let c = Clock::new(3);
+        assert_eq!(count(&shadow, 100, 200, false, &c), 1, "only the write");
+        assert_eq!(
+            count(&shadow, 100, 200, true, &c),
+            2,
+            "the write and the read"
+        );
+    }
+
+    #[test]
+    fn partial_ranges_split_and_forget_removes() {
+        let mut shadow = Shadow::default();
+        let mut a = Clock::new(1);
+        a.own = 1;
+        shadow.record(0, 100, true, &access(1, 1), &a);
+        shadow.record(40, 60, true, &access(1, 1), &a);
+        shadow.record(90, 120, false, &access(1, 1), &a);
+        assert_eq!(shadow.segments(), 5); // 0-40, 40-60, 60-90, 90-100, 100-120
+        let b = Clock::new(2);
+        let mut ranges = Vec::new();
+        shadow.conflicts(30, 110, false, &b, |c| ranges.push((c.from, c.to)));
+        ranges.sort();
+        assert_eq!(ranges, [(30, 40), (40, 60), (60, 90), (90, 100)]);
+        shadow.forget(0, 100);
+        assert_eq!(count(&shadow, 0, 100, true, &b), 0);
+        assert_eq!(
+            count(&shadow, 100, 120, true, &b),
+            1,
+            "outside the freed range"
+        );
+    }
+}
