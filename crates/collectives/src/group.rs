@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::meeting::Meeting;
 use crate::table::check;
 use crate::types::{NcclType, ReduceOp};
-use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
+use driver::{BufferUse, Capture, Context, DeviceMemory, DeviceMemoryMut, GraphArg, Stream};
 use engine::{EventPriority, OperationGraph, OperationId, OperationType};
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -61,6 +61,10 @@ pub(crate) struct Shape {
     pub(crate) op: Option<ReduceOp>,
     /// The root; for a send or receive, the peer.
     pub(crate) root: usize,
+    /// Captured into a graph, to run at its replays: the ranks in this
+    /// process must all capture a step's collectives or none (NCCL forbids
+    /// mixing captured and eager calls of a communicator within a step).
+    pub(crate) captured: bool,
 }
 
 impl std::fmt::Display for Shape {
@@ -78,6 +82,9 @@ impl std::fmt::Display for Shape {
             Kind::Send => write!(f, " to rank {}", self.root)?,
             Kind::Recv => write!(f, " from rank {}", self.root)?,
             _ => {}
+        }
+        if self.captured {
+            write!(f, ", captured into a graph")?;
         }
         Ok(())
     }
@@ -124,6 +131,43 @@ impl<'a> Op<'a> {
         uses: Vec<BufferUse<'a>>,
         bytes: usize,
     ) -> Result<Self> {
+        let op = Self::checked(comm, stream, shape, send, recv, uses, bytes)?;
+        // Under the gate, so no capture begins before prepare_uses's waits
+        // are enqueued (a capture would record them); taken again right
+        // before NCCL sees the call (`launch`).
+        let gate = op.gate()?;
+        stream.prepare_uses(&op.uses)?;
+        drop(gate);
+        Ok(op)
+    }
+
+    /// An op to capture into a graph: checked like [`Op::new`]'s, with no
+    /// uses (the graph keeps the buffers and orders them at each replay).
+    pub(crate) fn captured(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        shape: Shape,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
+        bytes: usize,
+    ) -> Result<Self> {
+        let shape = Shape {
+            captured: true,
+            ..shape
+        };
+        Self::checked(comm, stream, shape, send, recv, Vec::new(), bytes)
+    }
+
+    /// What can be checked locally: the stream's device, the root or peer.
+    fn checked(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        shape: Shape,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
+        uses: Vec<BufferUse<'a>>,
+        bytes: usize,
+    ) -> Result<Self> {
         if stream.context().id() != comm.context().id() {
             return Err(Error::WrongStream {
                 rank: comm.rank(),
@@ -145,7 +189,7 @@ impl<'a> Op<'a> {
                 nranks: comm.size(),
             });
         }
-        let op = Self {
+        Ok(Self {
             comm,
             stream,
             shape,
@@ -153,14 +197,7 @@ impl<'a> Op<'a> {
             recv,
             uses,
             bytes,
-        };
-        // Under the gate, so no capture begins before prepare_uses's waits
-        // are enqueued (a capture would record them); taken again right
-        // before NCCL sees the call (`launch`).
-        let gate = op.gate()?;
-        stream.prepare_uses(&op.uses)?;
-        drop(gate);
-        Ok(op)
+        })
     }
 
     /// `Err` while the op's stream is being captured: the graph would keep
@@ -194,13 +231,15 @@ impl<'a> Op<'a> {
         let root = self.shape.root as i32;
         self.comm.context().bind()?;
         // SAFETY: each buffer holds the elements the collective touches on
-        // this rank (checked when the op was made), is of the communicator's
-        // device (checked by prepare_uses), and stays alive until the stream
-        // has passed the collective: the op borrows it until it is tracked
-        // on the stream, which `launch` does for every call it hands to NCCL,
-        // whatever fails after. The stream is not capturing (checked by
-        // `launch` just before), so the work runs now, not in a graph's
-        // replays.
+        // this rank (checked when the op was made) and is of the
+        // communicator's device (checked by prepare_uses, or by
+        // `Capture::record_external`). Eager, it stays alive until the
+        // stream has passed the collective: the op borrows it until it is
+        // tracked on the stream, which `launch` does for every call it hands
+        // to NCCL, whatever fails after; the stream is not capturing
+        // (checked by `launch` just before), so the work runs now. Captured
+        // (`record`), the graph keeps every buffer and the communicator
+        // alive for all its replays, and orders the buffers at each.
         let (call, code) = unsafe {
             match self.shape.kind {
                 Kind::AllReduce => (
@@ -298,6 +337,24 @@ fn launch(
     // Every stream before any call, so a refused group issues nothing; the
     // gates never wait, so holding several cannot deadlock.
     let _gates = ops.iter().map(Op::gate).collect::<Result<Vec<_>>>()?;
+    let (handed, result) = issue_all(ops, issue)?;
+    // Not `?`: the calls are enqueued, and must be tracked first.
+    let mut result = result;
+    let rebound = rebind(first.comm.context()).map_err(Error::from);
+    for (op, &took) in ops.iter().zip(&handed) {
+        let tracked = op.track(took);
+        result = result.and(tracked);
+    }
+    result.and(rebound)
+}
+
+/// The NCCL calls of `ops` (one alone, or a group): whether NCCL took
+/// each op handed to it, and the first error. `Err` only when the group
+/// could not be opened (nothing was handed over).
+fn issue_all(ops: &[Op<'_>], issue: Issue) -> Result<(Vec<bool>, Result<()>)> {
+    let Some(first) = ops.first() else {
+        return Ok((Vec::new(), Ok(())));
+    };
     let nccl = first.comm.nccl();
     // Each op handed to NCCL, and whether NCCL took it.
     let mut handed: Vec<bool> = Vec::with_capacity(ops.len());
@@ -337,13 +394,39 @@ fn launch(
             result = result.and(check(nccl, "ncclGroupEnd", std::ptr::null_mut(), code));
         }
     }
-    // Not `?`: the calls are enqueued, and must be tracked first.
-    let rebound = rebind(first.comm.context()).map_err(Error::from);
-    for (op, &took) in ops.iter().zip(&handed) {
-        let tracked = op.track(took);
-        result = result.and(tracked);
+    Ok((handed, result))
+}
+
+/// Capture `ops`, all of one rank and stream, into `capture` (one NCCL
+/// group when there are several): checked against the other ranks in this
+/// process first, then recorded with `args`' buffers and the communicator
+/// kept alive by the graph. Nothing is tracked now: each replay orders the
+/// buffers.
+pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -> Result<()> {
+    let Some(first) = ops.first() else {
+        return Ok(());
+    };
+    debug_assert!(
+        ops.iter()
+            .all(|op| std::ptr::eq(op.comm, first.comm) && op.stream.id() == first.stream.id())
+    );
+    meet(ops)?;
+    let issue = if ops.len() > 1 {
+        Issue::Grouped
+    } else {
+        Issue::Alone
+    };
+    // SAFETY: NCCL enqueues the calls on the ops' one stream, which the
+    // capture checks is in it; they touch the buffers the ops' pointers
+    // come from, which are `args` (send buffers read, receive buffers lent
+    // with `GraphArg::write`), and the communicator `keep_alive` holds.
+    unsafe {
+        capture.record_external(first.stream, args, first.comm.keep_alive(), || {
+            let (_, result) = issue_all(ops, issue)?;
+            let rebound = first.comm.context().force_bind().map_err(Error::from);
+            result.and(rebound)
+        })
     }
-    result.and(rebound)
 }
 
 /// Post the ops' shapes, per communicator and rank, to the meetings of the
