@@ -10,6 +10,11 @@
 //! 393 GB/s at 1 GiB; AllReduce 330 GB/s at 1 GiB, 295 at 256 MiB, 219 at
 //! 16 MiB, 48.6 µs at 8 B.
 //!
+//! First, the host time of enqueueing an 8 B AllReduce on both ranks against
+//! the raw group calls, the devices' time left out (`MULTIGPU_HOST_COST_ONLY=1`
+//! stops after it; `MULTIGPU_HOST_COST_SIDE=ours` or `raw` runs one side, for
+//! callgrind's instruction counts).
+//!
 //! Skips, printing why, with fewer than two devices. On the software driver
 //! the sizes stop at 16 MiB (a memmove per copy says nothing of a GPU).
 
@@ -192,6 +197,94 @@ fn all_reduces(t: &Two) {
     }
 }
 
+/// Host time of enqueueing one 8 B AllReduce on both ranks (a `Group` of
+/// `Communicator::all_devices` ranks against `ncclGroupStart` + two
+/// `ncclAllReduce` + `ncclGroupEnd`), the streams drained outside the timed
+/// part: what the checks and the bookkeeping cost, whatever the devices
+/// take. On the software driver this is the figure that means something.
+fn host_cost(t: &Two) {
+    let comms = Communicator::all_devices(&t.ctx).unwrap();
+    let table = comms[0].nccl();
+    let nccl_raw = comms.iter().map(Communicator::as_raw).collect::<Vec<_>>();
+    let mut bufs = [
+        DeviceBuffer::<f32>::new(&t.ctx[0], 2).unwrap(),
+        DeviceBuffer::<f32>::new(&t.ctx[1], 2).unwrap(),
+    ];
+    let streams = [&*t.streams[0], &*t.streams[1]];
+    let ptrs = [bufs[0].device_ptr(), bufs[1].device_ptr()];
+    // `MULTIGPU_HOST_COST_SIDE=ours` (or `raw`) runs one side alone, for
+    // instruction counts under callgrind (`--separate-threads=yes`).
+    let side = std::env::var("MULTIGPU_HOST_COST_SIDE").ok();
+    // Seconds per call, best of 5 batches of 20 x 50 calls, drained after
+    // each 50.
+    let timed = |name: &str, enqueue: &mut dyn FnMut()| {
+        if side.as_deref().is_some_and(|side| side != name) {
+            return f64::NAN;
+        }
+        enqueue();
+        Stream::synchronize_all(&streams).unwrap();
+        (0..5)
+            .map(|_| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..20 {
+                    let start = Instant::now();
+                    for _ in 0..50 {
+                        enqueue();
+                    }
+                    spent += start.elapsed();
+                    Stream::synchronize_all(&streams).unwrap();
+                }
+                spent.as_secs_f64() / 1000.0
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let ours = timed("ours", &mut || {
+        let [a, b] = &mut bufs;
+        let mut group = Group::new();
+        group
+            .all_reduce_in_place(&comms[0], &t.streams[0], a, ReduceOp::Sum)
+            .unwrap();
+        group
+            .all_reduce_in_place(&comms[1], &t.streams[1], b, ReduceOp::Sum)
+            .unwrap();
+        group.end().unwrap();
+    });
+    let raw = timed("raw", &mut || {
+        // SAFETY: each buffer holds 2 floats of its rank's device and
+        // outlives the batch's synchronisation; a group around both ranks.
+        unsafe {
+            (table.ncclGroupStart)().result().unwrap();
+            for rank in 0..2 {
+                let p = ptrs[rank] as usize as *mut std::ffi::c_void;
+                (table.ncclAllReduce)(
+                    p,
+                    p,
+                    2,
+                    ncclDataType_t::ncclFloat32,
+                    ncclRedOp_t::ncclSum,
+                    nccl_raw[rank],
+                    t.streams[rank].as_raw(),
+                )
+                .result()
+                .unwrap();
+            }
+            (table.ncclGroupEnd)().result().unwrap();
+        }
+        t.ctx[0].force_bind().unwrap();
+    });
+    figure("all_reduce 8 B host enqueue", ours * 1e9, "ns");
+    figure(
+        "all_reduce 8 B host enqueue, raw NCCL group",
+        raw * 1e9,
+        "ns",
+    );
+    compare(
+        "all_reduce 8 B host enqueue vs raw NCCL group",
+        ours * 1e9,
+        raw * 1e9,
+    );
+}
+
 fn bench_small_all_reduce(c: &mut Criterion) {
     let Some(t) = two() else { return };
     let comms = Communicator::all_devices(&t.ctx).unwrap();
@@ -217,8 +310,14 @@ fn bench_small_all_reduce(c: &mut Criterion) {
 }
 
 fn main() {
-    run_criterion(&[bench_small_all_reduce]);
+    if std::env::var_os("MULTIGPU_HOST_COST_ONLY").is_none() {
+        run_criterion(&[bench_small_all_reduce]);
+    }
     if let Some(t) = two() {
+        host_cost(&t);
+        if std::env::var_os("MULTIGPU_HOST_COST_ONLY").is_some() {
+            return;
+        }
         peer_copies(&t);
         all_reduces(&t);
     }

@@ -1,7 +1,7 @@
 //! Communicators: one rank each, on one device's context.
 
 use crate::error::{Error, Result};
-use crate::group::{Kind, Op, Shape};
+use crate::group::{Kind, Op, Shape, Uses};
 use crate::meeting::Meeting;
 use crate::table::{check, for_context};
 use crate::types::{NcclType, ReduceOp, UniqueId};
@@ -985,7 +985,7 @@ fn part<'a, T: NcclType>(
     base: sys::CUdeviceptr,
     elems: std::ops::Range<usize>,
     peer: usize,
-    uses: Vec<BufferUse<'a>>,
+    uses: Uses<'a>,
 ) -> Result<Op<'a>> {
     let count = elems.len();
     let ptr = base + (elems.start * size_of::<T>()) as sys::CUdeviceptr;

@@ -11,6 +11,7 @@ use crate::table::check;
 use crate::types::{NcclType, ReduceOp};
 use driver::{BufferUse, Capture, Context, DeviceMemory, DeviceMemoryMut, GraphArg, Stream};
 use engine::{EventPriority, OperationGraph, OperationId, OperationType};
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -106,6 +107,10 @@ fn type_name(dtype: ncclDataType_t) -> Option<&'static str> {
     })
 }
 
+/// The buffers one op lends (one or two). A `Vec`, not a `SmallVec`:
+/// `SmallVec`'s `Drop` would make a `Group` outlive-check its borrows.
+pub(crate) type Uses<'a> = Vec<BufferUse<'a>>;
+
 /// One collective of one rank: checked, its buffers ordered on the stream,
 /// ready to issue.
 pub(crate) struct Op<'a> {
@@ -114,7 +119,7 @@ pub(crate) struct Op<'a> {
     shape: Shape,
     send: CUdeviceptr,
     recv: CUdeviceptr,
-    uses: Vec<BufferUse<'a>>,
+    uses: Uses<'a>,
     bytes: usize,
 }
 
@@ -128,7 +133,7 @@ impl<'a> Op<'a> {
         shape: Shape,
         send: CUdeviceptr,
         recv: CUdeviceptr,
-        uses: Vec<BufferUse<'a>>,
+        uses: Uses<'a>,
         bytes: usize,
     ) -> Result<Self> {
         let op = Self::checked(comm, stream, shape, send, recv, uses, bytes)?;
@@ -155,7 +160,7 @@ impl<'a> Op<'a> {
             captured: true,
             ..shape
         };
-        Self::checked(comm, stream, shape, send, recv, Vec::new(), bytes)
+        Self::checked(comm, stream, shape, send, recv, Uses::new(), bytes)
     }
 
     /// What can be checked locally: the stream's device, the root or peer.
@@ -165,7 +170,7 @@ impl<'a> Op<'a> {
         shape: Shape,
         send: CUdeviceptr,
         recv: CUdeviceptr,
-        uses: Vec<BufferUse<'a>>,
+        uses: Uses<'a>,
         bytes: usize,
     ) -> Result<Self> {
         if stream.context().id() != comm.context().id() {
@@ -229,7 +234,12 @@ impl<'a> Op<'a> {
         );
         let op = self.shape.op.map_or(ncclRedOp_t::ncclSum, ReduceOp::raw);
         let root = self.shape.root as i32;
-        self.comm.context().bind()?;
+        // Inside a group NCCL makes each communicator's device current
+        // itself at the group's end (its one-thread, many-devices example
+        // sets none); alone, the call expects its device current.
+        if !in_group {
+            self.comm.context().bind()?;
+        }
         // SAFETY: each buffer holds the elements the collective touches on
         // this rank (checked when the op was made) and is of the
         // communicator's device (checked by prepare_uses, or by
@@ -305,6 +315,9 @@ pub(crate) fn run_grouped(ops: Vec<Op<'_>>) -> Result<()> {
     launch(&ops, Issue::Grouped, Context::force_bind)
 }
 
+/// Whether NCCL took each op of a call (most calls hold a few).
+type Handed = SmallVec<[bool; 8]>;
+
 /// Whether `launch` wraps its calls in `ncclGroupStart`/`ncclGroupEnd`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Issue {
@@ -336,7 +349,10 @@ fn launch(
     }
     // Every stream before any call, so a refused group issues nothing; the
     // gates never wait, so holding several cannot deadlock.
-    let _gates = ops.iter().map(Op::gate).collect::<Result<Vec<_>>>()?;
+    let _gates = ops
+        .iter()
+        .map(Op::gate)
+        .collect::<Result<SmallVec<[_; 8]>>>()?;
     let (handed, result) = issue_all(ops, issue)?;
     // Not `?`: the calls are enqueued, and must be tracked first.
     let mut result = result;
@@ -351,13 +367,13 @@ fn launch(
 /// The NCCL calls of `ops` (one alone, or a group): whether NCCL took
 /// each op handed to it, and the first error. `Err` only when the group
 /// could not be opened (nothing was handed over).
-fn issue_all(ops: &[Op<'_>], issue: Issue) -> Result<(Vec<bool>, Result<()>)> {
+fn issue_all(ops: &[Op<'_>], issue: Issue) -> Result<(Handed, Result<()>)> {
     let Some(first) = ops.first() else {
-        return Ok((Vec::new(), Ok(())));
+        return Ok((Handed::new(), Ok(())));
     };
     let nccl = first.comm.nccl();
     // Each op handed to NCCL, and whether NCCL took it.
-    let mut handed: Vec<bool> = Vec::with_capacity(ops.len());
+    let mut handed = Handed::with_capacity(ops.len());
     let mut result = Ok(());
     match issue {
         Issue::Alone => {
@@ -429,6 +445,37 @@ pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -
     }
 }
 
+/// The common case of one thread driving every rank of a communicator made
+/// by `all_devices`, one collective each (a data-parallel step): `true`
+/// when the ops are exactly that and every rank's shape is the first's,
+/// which is all the general checks (`Group::check_ranks`, `meet`) would
+/// establish, at the cost of one comparison per rank, with no lock and no
+/// allocation. No other thread can hold these ranks (the group borrows
+/// each, and a `Communicator` is not `Sync`), so there is no one to meet.
+/// `false` sends the ops down the general path, which also names any
+/// disagreement.
+fn whole_round_agrees(ops: &[Op<'_>]) -> bool {
+    let Some(first) = ops.first() else {
+        return false;
+    };
+    let n = first.comm.size();
+    if ops.len() != n || n > 64 {
+        return false;
+    }
+    let mut seen = 0u64;
+    for op in ops {
+        if !op.comm.made_together
+            || !Arc::ptr_eq(op.comm.meeting(), first.comm.meeting())
+            || op.shape != first.shape
+            || op.shape.kind.is_p2p()
+        {
+            return false;
+        }
+        seen |= 1 << op.comm.rank();
+    }
+    seen.count_ones() as usize == n
+}
+
 /// Post the ops' shapes, per communicator and rank, to the meetings of the
 /// ranks in this process, and wait for every verdict. Every meeting is
 /// posted to before any is waited on, so calls that each hold ranks of
@@ -457,8 +504,21 @@ fn meet(ops: &[Op<'_>]) -> Result<()> {
     for (meeting, calls) in &meetings {
         meeting.check_pairs_within(calls)?;
     }
+    // A communicator driven whole by this call (every rank of one made by
+    // `all_devices`) is judged here: no other thread can hold its ranks.
+    let whole = |meeting: &Arc<Meeting>, calls: &Calls| {
+        ops.iter()
+            .filter(|op| Arc::ptr_eq(op.comm.meeting(), meeting))
+            .all(|op| op.comm.made_together && calls.len() == op.comm.size())
+    };
+    for (meeting, calls) in &meetings {
+        if whole(meeting, calls) {
+            meeting.judge_whole(calls)?;
+        }
+    }
     let tickets: Vec<_> = meetings
         .into_iter()
+        .filter(|(meeting, calls)| !whole(meeting, calls))
         .filter_map(|(meeting, calls)| meeting.post(calls.into_iter().collect()))
         .collect();
     // Every ticket waited for, so each round's verdict is collected.
@@ -832,6 +892,9 @@ impl<'a> Group<'a> {
     /// and the ranks in this process agree, this group's among themselves
     /// and with the other threads' calls for their other ranks.
     fn check_ranks(&self) -> Result<()> {
+        if whole_round_agrees(&self.ops) {
+            return Ok(());
+        }
         // communicator -> (size, rank -> its calls)
         let mut together: Vec<(&Arc<Meeting>, usize, BTreeMap<usize, usize>)> = Vec::new();
         for op in self
@@ -917,6 +980,45 @@ mod tests {
     use super::*;
     use driver::DeviceBuffer;
     use test_support::Gate;
+
+    /// The lock-free path is what one thread driving a whole `all_devices`
+    /// communicator takes for one collective per rank, and only then.
+    #[test]
+    fn a_whole_matching_round_skips_the_meeting_and_nothing_else_does() {
+        let contexts = Context::all().unwrap();
+        if contexts.len() < 2 {
+            eprintln!(
+                "skipped: needs two devices, the driver reports {}",
+                contexts.len()
+            );
+            return;
+        }
+        let comms = Communicator::all_devices(&contexts).unwrap();
+        let streams: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+        let mut bufs: Vec<DeviceBuffer<f32>> = streams
+            .iter()
+            .enumerate()
+            .map(|(r, s)| DeviceBuffer::from_slice(s, &vec![1.0; 8 + r % 2]).unwrap())
+            .collect();
+        let n = comms.len();
+        let round = |bufs: &mut [DeviceBuffer<f32>], ranks: usize| {
+            let mut group = Group::new();
+            for ((comm, stream), buf) in comms.iter().zip(&streams).zip(bufs).take(ranks) {
+                group
+                    .all_reduce_in_place(comm, stream, buf, ReduceOp::Sum)
+                    .unwrap();
+            }
+            whole_round_agrees(&group.ops)
+        };
+        // Rank 1's buffer is one longer: the general path names it.
+        assert!(!round(&mut bufs, n));
+        let mut same: Vec<DeviceBuffer<f32>> = streams
+            .iter()
+            .map(|s| DeviceBuffer::from_slice(s, &[1.0; 8]).unwrap())
+            .collect();
+        assert!(round(&mut same, n));
+        assert!(!round(&mut same, n - 1), "a rank left out");
+    }
 
     /// A failure after NCCL has the calls still tracks each of them: send
     /// buffers dropped at once on their home streams are freed only after
