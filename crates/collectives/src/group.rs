@@ -414,8 +414,8 @@ fn issue_all(ops: &[Op<'_>], issue: Issue) -> Result<(Handed, Result<()>)> {
 }
 
 /// Capture `ops`, all of one rank and stream, into `capture` (one NCCL
-/// group when there are several): checked against the other ranks in this
-/// process first, then recorded with `args`' buffers and the communicator
+/// group when there are several): once the capture has checked the stream,
+/// checked against the other ranks in this process, then recorded with `args`' buffers and the communicator
 /// kept alive by the graph. Nothing is tracked now: each replay orders the
 /// buffers.
 pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -> Result<()> {
@@ -426,7 +426,6 @@ pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -
         ops.iter()
             .all(|op| std::ptr::eq(op.comm, first.comm) && op.stream.id() == first.stream.id())
     );
-    meet(ops)?;
     let issue = if ops.len() > 1 {
         Issue::Grouped
     } else {
@@ -438,6 +437,10 @@ pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -
     // with `GraphArg::write`), and the communicator `keep_alive` holds.
     unsafe {
         capture.record_external(first.stream, args, first.comm.keep_alive(), || {
+            // Met only once the capture has taken the stream: a call that
+            // meets the other ranks and then makes no NCCL call would leave
+            // theirs unmatched.
+            meet(ops)?;
             let (_, result) = issue_all(ops, issue)?;
             let rebound = first.comm.context().force_bind().map_err(Error::from);
             result.and(rebound)

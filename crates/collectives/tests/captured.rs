@@ -259,3 +259,29 @@ fn operation_graph_capture_takes_a_collective() {
         }
     });
 }
+
+/// A collective captured on a stream outside the capture is refused before
+/// it meets the other ranks, which therefore do not go on without it.
+#[test]
+fn a_stream_outside_the_capture_is_refused_before_the_meeting() {
+    let Some(contexts) = devices() else { return };
+    let contexts = &contexts[..2];
+    let mut comms = Communicator::all_devices(contexts).unwrap();
+    // Rank 1 is gone: a call that reached the meeting would be refused for
+    // that (`RankGone`) rather than wait.
+    drop(comms.pop());
+    let stream = Stream::new(&contexts[0]).unwrap();
+    let outside = Stream::new(&contexts[0]).unwrap();
+    let buffer = Arc::new(DeviceBuffer::from_slice(&stream, &[1u32; 4]).unwrap());
+    let mut capture = stream.begin_capture().unwrap();
+    let err = comms[0]
+        .captured(&mut capture)
+        .all_reduce_in_place(&outside, &buffer, ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not take part in the capture"),
+        "{err}"
+    );
+    assert_eq!(capture.end().unwrap().node_count(), 0);
+}
