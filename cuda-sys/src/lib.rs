@@ -20,6 +20,9 @@
 //! optional CUPTI backend: [`cupti`] has its types, its table
 //! ([`cupti::Cupti`]), opened from `libcupti.so.13` at run time, and its errors.
 //!
+//! NVRTC (the run-time compiler) too: [`nvrtc`] has its types, its table
+//! ([`nvrtc::Nvrtc`]), opened from `libnvrtc.so.13` at run time, and its errors.
+//!
 //! [`env`](mod@env) reads the settings every crate takes from environment variables,
 //! with one parser and one kind of error.
 //!
@@ -47,6 +50,8 @@ pub mod env;
 mod error_names;
 mod load;
 pub mod nccl;
+pub mod nvrtc;
+pub mod optional;
 mod result;
 pub mod signature;
 

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 
 /// The library names tried, in order: the versioned soname the NVIDIA driver
 /// installs, then the development symlink.
-const LIBRARY_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+pub(crate) const LIBRARY_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 
 /// Why the CUDA driver could not be loaded.
 ///

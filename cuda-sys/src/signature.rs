@@ -215,3 +215,64 @@ pub fn count_from_bytes(scalar: Scalar, bytes: &[u8]) -> Option<u64> {
         Scalar::F32 | Scalar::F64 => return None,
     })
 }
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A Rust type that is exactly one C scalar type: `u8`, `u32`, `i32`, `u64`,
+/// `i64`, `f32` or `f64`. Every bit pattern of them is a valid value, so
+/// device memory of elements of [`ScalarType::SCALAR`] may be viewed as a
+/// slice of them. Sealed: no other type is one.
+///
+/// ```
+/// use cuda_streams_sys::signature::{Scalar, ScalarType};
+/// assert_eq!(<f32 as ScalarType>::SCALAR, Scalar::F32);
+/// assert_eq!(<u64 as ScalarType>::SCALAR, Scalar::U64);
+/// ```
+pub trait ScalarType: sealed::Sealed + Copy + Send + Sync + 'static {
+    /// Which scalar it is.
+    const SCALAR: Scalar;
+}
+
+macro_rules! scalar_type {
+    ($($t:ty => $scalar:ident),*) => { $(
+        impl sealed::Sealed for $t {}
+        impl ScalarType for $t {
+            const SCALAR: Scalar = Scalar::$scalar;
+        }
+    )* };
+}
+scalar_type!(u8 => U8, u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64);
+
+/// The position of `name` in `names`, for declarations that name the
+/// parameter counting a pointer (`x: &[f32; n]`); evaluated at compile time
+/// by the `kernel!` macro, where a name that is not a parameter fails the
+/// build.
+///
+/// ```
+/// use cuda_streams_sys::signature::index_of;
+/// const AT: usize = index_of(&["n", "a", "x"], "a");
+/// assert_eq!(AT, 1);
+/// ```
+///
+/// # Panics
+/// When `name` is not in `names` (at compile time in a `const`).
+pub const fn index_of(names: &[&str], name: &str) -> usize {
+    let mut i = 0;
+    while i < names.len() {
+        let candidate = names[i].as_bytes();
+        let wanted = name.as_bytes();
+        if candidate.len() == wanted.len() {
+            let mut j = 0;
+            while j < wanted.len() && candidate[j] == wanted[j] {
+                j += 1;
+            }
+            if j == wanted.len() {
+                return i;
+            }
+        }
+        i += 1;
+    }
+    panic!("a pointer's element count names a parameter the kernel does not have");
+}

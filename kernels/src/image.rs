@@ -1,8 +1,7 @@
 //! A compiled kernel image, embedded in the binary, with its CPU twins.
 
+use driver::KernelDecl;
 use driver::ModuleImage;
-use soft_driver::TwinSpec;
-use std::sync::OnceLock;
 
 /// Bytes aligned for `cuModuleLoadData`, which wants an image at least 8-byte
 /// aligned; 64 also suits the ELF sections inside a fatbin.
@@ -33,22 +32,16 @@ pub(crate) struct Aligned<T: ?Sized>(pub(crate) T);
 pub struct KernelImage {
     name: &'static str,
     bytes: &'static Aligned<[u8]>,
-    twins: &'static [TwinSpec],
-    registered: OnceLock<()>,
+    twins: &'static [KernelDecl],
 }
 
 impl KernelImage {
     pub(crate) const fn new(
         name: &'static str,
         bytes: &'static Aligned<[u8]>,
-        twins: &'static [TwinSpec],
+        twins: &'static [KernelDecl],
     ) -> Self {
-        Self {
-            name,
-            bytes,
-            twins,
-            registered: OnceLock::new(),
-        }
+        Self { name, bytes, twins }
     }
 
     /// The source's name: `elementwise` for `kernels/elementwise.cu`.
@@ -57,42 +50,26 @@ impl KernelImage {
     }
 
     /// The fatbin, for `cuModuleLoadData`; 64-byte aligned, and the same
-    /// address every time (the software driver finds the twins by it).
-    ///
-    /// The first call registers the CPU twins with the software driver.
+    /// address every time. Bare bytes declare nothing: load
+    /// [`module_image`](Self::module_image) (or `&IMAGE`) for the kernels'
+    /// declarations and, on the software driver, their twins.
     pub fn fatbin(&'static self) -> &'static [u8] {
-        let bytes = &self.bytes.0;
-        self.registered.get_or_init(|| {
-            // SAFETY: each twin's parameters are its kernel's in `kernels/*.cu`
-            // (tests/images.rs checks them against the sources), and each
-            // twin touches only the declared extents of its pointers
-            // (tests/kernels.rs runs them against `reference`).
-            let registered = unsafe { soft_driver::register_image(bytes, self.twins) };
-            // This runs before anything outside the crate can see the bytes'
-            // address, so no other registration can come first, and the
-            // declarations are validated by this crate's tests: an error here
-            // is a bug in this crate's own tables.
-            if let Err(err) = registered {
-                panic!(
-                    "the kernels crate's image `{}` is invalid: {err}",
-                    self.name
-                );
-            }
-        });
-        bytes
+        &self.bytes.0
     }
 
     /// The image with its kernels' declared signatures, for
     /// [`Module::load`](driver::Module::load) (`&IMAGE` converts into it too).
     pub fn module_image(&'static self) -> ModuleImage {
-        // SAFETY: as in `fatbin`: the twins' parameters are the kernels' own
-        // and the twins are sound; `fatbin()` returns this image's bytes.
+        // SAFETY: each declaration's parameters are its kernel's in
+        // `kernels/*.cu` (tests/images.rs checks them against the sources,
+        // as the run-time compiler's check does), and `fatbin()` returns
+        // this image's bytes.
         unsafe { ModuleImage::declared(self.fatbin(), self.twins) }
     }
 
     /// The names of the kernel functions in the image, for `cuModuleGetFunction`.
     pub fn functions(&self) -> impl Iterator<Item = &'static str> + use<> {
-        self.twins.iter().map(|twin| twin.name)
+        self.twins.iter().map(|decl| decl.name)
     }
 
     /// The parameters of `function` (exact scalar types; pointers with their
@@ -102,16 +79,17 @@ impl KernelImage {
         &self,
         function: &str,
     ) -> Option<&'static [soft_driver::sys::signature::Param]> {
-        self.twin(function).map(|twin| twin.params)
+        self.twin(function).map(|decl| decl.params)
     }
 
-    /// The CPU twin of `function`, or `None` when the image has no such function.
-    pub fn twin(&self, function: &str) -> Option<&'static TwinSpec> {
-        self.twins.iter().find(|twin| twin.name == function)
+    /// The declaration (and CPU twin) of `function`, or `None` when the
+    /// image has no such function.
+    pub fn twin(&self, function: &str) -> Option<&'static KernelDecl> {
+        self.twins.iter().find(|decl| decl.name == function)
     }
 
-    /// All the image's twins, one per function.
-    pub fn twins(&self) -> &'static [TwinSpec] {
+    /// All the image's declarations, one per function.
+    pub fn twins(&self) -> &'static [KernelDecl] {
         self.twins
     }
 }
@@ -137,13 +115,13 @@ mod tests {
     use soft_driver::sys::signature;
 
     #[test]
-    fn every_declared_signature_is_valid() {
+    fn every_declared_signature_is_valid_and_has_a_twin() {
         for image in crate::ALL {
-            for twin in image.twins() {
-                signature::validate(twin.params)
-                    .unwrap_or_else(|err| panic!("{}::{}: {err}", image.name(), twin.name));
+            for decl in image.twins() {
+                signature::validate(decl.params)
+                    .unwrap_or_else(|err| panic!("{}::{}: {err}", image.name(), decl.name));
+                assert!(decl.twin.is_some(), "{} has no twin", decl.name);
             }
-            // Registering the twins (which validates them too) succeeds.
             assert!(!image.fatbin().is_empty());
         }
     }

@@ -33,10 +33,11 @@
 //! Floating-point results are bit-identical to [`reference`](mod@reference): the CUDA source
 //! writes every fused multiply-add as `fmaf`, the reference as `f32::mul_add`.
 //!
-//! On the software driver, [`KernelImage::fatbin`] registers the image's
-//! [`twins`] before handing out the bytes, so `cuModuleLoadData` on those bytes
-//! finds a CPU implementation of every function. The `spin` twin sleeps instead
-//! of spinning: the stream is busy for the time asked, without using a core.
+//! Each kernel is declared in [`twins`] with `driver::kernel!`, as a user
+//! kernel is, with a safe per-grid CPU twin: on the software driver,
+//! `Module::load(&ctx, &IMAGE)` makes the module from those declarations.
+//! The `spin` twin sleeps instead of spinning: the stream is busy for the
+//! time asked, without using a core.
 //!
 //! ```
 //! use cuda_streams_kernels as kernels;
@@ -54,9 +55,10 @@ pub mod typed;
 /// The safe driver layer the typed wrappers launch through.
 pub use driver;
 
+pub use driver::{KernelDecl, LaunchDims};
 use image::Aligned;
 pub use image::KernelImage;
-pub use soft_driver::{KernelTwin, LaunchDims, TwinSpec};
+pub use twins::{Checksum, Compute, FillF32, FillU32, Saxpy, ScaleAdd, Spin};
 
 /// A [`KernelImage`] for `kernels/<name>.fatbin`. The bytes live in their own
 /// static so they have one fixed address for the whole run.
@@ -92,12 +94,4 @@ pub fn image_of(function: &str) -> Option<&'static KernelImage> {
     ALL.iter()
         .copied()
         .find(|image| image.twin(function).is_some())
-}
-
-/// Register every image's twins with the software driver now rather than on
-/// first use of each image's bytes.
-pub fn register_all() {
-    for image in ALL {
-        image.fatbin();
-    }
 }

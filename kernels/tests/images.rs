@@ -156,13 +156,14 @@ fn images_are_the_committed_fatbins_aligned_for_the_driver() {
 }
 
 #[test]
-fn getting_the_bytes_registers_the_twins_with_the_software_driver() {
-    // The software driver directly, whatever CUDA_STREAMS_DRIVER selects: it
-    // loads an image only when twins are registered for those very bytes.
+fn the_bytes_register_nothing_and_the_declared_image_runs_every_function() {
+    // The software driver directly, whatever CUDA_STREAMS_DRIVER selects: no
+    // global registry knows the bytes any more (the escape hatch
+    // `register_image` is used by nothing in the workspace).
     let d = soft_driver::driver();
     let (mut dev, mut ctx) = (0, std::ptr::null_mut());
     // SAFETY: every call writes through valid pointers to locals; the images
-    // live for the whole program and names are NUL-terminated.
+    // live for the whole program.
     unsafe {
         d.check((d.cuInit)(0)).unwrap();
         d.check((d.cuDeviceGet)(&mut dev, 0)).unwrap();
@@ -171,22 +172,24 @@ fn getting_the_bytes_registers_the_twins_with_the_software_driver() {
         d.check((d.cuCtxSetCurrent)(ctx)).unwrap();
         for image in ALL {
             let mut module = std::ptr::null_mut();
-            d.check((d.cuModuleLoadData)(
-                &mut module,
-                image.fatbin().as_ptr().cast(),
-            ))
-            .unwrap_or_else(|e| panic!("{}: {e}", image.name()));
-            for name in image.functions() {
-                let mut function = std::ptr::null_mut();
-                let cname = std::ffi::CString::new(name).unwrap();
-                d.check((d.cuModuleGetFunction)(
-                    &mut function,
-                    module,
-                    cname.as_ptr(),
-                ))
+            let loaded = (d.cuModuleLoadData)(&mut module, image.fatbin().as_ptr().cast());
+            assert_eq!(
+                loaded,
+                soft_driver::sys::CUresult::CUDA_ERROR_INVALID_IMAGE,
+                "{}",
+                image.name()
+            );
+        }
+    }
+    // Through the safe layer, the image's declarations make the module.
+    let ctx = cuda_streams_kernels::driver::Context::new(0).unwrap();
+    for image in ALL {
+        let module = cuda_streams_kernels::driver::Module::load(&ctx, *image).unwrap();
+        for name in image.functions() {
+            let kernel = module
+                .function(name)
                 .unwrap_or_else(|e| panic!("{}: {name}: {e}", image.name()));
-            }
-            d.check((d.cuModuleUnload)(module)).unwrap();
+            assert_eq!(kernel.signature(), image.signature(name));
         }
     }
 }

@@ -17,6 +17,9 @@ const WHEELS: &[&str] = &[
     // `cupti.h` for the profiler's CUPTI backend (the library itself is opened
     // at run time from the GPU machine's CUDA install).
     "nvidia-cuda-cupti==13.0.85",
+    // `nvrtc.h` for the run-time compiler's bindings (the library itself is
+    // opened at run time from the GPU machine's CUDA install or a wheel).
+    "nvidia-cuda-nvrtc==13.0.88",
 ];
 
 /// The NCCL wheel whose `nccl.h` the NCCL bindings come from: NCCL 2.28, the
@@ -108,24 +111,20 @@ pub(crate) fn ensure() -> Result<CudaToolchain> {
         .join("target")
         .join("cuda-toolchain");
     if let Some(root) = find_root(&venv) {
-        if root.join("include/cupti.h").is_file() {
+        if root.join("include/cupti.h").is_file() && root.join("include/nvrtc.h").is_file() {
             return Ok(CudaToolchain { root });
         }
-        // A toolchain installed before the CUPTI wheel was added: add it.
-        eprintln!(
-            "xtask: adding the CUPTI headers (nvidia-cuda-cupti) to {}",
-            venv.display()
-        );
-        let cupti = WHEELS
+        // A toolchain installed before the CUPTI or NVRTC wheels were added:
+        // add them.
+        let added: Vec<&str> = WHEELS
             .iter()
-            .find(|w| w.starts_with("nvidia-cuda-cupti"))
-            .ok_or("no CUPTI wheel pinned")?;
-        run(Command::new(venv.join("bin").join("pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            cupti,
-        ]))?;
+            .copied()
+            .filter(|w| w.starts_with("nvidia-cuda-cupti") || w.starts_with("nvidia-cuda-nvrtc"))
+            .collect();
+        eprintln!("xtask: adding {} to {}", added.join(" "), venv.display());
+        run(Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(&added))?;
         return Ok(CudaToolchain { root });
     }
     eprintln!(

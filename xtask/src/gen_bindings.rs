@@ -156,6 +156,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
     }
     changed += crate::gen_nccl::run(check)?;
     changed += crate::gen_cupti::run(check)?;
+    changed += crate::gen_nvrtc::run(check)?;
     if check {
         eprintln!("xtask: cuda-sys bindings are up to date");
     } else if changed == 0 {

@@ -10,6 +10,7 @@ mod doctests;
 mod gen_bindings;
 mod gen_cupti;
 mod gen_nccl;
+mod gen_nvrtc;
 mod gpu_bundle;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ Commands:
   bindgen [--check]        regenerate cuda-sys/src/{bindings,driver_table,error_names}.rs
                            and cuda-sys/src/nccl/{bindings,table}.rs (nccl.h of NCCL 2.28)
                            and cuda-sys/src/cupti/{bindings,table}.rs (CUDA 13.0's cupti.h)
+                           and cuda-sys/src/nvrtc/{bindings,table}.rs (CUDA 13.0's nvrtc.h)
                            from CUDA 13.0's cuda.h; --check fails when the committed
                            files differ from a fresh generation
   gpu-bundle [--no-bench]  build every test binary, the doc tests, the benches and the CLI

@@ -122,6 +122,7 @@ fn settings() -> Vec<Setting> {
     all.extend(pipeline::PLANNER_SETTINGS);
     all.push(profiler::BACKEND_SETTING);
     all.push(driver::sys::cupti::LIBRARY_SETTING);
+    all.push(driver::sys::nvrtc::LIBRARY_SETTING);
     all.push(driver::sys::nccl::LIBRARY_SETTING);
     all.push(crate::LOG_SETTING);
     all

@@ -170,6 +170,11 @@ pub use kernels;
 ))]
 #[doc = include_str!("../../../README.md")]
 pub struct Readme;
+
+/// The examples of `docs/kernels.md` (your own kernels), run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/kernels.md")]
+pub struct KernelsGuide;
 /// The async pipeline (`cuda-streams-pipeline`).
 #[cfg(feature = "pipeline")]
 #[cfg_attr(docsrs, doc(cfg(feature = "pipeline")))]

@@ -67,6 +67,7 @@ const EXAMPLES: &[&str] = &[
     "two_gpu_pipeline",
     "pipeline_parallel",
     "all_to_all",
+    "user_kernels",
 ];
 
 /// Where the examples are: `CUDA_STREAMS_EXAMPLES_DIR`, or the directory

@@ -109,7 +109,7 @@
 //! # use cuda_streams_driver::{Context, LaunchConfig, Module, Stream};
 //! # let ctx = Context::new(0).unwrap();
 //! # let stream = Stream::new(&ctx).unwrap();
-//! # let spin = Module::load(&ctx, kernels::TIMING.fatbin()).unwrap().function("spin").unwrap();
+//! # let spin = Module::load(&ctx, &kernels::TIMING).unwrap().function("spin").unwrap();
 //! # let cfg = LaunchConfig::for_num_elems(1);
 //! // SAFETY: spin(u64 nanoseconds) takes one u64.
 //! unsafe { stream.launch_unchecked(&spin, cfg, &[1u64.into()]) }.unwrap();

@@ -255,13 +255,84 @@ pub enum Error {
     #[error("a module image of 0 bytes cannot be loaded")]
     EmptyImage,
     /// Looking up a kernel by name failed.
-    #[error("kernel `{name}` not found in the module: {source}")]
+    #[error("kernel `{name}` not found in the module: {source}{}", detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
     FunctionNotFound {
         /// The name looked up.
         name: String,
         /// The driver's error.
         #[source]
         source: DriverError,
+        /// The software driver's explanation, when it gives one (boxed to
+        /// keep the error small).
+        detail: Option<Box<str>>,
+    },
+    /// NVRTC, needed to compile CUDA source on a GPU, could not be loaded.
+    #[error("run-time compilation needs NVRTC: {reason}")]
+    NvrtcUnavailable {
+        /// Why it could not be loaded: what was tried and what to install.
+        reason: String,
+    },
+    /// An NVRTC call other than the compilation itself failed.
+    #[error("{call} failed: {source}")]
+    NvrtcCall {
+        /// The entry point.
+        call: &'static str,
+        /// NVRTC's error.
+        #[source]
+        source: sys::nvrtc::NvrtcError,
+    },
+    /// The source did not compile; the log is NVRTC's.
+    #[error("compiling {program} for {arch} failed:\n{log}")]
+    Compile {
+        /// The program's name.
+        program: String,
+        /// The architecture compiled for.
+        arch: crate::Arch,
+        /// NVRTC's log.
+        log: String,
+    },
+    /// NVRTC cannot compile for the architecture asked for.
+    #[error("NVRTC {nvrtc} cannot target {arch}; it supports {supported}")]
+    UnsupportedArch {
+        /// The architecture asked for.
+        arch: crate::Arch,
+        /// NVRTC's version.
+        nvrtc: String,
+        /// The architectures it supports.
+        supported: String,
+    },
+    /// A kernel's declaration differs from the source (or image) it was
+    /// checked against; the reason names the parameter.
+    #[error("the declaration of kernel `{kernel}` does not match {program}: {reason}")]
+    DeclarationMismatch {
+        /// The kernel's declared name.
+        kernel: &'static str,
+        /// The program (or image) checked against.
+        program: String,
+        /// What differs.
+        reason: String,
+    },
+    /// A declaration that nothing in the module can confirm.
+    #[error(
+        "kernel `{kernel}`: its module is bare bytes that declare nothing, so its declaration \
+         cannot be checked; compile it from source (Program), load the image with \
+         ModuleImage::declared, or take the declaration on trust with the unsafe \
+         Module::kernel_unchecked"
+    )]
+    UncheckableDeclaration {
+        /// The kernel.
+        kernel: String,
+    },
+    /// The software driver runs kernels as the CPU twins of their
+    /// declarations, and this one has none.
+    #[error(
+        "kernel `{kernel}` has no CPU twin, so the software driver cannot run it: add \
+         `twin = per_thread(|thread, args..| ..);` or `twin = per_grid(|dims, args..| ..);` to \
+         its kernel! declaration (docs/kernels.md), or run on a GPU (CUDA_STREAMS_DRIVER=cuda)"
+    )]
+    NoTwin {
+        /// The kernel.
+        kernel: String,
     },
     /// A kernel name containing a NUL byte.
     #[error("kernel name {name:?} contains a NUL byte")]

@@ -546,7 +546,15 @@ mod tests {
     fn a_kernel_without_a_signature_launches_only_unchecked() {
         let ctx = Context::new(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
-        let module = Module::load(&ctx, kernels::ELEMENTWISE.fatbin()).unwrap();
+        crate::kernel! {
+            struct FillU32: fn fill_u32(n: u64, value: u32, out: &mut [u32; n]);
+            twin = per_grid(|_, _n, value, out| out.fill(value));
+        }
+        use crate::DeclaredKernel;
+        static DECLS: &[crate::KernelDecl] = &[FillU32::DECL];
+        // SAFETY: fill_u32(u64 n, u32 value, u32* out) writes out[0..n].
+        let image = unsafe { crate::ModuleImage::declared(kernels::ELEMENTWISE.fatbin(), DECLS) };
+        let module = Module::load(&ctx, image).unwrap();
         let mut fill = module.function("fill_u32").unwrap();
         // As a kernel of an image nobody declared would be.
         fill.signature = None;

@@ -126,6 +126,7 @@ mod callback;
 mod capture_gate;
 mod context;
 mod copy;
+mod declare;
 mod enqueue;
 mod error;
 mod event;
@@ -142,6 +143,7 @@ mod module;
 pub mod nvtx;
 mod ordering;
 mod priority;
+mod program;
 mod reactor;
 mod select;
 mod stream;
@@ -150,6 +152,9 @@ pub use callback::panic_message;
 pub use capture_gate::EnqueueGate;
 pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use copy::check_len;
+/// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
+/// twin (the software driver's).
+pub use declare::{DeclaredKernel, KernelDecl, LaunchDims, Thread, Twin, TwinArgs};
 pub use enqueue::BufferUse;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
@@ -164,14 +169,13 @@ pub use memory::{
 pub use metrics::StreamMetrics;
 pub use module::{Kernel, Module, ModuleImage};
 pub use priority::{PriorityRange, StreamPriority};
+pub use program::{Arch, CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use select::{
     DRIVER_ENV, DRIVER_SETTING, DRIVER_SETTINGS, DriverChoice, DriverKind, LoadedDriver, check_env,
     driver, select,
 };
-/// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
-/// twin (the software driver's).
-pub use soft_driver::{KernelTwin, LaunchDims, TwinSpec};
+pub use soft_driver::{KernelTwin, TwinSpec};
 pub use stream::{Stream, WorkObserver};
 /// The raw bindings this crate is built on, for interop and raw calls.
 pub use sys;

@@ -1,9 +1,10 @@
 //! Loaded kernel images and the functions in them.
 
 use crate::context::Context;
+use crate::declare::{DeclaredKernel, KernelDecl};
 use crate::error::{Error, Result};
+use crate::program::SourceInfo;
 use crate::select::DriverKind;
-use soft_driver::TwinSpec;
 use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
@@ -28,16 +29,21 @@ use sys::{CUfunction, CUmodule};
 /// assert_eq!(declared.signature("saxpy").unwrap().len(), 4);
 /// let saxpy = Module::load(&ctx, declared).unwrap().function("saxpy").unwrap();
 /// assert_eq!(saxpy.signature().unwrap().len(), 4);
-/// // The same bytes without their declarations: the kernel is found, but
-/// // only an unsafe call can say what it takes.
+/// // The same bytes without their declarations: on a GPU the kernel is
+/// // found, but only an unsafe call can say what it takes; the software
+/// // driver has no twin to run for bare bytes.
 /// let bytes: &'static [u8] = kernels::ELEMENTWISE.fatbin();
-/// let saxpy = Module::load(&ctx, bytes).unwrap().function("saxpy").unwrap();
-/// assert!(saxpy.signature().is_none());
+/// if ctx.is_gpu() {
+///     let saxpy = Module::load(&ctx, bytes).unwrap().function("saxpy").unwrap();
+///     assert!(saxpy.signature().is_none());
+/// } else {
+///     assert!(Module::load(&ctx, bytes).is_err());
+/// }
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct ModuleImage {
     bytes: &'static [u8],
-    kernels: &'static [TwinSpec],
+    kernels: &'static [KernelDecl],
 }
 
 impl ModuleImage {
@@ -49,47 +55,38 @@ impl ModuleImage {
         }
     }
 
-    /// An image whose kernels `kernels` declares: each one's name, parameters
-    /// ([`sys::signature::Param`]) and CPU twin. [`Module::load`] validates
-    /// the parameters, and on the software driver registers the twins
-    /// ([`soft_driver::register_image`]) under `bytes`.
+    /// An image whose kernels `kernels` declares: each one's name,
+    /// parameters ([`sys::signature::Param`]) and safe CPU twin, as
+    /// [`kernel!`](crate::kernel!) makes them. [`Module::load`] validates
+    /// the parameters, and on the software driver makes the module from the
+    /// declarations' twins (the bytes are not read there).
     ///
     /// ```
-    /// use cuda_streams_driver::sys::signature::{Access, Extent, Param, Scalar};
-    /// use cuda_streams_driver::{Context, LaunchDims, Module, ModuleImage, TwinSpec};
-    /// static IMAGE: [u8; 8] = *b"declare\0"; // stands in for a cubin or PTX image
-    /// /// Twin of `zero(u32* out)`, which writes out[0].
-    /// unsafe fn zero(_: &LaunchDims, params: *mut *mut std::ffi::c_void) {
-    ///     // SAFETY: params[0] points at the one pointer argument, which the
-    ///     // driver checked addresses one u32.
-    ///     unsafe { **(*params).cast::<*mut u32>() = 0 };
+    /// use cuda_streams_driver::{Context, DeclaredKernel, Module, ModuleImage, kernel};
+    /// kernel! {
+    ///     /// `zero(unsigned int* out)`: writes out[0].
+    ///     pub struct Zero: fn zero(out: &mut [u32; 1]);
+    ///     twin = per_grid(|_dims, out| out[0] = 0);
     /// }
-    /// static KERNELS: &[TwinSpec] = &[TwinSpec {
-    ///     name: "zero",
-    ///     params: &[Param::Pointer { elem: Scalar::U32, access: Access::Write, extent: Extent::Elements(1) }],
-    ///     run: zero,
-    /// }];
-    /// // SAFETY: zero(u32* out) writes exactly out[0], and so does its twin.
-    /// let image = unsafe { ModuleImage::declared(&IMAGE, KERNELS) };
+    /// static IMAGE: [u8; 8] = *b"declare\0"; // stands in for a cubin or PTX image
+    /// // SAFETY: zero(u32* out) in IMAGE writes exactly out[0], as declared.
+    /// let image = unsafe { ModuleImage::declared(&IMAGE, &[Zero::DECL]) };
     /// assert!(image.signature("zero").is_some());
     /// let ctx = Context::new(0).unwrap();
     /// if !ctx.is_gpu() {
-    ///     let zero = Module::load(&ctx, image).unwrap().function("zero").unwrap();
-    ///     assert_eq!(zero.signature(), Some(KERNELS[0].params));
+    ///     let zero: Zero = Module::load(&ctx, image).unwrap().kernel().unwrap();
+    ///     assert_eq!(zero.kernel().signature(), Some(Zero::DECL.params));
     /// }
     /// ```
     ///
     /// # Safety
-    /// For each entry of `kernels`:
-    /// - `params` are the parameters of the kernel `name` in `bytes`, exactly:
-    ///   their count, order and types; a pointer the kernel writes through is
-    ///   [`Access::Write`](sys::signature::Access::Write), and the kernel
-    ///   touches no element beyond a pointer's declared extent, counted from
-    ///   the pointer. Checked launches of the kernel trust this;
-    /// - `run` satisfies the safety contract of
-    ///   [`soft_driver::register_image`] for it (the software driver runs it
-    ///   in place of the kernel).
-    pub const unsafe fn declared(bytes: &'static [u8], kernels: &'static [TwinSpec]) -> Self {
+    /// For each entry of `kernels`, `params` are the parameters of the
+    /// kernel `name` in `bytes`, exactly: their count, order and types; a
+    /// pointer the kernel writes through is
+    /// [`Access::Write`](sys::signature::Access::Write), and the kernel
+    /// touches no element beyond a pointer's declared extent, counted from
+    /// the pointer. Checked launches of the kernel on a GPU trust this.
+    pub const unsafe fn declared(bytes: &'static [u8], kernels: &'static [KernelDecl]) -> Self {
         Self { bytes, kernels }
     }
 
@@ -99,7 +96,7 @@ impl ModuleImage {
     }
 
     /// The kernels it declares, with their twins (none for bare bytes).
-    pub fn kernels(&self) -> &'static [TwinSpec] {
+    pub fn kernels(&self) -> &'static [KernelDecl] {
         self.kernels
     }
 
@@ -141,6 +138,9 @@ pub struct Module {
     raw: CUmodule,
     /// The image it was loaded from, with the signatures it declares.
     image: ModuleImage,
+    /// The source it was compiled from, whose parameter lists declarations
+    /// are checked against.
+    source: Option<SourceInfo>,
 }
 
 // SAFETY: module handles may be used from any thread; `Module` only passes it
@@ -179,9 +179,13 @@ impl Module {
             })?;
         }
         if ctx.kind() == DriverKind::Soft && !declared.kernels.is_empty() {
-            // SAFETY: `ModuleImage::declared`'s contract is the registration's:
-            // the parameters are the kernels' own and the twins are sound.
-            unsafe { soft_driver::register_image(image, declared.kernels) }?;
+            let module = Self::soft_module(ctx, declared, None)?;
+            for kernel in declared.kernels {
+                if let Some(twin) = kernel.twin {
+                    soft_driver::define_kernel(module.raw, kernel.name, kernel.params, twin)?;
+                }
+            }
+            return Ok(module);
         }
         ctx.bind()?;
         let aligned =
@@ -206,7 +210,166 @@ impl Module {
             ctx: Arc::clone(ctx),
             raw,
             image: declared,
+            source: None,
         }))
+    }
+
+    /// A software-driver module with no image: its kernels are defined from
+    /// declarations and their twins.
+    fn soft_module(
+        ctx: &Arc<Context>,
+        image: ModuleImage,
+        source: Option<SourceInfo>,
+    ) -> Result<Arc<Self>> {
+        ctx.bind()?;
+        let raw = soft_driver::module_from_declarations()?;
+        Ok(Arc::new(Self {
+            ctx: Arc::clone(ctx),
+            raw,
+            image,
+            source,
+        }))
+    }
+
+    /// The software driver's module for a program: nothing to compile;
+    /// [`Module::kernel`] checks each declaration against the source and
+    /// defines its twin.
+    pub(crate) fn from_declarations(ctx: &Arc<Context>, source: SourceInfo) -> Result<Arc<Self>> {
+        Self::soft_module(ctx, ModuleImage::new(b"\0"), Some(source))
+    }
+
+    /// A module of a compiled program's image (the driver copies it).
+    pub(crate) fn load_compiled(
+        ctx: &Arc<Context>,
+        image: &[u8],
+        source: SourceInfo,
+    ) -> Result<Arc<Self>> {
+        ctx.bind()?;
+        let words = aligned_copy(image);
+        let mut raw: CUmodule = std::ptr::null_mut();
+        // SAFETY: `words` holds the complete image, 8-byte aligned and
+        // NUL-terminated, alive until after the call; the context is current.
+        let code = unsafe { (ctx.driver().cuModuleLoadData)(&mut raw, words.as_ptr().cast()) };
+        if let Err(source) = ctx.driver().check(code) {
+            return Err(Error::ModuleLoad {
+                bytes: image.len(),
+                source,
+                detail: load_detail(ctx.kind()),
+            });
+        }
+        Ok(Arc::new(Self {
+            ctx: Arc::clone(ctx),
+            raw,
+            image: ModuleImage::new(b"\0"),
+            source: Some(source),
+        }))
+    }
+
+    /// The CUDA source as NVRTC compiles it: [`Program::compile_for`](crate::Program::compile_for).
+    pub fn from_cuda_source(ctx: &Arc<Context>, program: &crate::Program) -> Result<Arc<Self>> {
+        program.compile_for(ctx)
+    }
+
+    /// The kernel `K` declares ([`kernel!`](crate::kernel!)), with its
+    /// declaration checked and attached, ready for `K`'s typed launcher.
+    ///
+    /// - A module compiled from source ([`crate::Program`]): the declaration
+    ///   is compared with the source's `__global__` function (parameter
+    ///   count, scalar types, pointer element types, `const` for read-only)
+    ///   and a mismatch is an [`Error::DeclarationMismatch`] naming the
+    ///   parameter.
+    /// - A declared image ([`ModuleImage::declared`]): the image must declare
+    ///   the kernel with the same parameters.
+    /// - Bare bytes: nothing to check against, so
+    ///   [`Error::UncheckableDeclaration`]; the `unsafe`
+    ///   [`Module::kernel_unchecked`] takes the declaration on trust.
+    ///
+    /// On a GPU whose driver reports parameter sizes (`cuFuncGetParamInfo`,
+    /// CUDA 12.4 and later) the kernel's parameter count and sizes in the
+    /// binary are compared with the declaration too. On the software driver
+    /// the kernel runs as the declaration's twin; a declaration without one
+    /// is an [`Error::NoTwin`] saying how to add it.
+    pub fn kernel<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
+        let decl = K::DECL;
+        validate_decl(&decl)?;
+        let symbol = match &self.source {
+            Some(source) => source.check(decl.name, decl.params)?,
+            None => match self.image.signature(decl.name) {
+                Some(params) if params == decl.params => decl.name.to_string(),
+                Some(params) => {
+                    return Err(Error::DeclarationMismatch {
+                        kernel: decl.name,
+                        program: "its image".into(),
+                        reason: format!(
+                            "the image declares {params:?}, the declaration {:?}",
+                            decl.params
+                        ),
+                    });
+                }
+                None => {
+                    return Err(Error::UncheckableDeclaration {
+                        kernel: decl.name.to_string(),
+                    });
+                }
+            },
+        };
+        self.attach(&decl, &symbol).map(K::from_kernel)
+    }
+
+    /// The kernel `K` declares, with the declaration taken on trust: for
+    /// kernels of binaries that declare nothing. On a GPU whose driver
+    /// reports parameter sizes (`cuFuncGetParamInfo`, CUDA 12.4 and later)
+    /// the count and sizes are compared all the same, and a difference is an
+    /// [`Error::DeclarationMismatch`]; what sizes cannot show (`f32` for
+    /// `u32`, a slice's extent) stays the caller's promise. On the software
+    /// driver the declaration's twin runs, so there the declaration is the
+    /// kernel.
+    ///
+    /// # Safety
+    /// The declaration's parameters are the kernel's own, as
+    /// [`ModuleImage::declared`] requires.
+    pub unsafe fn kernel_unchecked<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
+        let decl = K::DECL;
+        validate_decl(&decl)?;
+        self.attach(&decl, decl.name).map(K::from_kernel)
+    }
+
+    /// Look up `symbol` (defining the twin first on the software driver)
+    /// and give it the declaration's signature.
+    fn attach(self: &Arc<Self>, decl: &KernelDecl, symbol: &str) -> Result<Kernel> {
+        if self.ctx.kind() == DriverKind::Soft && self.image.bytes.len() <= 1 {
+            let twin = decl.twin.ok_or_else(|| Error::NoTwin {
+                kernel: decl.name.to_string(),
+            })?;
+            soft_driver::define_kernel(self.raw, decl.name, decl.params, twin)?;
+        }
+        let lookup = if self.ctx.kind() == DriverKind::Soft {
+            decl.name
+        } else {
+            symbol
+        };
+        let mut kernel = self.function(lookup)?;
+        if self.ctx.kind() == DriverKind::Cuda
+            && let Some(param_info) = sys::optional::func_get_param_info()
+        {
+            let raw = kernel.raw;
+            let size = |index: usize| {
+                let (mut offset, mut size) = (0usize, 0usize);
+                // SAFETY: `raw` is a live function of this context's module,
+                // from the libcuda the entry point comes from; two valid
+                // out-pointers. Past the last parameter it returns an error.
+                let code = unsafe { param_info(raw, index, &mut offset, &mut size) };
+                (code == sys::CUresult::CUDA_SUCCESS).then_some(size)
+            };
+            check_param_sizes(decl.params, size).map_err(|reason| Error::DeclarationMismatch {
+                kernel: decl.name,
+                program: "its binary (cuFuncGetParamInfo)".into(),
+                reason,
+            })?;
+        }
+        kernel.name = decl.name.into();
+        kernel.signature = Some(Arc::from(decl.params));
+        Ok(kernel)
     }
 
     /// Look up a kernel by its (unmangled, `extern "C"`) name.
@@ -225,13 +388,23 @@ impl Module {
         // NUL-terminated; the module is live.
         let code =
             unsafe { (self.ctx.driver().cuModuleGetFunction)(&mut raw, self.raw, c_name.as_ptr()) };
-        self.ctx
-            .driver()
-            .check(code)
-            .map_err(|source| Error::FunctionNotFound {
+        if let Err(source) = self.ctx.driver().check(code) {
+            let declared_without_twin = self
+                .image
+                .kernels
+                .iter()
+                .any(|k| k.name == name && k.twin.is_none());
+            if self.ctx.kind() == DriverKind::Soft && declared_without_twin {
+                return Err(Error::NoTwin {
+                    kernel: name.to_string(),
+                });
+            }
+            return Err(Error::FunctionNotFound {
                 name: name.to_string(),
                 source,
-            })?;
+                detail: load_detail(self.ctx.kind()).map(String::into_boxed_str),
+            });
+        }
         Ok(Kernel {
             module: Arc::clone(self),
             raw,
@@ -326,7 +499,7 @@ impl Kernel {
     /// use cuda_streams_driver::{Context, Module};
     /// use cuda_streams_driver::sys::signature::{Access, Extent, Param, Scalar};
     /// let ctx = Context::new(0).unwrap();
-    /// let fill = Module::load(&ctx, kernels::ELEMENTWISE.fatbin()).unwrap().function("fill_u32").unwrap();
+    /// let fill = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap().function("fill_u32").unwrap();
     /// // SAFETY: fill_u32(u64 n, u32 value, u32* out) writes out[0..n].
     /// let fill = unsafe {
     ///     fill.with_signature(&[
@@ -388,6 +561,14 @@ impl fmt::Debug for Kernel {
     }
 }
 
+/// A declaration's parameters must be checkable.
+fn validate_decl(decl: &KernelDecl) -> Result<()> {
+    signature::validate(decl.params).map_err(|source| Error::InvalidSignature {
+        kernel: decl.name.to_string(),
+        source,
+    })
+}
+
 /// Fatbin and ELF (cubin) images are binary; anything else is taken as PTX text.
 fn needs_copy(image: &[u8]) -> bool {
     const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
@@ -407,6 +588,40 @@ fn aligned_copy(image: &[u8]) -> Vec<u64> {
 }
 
 /// The software driver's explanation of the last failure, when it has one.
+/// Compare a declaration's parameters with the sizes a binary reports
+/// (`size(i)`: parameter `i`'s size in bytes, `None` past the last one):
+/// the count and each size must match. Types of one size (`f32`, `u32`) or
+/// a pointer's element type cannot be told apart this way.
+fn check_param_sizes(
+    params: &[Param],
+    size: impl Fn(usize) -> Option<usize>,
+) -> std::result::Result<(), String> {
+    for (index, param) in params.iter().enumerate() {
+        match size(index) {
+            Some(bytes) if bytes == param.size() => {}
+            Some(bytes) => {
+                return Err(format!(
+                    "parameter {index} is {bytes} bytes in the binary, {} as declared ({param:?})",
+                    param.size()
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "the binary's kernel takes {index} parameter(s), the declaration {}",
+                    params.len()
+                ));
+            }
+        }
+    }
+    if size(params.len()).is_some() {
+        return Err(format!(
+            "the binary's kernel takes more than the {} parameter(s) declared",
+            params.len()
+        ));
+    }
+    Ok(())
+}
+
 fn load_detail(kind: DriverKind) -> Option<String> {
     match kind {
         DriverKind::Soft => soft_driver::last_error_detail(),
@@ -432,5 +647,48 @@ mod tests {
         let fatbin = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), 16) };
         assert!(!needs_copy(fatbin));
         assert!(needs_copy(&fatbin[1..]));
+    }
+
+    /// `cuFuncGetParamInfo` as a binary of `sizes` answers it.
+    fn binary(sizes: &[usize]) -> impl Fn(usize) -> Option<usize> + '_ {
+        |index| sizes.get(index).copied()
+    }
+
+    #[test]
+    fn a_binarys_parameter_sizes_must_match_the_declaration() {
+        use sys::signature::{Access, Extent, Scalar};
+        // saxpy(u64 n, f32 a, const f32* x, f32* y)
+        let saxpy = [
+            Param::Scalar(Scalar::U64),
+            Param::Scalar(Scalar::F32),
+            Param::Pointer {
+                elem: Scalar::F32,
+                access: Access::Read,
+                extent: Extent::Arg(0),
+            },
+            Param::Pointer {
+                elem: Scalar::F32,
+                access: Access::Write,
+                extent: Extent::Arg(0),
+            },
+        ];
+        assert_eq!(check_param_sizes(&saxpy, binary(&[8, 4, 8, 8])), Ok(()));
+
+        let wider = check_param_sizes(&saxpy, binary(&[8, 8, 8, 8])).unwrap_err();
+        assert!(
+            wider.starts_with("parameter 1 is 8 bytes in the binary, 4 as declared"),
+            "{wider}"
+        );
+        let fewer = check_param_sizes(&saxpy, binary(&[8, 4, 8])).unwrap_err();
+        assert_eq!(
+            fewer,
+            "the binary's kernel takes 3 parameter(s), the declaration 4"
+        );
+        let more = check_param_sizes(&saxpy, binary(&[8, 4, 8, 8, 4])).unwrap_err();
+        assert_eq!(
+            more,
+            "the binary's kernel takes more than the 4 parameter(s) declared"
+        );
+        assert_eq!(check_param_sizes(&[], binary(&[])), Ok(()));
     }
 }

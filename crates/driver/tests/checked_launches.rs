@@ -153,16 +153,16 @@ fn a_registered_signature_comes_with_the_function() {
         return;
     }
     static IMAGE: [u8; 11] = *b"registered\0";
-    unsafe fn nothing(_: &soft_driver::LaunchDims, _: *mut *mut std::ffi::c_void) {}
+    fn nothing(_: &soft_driver::LaunchDims, _: &mut soft_driver::TwinArgs<'_>) {}
     const PARAMS: &[Param] = &[Param::Pointer {
         elem: Scalar::U32,
         access: Access::Write,
         extent: Extent::Elements(1),
     }];
-    static KERNELS: &[soft_driver::TwinSpec] = &[soft_driver::TwinSpec {
+    static KERNELS: &[cuda_streams_driver::KernelDecl] = &[cuda_streams_driver::KernelDecl {
         name: "nothing",
         params: PARAMS,
-        run: nothing,
+        twin: Some(nothing),
     }];
     // SAFETY: `nothing` touches none of the one u32 it may write.
     let image = unsafe { ModuleImage::declared(&IMAGE, KERNELS) };

@@ -131,13 +131,14 @@ fn a_read_only_pointer_shorter_than_its_extent_is_refused_too() {
     let table = table();
     let stream = Stream::new(table);
     // saxpy(u64 n, f32 a, const f32* x, f32* y): x shorter than n.
-    let (mut module, mut saxpy) = (std::ptr::null_mut(), std::ptr::null_mut());
-    // SAFETY: valid out-pointers; the kernels crate registered the image's twins.
+    let mut saxpy = std::ptr::null_mut();
+    // The software driver's module of the kernels crate's declarations (the
+    // safe twin of saxpy, behind the driver's pointer checks).
+    let module = soft_driver::module_from_declarations().unwrap();
+    let decl = kernels::ELEMENTWISE.twin("saxpy").unwrap();
+    soft_driver::define_kernel(module, decl.name, decl.params, decl.twin.unwrap()).unwrap();
+    // SAFETY: valid out-pointers; a live module.
     unsafe {
-        ok((table.cuModuleLoadData)(
-            &mut module,
-            kernels::ELEMENTWISE.fatbin().as_ptr().cast(),
-        ));
         ok((table.cuModuleGetFunction)(
             &mut saxpy,
             module,

@@ -16,7 +16,9 @@
 //!   addresses), counted against its device's configurable
 //!   [`device_capacity`]; kernels and memsets fault on another device's memory
 //!   unless peer access is enabled, while copies cross devices freely;
-//! - **kernels** run as CPU twins registered with [`register_image`];
+//! - **kernels** run as CPU twins: safe ones ([`Twin`], over checked typed
+//!   slices) defined with their declarations ([`define_kernel`]), or raw
+//!   ones registered with the `unsafe` escape hatch [`register_image`];
 //! - **handles** are checked against registries: a destroyed or foreign handle
 //!   is `CUDA_ERROR_INVALID_HANDLE`, never undefined behaviour;
 //! - an error during a stream's work (a failed launch, an illegal address) is
@@ -77,6 +79,7 @@ mod pool;
 mod stream;
 mod stream_api;
 mod stream_memops;
+mod twin;
 
 pub use context::{primary_context_retains, refused_in_host_functions};
 pub use device::{
@@ -89,11 +92,13 @@ pub use memory::{
     device_memory_in_use, memory_in_use, set_capacity, set_device_capacity,
 };
 pub use modules::{
-    KernelTwin, LaunchDims, RegisterError, TwinSpec, register_image, registered_signature,
+    KernelTwin, LaunchDims, RegisterError, TwinSpec, define_kernel, module_from_declarations,
+    register_image, registered_signature,
 };
 pub use nccl::{NCCL_VERSION, nccl};
 /// The raw bindings the table is made of (and the kernel-signature vocabulary).
 pub use sys;
+pub use twin::{Thread, Twin, TwinArgs};
 
 use sys::Driver;
 

@@ -12,6 +12,7 @@ use crate::errors::{clear_detail, code, fail, write_out};
 use crate::handles::{Registry, lock};
 use crate::ops::{Action, Launch, Template};
 use crate::stream::resolve;
+use crate::twin::Twin;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_uint, c_void};
 use std::sync::{Arc, Mutex};
@@ -116,7 +117,6 @@ pub struct TwinSpec {
 }
 
 struct Image {
-    len: usize,
     twins: HashMap<&'static str, TwinSpec>,
 }
 
@@ -153,6 +153,11 @@ pub enum RegisterError {
         /// The parameters refused.
         refused: &'static [Param],
     },
+    /// [`define_kernel`] was given a handle that is no module of this driver.
+    UnknownModule {
+        /// The handle.
+        module: usize,
+    },
 }
 
 impl std::fmt::Display for RegisterError {
@@ -171,6 +176,9 @@ impl std::fmt::Display for RegisterError {
                 "kernel `{kernel}` of the image at {image:#x} is registered with parameters \
                  {registered:?}; a registered signature never changes, so {refused:?} is refused"
             ),
+            Self::UnknownModule { module } => {
+                write!(f, "{module:#x} is no module of the software driver")
+            }
         }
     }
 }
@@ -179,7 +187,7 @@ impl std::error::Error for RegisterError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::InvalidSignature { source, .. } => Some(source),
-            Self::SignatureChanged { .. } => None,
+            Self::SignatureChanged { .. } | Self::UnknownModule { .. } => None,
         }
     }
 }
@@ -265,7 +273,6 @@ pub unsafe fn register_image(
         }
     }
     let entry = images.entry(address).or_insert_with(|| Image {
-        len: image.len(),
         twins: HashMap::new(),
     });
     for twin in twins {
@@ -302,14 +309,129 @@ pub fn registered_signature(image: usize, name: &str) -> Option<&'static [Param]
         .map(|spec| spec.params)
 }
 
+/// How a kernel runs here: a raw twin of [`register_image`], or a safe
+/// [`Twin`] of a declaration ([`define_kernel`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Run {
+    Raw(KernelTwin),
+    Safe(Twin),
+}
+
+/// A kernel as a module knows it.
+#[derive(Clone, Copy, Debug)]
+struct Declared {
+    name: &'static str,
+    params: &'static [Param],
+    run: Run,
+}
+
 struct Module {
+    /// The image's address, or 0 for a module made from declarations.
     image: usize,
+    /// Kernels defined with their safe twins ([`define_kernel`]).
+    declared: Mutex<HashMap<&'static str, Declared>>,
     functions: Mutex<HashMap<&'static str, usize>>,
 }
 
 struct Function {
     module: usize,
-    spec: TwinSpec,
+    spec: Declared,
+}
+
+/// A module with no image, whose kernels are the declarations given to
+/// [`define_kernel`], for the current context: what the safe layer loads on
+/// the software driver for an image or a CUDA source whose kernels are
+/// declared with their safe twins. It unloads with `cuModuleUnload`.
+///
+/// ```
+/// use cuda_streams_soft_driver::{self as soft, LaunchDims, TwinArgs, define_kernel, module_from_declarations};
+/// use cuda_streams_soft_driver::sys::signature::{Access, Extent, Param, Scalar};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let table = soft::driver();
+/// # let (mut dev, mut ctx) = (0, std::ptr::null_mut());
+/// # // SAFETY: valid out-pointers.
+/// # unsafe {
+/// #     (table.cuDeviceGet)(&mut dev, 0).result()?;
+/// #     (table.cuDevicePrimaryCtxRetain)(&mut ctx, dev).result()?;
+/// #     (table.cuCtxSetCurrent)(ctx).result()?;
+/// # }
+/// fn zero(_: &LaunchDims, args: &mut TwinArgs<'_>) {
+///     args.slice_mut::<u32>().fill(0);
+/// }
+/// const ZERO: &[Param] =
+///     &[Param::Pointer { elem: Scalar::U32, access: Access::Write, extent: Extent::Elements(4) }];
+/// let module = module_from_declarations()?;
+/// define_kernel(module, "zero", ZERO, zero)?;
+/// let mut function = std::ptr::null_mut();
+/// // SAFETY: valid out-pointer, a live module, a NUL-terminated name.
+/// unsafe { (table.cuModuleGetFunction)(&mut function, module, c"zero".as_ptr()).result()? };
+/// # Ok(())
+/// # }
+/// ```
+pub fn module_from_declarations() -> Result<CUmodule, sys::DriverError> {
+    if let Err(code) = require() {
+        code.result()?;
+    }
+    let handle = MODULES.insert(Arc::new(Module {
+        image: 0,
+        declared: Mutex::new(HashMap::new()),
+        functions: Mutex::new(HashMap::new()),
+    }));
+    Ok(handle as CUmodule)
+}
+
+/// Define kernel `name` of `module` (a module of this driver) as taking
+/// `params` and running as `twin`, so `cuModuleGetFunction` finds it and
+/// `cuLaunchKernel` runs the twin over checked views of its arguments
+/// ([`TwinArgs`](crate::TwinArgs)).
+///
+/// Safe: the twin sees only the views, and the driver checks every pointer
+/// against the parameters before the twin runs, so no declaration can make
+/// it touch memory it was not given. A kernel the module has already keeps
+/// its parameters and twin: the same parameters again change nothing,
+/// others are [`RegisterError::SignatureChanged`]; invalid parameters are
+/// [`RegisterError::InvalidSignature`].
+pub fn define_kernel(
+    module: CUmodule,
+    name: &'static str,
+    params: &'static [Param],
+    twin: Twin,
+) -> Result<(), RegisterError> {
+    signature::validate(params).map_err(|source| RegisterError::InvalidSignature {
+        kernel: name,
+        source,
+    })?;
+    let found = MODULES
+        .get(module as usize)
+        .map_err(|_| RegisterError::UnknownModule {
+            module: module as usize,
+        })?;
+    let mut declared = lock(&found.declared);
+    let registered = declared.get(name).map(|d| d.params).or_else(|| {
+        (found.image != 0)
+            .then(|| registered_signature(found.image, name))
+            .flatten()
+    });
+    match registered {
+        Some(registered) if registered != params => Err(RegisterError::SignatureChanged {
+            kernel: name,
+            image: found.image,
+            registered,
+            refused: params,
+        }),
+        Some(_) => Ok(()),
+        None => {
+            declared.insert(
+                name,
+                Declared {
+                    name,
+                    params,
+                    run: Run::Safe(twin),
+                },
+            );
+            Ok(())
+        }
+    }
 }
 
 static MODULES: Registry<Module> = Registry::new();
@@ -334,13 +456,15 @@ pub(crate) unsafe extern "C" fn cuModuleLoadData(
                 CUresult::CUDA_ERROR_INVALID_IMAGE,
                 format!(
                     "no CPU twins are registered for the kernel image at {address:#x}; the \
-                     software driver runs kernels as CPU twins registered with \
-                     cuda_streams_soft_driver::register_image"
+                     software driver runs kernels as the CPU twins of their declarations: load \
+                     a declared image (ModuleImage::declared) or compile the source (Program), \
+                     with the kernels declared by kernel! with a twin"
                 ),
             ));
         }
         let handle = MODULES.insert(Arc::new(Module {
             image: address,
+            declared: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
         }));
         // SAFETY: checked non-null; writable per the API.
@@ -371,26 +495,43 @@ pub(crate) unsafe extern "C" fn cuModuleGetFunction(
         }
         // SAFETY: non-null and NUL-terminated per the API.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let images = lock(&IMAGES);
-        let image = images
-            .as_ref()
-            .and_then(|images| images.get(&module.image))
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let Some(spec) = image.twins.get(name.as_ref()).copied() else {
-            let mut known: Vec<_> = image.twins.keys().copied().collect();
-            known.sort_unstable();
-            return Err(fail(
-                CUresult::CUDA_ERROR_NOT_FOUND,
-                format!(
-                    "the kernel image at {:#x} ({} bytes) has no CPU twin named `{name}` \
-                     (its twins: {})",
-                    module.image,
-                    image.len,
-                    known.join(", ")
-                ),
-            ));
+        let own = lock(&module.declared).get(name.as_ref()).copied();
+        let spec = match own {
+            Some(spec) => spec,
+            None => {
+                let images = lock(&IMAGES);
+                let image = images.as_ref().and_then(|images| images.get(&module.image));
+                let found = image.and_then(|image| image.twins.get(name.as_ref()));
+                match found {
+                    Some(twin) => Declared {
+                        name: twin.name,
+                        params: twin.params,
+                        run: Run::Raw(twin.run),
+                    },
+                    None => {
+                        let mut known: Vec<&str> = lock(&module.declared).keys().copied().collect();
+                        known.extend(image.iter().flat_map(|image| image.twins.keys().copied()));
+                        known.sort_unstable();
+                        return Err(fail(
+                            CUresult::CUDA_ERROR_NOT_FOUND,
+                            format!(
+                                "the software driver has no CPU twin named `{name}` in module \
+                                 {:#x} (its twins: {}); it runs each kernel as the twin of its \
+                                 declaration: give the kernel's `kernel!` declaration a \
+                                 `twin = per_thread(..)` or `twin = per_grid(..)` \
+                                 (docs/kernels.md)",
+                                hmod as usize,
+                                if known.is_empty() {
+                                    "none".to_string()
+                                } else {
+                                    known.join(", ")
+                                }
+                            ),
+                        ));
+                    }
+                }
+            }
         };
-        drop(images);
         let mut functions = lock(&module.functions);
         // The same name gives the same handle, as on CUDA.
         let handle = *functions.entry(spec.name).or_insert_with(|| {

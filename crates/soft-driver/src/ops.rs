@@ -21,7 +21,7 @@ pub(crate) struct Fault {
 /// them: the caller may free its `kernelParams` as soon as the call returns.
 pub(crate) struct Launch {
     pub(crate) name: &'static str,
-    pub(crate) twin: crate::modules::KernelTwin,
+    pub(crate) twin: crate::modules::Run,
     /// The kernel's declared parameters: pointers are checked against the
     /// allocation table before the twin runs.
     pub(crate) params: &'static [Param],
@@ -247,7 +247,8 @@ impl Launch {
     /// every pointer parameter addresses live memory that `device` may use
     /// (its own, a peer's with peer access enabled, pinned or managed), with
     /// room for the elements the kernel is told to touch.
-    fn check_pointers(&self, device: i32) -> Option<Fault> {
+    fn check_pointers(&self, device: i32) -> Result<Vec<u64>, Fault> {
+        let mut counts = vec![0; self.params.len()];
         for (index, param) in self.params.iter().enumerate() {
             let Param::Pointer { elem, extent, .. } = *param else {
                 continue;
@@ -264,41 +265,82 @@ impl Launch {
                 detail: format!("kernel `{}` parameter {index}: {why}", self.name),
             };
             let Some(count) = count else {
-                return Some(illegal("its element count cannot be read".into()));
+                return Err(illegal("its element count cannot be read".into()));
             };
+            counts[index] = count;
             if count == 0 {
                 continue; // touches nothing: any pointer, even null, is fine
             }
             let ptr = u64::from_ne_bytes(self.arg_bytes(index).try_into().unwrap_or([0; 8]));
             let Some(bytes) = count.checked_mul(elem.size() as u64) else {
-                return Some(illegal(format!("{count} elements of {elem} overflow")));
+                return Err(illegal(format!("{count} elements of {elem} overflow")));
             };
             let ptr = usize::try_from(ptr).unwrap_or(usize::MAX);
             let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
             if let Err(why) = crate::memory::check_access(ptr, bytes, device) {
-                return Some(illegal(format!(
+                return Err(illegal(format!(
                     "{count} element(s) of {elem} ({bytes} bytes) at {ptr:#x}: {why}"
                 )));
             }
         }
-        None
+        Ok(counts)
     }
 
     fn run(&self, device: i32) -> Option<Fault> {
-        if let Some(fault) = self.check_pointers(device) {
-            return Some(fault);
-        }
-        // A fresh copy per run: a twin may scribble on its arguments, and a
-        // graph replays the same launch many times.
-        let mut args = self.args.clone();
-        let mut params: Vec<*mut c_void> = args.iter_mut().map(|a| a.as_mut_ptr().cast()).collect();
-        let twin = self.twin;
+        let counts = match self.check_pointers(device) {
+            Ok(counts) => counts,
+            Err(fault) => return Some(fault),
+        };
         let dims = self.dims;
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: the twin was registered for this kernel with these
-            // argument sizes; params[i] points at a copy of argument i.
-            unsafe { twin(&dims, params.as_mut_ptr()) }
-        }));
+        let outcome = match self.twin {
+            crate::modules::Run::Raw(twin) => {
+                // A fresh copy per run: a twin may scribble on its arguments,
+                // and a graph replays the same launch many times.
+                let mut args = self.args.clone();
+                let mut params: Vec<*mut c_void> =
+                    args.iter_mut().map(|a| a.as_mut_ptr().cast()).collect();
+                catch_unwind(AssertUnwindSafe(|| {
+                    // SAFETY: the twin was registered for this kernel with these
+                    // argument sizes; params[i] points at a copy of argument i.
+                    unsafe { twin(&dims, params.as_mut_ptr()) }
+                }))
+            }
+            crate::modules::Run::Safe(twin) => {
+                let mut snapshots = Vec::new();
+                let scalar_bytes = |index: usize| {
+                    let mut bytes = [0u8; 8];
+                    let arg = self.arg_bytes(index);
+                    bytes[..arg.len().min(8)].copy_from_slice(&arg[..arg.len().min(8)]);
+                    bytes
+                };
+                let views = match crate::twin::views(
+                    self.name,
+                    self.params,
+                    scalar_bytes,
+                    &counts,
+                    &mut snapshots,
+                ) {
+                    Ok(views) => views,
+                    Err(detail) => {
+                        return Some(Fault {
+                            code: CUresult::CUDA_ERROR_LAUNCH_FAILED,
+                            detail,
+                        });
+                    }
+                };
+                // SAFETY: every pointer view was checked just now: live, in
+                // bounds for its count and reachable from this device
+                // (check_pointers), aligned, and no written range overlaps
+                // another view's (`views` copied overlapping reads). The
+                // memory stays allocated while the stream runs this launch
+                // (a free is stream-ordered behind it), and the snapshots
+                // live until the end of this function.
+                let mut args = unsafe { crate::twin::TwinArgs::new(self.name, views) };
+                let outcome = catch_unwind(AssertUnwindSafe(|| twin(&dims, &mut args)));
+                drop(snapshots);
+                outcome
+            }
+        };
         outcome.err().map(|panic| {
             let why = panic
                 .downcast_ref::<&str>()

@@ -3,16 +3,16 @@
 //! an `unsafe fn` whose contract this breaks: safe code cannot call it.
 #![forbid(unsafe_code)]
 
-use cuda_streams_driver::{Context, Module, ModuleImage, TwinSpec};
 use cuda_streams_driver::sys::signature::{Access, Extent, Param, Scalar};
+use cuda_streams_driver::{Context, DeclaredKernel, KernelDecl, Module, ModuleImage};
 
-static SHRUNK: &[TwinSpec] = &[TwinSpec {
+static SHRUNK: &[KernelDecl] = &[KernelDecl {
     params: &[
         Param::Scalar(Scalar::U64),
         Param::Scalar(Scalar::F32),
         Param::Pointer { elem: Scalar::F32, access: Access::Write, extent: Extent::Elements(1) },
     ],
-    ..kernels::twins::ELEMENTWISE[1]
+    ..kernels::FillF32::DECL
 }];
 
 fn main() {

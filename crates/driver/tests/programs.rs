@@ -1,0 +1,595 @@
+//! Kernels of one's own: CUDA source compiled at run time (`Program`),
+//! declared once (`kernel!`) and launched through the typed launcher, on
+//! either driver; and every kind of bad input of issue 30 (a syntax error,
+//! a declaration that differs from the source, an unknown kernel name, an
+//! architecture NVRTC cannot target, a twin that panics, slices shorter than
+//! the declared count), each a clear error that leaves the context usable.
+//!
+//! The compiler's side runs against a fake NVRTC table (`Compiler::from_table`)
+//! that records every call, so it is exercised here without NVRTC, and the
+//! cache can be shown to call no NVRTC entry point on a hit. Where NVRTC is
+//! installed (`Compiler::global`), the syntax-error and architecture cases run
+//! against it too; where it is not, the fallback error is checked instead.
+//!
+//! A twin that panics fails its context as a kernel fault does on a GPU
+//! (sticky): every test here takes `serial()`, and that one resets the
+//! software driver's faults when it ends.
+
+use cuda_streams_driver::sys::nvrtc::Nvrtc;
+use cuda_streams_driver::{
+    Arch, Compiler, Context, DeclaredKernel, DeviceBuffer, Error, LaunchConfig, Program, Stream,
+    kernel,
+};
+use std::sync::Arc;
+use test_support::{FaultReset, ctx, serial};
+
+const SOURCE: &str = r#"
+// y[i] = a * y[i]
+extern "C" __global__ void scale(unsigned long long n, float a, float* y) {
+    unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] *= a;
+}
+
+// y[i] = i, unless i is 3 (its twin panics there)
+extern "C" __global__ void cursed(unsigned long long n, float* y) {
+    unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (float)i;
+}
+"#;
+
+kernel! {
+    /// `scale(n, a, y)`: `y[i] *= a`.
+    pub struct Scale: fn scale(n: u64, a: f32, y: &mut [f32; n]);
+    twin = per_thread(|t, n, a, y| {
+        let i = t.global_x();
+        if (i as u64) < n {
+            y[i] *= a;
+        }
+    });
+}
+
+kernel! {
+    /// `scale` with `a` declared `f64`: the source says `float`.
+    pub struct ScaleWithDouble: fn scale(n: u64, a: f64, y: &mut [f32; n]);
+}
+
+kernel! {
+    /// `scale` with `y` declared read-only: the source writes it (`float*`).
+    pub struct ScaleReadOnly: fn scale(n: u64, a: f32, y: &[f32; n]);
+}
+
+kernel! {
+    /// A kernel the source does not have.
+    pub struct Missing: fn missing(n: u64, y: &mut [f32; n]);
+}
+
+kernel! {
+    /// `cursed(n, y)`, whose twin panics at element 3.
+    pub struct Cursed: fn cursed(n: u64, y: &mut [f32; n]);
+    twin = per_thread(|t, n, y| {
+        let i = t.global_x();
+        assert!(i != 3, "element 3 is cursed");
+        if (i as u64) < n {
+            y[i] = i as f32;
+        }
+    });
+}
+
+/// The module of `SOURCE` on the selected driver, or `None` (said why) on a
+/// GPU without NVRTC.
+fn module(ctx: &Arc<Context>) -> Option<Arc<cuda_streams_driver::Module>> {
+    match Program::new(SOURCE)
+        .name("programs.cu")
+        .no_cache()
+        .compile_for(ctx)
+    {
+        Ok(module) => Some(module),
+        Err(Error::NvrtcUnavailable { reason }) if ctx.is_gpu() => {
+            eprintln!("skipped: compiling on a GPU needs NVRTC: {reason}");
+            None
+        }
+        Err(err) => panic!("compiling the test source: {err}"),
+    }
+}
+
+/// The context still works: a declared launch runs and gives the right values.
+fn still_usable(ctx: &Arc<Context>, module: &Arc<cuda_streams_driver::Module>) {
+    let stream = Stream::new(ctx).unwrap();
+    let scale: Scale = module.kernel().unwrap();
+    let mut y = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    scale
+        .launch(&stream, LaunchConfig::for_num_elems(4), 4, 0.5, &mut y)
+        .unwrap();
+    assert_eq!(y.to_vec(&stream).unwrap(), [0.5, 1.0, 1.5, 2.0]);
+}
+
+#[test]
+fn a_kernel_compiled_from_source_and_declared_launches_typed() {
+    let _serial = serial();
+    let ctx = ctx();
+    let Some(module) = module(&ctx) else { return };
+    let stream = Stream::new(&ctx).unwrap();
+    let scale: Scale = module.kernel().unwrap();
+    assert_eq!(scale.kernel().signature(), Some(Scale::DECL.params));
+    let host: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+    let mut y = DeviceBuffer::from_slice(&stream, &host).unwrap();
+    scale
+        .launch(
+            &stream,
+            LaunchConfig::for_num_elems(1000),
+            1000,
+            3.0,
+            &mut y,
+        )
+        .unwrap();
+    let expected: Vec<f32> = host.iter().map(|v| v * 3.0).collect();
+    assert_eq!(y.to_vec(&stream).unwrap(), expected);
+}
+
+#[test]
+fn a_declaration_that_differs_from_the_source_is_refused_naming_the_parameter() {
+    let _serial = serial();
+    let ctx = ctx();
+    let Some(module) = module(&ctx) else { return };
+
+    let err = module.kernel::<ScaleWithDouble>().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::DeclarationMismatch {
+                kernel: "scale",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("parameter 1 (`a`)"), "{text}");
+    assert!(text.contains("programs.cu"), "{text}");
+
+    let err = module.kernel::<ScaleReadOnly>().unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("parameter 2 (`y`)"), "{text}");
+
+    still_usable(&ctx, &module);
+}
+
+#[test]
+fn an_unknown_kernel_name_is_refused_naming_it_and_the_kernels_there_are() {
+    let _serial = serial();
+    let ctx = ctx();
+    let Some(module) = module(&ctx) else { return };
+
+    let err = module.kernel::<Missing>().unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("`missing`"), "{text}");
+    assert!(text.contains("scale, cursed"), "{text}");
+
+    // By name, without a declaration: the driver's lookup fails, naming it.
+    let err = module.function("nowhere").unwrap_err();
+    assert!(
+        matches!(&err, Error::FunctionNotFound { name, .. } if name == "nowhere"),
+        "{err:?}"
+    );
+
+    still_usable(&ctx, &module);
+}
+
+#[test]
+fn slices_shorter_than_the_declared_count_are_refused_before_the_launch() {
+    let _serial = serial();
+    let ctx = ctx();
+    let Some(module) = module(&ctx) else { return };
+    let stream = Stream::new(&ctx).unwrap();
+    let scale: Scale = module.kernel().unwrap();
+    let mut y = DeviceBuffer::from_slice(&stream, &[1.0f32; 4]).unwrap();
+
+    let err = scale
+        .launch(&stream, LaunchConfig::for_num_elems(10), 10, 2.0, &mut y)
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("`scale` argument 2") && text.contains("10 element(s) of f32"),
+        "{text}"
+    );
+    assert!(text.contains("16 bytes"), "{text}");
+    // Nothing ran: the buffer is as it was.
+    assert_eq!(y.to_vec(&stream).unwrap(), [1.0; 4]);
+
+    still_usable(&ctx, &module);
+}
+
+#[test]
+fn a_twin_that_panics_is_caught_and_fails_its_launch() {
+    let _serial = serial();
+    let _reset = FaultReset;
+    let ctx = ctx();
+    if ctx.is_gpu() {
+        eprintln!("skipped on the GPU: twins run on the software driver only");
+        return;
+    }
+    let Some(module) = module(&ctx) else { return };
+    let stream = Stream::new(&ctx).unwrap();
+    let cursed: Cursed = module.kernel().unwrap();
+    let mut y = DeviceBuffer::from_slice(&stream, &[0.0f32; 8]).unwrap();
+
+    // The launch is accepted; the twin's panic fails it on the stream.
+    cursed
+        .launch(&stream, LaunchConfig::for_num_elems(8), 8, &mut y)
+        .unwrap();
+    let err = stream.synchronize().unwrap_err();
+    assert!(
+        err.to_string().contains("CUDA_ERROR_LAUNCH_FAILED"),
+        "{err}"
+    );
+    // The stream's fault says which twin panicked, and why.
+    let (_, detail) = soft_driver::faults::stream_fault(stream.as_raw())
+        .unwrap()
+        .expect("the stream's fault");
+    assert!(
+        detail.contains("twin `cursed` panicked") && detail.contains("element 3 is cursed"),
+        "{detail}"
+    );
+
+    // As after a kernel fault on a GPU the context's error is sticky; once
+    // it is cleared (on a GPU: a new context), the same module works.
+    drop(_reset);
+    still_usable(&ctx, &module);
+}
+
+/// Compile errors and the cache, against a fake NVRTC that records its calls.
+mod fake {
+    use super::*;
+    use cuda_streams_driver::sys::nvrtc::bindings::{nvrtcProgram, nvrtcResult};
+    use std::cell::RefCell;
+    use std::ffi::{CStr, CString, c_char, c_int};
+
+    thread_local! {
+        /// The NVRTC entry points this thread called, in order. Each test
+        /// compiles on its own thread, so the tests do not see each other.
+        static CALLS: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn record(call: &'static str) {
+        CALLS.with(|calls| calls.borrow_mut().push(call));
+    }
+
+    pub(super) fn calls() -> Vec<&'static str> {
+        CALLS.with(|calls| calls.borrow().clone())
+    }
+
+    /// What the fake keeps per program.
+    struct FakeProgram {
+        source: String,
+        log: CString,
+        image: Vec<u8>,
+        expressions: Vec<CString>,
+    }
+
+    pub(super) const ARCHS: [c_int; 3] = [75, 80, 90];
+    pub(super) const SYNTAX_ERROR_LOG: &str = "programs.cu(3): error: expected a \";\"";
+
+    fn program<'a>(prog: nvrtcProgram) -> &'a mut FakeProgram {
+        // SAFETY: every nvrtcProgram the fake hands out is a leaked
+        // Box<FakeProgram>, live until nvrtcDestroyProgram.
+        unsafe { &mut *prog.cast::<FakeProgram>() }
+    }
+
+    /// Copy `bytes` to `out`, which has room for them (the size call said so).
+    fn copy_out(bytes: &[u8], out: *mut c_char) -> nvrtcResult {
+        // SAFETY: the caller sized `out` by the matching size call.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast(), bytes.len()) };
+        nvrtcResult::NVRTC_SUCCESS
+    }
+
+    /// Write `value` through `out`, a valid out-pointer from the caller.
+    fn put<T>(out: *mut T, value: T) -> nvrtcResult {
+        // SAFETY: NVRTC's out-parameters are valid pointers.
+        unsafe { out.write(value) };
+        nvrtcResult::NVRTC_SUCCESS
+    }
+
+    unsafe extern "C" fn error_string(_: nvrtcResult) -> *const c_char {
+        c"fake NVRTC error".as_ptr()
+    }
+    unsafe extern "C" fn version(major: *mut c_int, minor: *mut c_int) -> nvrtcResult {
+        record("nvrtcVersion");
+        put(major, 13);
+        put(minor, 0)
+    }
+    unsafe extern "C" fn num_archs(count: *mut c_int) -> nvrtcResult {
+        record("nvrtcGetNumSupportedArchs");
+        put(count, ARCHS.len() as c_int)
+    }
+    unsafe extern "C" fn archs(out: *mut c_int) -> nvrtcResult {
+        record("nvrtcGetSupportedArchs");
+        // SAFETY: room for the count nvrtcGetNumSupportedArchs gave.
+        unsafe { std::ptr::copy_nonoverlapping(ARCHS.as_ptr(), out, ARCHS.len()) };
+        nvrtcResult::NVRTC_SUCCESS
+    }
+    unsafe extern "C" fn create(
+        prog: *mut nvrtcProgram,
+        source: *const c_char,
+        _name: *const c_char,
+        _headers: c_int,
+        _contents: *const *const c_char,
+        _include_names: *const *const c_char,
+    ) -> nvrtcResult {
+        record("nvrtcCreateProgram");
+        // SAFETY: the caller passes a NUL-terminated source.
+        let source = unsafe { CStr::from_ptr(source) }
+            .to_string_lossy()
+            .into_owned();
+        let fake = Box::new(FakeProgram {
+            source,
+            log: CString::default(),
+            image: Vec::new(),
+            expressions: Vec::new(),
+        });
+        put(prog, Box::into_raw(fake).cast())
+    }
+    unsafe extern "C" fn destroy(prog: *mut nvrtcProgram) -> nvrtcResult {
+        record("nvrtcDestroyProgram");
+        // SAFETY: a pointer to a program the fake created, destroyed once.
+        drop(unsafe { Box::from_raw((*prog).cast::<FakeProgram>()) });
+        put(prog, std::ptr::null_mut())
+    }
+    unsafe extern "C" fn compile(
+        prog: nvrtcProgram,
+        _count: c_int,
+        _options: *const *const c_char,
+    ) -> nvrtcResult {
+        record("nvrtcCompileProgram");
+        let fake = program(prog);
+        if fake.source.contains("syntax error") {
+            fake.log = CString::new(SYNTAX_ERROR_LOG).unwrap();
+            return nvrtcResult::NVRTC_ERROR_COMPILATION;
+        }
+        fake.image = format!("// fake image of {} bytes of source\n\0", fake.source.len()).into();
+        nvrtcResult::NVRTC_SUCCESS
+    }
+    unsafe extern "C" fn image_size(prog: nvrtcProgram, size: *mut usize) -> nvrtcResult {
+        record("nvrtcGetImageSize");
+        put(size, program(prog).image.len())
+    }
+    unsafe extern "C" fn image(prog: nvrtcProgram, out: *mut c_char) -> nvrtcResult {
+        record("nvrtcGetImage");
+        copy_out(&program(prog).image, out)
+    }
+    unsafe extern "C" fn log_size(prog: nvrtcProgram, size: *mut usize) -> nvrtcResult {
+        record("nvrtcGetProgramLogSize");
+        put(size, program(prog).log.as_bytes_with_nul().len())
+    }
+    unsafe extern "C" fn log(prog: nvrtcProgram, out: *mut c_char) -> nvrtcResult {
+        record("nvrtcGetProgramLog");
+        copy_out(program(prog).log.as_bytes_with_nul(), out)
+    }
+    unsafe extern "C" fn add_name(prog: nvrtcProgram, expression: *const c_char) -> nvrtcResult {
+        record("nvrtcAddNameExpression");
+        // SAFETY: the caller passes a NUL-terminated expression.
+        let expression = unsafe { CStr::from_ptr(expression) }.to_owned();
+        program(prog).expressions.push(expression);
+        nvrtcResult::NVRTC_SUCCESS
+    }
+    unsafe extern "C" fn lowered(
+        prog: nvrtcProgram,
+        expression: *const c_char,
+        out: *mut *const c_char,
+    ) -> nvrtcResult {
+        record("nvrtcGetLoweredName");
+        // SAFETY: the caller passes a NUL-terminated expression.
+        let expression = unsafe { CStr::from_ptr(expression) };
+        let kept = program(prog)
+            .expressions
+            .iter()
+            .find(|e| e.as_c_str() == expression);
+        // The fake "lowers" a name to itself, kept alive by the program.
+        put(out, kept.map_or(std::ptr::null(), |e| e.as_ptr()))
+    }
+
+    /// A compiler over the fake table.
+    pub(super) fn compiler() -> Compiler {
+        let table = Nvrtc {
+            nvrtcGetErrorString: error_string,
+            nvrtcVersion: version,
+            nvrtcGetNumSupportedArchs: num_archs,
+            nvrtcGetSupportedArchs: archs,
+            nvrtcCreateProgram: create,
+            nvrtcDestroyProgram: destroy,
+            nvrtcCompileProgram: compile,
+            nvrtcGetPTXSize: image_size,
+            nvrtcGetPTX: image,
+            nvrtcGetCUBINSize: image_size,
+            nvrtcGetCUBIN: image,
+            nvrtcGetProgramLogSize: log_size,
+            nvrtcGetProgramLog: log,
+            nvrtcAddNameExpression: add_name,
+            nvrtcGetLoweredName: lowered,
+        };
+        // SAFETY: each entry point behaves as NVRTC's of its name does, for
+        // the calls the compiler makes (sizes before data, programs created
+        // before use and destroyed once).
+        unsafe { Compiler::from_table(table) }.unwrap()
+    }
+}
+
+/// A fresh cache directory of this test's own.
+fn cache_dir(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "cuda-streams-programs-{test}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn a_cache_hit_calls_no_nvrtc_entry_point() {
+    let compiler = fake::compiler();
+    let dir = cache_dir("hit");
+    let program = Program::new(SOURCE).name("programs.cu").cache_dir(&dir);
+    let arch = Arch::new(9, 0);
+
+    let cold = program.compile_with(&compiler, arch).unwrap();
+    assert!(!cold.from_cache());
+    let after_cold = fake::calls();
+    assert!(
+        after_cold.contains(&"nvrtcCompileProgram"),
+        "{after_cold:?}"
+    );
+
+    let hit = program.compile_with(&compiler, arch).unwrap();
+    assert!(hit.from_cache());
+    assert_eq!(hit.image(), cold.image());
+    assert_eq!(fake::calls(), after_cold, "a cache hit called NVRTC");
+
+    // Anything in the key that differs compiles again.
+    let other = program.clone().options(["-DOTHER"]);
+    assert!(!other.compile_with(&compiler, arch).unwrap().from_cache());
+    let other_arch = program.compile_with(&compiler, Arch::new(8, 0)).unwrap();
+    assert!(!other_arch.from_cache());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn without_a_cache_every_compile_calls_nvrtc() {
+    let compiler = fake::compiler();
+    let program = Program::new(SOURCE).no_cache();
+    for _ in 0..2 {
+        let compiled = program.compile_with(&compiler, Arch::new(9, 0)).unwrap();
+        assert!(!compiled.from_cache());
+    }
+    let compiles = fake::calls()
+        .iter()
+        .filter(|c| **c == "nvrtcCompileProgram")
+        .count();
+    assert_eq!(compiles, 2);
+}
+
+#[test]
+fn a_syntax_error_returns_the_compilers_log() {
+    let compiler = fake::compiler();
+    let broken = Program::new("extern \"C\" __global__ void k(int* x) { syntax error }")
+        .name("programs.cu")
+        .no_cache();
+    let err = broken.compile_with(&compiler, Arch::new(9, 0)).unwrap_err();
+    match &err {
+        Error::Compile { program, arch, log } => {
+            assert_eq!(program, "programs.cu");
+            assert_eq!(*arch, Arch::new(9, 0));
+            assert_eq!(log, fake::SYNTAX_ERROR_LOG);
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("programs.cu") && text.contains("sm_90"),
+        "{text}"
+    );
+    assert!(text.contains(fake::SYNTAX_ERROR_LOG), "{text}");
+    // The program was destroyed on the error path too.
+    assert!(fake::calls().contains(&"nvrtcDestroyProgram"));
+    // And the compiler still works.
+    let good = Program::new(SOURCE).no_cache();
+    good.compile_with(&compiler, Arch::new(9, 0)).unwrap();
+}
+
+#[test]
+fn an_architecture_nvrtc_cannot_target_is_refused_before_compiling() {
+    let compiler = fake::compiler();
+    let err = Program::new(SOURCE)
+        .no_cache()
+        .compile_with(&compiler, Arch::new(3, 0))
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::UnsupportedArch { arch, .. } if arch == Arch::new(3, 0)),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("sm_30"), "{text}");
+    assert!(text.contains("sm_75, sm_80, sm_90"), "{text}");
+    assert!(!fake::calls().contains(&"nvrtcCompileProgram"));
+    Program::new(SOURCE)
+        .no_cache()
+        .compile_with(&compiler, Arch::new(8, 0))
+        .unwrap();
+}
+
+/// The same two errors from the real NVRTC, where it is installed; where it
+/// is not (CI), the error says what to install.
+#[test]
+fn real_nvrtc_returns_its_log_and_refuses_old_architectures_or_says_what_to_install() {
+    let compiler = match Compiler::global() {
+        Ok(compiler) => compiler,
+        Err(err) => {
+            assert!(matches!(err, Error::NvrtcUnavailable { .. }), "{err:?}");
+            let text = err.to_string();
+            assert!(text.contains("nvidia-cuda-nvrtc"), "{text}");
+            assert!(text.contains("CUDA_STREAMS_NVRTC_LIBRARY"), "{text}");
+            eprintln!("NVRTC is not installed: checked the fallback error only");
+            return;
+        }
+    };
+    let arch = Arch::new(9, 0);
+    let broken = Program::new("extern \"C\" __global__ void k(int* x) { *x = ; }")
+        .name("broken.cu")
+        .no_cache();
+    let err = broken.compile_with(compiler, arch).unwrap_err();
+    let Error::Compile { log, .. } = &err else {
+        panic!("expected a compile error, got {err:?}")
+    };
+    assert!(log.contains("broken.cu") && log.contains("error"), "{log}");
+
+    let err = Program::new(SOURCE)
+        .no_cache()
+        .compile_with(compiler, Arch::new(3, 0))
+        .unwrap_err();
+    assert!(matches!(err, Error::UnsupportedArch { .. }), "{err:?}");
+
+    let compiled = Program::new(SOURCE)
+        .no_cache()
+        .compile_with(compiler, arch)
+        .unwrap();
+    assert!(!compiled.image().is_empty());
+}
+
+/// On a GPU whose driver reports parameter sizes (`cuFuncGetParamInfo`), a
+/// declaration taken on trust for a bare binary is still compared with it.
+#[test]
+fn a_bare_binarys_parameter_sizes_are_checked_where_the_driver_reports_them() {
+    let _serial = serial();
+    let ctx = ctx();
+    if !ctx.is_gpu() {
+        eprintln!("skipped: cuFuncGetParamInfo is a GPU driver's; the software driver runs twins");
+        return;
+    }
+    if cuda_streams_driver::sys::optional::func_get_param_info().is_none() {
+        eprintln!("skipped: this driver has no cuFuncGetParamInfo (CUDA 12.4 and later)");
+        return;
+    }
+    let compiled = match Program::new(SOURCE).no_cache().compile(Arch::of(&ctx)) {
+        Ok(compiled) => compiled,
+        Err(err) => {
+            eprintln!("skipped: compiling on a GPU needs NVRTC: {err}");
+            return;
+        }
+    };
+    let bytes: &'static [u8] = Box::leak(compiled.image().to_vec().into_boxed_slice());
+    let module = cuda_streams_driver::Module::load(&ctx, bytes).unwrap();
+    // SAFETY: nothing is launched with this declaration: the size check
+    // refuses it (`a` is a 4-byte float in the binary, declared f64).
+    let err = unsafe { module.kernel_unchecked::<ScaleWithDouble>() }.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("parameter 1 is 4 bytes in the binary, 8 as declared"),
+        "{text}"
+    );
+    // SAFETY: Scale is scale's exact declaration (the source above).
+    let scale = unsafe { module.kernel_unchecked::<Scale>() }.unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut y = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0]).unwrap();
+    scale
+        .launch(&stream, LaunchConfig::for_num_elems(2), 2, 4.0, &mut y)
+        .unwrap();
+    assert_eq!(y.to_vec(&stream).unwrap(), [4.0, 8.0]);
+}
