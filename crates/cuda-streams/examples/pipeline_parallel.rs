@@ -5,7 +5,7 @@
 //! 0 accumulates. Every activation, output and the accumulated gradients
 //! are checked element by element.
 //!
-//! Launched the way users launch it: under `torchrun --nproc-per-node=2`,
+//! Launched the way users launch it: under `torchrun --no-python --nproc-per-node=2`,
 //! `mpirun -np 2` or with `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`
 //! and `MASTER_PORT` set by hand, each process is one stage. Run plainly, it
 //! starts the two ranks itself: on GPUs, one child process per GPU with
