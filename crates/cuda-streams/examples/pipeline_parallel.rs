@@ -36,6 +36,13 @@ fn output(m: usize) -> f32 {
 
 /// One stage's whole life, from its launch.
 fn stage(launch: &Launch) -> Result<(), cuda_streams::Error> {
+    if launch.world_size != 2 {
+        eprintln!(
+            "pipeline_parallel has two stages: launch it with 2 ranks, not {}",
+            launch.world_size
+        );
+        std::process::exit(2);
+    }
     let comm = Communicator::from_launch(launch)?;
     let (rank, ctx) = (comm.rank(), comm.context());
     let stream = Stream::new(ctx)?;
