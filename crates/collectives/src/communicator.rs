@@ -1,7 +1,7 @@
 //! Communicators: one rank each, on one device's context.
 
 use crate::error::{Error, Result};
-use crate::group::{Kind, Op, Shape};
+use crate::group::{Kind, Op, Shape, Uses};
 use crate::meeting::Meeting;
 use crate::table::{check, for_context};
 use crate::types::{NcclType, ReduceOp, UniqueId};
@@ -49,6 +49,10 @@ use sys::nccl::{Nccl, ncclComm_t, ncclConfig_t, ncclResult_t};
 pub struct Communicator {
     raw: ncclComm_t,
     nccl: &'static Nccl,
+    /// Owns `raw`: shared with the graphs that captured this rank's
+    /// collectives, so the communicator outlives their replays. `None` only
+    /// once `abort` has taken it.
+    handle: Option<Arc<Handle>>,
     ctx: Arc<Context>,
     rank: usize,
     nranks: usize,
@@ -111,6 +115,7 @@ impl Communicator {
             .map(|(rank, (raw, ctx))| Communicator {
                 raw,
                 nccl,
+                handle: Some(Handle::new(raw, nccl, ctx, rank)),
                 ctx: Arc::clone(ctx),
                 rank,
                 nranks: contexts.len(),
@@ -174,6 +179,7 @@ impl Communicator {
         Ok(Communicator {
             raw,
             nccl,
+            handle: Some(Handle::new(raw, nccl, ctx, rank)),
             ctx: Arc::clone(ctx),
             rank,
             nranks,
@@ -239,6 +245,7 @@ impl Communicator {
         let mut comm = Communicator {
             raw,
             nccl,
+            handle: Some(Handle::new(raw, nccl, ctx, rank)),
             ctx: Arc::clone(ctx),
             rank,
             nranks,
@@ -352,11 +359,35 @@ impl Communicator {
 
     /// Give up on the communicator's pending collectives (`ncclCommAbort`):
     /// what a rank does when a peer never joins or a collective hangs.
+    ///
+    /// Refused ([`Error::CommunicatorInGraph`]) while a graph or an
+    /// instance of one holds collectives captured on this rank
+    /// ([`Communicator::capture`]): their replays would call a freed
+    /// communicator. This handle is released then, and the communicator
+    /// destroyed (`ncclCommDestroy`) with the last graph that holds it.
     pub fn abort(mut self) -> Result<()> {
-        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        // SAFETY: a live communicator, aborted once (Drop skips null).
+        self.raw = std::ptr::null_mut();
+        let handle = self.handle.take().unwrap_or_else(|| unreachable!());
+        let mut handle = match Arc::try_unwrap(handle) {
+            Ok(handle) => handle,
+            Err(shared) => {
+                return Err(Error::CommunicatorInGraph {
+                    rank: self.rank,
+                    holders: Arc::strong_count(&shared) - 1,
+                });
+            }
+        };
+        let raw = std::mem::replace(&mut handle.raw, std::ptr::null_mut());
+        // SAFETY: a live communicator, no graph holds it (the handle was
+        // ours alone), aborted once (the handle's Drop skips null).
         let code = unsafe { (self.nccl.ncclCommAbort)(raw) };
         check(self.nccl, "ncclCommAbort", std::ptr::null_mut(), code)
+    }
+
+    /// What a graph holds to keep this rank's communicator alive.
+    pub(crate) fn keep_alive(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        let handle = self.handle.as_ref().unwrap_or_else(|| unreachable!());
+        Arc::clone(handle) as Arc<dyn std::any::Any + Send + Sync>
     }
 
     /// Every rank's `send` combined by `op` into every rank's `recv`.
@@ -635,7 +666,40 @@ fn nonblocking_config() -> ncclConfig_t {
 impl Drop for Communicator {
     fn drop(&mut self) {
         // Dropped or aborted: ranks waiting for this one's part give up.
+        // The NCCL communicator goes with the last holder of its handle
+        // (this, or a graph that captured its collectives).
         self.meeting.leave(self.rank);
+    }
+}
+
+/// An NCCL communicator, destroyed when dropped: held by its
+/// [`Communicator`] and by every graph that captured its collectives.
+pub(crate) struct Handle {
+    raw: ncclComm_t,
+    nccl: &'static Nccl,
+    ctx: Arc<Context>,
+    rank: usize,
+}
+
+// SAFETY: nothing but `Drop` touches the raw communicator through a
+// `Handle`, and `Drop` runs once, on one thread.
+unsafe impl Send for Handle {}
+// SAFETY: as above: a shared `Handle` offers no call on the communicator.
+unsafe impl Sync for Handle {}
+
+impl Handle {
+    fn new(raw: ncclComm_t, nccl: &'static Nccl, ctx: &Arc<Context>, rank: usize) -> Arc<Self> {
+        Arc::new(Self {
+            raw,
+            nccl,
+            ctx: Arc::clone(ctx),
+            rank,
+        })
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
         if self.raw.is_null() {
             return;
         }
@@ -643,7 +707,8 @@ impl Drop for Communicator {
             tracing::error!(rank = self.rank, "leaking an NCCL communicator: {err}");
             return;
         }
-        // SAFETY: a live communicator, destroyed once.
+        // SAFETY: a live communicator, destroyed once: the last holder of
+        // its handle is gone, so no call or replay can use it after.
         let code = unsafe { (self.nccl.ncclCommDestroy)(self.raw) };
         if let Err(err) = code.result() {
             tracing::error!(rank = self.rank, "ncclCommDestroy: {err}");
@@ -665,7 +730,7 @@ impl fmt::Debug for Communicator {
     }
 }
 
-fn check_len(
+pub(crate) fn check_len(
     comm: &Communicator,
     collective: &'static str,
     buffer: &'static str,
@@ -685,13 +750,19 @@ fn check_len(
     }
 }
 
-fn shape<T: NcclType>(kind: Kind, count: usize, op: Option<ReduceOp>, root: usize) -> Shape {
+pub(crate) fn shape<T: NcclType>(
+    kind: Kind,
+    count: usize,
+    op: Option<ReduceOp>,
+    root: usize,
+) -> Shape {
     Shape {
         kind,
         count,
         dtype: T::DATA_TYPE,
         op,
         root,
+        captured: false,
     }
 }
 
@@ -914,7 +985,7 @@ fn part<'a, T: NcclType>(
     base: sys::CUdeviceptr,
     elems: std::ops::Range<usize>,
     peer: usize,
-    uses: Vec<BufferUse<'a>>,
+    uses: Uses<'a>,
 ) -> Result<Op<'a>> {
     let count = elems.len();
     let ptr = base + (elems.start * size_of::<T>()) as sys::CUdeviceptr;

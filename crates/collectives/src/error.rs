@@ -110,9 +110,9 @@ pub enum Error {
     /// issued to NCCL; the capture and the communicator stay usable.
     #[error(
         "{collective} on rank {rank}: stream {stream} is being captured into a graph, which \
-         would keep none of the collective's buffers alive for its replays; collectives \
-         cannot be captured yet, so end the capture first (nothing reached NCCL, the capture \
-         and the communicator stay usable)"
+         would keep none of the collective's buffers alive for its replays; capture it \
+         through the capture (Communicator::captured) or end the capture first (nothing \
+         reached NCCL, the capture and the communicator stay usable)"
     )]
     StreamCapturing {
         /// The collective, e.g. `all_reduce`.
@@ -133,6 +133,19 @@ pub enum Error {
         rank: usize,
         /// The rank whose communicator is gone.
         gone: usize,
+    },
+    /// [`crate::Communicator::abort`] while graphs hold collectives captured
+    /// on the rank: their replays need the communicator, so it is destroyed
+    /// with the last of them instead.
+    #[error(
+        "rank {rank}: cannot abort the communicator while {holders} captured graph(s) (with their instances) hold \
+         collectives captured on it; it is destroyed when the last of them is dropped"
+    )]
+    CommunicatorInGraph {
+        /// The rank asked to abort.
+        rank: usize,
+        /// Graphs and instances that hold it.
+        holders: usize,
     },
     /// Not every rank joined in time
     /// ([`crate::Communicator::init_rank_within`]); the communicator was

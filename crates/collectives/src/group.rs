@@ -9,8 +9,9 @@ use crate::error::{Error, Result};
 use crate::meeting::Meeting;
 use crate::table::check;
 use crate::types::{NcclType, ReduceOp};
-use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
+use driver::{BufferUse, Capture, Context, DeviceMemory, DeviceMemoryMut, GraphArg, Stream};
 use engine::{EventPriority, OperationGraph, OperationId, OperationType};
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -61,6 +62,10 @@ pub(crate) struct Shape {
     pub(crate) op: Option<ReduceOp>,
     /// The root; for a send or receive, the peer.
     pub(crate) root: usize,
+    /// Captured into a graph, to run at its replays: the ranks in this
+    /// process must all capture a step's collectives or none (NCCL forbids
+    /// mixing captured and eager calls of a communicator within a step).
+    pub(crate) captured: bool,
 }
 
 impl std::fmt::Display for Shape {
@@ -78,6 +83,9 @@ impl std::fmt::Display for Shape {
             Kind::Send => write!(f, " to rank {}", self.root)?,
             Kind::Recv => write!(f, " from rank {}", self.root)?,
             _ => {}
+        }
+        if self.captured {
+            write!(f, ", captured into a graph")?;
         }
         Ok(())
     }
@@ -99,6 +107,10 @@ fn type_name(dtype: ncclDataType_t) -> Option<&'static str> {
     })
 }
 
+/// The buffers one op lends (one or two). A `Vec`, not a `SmallVec`:
+/// `SmallVec`'s `Drop` would make a `Group` outlive-check its borrows.
+pub(crate) type Uses<'a> = Vec<BufferUse<'a>>;
+
 /// One collective of one rank: checked, its buffers ordered on the stream,
 /// ready to issue.
 pub(crate) struct Op<'a> {
@@ -107,7 +119,7 @@ pub(crate) struct Op<'a> {
     shape: Shape,
     send: CUdeviceptr,
     recv: CUdeviceptr,
-    uses: Vec<BufferUse<'a>>,
+    uses: Uses<'a>,
     bytes: usize,
 }
 
@@ -121,7 +133,44 @@ impl<'a> Op<'a> {
         shape: Shape,
         send: CUdeviceptr,
         recv: CUdeviceptr,
-        uses: Vec<BufferUse<'a>>,
+        uses: Uses<'a>,
+        bytes: usize,
+    ) -> Result<Self> {
+        let op = Self::checked(comm, stream, shape, send, recv, uses, bytes)?;
+        // Under the gate, so no capture begins before prepare_uses's waits
+        // are enqueued (a capture would record them); taken again right
+        // before NCCL sees the call (`launch`).
+        let gate = op.gate()?;
+        stream.prepare_uses(&op.uses)?;
+        drop(gate);
+        Ok(op)
+    }
+
+    /// An op to capture into a graph: checked like [`Op::new`]'s, with no
+    /// uses (the graph keeps the buffers and orders them at each replay).
+    pub(crate) fn captured(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        shape: Shape,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
+        bytes: usize,
+    ) -> Result<Self> {
+        let shape = Shape {
+            captured: true,
+            ..shape
+        };
+        Self::checked(comm, stream, shape, send, recv, Uses::new(), bytes)
+    }
+
+    /// What can be checked locally: the stream's device, the root or peer.
+    fn checked(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        shape: Shape,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
+        uses: Uses<'a>,
         bytes: usize,
     ) -> Result<Self> {
         if stream.context().id() != comm.context().id() {
@@ -145,7 +194,7 @@ impl<'a> Op<'a> {
                 nranks: comm.size(),
             });
         }
-        let op = Self {
+        Ok(Self {
             comm,
             stream,
             shape,
@@ -153,14 +202,7 @@ impl<'a> Op<'a> {
             recv,
             uses,
             bytes,
-        };
-        // Under the gate, so no capture begins before prepare_uses's waits
-        // are enqueued (a capture would record them); taken again right
-        // before NCCL sees the call (`launch`).
-        let gate = op.gate()?;
-        stream.prepare_uses(&op.uses)?;
-        drop(gate);
-        Ok(op)
+        })
     }
 
     /// `Err` while the op's stream is being captured: the graph would keep
@@ -192,15 +234,22 @@ impl<'a> Op<'a> {
         );
         let op = self.shape.op.map_or(ncclRedOp_t::ncclSum, ReduceOp::raw);
         let root = self.shape.root as i32;
-        self.comm.context().bind()?;
+        // Inside a group NCCL makes each communicator's device current
+        // itself at the group's end (its one-thread, many-devices example
+        // sets none); alone, the call expects its device current.
+        if !in_group {
+            self.comm.context().bind()?;
+        }
         // SAFETY: each buffer holds the elements the collective touches on
-        // this rank (checked when the op was made), is of the communicator's
-        // device (checked by prepare_uses), and stays alive until the stream
-        // has passed the collective: the op borrows it until it is tracked
-        // on the stream, which `launch` does for every call it hands to NCCL,
-        // whatever fails after. The stream is not capturing (checked by
-        // `launch` just before), so the work runs now, not in a graph's
-        // replays.
+        // this rank (checked when the op was made) and is of the
+        // communicator's device (checked by prepare_uses, or by
+        // `Capture::record_external`). Eager, it stays alive until the
+        // stream has passed the collective: the op borrows it until it is
+        // tracked on the stream, which `launch` does for every call it hands
+        // to NCCL, whatever fails after; the stream is not capturing
+        // (checked by `launch` just before), so the work runs now. Captured
+        // (`record`), the graph keeps every buffer and the communicator
+        // alive for all its replays, and orders the buffers at each.
         let (call, code) = unsafe {
             match self.shape.kind {
                 Kind::AllReduce => (
@@ -266,6 +315,9 @@ pub(crate) fn run_grouped(ops: Vec<Op<'_>>) -> Result<()> {
     launch(&ops, Issue::Grouped, Context::force_bind)
 }
 
+/// Whether NCCL took each op of a call (most calls hold a few).
+type Handed = SmallVec<[bool; 8]>;
+
 /// Whether `launch` wraps its calls in `ncclGroupStart`/`ncclGroupEnd`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Issue {
@@ -297,10 +349,31 @@ fn launch(
     }
     // Every stream before any call, so a refused group issues nothing; the
     // gates never wait, so holding several cannot deadlock.
-    let _gates = ops.iter().map(Op::gate).collect::<Result<Vec<_>>>()?;
+    let _gates = ops
+        .iter()
+        .map(Op::gate)
+        .collect::<Result<SmallVec<[_; 8]>>>()?;
+    let (handed, result) = issue_all(ops, issue)?;
+    // Not `?`: the calls are enqueued, and must be tracked first.
+    let mut result = result;
+    let rebound = rebind(first.comm.context()).map_err(Error::from);
+    for (op, &took) in ops.iter().zip(&handed) {
+        let tracked = op.track(took);
+        result = result.and(tracked);
+    }
+    result.and(rebound)
+}
+
+/// The NCCL calls of `ops` (one alone, or a group): whether NCCL took
+/// each op handed to it, and the first error. `Err` only when the group
+/// could not be opened (nothing was handed over).
+fn issue_all(ops: &[Op<'_>], issue: Issue) -> Result<(Handed, Result<()>)> {
+    let Some(first) = ops.first() else {
+        return Ok((Handed::new(), Ok(())));
+    };
     let nccl = first.comm.nccl();
     // Each op handed to NCCL, and whether NCCL took it.
-    let mut handed: Vec<bool> = Vec::with_capacity(ops.len());
+    let mut handed = Handed::with_capacity(ops.len());
     let mut result = Ok(());
     match issue {
         Issue::Alone => {
@@ -337,13 +410,73 @@ fn launch(
             result = result.and(check(nccl, "ncclGroupEnd", std::ptr::null_mut(), code));
         }
     }
-    // Not `?`: the calls are enqueued, and must be tracked first.
-    let rebound = rebind(first.comm.context()).map_err(Error::from);
-    for (op, &took) in ops.iter().zip(&handed) {
-        let tracked = op.track(took);
-        result = result.and(tracked);
+    Ok((handed, result))
+}
+
+/// Capture `ops`, all of one rank and stream, into `capture` (one NCCL
+/// group when there are several): once the capture has checked the stream,
+/// checked against the other ranks in this process, then recorded with `args`' buffers and the communicator
+/// kept alive by the graph. Nothing is tracked now: each replay orders the
+/// buffers.
+pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -> Result<()> {
+    let Some(first) = ops.first() else {
+        return Ok(());
+    };
+    debug_assert!(
+        ops.iter()
+            .all(|op| std::ptr::eq(op.comm, first.comm) && op.stream.id() == first.stream.id())
+    );
+    let issue = if ops.len() > 1 {
+        Issue::Grouped
+    } else {
+        Issue::Alone
+    };
+    // SAFETY: NCCL enqueues the calls on the ops' one stream, which the
+    // capture checks is in it; they touch the buffers the ops' pointers
+    // come from, which are `args` (send buffers read, receive buffers lent
+    // with `GraphArg::write`), and the communicator `keep_alive` holds.
+    unsafe {
+        capture.record_external(first.stream, args, first.comm.keep_alive(), || {
+            // Met only once the capture has taken the stream: a call that
+            // meets the other ranks and then makes no NCCL call would leave
+            // theirs unmatched.
+            meet(ops)?;
+            let (_, result) = issue_all(ops, issue)?;
+            let rebound = first.comm.context().force_bind().map_err(Error::from);
+            result.and(rebound)
+        })
     }
-    result.and(rebound)
+}
+
+/// The common case of one thread driving every rank of a communicator made
+/// by `all_devices`, one collective each (a data-parallel step): `true`
+/// when the ops are exactly that and every rank's shape is the first's,
+/// which is all the general checks (`Group::check_ranks`, `meet`) would
+/// establish, at the cost of one comparison per rank, with no lock and no
+/// allocation. No other thread can hold these ranks (the group borrows
+/// each, and a `Communicator` is not `Sync`), so there is no one to meet.
+/// `false` sends the ops down the general path, which also names any
+/// disagreement.
+fn whole_round_agrees(ops: &[Op<'_>]) -> bool {
+    let Some(first) = ops.first() else {
+        return false;
+    };
+    let n = first.comm.size();
+    if ops.len() != n || n > 64 {
+        return false;
+    }
+    let mut seen = 0u64;
+    for op in ops {
+        if !op.comm.made_together
+            || !Arc::ptr_eq(op.comm.meeting(), first.comm.meeting())
+            || op.shape != first.shape
+            || op.shape.kind.is_p2p()
+        {
+            return false;
+        }
+        seen |= 1 << op.comm.rank();
+    }
+    seen.count_ones() as usize == n
 }
 
 /// Post the ops' shapes, per communicator and rank, to the meetings of the
@@ -374,8 +507,21 @@ fn meet(ops: &[Op<'_>]) -> Result<()> {
     for (meeting, calls) in &meetings {
         meeting.check_pairs_within(calls)?;
     }
+    // A communicator driven whole by this call (every rank of one made by
+    // `all_devices`) is judged here: no other thread can hold its ranks.
+    let whole = |meeting: &Arc<Meeting>, calls: &Calls| {
+        ops.iter()
+            .filter(|op| Arc::ptr_eq(op.comm.meeting(), meeting))
+            .all(|op| op.comm.made_together && calls.len() == op.comm.size())
+    };
+    for (meeting, calls) in &meetings {
+        if whole(meeting, calls) {
+            meeting.judge_whole(calls)?;
+        }
+    }
     let tickets: Vec<_> = meetings
         .into_iter()
+        .filter(|(meeting, calls)| !whole(meeting, calls))
         .filter_map(|(meeting, calls)| meeting.post(calls.into_iter().collect()))
         .collect();
     // Every ticket waited for, so each round's verdict is collected.
@@ -749,6 +895,9 @@ impl<'a> Group<'a> {
     /// and the ranks in this process agree, this group's among themselves
     /// and with the other threads' calls for their other ranks.
     fn check_ranks(&self) -> Result<()> {
+        if whole_round_agrees(&self.ops) {
+            return Ok(());
+        }
         // communicator -> (size, rank -> its calls)
         let mut together: Vec<(&Arc<Meeting>, usize, BTreeMap<usize, usize>)> = Vec::new();
         for op in self
@@ -834,6 +983,45 @@ mod tests {
     use super::*;
     use driver::DeviceBuffer;
     use test_support::Gate;
+
+    /// The lock-free path is what one thread driving a whole `all_devices`
+    /// communicator takes for one collective per rank, and only then.
+    #[test]
+    fn a_whole_matching_round_skips_the_meeting_and_nothing_else_does() {
+        let contexts = Context::all().unwrap();
+        if contexts.len() < 2 {
+            eprintln!(
+                "skipped: needs two devices, the driver reports {}",
+                contexts.len()
+            );
+            return;
+        }
+        let comms = Communicator::all_devices(&contexts).unwrap();
+        let streams: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+        let mut bufs: Vec<DeviceBuffer<f32>> = streams
+            .iter()
+            .enumerate()
+            .map(|(r, s)| DeviceBuffer::from_slice(s, &vec![1.0; 8 + r % 2]).unwrap())
+            .collect();
+        let n = comms.len();
+        let round = |bufs: &mut [DeviceBuffer<f32>], ranks: usize| {
+            let mut group = Group::new();
+            for ((comm, stream), buf) in comms.iter().zip(&streams).zip(bufs).take(ranks) {
+                group
+                    .all_reduce_in_place(comm, stream, buf, ReduceOp::Sum)
+                    .unwrap();
+            }
+            whole_round_agrees(&group.ops)
+        };
+        // Rank 1's buffer is one longer: the general path names it.
+        assert!(!round(&mut bufs, n));
+        let mut same: Vec<DeviceBuffer<f32>> = streams
+            .iter()
+            .map(|s| DeviceBuffer::from_slice(s, &[1.0; 8]).unwrap())
+            .collect();
+        assert!(round(&mut same, n));
+        assert!(!round(&mut same, n - 1), "a rank left out");
+    }
 
     /// A failure after NCCL has the calls still tracks each of them: send
     /// buffers dropped at once on their home streams are freed only after

@@ -16,7 +16,9 @@
 //!   call reaches NCCL, whether each thread makes its collectives alone or
 //!   one thread groups them; ranks in other processes cannot be compared
 //!   (see [`Communicator`]);
-//! - collectives refused on a stream that is being captured into a graph
+//! - collectives captured into CUDA graphs through the capture
+//!   ([`Communicator::captured`]), the graph keeping their buffers and the
+//!   communicator alive; the eager calls are refused on a capturing stream
 //!   ([`Error::StreamCapturing`]);
 //! - [`Group`]: several collectives issued together (`ncclGroupStart` /
 //!   `ncclGroupEnd`), which is how one thread drives many devices;
@@ -63,6 +65,7 @@
 #[doc = include_str!("../../../docs/multi-gpu.md")]
 mod docs_examples {}
 
+mod captured;
 mod communicator;
 mod error;
 mod group;
@@ -78,6 +81,7 @@ pub use engine;
 /// The software driver, whose NCCL runs the collectives without a GPU.
 pub use soft_driver;
 
+pub use captured::CapturedCollectives;
 pub use communicator::Communicator;
 pub use error::{Error, Result};
 pub use group::Group;

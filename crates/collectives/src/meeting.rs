@@ -294,6 +294,57 @@ impl Meeting {
         Ok(())
     }
 
+    /// The verdict on `calls` when they hold every rank of the
+    /// communicator and no other thread can post to it (one thread drives
+    /// a communicator made by `all_devices` whole: it borrows every rank,
+    /// and a `Communicator` is not `Sync`): the same judgement as a posted
+    /// round's and pairs', without the lock, the wait or the bookkeeping.
+    /// Skipping the post leaves every rank's round and pair counters where
+    /// they were, so later posted calls still line up.
+    pub(crate) fn judge_whole(
+        &self,
+        calls: &std::collections::BTreeMap<usize, Vec<Shape>>,
+    ) -> Result<(), crate::Error> {
+        debug_assert_eq!(calls.len(), self.nranks);
+        for (&from, shapes) in calls {
+            for (&to, theirs) in calls {
+                let sends = shapes
+                    .iter()
+                    .filter(|s| s.kind == Kind::Send && s.root == to);
+                let recvs = theirs
+                    .iter()
+                    .filter(|s| s.kind == Kind::Recv && s.root == from);
+                // Equal in number (`check_pairs_within`): the k-th send
+                // meets the k-th receive.
+                for (sent, received) in sends.zip(recvs) {
+                    if sent.count != received.count || sent.dtype != received.dtype {
+                        return Err(Refusal::Disagree(Disagreement::Peer {
+                            from,
+                            to,
+                            sent: *sent,
+                            received: *received,
+                        })
+                        .into());
+                    }
+                }
+            }
+        }
+        let rounds: Vec<Option<Vec<Shape>>> = calls
+            .values()
+            .map(|shapes| {
+                Some(
+                    shapes
+                        .iter()
+                        .filter(|s| !s.kind.is_p2p())
+                        .copied()
+                        .collect(),
+                )
+            })
+            .collect();
+        judge(&rounds, &vec![true; self.nranks])
+            .map_err(|disagreement| Refusal::Disagree(disagreement).into())
+    }
+
     /// Post `calls` (each a local rank's collectives, sends and receives,
     /// in call order): the collectives as their ranks' next round, each
     /// send or receive with a local peer as its side of a pair. Returns

@@ -421,3 +421,23 @@ fn repeated_exchanges_stay_matched() {
         }
     });
 }
+
+/// One thread driving every rank (judged without the meeting): a send and
+/// its receive that differ in count are refused before NCCL sees either.
+#[test]
+fn counts_that_differ_in_a_group_of_every_rank_are_refused() {
+    let Some(contexts) = devices(2) else { return };
+    let comms = Communicator::all_devices(&contexts[..2]).unwrap();
+    let streams = streams(&contexts[..2]);
+    let data = DeviceBuffer::from_slice(&streams[0], &[1u32; 8]).unwrap();
+    let mut into = DeviceBuffer::<u32>::new_async(&streams[1], 6).unwrap();
+    let mut group = Group::new();
+    group.send(&comms[0], &streams[0], &data, 1).unwrap();
+    group.recv(&comms[1], &streams[1], &mut into, 0).unwrap();
+    let err = group.end().unwrap_err();
+    assert!(
+        matches!(err, Error::PeerMismatch { from: 0, to: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("8 element(s) of u32"), "{err}");
+}

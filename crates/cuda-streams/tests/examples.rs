@@ -16,7 +16,40 @@
 ))]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long one example may run: `CUDA_STREAMS_EXAMPLE_TIMEOUT_S`, or 300 s
+/// (the software driver runs each in seconds; a hang fails instead of
+/// stalling the suite).
+fn timeout() -> Duration {
+    std::env::var("CUDA_STREAMS_EXAMPLE_TIMEOUT_S")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map_or(Duration::from_secs(300), Duration::from_secs_f64)
+}
+
+/// The child's output, or `None` (the child killed) when it has not ended
+/// within `limit`. A thread waits for it; this one waits on a channel with
+/// a deadline.
+fn wait_within(child: Child, limit: Duration) -> Option<Output> {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(output) => Some(output.expect("waiting for an example")),
+        Err(_) => {
+            // The waiter thread owns the child: kill it by its id (its
+            // own children, the ranks of a multi-process example, end
+            // with their NCCL peers).
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            None
+        }
+    }
+}
 
 /// Every `[[example]]` of Cargo.toml.
 const EXAMPLES: &[&str] = &[
@@ -32,6 +65,8 @@ const EXAMPLES: &[&str] = &[
     "graph_replay",
     "data_parallel",
     "two_gpu_pipeline",
+    "pipeline_parallel",
+    "all_to_all",
     "user_kernels",
 ];
 
@@ -68,10 +103,20 @@ fn every_example_runs() {
              with a `--test` filter run `cargo build -p cuda-streams --examples` first)",
             path.display()
         );
-        let output = Command::new(&path)
+        let child = Command::new(&path)
             .current_dir(&work)
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+        let Some(output) = wait_within(child, timeout()) else {
+            println!("--- {name}: killed after {:?}", timeout());
+            failures.push(format!(
+                "{name} (still running after {:?}: a hang, or set CUDA_STREAMS_EXAMPLE_TIMEOUT_S)",
+                timeout()
+            ));
+            continue;
+        };
         println!("--- {name}: {}", output.status);
         print!("{}", String::from_utf8_lossy(&output.stdout));
         if !output.status.success() {

@@ -237,6 +237,9 @@ struct Resources {
     /// Host buffers of copies, and whether a copy writes them.
     hosts: Vec<(Arc<dyn KeptHost>, bool)>,
     kernels: Vec<Kernel>,
+    /// What work enqueued by another crate needs alive while the graph may
+    /// replay it ([`Capture::record_external`]): an NCCL communicator.
+    external: Vec<Arc<dyn Any + Send + Sync>>,
     /// Shared with the stream callbacks that release them after the last
     /// replays (see `GraphExec::release`).
     callbacks: Arc<Vec<Arc<HostNode>>>,
@@ -522,6 +525,53 @@ impl Capture {
             capture.worked_on(stream);
             Ok(())
         })
+    }
+
+    /// Capture work that another crate enqueues on `stream` itself (an NCCL
+    /// collective): `enqueue` makes its calls on `stream.as_raw()` while
+    /// the stream captures, so they become nodes of the graph. The buffers
+    /// of `args` and `keep` (the communicator) are kept alive by the graph,
+    /// whatever `enqueue` returns, and every replay orders the buffers like
+    /// a captured launch's. `stream` must be the origin or a stream forked
+    /// in; its context is made current before `enqueue` runs.
+    ///
+    /// # Safety
+    /// The work `enqueue` enqueues on `stream` may touch only the device
+    /// memory of `args` (and write only what is lent with
+    /// [`GraphArg::write`]) and what `keep` keeps alive, and must enqueue
+    /// on no stream outside this capture.
+    pub unsafe fn record_external<R, E: From<Error>>(
+        &mut self,
+        stream: &Stream,
+        args: &[GraphArg],
+        keep: Arc<dyn Any + Send + Sync>,
+        enqueue: impl FnOnce() -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        self.check_member(stream)?;
+        for arg in args {
+            if let ArgInner::Buffer(memory, _) = &arg.inner {
+                stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
+            }
+        }
+        stream.context().bind()?;
+        // Kept before the work is recorded: whatever part of it the graph
+        // holds finds its memory alive at every replay.
+        for arg in args {
+            if let ArgInner::Buffer(memory, writable) = &arg.inner {
+                self.resources.add_buffer(memory, *writable);
+            }
+        }
+        if !self
+            .resources
+            .external
+            .iter()
+            .any(|kept| Arc::ptr_eq(kept, &keep))
+        {
+            self.resources.external.push(keep);
+        }
+        let recorded = enqueue()?;
+        self.worked_on(stream);
+        Ok(recorded)
     }
 
     /// Device memory private to the graph, for intermediate results its

@@ -196,11 +196,30 @@ impl CaptureOpBuilder<'_, '_> {
         self,
         work: impl FnOnce(&mut Capture, &Stream) -> driver::Result<()>,
     ) -> Result<OperationId> {
+        let id = OperationId(self.capture.ops.len() as u64 + 1);
+        let label = self.label.clone();
+        self.run_with(|capture, stream| {
+            work(capture, stream).map_err(|source| Error::OperationFailed {
+                operation: id,
+                label,
+                source,
+            })
+        })
+    }
+
+    /// [`CaptureOpBuilder::run`] for work whose errors are another crate's
+    /// (an NCCL collective captured with
+    /// `cuda_streams_collectives::Communicator::captured`): `work`'s error
+    /// is returned as it is.
+    pub fn run_with<E: From<Error>>(
+        self,
+        work: impl FnOnce(&mut Capture, &Stream) -> std::result::Result<(), E>,
+    ) -> std::result::Result<OperationId, E> {
         let CaptureOpBuilder {
             capture,
             stream,
             after,
-            label,
+            label: _,
             callbacks,
         } = self;
         let id = OperationId(capture.ops.len() as u64 + 1);
@@ -211,26 +230,24 @@ impl CaptureOpBuilder<'_, '_> {
             return Err(Error::UnknownDependency {
                 operation: id,
                 dependency,
-            });
+            }
+            .into());
         }
         capture.enter(&stream)?;
         for dependency in &after {
             let dep = &capture.ops[dependency.0 as usize - 1];
             if dep.stream.id() != stream.id() {
-                stream.wait_event(&dep.completion)?;
+                stream.wait_event(&dep.completion).map_err(Error::from)?;
             }
         }
-        if let Err(source) = work(&mut capture.capture, &stream) {
-            return Err(Error::OperationFailed {
-                operation: id,
-                label,
-                source,
-            });
-        }
+        work(&mut capture.capture, &stream)?;
         for callback in callbacks {
-            capture.capture.add_callback(&stream, callback)?;
+            capture
+                .capture
+                .add_callback(&stream, callback)
+                .map_err(Error::from)?;
         }
-        let completion = stream.mark()?;
+        let completion = stream.mark().map_err(Error::from)?;
         capture.ops.push(Captured { stream, completion });
         Ok(id)
     }
