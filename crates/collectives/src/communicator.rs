@@ -1070,6 +1070,27 @@ where
     Ok(ops)
 }
 
+/// The root's side of a gather (`Kind::Recv`) or scatter (`Kind::Send`):
+/// one part of `count` elements of the root's buffer at `base` per peer,
+/// the buffer's use tracked once (by the first part).
+fn root_parts<'a, T: NcclType>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    kind: Kind,
+    base: sys::CUdeviceptr,
+    count: usize,
+    whole_use: BufferUse<'a>,
+    ops: &mut Vec<Op<'a>>,
+) -> Result<()> {
+    let mut pending = Some(whole_use);
+    for peer in 0..comm.nranks {
+        let uses = pending.take().into_iter().collect();
+        let elems = peer * count..(peer + 1) * count;
+        ops.push(part::<T>(comm, stream, kind, base, elems, peer, uses)?);
+    }
+    Ok(())
+}
+
 pub(crate) fn gather_ops<'a, T, S, D>(
     comm: &'a Communicator,
     stream: &'a Stream,
@@ -1096,19 +1117,15 @@ where
         };
         check_len(comm, "gather", "receive buffer", whole, recv.device_len())?;
         let r = recv.device_ptr();
-        let mut recv_use = Some(BufferUse::write(recv));
-        for peer in 0..comm.nranks {
-            let uses = recv_use.take().into_iter().collect();
-            ops.push(part::<T>(
-                comm,
-                stream,
-                Kind::Recv,
-                r,
-                peer * count..(peer + 1) * count,
-                peer,
-                uses,
-            )?);
-        }
+        root_parts::<T>(
+            comm,
+            stream,
+            Kind::Recv,
+            r,
+            count,
+            BufferUse::write(recv),
+            &mut ops,
+        )?;
     }
     ops.push(send_op(comm, stream, send, root)?);
     Ok(ops)
@@ -1140,19 +1157,15 @@ where
         };
         check_len(comm, "scatter", "send buffer", whole, send.device_len())?;
         let s = send.device_ptr();
-        let mut send_use = Some(BufferUse::read(send));
-        for peer in 0..comm.nranks {
-            let uses = send_use.take().into_iter().collect();
-            ops.push(part::<T>(
-                comm,
-                stream,
-                Kind::Send,
-                s,
-                peer * count..(peer + 1) * count,
-                peer,
-                uses,
-            )?);
-        }
+        root_parts::<T>(
+            comm,
+            stream,
+            Kind::Send,
+            s,
+            count,
+            BufferUse::read(send),
+            &mut ops,
+        )?;
     }
     ops.push(recv_op(comm, stream, recv, root)?);
     Ok(ops)
