@@ -362,7 +362,7 @@ impl Communicator {
     ///
     /// Refused ([`Error::CommunicatorInGraph`]) while a graph or an
     /// instance of one holds collectives captured on this rank
-    /// ([`Communicator::capture`]): their replays would call a freed
+    /// ([`Communicator::captured`]): their replays would call a freed
     /// communicator. This handle is released then, and the communicator
     /// destroyed (`ncclCommDestroy`) with the last graph that holds it.
     pub fn abort(mut self) -> Result<()> {
