@@ -66,48 +66,58 @@ impl Driver {
     /// naming what was searched for. The library stays loaded for the rest of
     /// the process, as the CUDA runtime does, so the table is `'static`.
     pub fn load() -> Result<Driver, LoadError> {
-        let mut tried = Vec::new();
-        for name in LIBRARY_NAMES {
-            // SAFETY: opening libcuda runs its initialisers, which are designed to
-            // run in any process that links or dlopens it.
-            match unsafe { libloading::Library::new(name) } {
-                Ok(library) => return Self::from_library(name, library),
-                Err(err) => tried.push((name, err.to_string())),
-            }
-        }
-        Err(LoadError::LibraryNotFound { tried })
-    }
-
-    fn from_library(name: &'static str, library: libloading::Library) -> Result<Driver, LoadError> {
-        let resolve = |symbol: &'static str| -> *const c_void {
-            // SAFETY: we only take the symbol's address; it is given a function
-            // type by `from_resolver`, whose contract the next comment upholds.
-            match unsafe { library.get::<unsafe extern "C" fn()>(symbol.as_bytes()) } {
-                Ok(function) => *function as *const c_void,
-                Err(_) => std::ptr::null(),
-            }
-        };
+        // SAFETY: opening libcuda runs its initialisers, which are designed to
+        // run in any process that links or dlopens it.
+        let (name, library) = unsafe { open_first(LIBRARY_NAMES) }
+            .map_err(|tried| LoadError::LibraryNotFound { tried })?;
         // SAFETY: each symbol is looked up by the exact versioned name the CUDA
         // 13.0 headers select, so its type is the one the bindings declare; the
         // library is leaked below, so the addresses stay valid forever.
-        let table = unsafe { Driver::from_resolver(resolve) };
-        match table {
-            Ok(table) => {
-                // Unloading libcuda while handles exist is unsound, and the CUDA
-                // runtime never unloads it either.
-                std::mem::forget(library);
-                Ok(table)
-            }
-            Err(missing) => Err(LoadError::MissingSymbols {
+        let table = unsafe { Driver::from_resolver(|symbol| symbol_address(&library, symbol)) }
+            .map_err(|missing| LoadError::MissingSymbols {
                 library: name,
                 missing,
-            }),
-        }
+            })?;
+        // Unloading libcuda while handles exist is unsound, and the CUDA
+        // runtime never unloads it either.
+        std::mem::forget(library);
+        Ok(table)
     }
 
     /// The number of entry points in the table.
     pub const fn entry_point_count() -> usize {
         SYMBOLS.len()
+    }
+}
+
+/// The first of `names` that opens, or each name tried with why it did not:
+/// how every library of the workspace (libcuda, NCCL, CUPTI, NVRTC) is found.
+///
+/// # Safety
+/// Opening a library runs its initialisers: each name must be a library
+/// made to be loaded into any process.
+pub(crate) unsafe fn open_first<N: AsRef<std::ffi::OsStr>>(
+    names: impl IntoIterator<Item = N>,
+) -> Result<(N, libloading::Library), Vec<(N, String)>> {
+    let mut tried = Vec::new();
+    for name in names {
+        // SAFETY: the caller's contract.
+        match unsafe { libloading::Library::new(name.as_ref()) } {
+            Ok(library) => return Ok((name, library)),
+            Err(err) => tried.push((name, err.to_string())),
+        }
+    }
+    Err(tried)
+}
+
+/// The address of `symbol` in `library`, null when it has none: the
+/// resolver every table's `from_resolver` takes.
+pub(crate) fn symbol_address(library: &libloading::Library, symbol: &str) -> *const c_void {
+    // SAFETY: only the symbol's address is taken; `from_resolver` gives it a
+    // function type, under the contract its caller upholds.
+    match unsafe { library.get::<unsafe extern "C" fn()>(symbol.as_bytes()) } {
+        Ok(function) => *function as *const c_void,
+        Err(_) => std::ptr::null(),
     }
 }
 

@@ -8,6 +8,7 @@
 //! handles of the real driver, whose library this is.
 
 use crate::bindings::{CUfunction, CUresult};
+use std::ffi::c_void;
 use std::sync::OnceLock;
 
 /// `cuFuncGetParamInfo` (CUDA 12.4 and later): the offset and size of a
@@ -33,23 +34,19 @@ pub type FuncGetParamInfo = unsafe extern "C" fn(
 pub fn func_get_param_info() -> Option<FuncGetParamInfo> {
     static RESOLVED: OnceLock<Option<FuncGetParamInfo>> = OnceLock::new();
     *RESOLVED.get_or_init(|| {
-        for name in crate::load::LIBRARY_NAMES {
-            // SAFETY: as in `Driver::load`: opening libcuda runs its
-            // initialisers, which are designed to run in any process that
-            // dlopens it (and it is already open where the driver is in use).
-            let Ok(library) = (unsafe { libloading::Library::new(name) }) else {
-                continue;
-            };
-            // SAFETY: the symbol is cuda.h's `cuFuncGetParamInfo`, whose
-            // signature `FuncGetParamInfo` copies; the library is never
-            // unloaded (below), so the address stays valid.
-            let function = unsafe { library.get::<FuncGetParamInfo>(b"cuFuncGetParamInfo\0") }
-                .ok()
-                .map(|symbol| *symbol);
-            // Never unloaded, as `Driver::load` never unloads it.
-            std::mem::forget(library);
-            return function;
+        // SAFETY: as in `Driver::load`: opening libcuda runs its initialisers,
+        // which are designed to run in any process that dlopens it (and it is
+        // already open where the driver is in use).
+        let (_, library) = unsafe { crate::load::open_first(crate::load::LIBRARY_NAMES) }.ok()?;
+        let address = crate::load::symbol_address(&library, "cuFuncGetParamInfo");
+        // Never unloaded, as `Driver::load` never unloads it.
+        std::mem::forget(library);
+        if address.is_null() {
+            return None;
         }
-        None
+        // SAFETY: the symbol is cuda.h's `cuFuncGetParamInfo`, whose signature
+        // `FuncGetParamInfo` copies; the library is never unloaded, so the
+        // address stays valid.
+        Some(unsafe { std::mem::transmute::<*const c_void, FuncGetParamInfo>(address) })
     })
 }

@@ -24,7 +24,7 @@ mod table;
 pub use table::{Cupti, SYMBOLS};
 
 use bindings::CUptiResult;
-use std::ffi::{CStr, c_void};
+use std::ffi::CStr;
 
 /// The environment variable naming the CUPTI library to open instead of the
 /// default search.
@@ -113,42 +113,23 @@ impl Cupti {
 
     /// Open the first of `names` that opens and resolve every entry point.
     fn from_library_names(names: &[&str]) -> Result<Cupti, CuptiLoadError> {
-        let mut tried = Vec::new();
-        for &name in names {
-            let name = name.to_string();
-            // SAFETY: opening libcupti runs its initialisers, which are designed
-            // to run in any process that links or dlopens it.
-            match unsafe { libloading::Library::new(&name) } {
-                Ok(library) => return Self::from_library(name, library),
-                Err(err) => tried.push((name, err.to_string())),
-            }
-        }
-        Err(CuptiLoadError::LibraryNotFound { tried })
-    }
-
-    fn from_library(name: String, library: libloading::Library) -> Result<Cupti, CuptiLoadError> {
-        let resolve = |symbol: &'static str| -> *const c_void {
-            // SAFETY: we only take the symbol's address; `from_resolver` gives it
-            // a function type, under the contract the next comment upholds.
-            match unsafe { library.get::<unsafe extern "C" fn()>(symbol.as_bytes()) } {
-                Ok(function) => *function as *const c_void,
-                Err(_) => std::ptr::null(),
-            }
-        };
+        let names = names.iter().map(|name| name.to_string());
+        // SAFETY: opening libcupti runs its initialisers, which are designed
+        // to run in any process that links or dlopens it.
+        let (name, library) = unsafe { crate::load::open_first(names) }
+            .map_err(|tried| CuptiLoadError::LibraryNotFound { tried })?;
         // SAFETY: each symbol is looked up by the name cupti.h declares, so its
         // type is the one the bindings give it; the library is leaked below, so
         // the addresses stay valid forever.
-        match unsafe { Cupti::from_resolver(resolve) } {
-            Ok(table) => {
-                // CUPTI keeps threads and callbacks into this process: never unload it.
-                std::mem::forget(library);
-                Ok(table)
-            }
-            Err(missing) => Err(CuptiLoadError::MissingSymbols {
-                library: name,
-                missing,
-            }),
-        }
+        let table =
+            unsafe { Cupti::from_resolver(|symbol| crate::load::symbol_address(&library, symbol)) }
+                .map_err(|missing| CuptiLoadError::MissingSymbols {
+                    library: name,
+                    missing,
+                })?;
+        // CUPTI keeps threads and callbacks into this process: never unload it.
+        std::mem::forget(library);
+        Ok(table)
     }
 
     /// The number of entry points in the table.

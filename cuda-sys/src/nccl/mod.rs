@@ -35,7 +35,6 @@ mod table;
 pub use bindings::*;
 pub use table::{Nccl, SYMBOLS};
 
-use std::ffi::c_void;
 use std::fmt;
 
 /// The library names tried, after `CUDA_STREAMS_NCCL_LIBRARY`: the soname
@@ -135,41 +134,22 @@ impl Nccl {
         }
         names.extend(LIBRARY_NAMES.iter().map(|name| name.to_string()));
         names.extend(wheel_libraries());
-        let mut tried = Vec::new();
-        for name in names {
-            // SAFETY: opening libnccl runs its initialisers, which are made to
-            // run in any process that links or dlopens it.
-            match unsafe { libloading::Library::new(&name) } {
-                Ok(library) => return Self::from_library(name, library),
-                Err(err) => tried.push((name, err.to_string())),
-            }
-        }
-        Err(NcclLoadError::LibraryNotFound { tried })
-    }
-
-    fn from_library(name: String, library: libloading::Library) -> Result<Nccl, NcclLoadError> {
-        let resolve = |symbol: &'static str| -> *const c_void {
-            // SAFETY: only the symbol's address is taken; `from_resolver` gives
-            // it its type, under the contract the next comment upholds.
-            match unsafe { library.get::<unsafe extern "C" fn()>(symbol.as_bytes()) } {
-                Ok(function) => *function as *const c_void,
-                Err(_) => std::ptr::null(),
-            }
-        };
+        // SAFETY: opening libnccl runs its initialisers, which are made to
+        // run in any process that links or dlopens it.
+        let (name, library) = unsafe { crate::load::open_first(names) }
+            .map_err(|tried| NcclLoadError::LibraryNotFound { tried })?;
         // SAFETY: each symbol is looked up by the name nccl.h declares, so its
         // type is the one the bindings give it (NCCL keeps its ABI within a
         // major version); the library is leaked below, so the addresses stay
         // valid for the rest of the process.
-        match unsafe { Nccl::from_resolver(resolve) } {
-            Ok(table) => {
-                std::mem::forget(library);
-                Ok(table)
-            }
-            Err(missing) => Err(NcclLoadError::MissingSymbols {
-                library: name,
-                missing,
-            }),
-        }
+        let table =
+            unsafe { Nccl::from_resolver(|symbol| crate::load::symbol_address(&library, symbol)) }
+                .map_err(|missing| NcclLoadError::MissingSymbols {
+                    library: name,
+                    missing,
+                })?;
+        std::mem::forget(library);
+        Ok(table)
     }
 }
 

@@ -29,7 +29,7 @@ mod table;
 pub use table::{Nvrtc, SYMBOLS};
 
 use bindings::nvrtcResult;
-use std::ffi::{CStr, c_void};
+use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming the NVRTC library to open instead of the
@@ -171,41 +171,22 @@ impl Nvrtc {
 
     /// Open the first of `names` that opens and resolve every entry point.
     fn from_library_names(names: &[String]) -> Result<Nvrtc, NvrtcLoadError> {
-        let mut tried = Vec::new();
-        for name in names {
-            // SAFETY: opening libnvrtc runs its initialisers, which are
-            // designed to run in any process that links or dlopens it.
-            match unsafe { libloading::Library::new(name) } {
-                Ok(library) => return Self::from_library(name.clone(), library),
-                Err(err) => tried.push((name.clone(), err.to_string())),
-            }
-        }
-        Err(NvrtcLoadError::LibraryNotFound { tried })
-    }
-
-    fn from_library(name: String, library: libloading::Library) -> Result<Nvrtc, NvrtcLoadError> {
-        let resolve = |symbol: &'static str| -> *const c_void {
-            // SAFETY: we only take the symbol's address; `from_resolver` gives it
-            // a function type, under the contract the next comment upholds.
-            match unsafe { library.get::<unsafe extern "C" fn()>(symbol.as_bytes()) } {
-                Ok(function) => *function as *const c_void,
-                Err(_) => std::ptr::null(),
-            }
-        };
+        // SAFETY: opening libnvrtc runs its initialisers, which are designed
+        // to run in any process that links or dlopens it.
+        let (name, library) = unsafe { crate::load::open_first(names.iter().cloned()) }
+            .map_err(|tried| NvrtcLoadError::LibraryNotFound { tried })?;
         // SAFETY: each symbol is looked up by the name nvrtc.h declares, so its
         // type is the one the bindings give it; the library is leaked below, so
         // the addresses stay valid forever.
-        match unsafe { Nvrtc::from_resolver(resolve) } {
-            Ok(table) => {
-                // Programs and strings NVRTC handed out must never outlive it.
-                std::mem::forget(library);
-                Ok(table)
-            }
-            Err(missing) => Err(NvrtcLoadError::MissingSymbols {
-                library: name,
-                missing,
-            }),
-        }
+        let table =
+            unsafe { Nvrtc::from_resolver(|symbol| crate::load::symbol_address(&library, symbol)) }
+                .map_err(|missing| NvrtcLoadError::MissingSymbols {
+                    library: name,
+                    missing,
+                })?;
+        // Programs and strings NVRTC handed out must never outlive it.
+        std::mem::forget(library);
+        Ok(table)
     }
 
     /// The number of entry points in the table.
