@@ -275,7 +275,7 @@ impl StreamProfiler {
     ///
     /// ```
     /// # use cuda_streams_profiler::StreamProfiler;
-    /// # use driver::{Context, DeviceBuffer, Stream};
+    /// # use cuda_streams_profiler::driver::{Context, DeviceBuffer, Stream};
     /// # fn main() -> cuda_streams_profiler::Result<()> {
     /// # let ctx = Context::new(0)?;
     /// # let stream = Stream::new(&ctx)?;
