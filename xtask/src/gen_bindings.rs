@@ -190,6 +190,36 @@ pub(crate) fn split_functions(
 }
 
 /// A file of `items`, to print as bindings.
+/// Write (or, with `check`, compare) a library's generated `bindings.rs`
+/// and `table.rs` in `cuda-sys/src/<dir>`, each headed by `generated_by`.
+/// Returns how many files changed.
+pub(crate) fn write_library_files(
+    root: &std::path::Path,
+    dir: &str,
+    generated_by: &str,
+    bindings: &syn::File,
+    table: &str,
+    check: bool,
+) -> Result<usize> {
+    let out = root.join("cuda-sys").join("src").join(dir);
+    let header = format!("// {generated_by}\n\n");
+    let files = [
+        (
+            "bindings.rs",
+            format!("{header}{}", prettyplease::unparse(bindings)),
+        ),
+        ("table.rs", format!("{header}{table}")),
+    ];
+    let mut changed = 0;
+    for (name, contents) in files {
+        if write_or_check(&out.join(name), contents.as_bytes(), check, "bindgen")? {
+            changed += 1;
+            eprintln!("xtask: wrote cuda-sys/src/{dir}/{name}");
+        }
+    }
+    Ok(changed)
+}
+
 pub(crate) fn file_of(items: Vec<syn::Item>) -> syn::File {
     syn::File {
         shebang: None,

@@ -8,7 +8,7 @@
 //!   filled by the software NCCL.
 
 use crate::gen_bindings::{TableSpec, function_table};
-use crate::{Result, cuda_toolchain, workspace_root, write_or_check};
+use crate::{Result, cuda_toolchain, workspace_root};
 use std::collections::BTreeMap;
 
 /// Every NCCL entry point the workspace calls.
@@ -85,21 +85,5 @@ pub(crate) fn run(check: bool) -> Result<usize> {
         &functions,
         &BTreeMap::new(),
     )?;
-    let out = root.join("cuda-sys").join("src").join("nccl");
-    let header = format!("// {GENERATED_BY}\n\n");
-    let files = [
-        (
-            "bindings.rs",
-            format!("{header}{}", prettyplease::unparse(&bindings)),
-        ),
-        ("table.rs", format!("{header}{table}")),
-    ];
-    let mut changed = 0;
-    for (name, contents) in files {
-        if write_or_check(&out.join(name), contents.as_bytes(), check, "bindgen")? {
-            changed += 1;
-            eprintln!("xtask: wrote cuda-sys/src/nccl/{name}");
-        }
-    }
-    Ok(changed)
+    crate::gen_bindings::write_library_files(&root, "nccl", GENERATED_BY, &bindings, &table, check)
 }

@@ -8,7 +8,7 @@
 //!   by the driver crate's `Program`.
 
 use crate::gen_bindings::{TableSpec, function_table};
-use crate::{Result, cuda_toolchain, workspace_root, write_or_check};
+use crate::{Result, cuda_toolchain, workspace_root};
 use std::collections::BTreeMap;
 
 /// The NVRTC entry points `Program` calls.
@@ -77,21 +77,5 @@ pub(crate) fn run(check: bool) -> Result<usize> {
         &functions,
         &BTreeMap::new(),
     )?;
-    let out = root.join("cuda-sys").join("src").join("nvrtc");
-    let header = format!("// {GENERATED_BY}\n\n");
-    let files = [
-        (
-            "bindings.rs",
-            format!("{header}{}", prettyplease::unparse(&bindings)),
-        ),
-        ("table.rs", format!("{header}{table}")),
-    ];
-    let mut changed = 0;
-    for (name, contents) in files {
-        if write_or_check(&out.join(name), contents.as_bytes(), check, "bindgen")? {
-            changed += 1;
-            eprintln!("xtask: wrote cuda-sys/src/nvrtc/{name}");
-        }
-    }
-    Ok(changed)
+    crate::gen_bindings::write_library_files(&root, "nvrtc", GENERATED_BY, &bindings, &table, check)
 }
