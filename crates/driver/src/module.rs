@@ -187,21 +187,37 @@ impl Module {
             }
             return Ok(module);
         }
-        ctx.bind()?;
         let aligned =
             (ctx.kind() == DriverKind::Cuda && needs_copy(image)).then(|| aligned_copy(image));
         let data = match &aligned {
             Some(words) => words.as_ptr().cast::<std::ffi::c_void>(),
             None => image.as_ptr().cast(),
         };
-        let mut raw: CUmodule = std::ptr::null_mut();
         // SAFETY: `data` points at a complete image (the original, or an
-        // aligned NUL-terminated copy alive until after the call); the
-        // context is current.
+        // aligned NUL-terminated copy alive until after the call).
+        unsafe { Self::load_data(ctx, data, image.len(), declared, None) }
+    }
+
+    /// `cuModuleLoadData` of the image at `data` (`bytes` long, for the
+    /// error), kept as a module declaring `image`'s kernels.
+    ///
+    /// # Safety
+    /// `data` must point at a complete image (aligned and NUL-terminated
+    /// where the driver needs it) that stays alive until this returns.
+    unsafe fn load_data(
+        ctx: &Arc<Context>,
+        data: *const std::ffi::c_void,
+        bytes: usize,
+        image: ModuleImage,
+        source: Option<SourceInfo>,
+    ) -> Result<Arc<Self>> {
+        ctx.bind()?;
+        let mut raw: CUmodule = std::ptr::null_mut();
+        // SAFETY: the caller's contract for `data`; the context is current.
         let code = unsafe { (ctx.driver().cuModuleLoadData)(&mut raw, data) };
         if let Err(source) = ctx.driver().check(code) {
             return Err(Error::ModuleLoad {
-                bytes: image.len(),
+                bytes,
                 source,
                 detail: load_detail(ctx.kind()),
             });
@@ -209,8 +225,8 @@ impl Module {
         Ok(Arc::new(Self {
             ctx: Arc::clone(ctx),
             raw,
-            image: declared,
-            source: None,
+            image,
+            source,
         }))
     }
 
@@ -244,25 +260,18 @@ impl Module {
         image: &[u8],
         source: SourceInfo,
     ) -> Result<Arc<Self>> {
-        ctx.bind()?;
         let words = aligned_copy(image);
-        let mut raw: CUmodule = std::ptr::null_mut();
         // SAFETY: `words` holds the complete image, 8-byte aligned and
-        // NUL-terminated, alive until after the call; the context is current.
-        let code = unsafe { (ctx.driver().cuModuleLoadData)(&mut raw, words.as_ptr().cast()) };
-        if let Err(source) = ctx.driver().check(code) {
-            return Err(Error::ModuleLoad {
-                bytes: image.len(),
-                source,
-                detail: load_detail(ctx.kind()),
-            });
+        // NUL-terminated, alive until after the call.
+        unsafe {
+            Self::load_data(
+                ctx,
+                words.as_ptr().cast(),
+                image.len(),
+                ModuleImage::new(b"\0"),
+                Some(source),
+            )
         }
-        Ok(Arc::new(Self {
-            ctx: Arc::clone(ctx),
-            raw,
-            image: ModuleImage::new(b"\0"),
-            source: Some(source),
-        }))
     }
 
     /// The CUDA source as NVRTC compiles it: [`Program::compile_for`](crate::Program::compile_for).
