@@ -49,6 +49,20 @@ fn fail(code: R, why: impl Into<String>) -> R {
     code
 }
 
+/// A collective's buffer of `len` bytes at `ptr` must be live device memory
+/// that `device` may use; otherwise `ncclInvalidArgument` with the memory
+/// check's explanation.
+fn check_buffer(ptr: usize, len: usize, device: i32, what: &'static str) -> Result<(), R> {
+    crate::memory::check_device_access(ptr, len, device, what)
+        .map(drop)
+        .map_err(|_| {
+            fail(
+                R::ncclInvalidArgument,
+                crate::errors::last_error_detail().unwrap_or_default(),
+            )
+        })
+}
+
 fn code(result: Result<(), R>) -> R {
     match result {
         Ok(()) => R::ncclSuccess,
@@ -693,12 +707,7 @@ fn enqueue_p2p(
             } else {
                 "receive buffer"
             };
-            crate::memory::check_device_access(ptr, bytes, comm.device, what).map_err(|_| {
-                fail(
-                    R::ncclInvalidArgument,
-                    crate::errors::last_error_detail().unwrap_or_default(),
-                )
-            })?;
+            check_buffer(ptr, bytes, comm.device, what)?;
         }
         let p2p = P2p {
             send,
@@ -837,12 +846,7 @@ fn enqueue(
             (needs_recv, recv as usize, recv_len, "receive buffer"),
         ] {
             if needed && len > 0 {
-                crate::memory::check_device_access(ptr, len, comm.device, what).map_err(|_| {
-                    fail(
-                        R::ncclInvalidArgument,
-                        crate::errors::last_error_detail().unwrap_or_default(),
-                    )
-                })?;
+                check_buffer(ptr, len, comm.device, what)?;
             }
         }
         let arrival = Arrival {
