@@ -12,7 +12,7 @@
 //! The one test binary that needs the tree, the driver's `borrow_rules`
 //! (trybuild compile-fail proofs: it runs cargo), is left out.
 
-use crate::{Result, cuda_toolchain::run, doctests, workspace_root};
+use crate::{Result, cuda_toolchain::run, cust_stub, doctests, workspace_root};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -37,7 +37,9 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
     // `cargo test` builds the examples too; the facade's `examples` test finds
     // them through CUDA_STREAMS_EXAMPLES_DIR, which run.sh sets.
     // Off-by-default features whose tests need the GPU are on here (the
-    // cudarc interop tests skip without one).
+    // cudarc interop tests skip without one). cust links libcuda at build
+    // time: against the link stub here, the real driver on the GPU machine.
+    cust_stub::run_stub()?;
     let built = built_executables(
         &root,
         &[
@@ -46,8 +48,9 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
             "--release",
             "--no-run",
             "--features",
-            "cuda-streams-driver/cudarc",
+            "cuda-streams-driver/cudarc,cuda-streams-driver/cust",
         ],
+        Some(&cust_stub::library_dir(&root)),
     )?;
     // xtask's and the bench helpers' own unit tests have nothing to do with a GPU.
     // The borrow rules' compile-fail proofs run cargo and rustc on the source
@@ -71,7 +74,7 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
     }
     let mut benches = Vec::new();
     if with_benches && root.join("benches").join("Cargo.toml").is_file() {
-        benches = built_executables(&root, &["bench", "--workspace", "--no-run"])?
+        benches = built_executables(&root, &["bench", "--workspace", "--no-run"], None)?
             .into_iter()
             .filter(|b| b.kind == "bench")
             .collect();
@@ -144,9 +147,18 @@ struct Built {
     path: PathBuf,
 }
 
-/// Run a cargo build with JSON messages and collect the executables it made.
-fn built_executables(root: &Path, args: &[&str]) -> Result<Vec<Built>> {
-    let output = Command::new("cargo")
+/// Run a cargo build with JSON messages and collect the executables it made;
+/// `cust_link_stub` is the `CUDA_LIBRARY_PATH` cust's build scripts link from.
+fn built_executables(
+    root: &Path,
+    args: &[&str],
+    cust_link_stub: Option<&Path>,
+) -> Result<Vec<Built>> {
+    let mut command = Command::new("cargo");
+    if let Some(stub) = cust_link_stub {
+        command.env("CUDA_LIBRARY_PATH", stub);
+    }
+    let output = command
         .current_dir(root)
         .args(args)
         .arg("--message-format=json")

@@ -6,6 +6,7 @@
 mod bench_report;
 mod build_kernels;
 mod cuda_toolchain;
+mod cust_stub;
 mod doctests;
 mod gen_bindings;
 mod gen_cupti;
@@ -37,6 +38,10 @@ Commands:
                            lines: from LOG_DIR/bench-*.log and gpu.txt as
                            target/gpu-bundle/run.sh writes them, or (no --from) by
                            running `cargo bench -p cuda-streams-benches` here
+  cust-stub                build target/cuda-stub/lib64/libcuda.so, a link stub (soname
+                           libcuda.so.1, every entry point cust declares returns
+                           CUDA_ERROR_STUB_LIBRARY) so that the `cust` feature links
+                           without NVIDIA's driver: CUDA_LIBRARY_PATH=target/cuda-stub
   help                     print this text
 
 The CUDA 13.0 headers come from NVIDIA's Python wheels, installed on first use
@@ -58,6 +63,7 @@ fn main() -> ExitCode {
         "bindgen" => gen_bindings::run(check),
         "build-kernels" => build_kernels::run(check),
         "bench-report" => bench_report::run(rest),
+        "cust-stub" => cust_stub::run_stub(),
         "gpu-bundle" => gpu_bundle::run_bundle(!rest.iter().any(|a| a == "--no-bench")),
         "help" | "--help" | "-h" => {
             print!("{HELP}");

@@ -17,16 +17,13 @@
 //!
 //! cust links `libcuda` at build time (its `cust_raw` build script prints
 //! `cargo:rustc-link-lib=dylib=cuda`), unlike the rest of this crate, which
-//! opens the driver at run time. Building with this feature needs a CUDA
-//! toolkit: `CUDA_LIBRARY_PATH` (or `/usr/local/cuda`, `/opt/cuda`) must name
-//! a directory whose `lib64/` (or `lib64/stubs/`) holds `libcuda.so`, and the
-//! resulting binaries need NVIDIA's `libcuda.so.1` to start at all, so they
-//! cannot run on a machine without NVIDIA's driver, not even on the software
-//! driver. The CUDA wheels the workspace's `xtask` installs hold no
-//! `libcuda.so` (it ships with the driver and the toolkit's stubs), so this
-//! workspace's CI only type-checks and lints this module (`DOCS_RS=1`, which
-//! makes `cust_raw` skip linking, as on docs.rs). See `docs/architecture.md`,
-//! "cust", for the exact failures.
+//! opens the driver at run time. `CUDA_LIBRARY_PATH` (or `/usr/local/cuda`,
+//! `/opt/cuda`) must name a directory whose `lib64/` (or `lib64/stubs/`)
+//! holds `libcuda.so`: a CUDA toolkit's, or on a machine without one the link
+//! stub `cargo xtask cust-stub` builds from cust's own declarations
+//! (`CUDA_LIBRARY_PATH=target/cuda-stub`). The binaries then need a
+//! `libcuda.so.1` to start, and NVIDIA's driver to do anything through cust.
+//! See `docs/architecture.md`, "cust".
 //!
 //! # The rules that keep it sound
 //!
