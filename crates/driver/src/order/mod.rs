@@ -344,11 +344,26 @@ impl StreamState {
 /// that record was captured into a graph (then the clock is the stream's
 /// clock within the graph, which only streams of that capture may wait for).
 #[derive(Default)]
-pub(crate) struct EventOrder(Mutex<Option<(Clock, bool)>>);
+///
+/// Boxed, so an `Event` stays small; a re-record (pooled events are
+/// re-recorded all the time) overwrites the box in place, allocating nothing.
+pub(crate) struct EventOrder(Mutex<Option<Box<(Clock, bool)>>>);
 
 impl EventOrder {
     fn get(&self) -> Option<(Clock, bool)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+            .cloned()
+    }
+
+    fn set(&self, point: (Clock, bool)) {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_mut() {
+            Some(held) => **held = point,
+            None => *slot = Some(Box::new(point)),
+        }
     }
 }
 
@@ -382,8 +397,8 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
 /// `event` was recorded at `point` ([`record_point`]).
 #[inline]
 pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
-    if point.is_some() {
-        *event.order.0.lock().unwrap_or_else(|p| p.into_inner()) = point;
+    if let Some(point) = point {
+        event.order.set(point);
     }
 }
 
