@@ -782,7 +782,7 @@ where
     D: DeviceMemoryMut<Elem = T>,
 {
     let (s, r) = (send.device_ptr(), recv.device_ptr());
-    let uses = vec![BufferUse::read(send), BufferUse::write(recv)];
+    let uses = Uses::Two([BufferUse::read(send), BufferUse::write(recv)]);
     Op::new(comm, stream, shape, s, r, uses, bytes)
 }
 
@@ -801,7 +801,7 @@ where
 {
     let count = buffer.device_len();
     let ptr = buffer.device_ptr();
-    let uses = vec![BufferUse::write(buffer)];
+    let uses = Uses::One([BufferUse::write(buffer)]);
     let shape = shape::<T>(kind, count, op, root);
     Op::new(comm, stream, shape, ptr, ptr, uses, count * size_of::<T>())
 }
@@ -955,7 +955,7 @@ where
     let count = send.device_len();
     let ptr = send.device_ptr();
     let shape = shape::<T>(Kind::Send, count, None, peer);
-    let uses = vec![BufferUse::read(send)];
+    let uses = Uses::One([BufferUse::read(send)]);
     Op::new(comm, stream, shape, ptr, 0, uses, count * size_of::<T>())
 }
 
@@ -972,7 +972,7 @@ where
     let count = recv.device_len();
     let ptr = recv.device_ptr();
     let shape = shape::<T>(Kind::Recv, count, None, peer);
-    let uses = vec![BufferUse::write(recv)];
+    let uses = Uses::One([BufferUse::write(recv)]);
     Op::new(comm, stream, shape, 0, ptr, uses, count * size_of::<T>())
 }
 
@@ -1046,7 +1046,7 @@ where
     let mut recv_use = Some(BufferUse::write(recv));
     let mut ops = Vec::with_capacity(2 * n);
     for peer in 0..n {
-        let uses = send_use.take().into_iter().collect();
+        let uses = Uses::from_option(send_use.take());
         ops.push(part::<T>(
             comm,
             stream,
@@ -1056,7 +1056,7 @@ where
             peer,
             uses,
         )?);
-        let uses = recv_use.take().into_iter().collect();
+        let uses = Uses::from_option(recv_use.take());
         ops.push(part::<T>(
             comm,
             stream,
@@ -1084,7 +1084,7 @@ fn root_parts<'a, T: NcclType>(
 ) -> Result<()> {
     let mut pending = Some(whole_use);
     for peer in 0..comm.nranks {
-        let uses = pending.take().into_iter().collect();
+        let uses = Uses::from_option(pending.take());
         let elems = peer * count..(peer + 1) * count;
         ops.push(part::<T>(comm, stream, kind, base, elems, peer, uses)?);
     }

@@ -107,9 +107,30 @@ fn type_name(dtype: ncclDataType_t) -> Option<&'static str> {
     })
 }
 
-/// The buffers one op lends (one or two). A `Vec`, not a `SmallVec`:
-/// `SmallVec`'s `Drop` would make a `Group` outlive-check its borrows.
-pub(crate) type Uses<'a> = Vec<BufferUse<'a>>;
+/// The buffers one op lends (none, one or two), inline: an op costs no
+/// allocation. `Copy` and without `Drop` (unlike a `SmallVec`, whose `Drop`
+/// would make a `Group` outlive-check its borrows).
+#[derive(Clone, Copy)]
+pub(crate) enum Uses<'a> {
+    None,
+    One([BufferUse<'a>; 1]),
+    Two([BufferUse<'a>; 2]),
+}
+
+impl<'a> Uses<'a> {
+    /// One buffer, or none.
+    pub(crate) fn from_option(used: Option<BufferUse<'a>>) -> Self {
+        used.map_or(Self::None, |used| Self::One([used]))
+    }
+
+    pub(crate) fn as_slice(&self) -> &[BufferUse<'a>] {
+        match self {
+            Self::None => &[],
+            Self::One(uses) => uses,
+            Self::Two(uses) => uses,
+        }
+    }
+}
 
 /// One collective of one rank: checked, its buffers ordered on the stream,
 /// ready to issue.
@@ -141,7 +162,7 @@ impl<'a> Op<'a> {
         // are enqueued (a capture would record them); taken again right
         // before NCCL sees the call (`launch`).
         let gate = op.gate()?;
-        stream.prepare_uses(&op.uses)?;
+        stream.prepare_uses(op.uses.as_slice())?;
         drop(gate);
         Ok(op)
     }
@@ -160,7 +181,7 @@ impl<'a> Op<'a> {
             captured: true,
             ..shape
         };
-        Self::checked(comm, stream, shape, send, recv, Uses::new(), bytes)
+        Self::checked(comm, stream, shape, send, recv, Uses::None, bytes)
     }
 
     /// What can be checked locally: the stream's device, the root or peer.
@@ -296,7 +317,9 @@ impl<'a> Op<'a> {
         if counted {
             self.stream.record_memory_transfer(self.bytes);
         }
-        self.stream.track_uses(&self.uses).map_err(Error::from)
+        self.stream
+            .track_uses(self.uses.as_slice())
+            .map_err(Error::from)
     }
 
     /// Check against the other ranks in this process, then issue and track
@@ -349,10 +372,10 @@ fn launch(
     }
     // Every stream before any call, so a refused group issues nothing; the
     // gates never wait, so holding several cannot deadlock.
-    let _gates = ops
-        .iter()
-        .map(Op::gate)
-        .collect::<Result<SmallVec<[_; 8]>>>()?;
+    let mut _gates: SmallVec<[driver::EnqueueGate<'_>; 8]> = SmallVec::with_capacity(ops.len());
+    for op in ops {
+        _gates.push(op.gate()?);
+    }
     let (handed, result) = issue_all(ops, issue)?;
     // Not `?`: the calls are enqueued, and must be tracked first.
     let mut result = result;

@@ -434,11 +434,7 @@ impl Context {
     /// forbids driver calls.
     #[inline]
     pub fn bind(&self) -> Result<()> {
-        if in_stream_callback() {
-            return Err(Error::InsideCallback {
-                operation: "a driver call",
-            });
-        }
+        refuse_inside_callback()?;
         if CURRENT.with(Cell::get) == self.id && self.still_current() {
             return Ok(());
         }
@@ -720,6 +716,19 @@ impl fmt::Debug for Context {
 #[inline]
 pub fn in_stream_callback() -> bool {
     IN_HOST_FN.with(Cell::get)
+}
+
+/// [`Error::InsideCallback`] inside a stream callback, where CUDA forbids
+/// driver calls: what [`Context::bind`] checks first, for steps that may make
+/// driver calls without needing a context current themselves.
+#[inline]
+pub(crate) fn refuse_inside_callback() -> Result<()> {
+    if in_stream_callback() {
+        return Err(Error::InsideCallback {
+            operation: "a driver call",
+        });
+    }
+    Ok(())
 }
 
 /// Marks the calling thread as running a stream callback for the guard's life.

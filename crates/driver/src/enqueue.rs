@@ -191,7 +191,10 @@ impl Stream {
     /// use is refused before the work is enqueued; with `Auto` this stream is
     /// made to wait.
     pub fn prepare_uses(&self, uses: &[BufferUse<'_>]) -> Result<()> {
-        self.context().bind()?;
+        // Not `bind`: the waits below bind for themselves when they are
+        // needed, and one thread preparing the ranks of several devices in
+        // turn would otherwise switch the current context at every call.
+        crate::context::refuse_inside_callback()?;
         for used in uses {
             if let Use::Device(buffer, _) | Use::Extent(buffer, ..) = used.0 {
                 self.check_context_id("a buffer", buffer.use_context_id())?;

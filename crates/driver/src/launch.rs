@@ -221,6 +221,25 @@ impl KernelArg<'_> {
         }
     }
 
+    /// The scalar type of a scalar argument (`None` for a buffer or a raw
+    /// pointer): what a scalar parameter is checked against.
+    #[inline]
+    fn scalar(&self) -> Option<Scalar> {
+        if self.buffer.is_some() {
+            return None;
+        }
+        Some(match self.value {
+            ArgValue::U8(_) => Scalar::U8,
+            ArgValue::U32(_) => Scalar::U32,
+            ArgValue::I32(_) => Scalar::I32,
+            ArgValue::U64(_) => Scalar::U64,
+            ArgValue::I64(_) => Scalar::I64,
+            ArgValue::F32(_) => Scalar::F32,
+            ArgValue::F64(_) => Scalar::F64,
+            ArgValue::Pointer(_) => return None,
+        })
+    }
+
     /// The value as an element count, when it is an integer scalar.
     fn count(&self) -> Option<u64> {
         match (self.value, &self.buffer) {
@@ -364,7 +383,8 @@ impl Stream {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
-        let extents = kernel.checked_extents(args)?;
+        let mut extents = Extents::new();
+        kernel.check_into(args, &mut extents)?;
         // SAFETY: every argument matches the kernel's declared parameters
         // (checked above): exact scalar types, and buffers of the declared
         // element type that hold every element the kernel touches, lent
@@ -499,40 +519,27 @@ impl Kernel {
 
     /// Check `args` against the signature, as [`Stream::launch`] does.
     pub fn check_args(&self, args: &[KernelArg<'_>]) -> Result<()> {
-        self.checked_extents(args).map(drop)
+        self.check_into(args, &mut Extents::new())
     }
 
-    /// [`Kernel::check_args`], returning what the kernel touches through
-    /// each buffer argument, in order.
-    pub(crate) fn checked_extents(
-        &self,
-        args: &[KernelArg<'_>],
-    ) -> Result<smallvec::SmallVec<[BufferExtent; 8]>> {
-        let mut extents = smallvec::SmallVec::new();
+    /// [`Kernel::check_args`], pushing what the kernel touches through each
+    /// buffer argument, in order, onto `extents` (the caller's, on its
+    /// stack: nothing is returned by value or allocated for up to eight
+    /// buffers). The loop is the only work on the success path; every error
+    /// is built out of line.
+    #[inline]
+    pub(crate) fn check_into(&self, args: &[KernelArg<'_>], extents: &mut Extents) -> Result<()> {
         let Some(signature) = self.signature() else {
-            return Err(Error::UncheckedKernel {
-                kernel: self.name().to_string(),
-            });
+            return Err(self.unchecked_error());
         };
         if signature.len() != args.len() {
-            return Err(Error::ArgumentCount {
-                kernel: self.name().to_string(),
-                expected: signature.len(),
-                actual: args.len(),
-            });
+            return Err(self.count_error(signature.len(), args.len()));
         }
-        let mismatch =
-            |index: usize, expected: Param, arg: &KernelArg<'_>| Error::ArgumentMismatch {
-                kernel: self.name().to_string(),
-                index,
-                expected,
-                actual: arg.kind(),
-            };
         for (index, (param, arg)) in signature.iter().zip(args).enumerate() {
             match *param {
                 Param::Scalar(scalar) => {
-                    if arg.kind() != ArgKind::Scalar(scalar) {
-                        return Err(mismatch(index, *param, arg));
+                    if arg.scalar() != Some(scalar) {
+                        return Err(self.mismatch(index, *param, arg));
                     }
                 }
                 Param::Pointer {
@@ -541,10 +548,11 @@ impl Kernel {
                     extent,
                 } => {
                     let Some(buffer) = &arg.buffer else {
-                        return Err(mismatch(index, *param, arg));
+                        return Err(self.mismatch(index, *param, arg));
                     };
-                    if buffer.elem != Some(elem) || (access == Access::Write && !buffer.writable) {
-                        return Err(mismatch(index, *param, arg));
+                    let writes = access == Access::Write;
+                    if buffer.elem != Some(elem) || (writes && !buffer.writable) {
+                        return Err(self.mismatch(index, *param, arg));
                     }
                     let count = match extent {
                         Extent::Elements(count) => count,
@@ -552,33 +560,65 @@ impl Kernel {
                         // whose argument was checked above or is checked below.
                         Extent::Arg(at) => match args.get(at).and_then(KernelArg::count) {
                             Some(count) => count,
-                            None => return Err(mismatch(at, signature[at], &args[at])),
+                            None => return Err(self.mismatch(at, signature[at], &args[at])),
                         },
                     };
-                    let needed = count.checked_mul(elem.size() as u64);
-                    match needed {
+                    match count.checked_mul(elem.size() as u64) {
                         Some(needed) if needed <= buffer.bytes as u64 => {
                             extents.push(BufferExtent {
                                 bytes: needed as usize,
-                                writes: access == Access::Write,
+                                writes,
                             });
                         }
-                        _ => {
-                            return Err(Error::ArgumentTooShort {
-                                kernel: self.name().to_string(),
-                                index,
-                                elements: count,
-                                elem,
-                                bytes: buffer.bytes,
-                            });
-                        }
+                        _ => return Err(self.too_short(index, count, elem, buffer.bytes)),
                     }
                 }
             }
         }
-        Ok(extents)
+        Ok(())
+    }
+
+    #[cold]
+    fn unchecked_error(&self) -> Error {
+        Error::UncheckedKernel {
+            kernel: self.name().to_string(),
+        }
+    }
+
+    #[cold]
+    fn count_error(&self, expected: usize, actual: usize) -> Error {
+        Error::ArgumentCount {
+            kernel: self.name().to_string(),
+            expected,
+            actual,
+        }
+    }
+
+    #[cold]
+    fn mismatch(&self, index: usize, expected: Param, arg: &KernelArg<'_>) -> Error {
+        Error::ArgumentMismatch {
+            kernel: self.name().to_string(),
+            index,
+            expected,
+            actual: arg.kind(),
+        }
+    }
+
+    #[cold]
+    fn too_short(&self, index: usize, elements: u64, elem: Scalar, bytes: usize) -> Error {
+        Error::ArgumentTooShort {
+            kernel: self.name().to_string(),
+            index,
+            elements,
+            elem,
+            bytes,
+        }
     }
 }
+
+/// What a checked launch touches through its buffer arguments, in order;
+/// on the stack for up to eight buffers.
+pub(crate) type Extents = smallvec::SmallVec<[BufferExtent; 8]>;
 
 /// What a checked launch touches through one buffer argument: its first
 /// `bytes` bytes, written when `writes` (the signature's extent and access).

@@ -1,25 +1,26 @@
 //! Vector clocks for streams, event records and the host.
 //!
 //! A stream's clock is its own counter plus what it has learned of every
-//! other agent (`others`, shared behind an `Arc` so that recording an event
-//! copies a pointer, not a vector). The own counter rises with every change:
-//! each operation, and each wait that taught the stream something new. So a
-//! pair (stream, counter) names one state of the stream's knowledge, and a
-//! wait whose event the stream already knows of costs one comparison.
+//! other agent (`others`). The own counter rises with every change: each
+//! operation, and each wait that taught the stream something new. So a pair
+//! (stream, counter) names one state of the stream's knowledge, and a wait
+//! whose event the stream already knows of costs one comparison.
+//!
+//! A clock holds its entries inline for up to eight other streams: taking a
+//! snapshot (an event record) copies them, with no allocation and no atomic
+//! reference count, and learning merges two sorted lists in one pass.
 
-use std::sync::Arc;
+use smallvec::SmallVec;
 
 /// An agent: a stream (its [`crate::Stream::id`]).
 pub(crate) type Agent = u64;
 
-/// A sparse vector clock: `(agent, counter)` sorted by agent.
+/// A sparse vector clock: `(agent, counter)` sorted by agent, inline for up
+/// to eight agents.
 #[derive(Clone, Default, Debug, PartialEq, Eq)]
-pub(crate) struct Vc(Vec<(Agent, u32)>);
+pub(crate) struct Vc(SmallVec<[(Agent, u32); 8]>);
 
 impl Vc {
-    /// The clock that knows nothing.
-    pub(crate) const EMPTY: Vc = Vc(Vec::new());
-
     /// What this clock knows of `agent`.
     #[inline]
     pub(crate) fn get(&self, agent: Agent) -> u32 {
@@ -46,11 +47,65 @@ impl Vc {
 
     /// Take the pointwise maximum with `other`; whether anything rose.
     pub(crate) fn join(&mut self, other: &Vc) -> bool {
+        self.join_except(other, Agent::MAX)
+    }
+
+    /// Take the pointwise maximum with `other`, leaving `except` out (a
+    /// stream's own entry, which its own counter holds); whether anything
+    /// rose. One pass over both sorted lists when `other` names no agent
+    /// this one lacks (the steady state), one merge otherwise.
+    pub(crate) fn join_except(&mut self, other: &Vc, except: Agent) -> bool {
         let mut grew = false;
+        let mut missing = false;
+        let mut i = 0;
         for &(agent, counter) in &other.0 {
-            grew |= self.raise(agent, counter);
+            if agent == except {
+                continue;
+            }
+            while i < self.0.len() && self.0[i].0 < agent {
+                i += 1;
+            }
+            match self.0.get_mut(i) {
+                Some(entry) if entry.0 == agent => {
+                    if entry.1 < counter {
+                        entry.1 = counter;
+                        grew = true;
+                    }
+                }
+                _ => missing = true,
+            }
         }
-        grew
+        if !missing {
+            return grew;
+        }
+        let (mine, theirs) = (&self.0, &other.0);
+        let mut merged = SmallVec::with_capacity(mine.len() + theirs.len());
+        let (mut a, mut b) = (0, 0);
+        while a < mine.len() || b < theirs.len() {
+            match (mine.get(a), theirs.get(b)) {
+                (_, Some(&(agent, _))) if agent == except => b += 1,
+                (Some(&x), Some(&y)) if x.0 == y.0 => {
+                    merged.push((x.0, x.1.max(y.1)));
+                    a += 1;
+                    b += 1;
+                }
+                (Some(&x), Some(&y)) if x.0 < y.0 => {
+                    merged.push(x);
+                    a += 1;
+                }
+                (Some(_), Some(&y)) | (None, Some(&y)) => {
+                    merged.push(y);
+                    b += 1;
+                }
+                (Some(&x), None) => {
+                    merged.push(x);
+                    a += 1;
+                }
+                (None, None) => break,
+            }
+        }
+        self.0 = merged;
+        true
     }
 }
 
@@ -59,7 +114,7 @@ impl Vc {
 pub(crate) struct Clock {
     pub(crate) agent: Agent,
     pub(crate) own: u32,
-    pub(crate) others: Arc<Vc>,
+    pub(crate) others: Vc,
 }
 
 impl Clock {
@@ -67,7 +122,7 @@ impl Clock {
         Self {
             agent,
             own: 0,
-            others: Arc::default(),
+            others: Vc::default(),
         }
     }
 
@@ -89,47 +144,59 @@ impl Clock {
             // Knowing (agent, own) means knowing all it knew then.
             return false;
         }
-        let others = Arc::make_mut(&mut self.others);
-        others.raise(snapshot.agent, snapshot.own);
-        others.join(&snapshot.others);
+        self.others.raise(snapshot.agent, snapshot.own);
         // Our own entry may appear in the snapshot (we are in its past).
-        others.0.retain(|(a, _)| *a != self.agent);
+        self.others.join_except(&snapshot.others, self.agent);
         self.own += 1;
         true
     }
 
     /// Learn a plain vector (the host's clock); whether anything was new.
     pub(crate) fn learn_vc(&mut self, vc: &Vc) -> bool {
-        if self.others.covers_except(vc, self.agent) {
+        if !self.others.join_except(vc, self.agent) {
             return false;
         }
-        let others = Arc::make_mut(&mut self.others);
-        others.join(vc);
-        others.0.retain(|(a, _)| *a != self.agent);
         self.own += 1;
         true
     }
 
     /// This clock as a plain vector (own entry included).
     pub(crate) fn to_vc(&self) -> Vc {
-        let mut vc = (*self.others).clone();
+        let mut vc = self.others.clone();
         vc.raise(self.agent, self.own);
         vc
-    }
-}
-
-impl Vc {
-    fn covers_except(&self, other: &Vc, except: Agent) -> bool {
-        other
-            .0
-            .iter()
-            .all(|&(a, c)| a == except || self.get(a) >= c)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn vc(entries: &[(Agent, u32)]) -> Vc {
+        Vc(entries.iter().copied().collect())
+    }
+
+    #[test]
+    fn join_raises_in_place_merges_new_agents_and_skips_the_excepted_one() {
+        let mut a = vc(&[(1, 5), (3, 2), (7, 9)]);
+        assert!(!a.join_except(&vc(&[(1, 4), (7, 9)]), 0), "nothing new");
+        assert!(a.join_except(&vc(&[(3, 6)]), 0), "raised in place");
+        assert_eq!(a, vc(&[(1, 5), (3, 6), (7, 9)]));
+        // New agents before, between and after the known ones; 4 is left out.
+        assert!(a.join_except(&vc(&[(0, 1), (1, 8), (4, 3), (5, 2), (9, 1)]), 4));
+        assert_eq!(a, vc(&[(0, 1), (1, 8), (3, 6), (5, 2), (7, 9), (9, 1)]));
+        assert!(
+            !a.join_except(&vc(&[(4, 100)]), 4),
+            "only the excepted agent"
+        );
+        // More agents than fit inline.
+        let many = Vc((10..30).map(|agent| (agent, agent as u32)).collect());
+        assert!(a.join(&many));
+        assert_eq!(a.0.len(), 26);
+        assert!(a.0.windows(2).all(|w| w[0].0 < w[1].0), "still sorted");
+        assert_eq!(a.get(29), 29);
+        assert_eq!(a.get(1), 8);
+    }
 
     #[test]
     fn learning_is_transitive_and_skips_what_is_known() {

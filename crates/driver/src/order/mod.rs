@@ -262,6 +262,10 @@ struct StreamState {
     /// (an event record, a host wait) knows only the steps below all of
     /// these, which the driver has queued before it.
     in_flight: SmallVec<[u32; 2]>,
+    /// `Auto`'s last mark on this stream and what it covers: other streams
+    /// ordered after a step it covers wait for it instead of a fresh record
+    /// (a fork of one stream into several records once). Outside captures.
+    mark: Option<(Arc<crate::event_pool::PooledEvent>, Clock)>,
 }
 
 impl StreamOrder {
@@ -272,6 +276,7 @@ impl StreamOrder {
                 host_seen: 0,
                 captured: None,
                 in_flight: SmallVec::new(),
+                mark: None,
             }),
         }
     }
@@ -297,11 +302,14 @@ impl StreamOrder {
     pub(crate) fn enter_capture(&self) {
         let mut state = self.lock();
         state.captured = Some(Clock::new(state.clock.agent));
+        state.mark = None;
     }
 
     /// The stream left its capture.
     pub(crate) fn leave_capture(&self) {
-        self.lock().captured = None;
+        let mut state = self.lock();
+        state.captured = None;
+        state.mark = None;
     }
 
     /// Its clock within the graph being captured (`None` outside one).
@@ -336,16 +344,31 @@ impl StreamState {
 /// that record was captured into a graph (then the clock is the stream's
 /// clock within the graph, which only streams of that capture may wait for).
 #[derive(Default)]
-pub(crate) struct EventOrder(Mutex<Option<(Clock, bool)>>);
+///
+/// Boxed, so an `Event` stays small; a re-record (pooled events are
+/// re-recorded all the time) overwrites the box in place, allocating nothing.
+pub(crate) struct EventOrder(Mutex<Option<Box<(Clock, bool)>>>);
 
 impl EventOrder {
     fn get(&self) -> Option<(Clock, bool)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+            .cloned()
+    }
+
+    fn set(&self, point: (Clock, bool)) {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_mut() {
+            Some(held) => **held = point,
+            None => *slot = Some(Box::new(point)),
+        }
     }
 }
 
 /// What every thread has seen complete.
-static HOST: Mutex<Vc> = Mutex::new(Vc::EMPTY);
+static HOST: std::sync::LazyLock<Mutex<Vc>> = std::sync::LazyLock::new(Mutex::default);
 /// Bumped whenever `HOST` learns something.
 static HOST_VERSION: AtomicU64 = AtomicU64::new(0);
 
@@ -374,8 +397,8 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
 /// `event` was recorded at `point` ([`record_point`]).
 #[inline]
 pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
-    if point.is_some() {
-        *event.order.0.lock().unwrap_or_else(|p| p.into_inner()) = point;
+    if let Some(point) = point {
+        event.order.set(point);
     }
 }
 
@@ -526,28 +549,35 @@ pub(crate) fn before_enqueue<'s>(
     for attempt in 0..4 {
         let mut state = stream.order.lock();
         state.learn_host();
-        let mut contexts: SmallVec<[&Context; 2]> = SmallVec::new();
-        contexts.push(home);
-        contexts.extend(others.iter().map(|c| &**c));
-        contexts.sort_by_key(|c| c.id());
-        let mut locked = Locked {
-            ids: contexts.iter().map(|c| c.id()).collect(),
-            guards: contexts.iter().map(|c| c.order.shadow()).collect(),
+        let mut locked = if others.is_empty() {
+            // The common case: this context's memory only.
+            Locked {
+                ids: smallvec::smallvec![home.id()],
+                guards: smallvec::smallvec![home.order.shadow()],
+            }
+        } else {
+            let mut contexts: SmallVec<[&Context; 2]> = SmallVec::new();
+            contexts.push(home);
+            contexts.extend(others.iter().map(|c| &**c));
+            contexts.sort_by_key(|c| c.id());
+            Locked {
+                ids: contexts.iter().map(|c| c.id()).collect(),
+                guards: contexts.iter().map(|c| c.order.shadow()).collect(),
+            }
         };
         let mut races: SmallVec<[Race; 1]> = SmallVec::new();
-        let mut wait_for: SmallVec<[Weak<Stream>; 2]> = SmallVec::new();
+        // Per stream to wait for: its id, its handle, the step to cover.
+        let mut wait_for: SmallVec<[(u64, Weak<Stream>, u32); 2]> = SmallVec::new();
         for &touch in touches {
             let (lo, hi) = touch.range();
             locked
                 .get(touch.ctx)
                 .conflicts(lo, hi, touch.write, &state.clock, |conflict| {
                     if policy == OrderPolicy::Auto {
-                        let id = conflict.prior.op.stream;
-                        if !wait_for
-                            .iter()
-                            .any(|w| w.upgrade().is_some_and(|s| s.id() == id))
-                        {
-                            wait_for.push(conflict.prior.op.handle.clone());
+                        let (id, step) = (conflict.prior.op.stream, conflict.prior.counter);
+                        match wait_for.iter_mut().find(|(w, ..)| *w == id) {
+                            Some(entry) => entry.2 = entry.2.max(step),
+                            None => wait_for.push((id, conflict.prior.op.handle.clone(), step)),
                         }
                     }
                     if policy != OrderPolicy::Auto || races.is_empty() {
@@ -588,12 +618,12 @@ pub(crate) fn before_enqueue<'s>(
                     if attempt == 3 {
                         return Err(Error::UnorderedAccess(Box::new(races.swap_remove(0))));
                     }
-                    for earlier in &wait_for {
+                    for (_, earlier, step) in &wait_for {
                         // A stream that is gone cannot be waited for: refuse.
                         let Some(earlier) = earlier.upgrade() else {
                             return Err(Error::UnorderedAccess(Box::new(races.swap_remove(0))));
                         };
-                        order_after(stream, &earlier)?;
+                        order_after(stream, &earlier, *step)?;
                     }
                     continue;
                 }
@@ -647,12 +677,32 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// `Auto`'s repair: `stream` waits for everything enqueued on `earlier` so
-/// far, through one pooled event.
-fn order_after(stream: &Stream, earlier: &Stream) -> Result<()> {
-    // Taken before the record: never more than the event will cover.
-    let snapshot = earlier.order.snapshot();
-    let event = earlier.mark()?;
+/// `Auto`'s repair: `stream` waits for `earlier` up to at least its step
+/// `step`, through one pooled event: `earlier`'s last mark when that covers
+/// the step (nothing recorded), else a fresh mark of everything enqueued on
+/// `earlier` so far, kept as its last mark.
+fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
+    let cached = {
+        let state = earlier.order.lock();
+        state
+            .mark
+            .as_ref()
+            .filter(|(_, covers)| covers.own >= step)
+            .map(|(event, covers)| (Arc::clone(event), covers.clone()))
+    };
+    let (event, snapshot) = match cached {
+        Some(hit) => hit,
+        None => {
+            // Taken before the record: never more than the event will cover.
+            let snapshot = earlier.order.snapshot();
+            let event = Arc::new(earlier.mark()?);
+            let mut state = earlier.order.lock();
+            if state.captured.is_none() {
+                state.mark = Some((Arc::clone(&event), snapshot.clone()));
+            }
+            (event, snapshot)
+        }
+    };
     stream.wait_event(&event)?;
     stream.order.lock().clock.learn(&snapshot);
     stream
@@ -682,6 +732,38 @@ fn race_op(op: &Op, writes: bool) -> RaceOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Auto` forks one write into four readers with one mark of the
+    /// writer, and never reuses a mark that does not cover the write.
+    #[test]
+    fn auto_reuses_a_mark_only_while_it_covers_the_write() {
+        let ctx = Context::new(0).unwrap();
+        ctx.set_ordering(OrderPolicy::Auto);
+        let main = Stream::new(&ctx).unwrap();
+        let readers: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
+        let mut root = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let mut parts: Vec<_> = (0..4)
+            .map(|_| crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap())
+            .collect();
+        let cached = |s: &Stream| s.order.lock().mark.as_ref().map(|(e, _)| e.as_raw());
+        for round in 0..2u32 {
+            main.memset_u32_async(&mut root, round + 1).unwrap();
+            let mut marks = Vec::new();
+            for (reader, part) in readers.iter().zip(&mut parts) {
+                reader.copy_device_to_device_async(part, &root).unwrap();
+                marks.push(cached(&main).expect("a mark of main"));
+            }
+            assert!(
+                marks.iter().all(|m| *m == marks[0]),
+                "one mark for the fork: {marks:?}"
+            );
+            for (reader, part) in readers.iter().zip(&parts) {
+                assert_eq!(part.to_vec(reader).unwrap(), [round + 1; 64]);
+            }
+            // The next round's write is after this mark: a fresh one follows.
+        }
+        assert_eq!(ctx.ordering_stats().inserted_waits, 8);
+    }
 
     #[test]
     fn a_point_taken_while_a_step_is_in_flight_does_not_cover_it() {
