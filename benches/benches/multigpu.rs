@@ -5,7 +5,9 @@
 //! each against the raw calls (`cuMemcpyPeerAsync`; `ncclGroupStart` +
 //! `ncclAllReduce`, `ncclSend`, `ncclRecv` + `ncclGroupEnd`) in the same
 //! run; and an 8 B AllReduce captured into a CUDA graph against the eager
-//! one (one thread per rank).
+//! one (one thread per rank). The AllReduce buffers are stream-ordered on
+//! each rank's stream (their home, where uses need no tracking); the 8 B row
+//! is also measured with plain buffers, which record an event per use.
 //!
 //! Bus bandwidth is NCCL's: the algorithm bandwidth (bytes / time) times
 //! 2 (n - 1) / n, so it compares across rank counts (nccl-tests' `busbw`).
@@ -131,21 +133,34 @@ fn all_reduces(t: &Two) {
     let streams = [&*t.streams[0], &*t.streams[1]];
     for bytes in sizes(gpu, &all) {
         let count = bytes / 4;
+        // Stream-ordered on each rank's stream, the buffers' home: uses there
+        // need no tracking (see `DeviceBuffer`). Plain buffers record an
+        // event per use on every other stream; the 8 B row measures that too.
         let mut bufs = [
-            DeviceBuffer::<f32>::new(&t.ctx[0], count).unwrap(),
-            DeviceBuffer::<f32>::new(&t.ctx[1], count).unwrap(),
+            DeviceBuffer::<f32>::new_async(&t.streams[0], count).unwrap(),
+            DeviceBuffer::<f32>::new_async(&t.streams[1], count).unwrap(),
         ];
         let reps = reps_for(bytes);
-        let ours = per_call(&streams, reps, || {
-            let [a, b] = &mut bufs;
-            let mut group = Group::new();
-            group
-                .all_reduce_in_place(&comms[0], &t.streams[0], a, ReduceOp::Sum)
-                .unwrap();
-            group
-                .all_reduce_in_place(&comms[1], &t.streams[1], b, ReduceOp::Sum)
-                .unwrap();
-            group.end().unwrap();
+        let ours_on = |bufs: &mut [DeviceBuffer<f32>; 2]| {
+            per_call(&streams, reps, || {
+                let [a, b] = bufs;
+                let mut group = Group::new();
+                group
+                    .all_reduce_in_place(&comms[0], &t.streams[0], a, ReduceOp::Sum)
+                    .unwrap();
+                group
+                    .all_reduce_in_place(&comms[1], &t.streams[1], b, ReduceOp::Sum)
+                    .unwrap();
+                group.end().unwrap();
+            })
+        };
+        let ours = ours_on(&mut bufs);
+        let ours_plain = (bytes == 8).then(|| {
+            let mut plain = [
+                DeviceBuffer::<f32>::new(&t.ctx[0], count).unwrap(),
+                DeviceBuffer::<f32>::new(&t.ctx[1], count).unwrap(),
+            ];
+            ours_on(&mut plain)
         });
         let ptrs = [bufs[0].device_ptr(), bufs[1].device_ptr()];
         let raw = per_call(&streams, reps, || {
@@ -190,6 +205,13 @@ fn all_reduces(t: &Two) {
         if bytes == 8 {
             compare("all_reduce 8 B vs raw NCCL group", ours * 1e9, raw * 1e9);
         }
+        if let Some(plain) = ours_plain {
+            compare(
+                "all_reduce 8 B, plain buffers (an event per use) vs raw NCCL group",
+                plain * 1e9,
+                raw * 1e9,
+            );
+        }
         if bytes == 1 << 30 || (!gpu && bytes == 16 * MIB) {
             compare(
                 "all_reduce largest vs raw NCCL group",
@@ -209,9 +231,10 @@ fn host_cost(t: &Two) {
     let comms = Communicator::all_devices(&t.ctx).unwrap();
     let table = comms[0].nccl();
     let nccl_raw = comms.iter().map(Communicator::as_raw).collect::<Vec<_>>();
+    // Stream-ordered on the ranks' streams, as in `all_reduces`.
     let mut bufs = [
-        DeviceBuffer::<f32>::new(&t.ctx[0], 2).unwrap(),
-        DeviceBuffer::<f32>::new(&t.ctx[1], 2).unwrap(),
+        DeviceBuffer::<f32>::new_async(&t.streams[0], 2).unwrap(),
+        DeviceBuffer::<f32>::new_async(&t.streams[1], 2).unwrap(),
     ];
     let streams = [&*t.streams[0], &*t.streams[1]];
     let ptrs = [bufs[0].device_ptr(), bufs[1].device_ptr()];
