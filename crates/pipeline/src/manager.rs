@@ -772,18 +772,8 @@ fn stage_args<'a, T: DeviceCopy>(
             }
         }
     }
-    stage
-        .args
-        .iter()
-        .map(|arg| match *arg {
-            StageArg::Len => n.into(),
-            StageArg::U32(v) => v.into(),
-            StageArg::U64(v) => v.into(),
-            StageArg::F32(v) => v.into(),
-            StageArg::Buffer(b) => match muts.remove(&b) {
-                Some(buffer) => KernelArg::from(buffer),
-                None => KernelArg::from(shared[&b]),
-            },
-        })
-        .collect()
+    stage.kernel_args(n, |b| match muts.remove(&b) {
+        Some(buffer) => KernelArg::from(buffer),
+        None => KernelArg::from(shared[&b]),
+    })
 }
