@@ -89,6 +89,18 @@ fn run_in_temp(name: &str, args: &[&str]) -> (Output, PathBuf) {
     (output, dir)
 }
 
+/// The demo's stdout, once it is known to have succeeded.
+fn demo_stdout(output: &Output) -> String {
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "demo failed: {}\n{stdout}\n{}",
+        output.status,
+        text(&output.stderr)
+    );
+    stdout
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -127,13 +139,7 @@ fn help_lists_every_command_and_each_has_its_own() {
 #[test]
 fn demo_with_two_steps_runs_two_steps_and_two_rounds() {
     let (output, dir) = run_in_temp("steps", &["demo", "--steps", "2"]);
-    let stdout = text(&output.stdout);
-    assert!(
-        output.status.success(),
-        "demo failed: {}\n{stdout}\n{}",
-        output.status,
-        text(&output.stderr)
-    );
+    let stdout = demo_stdout(&output);
     assert!(
         stdout.contains("pipeline: 2 triple-buffered steps"),
         "{stdout}"
@@ -160,13 +166,7 @@ fn demo_with_two_steps_runs_two_steps_and_two_rounds() {
 #[test]
 fn demo_verify_all_checks_every_element() {
     let (output, dir) = run_in_temp("verify-all", &["demo", "--steps", "4", "--verify-all"]);
-    let stdout = text(&output.stdout);
-    assert!(
-        output.status.success(),
-        "demo failed: {}\n{stdout}\n{}",
-        output.status,
-        text(&output.stderr)
-    );
+    let stdout = demo_stdout(&output);
     assert!(
         stdout.contains("4 results checked (every element)"),
         "{stdout}"

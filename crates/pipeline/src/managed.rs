@@ -651,11 +651,7 @@ fn check_step_kernel(kernel: &GpuPipelineStage) -> Result<()> {
     if kernel.input_buffers.contains(&output) {
         return refuse(format!("reads buffer {}", output.0));
     }
-    let passes = kernel
-        .args
-        .iter()
-        .filter(|a| **a == StageArg::Buffer(output))
-        .count();
+    let passes = kernel.passes(output);
     if passes != 1 || !kernel.output_buffers.contains(&output) {
         return refuse(format!(
             "passes buffer {} {passes} time(s) (once, written, expected)",

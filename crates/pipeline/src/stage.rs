@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::ids::{BufferId, StageId};
-use driver::{Kernel, KernelArg, LaunchConfig};
+use driver::{Kernel, LaunchConfig};
 use petgraph::graphmap::DiGraphMap;
 use std::collections::HashSet;
 
@@ -168,14 +168,13 @@ impl GpuPipelineStage {
         }
     }
 
-    /// The kernel arguments for `n` elements, scalars from the stage and
-    /// each buffer argument from `buffer` (called once per buffer argument,
-    /// in order).
-    pub(crate) fn kernel_args<'a>(
-        &self,
-        n: u64,
-        mut buffer: impl FnMut(BufferId) -> KernelArg<'a>,
-    ) -> Vec<KernelArg<'a>> {
+    /// The arguments for `n` elements (a launch's `KernelArg`s or a
+    /// graph's `GraphArg`s), scalars from the stage and each buffer argument
+    /// from `buffer` (called once per buffer argument, in order).
+    pub(crate) fn kernel_args<A>(&self, n: u64, mut buffer: impl FnMut(BufferId) -> A) -> Vec<A>
+    where
+        A: From<u64> + From<u32> + From<f32>,
+    {
         self.args
             .iter()
             .map(|arg| match *arg {
@@ -186,6 +185,14 @@ impl GpuPipelineStage {
                 StageArg::Buffer(b) => buffer(b),
             })
             .collect()
+    }
+
+    /// How many times `buffer` is passed to the kernel.
+    pub(crate) fn passes(&self, buffer: BufferId) -> usize {
+        self.args
+            .iter()
+            .filter(|a| **a == StageArg::Buffer(buffer))
+            .count()
     }
 
     /// Every buffer id the stage names.
