@@ -56,6 +56,7 @@ use std::sync::Arc;
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "an allocation is freed (in stream order) when dropped"]
 pub struct Allocation {
     /// The home stream's slot, which also holds the allocator's shared state.
     pub(crate) slot: Arc<Slot>,

@@ -39,7 +39,7 @@ fn observers_see_every_allocation_and_free_with_the_totals() {
             })
             .collect();
         let after_allocs = allocator.stats();
-        live.remove(1); // a free on b
+        drop(live.remove(1)); // a free on b
         let freed = allocator.free_for_stream(&a).unwrap(); // two on a, and `unseen`
         assert_eq!(freed, 3);
         drop(live);

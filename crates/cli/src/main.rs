@@ -9,6 +9,7 @@ mod dag;
 mod demo;
 mod info;
 mod progress;
+mod steps;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand};
@@ -49,8 +50,9 @@ enum Command {
     #[command(after_help = ENVIRONMENT)]
     Info,
     /// A triple-buffered pipeline and an operation DAG, profiled on the GPU
-    /// timeline, every result checked against the CPU; prints the report and
-    /// writes a Chrome trace for https://ui.perfetto.dev.
+    /// timeline, every result checked against the CPU (a sample of each, or
+    /// every element with --verify-all); prints the report and the overlap
+    /// achieved, and writes a Chrome trace for https://ui.perfetto.dev.
     #[command(after_help = ENVIRONMENT)]
     Demo(demo::DemoArgs),
     /// A quick run of the key ratios: ours against the driver baseline, both

@@ -44,14 +44,35 @@ fn demo_verifies_its_results_and_writes_a_trace() {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(stdout.contains("every result verified"), "{stdout}");
+    assert!(stdout.contains("every result checked"), "{stdout}");
     assert!(
         stdout.contains("overlap efficiency"),
         "the report table: {stdout}"
     );
+    // The overlap the pipeline achieved, from the profiler's GPU timings:
+    // busy time within the span, and the percentage their ratio.
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("pipeline overlap: GPU busy "))
+        .unwrap_or_else(|| panic!("no overlap figure: {stdout}"));
+    let numbers: Vec<f64> = line
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let (busy, span, percent) = (numbers[0], numbers[1], numbers[2]);
+    assert!(busy > 0.0 && busy <= span, "{line}");
+    assert!(
+        (busy / span * 100.0 - percent).abs() <= 1.0,
+        "the percentage is busy / span: {line}"
+    );
     let json = std::fs::read_to_string(&trace).expect("the trace was written");
     assert!(json.contains("\"traceEvents\""), "{json}");
     assert!(json.contains("pipeline compute") && json.contains("dag saxpy"));
+    // The allocator's memory counter track: the DAG's scratch buffers.
+    assert!(
+        json.contains(r#""cat":"memory","ph":"C""#),
+        "no memory track"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -66,6 +87,18 @@ fn run_in_temp(name: &str, args: &[&str]) -> (Output, PathBuf) {
         .output()
         .expect("the CLI runs");
     (output, dir)
+}
+
+/// The demo's stdout, once it is known to have succeeded.
+fn demo_stdout(output: &Output) -> String {
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "demo failed: {}\n{stdout}\n{}",
+        output.status,
+        text(&output.stderr)
+    );
+    stdout
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -106,20 +139,19 @@ fn help_lists_every_command_and_each_has_its_own() {
 #[test]
 fn demo_with_two_steps_runs_two_steps_and_two_rounds() {
     let (output, dir) = run_in_temp("steps", &["demo", "--steps", "2"]);
-    let stdout = text(&output.stdout);
-    assert!(
-        output.status.success(),
-        "demo failed: {}\n{stdout}\n{}",
-        output.status,
-        text(&output.stderr)
-    );
+    let stdout = demo_stdout(&output);
     assert!(
         stdout.contains("pipeline: 2 triple-buffered steps"),
         "{stdout}"
     );
-    assert!(stdout.contains("all 2 results verified"), "{stdout}");
+    assert!(stdout.contains("2 results checked"), "{stdout}");
     assert!(stdout.contains("operation DAG: 2 rounds"), "{stdout}");
-    assert!(stdout.contains("every result verified"), "{stdout}");
+    assert!(stdout.contains("every result checked"), "{stdout}");
+    // Two steps are all warm-up: no figure rather than a made-up one.
+    assert!(
+        stdout.contains("pipeline overlap: not measured"),
+        "{stdout}"
+    );
     // Without --trace the trace goes to ./trace.json.
     let json = std::fs::read_to_string(dir.join("trace.json")).expect("./trace.json was written");
     let trace: serde_json::Value = serde_json::from_str(&json).expect("the trace is JSON");
@@ -127,6 +159,21 @@ fn demo_with_two_steps_runs_two_steps_and_two_rounds() {
         trace["traceEvents"]
             .as_array()
             .is_some_and(|e| !e.is_empty())
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn demo_verify_all_checks_every_element() {
+    let (output, dir) = run_in_temp("verify-all", &["demo", "--steps", "4", "--verify-all"]);
+    let stdout = demo_stdout(&output);
+    assert!(
+        stdout.contains("4 results checked (every element)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("every round checked (every element)"),
+        "{stdout}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,6 +4,7 @@
 //!
 //! `cargo run -p cuda-streams --example allocator`
 
+use cuda_streams::allocator::Backend;
 use cuda_streams::prelude::*;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

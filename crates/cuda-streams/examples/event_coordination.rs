@@ -4,6 +4,7 @@
 //!
 //! `cargo run -p cuda-streams --example event_coordination`
 
+use cuda_streams::events::OperationCoordinator; // the seed's name for OperationGraph
 use cuda_streams::kernels;
 use cuda_streams::prelude::*;
 use std::sync::{Arc, mpsc};
@@ -14,7 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|_| Stream::new(&ctx))
         .collect::<Result<_, _>>()?;
     let (s0, s1, s2) = (&streams[0], &streams[1], &streams[2]);
-    let events = Arc::new(EventPool::new(&ctx, 16, 0)?);
+    let events = EventPool::builder(&ctx).plain(16).build()?;
     let coordinator = OperationCoordinator::new(Arc::clone(&events));
 
     let elementwise = Module::load(&ctx, &kernels::ELEMENTWISE)?;

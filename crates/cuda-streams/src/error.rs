@@ -17,6 +17,19 @@
 /// let err = upload_and_plan(&[]).unwrap_err();
 /// assert!(matches!(err, cuda_streams::Error::Driver(_)), "{err}");
 /// assert!(err.to_string().contains("0 bytes"), "{err}");
+///
+/// // The operation graph's errors (and so event coordination's) are `Engine`.
+/// fn depend_on_nothing(ctx: &std::sync::Arc<Context>) -> Result<(), cuda_streams::Error> {
+///     let stream = Stream::new(ctx)?;
+///     let graph = OperationGraph::for_context(ctx);
+///     let missing = OperationId(42);
+///     graph.op(&stream).after(&[missing]).run(|_| Ok(()))?;
+///     Ok(())
+/// }
+/// let err = depend_on_nothing(&Context::new(0)?).unwrap_err();
+/// assert!(matches!(err, cuda_streams::Error::Engine(_)), "{err}");
+/// assert!(err.to_string().contains("42"), "{err}");
+/// # Ok::<(), cuda_streams::Error>(())
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -28,10 +41,12 @@ pub enum Error {
     #[cfg(feature = "pool")]
     #[error(transparent)]
     Pool(#[from] pool::Error),
-    /// From event coordination.
-    #[cfg(feature = "events")]
+    /// From the operation graph (`cuda_streams::engine`), and so from event
+    /// coordination, whose coordinator is that graph under its seed name
+    /// (`events::Error` is `engine::Error`).
+    #[cfg(feature = "engine")]
     #[error(transparent)]
-    Events(#[from] events::Error),
+    Engine(#[from] engine::Error),
     /// From the allocator.
     #[cfg(feature = "allocator")]
     #[error(transparent)]

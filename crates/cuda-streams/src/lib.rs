@@ -35,7 +35,6 @@
 )]
 //! use cuda_streams::kernels;
 //! use cuda_streams::prelude::*;
-//! use std::sync::Arc;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // 1. A context on device 0: the GPU when one answers, else the software driver.
@@ -55,7 +54,7 @@
 //! let mut data = DeviceBuffer::<f32>::new(&ctx, n)?;
 //! let profiler = StreamProfiler::new(&ctx)?;
 //! profiler.enable();
-//! let coordinator = OperationCoordinator::new(Arc::new(EventPool::new(&ctx, 8, 0)?));
+//! let coordinator = OperationGraph::new(EventPool::builder(&ctx).plain(8).build()?);
 //! let produce = coordinator.register_operation(
 //!     OperationType::Kernel, EventPriority::High, &producer, vec![], "fill")?;
 //! let consume = coordinator.register_operation(
@@ -87,7 +86,10 @@
 //! let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
 //! let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, n)?;
 //! let cfg = LaunchConfig::for_num_elems(n as u32);
-//! let stage = pipeline.add_stage(GpuPipelineStage::compute("compute", compute, cfg, 3, 0, 1));
+//! // compute(n, iterations, x, y) reads buffer 0 and writes buffer 1.
+//! let stage = pipeline.add_stage(
+//!     GpuPipelineStage::builder("compute", compute, cfg).len().u32(3).reads(0).writes(1).build(),
+//! );
 //! pipeline.set_inputs(vec![0]); // buffer 0 is uploaded, buffer 1 (the output) downloaded
 //! pipeline.set_order(vec![stage])?;
 //! pipeline.fill_input(0, &vec![1.0; n])?;
@@ -108,7 +110,8 @@
 //! | --- | --- | --- |
 //! | [`driver`] | always | the safe layer: [`Context`](driver::Context), [`Stream`](driver::Stream), [`Event`](driver::Event), buffers, modules, launches, driver selection |
 //! | `pool` | `pool` | `StreamPool`, strategies, exclusive streams, `MultiStreamCoordinator` |
-//! | `events` | `events` | `EventPool`, `OperationCoordinator`, `CrossStreamBarrier`, `AsyncEventWaiter` |
+//! | `engine` | `engine` | `OperationGraph` (every coordinator is a view on it), `Op`, capture and replay (`GraphCapture`, `ReplayGraph`) |
+//! | `events` | `events` | `EventPool`, `OperationCoordinator` (the seed's name for `OperationGraph`), `CrossStreamBarrier`, `AsyncEventWaiter` |
 //! | `allocator` | `allocator` | `StreamOrderedAllocator` (caching or the driver's pool) |
 //! | `profiler` | `profiler` | `StreamProfiler`, reports, Chrome traces |
 //! | `pipeline` | `pipeline` | `GpuTripleBuffer`, `AsyncCoordinator`, `PipelineStageManager`, `ManagedGpuContext`, `BatchUploader` |
@@ -151,6 +154,14 @@ pub use collectives;
 /// The safe driver layer (always present): contexts, streams, events,
 /// buffers, modules, kernel launches and driver selection.
 pub use driver;
+/// The operation graph every coordinator is a view on
+/// (`cuda-streams-engine`): [`OperationGraph`](engine::OperationGraph), its
+/// builder, capture into CUDA graphs ([`GraphCapture`](engine::GraphCapture),
+/// [`ReplayGraph`](engine::ReplayGraph)) and its [`Error`](engine::Error)
+/// ([`Error::Engine`]).
+#[cfg(feature = "engine")]
+#[cfg_attr(docsrs, doc(cfg(feature = "engine")))]
+pub use engine;
 /// Event coordination (`cuda-streams-event-coord`).
 #[cfg(feature = "events")]
 #[cfg_attr(docsrs, doc(cfg(feature = "events")))]
@@ -170,6 +181,18 @@ pub use kernels;
 ))]
 #[doc = include_str!("../../../README.md")]
 pub struct Readme;
+
+/// The examples of `docs/engine.md`, written with the facade's paths, run
+/// as doc tests.
+#[cfg(all(doctest, feature = "engine"))]
+#[doc = include_str!("../../../docs/engine.md")]
+pub struct EngineGuide;
+
+/// The examples of `docs/graphs.md`, written with the facade's paths, run
+/// as doc tests.
+#[cfg(all(doctest, feature = "engine", feature = "kernels"))]
+#[doc = include_str!("../../../docs/graphs.md")]
+pub struct GraphsGuide;
 
 /// The examples of `docs/kernels.md` (your own kernels), run as doc tests.
 #[cfg(doctest)]

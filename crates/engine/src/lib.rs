@@ -52,15 +52,8 @@
 //! # }
 //! ```
 
-/// The examples of `docs/engine.md`, compiled and run as doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/engine.md")]
-mod docs_examples {}
-
-/// The examples of `docs/graphs.md`, compiled and run as doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/graphs.md")]
-mod graphs_examples {}
+// The examples of `docs/engine.md` and `docs/graphs.md` use the facade's
+// paths (`cuda_streams::engine`), so the facade runs them as doc tests.
 
 mod barrier;
 mod capture;

@@ -16,51 +16,19 @@ use std::sync::Arc;
 /// coordinator's [`OperationGraph`].
 pub use engine::OperationId;
 use engine::{Op, OperationGraph, OperationType};
-
-/// What an operation does: which of the coordinator's three streams it ran on.
-///
-/// ```
-/// use cuda_streams_pipeline::driver::{Context, DeviceBuffer, PinnedBuffer};
-/// use cuda_streams_pipeline::{AsyncCoordinator, OperationKind};
-/// # fn main() -> cuda_streams_pipeline::Result<()> {
-/// let ctx = Context::new(0)?;
-/// let mut coordinator = AsyncCoordinator::new(&ctx)?;
-/// let mut buf = DeviceBuffer::<u32>::new(&ctx, 3)?;
-/// let mut host = PinnedBuffer::<u32>::new(&ctx, 3)?;
-/// coordinator.queue_upload(&[1, 2, 3], &mut buf)?;
-/// coordinator.queue_download(&buf, &mut host)?;
-/// coordinator.synchronize_all()?;
-/// let kinds: Vec<OperationKind> = coordinator.poll()?.iter().map(|op| op.op_type).collect();
-/// assert_eq!(kinds, [OperationKind::Upload, OperationKind::Download]);
-/// assert_eq!(OperationKind::Compute.to_string(), "compute");
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OperationKind {
-    /// Host to device, on the upload stream.
-    Upload,
-    /// A kernel launch, on the compute stream.
-    Compute,
-    /// Device to host, on the download stream.
-    Download,
-}
-
-impl fmt::Display for OperationKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Upload => "upload",
-            Self::Compute => "compute",
-            Self::Download => "download",
-        })
-    }
-}
+use pool::StreamPurpose;
 
 /// An operation the GPU has finished, as reported by [`AsyncCoordinator::poll`].
 ///
+/// What it was (`op_type`) is the [`StreamPurpose`] of the stream it ran on:
+/// `ConfigUpload` for uploads, `KernelExecution` for computes,
+/// `TelemetryDownload` for downloads (the seed's names for the pipeline's
+/// three roles; `docs/stream-pool.md` maps them to the engine's
+/// `OperationType`).
+///
 /// ```
 /// use cuda_streams_pipeline::driver::{Context, DeviceBuffer};
-/// use cuda_streams_pipeline::{AsyncCoordinator, CompletedOperation, OperationKind};
+/// use cuda_streams_pipeline::{AsyncCoordinator, CompletedOperation, StreamPurpose};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let mut coordinator = AsyncCoordinator::new(&ctx)?;
@@ -68,7 +36,7 @@ impl fmt::Display for OperationKind {
 /// let upload = coordinator.queue_upload(&[1.0; 8], &mut buf)?;
 /// coordinator.wait(upload)?;
 /// let done = coordinator.poll()?;
-/// assert_eq!(done, [CompletedOperation { op_id: upload, op_type: OperationKind::Upload }]);
+/// assert_eq!(done, [CompletedOperation { op_id: upload, op_type: StreamPurpose::ConfigUpload }]);
 /// assert!(coordinator.poll()?.is_empty()); // each operation is reported once
 /// # Ok(())
 /// # }
@@ -77,12 +45,12 @@ impl fmt::Display for OperationKind {
 pub struct CompletedOperation {
     /// Its id.
     pub op_id: OperationId,
-    /// What it was.
-    pub op_type: OperationKind,
+    /// What it was: the purpose of the stream it ran on.
+    pub op_type: StreamPurpose,
 }
 
 struct Pending {
-    kind: OperationKind,
+    kind: StreamPurpose,
     /// Its node in the graph; its event is recorded right after it.
     event: Op,
     /// Staging memory a staged upload reads; returned to the pool once done.
@@ -259,7 +227,7 @@ impl AsyncCoordinator {
         let ptr = dst.as_device_ptr();
         let implicit = [self.last_compute, self.last_download.get(&ptr).copied()];
         let stream = Arc::clone(&self.upload);
-        let id = self.enqueue(OperationKind::Upload, &stream, deps, &implicit, |s| {
+        let id = self.enqueue(StreamPurpose::ConfigUpload, &stream, deps, &implicit, |s| {
             s.copy_from_host_async(dst, host)
         })?;
         self.last_upload.insert(ptr, id);
@@ -285,7 +253,7 @@ impl AsyncCoordinator {
         work: impl FnOnce(&Stream) -> driver::Result<()>,
     ) -> Result<OperationId> {
         let stream = Arc::clone(&self.compute);
-        let id = self.enqueue(OperationKind::Compute, &stream, deps, &[], work)?;
+        let id = self.enqueue(StreamPurpose::KernelExecution, &stream, deps, &[], work)?;
         self.last_compute = Some(id);
         Ok(id)
     }
@@ -312,9 +280,13 @@ impl AsyncCoordinator {
         let ptr = src.as_device_ptr();
         let implicit = [self.last_compute, self.last_upload.get(&ptr).copied()];
         let stream = Arc::clone(&self.download);
-        let id = self.enqueue(OperationKind::Download, &stream, deps, &implicit, |s| {
-            s.copy_to_host_async(host, src)
-        })?;
+        let id = self.enqueue(
+            StreamPurpose::TelemetryDownload,
+            &stream,
+            deps,
+            &implicit,
+            |s| s.copy_to_host_async(host, src),
+        )?;
         self.last_download.insert(ptr, id);
         Ok(id)
     }
@@ -322,7 +294,7 @@ impl AsyncCoordinator {
     /// Make `stream` wait for `deps`, run `op` on it, record the op's event.
     fn enqueue(
         &mut self,
-        kind: OperationKind,
+        kind: StreamPurpose,
         stream: &Arc<Stream>,
         deps: &[OperationId],
         implicit: &[Option<OperationId>],
@@ -344,10 +316,7 @@ impl AsyncCoordinator {
                 after.push(dep);
             }
         }
-        let kind_type = match kind {
-            OperationKind::Compute => OperationType::Kernel,
-            OperationKind::Upload | OperationKind::Download => OperationType::MemoryTransfer,
-        };
+        let kind_type = OperationType::from(kind);
         let result = self
             .graph
             .op(stream)

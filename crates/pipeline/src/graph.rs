@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::ids::BufferId;
-use crate::stage::{GpuPipelineStage, StageArg};
+use crate::stage::GpuPipelineStage;
 use driver::{
     Context, DeviceBuffer, DeviceCopy, GraphArg, GraphExec, HostSlot, PinnedBuffer, Stream,
 };
@@ -223,25 +223,11 @@ fn stage_args<T: DeviceCopy>(
     device: &HashMap<BufferId, Arc<DeviceBuffer<T>>>,
     n: u64,
 ) -> Vec<GraphArg> {
-    let passes = |b: BufferId| {
-        stage
-            .args
-            .iter()
-            .filter(|a| **a == StageArg::Buffer(b))
-            .count()
-    };
-    stage
-        .args
-        .iter()
-        .map(|arg| match *arg {
-            StageArg::Len => n.into(),
-            StageArg::U32(v) => v.into(),
-            StageArg::U64(v) => v.into(),
-            StageArg::F32(v) => v.into(),
-            StageArg::Buffer(b) if stage.output_buffers.contains(&b) && passes(b) == 1 => {
-                GraphArg::write(&device[&b])
-            }
-            StageArg::Buffer(b) => GraphArg::read(&device[&b]),
-        })
-        .collect()
+    stage.kernel_args(n, |b| {
+        if stage.output_buffers.contains(&b) && stage.passes(b) == 1 {
+            GraphArg::write(&device[&b])
+        } else {
+            GraphArg::read(&device[&b])
+        }
+    })
 }

@@ -14,7 +14,8 @@
 //! - [`PipelineStageManager`]: validated stage order (petgraph), three batches
 //!   in flight, statistics from timing events; buffers of any [`driver::DeviceCopy`]
 //!   element type (`f32` by default), named by [`BufferId`], stages by [`StageId`].
-//! - [`ManagedGpuContext`]: sync (one stream) or async (triple-buffered) mode.
+//! - [`ManagedGpuContext`]: sync (one stream) or async (triple-buffered) mode,
+//!   running the caller's step kernel over buffers of the caller's element type.
 //! - [`BatchUploader`] / [`plan_transfers`]: decide once whether multi-stream
 //!   batch upload pays, and assign keys to streams balanced by bytes.
 
@@ -34,14 +35,16 @@ mod sync;
 mod triple_buffer;
 
 pub use batch_upload::BatchUploader;
-pub use coordinator::{AsyncCoordinator, CompletedOperation, OperationId, OperationKind};
+pub use coordinator::{AsyncCoordinator, CompletedOperation, OperationId};
 /// The safe driver layer this crate builds on (contexts, streams, buffers),
 /// so examples can name it through this crate.
 pub use driver;
 pub use error::{Error, Result};
 pub use graph::PipelineGraph;
 pub use ids::{BufferId, StageId};
-pub use managed::{ManagedGpuContext, PIPELINE_DEPTH, StepConfig, StepOutput, Telemetry};
+pub use managed::{
+    ManagedGpuContext, ManagedGpuContextBuilder, PIPELINE_DEPTH, StepOutput, StepResult,
+};
 pub use manager::{IterationReport, PipelineStageManager, PipelineStats};
 pub use planner::{
     ArraySpec, DEFAULT_MAX_STREAMS, DEFAULT_MIN_BATCH_MB, DEFAULT_MIN_BATCH_SIZE, ENV_MAX_STREAMS,
@@ -50,7 +53,7 @@ pub use planner::{
 };
 /// Stream purposes, from the stream pool.
 pub use pool::StreamPurpose;
-pub use stage::{GpuPipelineStage, StageArg};
+pub use stage::{GpuPipelineStage, StageArg, StageBuilder};
 pub use triple_buffer::{GpuTripleBuffer, SlotState, SlotStatus, StageGuard};
 
 /// The guide's examples (`docs/pipeline.md`), compiled and run as doc tests.

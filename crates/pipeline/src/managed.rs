@@ -1,15 +1,17 @@
 //! A device context with optional stream management: one stream, or a
-//! triple-buffered upload / kernel / download pipeline.
+//! triple-buffered upload / kernel / download pipeline, running the user's
+//! step kernel over buffers of the user's element type.
 
 use crate::coordinator::{AsyncCoordinator, OperationId};
 use crate::error::{Error, Result};
+use crate::ids::BufferId;
 use crate::manager::PipelineStageManager;
+use crate::stage::{GpuPipelineStage, StageArg};
 use crate::triple_buffer::GpuTripleBuffer;
-use driver::{
-    Context, DeviceBuffer, DeviceCopy, Kernel, LaunchConfig, Module, PinnedBuffer, Stream,
-};
+use driver::{Context, DeviceBuffer, DeviceCopy, KernelArg, PinnedBuffer, Stream};
 use pool::{StreamPool, StreamPurpose};
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Streams in the managed context's pool: one per purpose and spares.
@@ -17,71 +19,27 @@ const POOL_SIZE: usize = 8;
 /// Batches in flight in asynchronous mode.
 pub const PIPELINE_DEPTH: u64 = 3;
 
-/// What one [`ManagedGpuContext::triple_buffered_step`] runs: `input` is
-/// uploaded, `kernels::COMPUTE`'s `compute` runs `iterations` steps of
-/// `v = v / 2 + x` on it, and the result is downloaded.
-///
-/// ```
-/// use cuda_streams_pipeline::driver::Context;
-/// use cuda_streams_pipeline::{ManagedGpuContext, StepConfig};
-/// # fn main() -> cuda_streams_pipeline::Result<()> {
-/// let device = Context::new(0)?;
-/// let mut ctx = ManagedGpuContext::new(&device, false)?; // synchronous: no lag
-/// let config = StepConfig { input: vec![2.0; 16], iterations: 2 };
-/// let telemetry = ctx.triple_buffered_step(config.clone())?.expect("answered at once");
-/// assert_eq!(telemetry.output, vec![3.5; 16]); // v = x = 2, then 3, then 3.5
-/// // Every step of one context has the length of the first.
-/// let short = StepConfig { input: vec![1.0; 8], ..config };
-/// let err = ctx.triple_buffered_step(short).unwrap_err();
-/// assert!(err.to_string().contains("holds 16 element(s) but the host side holds 8"), "{err}");
-/// # Ok(())
-/// # }
-/// ```
+/// One step's result, from [`ManagedGpuContext::triple_buffered_step`] and
+/// [`ManagedGpuContext::finish_steps`]: the step kernel's output buffer,
+/// downloaded.
 #[derive(Clone, Debug, PartialEq)]
-pub struct StepConfig {
-    /// The step's input. Every step of one context has the same length.
-    pub input: Vec<f32>,
-    /// The kernel's iteration count (its arithmetic intensity).
-    pub iterations: u32,
-}
-
-/// What the GPU sent back for one step.
-///
-/// ```
-/// use cuda_streams_pipeline::driver::Context;
-/// use cuda_streams_pipeline::{ManagedGpuContext, StepConfig, Telemetry};
-/// # fn main() -> cuda_streams_pipeline::Result<()> {
-/// let device = Context::new(0)?;
-/// let mut ctx = ManagedGpuContext::new(&device, true)?; // asynchronous: results lag
-/// for x in [1.0, 2.0] {
-///     let step = ctx.triple_buffered_step(StepConfig { input: vec![x; 4], iterations: 1 })?;
-///     assert_eq!(step, None); // the pipeline is still filling
-/// }
-/// let telemetry = ctx.finish_steps()?;
-/// assert_eq!(telemetry, [
-///     Telemetry { step: 0, output: vec![1.5; 4] }, // one step of v = v/2 + x from v = x
-///     Telemetry { step: 1, output: vec![3.0; 4] },
-/// ]);
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct Telemetry {
+#[non_exhaustive]
+pub struct StepResult<T> {
     /// The step it belongs to (0 for the first call).
     pub step: u64,
-    /// The kernel's output, downloaded.
-    pub output: Vec<f32>,
+    /// The step kernel's output ([`ManagedGpuContext::OUTPUT`]), downloaded.
+    pub output: Vec<T>,
 }
 
 /// One step's result read in place, from
 /// [`ManagedGpuContext::step_in_place`]: the pinned buffer the GPU
 /// downloaded into, borrowed until the next step.
-pub struct StepOutput<'a> {
+pub struct StepOutput<'a, T: DeviceCopy = f32> {
     step: u64,
-    host: &'a PinnedBuffer<f32>,
+    host: &'a PinnedBuffer<T>,
 }
 
-impl StepOutput<'_> {
+impl<T: DeviceCopy> StepOutput<'_, T> {
     /// The step it belongs to (0 for the first call).
     pub fn step(&self) -> u64 {
         self.step
@@ -89,12 +47,12 @@ impl StepOutput<'_> {
 
     /// The kernel's output, waiting for its download if it is still
     /// running (the work queued after it keeps the GPU busy meanwhile).
-    pub fn output(&self) -> Result<&[f32]> {
+    pub fn output(&self) -> Result<&[T]> {
         Ok(self.host.as_slice()?)
     }
 }
 
-impl fmt::Debug for StepOutput<'_> {
+impl<T: DeviceCopy> fmt::Debug for StepOutput<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StepOutput")
             .field("step", &self.step)
@@ -102,42 +60,29 @@ impl fmt::Debug for StepOutput<'_> {
     }
 }
 
-/// What a step uploads: a copy of the caller's `Vec`, or a pinned slot the
+/// What a step uploads: a copy of the caller's slice, or a pinned slot the
 /// caller fills in place.
-enum Upload<'a> {
-    Copy(&'a StepConfig),
-    InPlace {
-        iterations: u32,
-        fill: &'a mut dyn FnMut(&mut [f32]),
-    },
+enum Upload<'a, T> {
+    Copy(&'a [T]),
+    InPlace { fill: &'a mut dyn FnMut(&mut [T]) },
 }
 
-impl Upload<'_> {
-    fn iterations(&self) -> u32 {
-        match self {
-            Upload::Copy(config) => config.iterations,
-            Upload::InPlace { iterations, .. } => *iterations,
-        }
-    }
-}
-
-struct SyncState {
-    input: DeviceBuffer<f32>,
-    output: DeviceBuffer<f32>,
-    host: PinnedBuffer<f32>,
+struct SyncState<T: DeviceCopy> {
+    input: DeviceBuffer<T>,
+    output: DeviceBuffer<T>,
+    host: PinnedBuffer<T>,
     /// The in-place steps' input, allocated on the first one.
-    host_in: Option<PinnedBuffer<f32>>,
+    host_in: Option<PinnedBuffer<T>>,
 }
 
-struct AsyncState {
-    slots: GpuTripleBuffer<f32>,
-    outputs: Vec<DeviceBuffer<f32>>,
-    host: Vec<PinnedBuffer<f32>>,
+struct AsyncState<T: DeviceCopy> {
+    slots: GpuTripleBuffer<T>,
+    outputs: Vec<DeviceBuffer<T>>,
+    host: Vec<PinnedBuffer<T>>,
     /// The in-place steps' inputs, one per slot, allocated on the first one.
-    host_in: Option<Vec<PinnedBuffer<f32>>>,
+    host_in: Option<Vec<PinnedBuffer<T>>>,
     uploads: [Option<OperationId>; 3],
     downloads: [Option<OperationId>; 3],
-    iterations: [u32; 3],
     /// The step number each slot's batch came from.
     step_of: [u64; 3],
 }
@@ -145,75 +90,199 @@ struct AsyncState {
 // One per managed context, built once and never moved on a hot path: the
 // size difference between the modes costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
-enum Mode {
+enum Mode<T: DeviceCopy> {
     Sync {
         stream: Arc<Stream>,
-        state: Option<SyncState>,
+        state: Option<SyncState<T>>,
     },
     Async {
         pool: Box<StreamPool>,
         coordinator: AsyncCoordinator,
-        state: Option<Box<AsyncState>>,
+        state: Option<Box<AsyncState<T>>>,
     },
 }
 
-/// A device context with stream management switched on or off.
+/// A device context with stream management switched on or off, running the
+/// caller's **step kernel** over buffers of the caller's element type `T`
+/// (`f32` unless chosen otherwise).
 ///
-/// - **Synchronous** (`enable_async = false`): one stream; each
-///   [`triple_buffered_step`](Self::triple_buffered_step) uploads, computes,
-///   downloads and waits, and returns that step's telemetry.
-/// - **Asynchronous** (`enable_async = true`): a [`StreamPool`] whose
-///   `ConfigUpload`, `KernelExecution` and `TelemetryDownload` streams drive
-///   an [`AsyncCoordinator`], and a [`GpuTripleBuffer`]: step *k* uploads
-///   config *k*, runs the kernel on config *k − 1* and downloads the result
-///   of config *k − 2*, all three at once. **Results lag by two steps**
-///   (the pipeline depth, 3, minus one): steps 0 and 1 return `None`, step
-///   *k* returns the telemetry of step *k − 2*, and
-///   [`finish_steps`](Self::finish_steps) returns the last two.
+/// A step uploads its input into buffer [`INPUT`](Self::INPUT), runs the
+/// step kernel, and downloads buffer [`OUTPUT`](Self::OUTPUT). The step
+/// kernel is a [`GpuPipelineStage`] that reads `INPUT` and writes `OUTPUT`
+/// (both of the step's length), given with
+/// [`ManagedGpuContextBuilder::step`] or [`set_step`](Self::set_step).
 ///
-/// Both modes compute the same numbers; only the timing differs.
+/// - **Synchronous** (the default; the seed's `enable_async = false`): one
+///   stream; each [`triple_buffered_step`](Self::triple_buffered_step)
+///   uploads, computes, downloads and waits, and returns that step's result.
+/// - **Asynchronous** ([`ManagedGpuContextBuilder::asynchronous`]; the
+///   seed's `enable_async = true`): a [`StreamPool`] whose `ConfigUpload`,
+///   `KernelExecution` and `TelemetryDownload` streams (the seed's names for
+///   the upload, compute and download roles) drive an [`AsyncCoordinator`],
+///   and a [`GpuTripleBuffer`]: step *k* uploads input *k*, runs the kernel on
+///   input *k − 1* and downloads the result of input *k − 2*, all three at
+///   once. **Results lag by two steps** (the pipeline depth, 3, minus one):
+///   steps 0 and 1 return `None`, step *k* returns the result of step
+///   *k − 2*, and [`finish_steps`](Self::finish_steps) returns the last two.
+///
+/// Both modes compute the same values; only the timing differs. Here the
+/// step kernel is `compute(n, iterations, x, y)`, reading the input as `x`
+/// and writing the output as `y`:
 ///
 /// ```
-/// use cuda_streams_pipeline::driver::Context;
-/// use cuda_streams_pipeline::{ManagedGpuContext, StepConfig};
+/// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::{GpuPipelineStage, ManagedGpuContext};
 /// # fn main() -> cuda_streams_pipeline::Result<()> {
 /// let device = Context::new(0)?;
-/// let mut ctx = ManagedGpuContext::new(&device, true)?;
+/// // compute(n, iterations, x, y): 1 step of v = v/2 + x from v = x, so y = 1.5 x.
+/// let compute = Module::load(&device, &kernels::COMPUTE)?.function("compute")?;
+/// let step = GpuPipelineStage::builder("compute", compute, LaunchConfig::for_num_elems(64))
+///     .len()
+///     .u32(1)
+///     .reads(ManagedGpuContext::INPUT)
+///     .writes(ManagedGpuContext::OUTPUT)
+///     .build();
+/// let mut ctx = ManagedGpuContext::builder(&device).asynchronous().step(step).build()?;
 /// let mut results = Vec::new();
 /// for step in 0..4 {
-///     let config = StepConfig { input: vec![step as f32; 64], iterations: 1 };
 ///     // None for the first two steps: the pipeline is filling.
-///     results.extend(ctx.triple_buffered_step(config)?);
+///     results.extend(ctx.triple_buffered_step(&vec![step as f32; 64])?);
 /// }
 /// results.extend(ctx.finish_steps()?);
-/// let steps: Vec<u64> = results.iter().map(|t| t.step).collect();
+/// let steps: Vec<u64> = results.iter().map(|r| r.step).collect();
 /// assert_eq!(steps, [0, 1, 2, 3]);
-/// assert_eq!(results[3].output, vec![4.5; 64]); // 1 step of v = v/2 + x from v = x = 3
+/// assert_eq!(results[3].output, vec![4.5; 64]); // 1.5 * 3
 /// # Ok(())
 /// # }
 /// ```
-pub struct ManagedGpuContext {
+///
+/// The seed's constructor, [`new`](Self::new)`(&device, enable_async)`,
+/// makes the same context for `f32` without a step kernel: the streams, the
+/// coordinator, triple buffers and stage managers are there at once, and
+/// [`set_step`](Self::set_step) gives the kernel before the first step.
+pub struct ManagedGpuContext<T: DeviceCopy = f32> {
     device: Arc<Context>,
-    mode: Mode,
-    kernel: Kernel,
+    mode: Mode<T>,
+    kernel: Option<GpuPipelineStage>,
     len: Option<usize>,
-    /// Steps started, and steps whose telemetry was returned.
+    /// Steps started, and steps whose result was returned.
     step: u64,
     returned: u64,
 }
 
-impl ManagedGpuContext {
-    /// A managed context on `device`, asynchronous (triple-buffered, with a
-    /// stream pool) when `enable_async`.
+/// Settings for a [`ManagedGpuContext`], from [`ManagedGpuContext::builder`]:
+/// the mode, the element type and the step kernel, by name.
+///
+/// ```
+/// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
+/// use cuda_streams_pipeline::{GpuPipelineStage, ManagedGpuContext};
+/// # fn main() -> cuda_streams_pipeline::Result<()> {
+/// let device = Context::new(0)?;
+/// // fill_u32(n, value, out): a step kernel over u32 that ignores its input.
+/// let fill = Module::load(&device, &kernels::ELEMENTWISE)?.function("fill_u32")?;
+/// let step = GpuPipelineStage::builder("fill", fill, LaunchConfig::for_num_elems(8))
+///     .len()
+///     .u32(7)
+///     .writes(ManagedGpuContext::OUTPUT)
+///     .build();
+/// let mut ctx = ManagedGpuContext::builder(&device).element::<u32>().step(step).build()?;
+/// assert!(!ctx.has_stream_management()); // synchronous unless asked
+/// let result = ctx.triple_buffered_step(&[0u32; 8])?.expect("synchronous: at once");
+/// assert_eq!(result.output, [7; 8]);
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a context builder does nothing until `build`"]
+pub struct ManagedGpuContextBuilder<T: DeviceCopy = f32> {
+    device: Arc<Context>,
+    asynchronous: bool,
+    kernel: Option<GpuPipelineStage>,
+    element: PhantomData<fn() -> T>,
+}
+
+impl<T: DeviceCopy> fmt::Debug for ManagedGpuContextBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManagedGpuContextBuilder")
+            .field("asynchronous", &self.asynchronous)
+            .field("element", &std::any::type_name::<T>())
+            .field("step", &self.kernel.as_ref().map(|k| &k.name))
+            .finish()
+    }
+}
+
+impl<T: DeviceCopy> ManagedGpuContextBuilder<T> {
+    /// Triple-buffered, with a stream pool (the seed's `enable_async = true`).
+    pub fn asynchronous(mut self) -> Self {
+        self.asynchronous = true;
+        self
+    }
+
+    /// One stream, each step waited for (the default).
+    pub fn synchronous(mut self) -> Self {
+        self.asynchronous = false;
+        self
+    }
+
+    /// Buffers of `U` instead (the step kernel's buffer parameters are `U*`).
+    pub fn element<U: DeviceCopy>(self) -> ManagedGpuContextBuilder<U> {
+        ManagedGpuContextBuilder {
+            device: self.device,
+            asynchronous: self.asynchronous,
+            kernel: self.kernel,
+            element: PhantomData,
+        }
+    }
+
+    /// The step kernel: it reads [`ManagedGpuContext::INPUT`] and writes
+    /// [`ManagedGpuContext::OUTPUT`] (checked by `build`, as in
+    /// [`ManagedGpuContext::set_step`]).
+    pub fn step(mut self, kernel: GpuPipelineStage) -> Self {
+        self.kernel = Some(kernel);
+        self
+    }
+
+    /// Create the context (and in asynchronous mode its streams).
+    pub fn build(self) -> Result<ManagedGpuContext<T>> {
+        let mut ctx = ManagedGpuContext::with_mode(&self.device, self.asynchronous)?;
+        if let Some(kernel) = self.kernel {
+            ctx.set_step(kernel)?;
+        }
+        Ok(ctx)
+    }
+}
+
+impl ManagedGpuContext<f32> {
+    /// The buffer a step uploads its input into (buffer 0 of the step
+    /// kernel, whatever the element type).
+    pub const INPUT: BufferId = BufferId(0);
+    /// The buffer a step downloads (buffer 1 of the step kernel).
+    pub const OUTPUT: BufferId = BufferId(1);
+
+    /// The seed's constructor: a managed context for `f32` buffers on
+    /// `device`, asynchronous (triple-buffered, with a stream pool) when
+    /// `enable_async`, without a step kernel yet ([`set_step`](Self::set_step)).
+    /// [`builder`](Self::builder) names the same choices.
     pub fn new(device: &Arc<Context>, enable_async: bool) -> Result<Self> {
-        let kernel = Module::load(device, &kernels::COMPUTE)?.function("compute")?;
+        Self::with_mode(device, enable_async)
+    }
+
+    /// Settings for a context on `device`: synchronous and `f32` unless
+    /// changed ([`ManagedGpuContextBuilder`]).
+    pub fn builder(device: &Arc<Context>) -> ManagedGpuContextBuilder<f32> {
+        ManagedGpuContextBuilder {
+            device: Arc::clone(device),
+            asynchronous: false,
+            kernel: None,
+            element: PhantomData,
+        }
+    }
+}
+
+impl<T: DeviceCopy> ManagedGpuContext<T> {
+    fn with_mode(device: &Arc<Context>, enable_async: bool) -> Result<Self> {
         let mode = if enable_async {
             let pool = StreamPool::new(device, POOL_SIZE)?;
-            let coordinator = AsyncCoordinator::with_streams(
-                pool.get_stream_for_purpose(StreamPurpose::ConfigUpload),
-                pool.get_stream_for_purpose(StreamPurpose::KernelExecution),
-                pool.get_stream_for_purpose(StreamPurpose::TelemetryDownload),
-            )?;
+            let coordinator = purpose_coordinator(&pool)?;
             Mode::Async {
                 pool: Box::new(pool),
                 coordinator,
@@ -228,11 +297,48 @@ impl ManagedGpuContext {
         Ok(Self {
             device: Arc::clone(device),
             mode,
-            kernel,
+            kernel: None,
             len: None,
             step: 0,
             returned: 0,
         })
+    }
+
+    /// Set the step kernel, before the first step. It must pass
+    /// [`OUTPUT`](Self::OUTPUT) once, as a buffer it writes, and may pass
+    /// [`INPUT`](Self::INPUT), as a buffer it reads; no other buffer.
+    /// Its arguments are checked against the kernel's signature at the
+    /// first step, when the buffers exist.
+    ///
+    /// ```
+    /// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
+    /// use cuda_streams_pipeline::{GpuPipelineStage, ManagedGpuContext};
+    /// # fn main() -> cuda_streams_pipeline::Result<()> {
+    /// let device = Context::new(0)?;
+    /// let compute = Module::load(&device, &kernels::COMPUTE)?.function("compute")?;
+    /// let mut ctx = ManagedGpuContext::new(&device, false)?; // the seed's form
+    /// assert!(ctx.triple_buffered_step(&[1.0; 4]).is_err()); // no step kernel yet
+    /// // Writing the input is refused: the step's input belongs to the upload.
+    /// let cfg = LaunchConfig::for_num_elems(4);
+    /// let wrong = GpuPipelineStage::builder("wrong", compute.clone(), cfg)
+    ///     .len().u32(1).reads(ManagedGpuContext::OUTPUT).writes(ManagedGpuContext::INPUT).build();
+    /// let err = ctx.set_step(wrong).unwrap_err();
+    /// assert!(err.to_string().contains("writes buffer 0"), "{err}");
+    /// ctx.set_step(GpuPipelineStage::compute("compute", compute, cfg, 1, 0, 1))?;
+    /// let result = ctx.triple_buffered_step(&[2.0; 4])?.expect("synchronous");
+    /// assert_eq!(result.output, [3.0; 4]); // v = x = 2, then v/2 + x
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_step(&mut self, kernel: GpuPipelineStage) -> Result<()> {
+        if self.step > 0 {
+            return Err(Error::Mode(
+                "the step kernel is set before the first step: steps already ran",
+            ));
+        }
+        check_step_kernel(&kernel)?;
+        self.kernel = Some(kernel);
+        Ok(())
     }
 
     /// The underlying context.
@@ -286,43 +392,38 @@ impl ManagedGpuContext {
     }
 
     /// A new triple buffer of `size` elements on this device.
-    pub fn create_triple_buffer<T: DeviceCopy>(&self, size: usize) -> Result<GpuTripleBuffer<T>> {
+    pub fn create_triple_buffer<U: DeviceCopy>(&self, size: usize) -> Result<GpuTripleBuffer<U>> {
         GpuTripleBuffer::new(&self.device, size)
     }
 
-    /// A stage manager for buffers of `elements` `f32`s, on this context's
-    /// upload, compute and download streams (asynchronous mode only).
-    pub fn create_pipeline_manager(&self, elements: usize) -> Result<PipelineStageManager> {
+    /// A stage manager for buffers of `elements` values of this context's
+    /// element type, on its upload, compute and download streams
+    /// (asynchronous mode only).
+    pub fn create_pipeline_manager(&self, elements: usize) -> Result<PipelineStageManager<T>> {
         self.create_typed_pipeline_manager(elements)
     }
 
     /// [`create_pipeline_manager`](Self::create_pipeline_manager) for buffers
-    /// of `elements` values of `T` ([`PipelineStageManager::new_typed`]).
-    pub fn create_typed_pipeline_manager<T: DeviceCopy>(
+    /// of `elements` values of `U` ([`PipelineStageManager::new_typed`]).
+    pub fn create_typed_pipeline_manager<U: DeviceCopy>(
         &self,
         elements: usize,
-    ) -> Result<PipelineStageManager<T>> {
+    ) -> Result<PipelineStageManager<U>> {
         let Mode::Async { pool, .. } = &self.mode else {
             return Err(Error::Mode(
                 "a pipeline manager needs stream management: create the context with enable_async = true",
             ));
         };
-        let coordinator = AsyncCoordinator::with_streams(
-            pool.get_stream_for_purpose(StreamPurpose::ConfigUpload),
-            pool.get_stream_for_purpose(StreamPurpose::KernelExecution),
-            pool.get_stream_for_purpose(StreamPurpose::TelemetryDownload),
-        )?;
-        PipelineStageManager::new_typed(coordinator, elements)
+        PipelineStageManager::new_typed(purpose_coordinator(pool)?, elements)
     }
 
-    /// Run one step: upload `config.input`, run the kernel, download the
-    /// result. Synchronous mode returns this step's telemetry; asynchronous
+    /// Run one step: upload `input`, run the step kernel, download its
+    /// output. Synchronous mode returns this step's result; asynchronous
     /// mode returns step *k − 2*'s (`None` for the first two steps).
-    pub fn triple_buffered_step(&mut self, config: StepConfig) -> Result<Option<Telemetry>> {
-        let len = config.input.len();
-        let done = self.step(len, Upload::Copy(&config))?;
+    pub fn triple_buffered_step(&mut self, input: &[T]) -> Result<Option<StepResult<T>>> {
+        let done = self.step(input.len(), Upload::Copy(input))?;
         done.map(|out| {
-            Ok(Telemetry {
+            Ok(StepResult {
                 step: out.step,
                 output: out.output()?.to_vec(),
             })
@@ -335,17 +436,25 @@ impl ManagedGpuContext {
     /// the pinned buffer the GPU uploads from, and the result is read in
     /// place from the pinned buffer the GPU downloaded into. The host never
     /// copies a step's data, and it waits for the GPU only when it reads a
-    /// result (with the next steps' work already queued behind it).
+    /// result (with the next steps' work already queued behind it). The
+    /// pinned buffer keeps what was last written into it (three steps
+    /// before in asynchronous mode, one in synchronous mode): `fill` may
+    /// rewrite only what changes.
     ///
     /// ```
-    /// use cuda_streams_pipeline::driver::Context;
-    /// use cuda_streams_pipeline::ManagedGpuContext;
+    /// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
+    /// use cuda_streams_pipeline::{GpuPipelineStage, ManagedGpuContext};
     /// # fn main() -> cuda_streams_pipeline::Result<()> {
     /// let device = Context::new(0)?;
-    /// let mut ctx = ManagedGpuContext::new(&device, true)?;
+    /// let compute = Module::load(&device, &kernels::COMPUTE)?.function("compute")?;
+    /// let cfg = LaunchConfig::for_num_elems(1024);
+    /// let mut ctx = ManagedGpuContext::builder(&device)
+    ///     .asynchronous()
+    ///     .step(GpuPipelineStage::compute("compute", compute, cfg, 1, 0, 1))
+    ///     .build()?;
     /// let mut seen = Vec::new();
     /// for step in 0..4 {
-    ///     let done = ctx.step_in_place(1024, 1, |input| input.fill(step as f32))?;
+    ///     let done = ctx.step_in_place(1024, |input| input.fill(step as f32))?;
     ///     if let Some(done) = done {
     ///         seen.push((done.step(), done.output()?[0])); // two steps late
     ///     }
@@ -362,11 +471,10 @@ impl ManagedGpuContext {
     pub fn step_in_place(
         &mut self,
         elements: usize,
-        iterations: u32,
-        fill: impl FnOnce(&mut [f32]),
-    ) -> Result<Option<StepOutput<'_>>> {
+        fill: impl FnOnce(&mut [T]),
+    ) -> Result<Option<StepOutput<'_, T>>> {
         let mut fill = Some(fill);
-        let mut fill_once = |input: &mut [f32]| {
+        let mut fill_once = |input: &mut [T]| {
             if let Some(fill) = fill.take() {
                 fill(input);
             }
@@ -374,13 +482,15 @@ impl ManagedGpuContext {
         self.step(
             elements,
             Upload::InPlace {
-                iterations,
                 fill: &mut fill_once,
             },
         )
     }
 
-    fn step(&mut self, len: usize, upload: Upload<'_>) -> Result<Option<StepOutput<'_>>> {
+    fn step(&mut self, len: usize, upload: Upload<'_, T>) -> Result<Option<StepOutput<'_, T>>> {
+        let kernel = self.kernel.as_ref().ok_or(Error::Mode(
+            "no step kernel: give one with ManagedGpuContext::builder(..).step(..) or set_step",
+        ))?;
         let expected = *self.len.get_or_insert(len);
         if len != expected || len == 0 {
             return Err(Error::LengthMismatch {
@@ -394,14 +504,19 @@ impl ManagedGpuContext {
             Mode::Sync { stream, state } => {
                 let state = match state {
                     Some(state) => state,
-                    None => state.insert(SyncState {
-                        input: DeviceBuffer::new(&self.device, len)?,
-                        output: DeviceBuffer::new(&self.device, len)?,
-                        host: PinnedBuffer::new(&self.device, len)?,
-                        host_in: None,
-                    }),
+                    None => {
+                        let mut output = DeviceBuffer::new(&self.device, len)?;
+                        let input = DeviceBuffer::new(&self.device, len)?;
+                        check_step_args(kernel, &input, &mut output, len)?;
+                        state.insert(SyncState {
+                            input,
+                            output,
+                            host: PinnedBuffer::new(&self.device, len)?,
+                            host_in: None,
+                        })
+                    }
                 };
-                sync_step(stream, &self.kernel, &self.device, state, upload, len)?;
+                sync_step(stream, kernel, &self.device, state, upload, len)?;
                 Some(StepOutput {
                     step,
                     host: &state.host,
@@ -412,11 +527,11 @@ impl ManagedGpuContext {
             } => {
                 let state = match state {
                     Some(state) => state,
-                    None => state.insert(Box::new(AsyncState::new(&self.device, len)?)),
+                    None => state.insert(Box::new(AsyncState::new(&self.device, kernel, len)?)),
                 };
                 let slot = async_step(
                     coordinator,
-                    &self.kernel,
+                    kernel,
                     &self.device,
                     state,
                     Some(upload),
@@ -437,11 +552,11 @@ impl ManagedGpuContext {
     }
 
     /// Finish the steps still in flight (asynchronous mode: the last two)
-    /// and return their telemetry, oldest first.
-    pub fn finish_steps(&mut self) -> Result<Vec<Telemetry>> {
+    /// and return their results, oldest first.
+    pub fn finish_steps(&mut self) -> Result<Vec<StepResult<T>>> {
         let mut out = Vec::new();
         self.finish_steps_in_place(|done| {
-            out.push(Telemetry {
+            out.push(StepResult {
                 step: done.step(),
                 output: done.output()?.to_vec(),
             });
@@ -455,20 +570,23 @@ impl ManagedGpuContext {
     /// of [`finish_steps`](Self::finish_steps)).
     pub fn finish_steps_in_place(
         &mut self,
-        mut read: impl FnMut(StepOutput<'_>) -> Result<()>,
+        mut read: impl FnMut(StepOutput<'_, T>) -> Result<()>,
     ) -> Result<()> {
         let len = self.len.unwrap_or(0);
-        if let Mode::Async {
-            coordinator,
-            state: Some(state),
-            ..
-        } = &mut self.mode
+        if let (
+            Mode::Async {
+                coordinator,
+                state: Some(state),
+                ..
+            },
+            Some(kernel),
+        ) = (&mut self.mode, &self.kernel)
         {
             // Steps without a new upload until every step has come back.
             while self.returned < self.step {
                 let slot = async_step(
                     coordinator,
-                    &self.kernel,
+                    kernel,
                     &self.device,
                     state,
                     None,
@@ -490,31 +608,103 @@ impl ManagedGpuContext {
     }
 }
 
-impl fmt::Debug for ManagedGpuContext {
+impl<T: DeviceCopy> fmt::Debug for ManagedGpuContext<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ManagedGpuContext")
             .field("async", &self.has_stream_management())
             .field("step", &self.step)
+            .field("kernel", &self.kernel.as_ref().map(|k| &k.name))
             .finish()
     }
 }
 
-fn launch_config(len: usize) -> LaunchConfig {
-    LaunchConfig::for_num_elems(len.min(1 << 20) as u32)
+/// The seed's stream purposes for the pipeline's three roles.
+fn purpose_coordinator(pool: &StreamPool) -> Result<AsyncCoordinator> {
+    AsyncCoordinator::with_streams(
+        pool.get_stream_for_purpose(StreamPurpose::ConfigUpload),
+        pool.get_stream_for_purpose(StreamPurpose::KernelExecution),
+        pool.get_stream_for_purpose(StreamPurpose::TelemetryDownload),
+    )
 }
 
-fn sync_step(
-    stream: &Arc<Stream>,
-    kernel: &Kernel,
-    ctx: &Arc<Context>,
-    state: &mut SyncState,
-    upload: Upload<'_>,
+/// A step kernel passes `OUTPUT` once, writing it, and `INPUT` only to read.
+fn check_step_kernel(kernel: &GpuPipelineStage) -> Result<()> {
+    let input = ManagedGpuContext::INPUT;
+    let output = ManagedGpuContext::OUTPUT;
+    let refuse = |reason: String| {
+        Err(Error::InvalidConfig(format!(
+            "step kernel {:?} {reason}: a step kernel reads buffer {} (its input) and writes buffer {} (its output)",
+            kernel.name, input.0, output.0
+        )))
+    };
+    for arg in &kernel.args {
+        if let StageArg::Buffer(b) = *arg
+            && b != input
+            && b != output
+        {
+            return refuse(format!("passes buffer {}", b.0));
+        }
+    }
+    if kernel.output_buffers.contains(&input) {
+        return refuse(format!("writes buffer {}", input.0));
+    }
+    if kernel.input_buffers.contains(&output) {
+        return refuse(format!("reads buffer {}", output.0));
+    }
+    let passes = kernel.passes(output);
+    if passes != 1 || !kernel.output_buffers.contains(&output) {
+        return refuse(format!(
+            "passes buffer {} {passes} time(s) (once, written, expected)",
+            output.0
+        ));
+    }
+    Ok(())
+}
+
+/// The step kernel's arguments over one input and one output buffer.
+fn step_args<'a, T: DeviceCopy>(
+    kernel: &GpuPipelineStage,
+    input: &'a DeviceBuffer<T>,
+    output: &'a mut DeviceBuffer<T>,
+    len: usize,
+) -> Vec<KernelArg<'a>> {
+    // `check_step_kernel` made sure OUTPUT is passed exactly once, and no
+    // buffer but INPUT besides.
+    let mut output = Some(output);
+    kernel.kernel_args(len as u64, |b| {
+        match output.take_if(|_| b == ManagedGpuContext::OUTPUT) {
+            Some(output) => KernelArg::from(output),
+            None => KernelArg::from(input),
+        }
+    })
+}
+
+/// The step kernel's arguments against its signature, once the buffers
+/// exist and before any upload is queued.
+fn check_step_args<T: DeviceCopy>(
+    kernel: &GpuPipelineStage,
+    input: &DeviceBuffer<T>,
+    output: &mut DeviceBuffer<T>,
     len: usize,
 ) -> Result<()> {
-    let iterations = upload.iterations();
+    let args = step_args(kernel, input, output, len);
+    kernel
+        .kernel
+        .check_args(&args)
+        .map_err(|source| Error::InvalidConfig(format!("step kernel {:?}: {source}", kernel.name)))
+}
+
+fn sync_step<T: DeviceCopy>(
+    stream: &Arc<Stream>,
+    kernel: &GpuPipelineStage,
+    ctx: &Arc<Context>,
+    state: &mut SyncState<T>,
+    upload: Upload<'_, T>,
+    len: usize,
+) -> Result<()> {
     match upload {
-        Upload::Copy(config) => stream.copy_from_host(&mut state.input, &config.input)?,
-        Upload::InPlace { fill, .. } => {
+        Upload::Copy(input) => stream.copy_from_host(&mut state.input, input)?,
+        Upload::InPlace { fill } => {
             let host_in = match &mut state.host_in {
                 Some(host_in) => host_in,
                 None => state.host_in.insert(PinnedBuffer::new(ctx, len)?),
@@ -523,34 +713,31 @@ fn sync_step(
             stream.copy_from_host_async(&mut state.input, host_in)?;
         }
     }
-    stream.launch(
-        kernel,
-        launch_config(len),
-        &[
-            (len as u64).into(),
-            iterations.into(),
-            (&state.input).into(),
-            (&mut state.output).into(),
-        ],
-    )?;
+    let args = step_args(kernel, &state.input, &mut state.output, len);
+    stream.launch(&kernel.kernel, kernel.config, &args)?;
+    drop(args);
     stream.copy_to_host_async(&mut state.host, &state.output)?;
     Ok(())
 }
 
-impl AsyncState {
-    fn new(ctx: &Arc<Context>, len: usize) -> Result<Self> {
+impl<T: DeviceCopy> AsyncState<T> {
+    fn new(ctx: &Arc<Context>, kernel: &GpuPipelineStage, len: usize) -> Result<Self> {
+        let mut outputs: Vec<DeviceBuffer<T>> = (0..3)
+            .map(|_| DeviceBuffer::new(ctx, len))
+            .collect::<driver::Result<_>>()?;
+        // Two buffers of the step's type and length stand for a slot and
+        // its output: the check needs their types and lengths only.
+        let (first, rest) = outputs.split_at_mut(1);
+        check_step_args(kernel, &rest[0], &mut first[0], len)?;
         Ok(Self {
             slots: GpuTripleBuffer::new(ctx, len)?,
-            outputs: (0..3)
-                .map(|_| DeviceBuffer::new(ctx, len))
-                .collect::<driver::Result<_>>()?,
+            outputs,
             host: (0..3)
                 .map(|_| PinnedBuffer::new(ctx, len))
                 .collect::<driver::Result<_>>()?,
             host_in: None,
             uploads: [None; 3],
             downloads: [None; 3],
-            iterations: [0; 3],
             step_of: [0; 3],
         })
     }
@@ -560,18 +747,18 @@ fn illegal(stage: &'static str) -> Error {
     Error::Mode(stage)
 }
 
-/// Step `k` (the number given to an uploaded config): upload (when given)
+/// Step `k` (the number given to an uploaded input): upload (when given)
 /// into the next free slot, download step k − 2's output, run the kernel on
 /// step k − 1's input, in that order (a download waits for the computes
 /// queued before it). The slot guards follow the triple buffer's state
 /// machine; the coordinator's events order the GPU work. Returns the slot
 /// whose download was queued, if any.
-fn async_step(
+fn async_step<T: DeviceCopy>(
     coordinator: &mut AsyncCoordinator,
-    kernel: &Kernel,
+    kernel: &GpuPipelineStage,
     ctx: &Arc<Context>,
-    state: &mut AsyncState,
-    upload: Option<Upload<'_>>,
+    state: &mut AsyncState<T>,
+    upload: Option<Upload<'_, T>>,
     k: u64,
     len: usize,
 ) -> Result<Option<usize>> {
@@ -582,7 +769,6 @@ fn async_step(
         host_in,
         uploads,
         downloads,
-        iterations,
         step_of,
     } = state;
     // Claim the batch uploaded in an earlier step before this step's upload
@@ -593,10 +779,9 @@ fn async_step(
             .get_upload_buffer()
             .ok_or_else(|| illegal("triple buffer: no free slot to upload into"))?;
         let index = slot.slot();
-        iterations[index] = upload.iterations();
         uploads[index] = Some(match upload {
-            Upload::Copy(config) => coordinator.queue_upload(&config.input, &mut slot)?,
-            Upload::InPlace { fill, .. } => {
+            Upload::Copy(input) => coordinator.queue_upload(input, &mut slot)?,
+            Upload::InPlace { fill } => {
                 let pinned = match host_in {
                     Some(pinned) => pinned,
                     None => host_in.insert(
@@ -628,17 +813,8 @@ fn async_step(
             .chain(&downloads[index])
             .copied()
             .collect();
-        coordinator.queue_compute(
-            kernel,
-            launch_config(len),
-            &[
-                (len as u64).into(),
-                iterations[index].into(),
-                (&*slot).into(),
-                (&mut outputs[index]).into(),
-            ],
-            &deps,
-        )?;
+        let args = step_args(kernel, &slot, &mut outputs[index], len);
+        coordinator.queue_compute(&kernel.kernel, kernel.config, &args, &deps)?;
     }
     coordinator.poll()?;
     Ok(downloaded)

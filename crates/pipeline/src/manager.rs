@@ -4,7 +4,7 @@ use crate::coordinator::{AsyncCoordinator, OperationId};
 use crate::error::{Error, Result};
 use crate::graph::{GraphSpec, PipelineGraph};
 use crate::ids::{self, BufferId, StageId};
-use crate::stage::{GpuPipelineStage, StageArg, validate_order};
+use crate::stage::{GpuPipelineStage, validate_order};
 use driver::{DeviceBuffer, DeviceCopy, Event, KernelArg, PinnedBuffer};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -747,18 +747,11 @@ fn stage_args<'a, T: DeviceCopy>(
     buffers: &'a mut SlotBuffers<T>,
     n: u64,
 ) -> Vec<KernelArg<'a>> {
-    let passes = |b: BufferId| {
-        stage
-            .args
-            .iter()
-            .filter(|a| **a == StageArg::Buffer(b))
-            .count()
-    };
     let writable: HashSet<BufferId> = stage
         .output_buffers
         .iter()
         .copied()
-        .filter(|&b| passes(b) == 1)
+        .filter(|&b| stage.passes(b) == 1)
         .collect();
     let mut muts = HashMap::new();
     let mut shared = HashMap::new();
@@ -772,18 +765,8 @@ fn stage_args<'a, T: DeviceCopy>(
             }
         }
     }
-    stage
-        .args
-        .iter()
-        .map(|arg| match *arg {
-            StageArg::Len => n.into(),
-            StageArg::U32(v) => v.into(),
-            StageArg::U64(v) => v.into(),
-            StageArg::F32(v) => v.into(),
-            StageArg::Buffer(b) => match muts.remove(&b) {
-                Some(buffer) => KernelArg::from(buffer),
-                None => KernelArg::from(shared[&b]),
-            },
-        })
-        .collect()
+    stage.kernel_args(n, |b| match muts.remove(&b) {
+        Some(buffer) => KernelArg::from(buffer),
+        None => KernelArg::from(shared[&b]),
+    })
 }

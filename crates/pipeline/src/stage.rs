@@ -130,12 +130,146 @@ impl GpuPipelineStage {
         }
     }
 
+    /// A stage named `name` running `kernel` with launch shape `config`,
+    /// its arguments given in order by name ([`StageBuilder`]), the
+    /// positional [`compute`](Self::compute) and the struct literal's
+    /// buffer lists following from them.
+    ///
+    /// ```
+    /// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
+    /// use cuda_streams_pipeline::{BufferId, GpuPipelineStage, StageArg};
+    /// # fn main() -> cuda_streams_pipeline::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
+    /// let cfg = LaunchConfig::for_num_elems(256);
+    /// // compute(n, iterations, x, y): reads buffer 0, writes buffer 1.
+    /// let stage = GpuPipelineStage::builder("smooth", compute.clone(), cfg)
+    ///     .len()
+    ///     .u32(4)
+    ///     .reads(0)
+    ///     .writes(1)
+    ///     .build();
+    /// let positional = GpuPipelineStage::compute("smooth", compute, cfg, 4, 0, 1);
+    /// assert_eq!(stage.args, positional.args);
+    /// assert_eq!((stage.input_buffers, stage.output_buffers), (vec![BufferId(0)], vec![BufferId(1)]));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(name: impl Into<String>, kernel: Kernel, config: LaunchConfig) -> StageBuilder {
+        StageBuilder {
+            stage: Self {
+                name: name.into(),
+                input_buffers: Vec::new(),
+                output_buffers: Vec::new(),
+                kernel,
+                config,
+                args: Vec::new(),
+            },
+        }
+    }
+
+    /// The arguments for `n` elements (a launch's `KernelArg`s or a
+    /// graph's `GraphArg`s), scalars from the stage and each buffer argument
+    /// from `buffer` (called once per buffer argument, in order).
+    pub(crate) fn kernel_args<A>(&self, n: u64, mut buffer: impl FnMut(BufferId) -> A) -> Vec<A>
+    where
+        A: From<u64> + From<u32> + From<f32>,
+    {
+        self.args
+            .iter()
+            .map(|arg| match *arg {
+                StageArg::Len => n.into(),
+                StageArg::U32(v) => v.into(),
+                StageArg::U64(v) => v.into(),
+                StageArg::F32(v) => v.into(),
+                StageArg::Buffer(b) => buffer(b),
+            })
+            .collect()
+    }
+
+    /// How many times `buffer` is passed to the kernel.
+    pub(crate) fn passes(&self, buffer: BufferId) -> usize {
+        self.args
+            .iter()
+            .filter(|a| **a == StageArg::Buffer(buffer))
+            .count()
+    }
+
     /// Every buffer id the stage names.
     pub(crate) fn buffers(&self) -> impl Iterator<Item = BufferId> + '_ {
         self.input_buffers
             .iter()
             .chain(&self.output_buffers)
             .copied()
+    }
+}
+
+/// A [`GpuPipelineStage`] being described, argument by argument, from
+/// [`GpuPipelineStage::builder`]. A buffer argument says how the kernel uses
+/// it (`reads`, `writes`, `updates`), which fills the stage's buffer lists.
+#[derive(Clone, Debug)]
+#[must_use = "a stage builder does nothing until `build`"]
+pub struct StageBuilder {
+    stage: GpuPipelineStage,
+}
+
+impl StageBuilder {
+    fn arg(mut self, arg: StageArg) -> Self {
+        self.stage.args.push(arg);
+        self
+    }
+
+    /// The pipeline's element count, as a `u64` ([`StageArg::Len`]).
+    pub fn len(self) -> Self {
+        self.arg(StageArg::Len)
+    }
+
+    /// A `u32` scalar.
+    pub fn u32(self, value: u32) -> Self {
+        self.arg(StageArg::U32(value))
+    }
+
+    /// A `u64` scalar.
+    pub fn u64(self, value: u64) -> Self {
+        self.arg(StageArg::U64(value))
+    }
+
+    /// An `f32` scalar.
+    pub fn f32(self, value: f32) -> Self {
+        self.arg(StageArg::F32(value))
+    }
+
+    /// A buffer the kernel only reads.
+    pub fn reads(mut self, buffer: impl Into<BufferId>) -> Self {
+        let buffer = buffer.into();
+        push_once(&mut self.stage.input_buffers, buffer);
+        self.arg(StageArg::Buffer(buffer))
+    }
+
+    /// A buffer the kernel writes without reading it first.
+    pub fn writes(mut self, buffer: impl Into<BufferId>) -> Self {
+        let buffer = buffer.into();
+        push_once(&mut self.stage.output_buffers, buffer);
+        self.arg(StageArg::Buffer(buffer))
+    }
+
+    /// A buffer the kernel reads and rewrites in place.
+    pub fn updates(mut self, buffer: impl Into<BufferId>) -> Self {
+        let buffer = buffer.into();
+        push_once(&mut self.stage.input_buffers, buffer);
+        push_once(&mut self.stage.output_buffers, buffer);
+        self.arg(StageArg::Buffer(buffer))
+    }
+
+    /// The stage.
+    pub fn build(self) -> GpuPipelineStage {
+        self.stage
+    }
+}
+
+fn push_once(list: &mut Vec<BufferId>, buffer: BufferId) {
+    if !list.contains(&buffer) {
+        list.push(buffer);
     }
 }
 

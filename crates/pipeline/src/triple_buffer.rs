@@ -253,6 +253,7 @@ impl<T: DeviceCopy> fmt::Debug for GpuTripleBuffer<T> {
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "dropping a stage guard moves its slot on to the next stage"]
 pub struct StageGuard<'a, T: DeviceCopy> {
     states: &'a SlotStates,
     index: usize,

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{ONE_THREAD, XorShift, ctx, kernel, reference_compute, spin_kernel};
-use cuda_streams_pipeline::{AsyncCoordinator, Error, OperationId, OperationKind};
+use cuda_streams_pipeline::{AsyncCoordinator, Error, OperationId, StreamPurpose};
 use driver::{DeviceBuffer, LaunchConfig, PinnedBuffer};
 
 const SPIN_NS: u64 = 300_000_000;
@@ -41,9 +41,9 @@ fn poll_does_not_report_work_the_gpu_has_not_finished() {
         .map(|op| (op.op_id, op.op_type))
         .collect();
     for expected in [
-        (upload, OperationKind::Upload),
-        (held, OperationKind::Compute),
-        (download, OperationKind::Download),
+        (upload, StreamPurpose::ConfigUpload),
+        (held, StreamPurpose::KernelExecution),
+        (download, StreamPurpose::TelemetryDownload),
     ] {
         assert!(
             late.contains(&expected),

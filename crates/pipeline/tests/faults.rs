@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{ctx, kernel, reference_compute};
+use common::{compute_step, ctx, kernel, reference_compute};
 use cuda_streams_pipeline::AsyncCoordinator;
 use cuda_streams_pipeline::ManagedGpuContext;
 use driver::{DeviceBuffer, LaunchConfig, PinnedBuffer};
@@ -82,12 +82,16 @@ fn no_step_result_after_a_failed_compute_is_ok() {
     let _serial = serial();
     let _reset = FaultReset;
     let device = ctx();
-    let mut managed = ManagedGpuContext::new(&device, true).unwrap();
+    let mut managed = ManagedGpuContext::builder(&device)
+        .asynchronous()
+        .step(compute_step(&device, 1))
+        .build()
+        .unwrap();
     let fill = |step: u32| move |input: &mut [f32]| input.fill(step as f32 + 1.0);
     let expected = |step: u32| reference_compute(1, &[step as f32 + 1.0; 256]);
     // Steps 0 and 1 fill the pipeline; step k returns step k - 2's result.
-    assert!(managed.step_in_place(256, 1, fill(0)).unwrap().is_none());
-    assert!(managed.step_in_place(256, 1, fill(1)).unwrap().is_none());
+    assert!(managed.step_in_place(256, fill(0)).unwrap().is_none());
+    assert!(managed.step_in_place(256, fill(1)).unwrap().is_none());
     let compute = std::sync::Arc::clone(
         managed
             .async_coordinator()
@@ -101,7 +105,7 @@ fn no_step_result_after_a_failed_compute_is_ok() {
         return;
     }
     {
-        let step0 = managed.step_in_place(256, 1, fill(2)).unwrap().unwrap();
+        let step0 = managed.step_in_place(256, fill(2)).unwrap().unwrap();
         assert_eq!(
             (step0.step(), step0.output().unwrap()),
             (0, &expected(0)[..])
@@ -110,7 +114,7 @@ fn no_step_result_after_a_failed_compute_is_ok() {
     // Step 3 queues the download of step 1's result (and step 2's compute)
     // while the failing compute is still held: every call succeeds, as on a
     // GPU, and the failure shows when the result is read.
-    let step1 = managed.step_in_place(256, 1, fill(3)).unwrap().unwrap();
+    let step1 = managed.step_in_place(256, fill(3)).unwrap().unwrap();
     assert_eq!(step1.step(), 1);
     gate.open();
     let err = step1.output().unwrap_err();
@@ -122,7 +126,7 @@ fn no_step_result_after_a_failed_compute_is_ok() {
     // the context failed. A caller that goes on after an error never gets an
     // older step's output.
     for step in 4..8 {
-        match managed.step_in_place(256, 1, fill(step)) {
+        match managed.step_in_place(256, fill(step)) {
             Err(_) => {}
             Ok(None) => panic!("step {step} returned no result"),
             Ok(Some(out)) => {

@@ -2,14 +2,25 @@
 
 mod common;
 
-use common::{XorShift, ctx, reference_compute};
-use cuda_streams_pipeline::{Error, ManagedGpuContext, StepConfig, StreamPurpose};
+use common::{XorShift, compute_step, ctx, reference_compute};
+use cuda_streams_pipeline::{Error, ManagedGpuContext, StreamPurpose};
 
-fn run(enable_async: bool, configs: &[StepConfig]) -> Vec<(u64, Vec<f32>)> {
-    let mut managed = ManagedGpuContext::new(&ctx(), enable_async).unwrap();
+/// The step kernel's iteration count in these tests.
+const ITERATIONS: u32 = 3;
+
+/// A managed context in the seed's form, given the compute step.
+fn managed(enable_async: bool) -> ManagedGpuContext {
+    let device = ctx();
+    let mut managed = ManagedGpuContext::new(&device, enable_async).unwrap();
+    managed.set_step(compute_step(&device, ITERATIONS)).unwrap();
+    managed
+}
+
+fn run(enable_async: bool, configs: &[Vec<f32>]) -> Vec<(u64, Vec<f32>)> {
+    let mut managed = managed(enable_async);
     let mut out = Vec::new();
     for (k, config) in configs.iter().enumerate() {
-        let telemetry = managed.triple_buffered_step(config.clone()).unwrap();
+        let telemetry = managed.triple_buffered_step(config).unwrap();
         if enable_async {
             // Results lag by two steps (pipeline depth 3).
             assert_eq!(
@@ -34,20 +45,15 @@ fn run(enable_async: bool, configs: &[StepConfig]) -> Vec<(u64, Vec<f32>)> {
 #[test]
 fn sync_and_async_modes_give_identical_results() {
     let mut rng = XorShift::new(2024);
-    let configs: Vec<StepConfig> = (0..9)
-        .map(|k| StepConfig {
-            input: rng.f32s(20_000),
-            iterations: 1 + k % 4,
-        })
-        .collect();
+    let configs: Vec<Vec<f32>> = (0..9).map(|_| rng.f32s(20_000)).collect();
     let sync = run(false, &configs);
     let asynchronous = run(true, &configs);
     assert_eq!(sync.len(), configs.len());
     assert!(sync == asynchronous, "the two modes disagree");
     for (step, output) in &sync {
-        let config = &configs[*step as usize];
+        let input = &configs[*step as usize];
         assert!(
-            *output == reference_compute(config.iterations, &config.input),
+            *output == reference_compute(ITERATIONS, input),
             "step {step} differs from the CPU reference"
         );
     }
@@ -55,14 +61,12 @@ fn sync_and_async_modes_give_identical_results() {
 
 /// The in-place form: the same steps, filled into the pinned upload slots
 /// and read from the pinned download slots, in both modes.
-fn run_in_place(enable_async: bool, configs: &[StepConfig]) -> Vec<(u64, Vec<f32>)> {
-    let mut managed = ManagedGpuContext::new(&ctx(), enable_async).unwrap();
+fn run_in_place(enable_async: bool, configs: &[Vec<f32>]) -> Vec<(u64, Vec<f32>)> {
+    let mut managed = managed(enable_async);
     let mut out = Vec::new();
     for (k, config) in configs.iter().enumerate() {
         let done = managed
-            .step_in_place(config.input.len(), config.iterations, |slot| {
-                slot.copy_from_slice(&config.input)
-            })
+            .step_in_place(config.len(), |slot| slot.copy_from_slice(config))
             .unwrap();
         let expected_step = if enable_async {
             k.checked_sub(2)
@@ -89,12 +93,7 @@ fn run_in_place(enable_async: bool, configs: &[StepConfig]) -> Vec<(u64, Vec<f32
 #[test]
 fn in_place_steps_match_the_copying_steps() {
     let mut rng = XorShift::new(77);
-    let configs: Vec<StepConfig> = (0..8)
-        .map(|k| StepConfig {
-            input: rng.f32s(10_000),
-            iterations: 1 + k % 3,
-        })
-        .collect();
+    let configs: Vec<Vec<f32>> = (0..8).map(|_| rng.f32s(10_000)).collect();
     let copied = run(true, &configs);
     for enable_async in [false, true] {
         let in_place = run_in_place(enable_async, &configs);
@@ -105,9 +104,9 @@ fn in_place_steps_match_the_copying_steps() {
         );
     }
     // A step of another length is refused, naming both lengths.
-    let mut managed = ManagedGpuContext::new(&ctx(), true).unwrap();
-    let _ = managed.step_in_place(16, 1, |s| s.fill(1.0)).unwrap();
-    let err = managed.step_in_place(8, 1, |s| s.fill(1.0)).unwrap_err();
+    let mut managed = managed(true);
+    let _ = managed.step_in_place(16, |s| s.fill(1.0)).unwrap();
+    let err = managed.step_in_place(8, |s| s.fill(1.0)).unwrap_err();
     assert!(
         err.to_string().contains("16") && err.to_string().contains("8"),
         "{err}"
@@ -134,6 +133,7 @@ fn streams_by_purpose_only_with_stream_management() {
     assert!(managed.create_pipeline_manager(128).is_ok());
 
     let mut sync = ManagedGpuContext::new(&device, false).unwrap();
+    sync.set_step(compute_step(&device, 1)).unwrap();
     assert!(!sync.has_stream_management());
     assert!(sync.get_stream(StreamPurpose::KernelExecution).is_none());
     assert!(sync.async_coordinator_mut().is_none());
@@ -142,20 +142,57 @@ fn streams_by_purpose_only_with_stream_management() {
         Err(Error::Mode(_))
     ));
     // A step of a different length than the first is refused.
-    let first = StepConfig {
-        input: vec![1.0; 8],
-        iterations: 1,
-    };
-    assert!(sync.triple_buffered_step(first).unwrap().is_some());
-    let err = sync
-        .triple_buffered_step(StepConfig {
-            input: vec![1.0; 9],
-            iterations: 1,
-        })
-        .unwrap_err();
+    assert!(sync.triple_buffered_step(&[1.0; 8]).unwrap().is_some());
+    let err = sync.triple_buffered_step(&[1.0; 9]).unwrap_err();
     assert!(
         err.to_string()
             .contains("holds 8 element(s) but the host side holds 9"),
         "{err}"
     );
+}
+
+#[test]
+fn the_element_type_and_kernel_are_the_callers() {
+    // fill_u32(n, value, out) over u32 buffers: step k's output is all 7s
+    // whatever its input, two steps late in asynchronous mode.
+    let device = ctx();
+    let fill = common::kernel(&device, &kernels::ELEMENTWISE, "fill_u32");
+    let step = cuda_streams_pipeline::GpuPipelineStage::builder(
+        "fill",
+        fill,
+        driver::LaunchConfig::for_num_elems(64),
+    )
+    .len()
+    .u32(7)
+    .writes(ManagedGpuContext::OUTPUT)
+    .build();
+    let mut managed = ManagedGpuContext::builder(&device)
+        .asynchronous()
+        .element::<u32>()
+        .step(step)
+        .build()
+        .unwrap();
+    let mut steps = Vec::new();
+    for k in 0..5u32 {
+        if let Some(done) = managed.triple_buffered_step(&[k; 64]).unwrap() {
+            assert_eq!(done.output, [7; 64], "step {}", done.step);
+            steps.push(done.step);
+        }
+    }
+    for done in managed.finish_steps().unwrap() {
+        assert_eq!(done.output, [7; 64], "step {}", done.step);
+        steps.push(done.step);
+    }
+    assert_eq!(steps, [0, 1, 2, 3, 4]);
+
+    // A kernel whose buffer parameters are another type is refused at the
+    // first step, naming the step kernel, before anything is queued.
+    let compute = compute_step(&device, 1);
+    let mut wrong = ManagedGpuContext::builder(&device)
+        .element::<u32>()
+        .step(compute)
+        .build()
+        .unwrap();
+    let err = wrong.triple_buffered_step(&[1; 8]).unwrap_err();
+    assert!(err.to_string().contains("step kernel \"compute\""), "{err}");
 }

@@ -78,6 +78,7 @@ impl Reserve {
 /// // Reused once given back.
 /// assert_eq!(pool.acquire_exclusive().unwrap().id(), id);
 /// ```
+#[must_use = "an exclusive stream goes back to the pool's reserve when dropped"]
 pub struct ExclusiveStream {
     stream: Option<Arc<Stream>>,
     priority: StreamPriority,

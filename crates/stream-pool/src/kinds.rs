@@ -1,7 +1,13 @@
 //! The vocabulary the pool hands streams out by: strategies, workload types
-//! and stream purposes.
+//! and stream purposes, and how they map to the engine's operation types.
+//!
+//! How the kinds of work map to one another (`From` below) is tabled in
+//! `docs/stream-pool.md`, "The kinds of work".
 
 use driver::StreamPriority;
+/// The engine's operation types, which the pool's kinds map to.
+pub use engine::OperationType;
+use std::fmt;
 
 /// How [`crate::StreamPool::get_stream`] picks a stream, and how the other
 /// getters pick within the streams they may use.
@@ -159,11 +165,13 @@ impl WorkloadType {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StreamPurpose {
-    /// Host-to-device configuration uploads.
+    /// Host-to-device uploads: the pipeline's upload stream. The seed named
+    /// it for the configuration its demo uploaded; any upload uses it.
     ConfigUpload,
-    /// The main compute kernels.
+    /// The main compute kernels: the pipeline's compute stream.
     KernelExecution,
-    /// Device-to-host telemetry downloads.
+    /// Device-to-host downloads: the pipeline's download stream. The seed
+    /// named it for the telemetry its demo downloaded; any download uses it.
     TelemetryDownload,
     /// Peer-to-peer copies between GPUs.
     P2PTransfer,
@@ -196,9 +204,81 @@ impl StreamPurpose {
     }
 }
 
+impl fmt::Display for StreamPurpose {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ConfigUpload => "config upload",
+            Self::KernelExecution => "kernel execution",
+            Self::TelemetryDownload => "telemetry download",
+            Self::P2PTransfer => "P2P transfer",
+            Self::AuxCompute => "aux compute",
+        })
+    }
+}
+
+impl From<StreamPurpose> for OperationType {
+    /// What the work of a stream with this role is: copies or kernels.
+    fn from(purpose: StreamPurpose) -> Self {
+        match purpose {
+            StreamPurpose::ConfigUpload
+            | StreamPurpose::TelemetryDownload
+            | StreamPurpose::P2PTransfer => Self::MemoryTransfer,
+            StreamPurpose::KernelExecution | StreamPurpose::AuxCompute => Self::Kernel,
+        }
+    }
+}
+
+impl From<OperationType> for WorkloadType {
+    /// The class of streams an operation of this type belongs on.
+    fn from(operation: OperationType) -> Self {
+        match operation {
+            OperationType::Kernel => Self::Compute,
+            OperationType::MemoryTransfer => Self::Memory,
+            OperationType::Reduction | OperationType::Broadcast | OperationType::AllReduce => {
+                Self::Mixed
+            }
+            OperationType::Synchronization | OperationType::Barrier => Self::Coordination,
+        }
+    }
+}
+
+impl From<StreamPurpose> for WorkloadType {
+    /// Through the purpose's [`OperationType`].
+    fn from(purpose: StreamPurpose) -> Self {
+        OperationType::from(purpose).into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_purpose_maps_to_the_workload_of_its_operation_type() {
+        for purpose in StreamPurpose::ALL {
+            let workload = WorkloadType::from(OperationType::from(purpose));
+            assert_eq!(WorkloadType::from(purpose), workload);
+            // A transfer role never lands on the compute class, nor a kernel
+            // role on the memory class.
+            let kernel = matches!(
+                purpose,
+                StreamPurpose::KernelExecution | StreamPurpose::AuxCompute
+            );
+            assert_eq!(workload == WorkloadType::Compute, kernel, "{purpose}");
+            assert_eq!(workload == WorkloadType::Memory, !kernel, "{purpose}");
+        }
+        for operation in OperationType::ALL {
+            let workload = WorkloadType::from(operation);
+            assert_eq!(
+                workload == WorkloadType::Coordination,
+                matches!(
+                    operation,
+                    OperationType::Synchronization | OperationType::Barrier
+                ),
+                "{operation:?}"
+            );
+        }
+    }
 
     #[test]
     fn strategy_round_trips_through_u8() {

@@ -88,7 +88,7 @@ pub use coordinator::MultiStreamCoordinator;
 pub use devices::DevicePools;
 pub use error::{Error, Result, StreamFailure};
 pub use exclusive::ExclusiveStream;
-pub use kinds::{AllocationStrategy, StreamPurpose, WorkloadType};
+pub use kinds::{AllocationStrategy, OperationType, StreamPurpose, WorkloadType};
 pub use layout::ClassSplit;
 pub use metrics::PoolMetrics;
 pub use pool::StreamPool;

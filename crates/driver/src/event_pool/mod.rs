@@ -7,6 +7,7 @@
 //! timed sections, the buffers' use tracking. Separate pools
 //! ([`EventPool::new`]) serve callers that want their own counts or a cap.
 
+mod builder;
 mod shelf;
 mod sync;
 mod thread_shelf;
@@ -14,6 +15,7 @@ mod thread_shelf;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
+pub use builder::EventPoolBuilder;
 use shelf::Shelf;
 use std::fmt;
 use std::mem::ManuallyDrop;
@@ -309,6 +311,7 @@ impl fmt::Debug for EventPool {
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "a pooled event goes back to its pool when dropped"]
 pub struct PooledEvent {
     event: ManuallyDrop<Event>,
     pool: Arc<EventPool>,

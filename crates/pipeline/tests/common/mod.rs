@@ -17,3 +17,22 @@ pub(crate) fn reference_compute(iterations: u32, x: &[f32]) -> Vec<f32> {
         .map(|&v| kernels::reference::compute_element(iterations, v))
         .collect()
 }
+
+/// `kernels::COMPUTE`'s `compute(n, iterations, x, y)` as a managed
+/// context's step kernel: reads the step's input, writes its output.
+pub(crate) fn compute_step(
+    ctx: &std::sync::Arc<driver::Context>,
+    iterations: u32,
+) -> cuda_streams_pipeline::GpuPipelineStage {
+    use cuda_streams_pipeline::{GpuPipelineStage, ManagedGpuContext};
+    GpuPipelineStage::builder(
+        "compute",
+        kernel(ctx, &kernels::COMPUTE, "compute"),
+        driver::LaunchConfig::for_num_elems(1 << 12),
+    )
+    .len()
+    .u32(iterations)
+    .reads(ManagedGpuContext::INPUT)
+    .writes(ManagedGpuContext::OUTPUT)
+    .build()
+}
