@@ -549,7 +549,9 @@ impl Context {
         self.id
     }
 
-    /// The function table, for raw calls. Bind (`ctx.bind()`) before calling it.
+    /// The function table, for raw calls in interop with other libraries.
+    /// Bind (`ctx.bind()`) before calling it. The crates of this workspace
+    /// call the driver through [`crate::result`] and the safe types instead.
     pub fn driver(&self) -> &'static Driver {
         self.driver.table
     }

@@ -50,10 +50,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// once). The contents are whatever the memory held.
     pub fn new(ctx: &Arc<Context>, len: usize) -> Result<Self> {
         let bytes = byte_size::<T>("DeviceBuffer", len)?;
-        ctx.bind()?;
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: writes one device pointer through a valid pointer; the context is current.
-        ctx.check(unsafe { (ctx.driver().cuMemAlloc)(&mut ptr, bytes) })?;
+        let ptr = crate::result::mem_alloc(ctx, bytes)?;
         Ok(Self {
             ctx: Arc::clone(ctx),
             home: None,
@@ -71,10 +68,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         // Captured, the allocation would become a node of the graph.
         let _gate = stream.enqueue_gate("DeviceBuffer::new_async")?;
         let ctx = stream.context();
-        ctx.bind()?;
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: writes one device pointer through a valid pointer; the stream is live.
-        ctx.check(unsafe { (ctx.driver().cuMemAllocAsync)(&mut ptr, bytes, stream.as_raw()) })?;
+        let ptr = crate::result::mem_alloc_async(stream, bytes)?;
         stream.counters.allocated(bytes);
         Ok(Self {
             ctx: Arc::clone(ctx),
