@@ -175,8 +175,8 @@ pub use future::{Completion, CopyFuture};
 pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};
 pub use memory::{
-    DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory, MemPool, PinnedBuffer,
-    UnifiedBuffer,
+    DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, DeviceSlice, DeviceSliceMut,
+    HostMemory, MemPool, PinnedBuffer, UnifiedBuffer,
 };
 pub use metrics::StreamMetrics;
 pub use module::{Kernel, Module, ModuleImage};

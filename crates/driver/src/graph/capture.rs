@@ -616,7 +616,31 @@ impl Capture {
     /// Fork `branches` into the capture: work captured on each of them from
     /// now on runs after the work captured on `from` so far. Each branch
     /// must be joined back ([`Capture::join`]) before [`Capture::end`].
-    pub fn fork(&mut self, from: &Stream, branches: &[&Arc<Stream>]) -> Result<()> {
+    ///
+    /// `fork` and `join` take the same slice, `&[&Stream]`, as
+    /// [`Stream::fork`] and [`Stream::join`] do; an `&Arc<Stream>` in an
+    /// array literal coerces to it.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let (origin, left, right) = (Stream::new(&ctx)?, Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let (a, b) = (Arc::new(DeviceBuffer::<u8>::new(&ctx, 64)?), Arc::new(DeviceBuffer::<u8>::new(&ctx, 64)?));
+    /// let mut capture = origin.begin_capture()?;
+    /// let branches: [&Stream; 2] = [&left, &right];
+    /// capture.fork(&origin, &branches)?;
+    /// capture.memset_u8(&left, &a, 1)?;
+    /// capture.memset_u8(&right, &b, 2)?;
+    /// capture.join(&origin, &branches)?;
+    /// let graph = capture.end()?;
+    /// graph.instantiate()?.launch(&origin)?;
+    /// assert_eq!((a.to_vec(&origin)?[0], b.to_vec(&origin)?[0]), (1, 2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fork(&mut self, from: &Stream, branches: &[&Stream]) -> Result<()> {
         self.check_member(from)?;
         for branch in branches {
             from.check_context("a forked stream", branch.context())?;
@@ -647,7 +671,7 @@ impl Capture {
                 return Err(err);
             }
             self.members.push(Member {
-                stream: Arc::clone(branch),
+                stream: branch.to_arc(),
                 unjoined: true,
             });
         }

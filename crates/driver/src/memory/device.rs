@@ -97,14 +97,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// Copy the contents back through `stream`, waiting for the copy.
     pub fn to_vec(&self, stream: &Stream) -> Result<Vec<T>> {
-        let mut out = Vec::with_capacity(self.len);
-        // SAFETY: `out` has room for `len` values; the copy has completed when
-        // this returns Ok.
-        unsafe { stream.copy_to_host_raw(out.as_mut_ptr(), self.len, self)? };
-        // SAFETY: all `len` values were written by the copy, and any bytes are a
-        // valid `T` (DeviceCopy).
-        unsafe { out.set_len(self.len) };
-        Ok(out)
+        device_to_vec(stream, self)
     }
 
     common_accessors!();
@@ -243,4 +236,18 @@ impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {
             .field("home", &self.home.as_ref().map(|s| s.id()))
             .finish()
     }
+}
+
+/// The contents of `memory`, copied back through `stream` (waiting for the
+/// copy): [`DeviceBuffer::to_vec`] and its views'.
+pub(super) fn device_to_vec<M: DeviceMemory>(stream: &Stream, memory: &M) -> Result<Vec<M::Elem>> {
+    let len = memory.device_len();
+    let mut out = Vec::with_capacity(len);
+    // SAFETY: `out` has room for `len` values; the copy has completed when
+    // this returns Ok.
+    unsafe { stream.copy_to_host_raw(out.as_mut_ptr(), len, memory)? };
+    // SAFETY: all `len` values were written by the copy, and any bytes are a
+    // valid `T` (DeviceCopy).
+    unsafe { out.set_len(len) };
+    Ok(out)
 }

@@ -87,12 +87,14 @@ macro_rules! host_side {
 mod device;
 mod pinned;
 mod pool;
+mod slice;
 mod tracker;
 mod unified;
 
 pub use device::DeviceBuffer;
 pub use pinned::PinnedBuffer;
 pub use pool::MemPool;
+pub use slice::{DeviceSlice, DeviceSliceMut};
 pub use unified::UnifiedBuffer;
 
 use crate::error::{Error, Result};
