@@ -136,6 +136,12 @@ impl Capture {
         self.nodes
     }
 
+    /// A process-unique id of this capture (never 0): what
+    /// [`HostSlot`]s and the engine's captured operation ids name.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.open {
             Ok(())
