@@ -271,7 +271,7 @@ impl CaptureOpBuilder<'_, '_> {
             work(capture, stream).map_err(|source| Error::CapturedOperationFailed {
                 operation: id,
                 label,
-                source,
+                source: Box::new(source),
             })
         })
     }

@@ -91,9 +91,10 @@ pub enum Error {
         operation: crate::CaptureOpId,
         /// Its label.
         label: String,
-        /// What its work returned.
+        /// What its work returned (boxed: the id is wider than an
+        /// `OperationId`, and `Error` stays small).
         #[source]
-        source: driver::Error,
+        source: Box<driver::Error>,
     },
     /// An operation made to depend on itself.
     #[error("{operation} cannot depend on itself")]
