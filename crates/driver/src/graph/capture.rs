@@ -332,7 +332,8 @@ impl Capture {
     /// node), and lent to nodes through the returned `Arc`. No allocator
     /// caches it, so nothing else gets this memory while the graph, an
     /// instance of it, or the caller's `Arc` lives; it is freed after the
-    /// last of them is gone (and the replays have passed it).
+    /// last of them is gone (and the replays have passed it). To fill it
+    /// from outside the graph, allocate it with [`Capture::alloc_from`].
     ///
     /// ```
     /// use cuda_streams_driver::{Context, Stream};
@@ -354,6 +355,45 @@ impl Capture {
     pub fn alloc<T: DeviceCopy>(&mut self, len: usize) -> Result<Arc<DeviceBuffer<T>>> {
         self.check_open()?;
         let buffer = Arc::new(DeviceBuffer::new(self.origin.context(), len)?);
+        let kept: Arc<dyn Kept> = buffer.clone();
+        self.resources.add_buffer(&kept, false);
+        Ok(buffer)
+    }
+
+    /// [`Capture::alloc`], holding a copy of `data` made now, outside the
+    /// graph: no node copies it, so the replays find it initialised (weights,
+    /// a lookup table, a starting state). The copy runs on a stream of its
+    /// own, which takes no part in the capture, and has finished when this
+    /// returns. For inputs that change between replays, capture a copy from
+    /// a host buffer the graph owns instead ([`Capture::upload_owned`]).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let out = Arc::new(DeviceBuffer::<u32>::new(&ctx, 4)?);
+    /// let mut capture = stream.begin_capture()?;
+    /// let table = capture.alloc_from(&[10u32, 20, 30, 40])?;
+    /// capture.copy(&stream, &out, &table)?; // the graph reads the table
+    /// assert_eq!(capture.node_count(), 1, "filling the table is no node");
+    /// let graph = capture.end()?;
+    /// graph.instantiate()?.launch(&stream)?;
+    /// assert_eq!(out.to_vec(&stream)?, [10, 20, 30, 40]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn alloc_from<T: DeviceCopy>(&mut self, data: &[T]) -> Result<Arc<DeviceBuffer<T>>> {
+        self.check_open()?;
+        let ctx = self.origin.context();
+        let mut buffer = DeviceBuffer::new(ctx, data.len())?;
+        // Not a capturing stream: the copy runs now instead of becoming a
+        // node, and `copy_from_host` waits for it (the host's clock, and so
+        // every later enqueue, is ordered after it).
+        let loader = Stream::new(ctx)?;
+        loader.copy_from_host(&mut buffer, data)?;
+        let buffer = Arc::new(buffer);
         let kept: Arc<dyn Kept> = buffer.clone();
         self.resources.add_buffer(&kept, false);
         Ok(buffer)
