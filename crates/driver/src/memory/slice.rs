@@ -11,7 +11,7 @@ use super::{DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use std::fmt;
-use std::ops::{Bound, Range, RangeBounds};
+use std::ops::{Bound, Deref, Range, RangeBounds};
 use sys::CUdeviceptr;
 
 /// `range` of a buffer of `len` elements as `start..end`, refused (with the
@@ -72,7 +72,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// ```
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'_, T>> {
         let range = resolve(range, self.len())?;
-        Ok(DeviceSlice {
+        Ok(DeviceView {
             buffer: self,
             range,
         })
@@ -97,116 +97,58 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// ```
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceSliceMut<'_, T>> {
         let range = resolve(range, self.len())?;
-        Ok(DeviceSliceMut {
+        Ok(DeviceView {
             buffer: self,
             range,
         })
     }
 }
 
-/// A read-only view of a sub-range of a [`DeviceBuffer`]
-/// ([`DeviceBuffer::slice`]).
-pub struct DeviceSlice<'a, T: DeviceCopy> {
-    buffer: &'a DeviceBuffer<T>,
+/// A view of a sub-range of a [`DeviceBuffer`], borrowed through `B`:
+/// [`DeviceSlice`] (`&DeviceBuffer`, for reading) or [`DeviceSliceMut`]
+/// (`&mut DeviceBuffer`, which the GPU may also write).
+pub struct DeviceView<B> {
+    buffer: B,
     range: Range<usize>,
 }
+
+/// A read-only view of a sub-range of a [`DeviceBuffer`]
+/// ([`DeviceBuffer::slice`]).
+pub type DeviceSlice<'a, T> = DeviceView<&'a DeviceBuffer<T>>;
 
 /// A writable view of a sub-range of a [`DeviceBuffer`]
 /// ([`DeviceBuffer::slice_mut`]).
-pub struct DeviceSliceMut<'a, T: DeviceCopy> {
-    buffer: &'a mut DeviceBuffer<T>,
-    range: Range<usize>,
-}
+pub type DeviceSliceMut<'a, T> = DeviceView<&'a mut DeviceBuffer<T>>;
 
-/// What both views share, expanded in each `impl` (each has `buffer` and
-/// `range`).
-macro_rules! slice_view {
-    ($view:ident) => {
-        impl<T: DeviceCopy> $view<'_, T> {
-            /// The elements of the buffer it spans.
-            pub fn range(&self) -> Range<usize> {
-                self.range.clone()
-            }
+impl<T: DeviceCopy, B: Deref<Target = DeviceBuffer<T>>> DeviceView<B> {
+    /// The elements of the buffer it spans.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
 
-            /// The number of elements (never 0).
-            pub fn len(&self) -> usize {
-                self.range.len()
-            }
+    /// The number of elements (never 0).
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
 
-            /// Always `false`: empty slices are refused.
-            pub fn is_empty(&self) -> bool {
-                self.range.is_empty()
-            }
+    /// Always `false`: empty slices are refused.
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
 
-            /// A view of `range` of this view (relative to its start), for
-            /// reading. Fails as [`DeviceBuffer::slice`] does.
-            pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'_, T>> {
-                let inner = resolve(range, self.len())?;
-                Ok(DeviceSlice {
-                    buffer: &*self.buffer,
-                    range: self.range.start + inner.start..self.range.start + inner.end,
-                })
-            }
+    /// A view of `range` of this view (relative to its start), for
+    /// reading. Fails as [`DeviceBuffer::slice`] does.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'_, T>> {
+        let inner = resolve(range, self.len())?;
+        Ok(DeviceView {
+            buffer: &*self.buffer,
+            range: self.range.start + inner.start..self.range.start + inner.end,
+        })
+    }
 
-            /// The contents copied into a `Vec` (a synchronous copy on
-            /// `stream`).
-            pub fn to_vec(&self, stream: &Stream) -> Result<Vec<T>> {
-                super::device::device_to_vec(stream, self)
-            }
-        }
-
-        // SAFETY: the range lies inside the buffer (checked when the view was
-        // made), which the view borrows, so it outlives the view; its uses
-        // are tracked by the buffer (the hooks forward to it), so its free
-        // waits for them. The buffer has no host side.
-        unsafe impl<T: DeviceCopy> DeviceMemory for $view<'_, T> {
-            type Elem = T;
-
-            fn device_ptr(&self) -> CUdeviceptr {
-                self.buffer.device_ptr()
-                    + (self.range.start * std::mem::size_of::<T>()) as CUdeviceptr
-            }
-
-            fn device_len(&self) -> usize {
-                self.range.len()
-            }
-
-            fn context_id(&self) -> u64 {
-                self.buffer.context_id()
-            }
-
-            fn before_device_use(&self, stream: &Stream) -> Result<()> {
-                self.buffer.before_device_use(stream)
-            }
-
-            fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
-                self.buffer.after_device_use(stream, write)
-            }
-        }
-
-        impl<T: DeviceCopy> fmt::Debug for $view<'_, T> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_struct(stringify!($view))
-                    .field("buffer", &format_args!("{:#x}", self.buffer.device_ptr()))
-                    .field("range", &self.range)
-                    .finish()
-            }
-        }
-    };
-}
-slice_view!(DeviceSlice);
-slice_view!(DeviceSliceMut);
-
-// SAFETY: the view holds the buffer's only mutable borrow, and a device
-// buffer has no host side, so no host reference sees the range.
-unsafe impl<T: DeviceCopy> DeviceMemoryMut for DeviceSliceMut<'_, T> {}
-
-impl<T: DeviceCopy> Clone for DeviceSlice<'_, T> {
-    fn clone(&self) -> Self {
-        Self {
-            buffer: self.buffer,
-            range: self.range.clone(),
-        }
+    /// The contents copied into a `Vec` (a synchronous copy on `stream`).
+    pub fn to_vec(&self, stream: &Stream) -> Result<Vec<T>> {
+        super::device::device_to_vec(stream, self)
     }
 }
 
@@ -215,10 +157,60 @@ impl<T: DeviceCopy> DeviceSliceMut<'_, T> {
     /// Fails as [`DeviceBuffer::slice`] does.
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceSliceMut<'_, T>> {
         let inner = resolve(range, self.len())?;
-        Ok(DeviceSliceMut {
+        Ok(DeviceView {
             buffer: &mut *self.buffer,
             range: self.range.start + inner.start..self.range.start + inner.end,
         })
+    }
+}
+
+// SAFETY: the range lies inside the buffer (checked when the view was made),
+// which the view borrows, so it outlives the view; its uses are tracked by
+// the buffer (the hooks forward to it), so its free waits for them. The
+// buffer has no host side.
+unsafe impl<T: DeviceCopy, B: Deref<Target = DeviceBuffer<T>>> DeviceMemory for DeviceView<B> {
+    type Elem = T;
+
+    fn device_ptr(&self) -> CUdeviceptr {
+        self.buffer.device_ptr() + (self.range.start * std::mem::size_of::<T>()) as CUdeviceptr
+    }
+
+    fn device_len(&self) -> usize {
+        self.range.len()
+    }
+
+    fn context_id(&self) -> u64 {
+        self.buffer.context_id()
+    }
+
+    fn before_device_use(&self, stream: &Stream) -> Result<()> {
+        self.buffer.before_device_use(stream)
+    }
+
+    fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
+        self.buffer.after_device_use(stream, write)
+    }
+}
+
+// SAFETY: the view holds the buffer's only mutable borrow, and a device
+// buffer has no host side, so no host reference sees the range.
+unsafe impl<T: DeviceCopy> DeviceMemoryMut for DeviceSliceMut<'_, T> {}
+
+impl<T: DeviceCopy> Clone for DeviceSlice<'_, T> {
+    fn clone(&self) -> Self {
+        DeviceView {
+            buffer: self.buffer,
+            range: self.range.clone(),
+        }
+    }
+}
+
+impl<T: DeviceCopy, B: Deref<Target = DeviceBuffer<T>>> fmt::Debug for DeviceView<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceView")
+            .field("buffer", &format_args!("{:#x}", self.buffer.device_ptr()))
+            .field("range", &self.range)
+            .finish()
     }
 }
 
