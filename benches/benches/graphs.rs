@@ -31,7 +31,7 @@ use cuda_streams_benches::{
     compare, criterion_summary, figure, kernel, median_duration, run_criterion,
 };
 use driver::{Context, DeviceBuffer, GraphArg, Kernel, KernelArg, LaunchConfig, Stream};
-use engine::{OperationGraph, OperationId};
+use engine::{CaptureOpId, OperationGraph, OperationId};
 use pipeline::{AsyncCoordinator, GpuPipelineStage, PipelineStageManager};
 use std::sync::Arc;
 use std::time::Instant;
@@ -186,10 +186,10 @@ fn main() {
         .collect();
     let capture_start = Instant::now();
     let mut capture = graph.capture(&streams[0]).expect("a capture");
-    let mut ids: Vec<OperationId> = Vec::with_capacity(NODES);
+    let mut ids: Vec<CaptureOpId> = Vec::with_capacity(NODES);
     for k in 0..NODES {
         let lane = k % STREAMS;
-        let after: &[OperationId] = if k >= STRIDE {
+        let after: &[CaptureOpId] = if k >= STRIDE {
             &ids[k - STRIDE..=k - STRIDE]
         } else {
             &[]

@@ -9,8 +9,9 @@
 //!
 //! Nothing in the bundle reads the source tree: it may be built in any
 //! checkout and run where none is (tests embed what they compare against).
-//! The one test binary that needs the tree, the driver's `borrow_rules`
-//! (trybuild compile-fail proofs: it runs cargo), is left out.
+//! The test binaries that need the tree, the driver's `borrow_rules` and the
+//! engine's `id_types` (trybuild compile-fail proofs: they run cargo), are
+//! left out.
 
 use crate::{Result, cuda_toolchain::run, cust_stub, doctests, workspace_root};
 use std::path::{Path, PathBuf};
@@ -21,7 +22,10 @@ const SIZE_LIMIT: u64 = 64 << 20;
 const RUN_SH: &str = include_str!("../gpu-bundle/run.sh");
 /// Test binaries left out of the bundle because they need cargo and the
 /// source tree (see their filter below).
-const NEEDS_SOURCE_TREE: &[&str] = &["cuda-streams-driver-borrow_rules"];
+const NEEDS_SOURCE_TREE: &[&str] = &[
+    "cuda-streams-driver-borrow_rules",
+    "cuda-streams-engine-id_types",
+];
 
 pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
     let root = workspace_root();

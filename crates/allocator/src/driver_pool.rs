@@ -4,84 +4,45 @@
 //! uses and dependencies into `cuStreamWaitEvent` before the free.
 
 use crate::error::{Error, Result};
-use crate::shared::{PoolHandle, PoolLive, Shared, Slot, SlotState, check, is_oom};
-use driver::Context;
-use driver::sys::{CUdeviceptr, CUmemPool_attribute, CUmemoryPool};
-use std::ffi::c_void;
+use crate::shared::{PoolLive, Shared, Slot, SlotState, is_oom};
+use driver::sys::{CUdeviceptr, CUmemPool_attribute};
+use driver::{Context, MemPool, result};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// The device's default pool, with its release threshold set.
-pub(crate) fn open_pool(ctx: &Arc<Context>, release_threshold: u64) -> Result<PoolHandle> {
+pub(crate) fn open_pool(ctx: &Arc<Context>, release_threshold: u64) -> Result<MemPool> {
     if !ctx.info().memory_pools_supported {
         return Err(Error::PoolsUnsupported);
     }
-    ctx.bind()?;
-    let table = ctx.driver();
-    let mut pool: CUmemoryPool = std::ptr::null_mut();
-    // SAFETY: writes one pool handle through a valid local; the device is the
-    // context's; the context is current.
-    check(table, unsafe {
-        (table.cuDeviceGetDefaultMemPool)(&mut pool, ctx.device())
-    })?;
-    let mut threshold = release_threshold;
-    // SAFETY: RELEASE_THRESHOLD takes a cuuint64_t, passed by a valid pointer.
-    check(table, unsafe {
-        (table.cuMemPoolSetAttribute)(
-            pool,
-            CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            (&mut threshold as *mut u64).cast::<c_void>(),
-        )
-    })?;
-    Ok(PoolHandle(pool))
+    let pool = MemPool::device_default(ctx)?;
+    pool.set_attribute(
+        CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+        release_threshold,
+    )?;
+    Ok(pool)
 }
 
 impl Shared {
-    fn pool(&self) -> CUmemoryPool {
-        self.pool.map(|p| p.0).unwrap_or(std::ptr::null_mut())
-    }
-
-    /// One of the pool's byte attributes (`cuuint64_t`), 0 when unreadable.
+    /// One of the pool's byte attributes, 0 when unreadable (or no pool).
     pub(crate) fn pool_attribute(&self, attribute: CUmemPool_attribute) -> usize {
-        if self.ctx.bind().is_err() {
+        let Some(pool) = &self.pool else {
             return 0;
-        }
-        let table = self.ctx.driver();
-        let mut value = 0u64;
-        // SAFETY: these attributes are cuuint64_t, written through a valid pointer.
-        let code = unsafe {
-            (table.cuMemPoolGetAttribute)(
-                self.pool(),
-                attribute,
-                (&mut value as *mut u64).cast::<c_void>(),
-            )
         };
-        if check(table, code).is_err() {
-            return 0;
-        }
-        usize::try_from(value).unwrap_or(usize::MAX)
+        pool.attribute(attribute)
+            .map_or(0, |value| usize::try_from(value).unwrap_or(usize::MAX))
     }
 
     /// Reset the pool's high watermarks (CUDA resets them when set to 0).
     pub(crate) fn reset_pool_peaks(&self) {
-        if self.ctx.bind().is_err() {
+        let Some(pool) = &self.pool else {
             return;
-        }
-        let table = self.ctx.driver();
+        };
         for attribute in [
             CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
             CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
         ] {
-            let mut zero = 0u64;
-            // SAFETY: a cuuint64_t passed by a valid pointer.
-            let code = unsafe {
-                (table.cuMemPoolSetAttribute)(
-                    self.pool(),
-                    attribute,
-                    (&mut zero as *mut u64).cast::<c_void>(),
-                )
-            };
-            let _ = check(table, code);
+            let _ = pool.set_attribute(attribute, 0);
         }
     }
 
@@ -90,14 +51,7 @@ impl Shared {
         let _gate = slot
             .stream
             .enqueue_gate(crate::allocator::ALLOCATE_WHILE_CAPTURING)?;
-        self.ctx.bind()?;
-        let table = self.ctx.driver();
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: writes one device pointer through a valid local; the stream
-        // is live (the slot holds it); the context is current.
-        check(table, unsafe {
-            (table.cuMemAllocAsync)(&mut ptr, bytes, slot.stream.as_raw())
-        })?;
+        let ptr = result::mem_alloc_async(&slot.stream, bytes)?;
         self.counters.driver_allocs.fetch_add(1, Ordering::Relaxed);
         Ok(ptr)
     }
@@ -182,18 +136,11 @@ impl Shared {
             );
             return;
         };
-        if let Err(err) = self.ctx.bind() {
-            tracing::warn!("leaking {ptr:#x}: {err}");
-            return;
-        }
-        let table = self.ctx.driver();
         // SAFETY: `ptr` came from cuMemAllocAsync and is freed once (its live
         // record was just removed); the free is ordered after every use on
         // this stream by stream order and after other streams' uses by the
         // waits above.
-        match check(table, unsafe {
-            (table.cuMemFreeAsync)(ptr, slot.stream.as_raw())
-        }) {
+        match unsafe { result::mem_free_async(&slot.stream, ptr) } {
             Ok(()) => {
                 self.counters.driver_frees.fetch_add(1, Ordering::Relaxed);
             }
@@ -211,11 +158,9 @@ impl Shared {
             }
         }
         let before = self.pool_attribute(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-        self.ctx.bind()?;
-        let table = self.ctx.driver();
-        // SAFETY: the default pool's handle; trimming only releases memory no
-        // allocation holds.
-        check(table, unsafe { (table.cuMemPoolTrimTo)(self.pool(), keep) })?;
+        if let Some(pool) = &self.pool {
+            pool.trim_to(keep)?;
+        }
         let after = self.pool_attribute(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
         Ok(before.saturating_sub(after))
     }

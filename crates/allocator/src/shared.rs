@@ -10,7 +10,7 @@ use crate::last_slot;
 use crate::size::Class;
 use crate::stats::{Counters, StreamCounts};
 use dashmap::DashMap;
-use driver::sys::{CUdeviceptr, CUmemoryPool, CUresult, DriverError};
+use driver::sys::{CUdeviceptr, CUresult};
 use driver::{Context, Stream};
 use events::{EventPool, PooledEvent};
 use std::collections::BTreeSet;
@@ -99,16 +99,6 @@ pub(crate) struct Retired {
     pub(crate) state: SlotState,
 }
 
-/// The default memory pool's handle.
-#[derive(Clone, Copy)]
-pub(crate) struct PoolHandle(pub(crate) CUmemoryPool);
-
-// SAFETY: a memory pool handle is an opaque driver object usable from any
-// thread; it is only passed to the (thread-safe) driver.
-unsafe impl Send for PoolHandle {}
-// SAFETY: as above; nothing is mutated through it on the Rust side.
-unsafe impl Sync for PoolHandle {}
-
 /// Everything behind a `StreamOrderedAllocator` and its `Allocation`s.
 pub(crate) struct Shared {
     /// Unique in the process, for the per-thread slot memo.
@@ -124,7 +114,7 @@ pub(crate) struct Shared {
     pub(crate) cache: Mutex<BTreeSet<(Class, usize, u64)>>,
     pub(crate) events: Arc<EventPool>,
     pub(crate) counters: Counters,
-    pub(crate) pool: Option<PoolHandle>,
+    pub(crate) pool: Option<driver::MemPool>,
     /// Told about every allocation and free (`observer.rs`).
     pub(crate) observers: crate::observer::Observers,
 }
@@ -132,13 +122,6 @@ pub(crate) struct Shared {
 /// Whether `err` is the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
 pub(crate) fn is_oom(err: &Error) -> bool {
     matches!(err, Error::Driver(driver::Error::Driver(e)) if e.code() == CUresult::CUDA_ERROR_OUT_OF_MEMORY)
-}
-
-/// A raw driver status as this crate's error.
-pub(crate) fn check(table: &driver::sys::Driver, code: CUresult) -> Result<()> {
-    table
-        .check(code)
-        .map_err(|e: DriverError| Error::Driver(e.into()))
 }
 
 impl Shared {
@@ -236,27 +219,17 @@ impl Shared {
 
     /// `cuMemAlloc` of one segment.
     pub(crate) fn driver_alloc(&self, size: usize) -> Result<CUdeviceptr> {
-        self.ctx.bind()?;
-        let table = self.ctx.driver();
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: writes one device pointer through a valid local; the
-        // context is current (bound above).
-        check(table, unsafe { (table.cuMemAlloc)(&mut ptr, size) })?;
+        let ptr = driver::result::mem_alloc(&self.ctx, size)?;
         self.counters.reserved(size);
         Ok(ptr)
     }
 
     /// `cuMemFree` of a segment that no stream can still be using.
     pub(crate) fn driver_free(&self, segment: Segment) {
-        if let Err(err) = self.ctx.bind() {
-            tracing::warn!("leaking segment {:#x}: {err}", segment.base);
-            return;
-        }
-        let table = self.ctx.driver();
         // SAFETY: `base` came from cuMemAlloc in this context, is freed once
         // (it has just left every list), and every stream that used it has
         // been proven past its last use (a completed fence or an idle stream).
-        match check(table, unsafe { (table.cuMemFree)(segment.base) }) {
+        match unsafe { driver::result::mem_free(&self.ctx, segment.base) } {
             Ok(()) => self.counters.released(segment.size),
             Err(err) => tracing::warn!(
                 "freeing segment {:#x} of {} bytes: {err}",

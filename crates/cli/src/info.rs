@@ -1,8 +1,8 @@
 //! `cuda-streams info`: the settings in effect, what driver answered and
 //! what each device is.
 //!
-//! Driver version and device count come from the raw table (the safe layer
-//! has no call for them); each device is described by its `Context`.
+//! Driver version and device count come from the driver's result layer;
+//! each device is described by its `Context`.
 
 use cuda_streams::{pipeline, pool, profiler};
 use driver::sys::env::{Setting, Source};
@@ -31,15 +31,8 @@ pub(crate) fn run() -> Result<(), Box<dyn Error>> {
 }
 
 fn print(loaded: &LoadedDriver) -> Result<(), driver::Error> {
-    let d = loaded.table;
-    let (mut version, mut count) = (0, 0);
-    // SAFETY: cuInit takes flags only; the other two write one int each
-    // through valid out-pointers.
-    unsafe {
-        d.check((d.cuInit)(0))?;
-        d.check((d.cuDriverGetVersion)(&mut version))?;
-        d.check((d.cuDeviceGetCount)(&mut count))?;
-    }
+    let version = driver::result::driver_version(*loaded)?;
+    let count = Context::device_count_with(*loaded)?;
     println!("driver:          {} (version {version})", loaded.name());
     println!("devices:         {count}");
     let mut contexts = Vec::new();

@@ -128,6 +128,43 @@
 //!
 //! Refused: `E0308`, likewise.
 //!
+//! # 5. Views of a buffer borrow it as `&[T]` and `&mut [T]` do
+//!
+//! [`DeviceBuffer::slice`] borrows the buffer shared and lends its range for
+//! reading only; [`DeviceBuffer::slice_mut`] borrows it mutably, so no other
+//! view, and no drop of the buffer, can happen while the GPU may be told to
+//! write through it.
+//!
+#![doc = concat!("```ignore\n", include_str!("../tests/compile_fail/read_slice_cannot_be_written.rs"), "```")]
+//!
+//! Refused: `E0277`, a read view is no `DeviceMemoryMut`.
+//!
+#![doc = concat!("```ignore\n", include_str!("../tests/compile_fail/slice_mut_while_slice_lives.rs"), "```")]
+//!
+//! Refused: `E0502`, a writable view while a read view is in use.
+//!
+#![doc = concat!("```ignore\n", include_str!("../tests/compile_fail/two_mutable_slices_at_once.rs"), "```")]
+//!
+//! Refused: `E0499`, two writable views at once.
+//!
+#![doc = concat!("```ignore\n", include_str!("../tests/compile_fail/slice_outlives_its_buffer.rs"), "```")]
+//!
+//! Refused: `E0505`, the buffer dropped while a view of it is in use.
+//!
+//! Obeyed: one writable view at a time.
+//!
+//! ```
+//! # use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+//! # let ctx = Context::new(0).unwrap();
+//! # let stream = Stream::new(&ctx).unwrap();
+//! let mut device = DeviceBuffer::<u32>::zeroed_async(&stream, 8).unwrap();
+//! stream.memset_u32_async(&mut device.slice_mut(0..4).unwrap(), 1).unwrap();
+//! stream.memset_u32_async(&mut device.slice_mut(4..8).unwrap(), 2).unwrap();
+//! assert_eq!(device.to_vec(&stream).unwrap(), [1, 1, 1, 1, 2, 2, 2, 2]);
+//! ```
+//!
+//! [`DeviceBuffer::slice`]: crate::DeviceBuffer::slice
+//! [`DeviceBuffer::slice_mut`]: crate::DeviceBuffer::slice_mut
 //! [`HostMemory`]: crate::HostMemory
 //! [`PinnedBuffer`]: crate::PinnedBuffer
 //! [`UnifiedBuffer`]: crate::UnifiedBuffer

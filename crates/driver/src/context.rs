@@ -180,13 +180,7 @@ impl Context {
 
     /// How many devices `driver` reports (`cuInit`, `cuDeviceGetCount`).
     pub fn device_count_with(driver: LoadedDriver) -> Result<i32> {
-        let table = driver.table;
-        // SAFETY: cuInit takes flags (0) and no pointers.
-        table.check(unsafe { (table.cuInit)(0) })?;
-        let mut count = 0;
-        // SAFETY: writes one int through a valid pointer.
-        table.check(unsafe { (table.cuDeviceGetCount)(&mut count) })?;
-        Ok(count)
+        crate::result::device_count(driver)
     }
 
     /// The primary context of every device of the selected driver, by ordinal.
@@ -545,7 +539,9 @@ impl Context {
         self.id
     }
 
-    /// The function table, for raw calls. Bind (`ctx.bind()`) before calling it.
+    /// The function table, for raw calls in interop with other libraries.
+    /// Bind (`ctx.bind()`) before calling it. The crates of this workspace
+    /// call the driver through [`crate::result`] and the safe types instead.
     pub fn driver(&self) -> &'static Driver {
         self.driver.table
     }

@@ -463,6 +463,26 @@ pub enum Error {
     /// The context's reactor thread (which wakes futures) could not start.
     #[error("the reactor thread that wakes futures could not start: {0}")]
     ReactorThread(String),
+    /// A sub-range of a buffer that is empty or does not fit it
+    /// (`DeviceBuffer::slice`).
+    #[error("slice {range} of a buffer of {len} element(s): {reason}")]
+    SliceOutOfRange {
+        /// The range asked for, as `start..end`.
+        range: String,
+        /// The buffer's (or view's) length in elements.
+        len: usize,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A memory pool attribute that cuda.h 13.0 does not define: its size,
+    /// and so the memory the driver would write, is unknown.
+    #[error(
+        "memory pool attribute {attribute} is not one of cuda.h 13.0's (CU_MEMPOOL_ATTR_*): its size is unknown"
+    )]
+    UnknownPoolAttribute {
+        /// The attribute's value.
+        attribute: u32,
+    },
 }
 
 fn detail_suffix(detail: &Option<String>) -> String {

@@ -62,6 +62,11 @@
 //!   memory. Runtime-agnostic: only `std::task`.
 //! - [`Error`]: one enum for everything; driver failures carry the `CUresult`.
 //!
+//! Three levels, as in cudarc: the raw function table ([`sys`]), the result
+//! layer ([`result`]: one checked wrapper per call the crates above need,
+//! `unsafe` where the caller must keep a contract) and the safe types. The
+//! other crates of the workspace call only the last two.
+//!
 //! Raw access for interop: `as_raw()` on every handle, [`Stream::from_raw`],
 //! [`KernelArg::raw_pointer`] (unchecked launches only), and
 //! [`Context::driver`] for the function table.
@@ -151,6 +156,7 @@ mod ordering;
 mod priority;
 mod program;
 mod reactor;
+pub mod result;
 mod select;
 mod stream;
 
@@ -169,8 +175,8 @@ pub use future::{Completion, CopyFuture};
 pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};
 pub use memory::{
-    DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory, PinnedBuffer,
-    UnifiedBuffer,
+    DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, DeviceSlice, DeviceSliceMut,
+    DeviceView, HostMemory, MemPool, PinnedBuffer, UnifiedBuffer,
 };
 pub use metrics::StreamMetrics;
 pub use module::{Kernel, Module, ModuleImage};

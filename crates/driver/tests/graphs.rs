@@ -537,3 +537,43 @@ fn a_graphs_own_host_buffers_are_reached_only_when_no_replay_can_touch_them() {
     let err = exec.host(&foreign).unwrap_err();
     assert!(err.to_string().contains("belongs to capture"), "{err}");
 }
+
+#[test]
+fn capture_memory_filled_from_outside_the_graph_is_read_by_every_replay() {
+    let _serial = serial();
+    let ctx = ctx();
+    let (origin, branch) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let x: Vec<f32> = XorShift::new(7)
+        .u32s(N)
+        .iter()
+        .map(|&v| (v % 100) as f32)
+        .collect();
+    let y = Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap());
+    let copy = Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap());
+    let mut capture = origin.begin_capture().unwrap();
+    let weights = capture.alloc_from(&x).unwrap();
+    let empty: &[f32] = &[];
+    let err = capture.alloc_from(empty).unwrap_err();
+    assert!(matches!(err, Error::ZeroSize { len: 0, .. }), "{err}");
+    assert_eq!(capture.node_count(), 0, "filling is no node of the graph");
+    capture.memset_u8(&origin, &y, 0).unwrap();
+    capture.fork(&origin, &[&branch]).unwrap();
+    // Read on the origin and, at the same time, on a forked branch.
+    saxpy(&mut capture, &origin, &k, 2.0, &weights, &y);
+    capture.copy(&branch, &copy, &weights).unwrap();
+    capture.join(&origin, &[&branch]).unwrap();
+    let graph = capture.end().unwrap();
+    drop(weights);
+    let exec = graph.instantiate().unwrap();
+    for _ in 0..3 {
+        exec.launch(&origin).unwrap();
+    }
+    let twice: Vec<f32> = x.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(
+        y.to_vec(&origin).unwrap(),
+        twice,
+        "zeroed, then y += 2x, per replay"
+    );
+    assert_eq!(copy.to_vec(&origin).unwrap(), x);
+}

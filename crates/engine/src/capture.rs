@@ -11,10 +11,63 @@
 
 use crate::error::{Error, Result};
 use crate::graph::OperationGraph;
-use crate::operation::OperationId;
 use driver::{Capture, Graph, GraphExec, PooledEvent, Stream};
 use std::fmt;
 use std::sync::Arc;
+
+/// The id of an operation captured by a [`GraphCapture`]: its capture
+/// ([`driver::Capture::id`]) and its place in it, from 1. A type of its own,
+/// not an [`OperationId`](crate::OperationId): an eager operation cannot be
+/// made to depend on a captured one (that does not compile), and a captured
+/// operation's dependency on another capture's operation is refused with
+/// [`Error::UnknownCaptureDependency`], naming both captures.
+///
+/// ```
+/// use cuda_streams_engine::{Error, OperationGraph};
+/// use cuda_streams_engine::driver::{Context, Stream};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let graph = OperationGraph::for_context(&ctx);
+/// let mut first = graph.capture(&stream)?;
+/// let id = first.op(&stream).run(|_, _| Ok(()))?;
+/// assert_eq!(id.index(), 1);
+/// first.finish()?;
+/// let mut second = graph.capture(&stream)?;
+/// let err = second.op(&stream).after(&[id]).run(|_, _| Ok(())).unwrap_err();
+/// assert!(matches!(err, Error::UnknownCaptureDependency { .. }));
+/// assert!(err.to_string().contains(&format!("of capture {}", id.capture())), "{err}");
+/// assert!(err.to_string().contains("it belongs to another capture"), "{err}");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CaptureOpId {
+    capture: u64,
+    index: u64,
+}
+
+impl CaptureOpId {
+    /// The capture it belongs to ([`driver::Capture::id`]).
+    pub fn capture(self) -> u64 {
+        self.capture
+    }
+
+    /// Its place in the capture, from 1.
+    pub fn index(self) -> u64 {
+        self.index
+    }
+}
+
+impl fmt::Display for CaptureOpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "captured operation {} of capture {}",
+            self.index, self.capture
+        )
+    }
+}
 
 /// A completion callback of a captured operation (it runs at every replay).
 type ReplayCallback = Box<dyn Fn() + Send + Sync + 'static>;
@@ -71,9 +124,10 @@ impl OperationGraph {
     /// capture begins on `origin` ([`driver::Stream::begin_capture`]), and
     /// other streams are forked in at their first operation.
     ///
-    /// The captured operations get ids of their own, from 1, valid within
-    /// the capture (they are never registered in this graph, whose ids mean
-    /// eager operations).
+    /// The captured operations get ids of their own type ([`CaptureOpId`]),
+    /// valid within the capture only (they are never registered in this
+    /// graph, whose [`OperationId`](crate::OperationId)s mean eager
+    /// operations).
     pub fn capture(&self, origin: &Stream) -> Result<GraphCapture<'_>> {
         let capture = origin.begin_capture()?;
         Ok(GraphCapture {
@@ -114,6 +168,14 @@ impl<'g> GraphCapture<'g> {
         &mut self.capture
     }
 
+    /// The id the next captured operation gets.
+    fn next_id(&self) -> CaptureOpId {
+        CaptureOpId {
+            capture: self.capture.id(),
+            index: self.ops.len() as u64 + 1,
+        }
+    }
+
     /// Bring `stream` into the capture if it is not in it yet.
     fn enter(&mut self, stream: &Arc<Stream>) -> Result<()> {
         if stream.id() == self.origin.id() || self.forked.iter().any(|s| s.id() == stream.id()) {
@@ -126,24 +188,31 @@ impl<'g> GraphCapture<'g> {
 
     /// End the capture (every stream joined back into the origin) and
     /// instantiate the graph.
-    pub fn finish(mut self) -> Result<ReplayGraph> {
+    pub fn finish(self) -> Result<ReplayGraph> {
+        let (graph, operations) = self.end()?;
+        let exec = graph.instantiate()?;
+        Ok(ReplayGraph {
+            operations,
+            graph,
+            exec,
+        })
+    }
+
+    /// End the capture (every stream joined back into the origin): the
+    /// graph and the number of operations captured.
+    fn end(mut self) -> Result<(Graph, usize)> {
         let forked: Vec<&Stream> = self.forked.iter().map(|s| &**s).collect();
         if !forked.is_empty() {
             self.capture.join(&self.origin, &forked)?;
         }
         let graph = self.capture.end()?;
-        let exec = graph.instantiate()?;
         tracing::debug!(
             operations = self.ops.len(),
             nodes = graph.node_count(),
             streams = forked.len() + 1,
             "operation graph captured"
         );
-        Ok(ReplayGraph {
-            operations: self.ops.len(),
-            graph,
-            exec,
-        })
+        Ok((graph, self.ops.len()))
     }
 }
 
@@ -162,14 +231,14 @@ impl fmt::Debug for GraphCapture<'_> {
 pub struct CaptureOpBuilder<'c, 'g> {
     capture: &'c mut GraphCapture<'g>,
     stream: Arc<Stream>,
-    after: Vec<OperationId>,
+    after: Vec<CaptureOpId>,
     label: String,
     callbacks: Vec<ReplayCallback>,
 }
 
 impl CaptureOpBuilder<'_, '_> {
     /// Run after these operations of the same capture.
-    pub fn after(mut self, dependencies: &[OperationId]) -> Self {
+    pub fn after(mut self, dependencies: &[CaptureOpId]) -> Self {
         self.after.extend_from_slice(dependencies);
         self
     }
@@ -195,14 +264,14 @@ impl CaptureOpBuilder<'_, '_> {
     pub fn run(
         self,
         work: impl FnOnce(&mut Capture, &Stream) -> driver::Result<()>,
-    ) -> Result<OperationId> {
-        let id = OperationId(self.capture.ops.len() as u64 + 1);
+    ) -> Result<CaptureOpId> {
+        let id = self.capture.next_id();
         let label = self.label.clone();
         self.run_with(|capture, stream| {
-            work(capture, stream).map_err(|source| Error::OperationFailed {
+            work(capture, stream).map_err(|source| Error::CapturedOperationFailed {
                 operation: id,
                 label,
-                source,
+                source: Box::new(source),
             })
         })
     }
@@ -214,7 +283,7 @@ impl CaptureOpBuilder<'_, '_> {
     pub fn run_with<E: From<Error>>(
         self,
         work: impl FnOnce(&mut Capture, &Stream) -> std::result::Result<(), E>,
-    ) -> std::result::Result<OperationId, E> {
+    ) -> std::result::Result<CaptureOpId, E> {
         let CaptureOpBuilder {
             capture,
             stream,
@@ -222,20 +291,25 @@ impl CaptureOpBuilder<'_, '_> {
             label: _,
             callbacks,
         } = self;
-        let id = OperationId(capture.ops.len() as u64 + 1);
-        if let Some(&dependency) = after
-            .iter()
-            .find(|dep| dep.0 == 0 || dep.0 > capture.ops.len() as u64)
-        {
-            return Err(Error::UnknownDependency {
+        let id = capture.next_id();
+        for &dependency in &after {
+            let reason = if dependency.capture != id.capture {
+                "it belongs to another capture"
+            } else if dependency.index == 0 || dependency.index >= id.index {
+                "no such operation was captured"
+            } else {
+                continue;
+            };
+            return Err(Error::UnknownCaptureDependency {
                 operation: id,
                 dependency,
+                reason,
             }
             .into());
         }
         capture.enter(&stream)?;
         for dependency in &after {
-            let dep = &capture.ops[dependency.0 as usize - 1];
+            let dep = &capture.ops[dependency.index as usize - 1];
             if dep.stream.id() != stream.id() {
                 stream.wait_event(&dep.completion).map_err(Error::from)?;
             }
@@ -284,6 +358,50 @@ impl ReplayGraph {
     /// The executable graph (to upload or update it).
     pub fn exec(&mut self) -> &mut GraphExec {
         &mut self.exec
+    }
+
+    /// Take new arguments (kernel scalars, buffers, callbacks) from
+    /// `capture`, which captured the same sequence of operations (same
+    /// streams, dependencies, kernels and node kinds) with other arguments,
+    /// without instantiating again ([`GraphExec::update`]). Replays already
+    /// enqueued keep the old arguments. On failure
+    /// ([`driver::Error::GraphUpdate`], e.g. another shape) this replay
+    /// graph is unchanged and still replays the old arguments.
+    ///
+    /// ```
+    /// use cuda_streams_engine::{GraphCapture, OperationGraph, Result};
+    /// use cuda_streams_engine::driver::{Context, DeviceBuffer, GraphArg, Kernel, LaunchConfig, Module, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_f32")?;
+    /// let out = Arc::new(DeviceBuffer::<f32>::new(&ctx, 64)?);
+    /// let graph = OperationGraph::for_context(&ctx);
+    /// // One function captures the step, so every capture has the same shape.
+    /// let step = |value: f32| -> Result<GraphCapture<'_>> {
+    ///     let mut capture = graph.capture(&stream)?;
+    ///     capture.op(&stream).label("fill").run(|c, s| {
+    ///         let args = [GraphArg::from(64u64), value.into(), GraphArg::write(&out)];
+    ///         c.launch(s, &fill, LaunchConfig::for_num_elems(64), &args)
+    ///     })?;
+    ///     Ok(capture)
+    /// };
+    /// let mut replay = step(1.0)?.finish()?;
+    /// replay.replay(&stream, 1)?;
+    /// assert_eq!(out.to_vec(&stream)?, vec![1.0; 64]);
+    /// replay.update(step(2.0)?)?; // a new argument, the same executable graph
+    /// replay.replay(&stream, 1)?;
+    /// assert_eq!(out.to_vec(&stream)?, vec![2.0; 64]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn update(&mut self, capture: GraphCapture<'_>) -> Result<()> {
+        let (graph, operations) = capture.end()?;
+        self.exec.update(&graph)?;
+        self.graph = graph;
+        self.operations = operations;
+        Ok(())
     }
 }
 

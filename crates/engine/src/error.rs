@@ -72,6 +72,30 @@ pub enum Error {
         #[source]
         source: driver::Error,
     },
+    /// A captured operation made to depend on an id its capture never
+    /// issued: one of another capture, or one not captured (yet).
+    #[error("{operation} cannot depend on {dependency}: {reason}")]
+    UnknownCaptureDependency {
+        /// The operation being captured (its id is not usable).
+        operation: crate::CaptureOpId,
+        /// The dependency given.
+        dependency: crate::CaptureOpId,
+        /// Why it is unknown.
+        reason: &'static str,
+    },
+    /// Work of a captured operation ([`crate::CaptureOpBuilder::run`])
+    /// failed; the operation was not captured.
+    #[error("{operation} ({label:?}) failed: {source}")]
+    CapturedOperationFailed {
+        /// The operation.
+        operation: crate::CaptureOpId,
+        /// Its label.
+        label: String,
+        /// What its work returned (boxed: the id is wider than an
+        /// `OperationId`, and `Error` stays small).
+        #[source]
+        source: Box<driver::Error>,
+    },
     /// An operation made to depend on itself.
     #[error("{operation} cannot depend on itself")]
     SelfDependency {

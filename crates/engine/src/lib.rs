@@ -67,7 +67,7 @@ mod source;
 mod streams;
 
 pub use barrier::Barrier;
-pub use capture::{CaptureOpBuilder, GraphCapture, ReplayGraph};
+pub use capture::{CaptureOpBuilder, CaptureOpId, GraphCapture, ReplayGraph};
 pub use error::{Error, Result};
 pub use graph::{CoordinatorMetrics, OperationGraph};
 pub use op::{Op, OpBuilder};

@@ -148,26 +148,86 @@ fn a_captured_operation_depends_only_on_operations_of_its_capture() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let graph = OperationGraph::for_context(&ctx);
+    let mut earlier = graph.capture(&stream).unwrap();
+    let elsewhere = earlier.op(&stream).run(|_, _| Ok(())).unwrap();
+    earlier.finish().unwrap();
+    // An eager operation with the same number exists: a captured id cannot
+    // name it (another type), and another capture's id is refused.
+    let eager = graph.op(&stream).run(|_| Ok(())).unwrap();
+    assert_eq!(eager.id(), OperationId(elsewhere.index()));
     let mut capture = graph.capture(&stream).unwrap();
     let err = capture
         .op(&stream)
-        .after(&[OperationId(7)])
+        .after(&[elsewhere])
         .run(|_, _| Ok(()))
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            Error::UnknownDependency {
-                dependency: OperationId(7),
-                ..
-            }
-        ),
+        matches!(err, Error::UnknownCaptureDependency { dependency, .. } if dependency == elsewhere),
         "{err:?}"
     );
-    // The capture is still usable.
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!(
+            "cannot depend on captured operation 1 of capture {}: it belongs to another capture",
+            elsewhere.capture()
+        )),
+        "{message}"
+    );
+    // The capture is still usable, and its own ids are its own.
     let first = capture.op(&stream).run(|_, _| Ok(())).unwrap();
-    assert_eq!(first, OperationId(1));
+    assert_eq!(first.index(), 1);
+    assert_ne!(first.capture(), elsewhere.capture());
+    capture
+        .op(&stream)
+        .after(&[first])
+        .run(|_, _| Ok(()))
+        .unwrap();
     let replay = capture.finish().unwrap();
     replay.replay(&stream, 2).unwrap();
     stream.synchronize().unwrap();
+}
+
+#[test]
+fn a_replay_takes_new_arguments_from_a_capture_of_the_same_shape_only() {
+    let _serial = serial();
+    let ctx = ctx();
+    let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let x = Arc::new(DeviceBuffer::from_slice(&a, &vec![1.0f32; N]).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&a, &vec![0.0f32; N]).unwrap());
+    let z = Arc::new(DeviceBuffer::from_slice(&a, &vec![0.0f32; N]).unwrap());
+    let graph = OperationGraph::for_context(&ctx);
+    // y += s x on a, then z += y on b: two streams, one edge.
+    let step = |scale: f32| {
+        let mut capture = graph.capture(&a).unwrap();
+        let first = capture.op(&a).run(saxpy(&k, scale, &x, &y)).unwrap();
+        capture
+            .op(&b)
+            .after(&[first])
+            .run(saxpy(&k, 1.0, &y, &z))
+            .unwrap();
+        capture
+    };
+    let mut replay = step(1.0).finish().unwrap();
+    replay.replay(&a, 1).unwrap();
+    assert_eq!(z.to_vec(&a).unwrap(), vec![1.0; N]); // y = 1, z = 1
+    replay.update(step(3.0)).unwrap();
+    assert_eq!(replay.operation_count(), 2);
+    replay.replay(&a, 1).unwrap();
+    assert_eq!(z.to_vec(&a).unwrap(), vec![5.0; N]); // y = 4, z = 5
+    // Another shape (one operation) is refused, and the replay keeps the
+    // arguments it had.
+    let mut other = graph.capture(&a).unwrap();
+    other.op(&a).run(saxpy(&k, 100.0, &x, &y)).unwrap();
+    let err = replay.update(other).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Driver(cuda_streams_engine::driver::Error::GraphUpdate { .. })
+        ),
+        "{err:?}"
+    );
+    replay.replay(&a, 1).unwrap();
+    assert_eq!(z.to_vec(&a).unwrap(), vec![12.0; N]); // y = 7, z = 12
+    assert_eq!(replay.operation_count(), 2);
 }

@@ -74,27 +74,22 @@ impl Kernels {
 }
 
 /// Enqueue a copy of `allocation` into `dst` on `stream` with a raw driver
-/// call, which the allocator cannot see: the tests of `record_stream` and of
-/// stream dependencies declare this use themselves.
+/// call (the result layer's), which the allocator cannot see: the tests of
+/// `record_stream` and of stream dependencies declare this use themselves.
 pub(crate) fn copy_out(stream: &Stream, allocation: &Allocation, dst: &DeviceBuffer<u32>) {
     assert_eq!(dst.size_in_bytes(), allocation.size());
-    let ctx = stream.context();
-    ctx.bind().unwrap();
     let src: CUdeviceptr = allocation.device_ptr().expect("live allocation");
     // SAFETY: both regions hold `size` bytes; `dst` is a cuMemAlloc buffer the
     // test keeps until it has synchronised `stream`; the allocation is freed
     // in order on its home stream after this copy, or its use on `stream` is
     // declared with record_stream.
-    let code = unsafe {
-        (ctx.driver().cuMemcpyDtoDAsync)(
+    unsafe {
+        cuda_streams_allocator::driver::result::memcpy_dtod_async(
+            stream,
             dst.as_device_ptr(),
             src,
             allocation.size(),
-            stream.as_raw(),
         )
-    };
-    assert_eq!(
-        code,
-        cuda_streams_allocator::driver::sys::CUresult::CUDA_SUCCESS
-    );
+    }
+    .expect("raw copy");
 }

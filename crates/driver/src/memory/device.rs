@@ -50,10 +50,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// once). The contents are whatever the memory held.
     pub fn new(ctx: &Arc<Context>, len: usize) -> Result<Self> {
         let bytes = byte_size::<T>("DeviceBuffer", len)?;
-        ctx.bind()?;
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: writes one device pointer through a valid pointer; the context is current.
-        ctx.check(unsafe { (ctx.driver().cuMemAlloc)(&mut ptr, bytes) })?;
+        let ptr = crate::result::mem_alloc(ctx, bytes)?;
         Ok(Self {
             ctx: Arc::clone(ctx),
             home: None,
@@ -71,10 +68,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         // Captured, the allocation would become a node of the graph.
         let _gate = stream.enqueue_gate("DeviceBuffer::new_async")?;
         let ctx = stream.context();
-        ctx.bind()?;
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: writes one device pointer through a valid pointer; the stream is live.
-        ctx.check(unsafe { (ctx.driver().cuMemAllocAsync)(&mut ptr, bytes, stream.as_raw()) })?;
+        let ptr = crate::result::mem_alloc_async(stream, bytes)?;
         stream.counters.allocated(bytes);
         Ok(Self {
             ctx: Arc::clone(ctx),
@@ -103,14 +97,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// Copy the contents back through `stream`, waiting for the copy.
     pub fn to_vec(&self, stream: &Stream) -> Result<Vec<T>> {
-        let mut out = Vec::with_capacity(self.len);
-        // SAFETY: `out` has room for `len` values; the copy has completed when
-        // this returns Ok.
-        unsafe { stream.copy_to_host_raw(out.as_mut_ptr(), self.len, self)? };
-        // SAFETY: all `len` values were written by the copy, and any bytes are a
-        // valid `T` (DeviceCopy).
-        unsafe { out.set_len(self.len) };
-        Ok(out)
+        device_to_vec(stream, self)
     }
 
     common_accessors!();
@@ -249,4 +236,18 @@ impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {
             .field("home", &self.home.as_ref().map(|s| s.id()))
             .finish()
     }
+}
+
+/// The contents of `memory`, copied back through `stream` (waiting for the
+/// copy): [`DeviceBuffer::to_vec`] and its views'.
+pub(super) fn device_to_vec<M: DeviceMemory>(stream: &Stream, memory: &M) -> Result<Vec<M::Elem>> {
+    let len = memory.device_len();
+    let mut out = Vec::with_capacity(len);
+    // SAFETY: `out` has room for `len` values; the copy has completed when
+    // this returns Ok.
+    unsafe { stream.copy_to_host_raw(out.as_mut_ptr(), len, memory)? };
+    // SAFETY: all `len` values were written by the copy, and any bytes are a
+    // valid `T` (DeviceCopy).
+    unsafe { out.set_len(len) };
+    Ok(out)
 }

@@ -86,11 +86,15 @@ macro_rules! host_side {
 
 mod device;
 mod pinned;
+mod pool;
+mod slice;
 mod tracker;
 mod unified;
 
 pub use device::DeviceBuffer;
 pub use pinned::PinnedBuffer;
+pub use pool::MemPool;
+pub use slice::{DeviceSlice, DeviceSliceMut, DeviceView};
 pub use unified::UnifiedBuffer;
 
 use crate::error::{Error, Result};

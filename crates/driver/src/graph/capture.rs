@@ -1,37 +1,13 @@
-//! CUDA graphs: capture work from streams once ([`Capture`]), instantiate it
-//! ([`Graph::instantiate`]) and replay it for a fraction of the launch cost
-//! ([`GraphExec::launch`]).
-//!
-//! # Why a capture has its own methods
-//!
-//! A captured launch runs again at every replay, long after the call that
-//! captured it returned, so the borrow-based protocol of eager work (a
-//! buffer is lent for one operation, which its use tracker orders) does not
-//! hold. Work is therefore captured through the [`Capture`], whose methods
-//! take buffers by `Arc` ([`GraphArg`]) and keep them, with the kernels and
-//! host callbacks, in the graph's keep-alive list; every executable instance
-//! holds that list. At each replay the graph's buffers are registered as
-//! used on the replay stream, through the same use trackers as eager work,
-//! so a buffer dropped after its graph is still freed only after the last
-//! replay. Host callbacks are released in stream order, after the last
-//! replay on every stream that launched the graph.
-//!
-//! While a stream is capturing, its own enqueueing methods, `synchronize`,
-//! `query`, and [`crate::Context::synchronize`] are refused with a clear
-//! error *before* the driver sees them: on a GPU such a call invalidates the
-//! capture, here the capture stays usable.
+//! [`Capture`]: the second enqueue API, through which work is recorded into
+//! a graph while a stream captures. Its methods take buffers by `Arc` and
+//! keep them (see the module `args`).
 
-use crate::callback::panic_message;
-use crate::capture_gate::EnqueueGate;
-use crate::context::{Context, HostFnGuard};
+use super::args::{ArgInner, HostNode, HostSlot, Kept, Resources, host_node_trampoline};
+use super::{Graph, GraphArg};
 use crate::enqueue::Use;
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig, launch_raw};
-use crate::memory::sealed::HostUse;
-use crate::memory::{
-    DeviceBuffer, DeviceCopy, DeviceMemory, DeviceUse, HostMemory, PinnedBuffer, device_bytes,
-};
-use crate::metrics::Counters;
+use crate::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, HostMemory, PinnedBuffer};
 use crate::module::Kernel;
 use crate::order::{CaptureOrder, Touches};
 use crate::stream::Stream;
@@ -39,241 +15,11 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use sys::{
-    CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUstreamCaptureMode,
-};
+use sys::{CUgraph, CUstreamCaptureMode};
 
 static NEXT_CAPTURE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A buffer a graph uses, kept alive by it.
-trait Kept: Send + Sync {
-    fn as_use(&self) -> &dyn DeviceUse;
-    fn arg(&self, writable: bool) -> KernelArg<'_>;
-    fn bytes(&self) -> usize;
-    fn ptr(&self) -> sys::CUdeviceptr;
-}
-
-impl<M: DeviceMemory + Send + Sync + 'static> Kept for M {
-    fn as_use(&self) -> &dyn DeviceUse {
-        self
-    }
-    fn arg(&self, writable: bool) -> KernelArg<'_> {
-        KernelArg::lend(self, writable)
-    }
-    fn bytes(&self) -> usize {
-        device_bytes(self)
-    }
-    fn ptr(&self) -> sys::CUdeviceptr {
-        self.device_ptr()
-    }
-}
-
-/// A host buffer a graph copies from or to, kept alive by it.
-trait KeptHost: Send + Sync {
-    fn as_host(&self) -> &dyn HostUse;
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-}
-
-impl<H: HostUse + Send + Sync + 'static> KeptHost for H {
-    fn as_host(&self) -> &dyn HostUse {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-}
-
-/// A page-locked host buffer the graph owns, from [`Capture::upload_owned`]
-/// or [`Capture::download_owned`]: reach it with [`GraphExec::host`].
-///
-/// Owned by the graph, the buffer is touched by the host only through an
-/// executable instance borrowed mutably, which no replay can be launched
-/// through meanwhile; so a copy writing it needs no `unsafe`, unlike
-/// [`Capture::copy_to_host_unchecked`].
-#[derive(Debug)]
-pub struct HostSlot<T> {
-    capture: u64,
-    index: usize,
-    _marker: PhantomData<fn() -> T>,
-}
-
-#[derive(Clone)]
-enum ArgInner {
-    Scalar(ScalarArg),
-    Buffer(Arc<dyn Kept>, bool),
-}
-
-#[derive(Clone, Copy)]
-enum ScalarArg {
-    U8(u8),
-    U32(u32),
-    I32(i32),
-    U64(u64),
-    I64(i64),
-    F32(f32),
-    F64(f64),
-}
-
-impl ScalarArg {
-    fn arg(self) -> KernelArg<'static> {
-        match self {
-            Self::U8(v) => v.into(),
-            Self::U32(v) => v.into(),
-            Self::I32(v) => v.into(),
-            Self::U64(v) => v.into(),
-            Self::I64(v) => v.into(),
-            Self::F32(v) => v.into(),
-            Self::F64(v) => v.into(),
-        }
-    }
-}
-
-/// One argument of a captured kernel launch: a scalar, or a buffer the
-/// graph keeps alive.
-///
-/// A buffer is lent for reading with [`GraphArg::read`] (any
-/// [`DeviceMemory`] in an `Arc`) and for writing with [`GraphArg::write`]
-/// (a [`DeviceBuffer`] in an `Arc`: it has no host view, so no host slice
-/// can see the writes of a replay). Ordering a replay's writes against
-/// other work on the same buffer is the caller's job, as for eager work on
-/// several streams.
-///
-/// ```
-/// use cuda_streams_driver::{Context, DeviceBuffer, GraphArg, Stream};
-/// use std::sync::Arc;
-/// let ctx = Context::new(0).unwrap();
-/// let stream = Stream::new(&ctx).unwrap();
-/// let out = Arc::new(DeviceBuffer::<f32>::new_async(&stream, 4).unwrap());
-/// let args = [GraphArg::from(4u64), 2.5f32.into(), GraphArg::write(&out)];
-/// assert_eq!(args.len(), 3);
-/// ```
-#[derive(Clone)]
-pub struct GraphArg {
-    inner: ArgInner,
-}
-
-impl GraphArg {
-    /// `memory`, lent to every replay for reading.
-    pub fn read<M: DeviceMemory + Send + Sync + 'static>(memory: &Arc<M>) -> Self {
-        Self {
-            inner: ArgInner::Buffer(Arc::clone(memory) as Arc<dyn Kept>, false),
-        }
-    }
-
-    /// `buffer`, lent to every replay for writing.
-    pub fn write<T: DeviceCopy>(buffer: &Arc<DeviceBuffer<T>>) -> Self {
-        Self {
-            inner: ArgInner::Buffer(Arc::clone(buffer) as Arc<dyn Kept>, true),
-        }
-    }
-
-    fn arg(&self) -> KernelArg<'_> {
-        match &self.inner {
-            ArgInner::Scalar(scalar) => scalar.arg(),
-            ArgInner::Buffer(memory, writable) => memory.arg(*writable),
-        }
-    }
-}
-
-impl fmt::Debug for GraphArg {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.arg().fmt(f)
-    }
-}
-
-macro_rules! scalar_graph_arg {
-    ($($t:ty => $variant:ident),*) => { $(
-        impl From<$t> for GraphArg {
-            fn from(value: $t) -> Self {
-                Self { inner: ArgInner::Scalar(ScalarArg::$variant(value)) }
-            }
-        }
-    )* };
-}
-scalar_graph_arg!(u8 => U8, u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64);
-
-/// `usize` is a `u64` (`size_t`) on every platform CUDA supports.
-impl From<usize> for GraphArg {
-    fn from(value: usize) -> Self {
-        Self {
-            inner: ArgInner::Scalar(ScalarArg::U64(value as u64)),
-        }
-    }
-}
-
-/// A host callback node: called at every replay, never freed by a call.
-struct HostNode {
-    f: Box<dyn Fn() + Send + Sync + 'static>,
-    counters: Arc<Counters>,
-    stream_id: u64,
-}
-
-/// The `CUhostFn` of every captured callback. Never unwinds into the driver.
-unsafe extern "C" fn host_node_trampoline(user_data: *mut c_void) {
-    // SAFETY: `user_data` is a `HostNode` inside an `Arc` that the graph's
-    // keep-alive list holds until every launch of every executable instance
-    // has passed this node (released in stream order, see `release`).
-    let node = unsafe { &*user_data.cast::<HostNode>() };
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        let _guard = HostFnGuard::enter();
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(&node.f)) {
-            let message = panic_message(&*panic);
-            let _ = catch_unwind(AssertUnwindSafe(move || drop(panic)));
-            node.counters.callback_panicked(node.stream_id, message);
-        }
-    }));
-}
-
-/// What a graph needs alive while any of its instances may run.
-#[derive(Default)]
-struct Resources {
-    /// The capture it was made by (what a [`HostSlot`] names).
-    capture: u64,
-    /// Buffers and whether some node writes them.
-    buffers: Vec<(Arc<dyn Kept>, bool)>,
-    /// Host buffers of copies, and whether a copy writes them.
-    hosts: Vec<(Arc<dyn KeptHost>, bool)>,
-    kernels: Vec<Kernel>,
-    /// What work enqueued by another crate needs alive while the graph may
-    /// replay it ([`Capture::record_external`]): an NCCL communicator.
-    external: Vec<Arc<dyn Any + Send + Sync>>,
-    /// Shared with the stream callbacks that release them after the last
-    /// replays (see `GraphExec::release`).
-    callbacks: Arc<Vec<Arc<HostNode>>>,
-}
-
-impl Resources {
-    /// Take ownership of `host`; its index in `hosts`.
-    fn own_host<T: DeviceCopy>(&mut self, host: PinnedBuffer<T>, writable: bool) -> usize {
-        self.hosts.push((Arc::new(host), writable));
-        self.hosts.len() - 1
-    }
-
-    fn add_host(&mut self, memory: Arc<dyn KeptHost>, writable: bool) {
-        match self
-            .hosts
-            .iter_mut()
-            .find(|(kept, _)| Arc::ptr_eq(kept, &memory))
-        {
-            Some((_, write)) => *write |= writable,
-            None => self.hosts.push((memory, writable)),
-        }
-    }
-
-    fn add_buffer(&mut self, memory: &Arc<dyn Kept>, writable: bool) {
-        match self
-            .buffers
-            .iter_mut()
-            .find(|(kept, _)| Arc::ptr_eq(kept, memory))
-        {
-            Some((_, write)) => *write |= writable,
-            None => self.buffers.push((Arc::clone(memory), writable)),
-        }
-    }
-}
 
 /// A stream taking part in a capture besides the one that began it.
 struct Member {
@@ -288,7 +34,7 @@ struct Member {
 /// Work can fork to other streams ([`Capture::fork`]) and must be joined
 /// back ([`Capture::join`]) before [`Capture::end`]. The capturing streams'
 /// own enqueueing methods, `synchronize` and `query`, and
-/// [`Context::synchronize`] are refused meanwhile, with the capture left
+/// [`Context::synchronize`](crate::Context::synchronize) are refused meanwhile, with the capture left
 /// usable. Dropping a capture that was not ended ends it and discards the
 /// graph.
 ///
@@ -388,6 +134,12 @@ impl Capture {
     /// Nodes captured so far (launches, copies, memsets, callbacks).
     pub fn node_count(&self) -> usize {
         self.nodes
+    }
+
+    /// A process-unique id of this capture (never 0): what
+    /// [`HostSlot`]s and the engine's captured operation ids name.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     fn check_open(&self) -> Result<()> {
@@ -580,7 +332,8 @@ impl Capture {
     /// node), and lent to nodes through the returned `Arc`. No allocator
     /// caches it, so nothing else gets this memory while the graph, an
     /// instance of it, or the caller's `Arc` lives; it is freed after the
-    /// last of them is gone (and the replays have passed it).
+    /// last of them is gone (and the replays have passed it). To fill it
+    /// from outside the graph, allocate it with [`Capture::alloc_from`].
     ///
     /// ```
     /// use cuda_streams_driver::{Context, Stream};
@@ -602,6 +355,45 @@ impl Capture {
     pub fn alloc<T: DeviceCopy>(&mut self, len: usize) -> Result<Arc<DeviceBuffer<T>>> {
         self.check_open()?;
         let buffer = Arc::new(DeviceBuffer::new(self.origin.context(), len)?);
+        let kept: Arc<dyn Kept> = buffer.clone();
+        self.resources.add_buffer(&kept, false);
+        Ok(buffer)
+    }
+
+    /// [`Capture::alloc`], holding a copy of `data` made now, outside the
+    /// graph: no node copies it, so the replays find it initialised (weights,
+    /// a lookup table, a starting state). The copy runs on a stream of its
+    /// own, which takes no part in the capture, and has finished when this
+    /// returns. For inputs that change between replays, capture a copy from
+    /// a host buffer the graph owns instead ([`Capture::upload_owned`]).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let out = Arc::new(DeviceBuffer::<u32>::new(&ctx, 4)?);
+    /// let mut capture = stream.begin_capture()?;
+    /// let table = capture.alloc_from(&[10u32, 20, 30, 40])?;
+    /// capture.copy(&stream, &out, &table)?; // the graph reads the table
+    /// assert_eq!(capture.node_count(), 1, "filling the table is no node");
+    /// let graph = capture.end()?;
+    /// graph.instantiate()?.launch(&stream)?;
+    /// assert_eq!(out.to_vec(&stream)?, [10, 20, 30, 40]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn alloc_from<T: DeviceCopy>(&mut self, data: &[T]) -> Result<Arc<DeviceBuffer<T>>> {
+        self.check_open()?;
+        let ctx = self.origin.context();
+        let mut buffer = DeviceBuffer::new(ctx, data.len())?;
+        // Not a capturing stream: the copy runs now instead of becoming a
+        // node, and `copy_from_host` waits for it (the host's clock, and so
+        // every later enqueue, is ordered after it).
+        let loader = Stream::new(ctx)?;
+        loader.copy_from_host(&mut buffer, data)?;
+        let buffer = Arc::new(buffer);
         let kept: Arc<dyn Kept> = buffer.clone();
         self.resources.add_buffer(&kept, false);
         Ok(buffer)
@@ -697,7 +489,7 @@ impl Capture {
 
     /// Capture a copy of the page-locked buffer `src`, which the graph takes
     /// over, into `dst` on `stream`. Write new contents between replays with
-    /// [`GraphExec::host`].
+    /// [`GraphExec::host`](super::GraphExec::host).
     pub fn upload_owned<T: DeviceCopy>(
         &mut self,
         stream: &Stream,
@@ -711,7 +503,7 @@ impl Capture {
 
     /// Capture a copy of `src` into the page-locked buffer `dst`, which the
     /// graph takes over, on `stream`. Read what the replays wrote with
-    /// [`GraphExec::host`].
+    /// [`GraphExec::host`](super::GraphExec::host).
     pub fn download_owned<T, S>(
         &mut self,
         stream: &Stream,
@@ -870,7 +662,31 @@ impl Capture {
     /// Fork `branches` into the capture: work captured on each of them from
     /// now on runs after the work captured on `from` so far. Each branch
     /// must be joined back ([`Capture::join`]) before [`Capture::end`].
-    pub fn fork(&mut self, from: &Stream, branches: &[&Arc<Stream>]) -> Result<()> {
+    ///
+    /// `fork` and `join` take the same slice, `&[&Stream]`, as
+    /// [`Stream::fork`] and [`Stream::join`] do; an `&Arc<Stream>` in an
+    /// array literal coerces to it.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let (origin, left, right) = (Stream::new(&ctx)?, Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let (a, b) = (Arc::new(DeviceBuffer::<u8>::new(&ctx, 64)?), Arc::new(DeviceBuffer::<u8>::new(&ctx, 64)?));
+    /// let mut capture = origin.begin_capture()?;
+    /// let branches: [&Stream; 2] = [&left, &right];
+    /// capture.fork(&origin, &branches)?;
+    /// capture.memset_u8(&left, &a, 1)?;
+    /// capture.memset_u8(&right, &b, 2)?;
+    /// capture.join(&origin, &branches)?;
+    /// let graph = capture.end()?;
+    /// graph.instantiate()?.launch(&origin)?;
+    /// assert_eq!((a.to_vec(&origin)?[0], b.to_vec(&origin)?[0]), (1, 2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fork(&mut self, from: &Stream, branches: &[&Stream]) -> Result<()> {
         self.check_member(from)?;
         for branch in branches {
             from.check_context("a forked stream", branch.context())?;
@@ -901,7 +717,7 @@ impl Capture {
                 return Err(err);
             }
             self.members.push(Member {
-                stream: Arc::clone(branch),
+                stream: branch.to_arc(),
                 unjoined: true,
             });
         }
@@ -1041,396 +857,6 @@ impl fmt::Debug for Capture {
             .field("id", &self.id)
             .field("nodes", &self.nodes)
             .field("open", &self.open)
-            .finish()
-    }
-}
-
-/// A captured graph: instantiate it to replay it ([`Graph::instantiate`]).
-/// It keeps alive the buffers, kernels and callbacks its nodes use.
-///
-/// ```
-/// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
-/// use std::sync::Arc;
-/// # fn main() -> cuda_streams_driver::Result<()> {
-/// let ctx = Context::new(0)?;
-/// let stream = Stream::new(&ctx)?;
-/// let buf = Arc::new(DeviceBuffer::<u32>::new(&ctx, 64)?);
-/// let mut capture = stream.begin_capture()?;
-/// capture.memset_u8(&stream, &buf, 0xff)?;
-/// let graph = capture.end()?;
-/// assert_eq!(graph.node_count(), 1);
-/// assert_eq!(Arc::strong_count(&buf), 2, "the graph keeps the buffer");
-/// let (first, second) = (graph.instantiate()?, graph.instantiate()?);
-/// first.launch(&stream)?;
-/// second.launch(&stream)?;
-/// assert_eq!(buf.to_vec(&stream)?, vec![u32::MAX; 64]);
-/// # Ok(())
-/// # }
-/// ```
-pub struct Graph {
-    ctx: Arc<Context>,
-    raw: CUgraph,
-    /// CUDA graph objects are not synchronized internally: calls that read
-    /// this one (instantiate, update from it) take turns.
-    lock: Mutex<()>,
-    resources: Arc<Resources>,
-    nodes: usize,
-}
-
-// SAFETY: a graph handle may be used from any thread; the resources are
-// `Send + Sync` (buffers, kernels, `Fn + Send + Sync` callbacks).
-unsafe impl Send for Graph {}
-// SAFETY: as above; the driver calls that read the graph take turns (`lock`).
-unsafe impl Sync for Graph {}
-
-impl Graph {
-    /// An executable instance (`cuGraphInstantiate`).
-    pub fn instantiate(&self) -> Result<GraphExec> {
-        self.ctx.bind()?;
-        let _turn = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut raw: CUgraphExec = std::ptr::null_mut();
-        // SAFETY: a live graph; valid out-pointer.
-        let code = unsafe { (self.ctx.driver().cuGraphInstantiate)(&mut raw, self.raw, 0) };
-        self.ctx.check(code)?;
-        Ok(GraphExec {
-            ctx: Arc::clone(&self.ctx),
-            raw,
-            resources: Arc::clone(&self.resources),
-            nodes: self.nodes,
-            launched_on: Mutex::new(Vec::new()),
-        })
-    }
-
-    /// The nodes captured.
-    pub fn node_count(&self) -> usize {
-        self.nodes
-    }
-
-    /// The raw handle (it stays owned by this `Graph`).
-    pub fn as_raw(&self) -> CUgraph {
-        self.raw
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        let raw = self.raw;
-        self.ctx
-            .release_in_drop(format_args!("graph {raw:p}"), "destroying", |driver| {
-                // SAFETY: the graph is owned by `self` and destroyed once.
-                unsafe { (driver.cuGraphDestroy)(raw) }
-            });
-    }
-}
-
-impl fmt::Debug for Graph {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Graph")
-            .field("raw", &self.raw)
-            .field("nodes", &self.nodes)
-            .finish()
-    }
-}
-
-/// An executable graph: launch it on any stream of its context, as often as
-/// needed ([`GraphExec::launch`]); update it in place from a graph of the
-/// same shape ([`GraphExec::update`]).
-///
-/// It keeps the resources of its graph alive: buffers until the last replay
-/// has passed them (through their use trackers), callbacks until every
-/// stream it was launched on has passed its last replay.
-///
-/// ```
-/// use cuda_streams_driver::{Context, DeviceBuffer, GraphArg, LaunchConfig, Module, Stream};
-/// use std::sync::Arc;
-/// # fn main() -> cuda_streams_driver::Result<()> {
-/// let ctx = Context::new(0)?;
-/// let stream = Stream::new(&ctx)?;
-/// let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_u32")?;
-/// let out = Arc::new(DeviceBuffer::<u32>::new(&ctx, 32)?);
-/// let capture_fill = |value: u32| {
-///     let mut capture = stream.begin_capture()?;
-///     let args = [GraphArg::from(32u64), value.into(), GraphArg::write(&out)];
-///     capture.launch(&stream, &fill, LaunchConfig::for_num_elems(32), &args)?;
-///     capture.end()
-/// };
-/// let mut exec = capture_fill(1)?.instantiate()?;
-/// exec.launch(&stream)?;
-/// assert_eq!(out.to_vec(&stream)?, vec![1; 32]);
-/// exec.update(&capture_fill(2)?)?; // same shape, new argument: no new instance
-/// exec.launch(&stream)?;
-/// assert_eq!(out.to_vec(&stream)?, vec![2; 32]);
-/// # Ok(())
-/// # }
-/// ```
-pub struct GraphExec {
-    ctx: Arc<Context>,
-    raw: CUgraphExec,
-    resources: Arc<Resources>,
-    nodes: usize,
-    /// Streams it was launched on (callbacks are released after them). Held
-    /// across each launch, so launches of one instance take turns.
-    launched_on: Mutex<Vec<Arc<Stream>>>,
-}
-
-// SAFETY: an executable graph handle may be used from any thread; launches
-// and uploads take turns (`launched_on`'s lock), `update` needs `&mut`.
-unsafe impl Send for GraphExec {}
-// SAFETY: as above.
-unsafe impl Sync for GraphExec {}
-
-impl GraphExec {
-    /// Enqueue one replay of the graph on `stream` (`cuGraphLaunch`): it
-    /// runs after the work enqueued on `stream` before, and the work
-    /// enqueued after waits for all of it.
-    pub fn launch(&self, stream: &Stream) -> Result<()> {
-        let (_gate, in_flight) = self.before_launch(stream, "GraphExec::launch", true)?;
-        {
-            let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
-            // A profiler scope around the launch starts here: one scope, the
-            // whole replay.
-            stream.before_work();
-            // SAFETY: a live executable graph and a live stream of its
-            // context; its buffers are alive (held by `resources`) and
-            // ordered after their allocations on `stream` (above).
-            let code = unsafe { (self.ctx.driver().cuGraphLaunch)(self.raw, stream.as_raw()) };
-            self.ctx.check(code)?;
-            // Queued: the use events recorded below must cover this step.
-            drop(in_flight);
-            if !self.resources.callbacks.is_empty()
-                && !launched.iter().any(|s| s.id() == stream.id())
-            {
-                launched.push(stream.to_arc());
-            }
-        }
-        stream.counters.graph_launch(self.nodes);
-        let mut result = Ok(());
-        for (memory, write) in &self.resources.buffers {
-            result = result.and(memory.as_use().after_use(stream, *write));
-        }
-        for (memory, write) in &self.resources.hosts {
-            result = result.and(memory.as_host().after_host_use(stream, *write));
-        }
-        result
-    }
-
-    /// Upload the graph to the device ahead of its first launch
-    /// (`cuGraphUpload`), in stream order on `stream`, so the first launch
-    /// costs no more than later ones.
-    pub fn upload(&self, stream: &Stream) -> Result<()> {
-        // An upload runs none of the graph's work: nothing for the tracker.
-        let (_gate, _in_flight) = self.before_launch(stream, "GraphExec::upload", false)?;
-        let _turn = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: a live executable graph and a live stream of its context.
-        let code = unsafe { (self.ctx.driver().cuGraphUpload)(self.raw, stream.as_raw()) };
-        self.ctx.check(code)
-    }
-
-    /// Checks and orders a launch on `stream`; the gate it returns is held
-    /// until the launch's uses are tracked, the step until the driver call
-    /// returned. With `runs` the graph's work runs (a launch, not an
-    /// upload): one operation with its whole access set for the tracker.
-    fn before_launch<'s>(
-        &self,
-        stream: &'s Stream,
-        operation: &'static str,
-        runs: bool,
-    ) -> Result<(EnqueueGate<'s>, crate::order::InFlight<'s>)> {
-        // Launched into a capture it would become a child graph, whose
-        // resources nothing would keep.
-        let gate = stream.enqueue_gate(operation)?;
-        stream.check_context("the executable graph", &self.ctx)?;
-        self.ctx.bind()?;
-        for (memory, _) in &self.resources.buffers {
-            stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
-            memory.as_use().before_use(stream)?;
-        }
-        for (memory, _) in &self.resources.hosts {
-            stream.check_context_id("a host buffer", memory.as_host().host_context_id())?;
-        }
-        // One operation with the graph's whole access set.
-        let policy = self.ctx.order.policy();
-        if policy == crate::order::OrderPolicy::Off || !runs {
-            return Ok((gate, crate::order::InFlight::NONE));
-        }
-        let devices = self.resources.buffers.iter();
-        let hosts = self.resources.hosts.iter();
-        let touches: crate::order::Touches = devices
-            .map(|(memory, write)| Use::Device(memory.as_use(), *write).touch())
-            .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write).touch()))
-            .collect();
-        let in_flight = crate::order::before_enqueue(stream, "graph launch", &touches, policy)?;
-        Ok((gate, in_flight))
-    }
-
-    /// Replace the parameters of every node with those of `graph`
-    /// (`cuGraphExecUpdate`), without instantiating again: `graph` must
-    /// have been captured from the same sequence of operations (same
-    /// nodes, dependencies and kernels), with other arguments. Launches
-    /// already enqueued keep the old parameters. On failure
-    /// ([`Error::GraphUpdate`]) the executable graph is unchanged.
-    pub fn update(&mut self, graph: &Graph) -> Result<()> {
-        if graph.ctx.id() != self.ctx.id() {
-            return Err(Error::ContextMismatch {
-                what: "the graph",
-                expected: self.ctx.id(),
-                found: graph.ctx.id(),
-            });
-        }
-        self.ctx.bind()?;
-        let _turn = graph.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut info = CUgraphExecUpdateResultInfo::default();
-        // SAFETY: live handles of one context; valid out-pointer.
-        let code = unsafe { (self.ctx.driver().cuGraphExecUpdate)(self.raw, graph.raw, &mut info) };
-        if let Err(err) = self.ctx.check(code) {
-            return Err(match err {
-                Error::Driver(source) => Error::GraphUpdate {
-                    result: update_result_name(info.result),
-                    source,
-                },
-                other => other,
-            });
-        }
-        let old = std::mem::replace(&mut self.resources, Arc::clone(&graph.resources));
-        self.nodes = graph.nodes;
-        self.release(old);
-        Ok(())
-    }
-
-    /// The host buffer `slot` names, for the host to read what replays
-    /// downloaded into it or to write what they will upload from it, once
-    /// the replays launched before have finished with it (this waits).
-    ///
-    /// The slice borrows the instance mutably, so no replay can be launched
-    /// while it lives. Refused ([`Error::GraphHostAccess`]) while the graph
-    /// or another instance of it exists (their replays could touch the
-    /// buffer), and for a slot of another capture.
-    ///
-    /// ```
-    /// use cuda_streams_driver::{Context, DeviceBuffer, PinnedBuffer, Stream};
-    /// use std::sync::Arc;
-    /// # fn main() -> cuda_streams_driver::Result<()> {
-    /// let ctx = Context::new(0)?;
-    /// let stream = Stream::new(&ctx)?;
-    /// let dev = Arc::new(DeviceBuffer::<u32>::new(&ctx, 4)?);
-    /// let mut capture = stream.begin_capture()?;
-    /// let input = capture.upload_owned(&stream, &dev, PinnedBuffer::from_slice(&ctx, &[1, 2, 3, 4])?)?;
-    /// let output = capture.download_owned(&stream, PinnedBuffer::new(&ctx, 4)?, &dev)?;
-    /// let graph = capture.end()?;
-    /// let mut exec = graph.instantiate()?;
-    /// assert!(exec.host(&output).is_err(), "the graph could still launch another instance");
-    /// drop(graph);
-    /// exec.launch(&stream)?;
-    /// assert_eq!(exec.host(&output)?, &[1, 2, 3, 4]);
-    /// exec.host(&input)?.copy_from_slice(&[5, 6, 7, 8]);
-    /// exec.launch(&stream)?;
-    /// assert_eq!(exec.host(&output)?, &[5, 6, 7, 8]);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn host<T: DeviceCopy>(&mut self, slot: &HostSlot<T>) -> Result<&mut [T]> {
-        let refused = |reason: String| Error::GraphHostAccess { reason };
-        if slot.capture != self.resources.capture {
-            return Err(refused(format!(
-                "the host slot belongs to capture {}, this executable graph to capture {}",
-                slot.capture, self.resources.capture
-            )));
-        }
-        let resources = Arc::get_mut(&mut self.resources).ok_or_else(|| {
-            refused(
-                "its graph or another instance of it still exists and could launch replays touching the buffer: drop them first"
-                    .to_string(),
-            )
-        })?;
-        let (host, _) = resources
-            .hosts
-            .get_mut(slot.index)
-            .ok_or_else(|| refused(format!("no host slot {}", slot.index)))?;
-        let host = Arc::get_mut(host)
-            .ok_or_else(|| refused(format!("host slot {} is shared", slot.index)))?
-            .as_any_mut()
-            .downcast_mut::<PinnedBuffer<T>>()
-            .ok_or_else(|| refused(format!("host slot {} holds another type", slot.index)))?;
-        // Waits for every replay that used it (each one was tracked).
-        host.as_mut_slice()
-    }
-
-    /// The nodes of the graph it was made from.
-    pub fn node_count(&self) -> usize {
-        self.nodes
-    }
-
-    /// The raw handle (it stays owned by this `GraphExec`).
-    pub fn as_raw(&self) -> CUgraphExec {
-        self.raw
-    }
-
-    /// Let go of `resources`: buffers and kernels at once (the buffers'
-    /// trackers order their frees after the replays), callbacks once every
-    /// stream this was launched on has passed its last replay.
-    fn release(&self, resources: Arc<Resources>) {
-        let launched =
-            std::mem::take(&mut *self.launched_on.lock().unwrap_or_else(|p| p.into_inner()));
-        for stream in &launched {
-            let held = Arc::clone(&resources.callbacks);
-            if let Err(err) = stream.add_callback(move || drop(held)) {
-                // Some replay may still reach a callback: keep them forever.
-                tracing::warn!(
-                    "leaking {} graph callback(s): releasing them after stream {} failed: {err}",
-                    resources.callbacks.len(),
-                    stream.id()
-                );
-                std::mem::forget(Arc::clone(&resources.callbacks));
-            }
-        }
-        drop(resources);
-    }
-}
-
-fn update_result_name(result: CUgraphExecUpdateResult) -> String {
-    use CUgraphExecUpdateResult as R;
-    let name = match result {
-        R::CU_GRAPH_EXEC_UPDATE_SUCCESS => "CU_GRAPH_EXEC_UPDATE_SUCCESS",
-        R::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => {
-            "CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED"
-        }
-        R::CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => {
-            "CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED"
-        }
-        R::CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => {
-            "CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED"
-        }
-        R::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => {
-            "CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED"
-        }
-        R::CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED",
-        other => return format!("update result {}", other.0),
-    };
-    name.to_string()
-}
-
-impl Drop for GraphExec {
-    fn drop(&mut self) {
-        let raw = self.raw;
-        // CUDA frees an executable graph still in flight once it completes.
-        self.ctx.release_in_drop(
-            format_args!("executable graph {raw:p}"),
-            "destroying",
-            |driver| {
-                // SAFETY: owned by `self` and destroyed once.
-                unsafe { (driver.cuGraphExecDestroy)(raw) }
-            },
-        );
-        let resources = std::mem::take(&mut self.resources);
-        self.release(resources);
-    }
-}
-
-impl fmt::Debug for GraphExec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GraphExec")
-            .field("raw", &self.raw)
-            .field("nodes", &self.nodes)
             .finish()
     }
 }

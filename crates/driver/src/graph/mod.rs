@@ -1,0 +1,38 @@
+//! CUDA graphs: capture work from streams once ([`Capture`]), instantiate it
+//! ([`Graph::instantiate`]) and replay it for a fraction of the launch cost
+//! ([`GraphExec::launch`]).
+//!
+//! # Why a capture has its own methods
+//!
+//! A captured launch runs again at every replay, long after the call that
+//! captured it returned, so the borrow-based protocol of eager work (a
+//! buffer is lent for one operation, which its use tracker orders) does not
+//! hold. Work is therefore captured through the [`Capture`], whose methods
+//! take buffers by `Arc` ([`GraphArg`]) and keep them, with the kernels and
+//! host callbacks, in the graph's keep-alive list; every executable instance
+//! holds that list. At each replay the graph's buffers are registered as
+//! used on the replay stream, through the same use trackers as eager work,
+//! so a buffer dropped after its graph is still freed only after the last
+//! replay. Host callbacks are released in stream order, after the last
+//! replay on every stream that launched the graph.
+//!
+//! While a stream is capturing, its own enqueueing methods, `synchronize`,
+//! `query`, and [`crate::Context::synchronize`] are refused with a clear
+//! error *before* the driver sees them: on a GPU such a call invalidates the
+//! capture, here the capture stays usable.
+//!
+//! # The files
+//!
+//! - `args`: what a graph keeps alive ([`GraphArg`], [`HostSlot`], the
+//!   host-callback nodes and the keep-alive list);
+//! - `capture`: [`Capture`], the second enqueue API, used while a stream
+//!   captures;
+//! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed.
+
+mod args;
+mod capture;
+mod exec;
+
+pub use args::{GraphArg, HostSlot};
+pub use capture::Capture;
+pub use exec::{Graph, GraphExec};
