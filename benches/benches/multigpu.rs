@@ -67,6 +67,49 @@ fn per_call(streams: &[&Stream], reps: usize, mut enqueue: impl FnMut()) -> f64 
         .fold(f64::INFINITY, f64::min)
 }
 
+/// Seconds per call of `ours` and of `baseline`, as [`per_call`] but with
+/// their batches alternating (7 of each, the best of each kept), so that a
+/// drift of the machine during the run moves both sides alike.
+fn per_call_pair(
+    streams: &[&Stream],
+    reps: usize,
+    mut ours: impl FnMut(),
+    mut baseline: impl FnMut(),
+) -> (f64, f64) {
+    let sync = || Stream::synchronize_all(streams).expect("synchronize");
+    ours(); // warm-up: lazy set-up (NCCL channels, the buffers' first uses)
+    baseline();
+    sync();
+    let batch = |enqueue: &mut dyn FnMut()| {
+        let start = Instant::now();
+        for _ in 0..reps {
+            enqueue();
+        }
+        sync();
+        start.elapsed().as_secs_f64() / reps as f64
+    };
+    (0..7).fold((f64::INFINITY, f64::INFINITY), |(o, b), _| {
+        (o.min(batch(&mut ours)), b.min(batch(&mut baseline)))
+    })
+}
+
+/// One in-place Sum AllReduce of `bufs` over both ranks, in one group.
+fn group_all_reduce(
+    comms: &[Communicator],
+    streams: &[Arc<Stream>; 2],
+    bufs: &mut [DeviceBuffer<f32>; 2],
+) {
+    let [a, b] = bufs;
+    let mut group = Group::new();
+    group
+        .all_reduce_in_place(&comms[0], &streams[0], a, ReduceOp::Sum)
+        .unwrap();
+    group
+        .all_reduce_in_place(&comms[1], &streams[1], b, ReduceOp::Sum)
+        .unwrap();
+    group.end().unwrap();
+}
+
 /// Calls per batch: 1000 for small messages (latency), about 4 GiB moved
 /// for large ones, at least 3.
 fn reps_for(bytes: usize) -> usize {
@@ -141,29 +184,8 @@ fn all_reduces(t: &Two) {
             DeviceBuffer::<f32>::new_async(&t.streams[1], count).unwrap(),
         ];
         let reps = reps_for(bytes);
-        let ours_on = |bufs: &mut [DeviceBuffer<f32>; 2]| {
-            per_call(&streams, reps, || {
-                let [a, b] = bufs;
-                let mut group = Group::new();
-                group
-                    .all_reduce_in_place(&comms[0], &t.streams[0], a, ReduceOp::Sum)
-                    .unwrap();
-                group
-                    .all_reduce_in_place(&comms[1], &t.streams[1], b, ReduceOp::Sum)
-                    .unwrap();
-                group.end().unwrap();
-            })
-        };
-        let ours = ours_on(&mut bufs);
-        let ours_plain = (bytes == 8).then(|| {
-            let mut plain = [
-                DeviceBuffer::<f32>::new(&t.ctx[0], count).unwrap(),
-                DeviceBuffer::<f32>::new(&t.ctx[1], count).unwrap(),
-            ];
-            ours_on(&mut plain)
-        });
         let ptrs = [bufs[0].device_ptr(), bufs[1].device_ptr()];
-        let raw = per_call(&streams, reps, || {
+        let raw = || {
             // SAFETY: each buffer holds `count` floats of its rank's device
             // and outlives the batch's synchronisation; a group around both
             // ranks, as one thread driving two devices needs.
@@ -186,7 +208,26 @@ fn all_reduces(t: &Two) {
                 (table.ncclGroupEnd)().result().unwrap();
             }
             t.ctx[0].force_bind().unwrap();
+        };
+        let (ours, raw_secs) = per_call_pair(
+            &streams,
+            reps,
+            || group_all_reduce(&comms, &t.streams, &mut bufs),
+            raw,
+        );
+        let ours_plain = (bytes == 8).then(|| {
+            let mut plain = [
+                DeviceBuffer::<f32>::new(&t.ctx[0], count).unwrap(),
+                DeviceBuffer::<f32>::new(&t.ctx[1], count).unwrap(),
+            ];
+            per_call_pair(
+                &streams,
+                reps,
+                || group_all_reduce(&comms, &t.streams, &mut plain),
+                raw,
+            )
         });
+        let raw = raw_secs;
         let bus = |secs: f64| bytes as f64 / secs / 1e9 * 2.0 * (2 - 1) as f64 / 2.0;
         let label = if bytes >= MIB {
             format!("{} MiB", bytes / MIB)
@@ -205,7 +246,7 @@ fn all_reduces(t: &Two) {
         if bytes == 8 {
             compare("all_reduce 8 B vs raw NCCL group", ours * 1e9, raw * 1e9);
         }
-        if let Some(plain) = ours_plain {
+        if let Some((plain, raw)) = ours_plain {
             compare(
                 "all_reduce 8 B, plain buffers (an event per use) vs raw NCCL group",
                 plain * 1e9,
