@@ -17,8 +17,17 @@ pub(crate) type Agent = u64;
 
 /// A sparse vector clock: `(agent, counter)` sorted by agent, inline for up
 /// to eight agents.
-#[derive(Clone, Default, Debug, PartialEq, Eq)]
+#[derive(Default, Debug, PartialEq, Eq)]
 pub(crate) struct Vc(SmallVec<[(Agent, u32); 8]>);
+
+impl Clone for Vc {
+    /// One copy of the entries (the derived clone goes through a generic,
+    /// element-by-element extend): a snapshot is taken at every record.
+    #[inline]
+    fn clone(&self) -> Self {
+        Vc(SmallVec::from_slice(&self.0))
+    }
+}
 
 impl Vc {
     /// What this clock knows of `agent`.

@@ -8,28 +8,21 @@
 
 use super::clock::{Agent, Clock};
 use crate::stream::Stream;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 
-/// One operation, as a report names it.
-#[derive(Clone, Debug)]
-pub(crate) struct Op {
-    pub(crate) what: &'static str,
-    pub(crate) label: Option<Arc<str>>,
-    pub(crate) stream: u64,
-    pub(crate) device: i32,
-    /// For `auto`: the stream to order after.
-    pub(crate) handle: Weak<Stream>,
-}
-
-/// An access by one operation.
+/// An access by one operation, and how a report names it. Small and free of
+/// reference counts but the label's (operations without one, the common
+/// case, touch no atomic when recorded or overwritten).
 #[derive(Clone, Debug)]
 pub(crate) struct Access {
+    /// The stream (its id), whose step `counter` the access is.
     pub(crate) agent: Agent,
     pub(crate) counter: u32,
-    pub(crate) op: Op,
+    pub(crate) device: i32,
+    pub(crate) what: &'static str,
+    pub(crate) label: Option<Arc<str>>,
 }
-
 #[derive(Clone, Debug, Default)]
 struct Segment {
     end: u64,
@@ -49,9 +42,75 @@ pub(crate) struct Conflict<'a> {
 #[derive(Default)]
 pub(crate) struct Shadow {
     map: BTreeMap<u64, Segment>,
+    /// Bumped by every change: a repair that finds it unchanged after its
+    /// waits knows no new access arrived meanwhile.
+    version: u64,
+    /// The streams whose accesses are recorded here, for `Auto` to order a
+    /// later stream after one (an access keeps only the id).
+    streams: HashMap<Agent, Weak<Stream>>,
+    /// The table's size at which the next join sweeps out dead streams.
+    sweep_at: usize,
 }
 
 impl Shadow {
+    /// The version, which every change bumps.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Register `stream` as the holder of its id's accesses here (once per
+    /// stream and shadow). Streams that are gone are dropped from the table
+    /// whenever it has doubled since the last sweep, so it stays in
+    /// proportion to the live streams.
+    pub(crate) fn join(&mut self, stream: &Stream) {
+        if self.streams.len() >= self.sweep_at {
+            self.streams.retain(|_, s| s.strong_count() > 0);
+            self.sweep_at = (2 * self.streams.len()).max(64);
+        }
+        self.streams.insert(stream.id(), stream.weak());
+    }
+
+    /// The stream whose accesses carry `agent`, if it is still alive.
+    pub(crate) fn stream(&self, agent: Agent) -> Weak<Stream> {
+        self.streams.get(&agent).cloned().unwrap_or_default()
+    }
+
+    /// The fast path of a one-range operation on a range used whole before
+    /// (the common case: a buffer used the same way each time): check the
+    /// new access against the one segment that spans exactly `[lo, hi)` and
+    /// record it there when nothing conflicts, in one lookup. `None` when no
+    /// segment spans exactly that range (then use [`Shadow::conflicts`] and
+    /// [`Shadow::record`]); `Some(false)` when the access conflicts, and is
+    /// not recorded.
+    pub(crate) fn check_and_record_exact(
+        &mut self,
+        lo: u64,
+        hi: u64,
+        write: bool,
+        access: &Access,
+        clock: &Clock,
+    ) -> Option<bool> {
+        let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
+        if segment.conflicts(write, clock) {
+            return Some(false);
+        }
+        update(segment, write, access, clock);
+        self.version += 1;
+        Some(true)
+    }
+
+    /// Whether any recorded access to `[lo, hi)` conflicts with a new one
+    /// by the holder of `clock`; one lookup when a segment spans the range
+    /// exactly.
+    pub(crate) fn any_conflict(&self, lo: u64, hi: u64, write: bool, clock: &Clock) -> bool {
+        if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
+            return segment.conflicts(write, clock);
+        }
+        let mut any = false;
+        self.conflicts(lo, hi, write, clock, |_| any = true);
+        any
+    }
+
     /// Call `found` for each recorded access to `[lo, hi)` that conflicts
     /// with a new access (`write` or read) by the holder of `clock` and is
     /// not in its past.
@@ -101,6 +160,7 @@ impl Shadow {
         if lo >= hi {
             return;
         }
+        self.version += 1;
         if let Some(segment) = self.map.get_mut(&lo)
             && segment.end == hi
         {
@@ -130,6 +190,7 @@ impl Shadow {
         if lo >= hi || self.map.is_empty() {
             return;
         }
+        self.version += 1;
         self.split(lo);
         self.split(hi);
         let starts: smallvec::SmallVec<[u64; 4]> =
@@ -142,6 +203,7 @@ impl Shadow {
     /// Forget everything (the policy was switched).
     pub(crate) fn clear(&mut self) {
         self.map.clear();
+        self.version += 1;
     }
 
     #[cfg(test)]
@@ -178,6 +240,24 @@ impl Shadow {
     }
 }
 
+impl Segment {
+    /// Whether a new access (`write` or read) by the holder of `clock`
+    /// conflicts with one recorded here.
+    #[inline]
+    fn conflicts(&self, write: bool, clock: &Clock) -> bool {
+        if let Some(prior) = &self.write
+            && !clock.knows(prior.agent, prior.counter)
+        {
+            return true;
+        }
+        write
+            && self
+                .reads
+                .iter()
+                .any(|prior| !clock.knows(prior.agent, prior.counter))
+    }
+}
+
 fn update(segment: &mut Segment, write: bool, access: &Access, clock: &Clock) {
     if write {
         segment.write = Some(access.clone());
@@ -200,13 +280,9 @@ mod tests {
         Access {
             agent,
             counter,
-            op: Op {
-                what: "test",
-                label: None,
-                stream: agent,
-                device: 0,
-                handle: Weak::new(),
-            },
+            device: 0,
+            what: "test",
+            label: None,
         }
     }
 
