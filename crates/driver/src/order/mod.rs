@@ -422,16 +422,20 @@ pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
 /// `stream` was made to wait for `event`.
 #[inline]
 pub(crate) fn waited(stream: &Stream, event: &Event) {
-    if stream.context().order.is_on()
-        && let Some((snapshot, captured)) = event.order.get()
-    {
+    if stream.context().order.is_on() {
+        // Learnt under the event's lock, without copying its clock; the
+        // only place both locks are held, in this order.
+        let recorded = event.order.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((snapshot, captured)) = recorded.as_deref() else {
+            return;
+        };
         let mut state = stream.order.lock();
         match (&mut state.captured, captured) {
             (Some(within), true) => {
-                within.learn(&snapshot);
+                within.learn(snapshot);
             }
             (None, false) => {
-                state.clock.learn(&snapshot);
+                state.clock.learn(snapshot);
             }
             // Refused by `Stream::wait_event` before it gets here.
             _ => {}
@@ -880,14 +884,14 @@ impl Drop for InFlight<'_> {
 /// `earlier` so far, kept as its last mark. The wait teaches `stream` what
 /// the event's record knew ([`waited`]).
 fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
-    let cached = {
-        let state = earlier.order.lock();
-        state
-            .mark
-            .as_ref()
-            .filter(|event| event.order.covers(earlier.id(), step))
-            .map(Arc::clone)
-    };
+    // Taken out before its record is looked at: a stream's lock is never
+    // held while an event's is taken ([`waited`] nests them the other way).
+    let cached = earlier
+        .order
+        .lock()
+        .mark
+        .clone()
+        .filter(|event| event.order.covers(earlier.id(), step));
     let event = match cached {
         Some(event) => event,
         None => {
@@ -961,12 +965,22 @@ fn race_op(access: &Access, writes: bool) -> RaceOp {
 mod tests {
     use super::*;
 
+    /// Held by the tests that set the policy of device 0's context, which
+    /// every test of this crate shares.
+    static POLICY: Mutex<()> = Mutex::new(());
+
+    fn policy(ctx: &Context, policy: OrderPolicy) -> MutexGuard<'static, ()> {
+        let guard = POLICY.lock().unwrap_or_else(|p| p.into_inner());
+        ctx.set_ordering(policy);
+        guard
+    }
+
     /// `Auto` forks one write into four readers with one mark of the
     /// writer, and never reuses a mark that does not cover the write.
     #[test]
     fn auto_reuses_a_mark_only_while_it_covers_the_write() {
         let ctx = Context::new(0).unwrap();
-        ctx.set_ordering(OrderPolicy::Auto);
+        let _policy = policy(&ctx, OrderPolicy::Auto);
         let main = Stream::new(&ctx).unwrap();
         let readers: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
         let mut root = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
@@ -974,6 +988,8 @@ mod tests {
             .map(|_| crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap())
             .collect();
         let cached = |s: &Stream| s.order.lock().mark.as_ref().map(|e| e.as_raw());
+        // The context is shared with the other tests: count from here.
+        let waits_before = ctx.ordering_stats().inserted_waits;
         for round in 0..2u32 {
             main.memset_u32_async(&mut root, round + 1).unwrap();
             let mut marks = Vec::new();
@@ -990,7 +1006,97 @@ mod tests {
             }
             // The next round's write is after this mark: a fresh one follows.
         }
-        assert_eq!(ctx.ordering_stats().inserted_waits, 8);
+        assert_eq!(ctx.ordering_stats().inserted_waits - waits_before, 8);
+    }
+
+    /// `Auto` skips its second look only when its waits cover what it
+    /// found: a write still in flight on another thread is covered by no
+    /// event recorded now, so the repair fails rather than recording an
+    /// unordered access.
+    #[test]
+    fn auto_does_not_take_a_wait_that_misses_an_in_flight_step_as_a_repair() {
+        let ctx = Context::new(0).unwrap();
+        let (writer, reader) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let touch = Touch {
+            ctx: ctx.id(),
+            address: 1 << 61,
+            bytes: 4,
+            write: true,
+        };
+        let writing = before_enqueue(&writer, "test", &[touch], OrderPolicy::Check).unwrap();
+        let read = Touch {
+            write: false,
+            ..touch
+        };
+        let refused = before_enqueue(&reader, "test", &[read], OrderPolicy::Auto);
+        assert!(
+            matches!(refused, Err(Error::UnorderedAccess(_))),
+            "the read was recorded although no wait covers the write"
+        );
+        drop(writing);
+        // Once the write is queued, a mark covers it.
+        drop(before_enqueue(&reader, "test", &[read], OrderPolicy::Auto).unwrap());
+        forget(&ctx, touch.address, touch.bytes);
+    }
+
+    /// An offered mark serves only while its record is the one offered: an
+    /// event re-recorded on another stream is not waited for in its place.
+    #[test]
+    fn an_offered_mark_recorded_elsewhere_since_is_not_used() {
+        let ctx = Context::new(0).unwrap();
+        let _policy = policy(&ctx, OrderPolicy::Auto);
+        let (writer, reader, other) = (
+            Stream::new(&ctx).unwrap(),
+            Stream::new(&ctx).unwrap(),
+            Stream::new(&ctx).unwrap(),
+        );
+        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let mut copy = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let mark = |s: &Stream| s.order.lock().mark.as_ref().map(|e| e.as_raw());
+        writer.memset_u32_async(&mut data, 5).unwrap();
+        let offered = Arc::new(writer.mark().unwrap());
+        offer_mark(&writer, &offered);
+        assert_eq!(mark(&writer), Some(offered.as_raw()));
+        // Moved to a stream that has nothing to do with the write.
+        offered.record(&other).unwrap();
+        reader
+            .copy_device_to_device_async(&mut copy, &data)
+            .unwrap();
+        assert_ne!(
+            mark(&writer),
+            Some(offered.as_raw()),
+            "the reader waited for an event that no longer marks the writer"
+        );
+        assert_eq!(copy.to_vec(&reader).unwrap(), [5; 64]);
+        // Offered and still in place, it is waited for with nothing recorded.
+        writer.memset_u32_async(&mut data, 6).unwrap();
+        let offered = Arc::new(writer.mark().unwrap());
+        offer_mark(&writer, &offered);
+        reader
+            .copy_device_to_device_async(&mut copy, &data)
+            .unwrap();
+        assert_eq!(mark(&writer), Some(offered.as_raw()));
+        assert_eq!(copy.to_vec(&reader).unwrap(), [6; 64]);
+    }
+
+    /// A label shared with the operation before it is the same label; a
+    /// different one is not taken for it.
+    #[test]
+    fn labels_name_their_own_operation_in_a_loop() {
+        let ctx = Context::new(0).unwrap();
+        let _policy = policy(&ctx, OrderPolicy::Check);
+        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 16).unwrap();
+        for _ in 0..2 {
+            labelled("fill", || a.memset_u32_async(&mut data, 1)).unwrap();
+        }
+        let refused = labelled("clear", || b.memset_u32_async(&mut data, 0));
+        let Err(Error::UnorderedAccess(race)) = refused else {
+            panic!("an unordered write was let through: {refused:?}");
+        };
+        assert_eq!(race.earlier.label.as_deref(), Some("fill"));
+        assert_eq!(race.later.label.as_deref(), Some("clear"));
+        a.synchronize().unwrap();
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use super::clock::{Agent, Clock};
 use crate::stream::Stream;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Weak};
 
 /// An access by one operation, and how a report names it. Small and free of
@@ -23,6 +24,29 @@ pub(crate) struct Access {
     pub(crate) what: &'static str,
     pub(crate) label: Option<Arc<str>>,
 }
+/// Hashes a stream id (a small counter) with one multiplication: the
+/// default SipHash costs more than the rest of a lookup.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // Fibonacci hashing: the high bits, which the table uses, depend on
+        // every bit of the id.
+        self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct Segment {
     end: u64,
@@ -47,7 +71,7 @@ pub(crate) struct Shadow {
     version: u64,
     /// The streams whose accesses are recorded here, for `Auto` to order a
     /// later stream after one (an access keeps only the id).
-    streams: HashMap<Agent, Weak<Stream>>,
+    streams: HashMap<Agent, Weak<Stream>, BuildHasherDefault<IdHasher>>,
     /// The table's size at which the next join sweeps out dead streams.
     sweep_at: usize,
 }
@@ -125,33 +149,16 @@ impl Shadow {
         if lo >= hi {
             return;
         }
+        // A segment spanning exactly the range is the only one overlapping
+        // it (segments are disjoint): one lookup, no range walk.
+        if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
+            return segment.each_conflict(write, clock, lo, hi, &mut found);
+        }
         for (&start, segment) in self.map.range(..hi).rev() {
             if segment.end <= lo {
                 break;
             }
-            let (from, to) = (start.max(lo), segment.end.min(hi));
-            if let Some(prior) = &segment.write
-                && !clock.knows(prior.agent, prior.counter)
-            {
-                found(Conflict {
-                    prior,
-                    prior_writes: true,
-                    from,
-                    to,
-                });
-            }
-            if write {
-                for prior in &segment.reads {
-                    if !clock.knows(prior.agent, prior.counter) {
-                        found(Conflict {
-                            prior,
-                            prior_writes: false,
-                            from,
-                            to,
-                        });
-                    }
-                }
-            }
+            segment.each_conflict(write, clock, start.max(lo), segment.end.min(hi), &mut found);
         }
     }
 
@@ -241,6 +248,41 @@ impl Shadow {
 }
 
 impl Segment {
+    /// Call `found` for each access here that conflicts with a new one
+    /// (`write` or read) by the holder of `clock`, overlapping on
+    /// `[from, to)`.
+    fn each_conflict<'a>(
+        &'a self,
+        write: bool,
+        clock: &Clock,
+        from: u64,
+        to: u64,
+        found: &mut impl FnMut(Conflict<'a>),
+    ) {
+        if let Some(prior) = &self.write
+            && !clock.knows(prior.agent, prior.counter)
+        {
+            found(Conflict {
+                prior,
+                prior_writes: true,
+                from,
+                to,
+            });
+        }
+        if write {
+            for prior in &self.reads {
+                if !clock.knows(prior.agent, prior.counter) {
+                    found(Conflict {
+                        prior,
+                        prior_writes: false,
+                        from,
+                        to,
+                    });
+                }
+            }
+        }
+    }
+
     /// Whether a new access (`write` or read) by the holder of `clock`
     /// conflicts with one recorded here.
     #[inline]
@@ -319,6 +361,81 @@ mod tests {
             2,
             "the write and the read"
         );
+    }
+
+    /// The one-lookup path agrees with the general one: a conflicting
+    /// access (an unordered write, or an unordered read under a write) is
+    /// not recorded, an ordered one is, and a range that is not one whole
+    /// segment goes the general way.
+    #[test]
+    fn the_exact_segment_path_finds_what_the_general_path_finds() {
+        let mut shadow = Shadow::default();
+        let (mut a, mut b) = (Clock::new(1), Clock::new(2));
+        a.own = 1;
+        shadow.record(0, 64, true, &access(1, 1), &a);
+        b.own = 1;
+        assert_eq!(
+            shadow.check_and_record_exact(0, 64, false, &access(2, 1), &b),
+            Some(false),
+            "a read of an unordered write"
+        );
+        assert!(shadow.any_conflict(0, 64, false, &b));
+        assert_eq!(count(&shadow, 0, 64, false, &b), 1, "nothing recorded");
+        b.learn(&a);
+        assert_eq!(
+            shadow.check_and_record_exact(0, 64, false, &access(2, b.own), &b),
+            Some(true),
+            "ordered after the write"
+        );
+        // Stream 1 writes again without knowing of stream 2's read.
+        a.own = 2;
+        assert!(shadow.any_conflict(0, 64, true, &a));
+        assert_eq!(
+            shadow.check_and_record_exact(0, 64, true, &access(1, 2), &a),
+            Some(false),
+            "a write over an unordered read"
+        );
+        assert_eq!(
+            shadow.check_and_record_exact(0, 64, false, &access(1, 2), &a),
+            Some(true),
+            "reads of two streams do not conflict"
+        );
+        assert_eq!(
+            shadow.check_and_record_exact(0, 32, true, &access(1, 2), &a),
+            None,
+            "not one whole segment"
+        );
+        assert!(
+            shadow.any_conflict(0, 32, true, &a),
+            "found the general way"
+        );
+        assert!(!shadow.any_conflict(64, 128, true, &a), "no access there");
+        let before = shadow.version();
+        shadow.record(64, 128, true, &access(1, 2), &a);
+        assert!(shadow.version() > before, "a change moves the version");
+    }
+
+    /// The table of streams by id keeps the live ones and sweeps the gone.
+    #[test]
+    fn the_stream_table_keeps_live_streams_and_sweeps_gone_ones() {
+        let ctx = crate::Context::new(0).unwrap();
+        let live = crate::Stream::new(&ctx).unwrap();
+        let mut shadow = Shadow::default();
+        shadow.join(&live);
+        for _ in 0..200 {
+            let gone = crate::Stream::new(&ctx).unwrap();
+            shadow.join(&gone);
+        }
+        assert!(
+            shadow.streams.len() < 130,
+            "{} entries",
+            shadow.streams.len()
+        );
+        assert_eq!(
+            shadow.stream(live.id()).upgrade().map(|s| s.id()),
+            Some(live.id())
+        );
+        assert!(shadow.stream(live.id() + 1).upgrade().is_none());
     }
 
     #[test]
