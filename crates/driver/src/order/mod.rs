@@ -1057,7 +1057,12 @@ mod tests {
         let offered = Arc::new(writer.mark().unwrap());
         offer_mark(&writer, &offered);
         assert_eq!(mark(&writer), Some(offered.as_raw()));
-        // Moved to a stream that has nothing to do with the write.
+        // Moved to a stream that has nothing to do with the write, and has
+        // taken more steps than the writer.
+        let mut scratch = crate::DeviceBuffer::<u32>::new(&ctx, 4).unwrap();
+        for value in 0..8 {
+            other.memset_u32_async(&mut scratch, value).unwrap();
+        }
         offered.record(&other).unwrap();
         reader
             .copy_device_to_device_async(&mut copy, &data)
