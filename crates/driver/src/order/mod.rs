@@ -646,6 +646,10 @@ fn join(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut Shadow)
     }
 }
 
+/// `Auto`'s last repair of one operation: the shadows' versions it saw, and
+/// per stream it made the operation's stream wait for, the step to cover.
+type Repair = (SmallVec<[u64; 2]>, SmallVec<[(u64, u32); 2]>);
+
 /// [`before_enqueue`] the general way: memory of several contexts, and
 /// operations that race, which `Check` refuses, `Report` logs and `Auto`
 /// repairs (then checks again, unless nothing changed meanwhile).
@@ -667,9 +671,7 @@ fn check_and_repair<'s>(
             }
         }
     }
-    // `Auto`'s last repair: the shadows' versions it saw, and per stream it
-    // made this one wait for, the step to cover.
-    let mut repaired: Option<(SmallVec<[u64; 2]>, SmallVec<[(u64, u32); 2]>)> = None;
+    let mut repaired: Option<Repair> = None;
     for attempt in 0..4 {
         let mut state = stream.order.lock();
         state.learn_host();
