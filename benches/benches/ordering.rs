@@ -7,6 +7,14 @@
 //! `cargo bench -p cuda-streams-benches --bench ordering` (on the H200 with
 //! `CUDA_STREAMS_DRIVER=cuda`). Each figure sets the policy itself, so
 //! `CUDA_STREAMS_ORDERING` does not matter.
+//!
+//! `ORDERING_COUNT=<scenario>:<variant>:<n>` runs one scenario `n` times
+//! and nothing else, for counting instructions under callgrind (two counts
+//! with different `n`, subtracted, give the cost per repetition without the
+//! set-up): `memset:off|check|auto` (`n` memsets), `engine:off|check` and
+//! `dag:off|check` (`n` DAGs of 200 and of 10,000 operations),
+//! `pipeline:hand|auto` (`n` runs of 1,000 steps), `forkjoin:explicit|auto`
+//! (`n` fork/joins).
 
 use criterion::Criterion;
 use cuda_streams_benches::{compare, figure, median_ns, run_criterion};
@@ -15,6 +23,39 @@ use engine::OperationGraph;
 use std::sync::Arc;
 
 const LEN: usize = 256;
+
+/// How a scenario repeats its step: timed for the figures, or a fixed
+/// number of times for an instruction count (`ORDERING_COUNT`).
+#[derive(Clone, Copy)]
+enum Runs {
+    Timed,
+    Counted(usize),
+}
+
+impl Runs {
+    /// [`median_ns`] of `f`, or `f` run the counted number of times.
+    fn per_call(self, samples: usize, batch: usize, mut f: impl FnMut()) -> f64 {
+        match self {
+            Runs::Timed => median_ns(samples, batch, f),
+            Runs::Counted(n) => {
+                (0..n).for_each(|_| f());
+                0.0
+            }
+        }
+    }
+
+    /// The median time of `f` over `runs` runs, or `f` run the counted
+    /// number of times.
+    fn median(self, runs: usize, mut f: impl FnMut()) -> std::time::Duration {
+        match self {
+            Runs::Timed => cuda_streams_benches::median_duration(runs, f),
+            Runs::Counted(n) => {
+                (0..n).for_each(|_| f());
+                std::time::Duration::ZERO
+            }
+        }
+    }
+}
 
 fn with_policy<R>(ctx: &Context, policy: OrderPolicy, f: impl FnOnce() -> R) -> R {
     let before = ctx.ordering();
@@ -25,11 +66,11 @@ fn with_policy<R>(ctx: &Context, policy: OrderPolicy, f: impl FnOnce() -> R) -> 
 }
 
 /// One memset (one buffer use) on a buffer used before: the common case.
-fn per_enqueue(ctx: &Arc<Context>, policy: OrderPolicy) -> f64 {
+fn per_enqueue(ctx: &Arc<Context>, policy: OrderPolicy, runs: Runs) -> f64 {
     let stream = Stream::new(ctx).unwrap();
     let mut data = DeviceBuffer::<u32>::new(ctx, LEN).unwrap();
     with_policy(ctx, policy, || {
-        let ns = median_ns(31, 2_000, || stream.memset_u32_async(&mut data, 1).unwrap());
+        let ns = runs.per_call(31, 2_000, || stream.memset_u32_async(&mut data, 1).unwrap());
         stream.synchronize().unwrap();
         ns
     })
@@ -38,14 +79,13 @@ fn per_enqueue(ctx: &Arc<Context>, policy: OrderPolicy) -> f64 {
 /// `n` engine operations round-robin over four streams, each one memset of
 /// its own buffer after the previous operation (explicit edges): the
 /// engine bench's shape. Returns ns per operation (= per buffer use).
-fn engine_dag(ctx: &Arc<Context>, policy: OrderPolicy, n: usize) -> f64 {
+fn engine_dag(ctx: &Arc<Context>, policy: OrderPolicy, n: usize, runs: Runs) -> f64 {
     let streams: Vec<_> = (0..4).map(|_| Stream::new(ctx).unwrap()).collect();
     let mut buffers: Vec<_> = (0..64)
         .map(|_| DeviceBuffer::<u32>::new(ctx, LEN).unwrap())
         .collect();
     with_policy(ctx, policy, || {
-        let runs = if n > 1_000 { 5 } else { 21 };
-        let total = cuda_streams_benches::median_duration(runs, || {
+        let total = runs.median(if n > 1_000 { 5 } else { 21 }, || {
             let graph = OperationGraph::for_context(ctx);
             let mut last = None;
             for i in 0..n {
@@ -68,7 +108,7 @@ fn engine_dag(ctx: &Arc<Context>, policy: OrderPolicy, n: usize) -> f64 {
 
 /// A producer stream fills one of three buffers, a consumer stream copies
 /// it out: `hand` with the waits written, otherwise under `Auto` without.
-fn pipeline(ctx: &Arc<Context>, hand: bool, iterations: usize) -> f64 {
+fn pipeline(ctx: &Arc<Context>, hand: bool, iterations: usize, runs: Runs) -> f64 {
     let (producer, consumer) = (Stream::new(ctx).unwrap(), Stream::new(ctx).unwrap());
     let mut slots: Vec<_> = (0..3)
         .map(|_| DeviceBuffer::<u32>::new(ctx, LEN).unwrap())
@@ -80,7 +120,7 @@ fn pipeline(ctx: &Arc<Context>, hand: bool, iterations: usize) -> f64 {
         OrderPolicy::Auto
     };
     with_policy(ctx, policy, || {
-        let total = cuda_streams_benches::median_duration(11, || {
+        let total = runs.median(11, || {
             for i in 0..iterations {
                 let slot = &mut slots[i % 3];
                 if hand {
@@ -104,7 +144,7 @@ fn pipeline(ctx: &Arc<Context>, hand: bool, iterations: usize) -> f64 {
 /// The engine's 1→4 fork/join: a root fills a buffer, four branches copy it
 /// into their own, a join reads the four; `explicit` with its edges under
 /// `off`, otherwise under `Auto` with the edges left out.
-fn fork_join(ctx: &Arc<Context>, explicit: bool) -> f64 {
+fn fork_join(ctx: &Arc<Context>, explicit: bool, runs: Runs) -> f64 {
     let main = Stream::new(ctx).unwrap();
     let branches: Vec<_> = (0..4).map(|_| Stream::new(ctx).unwrap()).collect();
     let mut root = DeviceBuffer::<u32>::new(ctx, LEN).unwrap();
@@ -120,7 +160,7 @@ fn fork_join(ctx: &Arc<Context>, explicit: bool) -> f64 {
         OrderPolicy::Auto
     };
     with_policy(ctx, policy, || {
-        median_ns(21, 50, || {
+        runs.per_call(21, 50, || {
             let graph = OperationGraph::for_context(ctx);
             let fill = graph
                 .op(&main)
@@ -153,8 +193,8 @@ fn fork_join(ctx: &Arc<Context>, explicit: bool) -> f64 {
 }
 
 fn ratios(ctx: &Arc<Context>) {
-    let off = per_enqueue(ctx, OrderPolicy::Off);
-    let check = per_enqueue(ctx, OrderPolicy::Check);
+    let off = per_enqueue(ctx, OrderPolicy::Off, Runs::Timed);
+    let check = per_enqueue(ctx, OrderPolicy::Check, Runs::Timed);
     compare("memset, check vs off", check, off);
     figure(
         "check per buffer use, single enqueue (goal <= 200 ns)",
@@ -162,8 +202,8 @@ fn ratios(ctx: &Arc<Context>) {
         "ns",
     );
 
-    let off = engine_dag(ctx, OrderPolicy::Off, 200);
-    let check = engine_dag(ctx, OrderPolicy::Check, 200);
+    let off = engine_dag(ctx, OrderPolicy::Off, 200, Runs::Timed);
+    let check = engine_dag(ctx, OrderPolicy::Check, 200, Runs::Timed);
     compare(
         "engine operation (one buffer use), check vs off",
         check,
@@ -175,8 +215,8 @@ fn ratios(ctx: &Arc<Context>) {
         "ns",
     );
 
-    let off = engine_dag(ctx, OrderPolicy::Off, 10_000);
-    let check = engine_dag(ctx, OrderPolicy::Check, 10_000);
+    let off = engine_dag(ctx, OrderPolicy::Off, 10_000, Runs::Timed);
+    let check = engine_dag(ctx, OrderPolicy::Check, 10_000, Runs::Timed);
     compare(
         "10,000-operation DAG, per operation, check vs off",
         check,
@@ -188,16 +228,16 @@ fn ratios(ctx: &Arc<Context>) {
         "ns",
     );
 
-    let hand = pipeline(ctx, true, 1_000);
-    let auto = pipeline(ctx, false, 1_000);
+    let hand = pipeline(ctx, true, 1_000, Runs::Timed);
+    let auto = pipeline(ctx, false, 1_000, Runs::Timed);
     compare(
         "balanced pipeline per step, auto vs hand-written waits (goal <= 1.02x)",
         auto,
         hand,
     );
 
-    let explicit = fork_join(ctx, true);
-    let inferred = fork_join(ctx, false);
+    let explicit = fork_join(ctx, true, Runs::Timed);
+    let inferred = fork_join(ctx, false, Runs::Timed);
     compare(
         "engine 1->4 fork/join, auto without edges vs explicit edges (goal <= 1.10x)",
         inferred,
@@ -219,7 +259,33 @@ fn criterion_groups(c: &mut Criterion) {
     }
 }
 
+/// `ORDERING_COUNT=<scenario>:<variant>:<n>`: run that scenario alone.
+fn count(spec: &str) {
+    let ctx = Context::new(0).expect("a context");
+    let parts: Vec<&str> = spec.split(':').collect();
+    let [scenario, variant, n] = parts[..] else {
+        panic!("ORDERING_COUNT={spec:?}: expected <scenario>:<variant>:<n>");
+    };
+    let n: usize = n
+        .parse()
+        .unwrap_or_else(|_| panic!("ORDERING_COUNT={spec:?}: {n:?} is not a count"));
+    let policy =
+        || OrderPolicy::parse(variant).unwrap_or_else(|e| panic!("ORDERING_COUNT={spec:?}: {e}"));
+    let runs = Runs::Counted(n);
+    match (scenario, variant) {
+        ("memset", _) => drop(per_enqueue(&ctx, policy(), runs)),
+        ("engine", _) => drop(engine_dag(&ctx, policy(), 200, runs)),
+        ("dag", _) => drop(engine_dag(&ctx, policy(), 10_000, runs)),
+        ("pipeline", "hand" | "auto") => drop(pipeline(&ctx, variant == "hand", 1_000, runs)),
+        ("forkjoin", "explicit" | "auto") => drop(fork_join(&ctx, variant == "explicit", runs)),
+        _ => panic!("ORDERING_COUNT={spec:?}: unknown scenario or variant"),
+    }
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("ORDERING_COUNT") {
+        return count(&spec);
+    }
     run_criterion(&[criterion_groups]);
     ratios(&Context::new(0).expect("a context"));
     cuda_streams_benches::criterion_summary();

@@ -108,7 +108,12 @@ impl Stream {
                 }
                 Work::Transfer(_) => "copy",
             };
-            let touches: order::Touches = uses.clone().into_iter().map(Use::touch).collect();
+            // Pushed one by one: `collect` into a `SmallVec` costs several
+            // times more for the one or two uses of most operations.
+            let mut touches = order::Touches::new();
+            for used in uses.clone() {
+                touches.push(used.touch());
+            }
             order::before_enqueue(self, what, &touches, policy)?
         };
         // An observer (the profiler) marks where the work itself starts.

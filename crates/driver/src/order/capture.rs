@@ -12,8 +12,8 @@
 //! the graph). A launch of the finished graph is then one operation with
 //! the graph's whole access set, checked as eager work is.
 
-use super::tracker::{Access, Op, Shadow};
-use super::{OrderPolicy, Race, Touch, current_label, race_op};
+use super::tracker::{Access, Shadow};
+use super::{OrderPolicy, Race, Touch, current_label, race};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use smallvec::SmallVec;
@@ -59,27 +59,15 @@ impl CaptureOrder {
             .unwrap_or_else(|| super::Clock::new(stream.id()));
         for &touch in touches {
             let (lo, hi) = touch.range();
-            self.shadow
-                .conflicts(lo, hi, touch.write, &clock, |conflict| {
-                    if let Some(earlier) = conflict.prior.op.handle.upgrade()
-                        && !wait_for.iter().any(|s| s.id() == earlier.id())
-                    {
-                        wait_for.push(earlier);
-                    }
-                    races.push(Race {
-                        earlier: race_op(&conflict.prior.op, conflict.prior_writes),
-                        later: super::RaceOp {
-                            what,
-                            label: current_label().map(|l| l.to_string()),
-                            stream: stream.id(),
-                            device: stream.context().ordinal(),
-                            writes: touch.write,
-                        },
-                        buffer: lo,
-                        buffer_bytes: touch.bytes,
-                        overlap: conflict.from - lo..conflict.to - lo,
-                    });
-                });
+            let shadow = &self.shadow;
+            shadow.conflicts(lo, hi, touch.write, &clock, |conflict| {
+                if let Some(earlier) = shadow.stream(conflict.prior.agent).upgrade()
+                    && !wait_for.iter().any(|s| s.id() == earlier.id())
+                {
+                    wait_for.push(earlier);
+                }
+                races.push(race(stream, what, touch, &conflict));
+            });
         }
         if races.is_empty() {
             return Ok(races);
@@ -121,14 +109,11 @@ impl CaptureOrder {
         let access = Access {
             agent: stream.id(),
             counter: clock.own,
-            op: Op {
-                what,
-                label: current_label(),
-                stream: stream.id(),
-                device: stream.context().ordinal(),
-                handle: stream.weak(),
-            },
+            device: stream.context().ordinal(),
+            what,
+            label: current_label(),
         };
+        self.shadow.join(stream);
         for &touch in touches {
             let (lo, hi) = touch.range();
             self.shadow.record(lo, hi, touch.write, &access, &clock);

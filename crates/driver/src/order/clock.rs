@@ -17,8 +17,17 @@ pub(crate) type Agent = u64;
 
 /// A sparse vector clock: `(agent, counter)` sorted by agent, inline for up
 /// to eight agents.
-#[derive(Clone, Default, Debug, PartialEq, Eq)]
+#[derive(Default, Debug, PartialEq, Eq)]
 pub(crate) struct Vc(SmallVec<[(Agent, u32); 8]>);
+
+impl Clone for Vc {
+    /// One copy of the entries (the derived clone goes through a generic,
+    /// element-by-element extend): a snapshot is taken at every record.
+    #[inline]
+    fn clone(&self) -> Self {
+        Vc(SmallVec::from_slice(&self.0))
+    }
+}
 
 impl Vc {
     /// What this clock knows of `agent`.
@@ -58,14 +67,16 @@ impl Vc {
         let mut grew = false;
         let mut missing = false;
         let mut i = 0;
-        for &(agent, counter) in &other.0 {
+        // Plain slices: a `SmallVec` index asks inline or spilled each time.
+        let mine = self.0.as_mut_slice();
+        for &(agent, counter) in other.0.as_slice() {
             if agent == except {
                 continue;
             }
-            while i < self.0.len() && self.0[i].0 < agent {
+            while i < mine.len() && mine[i].0 < agent {
                 i += 1;
             }
-            match self.0.get_mut(i) {
+            match mine.get_mut(i) {
                 Some(entry) if entry.0 == agent => {
                     if entry.1 < counter {
                         entry.1 = counter;

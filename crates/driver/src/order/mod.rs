@@ -37,7 +37,7 @@ use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use tracker::{Access, Op, Shadow};
+use tracker::{Access, Shadow};
 
 /// What a context does with two conflicting accesses (a write and another
 /// access to the same bytes, on different streams) that have no order
@@ -265,7 +265,10 @@ struct StreamState {
     /// `Auto`'s last mark on this stream and what it covers: other streams
     /// ordered after a step it covers wait for it instead of a fresh record
     /// (a fork of one stream into several records once). Outside captures.
-    mark: Option<(Arc<crate::event_pool::PooledEvent>, Clock)>,
+    /// The event's own record says what it covers ([`EventOrder::covers`]).
+    mark: Option<Arc<crate::event_pool::PooledEvent>>,
+    /// The contexts whose shadows know this stream by its id.
+    joined: SmallVec<[u64; 2]>,
 }
 
 impl StreamOrder {
@@ -277,6 +280,7 @@ impl StreamOrder {
                 captured: None,
                 in_flight: SmallVec::new(),
                 mark: None,
+                joined: SmallVec::new(),
             }),
         }
     }
@@ -288,12 +292,7 @@ impl StreamOrder {
     /// What a point taken now (an event recorded, the host waiting) knows
     /// of this stream: everything but the steps still in flight.
     fn snapshot(&self) -> Clock {
-        let state = self.lock();
-        let mut clock = state.clock.clone();
-        if let Some(&lowest) = state.in_flight.iter().min() {
-            clock.own = clock.own.min(lowest - 1);
-        }
-        clock
+        self.lock().snapshot()
     }
 
     /// The stream joins a capture (it began one, or was forked in): its
@@ -328,6 +327,15 @@ impl StreamOrder {
 }
 
 impl StreamState {
+    /// What a point taken now knows of the stream ([`StreamOrder::snapshot`]).
+    fn snapshot(&self) -> Clock {
+        let mut clock = self.clock.clone();
+        if let Some(&lowest) = self.in_flight.iter().min() {
+            clock.own = clock.own.min(lowest - 1);
+        }
+        clock
+    }
+
     /// Take in what the host has seen complete since the last enqueue.
     #[inline]
     fn learn_host(&mut self) {
@@ -356,6 +364,14 @@ impl EventOrder {
             .unwrap_or_else(|p| p.into_inner())
             .as_deref()
             .cloned()
+    }
+
+    /// Whether the latest record is an eager one on stream `agent` that
+    /// covers its step `step`.
+    fn covers(&self, agent: clock::Agent, step: u32) -> bool {
+        let slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_deref()
+            .is_some_and(|(clock, captured)| !captured && clock.agent == agent && clock.own >= step)
     }
 
     fn set(&self, point: (Clock, bool)) {
@@ -388,9 +404,10 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
     }
     // A record captured into a graph happens at each replay, not now: it
     // carries the stream's clock within the graph, never its own.
-    Some(match stream.order.captured() {
-        Some(captured) => (captured, true),
-        None => (stream.order.snapshot(), false),
+    let state = stream.order.lock();
+    Some(match &state.captured {
+        Some(captured) => (captured.clone(), true),
+        None => (state.snapshot(), false),
     })
 }
 
@@ -405,16 +422,20 @@ pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
 /// `stream` was made to wait for `event`.
 #[inline]
 pub(crate) fn waited(stream: &Stream, event: &Event) {
-    if stream.context().order.is_on()
-        && let Some((snapshot, captured)) = event.order.get()
-    {
+    if stream.context().order.is_on() {
+        // Learnt under the event's lock, without copying its clock; the
+        // only place both locks are held, in this order.
+        let recorded = event.order.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((snapshot, captured)) = recorded.as_deref() else {
+            return;
+        };
         let mut state = stream.order.lock();
         match (&mut state.captured, captured) {
             (Some(within), true) => {
-                within.learn(&snapshot);
+                within.learn(snapshot);
             }
             (None, false) => {
-                state.clock.learn(&snapshot);
+                state.clock.learn(snapshot);
             }
             // Refused by `Stream::wait_event` before it gets here.
             _ => {}
@@ -457,6 +478,9 @@ pub(crate) fn completed(point: Option<Clock>) {
 
 thread_local! {
     static LABEL: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+    /// The label made last on this thread: an operation labelled as the one
+    /// before it (a loop's) shares its string instead of allocating one.
+    static LAST_LABEL: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
 }
 
 /// Run `f` with `label` naming the operations it enqueues on this thread, in
@@ -475,7 +499,14 @@ pub fn labelled<R>(label: &str, f: impl FnOnce() -> R) -> R {
     if label.is_empty() || !EVER_ON.load(Ordering::Relaxed) {
         return f();
     }
-    let previous = LABEL.with(|l| l.replace(Some(Arc::from(label))));
+    let shared = LAST_LABEL.with(|last| {
+        let mut last = last.borrow_mut();
+        match &*last {
+            Some(same) if **same == *label => Arc::clone(same),
+            _ => Arc::clone(last.insert(Arc::from(label))),
+        }
+    });
+    let previous = LABEL.with(|l| l.replace(Some(shared)));
     let _restore = Restore(previous);
     f()
 }
@@ -523,12 +554,106 @@ impl Locked<'_> {
         let i = self.ids.iter().position(|id| *id == ctx).unwrap_or(0);
         &mut self.guards[i]
     }
+
+    fn versions(&self) -> SmallVec<[u64; 2]> {
+        self.guards.iter().map(|g| g.version()).collect()
+    }
 }
 
 /// Check the accesses of one operation about to be enqueued on `stream`
 /// against every access recorded before it, act on the races as the policy
 /// says, and record them. `policy` is the stream context's, not `Off`.
+///
+/// The common case (memory of the stream's own context, nothing unordered)
+/// takes two locks, one lookup per touched range and allocates nothing;
+/// anything else goes the general way ([`check_and_repair`]).
 pub(crate) fn before_enqueue<'s>(
+    stream: &'s Stream,
+    what: &'static str,
+    touches: &[Touch],
+    policy: OrderPolicy,
+) -> Result<InFlight<'s>> {
+    let home = stream.context();
+    if touches.iter().all(|t| t.ctx == home.id()) {
+        let mut state = stream.order.lock();
+        state.learn_host();
+        let mut shadow = home.order.shadow();
+        let access = next_access(&state, stream, what);
+        if record_if_ordered(&mut shadow, touches, &access, &state.clock) {
+            let step = commit_step(&mut state, stream, home.id(), &mut shadow);
+            return Ok(InFlight(Some((stream, step))));
+        }
+    }
+    check_and_repair(stream, what, touches, policy)
+}
+
+/// The access `stream`'s next step would make.
+#[inline]
+fn next_access(state: &StreamState, stream: &Stream, what: &'static str) -> Access {
+    Access {
+        agent: stream.id(),
+        counter: state.clock.own + 1,
+        device: stream.context().ordinal(),
+        what,
+        label: current_label(),
+    }
+}
+
+/// Record `access` to every touch of one context's `shadow` if none
+/// conflicts; whether it did (nothing is recorded otherwise).
+#[inline]
+fn record_if_ordered(
+    shadow: &mut Shadow,
+    touches: &[Touch],
+    access: &Access,
+    clock: &Clock,
+) -> bool {
+    if let [touch] = touches {
+        let (lo, hi) = touch.range();
+        if let Some(recorded) = shadow.check_and_record_exact(lo, hi, touch.write, access, clock) {
+            return recorded;
+        }
+    }
+    if touches.iter().any(|t| {
+        let (lo, hi) = t.range();
+        shadow.any_conflict(lo, hi, t.write, clock)
+    }) {
+        return false;
+    }
+    for &touch in touches {
+        let (lo, hi) = touch.range();
+        shadow.record(lo, hi, touch.write, access, clock);
+    }
+    true
+}
+
+/// The access just recorded in `shadow` (of context `ctx`) is the stream's
+/// next step, in flight until the driver call returns.
+#[inline]
+fn commit_step(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut Shadow) -> u32 {
+    join(state, stream, ctx, shadow);
+    state.clock.own += 1;
+    state.in_flight.push(state.clock.own);
+    state.clock.own
+}
+
+/// Make `shadow` (of context `ctx`) know `stream` by its id, once.
+#[inline]
+fn join(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut Shadow) {
+    if !state.joined.contains(&ctx) {
+        shadow.join(stream);
+        state.joined.push(ctx);
+    }
+}
+
+/// `Auto`'s last repair of one operation: the shadows' versions it saw, and
+/// per stream it made the operation's stream wait for, the step to cover.
+type Repair = (SmallVec<[u64; 2]>, SmallVec<[(u64, u32); 2]>);
+
+/// [`before_enqueue`] the general way: memory of several contexts, and
+/// operations that race, which `Check` refuses, `Report` logs and `Auto`
+/// repairs (then checks again, unless nothing changed meanwhile).
+fn check_and_repair<'s>(
     stream: &'s Stream,
     what: &'static str,
     touches: &[Touch],
@@ -546,11 +671,11 @@ pub(crate) fn before_enqueue<'s>(
             }
         }
     }
+    let mut repaired: Option<Repair> = None;
     for attempt in 0..4 {
         let mut state = stream.order.lock();
         state.learn_host();
         let mut locked = if others.is_empty() {
-            // The common case: this context's memory only.
             Locked {
                 ids: smallvec::smallvec![home.id()],
                 guards: smallvec::smallvec![home.order.shadow()],
@@ -565,95 +690,173 @@ pub(crate) fn before_enqueue<'s>(
                 guards: contexts.iter().map(|c| c.order.shadow()).collect(),
             }
         };
-        let mut races: SmallVec<[Race; 1]> = SmallVec::new();
-        // Per stream to wait for: its id, its handle, the step to cover.
-        let mut wait_for: SmallVec<[(u64, Weak<Stream>, u32); 2]> = SmallVec::new();
-        for &touch in touches {
-            let (lo, hi) = touch.range();
-            locked
-                .get(touch.ctx)
-                .conflicts(lo, hi, touch.write, &state.clock, |conflict| {
-                    if policy == OrderPolicy::Auto {
-                        let (id, step) = (conflict.prior.op.stream, conflict.prior.counter);
-                        match wait_for.iter_mut().find(|(w, ..)| *w == id) {
-                            Some(entry) => entry.2 = entry.2.max(step),
-                            None => wait_for.push((id, conflict.prior.op.handle.clone(), step)),
+        // The waits inserted last time cover every conflict found then; if
+        // no access was recorded since, there is nothing to look for.
+        let settled = repaired.as_ref().is_some_and(|(versions, covered)| {
+            *versions == locked.versions()
+                && covered
+                    .iter()
+                    .all(|&(agent, step)| state.clock.knows(agent, step))
+        });
+        if !settled {
+            let mut races: SmallVec<[Race; 1]> = SmallVec::new();
+            // Per stream to wait for: its id, the step to cover.
+            let mut wait_for: SmallVec<[(u64, u32); 2]> = SmallVec::new();
+            for &touch in touches {
+                let (lo, hi) = touch.range();
+                let clock = &state.clock;
+                locked
+                    .get(touch.ctx)
+                    .conflicts(lo, hi, touch.write, clock, |conflict| {
+                        if policy == OrderPolicy::Auto {
+                            let (id, step) = (conflict.prior.agent, conflict.prior.counter);
+                            match wait_for.iter_mut().find(|(w, _)| *w == id) {
+                                Some(entry) => entry.1 = entry.1.max(step),
+                                None => wait_for.push((id, step)),
+                            }
+                        } else {
+                            races.push(race(stream, what, touch, &conflict));
                         }
+                    });
+            }
+            if !wait_for.is_empty() {
+                // Under `Auto`: one report per repaired operation.
+                home.order.reports.fetch_add(1, Ordering::Relaxed);
+                let handles: SmallVec<[(Weak<Stream>, u32); 2]> = wait_for
+                    .iter()
+                    .map(|&(id, step)| {
+                        let holder = locked.guards.iter().map(|g| g.stream(id));
+                        (
+                            holder
+                                .into_iter()
+                                .find(|w| w.strong_count() > 0)
+                                .unwrap_or_default(),
+                            step,
+                        )
+                    })
+                    .collect();
+                let versions = locked.versions();
+                drop(locked);
+                drop(state);
+                let refuse = || first_race(stream, what, touches);
+                if attempt == 3 {
+                    return Err(refuse());
+                }
+                for (earlier, step) in handles {
+                    // A stream that is gone cannot be waited for: refuse.
+                    let Some(earlier) = earlier.upgrade() else {
+                        return Err(refuse());
+                    };
+                    order_after(stream, &earlier, step)?;
+                }
+                repaired = Some((versions, wait_for));
+                continue;
+            }
+            if !races.is_empty() {
+                home.order
+                    .reports
+                    .fetch_add(races.len() as u64, Ordering::Relaxed);
+                if policy == OrderPolicy::Report {
+                    for race in &races {
+                        tracing::warn!(target: "cuda_streams_driver::order", stream = stream.id(), "{race}");
                     }
-                    if policy != OrderPolicy::Auto || races.is_empty() {
-                        races.push(Race {
-                            earlier: race_op(&conflict.prior.op, conflict.prior_writes),
-                            later: RaceOp {
-                                what,
-                                label: current_label().map(|l| l.to_string()),
-                                stream: stream.id(),
-                                device: home.ordinal(),
-                                writes: touch.write,
-                            },
-                            buffer: lo,
-                            buffer_bytes: touch.bytes,
-                            overlap: conflict.from - lo..conflict.to - lo,
-                        });
-                    }
-                });
-        }
-        if !races.is_empty() {
-            home.order
-                .reports
-                .fetch_add(races.len() as u64, Ordering::Relaxed);
-            match policy {
-                OrderPolicy::Check | OrderPolicy::Off => {
+                } else {
                     let race = races.swap_remove(0);
                     tracing::debug!(target: "cuda_streams_driver::order", "refused: {race}");
                     return Err(Error::UnorderedAccess(Box::new(race)));
                 }
-                OrderPolicy::Report => {
-                    for race in &races {
-                        tracing::warn!(target: "cuda_streams_driver::order", stream = stream.id(), "{race}");
-                    }
-                }
-                OrderPolicy::Auto => {
-                    drop(locked);
-                    drop(state);
-                    if attempt == 3 {
-                        return Err(Error::UnorderedAccess(Box::new(races.swap_remove(0))));
-                    }
-                    for (_, earlier, step) in &wait_for {
-                        // A stream that is gone cannot be waited for: refuse.
-                        let Some(earlier) = earlier.upgrade() else {
-                            return Err(Error::UnorderedAccess(Box::new(races.swap_remove(0))));
-                        };
-                        order_after(stream, &earlier, *step)?;
-                    }
-                    continue;
-                }
             }
         }
-        // No race left (or reported): the access is this stream's next step,
-        // in flight until the driver call returns.
-        state.clock.own += 1;
-        let step = state.clock.own;
-        state.in_flight.push(step);
-        let access = Access {
-            agent: stream.id(),
-            counter: state.clock.own,
-            op: Op {
-                what,
-                label: current_label(),
-                stream: stream.id(),
-                device: home.ordinal(),
-                handle: stream.weak(),
-            },
-        };
+        // No race left (or reported): the access is this stream's next step.
+        let access = next_access(&state, stream, what);
         for &touch in touches {
             let (lo, hi) = touch.range();
             locked
                 .get(touch.ctx)
                 .record(lo, hi, touch.write, &access, &state.clock);
         }
+        for (&ctx, shadow) in locked.ids.iter().zip(locked.guards.iter_mut()) {
+            join(&mut state, stream, ctx, shadow);
+        }
+        state.clock.own += 1;
+        let step = state.clock.own;
+        state.in_flight.push(step);
         return Ok(InFlight(Some((stream, step))));
     }
     unreachable!("the last attempt returns")
+}
+
+/// The race `conflict` makes with an access to `touch` by `what` on `stream`.
+fn race(
+    stream: &Stream,
+    what: &'static str,
+    touch: Touch,
+    conflict: &tracker::Conflict<'_>,
+) -> Race {
+    let (lo, _) = touch.range();
+    Race {
+        earlier: race_op(conflict.prior, conflict.prior_writes),
+        later: RaceOp {
+            what,
+            label: current_label().map(|l| l.to_string()),
+            stream: stream.id(),
+            device: stream.context().ordinal(),
+            writes: touch.write,
+        },
+        buffer: lo,
+        buffer_bytes: touch.bytes,
+        overlap: conflict.from - lo..conflict.to - lo,
+    }
+}
+
+/// The first race of an operation `Auto` could not repair, as its error.
+#[cold]
+fn first_race(stream: &Stream, what: &'static str, touches: &[Touch]) -> Error {
+    let home = stream.context();
+    let state = stream.order.lock();
+    let mut found = None;
+    for &touch in touches {
+        let shadow = if touch.ctx == home.id() {
+            Some(Arc::clone(home))
+        } else {
+            crate::context::by_id(touch.ctx)
+        };
+        let Some(ctx) = shadow else { continue };
+        let (lo, hi) = touch.range();
+        ctx.order
+            .shadow()
+            .conflicts(lo, hi, touch.write, &state.clock, |conflict| {
+                if found.is_none() {
+                    found = Some(race(stream, what, touch, &conflict));
+                }
+            });
+        if found.is_some() {
+            break;
+        }
+    }
+    match found {
+        Some(race) => Error::UnorderedAccess(Box::new(race)),
+        // Ordered meanwhile (another thread's wait): say what failed.
+        None => Error::UnorderedAccess(Box::new(Race {
+            earlier: RaceOp {
+                what: "an operation no longer recorded",
+                label: None,
+                stream: 0,
+                device: home.ordinal(),
+                writes: true,
+            },
+            later: RaceOp {
+                what,
+                label: current_label().map(|l| l.to_string()),
+                stream: stream.id(),
+                device: home.ordinal(),
+                writes: touches.iter().any(|t| t.write),
+            },
+            buffer: touches.first().map_or(0, |t| t.address),
+            buffer_bytes: touches.first().map_or(0, |t| t.bytes),
+            overlap: 0..0,
+        })),
+    }
 }
 
 /// A step checked and recorded by [`before_enqueue`] whose driver call is
@@ -678,33 +881,33 @@ impl Drop for InFlight<'_> {
 }
 
 /// `Auto`'s repair: `stream` waits for `earlier` up to at least its step
-/// `step`, through one pooled event: `earlier`'s last mark when that covers
+/// `step`, through one event: `earlier`'s last mark when that still covers
 /// the step (nothing recorded), else a fresh mark of everything enqueued on
-/// `earlier` so far, kept as its last mark.
+/// `earlier` so far, kept as its last mark. The wait teaches `stream` what
+/// the event's record knew ([`waited`]).
 fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
-    let cached = {
-        let state = earlier.order.lock();
-        state
-            .mark
-            .as_ref()
-            .filter(|(_, covers)| covers.own >= step)
-            .map(|(event, covers)| (Arc::clone(event), covers.clone()))
-    };
-    let (event, snapshot) = match cached {
-        Some(hit) => hit,
+    // Taken out before its record is looked at: a stream's lock is never
+    // held while an event's is taken ([`waited`] nests them the other way).
+    let cached = earlier
+        .order
+        .lock()
+        .mark
+        .clone()
+        .filter(|event| event.order.covers(earlier.id(), step));
+    let event = match cached {
+        Some(event) => event,
         None => {
-            // Taken before the record: never more than the event will cover.
-            let snapshot = earlier.order.snapshot();
             let event = Arc::new(earlier.mark()?);
             let mut state = earlier.order.lock();
             if state.captured.is_none() {
-                state.mark = Some((Arc::clone(&event), snapshot.clone()));
+                let replaced = state.mark.replace(Arc::clone(&event));
+                drop(state);
+                drop(replaced);
             }
-            (event, snapshot)
+            event
         }
     };
     stream.wait_event(&event)?;
-    stream.order.lock().clock.learn(&snapshot);
     stream
         .context()
         .order
@@ -719,12 +922,43 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
     Ok(())
 }
 
-fn race_op(op: &Op, writes: bool) -> RaceOp {
+/// Offer `event`, just recorded on `stream` after its latest work, as the
+/// stream's mark for [`OrderPolicy::Auto`]: a later operation that must
+/// wait for that work then waits for this event instead of recording one
+/// (the engine offers each operation's completion event, so an inferred
+/// edge costs what an explicit one does). Does nothing unless the stream's
+/// context is under `Auto`. Sound whatever the event is: it serves only
+/// while its latest record, as the tracker saw it, is on `stream` and
+/// covers the work to wait for.
+///
+/// ```
+/// use cuda_streams_driver::{order, Context, OrderPolicy, Stream};
+/// use std::sync::Arc;
+/// let ctx = Context::new(0).unwrap();
+/// ctx.set_ordering(OrderPolicy::Auto);
+/// let stream = Stream::new(&ctx).unwrap();
+/// let done = Arc::new(stream.mark().unwrap());
+/// order::offer_mark(&stream, &done);
+/// ```
+pub fn offer_mark(stream: &Stream, event: &Arc<crate::event_pool::PooledEvent>) {
+    if stream.context().order.policy() != OrderPolicy::Auto {
+        return;
+    }
+    let mut state = stream.order.lock();
+    if state.captured.is_none() {
+        // The mark it replaces goes back to its pool after the lock.
+        let replaced = state.mark.replace(Arc::clone(event));
+        drop(state);
+        drop(replaced);
+    }
+}
+
+fn race_op(access: &Access, writes: bool) -> RaceOp {
     RaceOp {
-        what: op.what,
-        label: op.label.as_deref().map(str::to_string),
-        stream: op.stream,
-        device: op.device,
+        what: access.what,
+        label: access.label.as_deref().map(str::to_string),
+        stream: access.agent,
+        device: access.device,
         writes,
     }
 }
@@ -733,19 +967,31 @@ fn race_op(op: &Op, writes: bool) -> RaceOp {
 mod tests {
     use super::*;
 
+    /// Held by the tests that set the policy of device 0's context, which
+    /// every test of this crate shares.
+    static POLICY: Mutex<()> = Mutex::new(());
+
+    fn policy(ctx: &Context, policy: OrderPolicy) -> MutexGuard<'static, ()> {
+        let guard = POLICY.lock().unwrap_or_else(|p| p.into_inner());
+        ctx.set_ordering(policy);
+        guard
+    }
+
     /// `Auto` forks one write into four readers with one mark of the
     /// writer, and never reuses a mark that does not cover the write.
     #[test]
     fn auto_reuses_a_mark_only_while_it_covers_the_write() {
         let ctx = Context::new(0).unwrap();
-        ctx.set_ordering(OrderPolicy::Auto);
+        let _policy = policy(&ctx, OrderPolicy::Auto);
         let main = Stream::new(&ctx).unwrap();
         let readers: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
         let mut root = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
         let mut parts: Vec<_> = (0..4)
             .map(|_| crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap())
             .collect();
-        let cached = |s: &Stream| s.order.lock().mark.as_ref().map(|(e, _)| e.as_raw());
+        let cached = |s: &Stream| s.order.lock().mark.as_ref().map(|e| e.as_raw());
+        // The context is shared with the other tests: count from here.
+        let waits_before = ctx.ordering_stats().inserted_waits;
         for round in 0..2u32 {
             main.memset_u32_async(&mut root, round + 1).unwrap();
             let mut marks = Vec::new();
@@ -762,7 +1008,102 @@ mod tests {
             }
             // The next round's write is after this mark: a fresh one follows.
         }
-        assert_eq!(ctx.ordering_stats().inserted_waits, 8);
+        assert_eq!(ctx.ordering_stats().inserted_waits - waits_before, 8);
+    }
+
+    /// `Auto` skips its second look only when its waits cover what it
+    /// found: a write still in flight on another thread is covered by no
+    /// event recorded now, so the repair fails rather than recording an
+    /// unordered access.
+    #[test]
+    fn auto_does_not_take_a_wait_that_misses_an_in_flight_step_as_a_repair() {
+        let ctx = Context::new(0).unwrap();
+        let (writer, reader) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let touch = Touch {
+            ctx: ctx.id(),
+            address: 1 << 61,
+            bytes: 4,
+            write: true,
+        };
+        let writing = before_enqueue(&writer, "test", &[touch], OrderPolicy::Check).unwrap();
+        let read = Touch {
+            write: false,
+            ..touch
+        };
+        let refused = before_enqueue(&reader, "test", &[read], OrderPolicy::Auto);
+        assert!(
+            matches!(refused, Err(Error::UnorderedAccess(_))),
+            "the read was recorded although no wait covers the write"
+        );
+        drop(writing);
+        // Once the write is queued, a mark covers it.
+        drop(before_enqueue(&reader, "test", &[read], OrderPolicy::Auto).unwrap());
+        forget(&ctx, touch.address, touch.bytes);
+    }
+
+    /// An offered mark serves only while its record is the one offered: an
+    /// event re-recorded on another stream is not waited for in its place.
+    #[test]
+    fn an_offered_mark_recorded_elsewhere_since_is_not_used() {
+        let ctx = Context::new(0).unwrap();
+        let _policy = policy(&ctx, OrderPolicy::Auto);
+        let (writer, reader, other) = (
+            Stream::new(&ctx).unwrap(),
+            Stream::new(&ctx).unwrap(),
+            Stream::new(&ctx).unwrap(),
+        );
+        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let mut copy = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let mark = |s: &Stream| s.order.lock().mark.as_ref().map(|e| e.as_raw());
+        writer.memset_u32_async(&mut data, 5).unwrap();
+        let offered = Arc::new(writer.mark().unwrap());
+        offer_mark(&writer, &offered);
+        assert_eq!(mark(&writer), Some(offered.as_raw()));
+        // Moved to a stream that has nothing to do with the write, and has
+        // taken more steps than the writer.
+        let mut scratch = crate::DeviceBuffer::<u32>::new(&ctx, 4).unwrap();
+        for value in 0..8 {
+            other.memset_u32_async(&mut scratch, value).unwrap();
+        }
+        offered.record(&other).unwrap();
+        reader
+            .copy_device_to_device_async(&mut copy, &data)
+            .unwrap();
+        assert_ne!(
+            mark(&writer),
+            Some(offered.as_raw()),
+            "the reader waited for an event that no longer marks the writer"
+        );
+        assert_eq!(copy.to_vec(&reader).unwrap(), [5; 64]);
+        // Offered and still in place, it is waited for with nothing recorded.
+        writer.memset_u32_async(&mut data, 6).unwrap();
+        let offered = Arc::new(writer.mark().unwrap());
+        offer_mark(&writer, &offered);
+        reader
+            .copy_device_to_device_async(&mut copy, &data)
+            .unwrap();
+        assert_eq!(mark(&writer), Some(offered.as_raw()));
+        assert_eq!(copy.to_vec(&reader).unwrap(), [6; 64]);
+    }
+
+    /// A label shared with the operation before it is the same label; a
+    /// different one is not taken for it.
+    #[test]
+    fn labels_name_their_own_operation_in_a_loop() {
+        let ctx = Context::new(0).unwrap();
+        let _policy = policy(&ctx, OrderPolicy::Check);
+        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 16).unwrap();
+        for _ in 0..2 {
+            labelled("fill", || a.memset_u32_async(&mut data, 1)).unwrap();
+        }
+        let refused = labelled("clear", || b.memset_u32_async(&mut data, 0));
+        let Err(Error::UnorderedAccess(race)) = refused else {
+            panic!("an unordered write was let through: {refused:?}");
+        };
+        assert_eq!(race.earlier.label.as_deref(), Some("fill"));
+        assert_eq!(race.later.label.as_deref(), Some("clear"));
+        a.synchronize().unwrap();
     }
 
     #[test]

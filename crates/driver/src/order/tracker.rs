@@ -8,26 +8,43 @@
 
 use super::clock::{Agent, Clock};
 use crate::stream::Stream;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Weak};
 
-/// One operation, as a report names it.
-#[derive(Clone, Debug)]
-pub(crate) struct Op {
-    pub(crate) what: &'static str,
-    pub(crate) label: Option<Arc<str>>,
-    pub(crate) stream: u64,
-    pub(crate) device: i32,
-    /// For `auto`: the stream to order after.
-    pub(crate) handle: Weak<Stream>,
-}
-
-/// An access by one operation.
+/// An access by one operation, and how a report names it. Small and free of
+/// reference counts but the label's (operations without one, the common
+/// case, touch no atomic when recorded or overwritten).
 #[derive(Clone, Debug)]
 pub(crate) struct Access {
+    /// The stream (its id), whose step `counter` the access is.
     pub(crate) agent: Agent,
     pub(crate) counter: u32,
-    pub(crate) op: Op,
+    pub(crate) device: i32,
+    pub(crate) what: &'static str,
+    pub(crate) label: Option<Arc<str>>,
+}
+/// Hashes a stream id (a small counter) with one multiplication: the
+/// default SipHash costs more than the rest of a lookup.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // Fibonacci hashing: the high bits, which the table uses, depend on
+        // every bit of the id.
+        self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -49,9 +66,75 @@ pub(crate) struct Conflict<'a> {
 #[derive(Default)]
 pub(crate) struct Shadow {
     map: BTreeMap<u64, Segment>,
+    /// Bumped by every change: a repair that finds it unchanged after its
+    /// waits knows no new access arrived meanwhile.
+    version: u64,
+    /// The streams whose accesses are recorded here, for `Auto` to order a
+    /// later stream after one (an access keeps only the id).
+    streams: HashMap<Agent, Weak<Stream>, BuildHasherDefault<IdHasher>>,
+    /// The table's size at which the next join sweeps out dead streams.
+    sweep_at: usize,
 }
 
 impl Shadow {
+    /// The version, which every change bumps.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Register `stream` as the holder of its id's accesses here (once per
+    /// stream and shadow). Streams that are gone are dropped from the table
+    /// whenever it has doubled since the last sweep, so it stays in
+    /// proportion to the live streams.
+    pub(crate) fn join(&mut self, stream: &Stream) {
+        if self.streams.len() >= self.sweep_at {
+            self.streams.retain(|_, s| s.strong_count() > 0);
+            self.sweep_at = (2 * self.streams.len()).max(64);
+        }
+        self.streams.insert(stream.id(), stream.weak());
+    }
+
+    /// The stream whose accesses carry `agent`, if it is still alive.
+    pub(crate) fn stream(&self, agent: Agent) -> Weak<Stream> {
+        self.streams.get(&agent).cloned().unwrap_or_default()
+    }
+
+    /// The fast path of a one-range operation on a range used whole before
+    /// (the common case: a buffer used the same way each time): check the
+    /// new access against the one segment that spans exactly `[lo, hi)` and
+    /// record it there when nothing conflicts, in one lookup. `None` when no
+    /// segment spans exactly that range (then use [`Shadow::conflicts`] and
+    /// [`Shadow::record`]); `Some(false)` when the access conflicts, and is
+    /// not recorded.
+    pub(crate) fn check_and_record_exact(
+        &mut self,
+        lo: u64,
+        hi: u64,
+        write: bool,
+        access: &Access,
+        clock: &Clock,
+    ) -> Option<bool> {
+        let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
+        if segment.conflicts(write, clock) {
+            return Some(false);
+        }
+        update(segment, write, access, clock);
+        self.version += 1;
+        Some(true)
+    }
+
+    /// Whether any recorded access to `[lo, hi)` conflicts with a new one
+    /// by the holder of `clock`; one lookup when a segment spans the range
+    /// exactly.
+    pub(crate) fn any_conflict(&self, lo: u64, hi: u64, write: bool, clock: &Clock) -> bool {
+        if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
+            return segment.conflicts(write, clock);
+        }
+        let mut any = false;
+        self.conflicts(lo, hi, write, clock, |_| any = true);
+        any
+    }
+
     /// Call `found` for each recorded access to `[lo, hi)` that conflicts
     /// with a new access (`write` or read) by the holder of `clock` and is
     /// not in its past.
@@ -66,33 +149,16 @@ impl Shadow {
         if lo >= hi {
             return;
         }
+        // A segment spanning exactly the range is the only one overlapping
+        // it (segments are disjoint): one lookup, no range walk.
+        if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
+            return segment.each_conflict(write, clock, lo, hi, &mut found);
+        }
         for (&start, segment) in self.map.range(..hi).rev() {
             if segment.end <= lo {
                 break;
             }
-            let (from, to) = (start.max(lo), segment.end.min(hi));
-            if let Some(prior) = &segment.write
-                && !clock.knows(prior.agent, prior.counter)
-            {
-                found(Conflict {
-                    prior,
-                    prior_writes: true,
-                    from,
-                    to,
-                });
-            }
-            if write {
-                for prior in &segment.reads {
-                    if !clock.knows(prior.agent, prior.counter) {
-                        found(Conflict {
-                            prior,
-                            prior_writes: false,
-                            from,
-                            to,
-                        });
-                    }
-                }
-            }
+            segment.each_conflict(write, clock, start.max(lo), segment.end.min(hi), &mut found);
         }
     }
 
@@ -101,6 +167,7 @@ impl Shadow {
         if lo >= hi {
             return;
         }
+        self.version += 1;
         if let Some(segment) = self.map.get_mut(&lo)
             && segment.end == hi
         {
@@ -130,6 +197,7 @@ impl Shadow {
         if lo >= hi || self.map.is_empty() {
             return;
         }
+        self.version += 1;
         self.split(lo);
         self.split(hi);
         let starts: smallvec::SmallVec<[u64; 4]> =
@@ -142,6 +210,7 @@ impl Shadow {
     /// Forget everything (the policy was switched).
     pub(crate) fn clear(&mut self) {
         self.map.clear();
+        self.version += 1;
     }
 
     #[cfg(test)]
@@ -178,6 +247,59 @@ impl Shadow {
     }
 }
 
+impl Segment {
+    /// Call `found` for each access here that conflicts with a new one
+    /// (`write` or read) by the holder of `clock`, overlapping on
+    /// `[from, to)`.
+    fn each_conflict<'a>(
+        &'a self,
+        write: bool,
+        clock: &Clock,
+        from: u64,
+        to: u64,
+        found: &mut impl FnMut(Conflict<'a>),
+    ) {
+        if let Some(prior) = &self.write
+            && !clock.knows(prior.agent, prior.counter)
+        {
+            found(Conflict {
+                prior,
+                prior_writes: true,
+                from,
+                to,
+            });
+        }
+        if write {
+            for prior in &self.reads {
+                if !clock.knows(prior.agent, prior.counter) {
+                    found(Conflict {
+                        prior,
+                        prior_writes: false,
+                        from,
+                        to,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Whether a new access (`write` or read) by the holder of `clock`
+    /// conflicts with one recorded here.
+    #[inline]
+    fn conflicts(&self, write: bool, clock: &Clock) -> bool {
+        if let Some(prior) = &self.write
+            && !clock.knows(prior.agent, prior.counter)
+        {
+            return true;
+        }
+        write
+            && self
+                .reads
+                .iter()
+                .any(|prior| !clock.knows(prior.agent, prior.counter))
+    }
+}
+
 fn update(segment: &mut Segment, write: bool, access: &Access, clock: &Clock) {
     if write {
         segment.write = Some(access.clone());
@@ -200,13 +322,9 @@ mod tests {
         Access {
             agent,
             counter,
-            op: Op {
-                what: "test",
-                label: None,
-                stream: agent,
-                device: 0,
-                handle: Weak::new(),
-            },
+            device: 0,
+            what: "test",
+            label: None,
         }
     }
 
@@ -243,6 +361,81 @@ mod tests {
             2,
             "the write and the read"
         );
+    }
+
+    /// The one-lookup path agrees with the general one: a conflicting
+    /// access (an unordered write, or an unordered read under a write) is
+    /// not recorded, an ordered one is, and a range that is not one whole
+    /// segment goes the general way.
+    #[test]
+    fn the_exact_segment_path_finds_what_the_general_path_finds() {
+        let mut shadow = Shadow::default();
+        let (mut a, mut b) = (Clock::new(1), Clock::new(2));
+        a.own = 1;
+        shadow.record(0, 64, true, &access(1, 1), &a);
+        b.own = 1;
+        assert_eq!(
+            shadow.check_and_record_exact(0, 64, false, &access(2, 1), &b),
+            Some(false),
+            "a read of an unordered write"
+        );
+        assert!(shadow.any_conflict(0, 64, false, &b));
+        assert_eq!(count(&shadow, 0, 64, false, &b), 1, "nothing recorded");
+        b.learn(&a);
+        assert_eq!(
+            shadow.check_and_record_exact(0, 64, false, &access(2, b.own), &b),
+            Some(true),
+            "ordered after the write"
+        );
+        // Stream 1 writes again without knowing of stream 2's read.
+        a.own = 2;
+        assert!(shadow.any_conflict(0, 64, true, &a));
+        assert_eq!(
+            shadow.check_and_record_exact(0, 64, true, &access(1, 2), &a),
+            Some(false),
+            "a write over an unordered read"
+        );
+        assert_eq!(
+            shadow.check_and_record_exact(0, 64, false, &access(1, 2), &a),
+            Some(true),
+            "reads of two streams do not conflict"
+        );
+        assert_eq!(
+            shadow.check_and_record_exact(0, 32, true, &access(1, 2), &a),
+            None,
+            "not one whole segment"
+        );
+        assert!(
+            shadow.any_conflict(0, 32, true, &a),
+            "found the general way"
+        );
+        assert!(!shadow.any_conflict(64, 128, true, &a), "no access there");
+        let before = shadow.version();
+        shadow.record(64, 128, true, &access(1, 2), &a);
+        assert!(shadow.version() > before, "a change moves the version");
+    }
+
+    /// The table of streams by id keeps the live ones and sweeps the gone.
+    #[test]
+    fn the_stream_table_keeps_live_streams_and_sweeps_gone_ones() {
+        let ctx = crate::Context::new(0).unwrap();
+        let live = crate::Stream::new(&ctx).unwrap();
+        let mut shadow = Shadow::default();
+        shadow.join(&live);
+        for _ in 0..200 {
+            let gone = crate::Stream::new(&ctx).unwrap();
+            shadow.join(&gone);
+        }
+        assert!(
+            shadow.streams.len() < 130,
+            "{} entries",
+            shadow.streams.len()
+        );
+        assert_eq!(
+            shadow.stream(live.id()).upgrade().map(|s| s.id()),
+            Some(live.id())
+        );
+        assert!(shadow.stream(live.id() + 1).upgrade().is_none());
     }
 
     #[test]

@@ -388,6 +388,9 @@ impl OperationGraph {
                 table.abandon_next();
                 return Err(err.into());
             }
+            // Under `Auto`, an inferred edge after this operation waits for
+            // this event rather than recording one of its own.
+            driver::order::offer_mark(stream, &event);
             let begun_at = table.tick();
             let id = table.issue(Op {
                 meta: Meta {
