@@ -126,8 +126,10 @@ impl fmt::Display for ArgKind {
     }
 }
 
+/// An argument's value: what a launch passes for it. Captured launches
+/// keep their scalars as these (`graph::GraphArg`).
 #[derive(Clone, Copy, Debug)]
-enum ArgValue {
+pub(crate) enum ArgValue {
     U8(u8),
     U32(u32),
     I32(i32),
@@ -172,6 +174,19 @@ pub struct KernelArg<'a> {
 }
 
 impl<'a> KernelArg<'a> {
+    /// A scalar argument of `value` (a pointer one counts as a raw pointer).
+    pub(crate) fn from_value(value: ArgValue) -> Self {
+        Self {
+            value,
+            buffer: None,
+        }
+    }
+
+    /// Its value, which a scalar's argument is entirely.
+    pub(crate) fn value(&self) -> ArgValue {
+        self.value
+    }
+
     /// A buffer argument lent for reading, or for writing when `writable`
     /// (the caller has made sure nothing on the host can see the writes).
     pub(crate) fn lend<M: DeviceMemory>(memory: &'a M, writable: bool) -> Self {

@@ -5,7 +5,7 @@
 
 use crate::callback::panic_message;
 use crate::context::HostFnGuard;
-use crate::launch::KernelArg;
+use crate::launch::{ArgValue, KernelArg};
 use crate::memory::sealed::HostUse;
 use crate::memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceUse, PinnedBuffer, device_bytes,
@@ -73,33 +73,9 @@ pub struct HostSlot<T> {
 
 #[derive(Clone)]
 pub(super) enum ArgInner {
-    Scalar(ScalarArg),
+    /// A scalar's value, as an eager launch passes it.
+    Scalar(ArgValue),
     Buffer(Arc<dyn Kept>, bool),
-}
-
-#[derive(Clone, Copy)]
-pub(super) enum ScalarArg {
-    U8(u8),
-    U32(u32),
-    I32(i32),
-    U64(u64),
-    I64(i64),
-    F32(f32),
-    F64(f64),
-}
-
-impl ScalarArg {
-    fn arg(self) -> KernelArg<'static> {
-        match self {
-            Self::U8(v) => v.into(),
-            Self::U32(v) => v.into(),
-            Self::I32(v) => v.into(),
-            Self::U64(v) => v.into(),
-            Self::I64(v) => v.into(),
-            Self::F32(v) => v.into(),
-            Self::F64(v) => v.into(),
-        }
-    }
 }
 
 /// One argument of a captured kernel launch: a scalar, or a buffer the
@@ -141,9 +117,17 @@ impl GraphArg {
         }
     }
 
+    /// The buffer it lends and whether for writing; `None` for a scalar.
+    pub(super) fn buffer(&self) -> Option<(&Arc<dyn Kept>, bool)> {
+        match &self.inner {
+            ArgInner::Buffer(memory, writable) => Some((memory, *writable)),
+            ArgInner::Scalar(_) => None,
+        }
+    }
+
     pub(super) fn arg(&self) -> KernelArg<'_> {
         match &self.inner {
-            ArgInner::Scalar(scalar) => scalar.arg(),
+            ArgInner::Scalar(value) => KernelArg::from_value(*value),
             ArgInner::Buffer(memory, writable) => memory.arg(*writable),
         }
     }
@@ -156,24 +140,17 @@ impl fmt::Debug for GraphArg {
 }
 
 macro_rules! scalar_graph_arg {
-    ($($t:ty => $variant:ident),*) => { $(
+    ($($t:ty),*) => { $(
         impl From<$t> for GraphArg {
             fn from(value: $t) -> Self {
-                Self { inner: ArgInner::Scalar(ScalarArg::$variant(value)) }
+                Self { inner: ArgInner::Scalar(KernelArg::from(value).value()) }
             }
         }
     )* };
 }
-scalar_graph_arg!(u8 => U8, u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64);
-
-/// `usize` is a `u64` (`size_t`) on every platform CUDA supports.
-impl From<usize> for GraphArg {
-    fn from(value: usize) -> Self {
-        Self {
-            inner: ArgInner::Scalar(ScalarArg::U64(value as u64)),
-        }
-    }
-}
+// `usize` is a `u64` (`size_t`) on every platform CUDA supports, as for
+// `KernelArg`.
+scalar_graph_arg!(u8, u32, i32, u64, i64, f32, f64, usize);
 
 /// A host callback node: called at every replay, never freed by a call.
 pub(super) struct HostNode {
@@ -246,6 +223,27 @@ impl Resources {
         {
             Some((_, write)) => *write |= writable,
             None => self.buffers.push((Arc::clone(memory), writable)),
+        }
+    }
+
+    /// Keep every buffer of `args` for the replays, lent as each says.
+    pub(super) fn add_args(&mut self, args: &[GraphArg]) {
+        for (memory, writable) in args.iter().filter_map(GraphArg::buffer) {
+            self.add_buffer(memory, writable);
+        }
+    }
+
+    /// Keep `kernel`'s module loaded for the replays (once per kernel).
+    pub(super) fn add_kernel(&mut self, kernel: &Kernel) {
+        if !self.kernels.iter().any(|k| k.as_raw() == kernel.as_raw()) {
+            self.kernels.push(kernel.clone());
+        }
+    }
+
+    /// Keep `keep` alive for the replays (once per object).
+    pub(super) fn add_external(&mut self, keep: Arc<dyn Any + Send + Sync>) {
+        if !self.external.iter().any(|kept| Arc::ptr_eq(kept, &keep)) {
+            self.external.push(keep);
         }
     }
 }

@@ -2,11 +2,12 @@
 //! a graph while a stream captures. Its methods take buffers by `Arc` and
 //! keep them (see the module `args`).
 
-use super::args::{ArgInner, HostNode, HostSlot, Kept, Resources, host_node_trampoline};
+use super::args::{ArgInner, HostNode, HostSlot, Kept, KeptHost, Resources, host_node_trampoline};
 use super::{Graph, GraphArg};
 use crate::enqueue::Use;
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig, launch_raw};
+use crate::memory::sealed::HostUse;
 use crate::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, HostMemory, PinnedBuffer};
 use crate::module::Kernel;
 use crate::order::{CaptureOrder, Touches};
@@ -237,11 +238,7 @@ impl Capture {
         self.check_member(stream)?;
         config.validate()?;
         stream.check_context("the kernel", kernel.context())?;
-        for arg in args {
-            if let ArgInner::Buffer(memory, _) = &arg.inner {
-                stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
-            }
-        }
+        check_args_context(stream, args)?;
         let touches = || {
             args.iter()
                 .filter_map(|arg| match &arg.inner {
@@ -261,19 +258,8 @@ impl Capture {
             // replay; the arguments' meaning is the caller's contract.
             let code = unsafe { launch_raw(ctx.driver(), stream.as_raw(), kernel, config, &lent) };
             ctx.check(code)?;
-            for arg in args {
-                if let ArgInner::Buffer(memory, writable) = &arg.inner {
-                    capture.resources.add_buffer(memory, *writable);
-                }
-            }
-            if !capture
-                .resources
-                .kernels
-                .iter()
-                .any(|k| k.as_raw() == kernel.as_raw())
-            {
-                capture.resources.kernels.push(kernel.clone());
-            }
+            capture.resources.add_args(args);
+            capture.resources.add_kernel(kernel);
             capture.worked_on(stream);
             Ok(())
         })
@@ -300,27 +286,12 @@ impl Capture {
         enqueue: impl FnOnce() -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
         self.check_member(stream)?;
-        for arg in args {
-            if let ArgInner::Buffer(memory, _) = &arg.inner {
-                stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
-            }
-        }
+        check_args_context(stream, args)?;
         stream.context().bind()?;
         // Kept before the work is recorded: whatever part of it the graph
         // holds finds its memory alive at every replay.
-        for arg in args {
-            if let ArgInner::Buffer(memory, writable) = &arg.inner {
-                self.resources.add_buffer(memory, *writable);
-            }
-        }
-        if !self
-            .resources
-            .external
-            .iter()
-            .any(|kept| Arc::ptr_eq(kept, &keep))
-        {
-            self.resources.external.push(keep);
-        }
+        self.resources.add_args(args);
+        self.resources.add_external(keep);
         let recorded = enqueue()?;
         self.worked_on(stream);
         Ok(recorded)
@@ -455,36 +426,8 @@ impl Capture {
     {
         self.check_member(stream)?;
         crate::check_len("Capture::copy_from_host", dst.device_len(), src.host_len())?;
-        stream.check_context_id("the host buffer", src.host_context_id())?;
         let dst: Arc<dyn Kept> = dst.clone();
-        stream.check_context_id("a buffer", dst.as_use().use_context_id())?;
-        let touches = || {
-            [
-                Use::Device(dst.as_use(), true).touch(),
-                Use::Host(&**src, false).touch(),
-            ]
-            .into_iter()
-            .collect()
-        };
-        self.ordered_node(stream, "copy", touches, |capture| {
-            let ctx = stream.context();
-            ctx.bind()?;
-            // SAFETY: both regions hold `bytes` bytes and are kept alive by
-            // the graph for every replay; the host side is only read.
-            let code = unsafe {
-                (ctx.driver().cuMemcpyHtoDAsync)(
-                    dst.ptr(),
-                    src.host_ptr().cast::<c_void>(),
-                    dst.bytes(),
-                    stream.as_raw(),
-                )
-            };
-            ctx.check(code)?;
-            capture.resources.add_buffer(&dst, true);
-            capture.resources.add_host(src.clone(), false);
-            capture.worked_on(stream);
-            Ok(())
-        })
+        self.host_copy_node(stream, dst, src.clone(), HostCopy::ToDevice)
     }
 
     /// Capture a copy of the page-locked buffer `src`, which the graph takes
@@ -566,13 +509,31 @@ impl Capture {
     {
         self.check_member(stream)?;
         crate::check_len("Capture::copy_to_host", dst.host_len(), src.device_len())?;
-        stream.check_context_id("the host buffer", dst.host_context_id())?;
         let src: Arc<dyn Kept> = src.clone();
-        stream.check_context_id("a buffer", src.as_use().use_context_id())?;
+        self.host_copy_node(stream, src, dst.clone(), HostCopy::ToHost)
+    }
+
+    /// One captured copy between a device region and host memory, either
+    /// way: the context checks, what the copy touches (for the order
+    /// checks), the driver call and what the graph keeps for its replays.
+    /// The callers have checked the stream's membership and the lengths.
+    fn host_copy_node<H>(
+        &mut self,
+        stream: &Stream,
+        device: Arc<dyn Kept>,
+        host: Arc<H>,
+        direction: HostCopy,
+    ) -> Result<()>
+    where
+        H: KeptHost + HostUse + 'static,
+    {
+        let to_device = direction == HostCopy::ToDevice;
+        stream.check_context_id("the host buffer", host.host_context_id())?;
+        stream.check_context_id("a buffer", device.as_use().use_context_id())?;
         let touches = || {
             [
-                Use::Device(src.as_use(), false).touch(),
-                Use::Host(&**dst, true).touch(),
+                Use::Device(device.as_use(), to_device).touch(),
+                Use::Host(&*host, !to_device).touch(),
             ]
             .into_iter()
             .collect()
@@ -580,20 +541,32 @@ impl Capture {
         self.ordered_node(stream, "copy", touches, |capture| {
             let ctx = stream.context();
             ctx.bind()?;
-            // SAFETY: both regions hold `bytes` bytes and are kept alive by
-            // the graph for every replay; host access during replays is the
-            // caller's contract.
+            let host_ptr = host.host_bytes().0 as usize as *mut c_void;
+            // SAFETY: both regions hold `bytes` bytes (lengths checked by
+            // the callers) and are kept alive by the graph for every
+            // replay; a host source is only read, a host destination's
+            // access during replays is `copy_to_host_unchecked`'s contract.
             let code = unsafe {
-                (ctx.driver().cuMemcpyDtoHAsync)(
-                    dst.host_ptr().cast::<c_void>(),
-                    src.ptr(),
-                    src.bytes(),
-                    stream.as_raw(),
-                )
+                if to_device {
+                    (ctx.driver().cuMemcpyHtoDAsync)(
+                        device.ptr(),
+                        host_ptr,
+                        device.bytes(),
+                        stream.as_raw(),
+                    )
+                } else {
+                    (ctx.driver().cuMemcpyDtoHAsync)(
+                        host_ptr,
+                        device.ptr(),
+                        device.bytes(),
+                        stream.as_raw(),
+                    )
+                }
             };
             ctx.check(code)?;
-            capture.resources.add_buffer(&src, false);
-            capture.resources.add_host(dst.clone(), true);
+            capture.resources.add_buffer(&device, to_device);
+            let kept: Arc<dyn KeptHost> = host.clone();
+            capture.resources.add_host(kept, !to_device);
             capture.worked_on(stream);
             Ok(())
         })
@@ -859,4 +832,19 @@ impl fmt::Debug for Capture {
             .field("open", &self.open)
             .finish()
     }
+}
+
+/// Every buffer of `args` must be of `stream`'s context.
+fn check_args_context(stream: &Stream, args: &[GraphArg]) -> Result<()> {
+    for (memory, _) in args.iter().filter_map(GraphArg::buffer) {
+        stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
+    }
+    Ok(())
+}
+
+/// Which way a captured host copy goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HostCopy {
+    ToDevice,
+    ToHost,
 }
