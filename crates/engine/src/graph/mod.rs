@@ -14,10 +14,10 @@ pub use metrics::CoordinatorMetrics;
 
 use crate::error::{Error, Result};
 use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
+use driver::TrailSearch;
 use driver::{Context, Stream};
 use driver::{EventPool, PooledEvent};
 use metrics::Counters;
-use retire::Sweep;
 use smallvec::SmallVec;
 use stamp::{Clock, Stamp};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -409,7 +409,7 @@ impl OperationGraph {
             (id, table.queue(stream, id))
         };
         if sweep_due {
-            self.sweep(stream_id, Sweep::Cheap);
+            self.sweep(stream_id, TrailSearch::Guess);
         }
         if let (Some(registered), Some(completing)) = (registered, completing) {
             self.counters
@@ -479,7 +479,7 @@ impl OperationGraph {
             self.schedule_callbacks(id, &stream, &event, callbacks, done);
         }
         if sweep_due {
-            self.sweep(stream.id(), Sweep::Cheap);
+            self.sweep(stream.id(), TrailSearch::Guess);
         }
         Ok(event)
     }

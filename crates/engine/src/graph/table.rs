@@ -16,7 +16,7 @@ use super::Op;
 use super::hash::IdBuild;
 use crate::error::{Error, Result};
 use crate::operation::OperationId;
-use driver::{PooledEvent, Stream};
+use driver::{CompletionTrail, PooledEvent, Stream};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -47,14 +47,14 @@ enum Slot {
 }
 
 /// Completed operations of one stream, in the order their completion events
-/// were recorded (under the table's lock), so in the order the GPU passes them.
-/// The lane holds the stream while it has operations queued, and goes when
-/// it has none.
+/// were recorded (under the table's lock), so in the order the GPU passes
+/// them: the stream's completion trail (the driver's [`CompletionTrail`],
+/// by the operations' completion events, which the table holds). The lane
+/// holds the stream while it has operations queued, and goes when it has
+/// none.
 pub(super) struct Lane {
-    pub(super) queue: VecDeque<OperationId>,
+    pub(super) trail: CompletionTrail<OperationId>,
     since_sweep: u32,
-    /// How many operations the GPU trailed the newest by at the last sweep.
-    pub(super) trail: usize,
     stream: Arc<Stream>,
 }
 
@@ -231,12 +231,11 @@ impl Table {
     pub(super) fn queue(&mut self, stream: &Stream, id: OperationId) -> bool {
         let spare = &mut self.spare_queue;
         let lane = self.lanes.entry(stream.id()).or_insert_with(|| Lane {
-            queue: std::mem::take(spare),
+            trail: CompletionTrail::from_entries(std::mem::take(spare)),
             since_sweep: 0,
-            trail: 0,
             stream: stream.to_arc(),
         });
-        lane.queue.push_back(id);
+        lane.trail.push(id);
         lane.since_sweep += 1;
         let due = lane.since_sweep >= SWEEP_EVERY;
         if due {
@@ -253,26 +252,19 @@ impl Table {
     }
 
     /// Take the first `count` queued operations of a stream out of the
-    /// graph, and note that the GPU trailed its newest by `trail`. Each is
+    /// graph. Each is
     /// dropped here except its stream and completion event, which the caller
     /// drops once the lock is released: a stream's last handle destroys it,
     /// which can wait for the device, and a completion callback running
     /// there may be waiting for this lock.
     /// Returns how many were retired, and what they hold.
-    pub(super) fn retire_front(
-        &mut self,
-        stream_id: u64,
-        count: usize,
-        trail: usize,
-    ) -> (usize, ReleasedList) {
+    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> (usize, ReleasedList) {
         let Some(lane) = self.lanes.get_mut(&stream_id) else {
             return (0, ReleasedList::new());
         };
-        lane.trail = trail;
-        let mut queue = std::mem::take(&mut lane.queue);
-        let taken = count.min(queue.len());
+        let mut trail = std::mem::take(&mut lane.trail);
         let mut released = ReleasedList::new();
-        for id in queue.drain(..taken) {
+        for id in trail.take_front(count) {
             if let Some(op) = self.remove(id) {
                 released.push(Released {
                     _stream: op.stream,
@@ -282,7 +274,8 @@ impl Table {
         }
         let retired = released.len();
         self.retired += retired as u64;
-        if queue.is_empty() {
+        if trail.is_empty() {
+            let queue = trail.into_entries();
             // A queue grown long by a stream far behind is not kept.
             if queue.capacity() <= SPARE_QUEUE_LIMIT {
                 self.spare_queue = queue;
@@ -294,7 +287,7 @@ impl Table {
                 });
             }
         } else if let Some(lane) = self.lanes.get_mut(&stream_id) {
-            lane.queue = queue;
+            lane.trail = trail;
         }
         self.trim();
         (retired, released)
