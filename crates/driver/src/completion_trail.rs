@@ -139,6 +139,16 @@ impl<T> CompletionTrail<T> {
         self.entries.back()
     }
 
+    /// The newest entry, mutably.
+    pub fn back_mut(&mut self) -> Option<&mut T> {
+        self.entries.back_mut()
+    }
+
+    /// Entry `index` (0 is the oldest).
+    pub fn get(&self, index: usize) -> Option<&T> {
+        self.entries.get(index)
+    }
+
     /// How many entries the GPU trailed the newest by at the last look.
     pub fn lag(&self) -> usize {
         self.lag.get()

@@ -150,13 +150,14 @@ fn errors_name_the_operation() {
             &[OperationId(42)],
         )
         .unwrap_err();
+    // The graph's one check of dependencies names the unknown one.
     assert!(
         matches!(
             err,
-            Error::UnknownOperation {
-                id: OperationId(42),
-                next: OperationId(1)
-            }
+            Error::Graph(engine::Error::UnknownDependency {
+                dependency: OperationId(42),
+                ..
+            })
         ),
         "{err}"
     );
@@ -169,9 +170,21 @@ fn errors_name_the_operation() {
         })
     ));
     let err = coordinator.queue_upload(&[1.0; 3], &mut x).unwrap_err();
+    // The driver's one length check, naming both lengths.
+    assert!(
+        matches!(
+            err,
+            Error::Driver(driver::Error::SizeMismatch {
+                expected: 8,
+                actual: 3,
+                ..
+            })
+        ),
+        "{err}"
+    );
     assert!(
         err.to_string()
-            .contains("holds 8 element(s) but the host side holds 3"),
+            .contains("the destination holds 8 element(s) but the source holds 3"),
         "{err}"
     );
     // Nothing was queued by the failures.

@@ -579,6 +579,12 @@ impl OperationGraph {
         Ok(())
     }
 
+    /// The id the next operation registered will get: every id below it
+    /// was issued (to an operation, or to a registration that failed).
+    pub fn next_id(&self) -> OperationId {
+        OperationId(self.table().next_id())
+    }
+
     /// Where `id` is, or `None` for an id this coordinator never issued.
     pub fn state(&self, id: OperationId) -> Option<OperationState> {
         let table = self.table();

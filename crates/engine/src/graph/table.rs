@@ -122,6 +122,11 @@ impl Table {
         id
     }
 
+    /// The id the next operation will be issued.
+    pub(super) fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
     /// The next position in begin order.
     pub(super) fn tick(&mut self) -> u64 {
         let at = self.begin_clock;
