@@ -58,6 +58,33 @@ impl OperationGraph {
             .sum()
     }
 
+    /// The completed operations on `stream` that the GPU has not passed
+    /// yet, in stream order (its completion trail, searched exactly). A
+    /// failed query counts as not passed.
+    ///
+    /// ```
+    /// use cuda_streams_engine::OperationGraph;
+    /// use cuda_streams_engine::driver::{Context, Stream};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let graph = OperationGraph::for_context(&ctx);
+    /// let op = graph.op(&stream).run(|_| Ok(()))?;
+    /// op.wait()?;
+    /// assert!(graph.in_flight(&stream).is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn in_flight(&self, stream: &driver::Stream) -> Vec<OperationId> {
+        let table = self.table();
+        let passed = passed_count(&table, stream.id(), TrailSearch::Exact);
+        table
+            .lanes
+            .get(&stream.id())
+            .map(|lane| lane.trail.iter().skip(passed).copied().collect())
+            .unwrap_or_default()
+    }
+
     /// Retire the completed operations of one stream that the GPU has
     /// passed ([`passed_count`]).
     pub(super) fn sweep(&self, stream_id: u64, search: TrailSearch) -> usize {
