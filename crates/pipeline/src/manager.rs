@@ -729,8 +729,13 @@ impl<T: DeviceCopy> fmt::Debug for PipelineStageManager<T> {
     }
 }
 
+/// A timing event from the context's pool (through the compute stream's
+/// handle on it: no lock).
 fn take_timing(coordinator: &AsyncCoordinator) -> Result<PooledEvent> {
-    Ok(coordinator.context().event_pool().acquire_event(true)?)
+    Ok(coordinator
+        .compute_stream()
+        .event_pool()
+        .acquire_event(true)?)
 }
 
 fn not_input(id: BufferId) -> Error {
