@@ -125,8 +125,8 @@ impl Completion {
 
     /// Block until the first of `waits` resolves, or `timeout` passes
     /// (`None`: as long as it takes). Returns the index of a resolved one,
-    /// `Ok(None)` on timeout, or the index and error of one that failed.
-    /// The thread parks between the reactor's wake-ups. The others stay
+    /// `Ok(None)` on timeout (at once for no waits), or the index and error
+    /// of one that failed. The thread parks between the reactor's wake-ups. The others stay
     /// pending; dropping them cancels their waits.
     ///
     /// ```
@@ -137,6 +137,7 @@ impl Completion {
     /// let mut waits = [a.completion().unwrap(), b.completion().unwrap()];
     /// let first = Completion::wait_any(&mut waits, Some(Duration::from_secs(60))).unwrap();
     /// assert!(matches!(first, Some(0 | 1)));
+    /// assert!(matches!(Completion::wait_any(&mut [], None), Ok(None))); // nothing to wait for
     /// ```
     pub fn wait_any(
         waits: &mut [Completion],
@@ -151,6 +152,9 @@ impl Completion {
             fn wake_by_ref(self: &Arc<Self>) {
                 self.0.unpark();
             }
+        }
+        if waits.is_empty() {
+            return Ok(None);
         }
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
