@@ -329,7 +329,8 @@ impl AsyncCoordinator {
     /// Make `stream` wait for `deps`, run `op` on it, record the op's event.
     /// The graph checks the dependencies (an id it never issued is
     /// [`engine::Error::UnknownDependency`]) and orders after the live ones
-    /// only (a retired operation is finished).
+    /// only (a retired operation is finished); operations already reported
+    /// by `poll` are left out, as the GPU has passed them.
     fn enqueue(
         &mut self,
         kind: OperationKind,
@@ -340,7 +341,11 @@ impl AsyncCoordinator {
     ) -> Result<OperationId> {
         let mut after: Vec<OperationId> = Vec::with_capacity(deps.len() + implicit.len());
         for &dep in deps.iter().chain(implicit.iter().flatten()) {
-            if !after.contains(&dep) {
+            // One `poll` reported is finished on the GPU: no edge (the graph
+            // may not have retired it yet, and would wait on its event).
+            // An id the graph never issued goes on, for the graph's check.
+            let reported = self.find(dep).is_none() && self.graph.state(dep).is_some();
+            if !reported && !after.contains(&dep) {
                 after.push(dep);
             }
         }

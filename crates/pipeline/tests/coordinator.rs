@@ -191,3 +191,33 @@ fn errors_name_the_operation() {
     assert_eq!(coordinator.pending_count(), 0);
     coordinator.synchronize_all().unwrap();
 }
+
+#[test]
+fn work_after_reported_operations_waits_for_nothing() {
+    let ctx = ctx();
+    let mut coordinator = AsyncCoordinator::new(&ctx).unwrap();
+    let mut buffer = DeviceBuffer::<f32>::new(&ctx, 64).unwrap();
+    let mut host = PinnedBuffer::<f32>::new(&ctx, 64).unwrap();
+    let upload = coordinator.queue_upload(&[2.0; 64], &mut buffer).unwrap();
+    coordinator.synchronize_all().unwrap();
+    let reported: Vec<OperationId> = coordinator
+        .poll()
+        .unwrap()
+        .iter()
+        .map(|op| op.op_id)
+        .collect();
+    assert_eq!(reported, [upload]);
+    // A download after the reported upload (explicitly and implicitly): the
+    // GPU passed it, so the download stream gets the copy and no wait.
+    let download_stream = coordinator.download_stream().clone();
+    let before = download_stream.operation_count();
+    coordinator
+        .queue_download_after(&buffer, &mut host, &[upload])
+        .unwrap();
+    assert_eq!(
+        download_stream.operation_count() - before,
+        1,
+        "a wait was enqueued"
+    );
+    assert_eq!(host.as_slice().unwrap(), &[2.0; 64]);
+}
