@@ -49,13 +49,18 @@ impl OperationGraph {
     /// Drop every completed operation the GPU has passed. A dependency on a
     /// retired operation is satisfied, so nothing needs them any more.
     /// Returns how many were retired. Runs by itself every few completions
-    /// per stream; call it to trim the coordinator now.
+    /// per stream; call it to trim the coordinator now (the completion
+    /// events kept for the next operations go back to the pool too).
     pub fn retire_completed(&self) -> usize {
         let streams: Vec<u64> = self.table().lanes.keys().copied().collect();
-        streams
+        let retired = streams
             .into_iter()
             .map(|stream| self.sweep(stream, TrailSearch::Exact))
-            .sum()
+            .sum();
+        // Returned to the pool outside the lock.
+        let spares = std::mem::take(&mut self.table().spare_events);
+        drop(spares);
+        retired
     }
 
     /// The completed operations on `stream` that the GPU has not passed
@@ -91,7 +96,7 @@ impl OperationGraph {
         let (retired, released) = {
             let mut table = self.table();
             let count = passed_count(&table, stream_id, search);
-            table.retire_front(stream_id, count)
+            table.retire_front(stream_id, count, &self.pool)
         };
         // Their streams and events are let go of here, outside the lock.
         drop(released);

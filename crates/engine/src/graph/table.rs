@@ -16,7 +16,7 @@ use super::Op;
 use super::hash::IdBuild;
 use crate::error::{Error, Result};
 use crate::operation::OperationId;
-use driver::{CompletionTrail, PooledEvent, Stream};
+use driver::{CompletionTrail, EventPool, PooledEvent, Stream};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -26,6 +26,10 @@ const RING_LIMIT: usize = 4096;
 
 /// How many completions on one stream between two sweeps of that stream.
 pub(super) const SWEEP_EVERY: u32 = 32;
+
+/// The most completion events kept for the next builder operations
+/// ([`Table::spare_events`]): two sweeps' worth.
+const SPARE_EVENTS_LIMIT: usize = 2 * SWEEP_EVERY as usize;
 
 /// The longest retirement queue (in slots) kept for the next stream's lane.
 const SPARE_QUEUE_LIMIT: usize = 1024;
@@ -74,6 +78,13 @@ pub(super) struct Table {
     /// next lane: a stream whose sweeps keep up empties its lane at every
     /// sweep, and would otherwise grow a new queue from nothing each time.
     spare_queue: VecDeque<OperationId>,
+    /// Completion events of retired operations that nothing else held
+    /// (no `Op` handle, no callback), from the graph's own pool, kept with
+    /// their `Arc` for the next builder operations: an operation then costs
+    /// neither the `Arc`'s allocation nor a trip through the pool. The GPU
+    /// has passed them, and a wait takes an event's state when it is
+    /// enqueued, so recording one again changes no earlier wait.
+    pub(super) spare_events: Vec<Arc<PooledEvent>>,
     live: usize,
     pub(super) total: u64,
     pub(super) completed: u64,
@@ -91,6 +102,7 @@ impl Default for Table {
             abandoned: HashSet::default(),
             lanes: HashMap::default(),
             spare_queue: VecDeque::new(),
+            spare_events: Vec::new(),
             live: 0,
             total: 0,
             completed: 0,
@@ -257,23 +269,43 @@ impl Table {
     }
 
     /// Take the first `count` queued operations of a stream out of the
-    /// graph. Each is
+    /// graph. Completion events only the table held, from `pool` when it
+    /// has no cap (a capped pool's events are not held back from its other
+    /// users), are kept as spares (up to [`SPARE_EVENTS_LIMIT`]). Each is
     /// dropped here except its stream and completion event, which the caller
     /// drops once the lock is released: a stream's last handle destroys it,
     /// which can wait for the device, and a completion callback running
     /// there may be waiting for this lock.
     /// Returns how many were retired, and what they hold.
-    pub(super) fn retire_front(&mut self, stream_id: u64, count: usize) -> (usize, ReleasedList) {
+    pub(super) fn retire_front(
+        &mut self,
+        stream_id: u64,
+        count: usize,
+        pool: &Arc<EventPool>,
+    ) -> (usize, ReleasedList) {
         let Some(lane) = self.lanes.get_mut(&stream_id) else {
             return (0, ReleasedList::new());
         };
         let mut trail = std::mem::take(&mut lane.trail);
         let mut released = ReleasedList::new();
+        let keep_spares = pool.capacity_limit() == usize::MAX;
         for id in trail.take_front(count) {
             if let Some(op) = self.remove(id) {
+                let event = op.completion.and_then(|mut event| {
+                    let reusable = keep_spares
+                        && self.spare_events.len() < SPARE_EVENTS_LIMIT
+                        && Arc::get_mut(&mut event).is_some()
+                        && Arc::ptr_eq(event.pool(), pool);
+                    if reusable {
+                        self.spare_events.push(event);
+                        None
+                    } else {
+                        Some(event)
+                    }
+                });
                 released.push(Released {
                     _stream: op.stream,
-                    _event: op.completion,
+                    _event: event,
                 });
             }
         }
