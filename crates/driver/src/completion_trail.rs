@@ -119,6 +119,12 @@ impl<T> CompletionTrail<T> {
         self.entries.is_empty()
     }
 
+    /// The entries, oldest first, as a deque (for searching them, e.g.
+    /// `binary_search_by_key` over ids issued in record order).
+    pub fn entries(&self) -> &VecDeque<T> {
+        &self.entries
+    }
+
     /// The entries, oldest first.
     pub fn iter(&self) -> vec_deque::Iter<'_, T> {
         self.entries.iter()

@@ -393,9 +393,11 @@ impl AsyncCoordinator {
             .iter()
             .enumerate()
             .find_map(|(lane, trail)| {
+                // Ids are issued in order, so each trail is sorted by id.
                 trail
-                    .iter()
-                    .position(|entry| entry.op.id() == id)
+                    .entries()
+                    .binary_search_by_key(&id, |entry| entry.op.id())
+                    .ok()
                     .map(|at| (lane, at))
             })
     }
