@@ -1,12 +1,12 @@
 //! Events a stream's memory depends on.
 
 use driver::Event;
-use events::PooledEvent;
+use driver::PooledEvent;
 use std::sync::Arc;
 
 /// An event that a stream's frees must wait for (see
 /// [`crate::StreamOrderedAllocator::add_stream_dependency`]): a plain shared
-/// [`Event`] or one borrowed from an [`events::EventPool`].
+/// [`Event`] or one borrowed from an [`driver::EventPool`].
 ///
 /// ```
 /// use cuda_streams_allocator::{StreamDependency, StreamOrderedAllocator};

@@ -26,9 +26,6 @@ pub enum Error {
     /// A call into the safe driver layer (or a raw driver call) failed.
     #[error(transparent)]
     Driver(#[from] driver::Error),
-    /// The event pool failed (an event could not be created).
-    #[error(transparent)]
-    Events(#[from] events::Error),
     /// A request for zero bytes. Nothing was allocated and nothing changed.
     #[error("allocation of 0 bytes on stream {stream}: ask for at least one byte")]
     ZeroSize {

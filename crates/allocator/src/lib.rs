@@ -81,8 +81,6 @@ pub use devices::DeviceAllocators;
 /// The safe driver layer this crate builds on (streams, contexts, events).
 pub use driver;
 pub use error::{Error, Result};
-/// The event pool this crate records its fences with.
-pub use events;
 pub use observer::{MemoryEvent, MemoryEventKind, MemoryObserver};
 pub use size::{
     BLOCK_GRANULE, MEDIUM_LIMIT, MEDIUM_SEGMENT, SEGMENT_GRANULE, SMALL_LIMIT, SMALL_SEGMENT,

@@ -12,7 +12,7 @@ use crate::stats::{Counters, StreamCounts};
 use dashmap::DashMap;
 use driver::sys::{CUdeviceptr, CUresult};
 use driver::{Context, Stream};
-use events::{EventPool, PooledEvent};
+use driver::{EventPool, PooledEvent};
 use std::collections::BTreeSet;
 use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -103,6 +103,83 @@ impl Completion {
     pub fn is_finished(&self) -> bool {
         matches!(self.state, State::Finished)
     }
+
+    /// Block the calling thread until the future resolves: the thread parks
+    /// until the reactor wakes it (no polling loop, no sleep).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// stream.completion().unwrap().wait().unwrap();
+    /// assert!(stream.query().unwrap());
+    /// ```
+    pub fn wait(self) -> Result<()> {
+        let mut this = self;
+        match Self::wait_any(std::slice::from_mut(&mut this), None) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => unreachable!("no timeout was given"),
+            Err((_, err)) => Err(err),
+        }
+    }
+
+    /// Block until the first of `waits` resolves, or `timeout` passes
+    /// (`None`: as long as it takes). Returns the index of a resolved one,
+    /// `Ok(None)` on timeout (at once for no waits), or the index and error
+    /// of one that failed. The thread parks between the reactor's wake-ups. The others stay
+    /// pending; dropping them cancels their waits.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Completion, Context, Stream};
+    /// use std::time::Duration;
+    /// let ctx = Context::new(0).unwrap();
+    /// let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    /// let mut waits = [a.completion().unwrap(), b.completion().unwrap()];
+    /// let first = Completion::wait_any(&mut waits, Some(Duration::from_secs(60))).unwrap();
+    /// assert!(matches!(first, Some(0 | 1)));
+    /// assert!(matches!(Completion::wait_any(&mut [], None), Ok(None))); // nothing to wait for
+    /// ```
+    pub fn wait_any(
+        waits: &mut [Completion],
+        timeout: Option<std::time::Duration>,
+    ) -> std::result::Result<Option<usize>, (usize, Error)> {
+        use std::task::{Wake, Waker};
+        struct Unpark(std::thread::Thread);
+        impl Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+            fn wake_by_ref(self: &Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        if waits.is_empty() {
+            return Ok(None);
+        }
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = TaskContext::from_waker(&waker);
+        loop {
+            for (i, wait) in waits.iter_mut().enumerate() {
+                if wait.is_finished() {
+                    return Ok(Some(i));
+                }
+                if let Poll::Ready(outcome) = Pin::new(&mut *wait).poll(&mut cx) {
+                    return outcome.map(|()| Some(i)).map_err(|err| (i, err));
+                }
+            }
+            match deadline {
+                None => std::thread::park(),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Ok(None);
+                    }
+                    std::thread::park_timeout(left);
+                }
+            }
+        }
+    }
 }
 
 impl Future for Completion {

@@ -134,6 +134,7 @@ mod ordering_docs {}
 pub mod borrow_rules;
 mod callback;
 mod capture_gate;
+mod completion_trail;
 mod context;
 mod copy;
 mod declare;
@@ -162,6 +163,7 @@ mod stream;
 
 pub use callback::panic_message;
 pub use capture_gate::EnqueueGate;
+pub use completion_trail::{CompletionTrail, TrailSearch};
 pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use copy::check_len;
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU

@@ -124,6 +124,32 @@ impl Stream {
         barrier_with(streams, |stream| stream.mark())
     }
 
+    /// [`Stream::barrier`] whose gathering point is made by `gather` on the
+    /// first stream (after it has joined the others): an operation of a
+    /// graph, say, whose completion event every other stream then waits for
+    /// (`event_of`). Marks of the other streams come from their own pools.
+    /// Returns what `gather` made, or `None` for no streams. Used by the
+    /// engine's barrier node, so there is one device-side barrier.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let streams = [Stream::new(&ctx)?, Stream::new(&ctx)?, Stream::new(&ctx)?];
+    /// let refs = [&*streams[0], &*streams[1], &*streams[2]];
+    /// let gathered = Stream::barrier_through(&refs, |first| first.mark(), |e| &**e)?;
+    /// gathered.expect("three streams").synchronize()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn barrier_through<G, E: From<crate::Error>>(
+        streams: &[&Stream],
+        gather: impl FnOnce(&Stream) -> std::result::Result<G, E>,
+        event_of: impl Fn(&G) -> &crate::Event,
+    ) -> std::result::Result<Option<G>, E> {
+        barrier_gathered(streams, |stream| stream.mark(), gather, event_of)
+    }
+
     /// Block the host until every stream in `streams` has finished the work
     /// enqueued so far (all marks are recorded first, so the streams drain in
     /// parallel while the host waits).
@@ -180,30 +206,42 @@ fn check_context(ctx: &Context, stream: &Stream) -> Result<()> {
 /// other stream, then every other stream waits for one mark of it. One event
 /// per stream and 2(n − 1) waits, where each stream waiting for every other
 /// would take n(n − 1).
-fn barrier_with(
+fn barrier_with(streams: &[&Stream], mark: impl Fn(&Stream) -> Result<PooledEvent>) -> Result<()> {
+    let distinct = streams
+        .split_first()
+        .is_some_and(|(first, rest)| rest.iter().any(|stream| stream.id() != first.id()));
+    if !distinct {
+        // One stream (or none) is its own barrier: nothing to record.
+        return Ok(());
+    }
+    barrier_gathered(streams, &mark, |first| mark(first), |e| &**e).map(drop)
+}
+
+/// The barrier's steps, with the gathering point made by `gather` on the
+/// first stream after its join; `None` for no streams.
+fn barrier_gathered<G, E: From<crate::Error>>(
     streams: &[&Stream],
     mut mark: impl FnMut(&Stream) -> Result<PooledEvent>,
-) -> Result<()> {
+    gather: impl FnOnce(&Stream) -> std::result::Result<G, E>,
+    event_of: impl Fn(&G) -> &crate::Event,
+) -> std::result::Result<Option<G>, E> {
     let Some((first, rest)) = streams.split_first() else {
-        return Ok(());
+        return Ok(None);
     };
     let others: Vec<&Stream> = rest
         .iter()
         .copied()
         .filter(|stream| stream.id() != first.id())
         .collect();
-    if others.is_empty() {
-        return Ok(());
-    }
     for other in &others {
         let done = mark(other)?;
         first.wait_event(&done)?;
     }
-    let gathered = mark(first)?;
+    let gathered = gather(first)?;
     for other in &others {
-        other.wait_event(&gathered)?;
+        other.wait_event(event_of(&gathered))?;
     }
-    Ok(())
+    Ok(Some(gathered))
 }
 
 fn synchronize_with(

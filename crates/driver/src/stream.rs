@@ -4,6 +4,7 @@
 //! `launch.rs`; this file holds the handle itself.
 
 use crate::capture_gate::CaptureGate;
+use crate::completion_trail::{CompletionTrail, TrailSearch};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
@@ -18,11 +19,9 @@ use sys::{CUstream, CUstream_flags};
 
 static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Timing event pairs waiting for the GPU (from the context's event pool).
-#[derive(Default)]
-struct Timings {
-    pending: Vec<(PooledEvent, PooledEvent)>,
-}
+/// Timing event pairs waiting for the GPU (from the context's event pool),
+/// in record order: the stream's completion trail, by their end events.
+type Timings = CompletionTrail<(PooledEvent, PooledEvent)>;
 
 /// A CUDA stream: work enqueued on it runs in order; work on different streams
 /// may overlap.
@@ -492,24 +491,29 @@ impl Stream {
         start.record(self)?;
         let result = f(self);
         end.record(self)?;
-        self.lock_timings().pending.push((start, end));
+        self.lock_timings().push((start, end));
         result
     }
 
-    /// Fold finished timing sections into the counters.
+    /// Fold finished timing sections into the counters: the prefix of the
+    /// trail the GPU has passed, found by its end events.
     fn harvest_timings(&self) {
         let mut timings = self.lock_timings();
-        if timings.pending.is_empty() {
+        if timings.is_empty() {
             return;
         }
-        let pending = std::mem::take(&mut timings.pending);
-        for (start, end) in pending {
-            match end.query() {
-                Ok(true) => match Event::elapsed(&start, &end) {
-                    Ok(elapsed) => self.counters.latency(elapsed),
-                    Err(err) => tracing::warn!("timing on stream {}: {err}", self.id),
-                },
-                Ok(false) => timings.pending.push((start, end)),
+        let passed = match timings.passed(TrailSearch::Exact, |(_, end)| Some(&**end)) {
+            Ok(passed) => passed,
+            Err(err) => {
+                // A failed stream: its sections will never be timed.
+                tracing::warn!("timing on stream {}: {err}", self.id);
+                timings.take_all();
+                return;
+            }
+        };
+        for (start, end) in timings.take_front(passed) {
+            match Event::elapsed(&start, &end) {
+                Ok(elapsed) => self.counters.latency(elapsed),
                 Err(err) => tracing::warn!("timing on stream {}: {err}", self.id),
             }
         }

@@ -26,17 +26,19 @@ impl OperationGraph {
     /// work enqueued on any of them from now on waits until every one has
     /// finished the work enqueued before this call. The host does not wait.
     ///
-    /// It is a join and a fork through the first stream: the barrier is an
-    /// operation on the first stream (built with [`op`](Self::op), kind
-    /// [`OperationType::Barrier`]) whose work is [`Stream::join`] of the
-    /// others (one event each), and each other stream then waits for its
-    /// completion event: the shape of [`Stream::barrier`], one event per
-    /// stream and two waits per other stream, with the gathering event being
-    /// the operation's own. Later operations depend on [`Barrier::id`].
+    /// It is the driver's one device-side barrier
+    /// ([`Stream::barrier_through`]): a join and a fork through the first
+    /// stream, whose gathering point is an operation of this graph on the
+    /// first stream (built with [`op`](Self::op), kind
+    /// [`OperationType::Barrier`]), enqueued after the first stream has
+    /// joined the others (one event each); each other stream then waits for
+    /// its completion event. One event per stream and two waits per other
+    /// stream, the shape of [`Stream::barrier`]. Later operations depend on
+    /// [`Barrier::id`].
     ///
     /// Fails with [`Error::EmptyBarrier`] for no streams. When a driver call
-    /// fails part-way, the operation is completed all the same (nothing
-    /// waits on it forever) and the error is returned.
+    /// fails part-way, the error is returned; an operation already made is
+    /// complete (nothing waits on it forever).
     ///
     /// ```
     /// use cuda_streams_engine::OperationGraph;
@@ -59,26 +61,21 @@ impl OperationGraph {
     /// # }
     /// ```
     pub fn barrier<S: Borrow<Stream>>(&self, streams: &[S]) -> Result<Barrier> {
-        let Some((first, rest)) = streams.split_first() else {
-            return Err(Error::EmptyBarrier);
-        };
-        let first = first.borrow();
-        let others: Vec<&Stream> = rest
-            .iter()
-            .map(Borrow::borrow)
-            .filter(|s| s.id() != first.id())
-            .collect();
-        let op = self
-            .op(first)
-            .kind(OperationType::Barrier)
-            .label("barrier")
-            .run(|s| s.join(&others))?;
-        for other in &others {
-            other.wait_event(op.event())?;
-        }
+        let refs: Vec<&Stream> = streams.iter().map(Borrow::borrow).collect();
+        let op = Stream::barrier_through(
+            &refs,
+            |first| {
+                self.op(first)
+                    .kind(OperationType::Barrier)
+                    .label("barrier")
+                    .run(|_| Ok(()))
+            },
+            Op::event,
+        )?
+        .ok_or(Error::EmptyBarrier)?;
         Ok(Barrier {
             op,
-            streams: streams.iter().map(|s| s.borrow().id()).collect(),
+            streams: refs.iter().map(|s| s.id()).collect(),
         })
     }
 }

@@ -348,3 +348,39 @@ fn builder_operations_retire_on_their_own_while_running() {
     assert_eq!(graph.retire_completed() as u64, 2000 - m.retired_operations);
     assert_eq!(graph.metrics().in_flight, 0);
 }
+
+/// Retired operations' completion events are kept for the next operations
+/// (no `Arc` or pool trip), but never one an `Op` handle still holds: that
+/// handle's `wait` and `is_done` must keep answering for its own operation.
+#[test]
+fn a_held_operations_event_is_never_given_to_a_later_operation() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let graph = OperationGraph::for_context(&ctx);
+    let held = graph.op(&stream).run(|_| Ok(())).unwrap();
+    let held_event = held.event().as_raw();
+    stream.synchronize().unwrap();
+    let mut later = Vec::new();
+    // Enough operations for several sweeps, each retiring what the GPU passed
+    // (the held one included) and keeping their events as spares.
+    for _ in 0..300 {
+        let op = graph.op(&stream).run(|_| Ok(())).unwrap();
+        later.push(op.event().as_raw());
+        drop(op);
+        stream.synchronize().unwrap();
+    }
+    assert!(
+        later.iter().all(|&event| event != held_event),
+        "a later operation recorded the held operation's event"
+    );
+    // Events are reused (spares, or the pool): far fewer than operations.
+    later.sort_unstable_by_key(|&event| event as usize);
+    later.dedup();
+    assert!(
+        later.len() < 300,
+        "{} distinct events for 300 operations",
+        later.len()
+    );
+    assert!(held.is_done().unwrap());
+    held.wait().unwrap();
+}

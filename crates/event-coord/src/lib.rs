@@ -27,7 +27,7 @@ pub use driver::{EventPool, EventPoolUtilization, PooledEvent};
 /// `cuda_streams_engine`.
 pub use engine::OperationGraph as OperationCoordinator;
 pub use engine::{
-    CoordinatorMetrics, Error, EventMetadata, EventPriority, Op, OpBuilder, OperationId,
+    Barrier, CoordinatorMetrics, Error, EventMetadata, EventPriority, Op, OpBuilder, OperationId,
     OperationState, OperationType, Result,
 };
 /// The examples of `docs/event-coord.md`, compiled and run as doc tests.

@@ -4,10 +4,10 @@ use crate::error::{Error, Result};
 use crate::staging::StagingPool;
 use driver::sys::CUdeviceptr;
 use driver::{
-    Context, DeviceBuffer, DeviceCopy, Event, Kernel, KernelArg, LaunchConfig, PinnedBuffer,
-    Stream, StreamPriority,
+    CompletionTrail, Context, DeviceBuffer, DeviceCopy, Event, Kernel, KernelArg, LaunchConfig,
+    PinnedBuffer, Stream, StreamPriority, TrailSearch,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -49,14 +49,28 @@ pub struct CompletedOperation {
     pub op_type: StreamPurpose,
 }
 
-struct Pending {
+/// An operation not reported by `poll` yet, on its stream's completion trail.
+struct Unreported {
     kind: StreamPurpose,
     /// Its node in the graph; its event is recorded right after it.
-    event: Op,
+    op: Op,
     /// Staging memory a staged upload reads; returned to the pool once done.
     staging: Option<crate::staging::Staged>,
-    /// Set when `wait` or `synchronize_all` saw it finish (poll still reports it).
-    done: bool,
+}
+
+/// The event that completes an unreported operation on its stream.
+fn completion_of(entry: &Unreported) -> Option<&Event> {
+    Some(entry.op.event())
+}
+
+/// The trail that holds the operations of `kind` (one per stream).
+fn lane(kind: StreamPurpose) -> usize {
+    match kind {
+        StreamPurpose::ConfigUpload => 0,
+        StreamPurpose::KernelExecution => 1,
+        // The coordinator enqueues on its three streams only.
+        _ => 2,
+    }
 }
 
 /// Upload, compute and download streams with event-based dependencies.
@@ -120,10 +134,13 @@ pub struct AsyncCoordinator {
     download: Arc<Stream>,
     staging: StagingPool,
     /// Every operation is a node of this graph, which turns dependencies on
-    /// other streams into event waits.
+    /// other streams into event waits, knows every id it issued and checks
+    /// dependencies.
     graph: OperationGraph,
-    pending: BTreeMap<OperationId, Pending>,
-    next_id: OperationId,
+    /// Per stream (upload, compute, download), the operations `poll` has not
+    /// reported yet: the driver's completion trail answers which the GPU
+    /// has passed.
+    unreported: [CompletionTrail<Unreported>; 3],
     /// The last compute queued, for the implicit copy dependencies.
     last_compute: Option<OperationId>,
     /// Per device address: the last upload into it and the last download from it.
@@ -172,8 +189,7 @@ impl AsyncCoordinator {
             upload,
             compute,
             download,
-            pending: BTreeMap::new(),
-            next_id: OperationId(1),
+            unreported: Default::default(),
             last_compute: None,
             last_upload: HashMap::new(),
             last_download: HashMap::new(),
@@ -187,22 +203,16 @@ impl AsyncCoordinator {
         host: &[T],
         dst: &mut DeviceBuffer<T>,
     ) -> Result<OperationId> {
-        check_len("queue_upload", dst.len(), host.len())?;
         let mut staged = self.staging.take::<T>(&self.ctx, host.len())?;
         staged
             .buffer_mut::<T>()?
             .as_mut_slice()?
             .copy_from_slice(host);
-        let result = self.upload_from(staged.buffer::<T>()?, dst, &[]);
-        match result {
-            Ok(id) => {
-                if let Some(op) = self.pending.get_mut(&id) {
-                    op.staging = Some(staged);
-                }
-                Ok(id)
-            }
-            Err(err) => Err(err),
+        let id = self.upload_from(staged.buffer::<T>()?, dst, &[])?;
+        if let Some(entry) = self.unreported[lane(StreamPurpose::ConfigUpload)].back_mut() {
+            entry.staging = Some(staged);
         }
+        Ok(id)
     }
 
     /// Upload from a pinned buffer, without staging, after `deps` (and the
@@ -214,7 +224,6 @@ impl AsyncCoordinator {
         dst: &mut DeviceBuffer<T>,
         deps: &[OperationId],
     ) -> Result<OperationId> {
-        check_len("queue_upload_pinned", dst.len(), host.len())?;
         self.upload_from(host, dst, deps)
     }
 
@@ -276,7 +285,6 @@ impl AsyncCoordinator {
         host: &mut PinnedBuffer<T>,
         deps: &[OperationId],
     ) -> Result<OperationId> {
-        check_len("queue_download", src.len(), host.len())?;
         let ptr = src.as_device_ptr();
         let implicit = [self.last_compute, self.last_upload.get(&ptr).copied()];
         let stream = Arc::clone(&self.download);
@@ -292,6 +300,10 @@ impl AsyncCoordinator {
     }
 
     /// Make `stream` wait for `deps`, run `op` on it, record the op's event.
+    /// The graph checks the dependencies (an id it never issued is
+    /// [`engine::Error::UnknownDependency`]) and orders after the live ones
+    /// only (a retired operation is finished); operations already reported
+    /// by `poll` are left out, as the GPU has passed them.
     fn enqueue(
         &mut self,
         kind: StreamPurpose,
@@ -300,19 +312,13 @@ impl AsyncCoordinator {
         implicit: &[Option<OperationId>],
         op: impl FnOnce(&Stream) -> driver::Result<()>,
     ) -> Result<OperationId> {
-        for &dep in deps {
-            if dep >= self.next_id || dep.get() == 0 {
-                return Err(Error::UnknownOperation {
-                    id: dep,
-                    next: self.next_id,
-                });
-            }
-        }
         let mut after: Vec<OperationId> = Vec::with_capacity(deps.len() + implicit.len());
         for &dep in deps.iter().chain(implicit.iter().flatten()) {
-            // Reported and forgotten operations are finished: no edge.
-            let live = self.pending.get(&dep).is_some_and(|pending| !pending.done);
-            if live && !after.contains(&dep) {
+            // One `poll` reported is finished on the GPU: no edge (the graph
+            // may not have retired it yet, and would wait on its event).
+            // An id the graph never issued goes on, for the graph's check.
+            let reported = self.find(dep).is_none() && self.graph.state(dep).is_some();
+            if !reported && !after.contains(&dep) {
                 after.push(dep);
             }
         }
@@ -324,29 +330,46 @@ impl AsyncCoordinator {
             .kind(kind_type)
             .label(kind.to_string())
             .run(op);
-        let event = match result {
-            Ok(event) => event,
-            Err(engine::Error::OperationFailed {
-                operation, source, ..
-            }) => {
-                // Completed in the graph all the same; nothing to report.
-                self.next_id = OperationId(operation.get() + 1);
-                return Err(source.into());
-            }
+        let op = match result {
+            Ok(op) => op,
+            // Completed in the graph all the same; nothing to report. The
+            // driver's error (a length mismatch, say) is the one to see.
+            Err(engine::Error::OperationFailed { source, .. }) => return Err(source.into()),
             Err(err) => return Err(err.into()),
         };
-        let id = event.id();
-        self.next_id = OperationId(id.get() + 1);
-        self.pending.insert(
-            id,
-            Pending {
-                kind,
-                event,
-                staging: None,
-                done: false,
-            },
-        );
+        let id = op.id();
+        self.unreported[lane(kind)].push(Unreported {
+            kind,
+            op,
+            staging: None,
+        });
         Ok(id)
+    }
+
+    /// `Err` naming `id` when the graph never issued it.
+    fn check_known(&self, id: OperationId) -> Result<()> {
+        match self.graph.state(id) {
+            Some(_) => Ok(()),
+            None => Err(Error::UnknownOperation {
+                id,
+                next: self.graph.next_id(),
+            }),
+        }
+    }
+
+    /// Where `id` waits to be reported: its trail and its place on it.
+    fn find(&self, id: OperationId) -> Option<(usize, usize)> {
+        self.unreported
+            .iter()
+            .enumerate()
+            .find_map(|(lane, trail)| {
+                // Ids are issued in order, so each trail is sorted by id.
+                trail
+                    .entries()
+                    .binary_search_by_key(&id, |entry| entry.op.id())
+                    .ok()
+                    .map(|at| (lane, at))
+            })
     }
 
     /// The operations the GPU has finished since the last poll, in id order.
@@ -354,28 +377,33 @@ impl AsyncCoordinator {
     /// from the operation's event, `cuEventQuery`). Never blocks.
     pub fn poll(&mut self) -> Result<Vec<CompletedOperation>> {
         let mut finished = Vec::new();
-        for (&id, op) in &self.pending {
-            if op.done || op.event.is_done()? {
-                finished.push(id);
+        for trail in &mut self.unreported {
+            let passed = trail.passed(TrailSearch::Exact, completion_of)?;
+            for entry in trail.take_front(passed) {
+                if let Some(staged) = entry.staging {
+                    self.staging.give_back(staged);
+                }
+                finished.push(CompletedOperation {
+                    op_id: entry.op.id(),
+                    op_type: entry.kind,
+                });
             }
         }
-        Ok(finished.into_iter().map(|id| self.retire(id)).collect())
+        finished.sort_unstable_by_key(|done| done.op_id);
+        Ok(finished)
     }
 
     /// Block until operation `id` has finished on the GPU (its event). Ids
     /// already reported by [`poll`](Self::poll) return at once.
     pub fn wait(&mut self, id: OperationId) -> Result<()> {
-        if id >= self.next_id {
-            return Err(Error::UnknownOperation {
-                id,
-                next: self.next_id,
-            });
-        }
-        if let Some(op) = self.pending.get_mut(&id) {
-            op.event.wait()?;
-            op.done = true;
-            if let Some(staged) = op.staging.take() {
-                self.staging.give_back(staged);
+        self.check_known(id)?;
+        if let Some((lane, at)) = self.find(id) {
+            // Through the reactor; everything before it on its stream is done too.
+            self.unreported[lane].wait_for(at, completion_of)?;
+            for entry in self.unreported[lane].iter_mut().take(at + 1) {
+                if let Some(staged) = entry.staging.take() {
+                    self.staging.give_back(staged);
+                }
             }
         }
         Ok(())
@@ -383,14 +411,12 @@ impl AsyncCoordinator {
 
     /// Whether operation `id` has finished (without blocking).
     pub fn is_complete(&self, id: OperationId) -> Result<bool> {
-        if id >= self.next_id {
-            return Err(Error::UnknownOperation {
-                id,
-                next: self.next_id,
-            });
-        }
-        match self.pending.get(&id) {
-            Some(op) => Ok(op.done || op.event.is_done()?),
+        self.check_known(id)?;
+        match self.find(id) {
+            Some((lane, at)) => {
+                let entry = self.unreported[lane].get(at).expect("found above");
+                Ok(entry.op.is_done()?)
+            }
             None => Ok(true),
         }
     }
@@ -401,9 +427,12 @@ impl AsyncCoordinator {
         for stream in [&self.upload, &self.compute, &self.download] {
             stream.synchronize()?;
         }
-        for op in self.pending.values_mut() {
-            op.done = true;
-            if let Some(staged) = op.staging.take() {
+        for entry in self
+            .unreported
+            .iter_mut()
+            .flat_map(|trail| trail.iter_mut())
+        {
+            if let Some(staged) = entry.staging.take() {
                 self.staging.give_back(staged);
             }
         }
@@ -412,24 +441,14 @@ impl AsyncCoordinator {
 
     /// How many operations have not been reported by `poll` yet.
     pub fn pending_count(&self) -> usize {
-        self.pending.len()
+        self.unreported.iter().map(CompletionTrail::len).sum()
     }
 
     /// The event recorded after operation `id`, while it is unreported
     /// (for making other streams wait on it).
     pub fn event_of(&self, id: OperationId) -> Option<&Event> {
-        self.pending.get(&id).map(|op| op.event.event())
-    }
-
-    fn retire(&mut self, id: OperationId) -> CompletedOperation {
-        let op = self.pending.remove(&id).expect("id came from the map");
-        if let Some(staged) = op.staging {
-            self.staging.give_back(staged);
-        }
-        CompletedOperation {
-            op_id: id,
-            op_type: op.kind,
-        }
+        let (lane, at) = self.find(id)?;
+        self.unreported[lane].get(at).map(|entry| entry.op.event())
     }
 
     /// The compute stream.
@@ -459,20 +478,8 @@ impl fmt::Debug for AsyncCoordinator {
             .field("upload", &self.upload.id())
             .field("compute", &self.compute.id())
             .field("download", &self.download.id())
-            .field("pending", &self.pending.len())
-            .field("next_id", &self.next_id)
+            .field("pending", &self.pending_count())
+            .field("next_id", &self.graph.next_id())
             .finish()
-    }
-}
-
-fn check_len(operation: &'static str, device: usize, host: usize) -> Result<()> {
-    if device == host {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            operation,
-            device,
-            host,
-        })
     }
 }

@@ -5,8 +5,11 @@ use crate::error::{Error, Result};
 use crate::graph::{GraphSpec, PipelineGraph};
 use crate::ids::{self, BufferId, StageId};
 use crate::stage::{GpuPipelineStage, validate_order};
-use driver::{DeviceBuffer, DeviceCopy, Event, KernelArg, PinnedBuffer};
-use std::collections::{HashMap, HashSet, VecDeque};
+use driver::{
+    CompletionTrail, DeviceBuffer, DeviceCopy, Event, KernelArg, PinnedBuffer, PooledEvent,
+    TrailSearch,
+};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,13 +118,14 @@ struct Slots<T: DeviceCopy> {
     held: [Option<u64>; DEPTH],
 }
 
+/// Timing events come from the context's event pool and go back to it.
 #[derive(Default)]
 struct Timing {
     /// Recorded before the first operation after a reset.
-    wall_start: Option<Event>,
-    /// (start, end) around each batch's stages, oldest first.
-    pending: VecDeque<(Event, Event)>,
-    spare: Vec<Event>,
+    wall_start: Option<PooledEvent>,
+    /// (start, end) around each batch's stages, oldest first: the compute
+    /// stream's completion trail, by the end events.
+    pending: CompletionTrail<(PooledEvent, PooledEvent)>,
     iterations: usize,
     busy: Duration,
     wall: Duration,
@@ -598,8 +602,8 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
                 .chain(&slots.downloads[slot])
                 .copied()
                 .collect();
-            let start = take_timing(timing, coordinator)?;
-            let end = take_timing(timing, coordinator)?;
+            let start = take_timing(coordinator)?;
+            let end = take_timing(coordinator)?;
             let buffers = &mut slots.device[slot];
             let n = *elements as u64;
             coordinator.queue_compute_with(&deps, |stream| {
@@ -611,7 +615,7 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
                 }
                 end.record(stream)
             })?;
-            timing.pending.push_back((start, end));
+            timing.pending.push((start, end));
             report.computed = Some(batch);
             *computed += 1;
         }
@@ -621,23 +625,24 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
         Ok(report)
     }
 
-    fn timing_event(&mut self) -> Result<Event> {
-        take_timing(&mut self.timing, &self.coordinator)
+    fn timing_event(&mut self) -> Result<PooledEvent> {
+        take_timing(&self.coordinator)
     }
 
-    /// Fold finished batches' timings into the statistics (never blocks).
+    /// Fold finished batches' timings into the statistics (never blocks):
+    /// the prefix of the trail the GPU has passed. Their events go back to
+    /// the pool as they are dropped.
     fn harvest(&mut self) -> Result<()> {
-        while let Some((start, end)) = self.timing.pending.front() {
-            if !end.query()? {
-                break;
+        let t = &mut self.timing;
+        let passed = t
+            .pending
+            .passed(TrailSearch::Exact, |(_, end)| Some(&**end))?;
+        for (start, end) in t.pending.take_front(passed) {
+            t.busy += Event::elapsed(&start, &end)?;
+            if let Some(wall_start) = &t.wall_start {
+                t.wall = Event::elapsed(wall_start, &end)?;
             }
-            self.timing.busy += Event::elapsed(start, end)?;
-            if let Some(wall_start) = &self.timing.wall_start {
-                self.timing.wall = Event::elapsed(wall_start, end)?;
-            }
-            self.timing.iterations += 1;
-            let (start, end) = self.timing.pending.pop_front().expect("front exists");
-            self.timing.spare.extend([start, end]);
+            t.iterations += 1;
         }
         Ok(())
     }
@@ -670,14 +675,10 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     /// flight are not counted.
     pub fn reset_stats(&mut self) {
         let t = &mut self.timing;
-        let old: Vec<Event> = t
-            .pending
-            .drain(..)
-            .flat_map(|(s, e)| [s, e])
-            .chain(t.wall_start.take())
-            .collect();
-        // Pending ones may still be in flight; re-recording them later is fine.
-        t.spare.extend(old);
+        // Pending ones may still be in flight; the pool hands them out again
+        // only to be re-recorded, which is fine.
+        t.pending.take_all();
+        t.wall_start = None;
         t.iterations = 0;
         t.busy = Duration::ZERO;
         t.wall = Duration::ZERO;
@@ -728,11 +729,13 @@ impl<T: DeviceCopy> fmt::Debug for PipelineStageManager<T> {
     }
 }
 
-fn take_timing(timing: &mut Timing, coordinator: &AsyncCoordinator) -> Result<Event> {
-    match timing.spare.pop() {
-        Some(event) => Ok(event),
-        None => Ok(Event::timing(coordinator.context())?),
-    }
+/// A timing event from the context's pool (through the compute stream's
+/// handle on it: no lock).
+fn take_timing(coordinator: &AsyncCoordinator) -> Result<PooledEvent> {
+    Ok(coordinator
+        .compute_stream()
+        .event_pool()
+        .acquire_event(true)?)
 }
 
 fn not_input(id: BufferId) -> Error {

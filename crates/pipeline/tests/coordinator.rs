@@ -150,13 +150,14 @@ fn errors_name_the_operation() {
             &[OperationId(42)],
         )
         .unwrap_err();
+    // The graph's one check of dependencies names the unknown one.
     assert!(
         matches!(
             err,
-            Error::UnknownOperation {
-                id: OperationId(42),
-                next: OperationId(1)
-            }
+            Error::Graph(engine::Error::UnknownDependency {
+                dependency: OperationId(42),
+                ..
+            })
         ),
         "{err}"
     );
@@ -169,12 +170,54 @@ fn errors_name_the_operation() {
         })
     ));
     let err = coordinator.queue_upload(&[1.0; 3], &mut x).unwrap_err();
+    // The driver's one length check, naming both lengths.
+    assert!(
+        matches!(
+            err,
+            Error::Driver(driver::Error::SizeMismatch {
+                expected: 8,
+                actual: 3,
+                ..
+            })
+        ),
+        "{err}"
+    );
     assert!(
         err.to_string()
-            .contains("holds 8 element(s) but the host side holds 3"),
+            .contains("the destination holds 8 element(s) but the source holds 3"),
         "{err}"
     );
     // Nothing was queued by the failures.
     assert_eq!(coordinator.pending_count(), 0);
     coordinator.synchronize_all().unwrap();
+}
+
+#[test]
+fn work_after_reported_operations_waits_for_nothing() {
+    let ctx = ctx();
+    let mut coordinator = AsyncCoordinator::new(&ctx).unwrap();
+    let mut buffer = DeviceBuffer::<f32>::new(&ctx, 64).unwrap();
+    let mut host = PinnedBuffer::<f32>::new(&ctx, 64).unwrap();
+    let upload = coordinator.queue_upload(&[2.0; 64], &mut buffer).unwrap();
+    coordinator.synchronize_all().unwrap();
+    let reported: Vec<OperationId> = coordinator
+        .poll()
+        .unwrap()
+        .iter()
+        .map(|op| op.op_id)
+        .collect();
+    assert_eq!(reported, [upload]);
+    // A download after the reported upload (explicitly and implicitly): the
+    // GPU passed it, so the download stream gets the copy and no wait.
+    let download_stream = coordinator.download_stream().clone();
+    let before = download_stream.operation_count();
+    coordinator
+        .queue_download_after(&buffer, &mut host, &[upload])
+        .unwrap();
+    assert_eq!(
+        download_stream.operation_count() - before,
+        1,
+        "a wait was enqueued"
+    );
+    assert_eq!(host.as_slice().unwrap(), &[2.0; 64]);
 }

@@ -10,7 +10,7 @@
 use crate::cupti::CuptiBackend;
 use crate::error::Result;
 use driver::{Context, Event, Stream};
-use events::{EventPool, PooledEvent};
+use driver::{EventPool, PooledEvent};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};

@@ -24,9 +24,6 @@ pub enum Error {
     /// A call into the allocator failed (in code that tracks its memory).
     #[error(transparent)]
     Allocator(#[from] allocator::Error),
-    /// The event pool could not hand out a timing event.
-    #[error(transparent)]
-    Events(#[from] events::Error),
     /// A stream from another context than the profiler's event pool.
     #[error(
         "stream {stream} belongs to context {found}, but the profiler's event pool belongs to context {expected}"

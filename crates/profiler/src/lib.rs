@@ -2,7 +2,7 @@
 //! and a Chrome-trace timeline that Perfetto opens.
 //!
 //! Times come from timing events recorded on the streams (GPU time, not host
-//! guesses), taken from an [`events::EventPool`], resolved without stalling
+//! guesses), taken from an [`driver::EventPool`], resolved without stalling
 //! the streams, on one timeline shared by every stream. A scope counts its
 //! own work only: it starts at its first work item, after the waits that
 //! order it on other streams, and shares one boundary event with the scope

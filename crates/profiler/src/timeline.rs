@@ -4,9 +4,8 @@
 use crate::clock::{Clock, Mark, Shared};
 use crate::cupti::{ClosedScope, StreamKey, WatchId};
 use crate::error::{Error, Result};
-use driver::{Stream, StreamMetrics, WorkObserver};
+use driver::{CompletionTrail, Stream, StreamMetrics, TrailSearch, WorkObserver};
 use std::borrow::Cow;
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -26,6 +25,11 @@ struct PendingOp {
     not_before: Option<Instant>,
     end: Arc<Mark>,
     depth: u32,
+}
+
+/// The event that completes `op` on its stream's trail.
+fn end_of(op: &PendingOp) -> Option<&driver::Event> {
+    Some(&op.end.event)
 }
 
 /// Where a scope's work starts: set by the stream's [`WorkObserver`] call
@@ -281,7 +285,9 @@ pub(crate) struct StreamState {
     awaiting: Option<Arc<StartCell>>,
     /// A failure of the work observer, returned by the next close.
     observer_error: Option<Error>,
-    pending: VecDeque<PendingOp>,
+    /// Closed operations in the order of their end marks: the stream's
+    /// completion trail.
+    pending: CompletionTrail<PendingOp>,
     /// CUPTI backend: when the scopes open now opened (CUPTI's clock).
     pub(crate) cupti_open: Vec<u64>,
     /// CUPTI backend: closed scopes waiting for their records.
@@ -363,7 +369,7 @@ impl StreamState {
         depth: u32,
         clock: &Clock,
     ) -> Result<()> {
-        self.pending.push_back(PendingOp {
+        self.pending.push(PendingOp {
             name,
             start: start.mark,
             not_before: start.not_before,
@@ -380,32 +386,19 @@ impl StreamState {
     }
 
     /// Turn the operations the GPU has finished into `TimedOp`s and give their
-    /// events back. With `block`, first wait for the last one (the host waits;
-    /// the stream does not).
+    /// events back. With `block`, first wait for the last one (the host waits,
+    /// through the reactor; the stream does not).
     pub(crate) fn resolve(&mut self, clock: &Clock, block: bool) -> Result<()> {
-        let Some(last) = self.pending.back() else {
+        if self.pending.is_empty() {
             return Ok(());
-        };
-        // Operations end in stream order, so when the last has completed all
-        // have, and one query covers the batch.
+        }
+        // Operations end in stream order: the trail finds the finished
+        // prefix with a handful of queries, not one per operation.
         let ready = if block {
-            last.end.event.synchronize()?;
-            self.pending.len()
-        } else if last.end.event.query()? {
+            self.pending.wait_for(usize::MAX, end_of)?;
             self.pending.len()
         } else {
-            // The finished operations are a prefix: find its end with a
-            // binary search (a handful of queries, not one per operation).
-            let (mut done, mut not_done) = (0, self.pending.len() - 1);
-            while done < not_done {
-                let mid = done + (not_done - done) / 2;
-                if self.pending[mid].end.event.query()? {
-                    done = mid + 1;
-                } else {
-                    not_done = mid;
-                }
-            }
-            done
+            self.pending.passed(TrailSearch::Exact, end_of)?
         };
         for _ in 0..ready {
             // The start precedes the end on the same stream, so it completed too.
@@ -418,7 +411,7 @@ impl StreamState {
             };
             let start_ns = self.resolve_mark(clock, &start)?;
             let end_ns = self.resolve_mark(clock, &end)?;
-            let Some(op) = self.pending.pop_front() else {
+            let Some(op) = self.pending.take_front(1).next() else {
                 break;
             };
             // A shared start: the work began no earlier than it was enqueued.

@@ -4,8 +4,8 @@
 mod support;
 
 use cuda_streams_profiler::StreamProfiler;
+use driver::EventPool;
 use driver::{DeviceBuffer, PinnedBuffer, Stream};
-use events::EventPool;
 use std::sync::Arc;
 use std::time::Duration;
 use support::{XorShift, ctx, fill, kernel};

@@ -4,10 +4,14 @@
 
 use crate::error::{Error, Result, StreamFailure};
 use driver::Stream;
-use engine::{BranchError, Op, OperationGraph, OperationType};
+use engine::{BranchError, OperationGraph, OperationType};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+/// The label of a completion callback's operation, by which the graph's
+/// operations in flight are told apart from others on the same stream.
+const CALLBACK_LABEL: &str = "completion callback";
 
 /// Dependencies, barriers, parallel execution and completion callbacks over a
 /// fixed set of streams: a view on one [`OperationGraph`]
@@ -41,11 +45,9 @@ use std::sync::{Arc, Mutex};
 pub struct MultiStreamCoordinator {
     streams: Vec<Arc<Stream>>,
     position: HashMap<u64, usize>,
-    /// `None` until the first stream gives it a context.
+    /// `None` until the first stream gives it a context. What is in flight
+    /// (completion callbacks included) is the graph's to say.
     graph: Option<Arc<OperationGraph>>,
-    /// Per stream, the completion-callback operations the GPU may not have
-    /// passed yet.
-    callbacks: Vec<Mutex<Vec<Op>>>,
 }
 
 impl MultiStreamCoordinator {
@@ -93,7 +95,6 @@ impl MultiStreamCoordinator {
             streams: Vec::new(),
             position: HashMap::new(),
             graph,
-            callbacks: Vec::new(),
         };
         for stream in streams {
             coordinator.add_stream(stream);
@@ -112,7 +113,6 @@ impl MultiStreamCoordinator {
         }
         self.position.insert(id, self.streams.len());
         self.streams.push(stream);
-        self.callbacks.push(Mutex::default());
     }
 
     /// The coordinated streams, in the order given.
@@ -271,47 +271,36 @@ impl MultiStreamCoordinator {
     where
         F: FnOnce() + Send + 'static,
     {
-        let index = self.index_of(stream)?;
-        let op = self
+        self.index_of(stream)?;
+        // The graph keeps the operation until the GPU has passed it, and
+        // its event goes back to the pool then.
+        let _op = self
             .engine(stream)?
             .op(stream)
             .kind(OperationType::Synchronization)
-            .label("completion callback")
+            .label(CALLBACK_LABEL)
             .run(|s| s.add_callback(f))?;
-        let mut ops = lock(&self.callbacks[index]);
-        // Drop the finished ones at the front (operations on one stream
-        // finish in order), so the list stays as long as the callbacks in
-        // flight and their events go back to the pool.
-        let finished = ops
-            .iter()
-            .take_while(|op| op.is_done().unwrap_or(false))
-            .count();
-        ops.drain(..finished);
-        ops.push(op);
         Ok(())
     }
 
-    /// Completion callbacks added on `stream` that have not finished yet
-    /// (their operations the GPU has not passed).
+    /// Completion callbacks added on `stream` that have not finished yet:
+    /// the graph's callback operations in flight there (its completion
+    /// trail). On a graph shared with other views, their completion
+    /// callbacks on `stream` count too.
     pub fn pending_callbacks(&self, stream: &Stream) -> Result<usize> {
-        let mut ops = lock(&self.callbacks[self.index_of(stream)?]);
-        let mut failed = None;
-        ops.retain(|op| match op.is_done() {
-            Ok(done) => !done,
-            Err(err) => {
-                failed.get_or_insert(err);
-                true
-            }
-        });
-        if let Some(err) = failed {
-            return Err(err.into());
-        }
-        Ok(ops.len())
+        self.index_of(stream)?;
+        let graph = self.engine(stream)?;
+        let callbacks = graph
+            .in_flight(stream)
+            .into_iter()
+            .filter_map(|id| graph.metadata(id))
+            .filter(|meta| {
+                meta.operation_type == OperationType::Synchronization
+                    && meta.description == CALLBACK_LABEL
+            })
+            .count();
+        Ok(callbacks)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl fmt::Debug for MultiStreamCoordinator {

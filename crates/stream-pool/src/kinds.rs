@@ -22,9 +22,9 @@ use std::fmt;
 /// *Live work* is asked of the driver, not counted on the host: the candidates
 /// are queried (`cuStreamQuery`) from a rotating start and the first idle one
 /// wins; when all are busy, the one with the fewest operations enqueued since
-/// the last point an event showed it had passed wins (each busy candidate
-/// carries one probe event, re-recorded when it completes). So a stream busy
-/// with one long kernel is avoided even though it was handed out only once.
+/// a query last found it idle wins. Looking enqueues nothing on the
+/// candidates (no probe events). So a stream busy with one long kernel is
+/// avoided even though it was handed out only once.
 ///
 /// ```
 /// use cuda_streams_stream_pool::driver::Context;

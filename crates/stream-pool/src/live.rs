@@ -1,58 +1,35 @@
 //! Live state from the driver: which streams are idle, how much work the busy
 //! ones still hold, and waiting for one to become idle.
+//!
+//! Looking never enqueues: the getters only query (`cuStreamQuery`). Waiting
+//! goes through the context's reactor, never a sleep loop.
 
 use crate::error::Result;
 use crate::layout::Span;
 use crate::pool::{Slot, StreamPool};
-use driver::{Event, Stream, StreamPriority};
+use driver::{Completion, Stream, StreamPriority};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// The first sleep between query rounds of `wait_for_any_ready`.
-const FIRST_BACKOFF: Duration = Duration::from_micros(20);
-/// The longest sleep between query rounds: the most a ready stream is noticed late.
-const MAX_BACKOFF: Duration = Duration::from_millis(1);
+use std::time::Duration;
 
 /// What the pool has seen a stream pass.
 ///
 /// `passed` is a count of the stream's operations (its
 /// `StreamMetrics::operations_count`) known to be finished: set when a query
-/// finds the stream idle, or when the probe event recorded after that many
-/// operations completes. Operations enqueued minus `passed` is the live work.
+/// finds the stream idle. Operations enqueued minus `passed` is the live
+/// work of a busy stream: the work enqueued since it was last seen idle, an
+/// upper bound, learned without enqueueing anything on a stream the caller
+/// only meant to look at.
 #[derive(Default)]
 pub(crate) struct Probe {
     passed: AtomicU64,
-    marker: Mutex<Option<(Event, u64)>>,
 }
 
 impl Probe {
-    /// Work still ahead on a busy stream that had `enqueued` operations:
-    /// advances `passed` when the marker has completed and moves the marker
-    /// to the stream's current end. At least 1 (the stream is busy).
-    fn busy_load(&self, stream: &Stream, enqueued: u64) -> u64 {
-        // A getter never waits on another: when the marker is being moved,
-        // the last known `passed` is good enough.
-        if let Ok(mut marker) = self.marker.try_lock() {
-            let done = match &*marker {
-                Some((event, ops)) => event.query().ok().map(|finished| (finished, *ops)),
-                None => Some((true, self.passed.load(Relaxed))),
-            };
-            if let Some((true, ops)) = done {
-                self.passed.fetch_max(ops, Relaxed);
-                *marker = Self::remark(marker.take(), stream, enqueued);
-            }
-        }
+    /// Work still ahead on a busy stream that had `enqueued` operations: at
+    /// least 1 (the stream is busy).
+    fn busy_load(&self, enqueued: u64) -> u64 {
         enqueued.saturating_sub(self.passed.load(Relaxed)).max(1)
-    }
-
-    fn remark(old: Option<(Event, u64)>, stream: &Stream, enqueued: u64) -> Option<(Event, u64)> {
-        let event = match old {
-            Some((event, _)) => event,
-            None => Event::plain(stream.context()).ok()?,
-        };
-        event.record(stream).ok()?;
-        Some((event, enqueued))
     }
 }
 
@@ -67,7 +44,7 @@ impl StreamPool {
             probe.passed.fetch_max(enqueued, Relaxed);
             return Some(0);
         }
-        Some(probe.busy_load(stream, enqueued))
+        Some(probe.busy_load(enqueued))
     }
 
     /// `span`'s slots from a rotating start, so equal candidates take turns.
@@ -132,32 +109,30 @@ impl StreamPool {
         Ok(ready)
     }
 
-    /// Wait until some shared stream is idle and return it, or `Ok(None)`
-    /// when `timeout` passes first (`None`: wait as long as it takes).
+    /// Wait until some shared stream has finished the work enqueued on it
+    /// before this call and return it, or `Ok(None)` when `timeout` passes
+    /// first (`None`: wait as long as it takes).
     ///
-    /// Between query rounds the thread sleeps, 20 µs at first and doubling
-    /// up to 1 ms, so a long wait costs almost no CPU; a stream that becomes
-    /// idle is noticed at most about 1 ms late.
+    /// An idle stream is returned at once (queries only). Otherwise each
+    /// stream gets a mark (one pooled event) and the thread parks until the
+    /// context's reactor sees the first of them pass: no polling, no sleep,
+    /// and the ready stream is noticed when the reactor wakes.
     pub fn wait_for_any_ready(&self, timeout: Option<Duration>) -> Result<Option<Arc<Stream>>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            for index in self.rotated(self.all()) {
-                let slot = &self.slots[index];
-                if slot.stream.query()? {
-                    return Ok(Some(Arc::clone(&slot.stream)));
-                }
+        let order: Vec<usize> = self.rotated(self.all()).collect();
+        for &index in &order {
+            let slot = &self.slots[index];
+            if slot.stream.query()? {
+                return Ok(Some(Arc::clone(&slot.stream)));
             }
-            let mut sleep = backoff;
-            if let Some(deadline) = deadline {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(None);
-                }
-                sleep = sleep.min(left);
-            }
-            std::thread::sleep(sleep);
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+        let mut waits = order
+            .iter()
+            .map(|&index| Ok(self.slots[index].stream.mark()?.wait_async()?))
+            .collect::<Result<Vec<Completion>>>()?;
+        match Completion::wait_any(&mut waits, timeout) {
+            Ok(Some(k)) => Ok(Some(Arc::clone(&self.slots[order[k]].stream))),
+            Ok(None) => Ok(None),
+            Err((_, err)) => Err(err.into()),
         }
     }
 }

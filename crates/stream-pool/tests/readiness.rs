@@ -1,4 +1,5 @@
-//! Ready streams are idle streams, asked of the driver; waiting sleeps.
+//! Ready streams are idle streams, asked of the driver; waiting parks
+//! until the context's reactor sees a stream pass.
 
 mod support;
 
@@ -117,6 +118,37 @@ fn waiting_does_not_hold_a_core() {
         "waiting {wall:?} used {cpu:?} of CPU: it should sleep between queries"
     );
     for stream in pool.streams() {
+        stream.synchronize().unwrap();
+    }
+}
+
+#[test]
+fn waiting_goes_through_the_reactor() {
+    let _serial = serial();
+    let ctx = ctx();
+    let spinner = spin_kernel(&ctx);
+    let pool = StreamPool::new(&ctx, 2).unwrap();
+    let streams: Vec<_> = pool.streams().cloned().collect();
+    spin(&streams[0], &spinner, Duration::from_millis(600));
+    spin(&streams[1], &spinner, Duration::from_millis(100));
+    let before = ctx.reactor().stats();
+    let ready = pool
+        .wait_for_any_ready(Some(HANG))
+        .unwrap()
+        .expect("one ends within the timeout");
+    assert_eq!(ready.id(), streams[1].id(), "the shorter spin ends first");
+    let after = ctx.reactor().stats();
+    // One wait per busy stream: the one that woke the thread completed, the
+    // other was dropped (cancelled) when the call returned.
+    assert!(
+        after.completed > before.completed,
+        "{before:?} -> {after:?}"
+    );
+    assert!(
+        after.cancelled > before.cancelled,
+        "{before:?} -> {after:?}"
+    );
+    for stream in &streams {
         stream.synchronize().unwrap();
     }
 }

@@ -14,10 +14,10 @@ pub use metrics::CoordinatorMetrics;
 
 use crate::error::{Error, Result};
 use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
+use driver::TrailSearch;
 use driver::{Context, Stream};
 use driver::{EventPool, PooledEvent};
 use metrics::Counters;
-use retire::Sweep;
 use smallvec::SmallVec;
 use stamp::{Clock, Stamp};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -370,18 +370,29 @@ impl OperationGraph {
         };
         let outcome = outcome.map_err(|err| (err, meta.label.clone()));
         let completing = started.map(|_| Instant::now());
-        let event = match self.completion_event(stream) {
-            Ok(event) => Arc::new(event),
-            Err(err) => {
-                // Its work may be enqueued, but without a completion event
-                // nothing could wait for it: the operation never enters.
-                self.table().abandon_next();
-                return Err(err);
-            }
-        };
         let stream_id = stream.id();
-        let (id, sweep_due) = {
+        // A spare from the table (its own pool's: a stream of another device
+        // records an event of its own context) saves the pool and the `Arc`.
+        let own_pool = Arc::ptr_eq(self.pool.context(), stream.context());
+        let (id, sweep_due, event) = {
             let mut table = self.table();
+            let spare = if own_pool {
+                table.spare_events.pop()
+            } else {
+                None
+            };
+            let event = match spare {
+                Some(event) => event,
+                None => match self.completion_event(stream) {
+                    Ok(event) => Arc::new(event),
+                    Err(err) => {
+                        // Its work may be enqueued, but without a completion
+                        // event nothing could wait for it: it never enters.
+                        table.abandon_next();
+                        return Err(err);
+                    }
+                },
+            };
             // Recorded under the lock, so each stream's retirement queue is
             // in record order.
             if let Err(err) = event.record(stream) {
@@ -409,10 +420,10 @@ impl OperationGraph {
                 done: None,
             });
             table.completed += 1;
-            (id, table.queue(stream, id))
+            (id, table.queue(stream, id), event)
         };
         if sweep_due {
-            self.sweep(stream_id, Sweep::Cheap);
+            self.sweep(stream_id, TrailSearch::Guess);
         }
         if let (Some(registered), Some(completing)) = (registered, completing) {
             self.counters
@@ -482,7 +493,7 @@ impl OperationGraph {
             self.schedule_callbacks(id, &stream, &event, callbacks, done);
         }
         if sweep_due {
-            self.sweep(stream.id(), Sweep::Cheap);
+            self.sweep(stream.id(), TrailSearch::Guess);
         }
         Ok(event)
     }
@@ -580,6 +591,12 @@ impl OperationGraph {
         }
         run_callbacks(id, callbacks, &self.counters);
         Ok(())
+    }
+
+    /// The id the next operation registered will get: every id below it
+    /// was issued (to an operation, or to a registration that failed).
+    pub fn next_id(&self) -> OperationId {
+        OperationId(self.table().next_id())
     }
 
     /// Where `id` is, or `None` for an id this coordinator never issued.

@@ -1,24 +1,21 @@
 //! Retirement: completed operations are dropped once the GPU has passed their
 //! completion event, so a long-running coordinator stays small.
 //!
-//! Each stream keeps its completed operations in record order (the event is
-//! recorded under the table's lock), and events on one stream complete in
-//! that order, so a sweep finds how far the GPU got with a few
-//! `cuEventQuery`s, every `SWEEP_EVERY` completions on a stream. A query
-//! costs about 0.25 µs on the H200 machine, as much as taking eight
-//! operations out of the table, so the automatic sweeps guess rather than
-//! bisect: each stream remembers how many operations the GPU trailed by at
-//! its last sweep, queries the one that far back from the newest, and
-//! retires up to it when the GPU has passed it (one query while the guess
-//! holds); when it has not, it looks twice as far back, and so on. What the
-//! GPU passed beyond the guess waits for the next sweep.
+//! Each stream keeps its completed operations in its completion trail (the
+//! driver's [`driver::CompletionTrail`]; the event is recorded under the
+//! table's lock, so the trail is in record order), and a sweep asks the
+//! trail how far the GPU got, every `SWEEP_EVERY` completions on a stream.
+//! A query costs about 0.25 µs on the H200 machine, as much as taking eight
+//! operations out of the table, so the automatic sweeps ask the trail to
+//! guess ([`TrailSearch::Guess`]: one query while its guess holds) and leave
+//! what the GPU passed beyond the guess to the next sweep.
 //! [`OperationGraph::retire_completed`] retires exactly what the GPU has
-//! passed: the newest, else the oldest, then a bisection.
+//! passed ([`TrailSearch::Exact`]).
 
 use super::OperationGraph;
 use super::table::Table;
 use crate::operation::OperationId;
-use driver::PooledEvent;
+use driver::{PooledEvent, TrailSearch};
 
 /// Whether the GPU has passed `event`; a failed query counts as "not yet".
 fn passed(id: OperationId, event: &PooledEvent) -> bool {
@@ -31,92 +28,75 @@ fn passed(id: OperationId, event: &PooledEvent) -> bool {
     })
 }
 
-/// How thorough a sweep is.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Sweep {
-    /// Every operation the GPU has passed ([`OperationGraph::retire_completed`]).
-    All,
-    /// The automatic sweep, on the hot path: from the stream's guess of how
-    /// far the GPU trails, so those it passed beyond it may wait.
-    Cheap,
-}
-
-/// How many of a stream's queued operations, from the front, a sweep
-/// retires (all of them the GPU has passed for [`Sweep::All`]), and how far
-/// the GPU trailed the newest, for the stream's next cheap sweep.
-fn passed_count(table: &Table, stream_id: u64, sweep: Sweep) -> (usize, usize) {
+/// How many of a stream's queued operations, from the front, the GPU has
+/// passed, by its trail's `search`.
+fn passed_count(table: &Table, stream_id: u64, search: TrailSearch) -> usize {
     let Some(lane) = table.lanes.get(&stream_id) else {
-        return (0, 0);
+        return 0;
     };
-    let queue = &lane.queue;
     // Every queued operation is live and has its completion event (it leaves
-    // the table only through this queue); one missing counts as passed.
-    let passed_at = |i: usize| {
-        let id = queue[i];
-        table
+    // the table only through this trail); one missing counts as passed.
+    let counted = lane.trail.passed_by(search, |&id| {
+        Ok(table
             .get(id)
             .and_then(|op| op.completion.as_ref())
-            .is_none_or(|event| passed(id, event))
-    };
-    let len = queue.len();
-    if len == 0 {
-        return (0, 0);
-    }
-    if sweep == Sweep::Cheap {
-        // Query `back` places before the newest; further back while not passed.
-        let mut back = lane.trail.min(len - 1);
-        loop {
-            let at = len - 1 - back;
-            if passed_at(at) {
-                // Next time, start a little nearer the newest, so the guess
-                // follows a GPU that catches up.
-                return (at + 1, back - back / 4);
-            }
-            if at == 0 {
-                return (0, len);
-            }
-            back = (2 * back + 1).min(len - 1);
-        }
-    }
-    if passed_at(len - 1) {
-        return (len, 0);
-    }
-    if !passed_at(0) {
-        return (0, len);
-    }
-    // queue[lo] passed, queue[hi] not: find the first not passed.
-    let (mut lo, mut hi) = (0, len - 1);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if passed_at(mid) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    (hi, len - hi)
+            .is_none_or(|event| passed(id, event)))
+    });
+    counted.unwrap_or(0)
 }
 
 impl OperationGraph {
     /// Drop every completed operation the GPU has passed. A dependency on a
     /// retired operation is satisfied, so nothing needs them any more.
     /// Returns how many were retired. Runs by itself every few completions
-    /// per stream; call it to trim the coordinator now.
+    /// per stream; call it to trim the coordinator now (the completion
+    /// events kept for the next operations go back to the pool too).
     pub fn retire_completed(&self) -> usize {
         let streams: Vec<u64> = self.table().lanes.keys().copied().collect();
-        streams
+        let retired = streams
             .into_iter()
-            .map(|stream| self.sweep(stream, Sweep::All))
-            .sum()
+            .map(|stream| self.sweep(stream, TrailSearch::Exact))
+            .sum();
+        // Returned to the pool outside the lock.
+        let spares = std::mem::take(&mut self.table().spare_events);
+        drop(spares);
+        retired
+    }
+
+    /// The completed operations on `stream` that the GPU has not passed
+    /// yet, in stream order (its completion trail, searched exactly). A
+    /// failed query counts as not passed.
+    ///
+    /// ```
+    /// use cuda_streams_engine::OperationGraph;
+    /// use cuda_streams_engine::driver::{Context, Stream};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let graph = OperationGraph::for_context(&ctx);
+    /// let op = graph.op(&stream).run(|_| Ok(()))?;
+    /// op.wait()?;
+    /// assert!(graph.in_flight(&stream).is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn in_flight(&self, stream: &driver::Stream) -> Vec<OperationId> {
+        let table = self.table();
+        let passed = passed_count(&table, stream.id(), TrailSearch::Exact);
+        table
+            .lanes
+            .get(&stream.id())
+            .map(|lane| lane.trail.iter().skip(passed).copied().collect())
+            .unwrap_or_default()
     }
 
     /// Retire the completed operations of one stream that the GPU has
     /// passed ([`passed_count`]).
-    pub(super) fn sweep(&self, stream_id: u64, sweep: Sweep) -> usize {
+    pub(super) fn sweep(&self, stream_id: u64, search: TrailSearch) -> usize {
         let (retired, released) = {
             let mut table = self.table();
-            let (count, trail) = passed_count(&table, stream_id, sweep);
-            table.retire_front(stream_id, count, trail)
+            let count = passed_count(&table, stream_id, search);
+            table.retire_front(stream_id, count, &self.pool)
         };
         // Their streams and events are let go of here, outside the lock.
         drop(released);

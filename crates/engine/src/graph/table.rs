@@ -16,7 +16,7 @@ use super::Op;
 use super::hash::IdBuild;
 use crate::error::{Error, Result};
 use crate::operation::OperationId;
-use driver::{PooledEvent, Stream};
+use driver::{CompletionTrail, EventPool, PooledEvent, Stream};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -26,6 +26,10 @@ const RING_LIMIT: usize = 4096;
 
 /// How many completions on one stream between two sweeps of that stream.
 pub(super) const SWEEP_EVERY: u32 = 32;
+
+/// The most completion events kept for the next builder operations
+/// ([`Table::spare_events`]): two sweeps' worth.
+const SPARE_EVENTS_LIMIT: usize = 2 * SWEEP_EVERY as usize;
 
 /// The longest retirement queue (in slots) kept for the next stream's lane.
 const SPARE_QUEUE_LIMIT: usize = 1024;
@@ -47,14 +51,14 @@ enum Slot {
 }
 
 /// Completed operations of one stream, in the order their completion events
-/// were recorded (under the table's lock), so in the order the GPU passes them.
-/// The lane holds the stream while it has operations queued, and goes when
-/// it has none.
+/// were recorded (under the table's lock), so in the order the GPU passes
+/// them: the stream's completion trail (the driver's [`CompletionTrail`],
+/// by the operations' completion events, which the table holds). The lane
+/// holds the stream while it has operations queued, and goes when it has
+/// none.
 pub(super) struct Lane {
-    pub(super) queue: VecDeque<OperationId>,
+    pub(super) trail: CompletionTrail<OperationId>,
     since_sweep: u32,
-    /// How many operations the GPU trailed the newest by at the last sweep.
-    pub(super) trail: usize,
     stream: Arc<Stream>,
 }
 
@@ -74,6 +78,13 @@ pub(super) struct Table {
     /// next lane: a stream whose sweeps keep up empties its lane at every
     /// sweep, and would otherwise grow a new queue from nothing each time.
     spare_queue: VecDeque<OperationId>,
+    /// Completion events of retired operations that nothing else held
+    /// (no `Op` handle, no callback), from the graph's own pool, kept with
+    /// their `Arc` for the next builder operations: an operation then costs
+    /// neither the `Arc`'s allocation nor a trip through the pool. The GPU
+    /// has passed them, and a wait takes an event's state when it is
+    /// enqueued, so recording one again changes no earlier wait.
+    pub(super) spare_events: Vec<Arc<PooledEvent>>,
     live: usize,
     pub(super) total: u64,
     pub(super) completed: u64,
@@ -91,6 +102,7 @@ impl Default for Table {
             abandoned: HashSet::default(),
             lanes: HashMap::default(),
             spare_queue: VecDeque::new(),
+            spare_events: Vec::new(),
             live: 0,
             total: 0,
             completed: 0,
@@ -120,6 +132,11 @@ impl Table {
         self.abandoned.insert(id);
         self.trim();
         id
+    }
+
+    /// The id the next operation will be issued.
+    pub(super) fn next_id(&self) -> u64 {
+        self.next_id
     }
 
     /// The next position in begin order.
@@ -231,12 +248,11 @@ impl Table {
     pub(super) fn queue(&mut self, stream: &Stream, id: OperationId) -> bool {
         let spare = &mut self.spare_queue;
         let lane = self.lanes.entry(stream.id()).or_insert_with(|| Lane {
-            queue: std::mem::take(spare),
+            trail: CompletionTrail::from_entries(std::mem::take(spare)),
             since_sweep: 0,
-            trail: 0,
             stream: stream.to_arc(),
         });
-        lane.queue.push_back(id);
+        lane.trail.push(id);
         lane.since_sweep += 1;
         let due = lane.since_sweep >= SWEEP_EVERY;
         if due {
@@ -253,7 +269,9 @@ impl Table {
     }
 
     /// Take the first `count` queued operations of a stream out of the
-    /// graph, and note that the GPU trailed its newest by `trail`. Each is
+    /// graph. Completion events only the table held, from `pool` when it
+    /// has no cap (a capped pool's events are not held back from its other
+    /// users), are kept as spares (up to [`SPARE_EVENTS_LIMIT`]). Each is
     /// dropped here except its stream and completion event, which the caller
     /// drops once the lock is released: a stream's last handle destroys it,
     /// which can wait for the device, and a completion callback running
@@ -263,26 +281,38 @@ impl Table {
         &mut self,
         stream_id: u64,
         count: usize,
-        trail: usize,
+        pool: &Arc<EventPool>,
     ) -> (usize, ReleasedList) {
         let Some(lane) = self.lanes.get_mut(&stream_id) else {
             return (0, ReleasedList::new());
         };
-        lane.trail = trail;
-        let mut queue = std::mem::take(&mut lane.queue);
-        let taken = count.min(queue.len());
+        let mut trail = std::mem::take(&mut lane.trail);
         let mut released = ReleasedList::new();
-        for id in queue.drain(..taken) {
+        let keep_spares = pool.capacity_limit() == usize::MAX;
+        for id in trail.take_front(count) {
             if let Some(op) = self.remove(id) {
+                let event = op.completion.and_then(|mut event| {
+                    let reusable = keep_spares
+                        && self.spare_events.len() < SPARE_EVENTS_LIMIT
+                        && Arc::get_mut(&mut event).is_some()
+                        && Arc::ptr_eq(event.pool(), pool);
+                    if reusable {
+                        self.spare_events.push(event);
+                        None
+                    } else {
+                        Some(event)
+                    }
+                });
                 released.push(Released {
                     _stream: op.stream,
-                    _event: op.completion,
+                    _event: event,
                 });
             }
         }
         let retired = released.len();
         self.retired += retired as u64;
-        if queue.is_empty() {
+        if trail.is_empty() {
+            let queue = trail.into_entries();
             // A queue grown long by a stream far behind is not kept.
             if queue.capacity() <= SPARE_QUEUE_LIMIT {
                 self.spare_queue = queue;
@@ -294,7 +324,7 @@ impl Table {
                 });
             }
         } else if let Some(lane) = self.lanes.get_mut(&stream_id) {
-            lane.queue = queue;
+            lane.trail = trail;
         }
         self.trim();
         (retired, released)
