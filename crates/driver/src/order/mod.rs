@@ -1018,6 +1018,9 @@ mod tests {
     #[test]
     fn auto_does_not_take_a_wait_that_misses_an_in_flight_step_as_a_repair() {
         let ctx = Context::new(0).unwrap();
+        // The repair's mark learns the writer's clock only while the
+        // context tracks order at all (a GPU's default is `Off`).
+        let _policy = policy(&ctx, OrderPolicy::Check);
         let (writer, reader) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
         let touch = Touch {
             ctx: ctx.id(),
