@@ -25,7 +25,9 @@
 
 use collectives::{Communicator, Group, ReduceOp};
 use criterion::Criterion;
-use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
+use cuda_streams_benches::{
+    compare, criterion_summary, figure, per_call_pair, reps_for, run_criterion,
+};
 use driver::{Context, DeviceBuffer, DeviceMemory, Stream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,32 +69,6 @@ fn per_call(streams: &[&Stream], reps: usize, mut enqueue: impl FnMut()) -> f64 
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Seconds per call of `ours` and of `baseline`, as [`per_call`] but with
-/// their batches alternating (7 of each, the best of each kept), so that a
-/// drift of the machine during the run moves both sides alike.
-fn per_call_pair(
-    streams: &[&Stream],
-    reps: usize,
-    mut ours: impl FnMut(),
-    mut baseline: impl FnMut(),
-) -> (f64, f64) {
-    let sync = || Stream::synchronize_all(streams).expect("synchronize");
-    ours(); // warm-up: lazy set-up (NCCL channels, the buffers' first uses)
-    baseline();
-    sync();
-    let batch = |enqueue: &mut dyn FnMut()| {
-        let start = Instant::now();
-        for _ in 0..reps {
-            enqueue();
-        }
-        sync();
-        start.elapsed().as_secs_f64() / reps as f64
-    };
-    (0..7).fold((f64::INFINITY, f64::INFINITY), |(o, b), _| {
-        (o.min(batch(&mut ours)), b.min(batch(&mut baseline)))
-    })
-}
-
 /// One in-place Sum AllReduce of `bufs` over both ranks, in one group.
 fn group_all_reduce(
     comms: &[Communicator],
@@ -108,16 +84,6 @@ fn group_all_reduce(
         .all_reduce_in_place(&comms[1], &streams[1], b, ReduceOp::Sum)
         .unwrap();
     group.end().unwrap();
-}
-
-/// Calls per batch: 1000 for small messages (latency), about 4 GiB moved
-/// for large ones, at least 3.
-fn reps_for(bytes: usize) -> usize {
-    if bytes <= 64 << 10 {
-        1000
-    } else {
-        ((4usize << 30) / bytes).clamp(3, 1000)
-    }
 }
 
 fn sizes(gpu: bool, all: &[usize]) -> Vec<usize> {
@@ -212,6 +178,7 @@ fn all_reduces(t: &Two) {
         let (ours, raw_secs) = per_call_pair(
             &streams,
             reps,
+            7,
             || group_all_reduce(&comms, &t.streams, &mut bufs),
             raw,
         );
@@ -223,6 +190,7 @@ fn all_reduces(t: &Two) {
             per_call_pair(
                 &streams,
                 reps,
+                7,
                 || group_all_reduce(&comms, &t.streams, &mut plain),
                 raw,
             )

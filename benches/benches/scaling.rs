@@ -21,11 +21,10 @@
 //! copies are 16 MiB (a memmove says nothing of a GPU).
 
 use collectives::{Communicator, Group, ReduceOp};
-use cuda_streams_benches::{compare, figure};
+use cuda_streams_benches::{compare, figure, per_call_pair, reps_for};
 use driver::{Context, DeviceBuffer, DeviceMemory, Stream};
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::time::Instant;
 use sys::nccl::{ncclDataType_t, ncclRedOp_t};
 
 const MIB: usize = 1 << 20;
@@ -66,41 +65,6 @@ impl Devices {
 
     fn stream_refs(&self) -> Vec<&Stream> {
         self.streams.iter().map(|s| &**s).collect()
-    }
-}
-
-/// Seconds per call of `ours` and of `raw`, batches of `reps` calls
-/// between synchronisations of `streams`, alternating (5 of each, the best
-/// of each kept).
-fn per_call_pair(
-    streams: &[&Stream],
-    reps: usize,
-    mut ours: impl FnMut(),
-    mut raw: impl FnMut(),
-) -> (f64, f64) {
-    let sync = || Stream::synchronize_all(streams).expect("synchronize");
-    ours(); // warm-up: lazy set-up (NCCL channels, peer access)
-    raw();
-    sync();
-    let batch = |enqueue: &mut dyn FnMut()| {
-        let start = Instant::now();
-        for _ in 0..reps {
-            enqueue();
-        }
-        sync();
-        start.elapsed().as_secs_f64() / reps as f64
-    };
-    (0..5).fold((f64::INFINITY, f64::INFINITY), |(o, r), _| {
-        (o.min(batch(&mut ours)), r.min(batch(&mut raw)))
-    })
-}
-
-/// 1000 calls per batch for small messages, about 4 GiB moved for large ones.
-fn reps_for(bytes: usize) -> usize {
-    if bytes <= 64 << 10 {
-        1000
-    } else {
-        ((4usize << 30) / bytes).clamp(3, 1000)
     }
 }
 
@@ -175,7 +139,7 @@ fn all_reduces(d: &Devices, comms: &[Communicator]) {
             }
             group.end().unwrap();
         };
-        let (ours, raw) = per_call_pair(&streams, reps_for(bytes), ours, raw);
+        let (ours, raw) = per_call_pair(&streams, reps_for(bytes), 5, ours, raw);
         let size = label(bytes);
         if bytes == 8 {
             figure(&format!("n={n} all_reduce 8 B"), ours * 1e6, "us");
@@ -260,7 +224,7 @@ fn all_to_all(d: &Devices, comms: &[Communicator]) {
         }
         group.end().unwrap();
     };
-    let (ours, raw) = per_call_pair(&streams, reps_for(bytes), ours, raw);
+    let (ours, raw) = per_call_pair(&streams, reps_for(bytes), 5, ours, raw);
     let size = label(bytes);
     let bus = |secs: f64| bytes as f64 / secs / 1e9 * (n - 1) as f64 / n as f64;
     figure(&format!("n={n} all_to_all {size} bus"), bus(ours), "GB/s");
@@ -307,7 +271,7 @@ fn peer_matrix(d: &Devices) {
                 assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
             };
             let ours = || s.copy_peer_async(&mut dst, source).unwrap();
-            let (ours, raw) = per_call_pair(&[s], reps_for(bytes), ours, raw);
+            let (ours, raw) = per_call_pair(&[s], reps_for(bytes), 5, ours, raw);
             let gbs = bytes as f64 / ours / 1e9;
             worst = worst.min(raw / ours);
             figure(&format!("n={n} copy_peer {size} {from}->{to}"), gbs, "GB/s");
