@@ -51,7 +51,6 @@ pub struct CompletedOperation {
 
 /// An operation not reported by `poll` yet, on its stream's completion trail.
 struct Unreported {
-    kind: StreamPurpose,
     /// Its node in the graph; its event is recorded right after it.
     op: Op,
     /// Staging memory a staged upload reads; returned to the pool once done.
@@ -63,7 +62,15 @@ fn completion_of(entry: &Unreported) -> Option<&Event> {
     Some(entry.op.event())
 }
 
-/// The trail that holds the operations of `kind` (one per stream).
+/// What the operations on each trail are (one trail per stream): an
+/// operation's kind is its trail's.
+const LANES: [StreamPurpose; 3] = [
+    StreamPurpose::ConfigUpload,
+    StreamPurpose::KernelExecution,
+    StreamPurpose::TelemetryDownload,
+];
+
+/// The trail that holds the operations of `kind`.
 fn lane(kind: StreamPurpose) -> usize {
     match kind {
         StreamPurpose::ConfigUpload => 0,
@@ -338,11 +345,7 @@ impl AsyncCoordinator {
             Err(err) => return Err(err.into()),
         };
         let id = op.id();
-        self.unreported[lane(kind)].push(Unreported {
-            kind,
-            op,
-            staging: None,
-        });
+        self.unreported[lane(kind)].push(Unreported { op, staging: None });
         Ok(id)
     }
 
@@ -377,7 +380,7 @@ impl AsyncCoordinator {
     /// from the operation's event, `cuEventQuery`). Never blocks.
     pub fn poll(&mut self) -> Result<Vec<CompletedOperation>> {
         let mut finished = Vec::new();
-        for trail in &mut self.unreported {
+        for (trail, &kind) in self.unreported.iter_mut().zip(&LANES) {
             let passed = trail.passed(TrailSearch::Exact, completion_of)?;
             for entry in trail.take_front(passed) {
                 if let Some(staged) = entry.staging {
@@ -385,7 +388,7 @@ impl AsyncCoordinator {
                 }
                 finished.push(CompletedOperation {
                     op_id: entry.op.id(),
-                    op_type: entry.kind,
+                    op_type: kind,
                 });
             }
         }
