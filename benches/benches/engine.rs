@@ -22,62 +22,17 @@
 //! during the run moves both sides of each pair alike; the RATIO lines give
 //! the medians of each side over the whole run.
 
-use cuda_streams_benches::{compare, criterion_summary, figure, run_criterion};
+use cuda_streams_benches::{Pair, alternating, compare, criterion_summary, figure, run_criterion};
 use driver::{Context, EventPool, PooledEvent, Stream};
 use engine::OperationGraph;
 use std::sync::Arc;
-use std::time::Instant;
 
 const SAMPLES: usize = 400;
 const BATCH: usize = 100;
 
-/// Ns per call of one side and of the other, as medians over the run.
-struct Pair {
-    ours: f64,
-    raw: f64,
-    /// The median over neighbouring batches of ours over raw, minus one, in
-    /// percent.
-    over_raw_percent: f64,
-    /// The median over neighbouring batches of ours minus raw, ns per call.
-    over_raw_ns: f64,
-}
-
-/// Ns per call of `ours` and of `raw`, over `SAMPLES` batches of `BATCH`
-/// calls each, the two alternating batch by batch, with `settle` run untimed
-/// after each batch.
-fn per_call_pair(
-    mut ours: impl FnMut(usize),
-    mut raw: impl FnMut(usize),
-    mut settle: impl FnMut(),
-) -> Pair {
-    let mut batch = |f: &mut dyn FnMut(usize)| {
-        let start = Instant::now();
-        for i in 0..BATCH {
-            f(i);
-        }
-        let ns = start.elapsed().as_nanos() as f64 / BATCH as f64;
-        settle();
-        ns
-    };
-    // Warm-up: pools, queues and caches on both sides.
-    batch(&mut ours);
-    batch(&mut raw);
-    let (mut a, mut b): (Vec<f64>, Vec<f64>) = (0..SAMPLES)
-        .map(|_| (batch(&mut ours), batch(&mut raw)))
-        .unzip();
-    let mut ratios: Vec<f64> = a.iter().zip(&b).map(|(a, b)| a / b).collect();
-    let mut differences: Vec<f64> = a.iter().zip(&b).map(|(a, b)| a - b).collect();
-    Pair {
-        over_raw_percent: (median(&mut ratios) - 1.0) * 100.0,
-        over_raw_ns: median(&mut differences),
-        ours: median(&mut a),
-        raw: median(&mut b),
-    }
-}
-
-fn median(samples: &mut [f64]) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+/// [`alternating`] with this bench's sample and batch counts.
+fn per_call_pair(ours: impl FnMut(usize), raw: impl FnMut(usize), settle: impl FnMut()) -> Pair {
+    alternating(SAMPLES, BATCH, ours, raw, settle)
 }
 
 fn record(pool: &Arc<EventPool>, stream: &Stream) -> PooledEvent {

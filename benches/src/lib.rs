@@ -6,9 +6,11 @@
 //! [`median_ns`] and prints one `RATIO` line that `run.sh` and
 //! `cargo xtask bench-report` pick up.
 
+mod alternating;
 mod batches;
 mod harness;
 
+pub use alternating::{Pair, alternating};
 pub use batches::{per_call_pair, reps_for};
 pub use harness::{criterion, criterion_summary, run_criterion};
 pub use test_support::{kernel, spin_kernel};
