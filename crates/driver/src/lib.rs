@@ -178,7 +178,7 @@ pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};
 pub use memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, DeviceSlice, DeviceSliceMut,
-    DeviceView, HostMemory, MemPool, PinnedBuffer, UnifiedBuffer,
+    DeviceView, HostMemory, MemPool, PinnedBuffer, SharedDeviceSlice, UnifiedBuffer,
 };
 pub use metrics::StreamMetrics;
 pub use module::{Kernel, Module, ModuleImage};

@@ -577,3 +577,51 @@ fn capture_memory_filled_from_outside_the_graph_is_read_by_every_replay() {
     );
     assert_eq!(copy.to_vec(&origin).unwrap(), x);
 }
+
+#[test]
+fn a_replay_reads_and_writes_only_the_ranges_it_was_given() {
+    // Captures are process-wide state in the software driver: a call that
+    // is illegal during any capture invalidates every open one.
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let k = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let source: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    let x = Arc::new(DeviceBuffer::from_slice(&stream, &source).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&stream, &[1.0f32; 16]).unwrap());
+    let four = LaunchConfig::for_num_elems(4);
+    let mut capture = stream.begin_capture().unwrap();
+    // y[4..8] = 7; then y[8..12] += 2 * x[12..16].
+    let args = [
+        GraphArg::from(4u64),
+        7.0f32.into(),
+        GraphArg::write_range(&y, 4..8).unwrap(),
+    ];
+    capture.launch(&stream, &fill, four, &args).unwrap();
+    let args = [
+        GraphArg::from(4u64),
+        2.0f32.into(),
+        GraphArg::read_range(&x, 12..).unwrap(),
+        GraphArg::write_range(&y, 8..12).unwrap(),
+    ];
+    capture.launch(&stream, &k, four, &args).unwrap();
+    // A range that does not fit is refused with the capture still usable.
+    let err = GraphArg::write_range(&y, 14..18).err().expect("refused");
+    assert!(err.to_string().contains("slice 14..18"), "{err}");
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    let mut expected = vec![1.0f32; 16];
+    expected[4..8].fill(7.0);
+    for i in 8..12 {
+        expected[i] = 1.0 + 2.0 * source[i + 4];
+    }
+    assert_eq!(y.to_vec(&stream).unwrap(), expected);
+    // A second replay adds again, only there.
+    exec.launch(&stream).unwrap();
+    for i in 8..12 {
+        expected[i] += 2.0 * source[i + 4];
+    }
+    assert_eq!(y.to_vec(&stream).unwrap(), expected);
+    assert_eq!(x.to_vec(&stream).unwrap(), source);
+}

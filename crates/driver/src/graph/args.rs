@@ -5,6 +5,7 @@
 
 use crate::callback::panic_message;
 use crate::context::HostFnGuard;
+use crate::error::Result;
 use crate::launch::{ArgValue, KernelArg};
 use crate::memory::sealed::HostUse;
 use crate::memory::{
@@ -16,6 +17,7 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::RangeBounds;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -115,6 +117,47 @@ impl GraphArg {
         Self {
             inner: ArgInner::Buffer(Arc::clone(buffer) as Arc<dyn Kept>, true),
         }
+    }
+
+    /// The elements in `range` of `buffer`, lent to every replay for
+    /// reading: the launch, and the stream-order tracker, see only those
+    /// bytes. Fails, naming the range and the buffer's length, when the
+    /// range is empty or does not fit ([`DeviceBuffer::slice`]).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, GraphArg, Stream};
+    /// use std::sync::Arc;
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// let batch = Arc::new(DeviceBuffer::<f32>::new_async(&stream, 16).unwrap());
+    /// let crops: Vec<GraphArg> = (0..4)
+    ///     .map(|i| GraphArg::read_range(&batch, i * 4..(i + 1) * 4))
+    ///     .collect::<Result<_, _>>()
+    ///     .unwrap();
+    /// assert_eq!(crops.len(), 4);
+    /// assert!(GraphArg::read_range(&batch, 12..17).is_err());
+    /// ```
+    pub fn read_range<T: DeviceCopy>(
+        buffer: &Arc<DeviceBuffer<T>>,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Self> {
+        let view = buffer.slice_shared(range)?;
+        Ok(Self {
+            inner: ArgInner::Buffer(Arc::new(view) as Arc<dyn Kept>, false),
+        })
+    }
+
+    /// The elements in `range` of `buffer`, lent to every replay for
+    /// writing (a [`DeviceBuffer`] has no host view, as for
+    /// [`GraphArg::write`]). Fails as [`GraphArg::read_range`] does.
+    pub fn write_range<T: DeviceCopy>(
+        buffer: &Arc<DeviceBuffer<T>>,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Self> {
+        let view = buffer.slice_shared(range)?;
+        Ok(Self {
+            inner: ArgInner::Buffer(Arc::new(view) as Arc<dyn Kept>, true),
+        })
     }
 
     /// The buffer it lends and whether for writing; `None` for a scalar.

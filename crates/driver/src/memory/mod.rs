@@ -94,7 +94,7 @@ mod unified;
 pub use device::DeviceBuffer;
 pub use pinned::PinnedBuffer;
 pub use pool::MemPool;
-pub use slice::{DeviceSlice, DeviceSliceMut, DeviceView};
+pub use slice::{DeviceSlice, DeviceSliceMut, DeviceView, SharedDeviceSlice};
 pub use unified::UnifiedBuffer;
 
 use crate::error::{Error, Result};

@@ -5,13 +5,16 @@
 //! stream-order tracker see exactly those bytes, and they forward the use
 //! hooks to the buffer, which keeps tracking its uses (its free waits for
 //! them). They borrow the buffer: a mutable view excludes every other view
-//! of it, as `&mut [T]` does.
+//! of it, as `&mut [T]` does. A [`SharedDeviceSlice`] holds a share of a
+//! buffer in an `Arc` instead, for a graph to keep alive
+//! ([`GraphArg::read_range`](crate::GraphArg::read_range)).
 
 use super::{DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use std::fmt;
 use std::ops::{Bound, Deref, Range, RangeBounds};
+use std::sync::Arc;
 use sys::CUdeviceptr;
 
 /// `range` of a buffer of `len` elements as `start..end`, refused (with the
@@ -102,6 +105,36 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             range,
         })
     }
+
+    /// A read-only view of the elements in `range` that holds a share of
+    /// the buffer, so it lives as long as it is needed: a graph keeps it
+    /// alive ([`GraphArg::read_range`](crate::GraphArg::read_range)). Fails
+    /// as [`DeviceBuffer::slice`] does.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let batch = Arc::new(DeviceBuffer::from_slice(&stream, &[1u32, 2, 3, 4])?);
+    /// let tail = batch.slice_shared(2..)?;
+    /// drop(batch); // the view keeps the buffer alive
+    /// assert_eq!(tail.to_vec(&stream)?, [3, 4]);
+    /// assert!(tail.slice(5..6).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn slice_shared(
+        self: &Arc<Self>,
+        range: impl RangeBounds<usize>,
+    ) -> Result<SharedDeviceSlice<T>> {
+        let range = resolve(range, self.len())?;
+        Ok(DeviceView {
+            buffer: Arc::clone(self),
+            range,
+        })
+    }
 }
 
 /// A view of a sub-range of a [`DeviceBuffer`], borrowed through `B`:
@@ -119,6 +152,10 @@ pub type DeviceSlice<'a, T> = DeviceView<&'a DeviceBuffer<T>>;
 /// A writable view of a sub-range of a [`DeviceBuffer`]
 /// ([`DeviceBuffer::slice_mut`]).
 pub type DeviceSliceMut<'a, T> = DeviceView<&'a mut DeviceBuffer<T>>;
+
+/// A read-only view of a sub-range of a [`DeviceBuffer`] that holds a share
+/// of it ([`DeviceBuffer::slice_shared`]).
+pub type SharedDeviceSlice<T> = DeviceView<Arc<DeviceBuffer<T>>>;
 
 impl<T: DeviceCopy, B: Deref<Target = DeviceBuffer<T>>> DeviceView<B> {
     /// The elements of the buffer it spans.
@@ -165,7 +202,8 @@ impl<T: DeviceCopy> DeviceSliceMut<'_, T> {
 }
 
 // SAFETY: the range lies inside the buffer (checked when the view was made),
-// which the view borrows, so it outlives the view; its uses are tracked by
+// which the view borrows or holds a share of, so it outlives the view (no
+// `&mut` to a buffer in an `Arc` exists while a share of it does); its uses are tracked by
 // the buffer (the hooks forward to it), so its free waits for them. The
 // buffer has no host side.
 unsafe impl<T: DeviceCopy, B: Deref<Target = DeviceBuffer<T>>> DeviceMemory for DeviceView<B> {
@@ -195,6 +233,22 @@ unsafe impl<T: DeviceCopy, B: Deref<Target = DeviceBuffer<T>>> DeviceMemory for 
 // SAFETY: the view holds the buffer's only mutable borrow, and a device
 // buffer has no host side, so no host reference sees the range.
 unsafe impl<T: DeviceCopy> DeviceMemoryMut for DeviceSliceMut<'_, T> {}
+
+impl<T: DeviceCopy> SharedDeviceSlice<T> {
+    /// The buffer it views (a share of it).
+    pub fn buffer(&self) -> &Arc<DeviceBuffer<T>> {
+        &self.buffer
+    }
+}
+
+impl<T: DeviceCopy> Clone for SharedDeviceSlice<T> {
+    fn clone(&self) -> Self {
+        DeviceView {
+            buffer: Arc::clone(&self.buffer),
+            range: self.range.clone(),
+        }
+    }
+}
 
 impl<T: DeviceCopy> Clone for DeviceSlice<'_, T> {
     fn clone(&self) -> Self {
