@@ -607,7 +607,7 @@ fn a_replay_reads_and_writes_only_the_ranges_it_was_given() {
     ];
     capture.launch(&stream, &k, four, &args).unwrap();
     // A range that does not fit is refused with the capture still usable.
-    let err = GraphArg::write_range(&y, 14..18).err().expect("refused");
+    let err = GraphArg::write_range(&y, 14..18).expect_err("refused");
     assert!(err.to_string().contains("slice 14..18"), "{err}");
     let exec = capture.end().unwrap().instantiate().unwrap();
     exec.launch(&stream).unwrap();
