@@ -125,9 +125,12 @@ fn raw(s: &mut Setup) {
     code.result().expect("raw launch");
 }
 
+/// One way of launching the same kernel and arguments.
+type Side = fn(&mut Setup);
+
 /// Ns per launch of `ours` and of `base`, in alternating batches with the
 /// stream drained after each.
-fn pair(s: &mut Setup, ours: fn(&mut Setup), base: fn(&mut Setup)) -> Pair {
+fn pair(s: &mut Setup, ours: Side, base: Side) -> Pair {
     // Both sides and the settle borrow the set-up in turn, never at once.
     let s = RefCell::new(s);
     alternating(
@@ -142,7 +145,7 @@ fn pair(s: &mut Setup, ours: fn(&mut Setup), base: fn(&mut Setup)) -> Pair {
 fn criterion_groups(c: &mut Criterion) {
     let mut s = setup();
     let mut group = c.benchmark_group("launch fill_f32");
-    let sides: [(&str, fn(&mut Setup)); 3] = [
+    let sides: [(&str, Side); 3] = [
         ("declared", declared),
         ("checked", checked),
         ("unchecked", unchecked),
@@ -194,7 +197,7 @@ fn count(spec: &str) {
         .split_once(':')
         .unwrap_or_else(|| fail("expected <side>:<n>"));
     let n: usize = n.parse().unwrap_or_else(|_| fail("the count is no number"));
-    let side: fn(&mut Setup) = match side {
+    let side: Side = match side {
         "declared" => declared,
         "checked" => checked,
         "unchecked" => unchecked,
