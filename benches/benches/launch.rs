@@ -162,7 +162,11 @@ fn criterion_groups(c: &mut Criterion) {
 fn ratios() {
     let mut s = setup();
     let d = pair(&mut s, declared, unchecked);
-    compare("declared launch vs launch_unchecked", d.ours, d.raw);
+    compare(
+        "declared launch, kernels image vs launch_unchecked",
+        d.ours,
+        d.raw,
+    );
     figure(
         "declared launch overhead, kernels image (goal <= 30 ns)",
         d.over_raw_ns,
