@@ -63,7 +63,7 @@ pub trait DeclaredKernel: Sized {
 ///
 /// ```
 /// use cuda_streams_driver::{Context, Declared, DeclaredKernel, DeviceBuffer, LaunchConfig, Module, Stream};
-/// use kernels::{FillF32, FillU32};
+/// use kernels::FillF32;
 /// let ctx = Context::new(0).unwrap();
 /// let stream = Stream::new(&ctx).unwrap();
 /// let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
@@ -105,18 +105,13 @@ impl<K: DeclaredKernel> Declared<K> {
     /// [`Stream::launch`] does. Either way every check of a checked launch
     /// runs; the typed launchers of [`kernel!`](crate::kernel!) call this.
     #[inline]
-    pub fn launch(
-        &self,
-        stream: &Stream,
-        config: LaunchConfig,
-        args: &[KernelArg<'_>],
-    ) -> Result<()> {
+    pub fn launch(&self, stream: &Stream, cfg: LaunchConfig, args: &[KernelArg<'_>]) -> Result<()> {
         if self.matches {
             // SAFETY: `K::DECL.params` is the kernel's signature (`matches`,
             // found when wrapped; neither changes afterwards).
-            unsafe { stream.launch_against(&self.kernel, K::DECL.params, config, args) }
+            unsafe { stream.launch_against(&self.kernel, K::DECL.params, cfg, args) }
         } else {
-            stream.launch(&self.kernel, config, args)
+            stream.launch(&self.kernel, cfg, args)
         }
     }
 }
@@ -287,6 +282,7 @@ macro_rules! kernel {
             /// Launch on `stream` with `config`, after checking every
             /// buffer against the counts the declaration gives it.
             #[allow(clippy::too_many_arguments, dead_code)]
+            #[inline]
             $vis fn launch(
                 &self,
                 stream: &$crate::Stream,
