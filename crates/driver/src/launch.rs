@@ -703,8 +703,8 @@ mod tests {
         fill.signature = None;
         let mut out = DeviceBuffer::<u32>::new_async(&stream, 8).unwrap();
         let cfg = LaunchConfig::for_num_elems(8);
-        // Not through a declared type: its launcher's fast path needs the
-        // kernel's signature to be the declaration, nor otherwise.
+        // A declared type around it refuses too: its fast path needs the
+        // kernel's signature to be the declaration, the checked path one.
         let err = FillU32::from_kernel(fill.clone())
             .launch(&stream, cfg, 8, 3, &mut out)
             .unwrap_err();
