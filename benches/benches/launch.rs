@@ -1,21 +1,34 @@
-//! Launch cost: the checked, typed `Stream::launch` against the `unsafe`
-//! `Stream::launch_unchecked` of the same kernel and arguments (same
-//! tracking, no signature check), and both against a raw `cuLaunchKernel`
-//! from the table, in the same run.
+//! Launch cost: the declared kernel's typed launcher (`kernel!`), the
+//! checked `Stream::launch` and the `unsafe` `Stream::launch_unchecked` of
+//! the same kernel and arguments (same tracking, no signature check), and a
+//! raw `cuLaunchKernel` from the table, in the same run.
 //!
 //! The kernel is `fill_f32` over 256 elements: one pointer parameter whose
 //! extent is checked, two scalars. Launches go in batches of 256 with the
-//! stream drained between batches (outside the timing), so the GPU's launch
-//! queue never fills and blocks the host.
+//! stream drained after each batch (outside the timing), so the GPU's launch
+//! queue never fills and blocks the host. Each overhead comes from
+//! [`alternating`]: the batches of the two sides alternate, and the FIGURE
+//! is the median over pairs of neighbouring batches of one minus the other,
+//! so a change of the host's state during the run (the GPU hosts move
+//! between states up to 1.7 times apart) moves both sides of each pair alike.
+//!
+//! `LAUNCH_COUNT=<side>:<n>` (`declared`, `checked`, `unchecked` or `raw`)
+//! runs `n` launches of that side and nothing else, for counting
+//! instructions under callgrind: two counts with different `n`, subtracted,
+//! give the cost per launch without the set-up. `LAUNCH_ORDERING` sets the
+//! context's order policy for it (default `off`, the GPU's).
 
 use criterion::Criterion;
-use cuda_streams_benches::{compare, criterion_summary, figure, median_ns, run_criterion};
-use driver::{Context, DeviceBuffer, DeviceMemory, Kernel, LaunchConfig, Stream};
-use kernels::typed::Elementwise;
+use cuda_streams_benches::{
+    Pair, alternating_on, compare, criterion_summary, figure, median_ns, run_criterion,
+};
+use driver::{
+    Context, DeviceBuffer, DeviceMemory, Kernel, LaunchConfig, Module, OrderPolicy, Stream,
+};
+use kernels::FillF32;
 use std::ffi::c_void;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Instant;
 
 const ELEMENTS: usize = 256;
 const BATCH: usize = 256;
@@ -23,6 +36,7 @@ const SAMPLES: usize = 400;
 
 struct Setup {
     stream: Arc<Stream>,
+    declared: FillF32,
     fill: Kernel,
     out: DeviceBuffer<f32>,
     cfg: LaunchConfig,
@@ -31,20 +45,33 @@ struct Setup {
 fn setup() -> Setup {
     let ctx = Context::new(0).expect("a context");
     let stream = Stream::new(&ctx).expect("a stream");
-    let fill = Elementwise::load(&ctx)
-        .expect("the image loads")
-        .kernel("fill_f32")
-        .expect("fill_f32")
-        .clone();
+    let module = Module::load(&ctx, &kernels::ELEMENTWISE).expect("the image loads");
+    let declared: FillF32 = module.kernel().expect("the image declares fill_f32");
+    let fill = module.function("fill_f32").expect("fill_f32");
     let out = DeviceBuffer::<f32>::new_async(&stream, ELEMENTS).expect("a buffer");
     Setup {
         stream,
+        declared,
         fill,
         out,
         cfg: LaunchConfig::for_num_elems(ELEMENTS as u32),
     }
 }
 
+#[inline(never)] // its own symbol, for callgrind
+fn declared(s: &mut Setup) {
+    s.declared
+        .launch(
+            &s.stream,
+            s.cfg,
+            ELEMENTS as u64,
+            black_box(1.5f32),
+            &mut s.out,
+        )
+        .expect("launch");
+}
+
+#[inline(never)] // its own symbol, for callgrind
 fn checked(s: &mut Setup) {
     let args = [
         (ELEMENTS as u64).into(),
@@ -54,6 +81,7 @@ fn checked(s: &mut Setup) {
     s.stream.launch(&s.fill, s.cfg, &args).expect("launch");
 }
 
+#[inline(never)] // its own symbol, for callgrind
 fn unchecked(s: &mut Setup) {
     let args = [
         (ELEMENTS as u64).into(),
@@ -64,6 +92,7 @@ fn unchecked(s: &mut Setup) {
     unsafe { s.stream.launch_unchecked(&s.fill, s.cfg, &args) }.expect("launch");
 }
 
+#[inline(never)] // its own symbol, for callgrind
 fn raw(s: &mut Setup) {
     let ctx = s.stream.context();
     let mut n = ELEMENTS as u64;
@@ -95,68 +124,57 @@ fn raw(s: &mut Setup) {
     code.result().expect("raw launch");
 }
 
-/// Median ns per launch of each of `ways`, sampled in turn so drift hits all alike.
-fn medians(s: &mut Setup, ways: &[fn(&mut Setup)]) -> Vec<f64> {
-    let mut samples = vec![Vec::with_capacity(SAMPLES); ways.len()];
-    for round in 0..SAMPLES + 2 {
-        for (way, times) in ways.iter().zip(&mut samples) {
-            s.stream.synchronize().expect("drain");
-            let start = Instant::now();
-            for _ in 0..BATCH {
-                way(s);
-            }
-            let per_launch = start.elapsed().as_nanos() as f64 / BATCH as f64;
-            if round >= 2 {
-                times.push(per_launch); // the first rounds warm up
-            }
-        }
-    }
-    s.stream.synchronize().expect("drain");
-    samples
-        .into_iter()
-        .map(|mut times| {
-            times.sort_by(f64::total_cmp);
-            times[times.len() / 2]
-        })
-        .collect()
+/// One way of launching the same kernel and arguments.
+type Side = fn(&mut Setup);
+
+/// Ns per launch of `ours` and of `base`, in alternating batches with the
+/// stream drained after each.
+fn pair(s: &mut Setup, ours: Side, base: Side) -> Pair {
+    alternating_on(s, SAMPLES, BATCH, ours, base, |s| {
+        s.stream.synchronize().expect("drain")
+    })
 }
 
 fn criterion_groups(c: &mut Criterion) {
     let mut s = setup();
     let mut group = c.benchmark_group("launch fill_f32");
-    group.bench_function("checked", |b| {
-        b.iter(|| {
-            checked(&mut s);
+    let sides: [(&str, Side); 3] = [
+        ("declared", declared),
+        ("checked", checked),
+        ("unchecked", unchecked),
+    ];
+    for (name, side) in sides {
+        group.bench_function(name, |b| {
+            b.iter(|| side(&mut s));
+            s.stream.synchronize().expect("drain");
         });
-        s.stream.synchronize().expect("drain");
-    });
-    group.bench_function("unchecked", |b| {
-        b.iter(|| {
-            unchecked(&mut s);
-        });
-        s.stream.synchronize().expect("drain");
-    });
+    }
     group.finish();
 }
 
 fn ratios() {
     let mut s = setup();
-    let m = medians(&mut s, &[checked, unchecked, raw]);
-    let (checked_ns, unchecked_ns, raw_ns) = (m[0], m[1], m[2]);
+    let d = pair(&mut s, declared, unchecked);
     compare(
-        "checked launch vs unchecked launch",
-        checked_ns,
-        unchecked_ns,
+        "declared launch, kernels image vs launch_unchecked",
+        d.ours,
+        d.raw,
     );
-    compare("checked launch vs raw cuLaunchKernel", checked_ns, raw_ns);
     figure(
-        "checked launch: signature check cost (checked - unchecked)",
-        checked_ns - unchecked_ns,
+        "declared launch overhead, kernels image (goal <= 30 ns)",
+        d.over_raw_ns,
         "ns",
     );
-    // The difference of two ~3 µs medians is noisy to a few tens of ns; the
-    // check itself, with no driver call around it, is what the typed launch
-    // adds.
+    let c = pair(&mut s, checked, unchecked);
+    compare("checked launch vs unchecked launch", c.ours, c.raw);
+    figure(
+        "checked launch: signature check cost (checked - unchecked)",
+        c.over_raw_ns,
+        "ns",
+    );
+    let r = pair(&mut s, checked, raw);
+    compare("checked launch vs raw cuLaunchKernel", r.ours, r.raw);
+    // The check itself, with no driver call around it.
     let check_ns = median_ns(200, 1000, || {
         let args = [
             (ELEMENTS as u64).into(),
@@ -168,7 +186,39 @@ fn ratios() {
     figure("checked launch: signature check alone", check_ns, "ns");
 }
 
+/// `LAUNCH_COUNT=<side>:<n>`: `n` launches of that side, drained every
+/// batch, and nothing else.
+fn count(spec: &str) {
+    let fail = |why: &str| -> ! { panic!("LAUNCH_COUNT={spec:?}: {why}") };
+    let (side, n) = spec
+        .split_once(':')
+        .unwrap_or_else(|| fail("expected <side>:<n>"));
+    let n: usize = n.parse().unwrap_or_else(|_| fail("the count is no number"));
+    let side: Side = match side {
+        "declared" => declared,
+        "checked" => checked,
+        "unchecked" => unchecked,
+        "raw" => raw,
+        _ => fail("the side is declared, checked, unchecked or raw"),
+    };
+    let mut s = setup();
+    let policy = std::env::var("LAUNCH_ORDERING").unwrap_or_else(|_| "off".into());
+    let policy = OrderPolicy::parse(&policy).unwrap_or_else(|e| fail(&e.to_string()));
+    s.stream.context().set_ordering(policy);
+    for i in 0..n {
+        side(&mut s);
+        if i % BATCH == BATCH - 1 {
+            s.stream.synchronize().expect("drain");
+        }
+    }
+    s.stream.synchronize().expect("drain");
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("LAUNCH_COUNT") {
+        count(&spec);
+        return;
+    }
     run_criterion(&[criterion_groups]);
     ratios();
     criterion_summary();

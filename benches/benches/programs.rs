@@ -7,19 +7,22 @@
 //!   skipped).
 //!
 //! The launches are of a `fill` kernel compiled from source, over 256
-//! elements, in batches of 256 with the stream drained between batches
-//! (outside the timing), as in the `launch` bench.
+//! elements, in batches of 256 with the stream drained after each batch
+//! (outside the timing), as in the `launch` bench. The two sides' batches
+//! alternate, and the overhead is the median over pairs of neighbouring
+//! batches of their difference (`alternating`), so that host drift moves
+//! both sides of each pair alike.
 
 use criterion::Criterion;
 use cuda_streams_benches::{
-    compare, criterion_summary, figure, median_duration, median_ns, run_criterion,
+    Pair, alternating_on, compare, criterion_summary, figure, median_duration, median_ns,
+    run_criterion,
 };
 use driver::{
     Arch, Compiler, Context, DeclaredKernel, DeviceBuffer, LaunchConfig, Program, Stream,
 };
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Instant;
 
 const SOURCE: &str = r#"
 extern "C" __global__ void fill(unsigned long long n, float value, float* out) {
@@ -91,30 +94,12 @@ fn unchecked(s: &mut Setup) {
     unsafe { s.stream.launch_unchecked(s.fill.kernel(), s.cfg, &args) }.expect("launch");
 }
 
-/// Median ns per launch of each of `ways`, sampled in turn so drift hits all alike.
-fn medians(s: &mut Setup, ways: &[fn(&mut Setup)]) -> Vec<f64> {
-    let mut samples = vec![Vec::with_capacity(SAMPLES); ways.len()];
-    for round in 0..SAMPLES + 2 {
-        for (way, times) in ways.iter().zip(&mut samples) {
-            s.stream.synchronize().expect("drain");
-            let start = Instant::now();
-            for _ in 0..BATCH {
-                way(s);
-            }
-            let per_launch = start.elapsed().as_nanos() as f64 / BATCH as f64;
-            if round >= 2 {
-                times.push(per_launch); // the first rounds warm up
-            }
-        }
-    }
-    s.stream.synchronize().expect("drain");
-    samples
-        .into_iter()
-        .map(|mut times| {
-            times.sort_by(f64::total_cmp);
-            times[times.len() / 2]
-        })
-        .collect()
+/// Ns per launch of `ours` and of `base`, in alternating batches with the
+/// stream drained after each ([`alternating`]).
+fn pair(s: &mut Setup, ours: fn(&mut Setup), base: fn(&mut Setup)) -> Pair {
+    alternating_on(s, SAMPLES, BATCH, ours, base, |s| {
+        s.stream.synchronize().expect("drain")
+    })
 }
 
 fn criterion_groups(c: &mut Criterion) {
@@ -133,16 +118,13 @@ fn criterion_groups(c: &mut Criterion) {
 
 fn launch_ratio() {
     let Some(mut s) = setup() else { return };
-    let m = medians(&mut s, &[declared, unchecked]);
-    let (declared_ns, unchecked_ns) = (m[0], m[1]);
-    compare(
-        "declared launch vs launch_unchecked",
-        declared_ns,
-        unchecked_ns,
-    );
+    let p = pair(&mut s, declared, unchecked);
+    compare("declared launch vs launch_unchecked", p.ours, p.raw);
+    // The median over neighbouring batches of their difference: a change
+    // of the host's state moves both sides of each pair alike.
     figure(
         "declared launch overhead (goal <= 30 ns)",
-        declared_ns - unchecked_ns,
+        p.over_raw_ns,
         "ns",
     );
 }

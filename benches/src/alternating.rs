@@ -64,6 +64,27 @@ pub fn alternating(
     }
 }
 
+/// [`alternating`] over one set-up that both sides and the settle use in
+/// turn (never at once): `ours` and `raw` each take it mutably, `settle`
+/// shared.
+pub fn alternating_on<S>(
+    state: &mut S,
+    samples: usize,
+    batch: usize,
+    ours: impl Fn(&mut S),
+    raw: impl Fn(&mut S),
+    settle: impl Fn(&S),
+) -> Pair {
+    let state = std::cell::RefCell::new(state);
+    alternating(
+        samples,
+        batch,
+        |_| ours(&mut state.borrow_mut()),
+        |_| raw(&mut state.borrow_mut()),
+        || settle(&state.borrow()),
+    )
+}
+
 fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]

@@ -10,7 +10,7 @@ mod alternating;
 mod batches;
 mod harness;
 
-pub use alternating::{Pair, alternating};
+pub use alternating::{Pair, alternating, alternating_on};
 pub use batches::{per_call_pair, reps_for};
 pub use harness::{criterion, criterion_summary, run_criterion};
 pub use test_support::{kernel, spin_kernel};

@@ -13,8 +13,13 @@
 //!   [`Module::kernel_unchecked`](crate::Module::kernel_unchecked): the one
 //!   promise the library cannot check.
 
+use crate::error::Result;
+use crate::launch::{KernelArg, LaunchConfig};
 use crate::module::Kernel;
+use crate::stream::Stream;
 pub use soft_driver::{LaunchDims, Thread, Twin, TwinArgs};
+use std::fmt;
+use std::marker::PhantomData;
 use sys::signature::Param;
 
 /// A kernel's declaration as data: its name (the `extern "C"` symbol or a
@@ -43,6 +48,91 @@ pub trait DeclaredKernel: Sized {
 
     /// The kernel.
     fn kernel(&self) -> &Kernel;
+}
+
+/// The kernel inside a type made by [`kernel!`](crate::kernel!), with
+/// whether its signature is `K`'s declaration, found once when it is wrapped
+/// (a kernel's signature never changes, and only [`Declared::new`] makes
+/// one of these).
+///
+/// That lets the typed launcher check its arguments against `K::DECL`, a
+/// constant: inlined into the launcher, where each argument's type is known
+/// too, the check folds down to the length comparisons and nothing else.
+/// A kernel whose signature is not the declaration's launches through
+/// [`Stream::launch`], checked against its own signature, as before.
+///
+/// ```
+/// use cuda_streams_driver::{Context, Declared, DeclaredKernel, DeviceBuffer, LaunchConfig, Module, Stream};
+/// use kernels::FillF32;
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
+/// let mut out = DeviceBuffer::<f32>::new_async(&stream, 4).unwrap();
+/// let fill: FillF32 = module.kernel().unwrap();
+/// fill.launch(&stream, LaunchConfig::for_num_elems(4), 4, 2.5, &mut out).unwrap();
+/// assert_eq!(out.to_vec(&stream).unwrap(), [2.5; 4]);
+/// // fill_u32 wrapped as fill_f32: the signatures differ, the launch is refused.
+/// let wrong = FillF32::from_kernel(module.function("fill_u32").unwrap());
+/// let err = wrong.launch(&stream, LaunchConfig::for_num_elems(4), 4, 2.5, &mut out).unwrap_err();
+/// assert!(err.to_string().contains("fill_u32"), "{err}");
+/// ```
+pub struct Declared<K> {
+    kernel: Kernel,
+    /// `kernel.signature() == Some(K::DECL.params)`.
+    matches: bool,
+    decl: PhantomData<fn() -> K>,
+}
+
+impl<K: DeclaredKernel> Declared<K> {
+    /// Wrap `kernel`, noting whether its signature is `K`'s declaration.
+    pub fn new(kernel: Kernel) -> Self {
+        let matches = kernel.signature() == Some(K::DECL.params);
+        Self {
+            kernel,
+            matches,
+            decl: PhantomData,
+        }
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// Launch on `stream`, checking `args` against the signature: against
+    /// `K::DECL.params` when the kernel's signature is the declaration (a
+    /// constant the check folds against), otherwise as
+    /// [`Stream::launch`] does. Either way every check of a checked launch
+    /// runs; the typed launchers of [`kernel!`](crate::kernel!) call this.
+    #[inline]
+    pub fn launch(&self, stream: &Stream, cfg: LaunchConfig, args: &[KernelArg<'_>]) -> Result<()> {
+        if self.matches {
+            // SAFETY: `K::DECL.params` is the kernel's signature (`matches`,
+            // found when wrapped; neither changes afterwards).
+            unsafe { stream.launch_against(&self.kernel, K::DECL.params, cfg, args) }
+        } else {
+            stream.launch(&self.kernel, cfg, args)
+        }
+    }
+}
+
+impl<K> Clone for Declared<K> {
+    fn clone(&self) -> Self {
+        Self {
+            kernel: self.kernel.clone(),
+            matches: self.matches,
+            decl: PhantomData,
+        }
+    }
+}
+
+impl<K> fmt::Debug for Declared<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Declared")
+            .field("kernel", &self.kernel)
+            .field("matches", &self.matches)
+            .finish()
+    }
 }
 
 /// Declare a kernel once: its name, its Rust signature and, optionally, its
@@ -164,7 +254,7 @@ macro_rules! kernel {
         $($meta)*
         #[derive(Clone, Debug)]
         $vis struct $ty {
-            kernel: $crate::Kernel,
+            kernel: $crate::Declared<$ty>,
         }
 
         impl $crate::DeclaredKernel for $ty {
@@ -180,11 +270,11 @@ macro_rules! kernel {
             };
 
             fn from_kernel(kernel: $crate::Kernel) -> Self {
-                Self { kernel }
+                Self { kernel: $crate::Declared::new(kernel) }
             }
 
             fn kernel(&self) -> &$crate::Kernel {
-                &self.kernel
+                self.kernel.kernel()
             }
         }
 
@@ -192,13 +282,14 @@ macro_rules! kernel {
             /// Launch on `stream` with `config`, after checking every
             /// buffer against the counts the declaration gives it.
             #[allow(clippy::too_many_arguments, dead_code)]
+            #[inline]
             $vis fn launch(
                 &self,
                 stream: &$crate::Stream,
                 config: $crate::LaunchConfig,
                 $($launch)*
             ) -> $crate::Result<()> {
-                stream.launch(&self.kernel, config, &[$($crate::KernelArg::from($xn)),*])
+                self.kernel.launch(stream, config, &[$($crate::KernelArg::from($xn)),*])
             }
         }
     };

@@ -256,6 +256,7 @@ impl KernelArg<'_> {
     }
 
     /// The value as an element count, when it is an integer scalar.
+    #[inline]
     fn count(&self) -> Option<u64> {
         match (self.value, &self.buffer) {
             (_, Some(_)) | (ArgValue::Pointer(_), _) => None,
@@ -398,13 +399,35 @@ impl Stream {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
+        let Some(signature) = kernel.signature() else {
+            return Err(kernel.unchecked_error());
+        };
+        // SAFETY: it is the kernel's signature.
+        unsafe { self.launch_against(kernel, signature, config, args) }
+    }
+
+    /// [`Stream::launch`] with the kernel's signature given: a declared
+    /// kernel's typed launcher passes its declaration's constant, so that,
+    /// inlined there, the check folds against the arguments' known types.
+    ///
+    /// # Safety
+    /// `signature` is `kernel`'s signature.
+    #[inline(always)]
+    pub(crate) unsafe fn launch_against(
+        &self,
+        kernel: &Kernel,
+        signature: &[Param],
+        config: LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
         let mut extents = Extents::new();
-        kernel.check_into(args, &mut extents)?;
+        kernel.check_params(signature, args, &mut extents)?;
         // SAFETY: every argument matches the kernel's declared parameters
-        // (checked above): exact scalar types, and buffers of the declared
-        // element type that hold every element the kernel touches, lent
-        // mutably where it writes. The declaration is the contract of the
-        // `unsafe` `with_signature`, or the kernels crate's own.
+        // (checked above against its signature, the caller's promise): exact
+        // scalar types, and buffers of the declared element type that hold
+        // every element the kernel touches, lent mutably where it writes. The
+        // declaration is the contract of the `unsafe` `with_signature`, or of
+        // the image's.
         unsafe { self.launch_with(kernel, config, args, Some(&extents)) }
     }
 
@@ -547,6 +570,20 @@ impl Kernel {
         let Some(signature) = self.signature() else {
             return Err(self.unchecked_error());
         };
+        self.check_params(signature, args, extents)
+    }
+
+    /// [`Kernel::check_into`] against `signature`, which callers take from
+    /// the kernel: inlined everywhere, so that where the signature is a
+    /// constant (a declared kernel's) and the arguments were just built from
+    /// typed values, the loop folds down to the length comparisons.
+    #[inline(always)]
+    fn check_params(
+        &self,
+        signature: &[Param],
+        args: &[KernelArg<'_>],
+        extents: &mut Extents,
+    ) -> Result<()> {
         if signature.len() != args.len() {
             return Err(self.count_error(signature.len(), args.len()));
         }
@@ -666,6 +703,13 @@ mod tests {
         fill.signature = None;
         let mut out = DeviceBuffer::<u32>::new_async(&stream, 8).unwrap();
         let cfg = LaunchConfig::for_num_elems(8);
+        // A declared type around it refuses too: its fast path needs the
+        // kernel's signature to be the declaration, the checked path one.
+        let err = FillU32::from_kernel(fill.clone())
+            .launch(&stream, cfg, 8, 3, &mut out)
+            .unwrap_err();
+        assert!(matches!(err, Error::UncheckedKernel { .. }), "{err:?}");
+        assert_eq!(stream.metrics().kernel_launches, 0);
         let args = [KernelArg::from(8u64), 3u32.into(), (&mut out).into()];
         let err = stream.launch(&fill, cfg, &args).unwrap_err();
         assert!(matches!(err, Error::UncheckedKernel { .. }), "{err:?}");

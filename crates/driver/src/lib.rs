@@ -168,7 +168,7 @@ pub use context::{Context, DeviceInfo, in_stream_callback};
 pub use copy::check_len;
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
 /// twin (the software driver's).
-pub use declare::{DeclaredKernel, KernelDecl, LaunchDims, Thread, Twin, TwinArgs};
+pub use declare::{Declared, DeclaredKernel, KernelDecl, LaunchDims, Thread, Twin, TwinArgs};
 pub use enqueue::BufferUse;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
