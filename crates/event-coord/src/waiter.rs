@@ -580,14 +580,20 @@ fn poll(
 
 /// Run the callbacks of finished waits that were not cancelled meanwhile, in
 /// the order the waits were made (polling does not keep it).
+///
+/// A wait cancelled while the thread started or polled it (outside the
+/// lock) may finish all the same; it is discarded like any cancelled wait,
+/// outside the lock and with its user values' panics caught. Dropping it
+/// inside the lock's filter once let a panicking `Drop` end the thread, so
+/// every later wait hung.
 fn fire(shared: &Shared, finished: Vec<Wait>) {
-    let mut to_run: Vec<Wait> = {
+    let (mut to_run, cancelled): (Vec<Wait>, Vec<Wait>) = {
         let mut queue = shared.lock();
-        finished
-            .into_iter()
-            .filter(|w| queue.live.remove(&w.id))
-            .collect()
+        finished.into_iter().partition(|w| queue.live.remove(&w.id))
     };
+    for wait in cancelled {
+        discard(shared, wait);
+    }
     to_run.sort_unstable_by_key(|w| w.id);
     for wait in to_run {
         let Wait {

@@ -178,6 +178,63 @@ fn a_panicking_event_or_drop_is_caught_and_later_waits_still_fire() {
     assert_eq!((m.event_panics, m.panics), (3, 0));
 }
 
+/// A waited-on value whose `event()` holds the waiter's thread until the test
+/// lets it go and then panics, and whose `Drop` panics: so the test can
+/// cancel its wait while the thread is starting it, outside the waiter's
+/// lock, and the wait still finishes (failed) afterwards.
+struct Stalled {
+    started: mpsc::Sender<()>,
+    release: mpsc::Receiver<()>,
+}
+
+impl events::WaitEvent for Stalled {
+    fn event(&self) -> &Event {
+        self.started.send(()).unwrap();
+        // Returns when the test drops its sender.
+        let _ = self.release.recv_timeout(HANG);
+        panic!("event() panics on purpose, after the cancel");
+    }
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        panic!("Drop panics on purpose");
+    }
+}
+
+/// The rare hang of the test above: its cancelled wait sometimes finished
+/// while being cancelled (the gate opened meanwhile), and the finished but
+/// cancelled wait was dropped without catching its value's panicking `Drop`,
+/// which ended the waiter's thread, so no later wait fired. Here that order
+/// is forced.
+#[test]
+fn a_wait_cancelled_while_it_starts_is_discarded_and_the_waiter_goes_on() {
+    let ctx = ctx();
+    let s = streams(&ctx, 1);
+    let waiter = AsyncEventWaiter::new();
+    let (started_tx, started) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let stalled = Stalled {
+        started: started_tx,
+        release: release_rx,
+    };
+    let id = waiter.wait_async(stalled, || unreachable!("cancelled"));
+    started
+        .recv_timeout(HANG)
+        .expect("the thread starts the wait");
+    assert!(waiter.cancel_wait(id), "not fired yet: cancelled");
+    // event() goes on and panics: the wait finishes, already cancelled.
+    drop(release);
+    let (tx, rx) = mpsc::channel();
+    waiter.wait_async(s[0].record_event().unwrap(), move || tx.send(()).unwrap());
+    rx.recv_timeout(HANG)
+        .expect("the waiter's thread survived the cancelled wait's Drop");
+    let m = waiter.metrics();
+    assert_eq!((m.fired, m.cancelled, m.pending), (1, 1, 0));
+    // event() and Drop panicked, both caught; the callback never ran.
+    assert_eq!((m.event_panics, m.panics), (2, 0));
+}
+
 #[test]
 fn drop_runs_pending_callbacks_once_their_events_complete() {
     let ctx = ctx();
