@@ -319,7 +319,7 @@ fn ratios() {
     let polls_pending = waiter.metrics().polls - polls_before;
     rx.recv().expect("the wait fires");
     figure(
-        "async waiter polls while a wait is pending (per second; 0: no timed rounds)",
+        "async waiter polls while a wait is pending (per second)",
         polls_pending as f64,
         "polls",
     );
