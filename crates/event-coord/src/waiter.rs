@@ -481,8 +481,8 @@ fn run(shared: &Arc<Shared>) {
                 // Sleep until a wait, a cancellation, a reactor wake-up or
                 // shutdown comes. No timeout: the reactor watches the GPU
                 // (its flags, and its event queries for failed streams) and
-                // wakes every pending wait's future exactly when it is
-                // ready, so this thread has nothing to look at in between.
+                // wakes each pending wait's future once it sees it ready, so
+                // this thread has nothing to look at in between.
                 queue = shared.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
             }
         };
