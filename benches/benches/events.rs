@@ -2,10 +2,24 @@
 //! the coordinator's host overhead per operation with 100k operations in
 //! flight, against the driver calls it makes; the async waiter's latency
 //! (event done -> callback) and its CPU time while idle.
+//!
+//! The coordinator and its driver calls are timed in alternating batches
+//! ([`alternating`]), each batch followed by an untimed synchronize, and the
+//! overhead is the median over neighbouring pairs: timed one after the
+//! other, the same figure moved by +35% / -26% between runs on the H100.
+//!
+//! `EVENTS_COUNT=<scenario>:<n>` runs one scenario `n` times and nothing
+//! else, for counting instructions under callgrind (`valgrind
+//! --tool=callgrind --separate-threads=yes --toggle-collect='events::counted*'`
+//! counts the repetitions alone, on the calling thread): `op` (the coordinator's register + begin + complete, 100k in
+//! flight), `record` (its `cuEventRecord` alone), `dep` (an operation
+//! depending on the previous one on the other stream), `raw-dep` (its wait +
+//! record alone).
 
 use criterion::Criterion;
 use cuda_streams_benches::{
-    compare, criterion_summary, figure, median_ns, run_criterion, spin_kernel, thread_cpu_ns,
+    Pair, alternating, compare, criterion_summary, figure, median_ns, run_criterion, spin_kernel,
+    thread_cpu_ns,
 };
 use driver::{Context, Event, LaunchConfig, Stream};
 use events::{AsyncEventWaiter, EventPool, EventPriority, OperationCoordinator, OperationType};
@@ -15,6 +29,9 @@ use std::time::{Duration, Instant};
 
 /// Operations registered and left waiting, so the maps are realistically full.
 const IN_FLIGHT: usize = 100_000;
+/// Alternating batches per side, and calls per batch.
+const SAMPLES: usize = 200;
+const BATCH: usize = 250;
 
 fn setup() -> (Arc<Context>, Arc<EventPool>) {
     let ctx = Context::new(0).expect("a context");
@@ -61,6 +78,62 @@ fn one_operation(coordinator: &OperationCoordinator, stream: &Arc<Stream>) {
     coordinator.complete_operation(id).expect("complete");
 }
 
+/// Operations on two streams, each depending on the previous one, which ran
+/// on the other stream: one `cuStreamWaitEvent` and one `cuEventRecord`
+/// each, the coordinator's way and the raw way.
+struct Chain<'a> {
+    coordinator: &'a OperationCoordinator,
+    streams: [&'a Arc<Stream>; 2],
+    previous: Option<events::OperationId>,
+    /// The raw side's last event on each stream.
+    raw_events: [events::PooledEvent; 2],
+}
+
+impl<'a> Chain<'a> {
+    fn new(
+        coordinator: &'a OperationCoordinator,
+        pool: &Arc<EventPool>,
+        streams: [&'a Arc<Stream>; 2],
+    ) -> Self {
+        let raw_events = streams.map(|s| {
+            let event = pool.acquire_event(false).expect("an event");
+            event.record(s).expect("record");
+            event
+        });
+        Self {
+            coordinator,
+            streams,
+            previous: None,
+            raw_events,
+        }
+    }
+
+    /// Call `i`: on stream `i % 2`, after the previous operation.
+    fn ours(&mut self, i: usize) {
+        let on = self.streams[i % 2];
+        let id = self
+            .coordinator
+            .register_operation(
+                OperationType::Kernel,
+                EventPriority::Normal,
+                on,
+                self.previous.take().into_iter().collect(),
+                "chained",
+            )
+            .expect("register");
+        self.coordinator.begin_operation(id, on).expect("begin");
+        self.coordinator.complete_operation(id).expect("complete");
+        self.previous = Some(id);
+    }
+
+    /// The same driver calls: wait for the other stream's last event, record.
+    fn raw(&mut self, i: usize) {
+        let on = self.streams[i % 2];
+        on.wait_event(&self.raw_events[(i + 1) % 2]).expect("wait");
+        self.raw_events[i % 2].record(on).expect("record");
+    }
+}
+
 fn criterion_groups(c: &mut Criterion) {
     let (ctx, pool) = setup();
     let stream = Stream::new(&ctx).expect("a stream");
@@ -85,6 +158,11 @@ fn criterion_groups(c: &mut Criterion) {
     stream.synchronize().expect("synchronize");
 }
 
+/// [`alternating`] with this bench's sample and batch counts.
+fn per_call_pair(ours: impl FnMut(usize), raw: impl FnMut(usize), settle: impl FnMut()) -> Pair {
+    alternating(SAMPLES, BATCH, ours, raw, settle)
+}
+
 /// Median time from the stream reaching a point to the waiter's callback for
 /// an event recorded right after that point.
 fn waiter_latency(stream: &Stream, waiter: &AsyncEventWaiter) -> Duration {
@@ -92,7 +170,7 @@ fn waiter_latency(stream: &Stream, waiter: &AsyncEventWaiter) -> Duration {
     for _ in 0..101 {
         let reached = Arc::new(Mutex::new(None::<Instant>));
         let r = Arc::clone(&reached);
-        // Let the waiter back off fully before the event completes.
+        // Let the reactor back off fully before the event completes.
         stream
             .add_callback(move || {
                 std::thread::sleep(Duration::from_millis(3));
@@ -137,49 +215,57 @@ fn ratios() {
     );
 
     // Per operation the coordinator makes one driver call (cuEventRecord of
-    // the completion event); the baseline is that call alone, on a pooled event.
+    // the completion event); the baseline is that call alone, on a pooled
+    // event, in alternating batches.
+    let other = Stream::new(&ctx).expect("a stream");
+    let settle = || {
+        stream.synchronize().expect("synchronize");
+        other.synchronize().expect("synchronize");
+    };
     let coordinator = loaded_coordinator(&pool, &stream);
     let event = pool.acquire_event(false).expect("an event");
-    let record = median_ns(51, 1_000, || event.record(&stream).expect("record"));
-    let per_op = median_ns(51, 1_000, || one_operation(&coordinator, &stream));
+    let per_op = per_call_pair(
+        |_| one_operation(&coordinator, &stream),
+        |_| event.record(&stream).expect("record"),
+        settle,
+    );
     compare(
         "coordinator operation (100k in flight) vs its cuEventRecord",
-        per_op,
-        record,
+        per_op.ours,
+        per_op.raw,
     );
     figure(
         "coordinator host overhead per operation, driver calls excluded (target <= 1000 ns)",
-        (per_op - record).max(0.0),
+        per_op.over_raw_ns,
         "ns",
     );
-    // With a dependency on another stream: one more driver call (cuStreamWaitEvent).
-    let other = Stream::new(&ctx).expect("a stream");
-    let mut previous = None;
-    let mut chained = || {
-        let on = if previous.is_some() { &stream } else { &other };
-        let id = coordinator
-            .register_operation(
-                OperationType::Kernel,
-                EventPriority::Normal,
-                on,
-                previous.take().into_iter().collect(),
-                "chained",
-            )
-            .expect("register");
-        coordinator.begin_operation(id, on).expect("begin");
-        coordinator.complete_operation(id).expect("complete");
-        previous = Some(id);
-    };
-    let wait = median_ns(51, 1_000, || other.wait_event(&event).expect("wait"));
-    let per_dep_op = median_ns(51, 1_000, &mut chained);
+    figure(
+        "coordinator operation over its cuEventRecord",
+        per_op.over_raw_percent,
+        "%",
+    );
+    // With a dependency on the other stream: one more driver call
+    // (cuStreamWaitEvent) on each side.
+    let mut chain = Chain::new(&coordinator, &pool, [&stream, &other]);
+    let chain = std::cell::RefCell::new(&mut chain);
+    let per_dep_op = per_call_pair(
+        |i| chain.borrow_mut().ours(i),
+        |i| chain.borrow_mut().raw(i),
+        settle,
+    );
+    compare(
+        "coordinator operation with one cross-stream dependency vs its wait + record",
+        per_dep_op.ours,
+        per_dep_op.raw,
+    );
     figure(
         "coordinator operation with one cross-stream dependency",
-        per_dep_op,
+        per_dep_op.ours,
         "ns",
     );
     figure(
         "  ... host overhead, driver calls excluded",
-        (per_dep_op - record - wait / 2.0).max(0.0),
+        per_dep_op.over_raw_ns,
         "ns",
     );
     let m = coordinator.metrics();
@@ -189,8 +275,7 @@ fn ratios() {
         "ns",
     );
     drop(event);
-    stream.synchronize().expect("synchronize");
-    other.synchronize().expect("synchronize");
+    settle();
 
     let waiter = AsyncEventWaiter::new();
     let latency = waiter_latency(&stream, &waiter);
@@ -203,10 +288,12 @@ fn ratios() {
     // Idle with nothing to wait for: the thread sleeps on a condvar.
     let window = Duration::from_secs(1);
     let name = "cuda-streams-ev"; // thread names are cut to 15 bytes
+    let reactor = "cuda-streams-re"; // the context's reactor, which watches for the waiter
     let before = thread_cpu_ns(name);
     std::thread::sleep(window);
     let after = thread_cpu_ns(name);
-    // Waiting on an event the GPU holds back for the whole window (back-off polling).
+    // Waiting on an event the GPU holds back for the whole window: the
+    // reactor watches, the waiter's thread sleeps until the reactor wakes it.
     let spin = spin_kernel(&ctx);
     let one = LaunchConfig {
         grid_dim: (1, 1, 1),
@@ -224,11 +311,25 @@ fn ratios() {
     waiter.wait_async(stream.record_event().expect("event"), move || {
         tx.send(()).unwrap()
     });
-    std::thread::sleep(Duration::from_millis(100)); // past the quick polls
-    let pending_before = thread_cpu_ns(name);
+    std::thread::sleep(Duration::from_millis(100)); // past the reactor's spin
+    let polls_before = waiter.metrics().polls;
+    let (pending_before, reactor_before) = (thread_cpu_ns(name), thread_cpu_ns(reactor));
     std::thread::sleep(window);
-    let pending_after = thread_cpu_ns(name);
+    let (pending_after, reactor_after) = (thread_cpu_ns(name), thread_cpu_ns(reactor));
+    let polls_pending = waiter.metrics().polls - polls_before;
     rx.recv().expect("the wait fires");
+    figure(
+        "async waiter polls while a wait is pending (per second)",
+        polls_pending as f64,
+        "polls",
+    );
+    if let (Some(b), Some(a)) = (reactor_before, reactor_after) {
+        figure(
+            "reactor CPU while the waiter's wait is pending (per second)",
+            (a - b) as f64 / 1e3,
+            "us",
+        );
+    }
     match (before, after, pending_before, pending_after) {
         (Some(b), Some(a), Some(pb), Some(pa)) => {
             figure(
@@ -248,7 +349,53 @@ fn ratios() {
     figure("async waiter polls during the run", m.polls as f64, "polls");
 }
 
+/// `EVENTS_COUNT=<scenario>:<n>`: run that scenario alone, `n` times.
+fn count(spec: &str) {
+    let (scenario, n) = spec
+        .split_once(':')
+        .unwrap_or_else(|| panic!("EVENTS_COUNT={spec:?}: expected <scenario>:<n>"));
+    let n: usize = n
+        .parse()
+        .unwrap_or_else(|_| panic!("EVENTS_COUNT={spec:?}: {n:?} is not a count"));
+    let (ctx, pool) = setup();
+    let (stream, other) = (
+        Stream::new(&ctx).expect("a stream"),
+        Stream::new(&ctx).expect("a stream"),
+    );
+    let coordinator = loaded_coordinator(&pool, &stream);
+    let event = pool.acquire_event(false).expect("an event");
+    let mut chain = Chain::new(&coordinator, &pool, [&stream, &other]);
+    let mut step = |i: usize| match scenario {
+        "op" => one_operation(&coordinator, &stream),
+        "record" => event.record(&stream).expect("record"),
+        "dep" => chain.ours(i),
+        "raw-dep" => chain.raw(i),
+        _ => panic!("EVENTS_COUNT={spec:?}: unknown scenario {scenario:?}"),
+    };
+    counted(n, &mut step, || {
+        stream.synchronize().expect("synchronize");
+        other.synchronize().expect("synchronize");
+    });
+}
+
+/// `n` steps in batches with a settle between them, as in the timed run.
+/// Its own function, so that callgrind can count it alone
+/// (`--toggle-collect='events::counted*'`), without the set-up and the
+/// tear-down of 100k operations.
+#[inline(never)]
+fn counted(n: usize, step: &mut dyn FnMut(usize), mut settle: impl FnMut()) {
+    for start in (0..n).step_by(BATCH) {
+        for i in start..n.min(start + BATCH) {
+            step(i);
+        }
+        settle();
+    }
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("EVENTS_COUNT") {
+        return count(&spec);
+    }
     run_criterion(&[criterion_groups]);
     ratios();
     criterion_summary();

@@ -38,6 +38,4 @@ mod docs_examples {}
 /// The safe driver layer this crate builds on (contexts, streams, buffers),
 /// so examples can name it through this crate.
 pub use driver;
-pub use waiter::{
-    AsyncEventWaiter, DEFAULT_MAX_BACKOFF, MIN_BACKOFF, WaitError, WaitEvent, WaitId, WaiterMetrics,
-};
+pub use waiter::{AsyncEventWaiter, WaitError, WaitEvent, WaitId, WaiterMetrics};

@@ -4,8 +4,12 @@
 //! future, woken by the context's reactor (a stream writes a flag into mapped
 //! pinned memory after the event; the reactor thread sees it). The waker
 //! queues the wait's id and wakes this thread, which polls that future and
-//! runs the callback. So the thread neither polls `cuEventQuery` nor sleeps
-//! on a timer: it waits on a condvar, and uses no CPU while nothing is ready.
+//! runs the callback. The reactor is the one mechanism that watches the GPU:
+//! this thread neither polls `cuEventQuery` nor wakes on a timer. It waits on
+//! a condvar without a timeout, and wakes only for a new wait, a
+//! cancellation, a reactor wake-up or shutdown, so it uses no CPU while
+//! nothing is ready (the reactor's thread does the watching, see
+//! `docs/async.md`).
 
 use crate::{Error, Result};
 use driver::Completion;
@@ -22,15 +26,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::JoinHandle;
-use std::time::Duration;
-
-/// The shortest safety-net interval [`AsyncEventWaiter::with_max_backoff`]
-/// accepts.
-pub const MIN_BACKOFF: Duration = Duration::from_micros(20);
-/// The default safety-net interval: how long the thread waits for a wake-up
-/// before it polls every pending wait anyway. Wake-ups come from the reactor,
-/// so this does not set the latency.
-pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_micros(500);
 
 /// Something holding an event alive: the waiter keeps it until the event has
 /// completed, and drops it just before running the callback (or when the wait
@@ -169,7 +164,11 @@ pub struct WaiterMetrics {
     /// be started); the callback ran anyway (the event will not complete
     /// more than that).
     pub query_errors: u64,
-    /// Rounds in which the thread polled the futures of woken waits.
+    /// Rounds in which the thread polled futures: one per batch of new waits
+    /// and of reactor wake-ups it picked up together. The thread has no timed
+    /// rounds, so this does not grow while a wait is pending and nothing
+    /// completes (before the reactor woke it, it also polled every pending
+    /// wait every 500 µs).
     pub polls: u64,
 }
 
@@ -293,20 +292,16 @@ impl AsyncEventWaiter {
     }
 
     /// Start the background thread, or report why it could not start.
+    ///
+    /// How quickly a callback follows its event is the context's reactor's
+    /// policy ([`driver::Reactor::set_config`]), shared with every future of
+    /// that context.
     pub fn try_new() -> Result<AsyncEventWaiter> {
-        Self::with_max_backoff(DEFAULT_MAX_BACKOFF)
-    }
-
-    /// Like [`try_new`](Self::try_new), with the safety-net interval set to
-    /// `max_backoff` (at least [`MIN_BACKOFF`]): how long the thread waits for
-    /// the reactor's wake-up before polling every pending wait anyway. The
-    /// reactor sets the latency, not this.
-    pub fn with_max_backoff(max_backoff: Duration) -> Result<AsyncEventWaiter> {
         let shared = Arc::new(Shared::default());
         let for_thread = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("cuda-streams-event-waiter".into())
-            .spawn(move || run(&for_thread, max_backoff.max(MIN_BACKOFF)))
+            .spawn(move || run(&for_thread))
             .map_err(Error::Spawn)?;
         Ok(AsyncEventWaiter {
             shared,
@@ -387,6 +382,9 @@ impl AsyncEventWaiter {
         let cancelled = self.shared.lock().live.remove(&id);
         if cancelled {
             self.shared.cancelled.fetch_add(1, Ordering::Relaxed);
+            // The thread lets go of the wait's event and callback now, not
+            // whenever something else wakes it.
+            self.shared.wake.notify_one();
         }
         cancelled
     }
@@ -451,7 +449,7 @@ impl Drop for AsyncEventWaiter {
 
 /// The background thread: pick up waits, start their futures, poll the
 /// woken ones, fire.
-fn run(shared: &Arc<Shared>, max_backoff: Duration) {
+fn run(shared: &Arc<Shared>) {
     let mut pending: HashMap<WaitId, Wait> = HashMap::new();
     let mut discarded: Vec<Wait> = Vec::new();
     loop {
@@ -480,21 +478,12 @@ fn run(shared: &Arc<Shared>, max_backoff: Duration) {
                 if pending.is_empty() && queue.shutdown {
                     return;
                 }
-                if pending.is_empty() {
-                    // Nothing to watch: sleep until a wait or shutdown comes
-                    // (no timed wake-ups, so no CPU while idle).
-                    queue = shared.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
-                    continue;
-                }
-                let (guard, timeout) = shared
-                    .wake
-                    .wait_timeout(queue, max_backoff)
-                    .unwrap_or_else(|p| p.into_inner());
-                queue = guard;
-                if timeout.timed_out() {
-                    // The safety net: look at every pending wait.
-                    break (Vec::new(), pending.keys().copied().collect());
-                }
+                // Sleep until a wait, a cancellation, a reactor wake-up or
+                // shutdown comes. No timeout: the reactor watches the GPU
+                // (its flags, and its event queries for failed streams) and
+                // wakes each pending wait's future once it sees it ready, so
+                // this thread has nothing to look at in between.
+                queue = shared.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
             }
         };
         for wait in discarded.drain(..) {
@@ -580,14 +569,20 @@ fn poll(
 
 /// Run the callbacks of finished waits that were not cancelled meanwhile, in
 /// the order the waits were made (polling does not keep it).
+///
+/// A wait cancelled while the thread started or polled it (outside the
+/// lock) may finish all the same; it is discarded like any cancelled wait,
+/// outside the lock and with its user values' panics caught. Dropping it
+/// inside the lock's filter once let a panicking `Drop` end the thread, so
+/// every later wait hung.
 fn fire(shared: &Shared, finished: Vec<Wait>) {
-    let mut to_run: Vec<Wait> = {
+    let (mut to_run, cancelled): (Vec<Wait>, Vec<Wait>) = {
         let mut queue = shared.lock();
-        finished
-            .into_iter()
-            .filter(|w| queue.live.remove(&w.id))
-            .collect()
+        finished.into_iter().partition(|w| queue.live.remove(&w.id))
     };
+    for wait in cancelled {
+        discard(shared, wait);
+    }
     to_run.sort_unstable_by_key(|w| w.id);
     for wait in to_run {
         let Wait {

@@ -178,6 +178,131 @@ fn a_panicking_event_or_drop_is_caught_and_later_waits_still_fire() {
     assert_eq!((m.event_panics, m.panics), (3, 0));
 }
 
+/// A waited-on value whose `event()` holds the waiter's thread until the test
+/// lets it go and then panics, and whose `Drop` panics: so the test can
+/// cancel its wait while the thread is starting it, outside the waiter's
+/// lock, and the wait still finishes (failed) afterwards.
+struct Stalled {
+    started: mpsc::Sender<()>,
+    release: mpsc::Receiver<()>,
+}
+
+impl events::WaitEvent for Stalled {
+    fn event(&self) -> &Event {
+        self.started.send(()).unwrap();
+        // Returns when the test drops its sender.
+        let _ = self.release.recv_timeout(HANG);
+        panic!("event() panics on purpose, after the cancel");
+    }
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        panic!("Drop panics on purpose");
+    }
+}
+
+/// The rare hang of the test above: its cancelled wait sometimes finished
+/// while being cancelled (the gate opened meanwhile), and the finished but
+/// cancelled wait was dropped without catching its value's panicking `Drop`,
+/// which ended the waiter's thread, so no later wait fired. Here that order
+/// is forced.
+#[test]
+fn a_wait_cancelled_while_it_starts_is_discarded_and_the_waiter_goes_on() {
+    let ctx = ctx();
+    let s = streams(&ctx, 1);
+    let waiter = AsyncEventWaiter::new();
+    let (started_tx, started) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let stalled = Stalled {
+        started: started_tx,
+        release: release_rx,
+    };
+    let id = waiter.wait_async(stalled, || unreachable!("cancelled"));
+    started
+        .recv_timeout(HANG)
+        .expect("the thread starts the wait");
+    assert!(waiter.cancel_wait(id), "not fired yet: cancelled");
+    // event() goes on and panics: the wait finishes, already cancelled.
+    drop(release);
+    let (tx, rx) = mpsc::channel();
+    waiter.wait_async(s[0].record_event().unwrap(), move || tx.send(()).unwrap());
+    rx.recv_timeout(HANG)
+        .expect("the waiter's thread survived the cancelled wait's Drop");
+    let m = waiter.metrics();
+    assert_eq!((m.fired, m.cancelled, m.pending), (1, 1, 0));
+    // event() and Drop panicked, both caught; the callback never ran.
+    assert_eq!((m.event_panics, m.panics), (2, 0));
+}
+
+/// The thread wakes for the reactor, not on a timer: while a wait is pending
+/// and nothing completes it does no rounds.
+#[test]
+fn the_thread_sleeps_until_the_reactor_wakes_it() {
+    let ctx = ctx();
+    let s = streams(&ctx, 1);
+    let waiter = AsyncEventWaiter::new();
+    // Opens by itself: a stretch in which the pending wait has nothing to
+    // report. A thread that polled on a timer (every 500 µs, as this one
+    // once did) would count about a hundred rounds in it.
+    let _gate = Gate::close_within(&s[0], Duration::from_millis(50));
+    let (tx, rx) = mpsc::channel();
+    waiter.wait_async(s[0].record_event().unwrap(), move || tx.send(()).unwrap());
+    rx.recv_timeout(HANG).unwrap();
+    let m = waiter.metrics();
+    // One round picks the wait up (two if the stream got there first, the
+    // thread starved), one follows the reactor's wake-up.
+    assert!(m.polls <= 2, "{m:?}");
+    assert_eq!((m.fired, m.pending), (1, 0));
+}
+
+/// A waited-on event that says when the waiter lets go of it.
+struct Tracked {
+    event: Event,
+    dropped: mpsc::Sender<()>,
+}
+
+impl events::WaitEvent for Tracked {
+    fn event(&self) -> &Event {
+        &self.event
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        let _ = self.dropped.send(());
+    }
+}
+
+/// `cancel_wait` wakes the thread, which drops the wait's event and
+/// callback at once, while the event's stream is still held: nothing else
+/// would wake it (no timer, and the reactor only when the event completes).
+#[test]
+fn a_cancelled_wait_lets_go_of_its_event_at_once() {
+    let ctx = ctx();
+    let s = streams(&ctx, 2);
+    let waiter = AsyncEventWaiter::new();
+    // Longer than the wait below: only `cancel_wait` can release the event.
+    let gate = Gate::close_within(&s[0], 2 * HANG);
+    let (dropped_tx, dropped) = mpsc::channel();
+    let tracked = Tracked {
+        event: s[0].record_event().unwrap(),
+        dropped: dropped_tx,
+    };
+    let id = waiter.wait_async(tracked, || unreachable!("cancelled"));
+    // A later wait that fires: by then the thread has started the first and
+    // gone back to sleep.
+    let (tx, rx) = mpsc::channel();
+    waiter.wait_async(s[1].record_event().unwrap(), move || tx.send(()).unwrap());
+    rx.recv_timeout(HANG).unwrap();
+    assert!(waiter.cancel_wait(id));
+    dropped
+        .recv_timeout(HANG)
+        .expect("the cancelled wait's event is dropped while its stream is held");
+    assert_eq!(waiter.metrics().pending, 0);
+    gate.open();
+}
+
 #[test]
 fn drop_runs_pending_callbacks_once_their_events_complete() {
     let ctx = ctx();
