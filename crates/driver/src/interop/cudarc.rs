@@ -176,9 +176,12 @@ impl Stream {
         ctx.bind()?;
         // SAFETY: both handles belong to the current context and are alive
         // for the call (`self` and `event` are borrowed).
-        ctx.check(unsafe {
+        let code = unsafe {
             (ctx.driver().cuStreamWaitEvent)(self.as_raw(), event.cu_event() as sys::CUevent, 0)
-        })
+        };
+        // A wait enqueued here: the latest mark no longer covers the end.
+        self.enqueued();
+        ctx.check(code)
     }
 }
 
@@ -253,6 +256,8 @@ fn before_slice_use<T, S: DevicePtr<T> + ?Sized>(
     // over the record of another stream's read (see `address`): forgotten.
     let (_, guard) = slice.device_ptr(&borrowed);
     std::mem::forget(guard);
+    // Waits enqueued on `stream` above.
+    stream.enqueued();
     Ok(())
 }
 
