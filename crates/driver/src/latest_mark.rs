@@ -27,6 +27,9 @@
 //! - Streams wrapped from elsewhere ([`Stream::from_raw`]) never keep a mark:
 //!   other code enqueues on them unseen. Nor does a stream while it
 //!   captures, or an event recorded in a capture.
+//!
+//! The stream holds its mark (one event, and so its pool) until the next
+//! one, [`Stream::forget_latest_mark`], or its own drop.
 
 use crate::error::Result;
 use crate::event_pool::PooledEvent;
@@ -119,6 +122,16 @@ impl Stream {
         // Back to its pool after the lock.
         drop(replaced);
         Ok(())
+    }
+
+    /// Let go of the latest mark (back to its pool once nothing else holds
+    /// it): the next fork or `wait_stream` records its own. For a caller
+    /// trimming what it holds, such as the engine's
+    /// `OperationGraph::retire_completed`.
+    pub fn forget_latest_mark(&self) {
+        let forgotten = self.latest.kept().take();
+        // Back to its pool after the lock.
+        drop(forgotten);
     }
 
     /// The latest mark, while nothing has been enqueued on this stream and
@@ -276,6 +289,12 @@ mod tests {
         other.record_latest(&event).unwrap();
         assert!(other.latest_mark().is_some());
         assert!(main.latest_mark().is_none());
+        // Forgotten by both, it goes back to its pool: only the test's
+        // handle holds it.
+        other.forget_latest_mark();
+        main.forget_latest_mark();
+        assert!(other.latest_mark().is_none());
+        assert_eq!(Arc::strong_count(&event), 1);
     }
 
     /// A stream wrapped from elsewhere never keeps a mark: other code
