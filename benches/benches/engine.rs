@@ -9,8 +9,14 @@
 //!    streams, a join after all four: 6 records and 8 waits, through the
 //!    graph and as raw calls; then the same as one graph operation
 //!    (`OpBuilder::fork_join`: the fork, four branches and the join, with
-//!    the same 6 records and 8 waits and one operation's bookkeeping). Also
-//!    the driver layer's `Stream::fork`/`join` (5 records, 8 waits).
+//!    5 records and 8 waits, the fork waiting on the root stream's latest
+//!    completion event, and one operation's bookkeeping). Also the driver
+//!    layer's `Stream::fork`/`join` (5 records, 8 waits).
+//!
+//! The sections are named functions (`graph_op`, `raw_op`, `node_fork_join`,
+//! `raw_fork_join`), so that callgrind counts their instructions:
+//! `ENGINE_BENCH_SAMPLES=3 valgrind --tool=callgrind --collect-atstart=no
+//! --toggle-collect='engine::node_fork_join' target/release/deps/engine-… --bench`.
 //!
 //! Every batch of work is followed by an untimed synchronize, so queues stay
 //! short on both sides. The batches of the graph and of its baseline
@@ -24,15 +30,70 @@
 
 use cuda_streams_benches::{Pair, alternating, compare, criterion_summary, figure, run_criterion};
 use driver::{Context, EventPool, PooledEvent, Stream};
-use engine::OperationGraph;
+use engine::{OperationGraph, OperationId};
 use std::sync::Arc;
 
 const SAMPLES: usize = 400;
 const BATCH: usize = 100;
 
+/// Batches per side: [`SAMPLES`], or `ENGINE_BENCH_SAMPLES` (a few, for a
+/// run under callgrind, which counts instructions rather than timing).
+fn samples() -> usize {
+    std::env::var("ENGINE_BENCH_SAMPLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(SAMPLES)
+}
+
 /// [`alternating`] with this bench's sample and batch counts.
 fn per_call_pair(ours: impl FnMut(usize), raw: impl FnMut(usize), settle: impl FnMut()) -> Pair {
-    alternating(SAMPLES, BATCH, ours, raw, settle)
+    alternating(samples(), BATCH, ours, raw, settle)
+}
+
+/// One operation of section 1 through the graph: after `prev`, on `stream`.
+/// Not inlined, so that callgrind counts it by name.
+#[inline(never)]
+fn graph_op(graph: &OperationGraph, stream: &Stream, prev: OperationId) -> OperationId {
+    graph
+        .op(stream)
+        .after(&[prev])
+        .run(|_| Ok(()))
+        .expect("an op")
+        .id()
+}
+
+/// Its raw baseline: a wait on the last event and a record.
+#[inline(never)]
+fn raw_op(pool: &Arc<EventPool>, stream: &Stream, last: &mut PooledEvent) {
+    stream.wait_event(last).expect("wait");
+    *last = record(pool, stream);
+}
+
+/// The 1->4 fork/join as raw calls: 6 records, 8 waits.
+#[inline(never)]
+fn raw_fork_join(pool: &Arc<EventPool>, root_stream: &Stream, branches: &[Arc<Stream>]) {
+    let root = record(pool, root_stream);
+    let ends: Vec<PooledEvent> = branches
+        .iter()
+        .map(|b| {
+            b.wait_event(&root).expect("wait");
+            record(pool, b)
+        })
+        .collect();
+    for end in &ends {
+        root_stream.wait_event(end).expect("wait");
+    }
+    let _join = record(pool, root_stream);
+}
+
+/// The 1->4 fork/join as one graph operation.
+#[inline(never)]
+fn node_fork_join(graph: &OperationGraph, root_stream: &Stream, refs: &[&Stream]) {
+    let _fan = graph
+        .op(root_stream)
+        .fork_join(refs, |_, _| Ok(()))
+        .expect("fork/join");
 }
 
 fn record(pool: &Arc<EventPool>, stream: &Stream) -> PooledEvent {
@@ -59,19 +120,8 @@ fn main() {
     let mut prev = graph.op(&streams[0]).run(|_| Ok(())).expect("an op").id();
     let mut last = record(&pool, &streams[0]);
     let per_op = per_call_pair(
-        |i| {
-            let op = graph
-                .op(&streams[1 + i % 2])
-                .after(&[prev])
-                .run(|_| Ok(()))
-                .expect("an op");
-            prev = op.id();
-        },
-        |i| {
-            let stream = &streams[1 + i % 2];
-            stream.wait_event(&last).expect("wait");
-            last = record(&pool, stream);
-        },
+        |i| prev = graph_op(&graph, &streams[1 + i % 2], prev),
+        |i| raw_op(&pool, &streams[1 + i % 2], &mut last),
         settle,
     );
     compare(
@@ -87,20 +137,7 @@ fn main() {
 
     // 2. 1 -> 4 fork/join.
     let (root_stream, branches) = (&streams[0], &streams[1..5]);
-    let mut raw_fork_join = |_| {
-        let root = record(&pool, root_stream);
-        let ends: Vec<PooledEvent> = branches
-            .iter()
-            .map(|b| {
-                b.wait_event(&root).expect("wait");
-                record(&pool, b)
-            })
-            .collect();
-        for end in &ends {
-            root_stream.wait_event(end).expect("wait");
-        }
-        let _join = record(&pool, root_stream);
-    };
+    let mut raw_fork_join = |_| raw_fork_join(&pool, root_stream, branches);
     let builder = per_call_pair(
         |_| {
             let root = graph.op(root_stream).run(|_| Ok(())).expect("root");
@@ -136,12 +173,7 @@ fn main() {
     );
     let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
     let node = per_call_pair(
-        |_| {
-            let _fan = graph
-                .op(root_stream)
-                .fork_join(&refs, |_, _| Ok(()))
-                .expect("fork/join");
-        },
+        |_| node_fork_join(&graph, root_stream, &refs),
         &mut raw_fork_join,
         settle,
     );

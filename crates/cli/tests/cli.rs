@@ -146,6 +146,16 @@ fn demo_with_two_steps_runs_two_steps_and_two_rounds() {
     );
     assert!(stdout.contains("2 results checked"), "{stdout}");
     assert!(stdout.contains("operation DAG: 2 rounds"), "{stdout}");
+    // The DAG's host time beside the bench shape it compares to, both
+    // measured in this run.
+    assert!(
+        stdout.contains("DAG host time per operation (after the first round):"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the engine bench's shape run here"),
+        "{stdout}"
+    );
     assert!(stdout.contains("every result checked"), "{stdout}");
     // Two steps are all warm-up: no figure rather than a made-up one.
     assert!(

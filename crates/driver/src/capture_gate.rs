@@ -44,6 +44,15 @@ pub(crate) struct CaptureGate(RwLock<()>);
 pub struct EnqueueGate<'a> {
     _shared: RwLockReadGuard<'a, ()>,
     stream: u64,
+    /// Told when the gate goes, after the enqueue's driver calls: the
+    /// stream's latest mark no longer covers its end (`latest_mark.rs`).
+    latest: &'a crate::latest_mark::LatestMark,
+}
+
+impl Drop for EnqueueGate<'_> {
+    fn drop(&mut self) {
+        self.latest.enqueued();
+    }
 }
 
 impl std::fmt::Debug for EnqueueGate<'_> {
@@ -96,6 +105,7 @@ impl Stream {
         Ok(EnqueueGate {
             _shared: shared,
             stream: self.id(),
+            latest: &self.latest,
         })
     }
 
@@ -116,6 +126,8 @@ impl Stream {
             });
         }
         let _exclusive = self.gate.0.write().unwrap_or_else(|p| p.into_inner());
+        // A mark kept before the capture is not reused after it.
+        self.enqueued();
         enter()
     }
 

@@ -81,6 +81,10 @@ pub struct Event {
     raw: CUevent,
     flags: EventFlags,
     recorded: AtomicBool,
+    /// Bumped after every record's driver call (and before one by
+    /// [`Event::record_alone`]): a stream's latest mark is reused only while
+    /// this is unchanged since its record (`latest_mark.rs`).
+    records: std::sync::atomic::AtomicU64,
     /// The capture the latest record was made in (0: none): such an event
     /// is an edge of a graph, not a point in a stream.
     captured_in: std::sync::atomic::AtomicU64,
@@ -107,6 +111,7 @@ impl Event {
             raw,
             flags,
             recorded: AtomicBool::new(false),
+            records: std::sync::atomic::AtomicU64::new(0),
             captured_in: std::sync::atomic::AtomicU64::new(0),
             order: crate::order::EventOrder::default(),
         })
@@ -134,10 +139,30 @@ impl Event {
         let code = unsafe { (self.ctx.driver().cuEventRecord)(self.raw, stream.as_raw()) };
         self.ctx.check(code)?;
         self.recorded.store(true, Ordering::Relaxed);
+        self.records.fetch_add(1, Ordering::SeqCst);
         self.captured_in
             .store(stream.capture_id(), Ordering::Release);
         crate::order::recorded(self, point);
         Ok(())
+    }
+
+    /// Record on `stream`, and say whether no other record of this event
+    /// overlapped this one: `Some(count)` when so, `count` being
+    /// [`Event::record_count`] right after it. Any later record changes the
+    /// count, so while it is unchanged this record is the event's latest.
+    pub(crate) fn record_alone(&self, stream: &Stream) -> Result<Option<u64>> {
+        let before = self.records.fetch_add(1, Ordering::SeqCst);
+        self.record(stream)?;
+        let after = self.records.load(Ordering::SeqCst);
+        // Ours are the bump above and the one in `record`; any other record
+        // between them bumped too.
+        Ok((after == before + 2).then_some(after))
+    }
+
+    /// How many records of this event have been made (see
+    /// [`Event::record_alone`]).
+    pub(crate) fn record_count(&self) -> u64 {
+        self.records.load(Ordering::SeqCst)
     }
 
     /// The capture the latest record was made in, 0 when none.

@@ -147,6 +147,7 @@ mod graph;
 #[cfg(any(feature = "cudarc", feature = "cust"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "cudarc", feature = "cust"))))]
 pub mod interop;
+mod latest_mark;
 mod launch;
 mod memory;
 mod metrics;

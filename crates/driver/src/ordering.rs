@@ -38,7 +38,9 @@ impl Stream {
     /// finished the work enqueued on it so far: one event, recorded on
     /// `other` and waited here; the host does not wait. `other` may belong to
     /// another context (another device): the GPU orders across devices.
-    /// Waiting on itself changes nothing and makes no driver call.
+    /// Waiting on itself changes nothing and makes no driver call. No event
+    /// is recorded when `other`'s latest mark ([`Stream::record_latest`])
+    /// still stands.
     ///
     /// ```
     /// use cuda_streams_driver::{Context, DeviceBuffer, PinnedBuffer, Stream};
@@ -58,8 +60,7 @@ impl Stream {
         if other.id() == self.id() {
             return Ok(());
         }
-        let event = other.mark()?;
-        self.wait_event(&event)
+        other.order_after_me(&[self]).map(drop)
     }
 
     /// The join of a fork/join: this stream waits for the work enqueued so
@@ -73,7 +74,10 @@ impl Stream {
 
     /// The fork of a fork/join: work enqueued on each of `branches` from now
     /// on waits for the work enqueued on this stream so far. One event,
-    /// recorded here once and waited by every branch.
+    /// recorded here once and waited by every branch; none at all when the
+    /// stream's latest mark ([`Stream::record_latest`], which the engine
+    /// uses for each operation's completion) still stands, nothing having
+    /// been enqueued here since.
     ///
     /// ```
     /// use cuda_streams_driver::{Context, DeviceBuffer, PinnedBuffer, Stream};
@@ -95,16 +99,12 @@ impl Stream {
     /// # }
     /// ```
     pub fn fork(&self, branches: &[&Stream]) -> Result<()> {
-        let mut event = None;
-        for branch in branches.iter().filter(|b| b.id() != self.id()) {
-            if event.is_none() {
-                event = Some(self.mark()?);
-            }
-            if let Some(event) = &event {
-                branch.wait_event(event)?;
-            }
-        }
-        Ok(())
+        let others: smallvec::SmallVec<[&Stream; 8]> = branches
+            .iter()
+            .copied()
+            .filter(|b| b.id() != self.id())
+            .collect();
+        self.order_after_me(&others).map(drop)
     }
 
     /// A device-side barrier over `streams`: work enqueued on any of them

@@ -93,7 +93,10 @@ pub fn mem_alloc_async(stream: &Stream, bytes: usize) -> Result<CUdeviceptr> {
     let mut ptr: CUdeviceptr = 0;
     // SAFETY: writes one device pointer through a valid pointer; the stream
     // is live and of the current context.
-    ctx.check(unsafe { (ctx.driver().cuMemAllocAsync)(&mut ptr, bytes, stream.as_raw()) })?;
+    let code = unsafe { (ctx.driver().cuMemAllocAsync)(&mut ptr, bytes, stream.as_raw()) };
+    // Enqueued on the stream (`latest_mark.rs`).
+    stream.enqueued();
+    ctx.check(code)?;
     Ok(ptr)
 }
 
@@ -109,7 +112,9 @@ pub unsafe fn mem_free_async(stream: &Stream, ptr: CUdeviceptr) -> Result<()> {
     let ctx = stream.context();
     ctx.bind()?;
     // SAFETY: the caller's contract; the stream is live.
-    ctx.check(unsafe { (ctx.driver().cuMemFreeAsync)(ptr, stream.as_raw()) })
+    let code = unsafe { (ctx.driver().cuMemFreeAsync)(ptr, stream.as_raw()) };
+    stream.enqueued();
+    ctx.check(code)
 }
 
 /// Copy `bytes` from device address `src` to device address `dst` in stream
@@ -131,5 +136,7 @@ pub unsafe fn memcpy_dtod_async(
     let ctx = stream.context();
     ctx.bind()?;
     // SAFETY: the caller's contract; the stream is live.
-    ctx.check(unsafe { (ctx.driver().cuMemcpyDtoDAsync)(dst, src, bytes, stream.as_raw()) })
+    let code = unsafe { (ctx.driver().cuMemcpyDtoDAsync)(dst, src, bytes, stream.as_raw()) };
+    stream.enqueued();
+    ctx.check(code)
 }

@@ -64,6 +64,12 @@ pub struct Stream {
     observed: AtomicBool,
     /// Its clock for the stream-order tracker (`order/`).
     pub(crate) order: crate::order::StreamOrder,
+    /// Its enqueue count and latest mark (`latest_mark.rs`).
+    pub(crate) latest: crate::latest_mark::LatestMark,
+    /// Created by this crate ([`Stream::new`] and kin) and never lent to
+    /// another library ([`Stream::lent_out`]): nothing enqueues on it
+    /// unseen, so it may keep a latest mark.
+    made_here: AtomicBool,
     /// What keeps a borrowed handle valid (another library's stream object,
     /// see `interop`): dropped after this stream, never used.
     _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
@@ -123,8 +129,9 @@ impl Stream {
         let flags = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
         // SAFETY: writes one stream handle through a valid pointer; the context is current.
         ctx.check(unsafe { (ctx.driver().cuStreamCreateWithPriority)(&mut raw, flags, priority) })?;
-        // SAFETY: `raw` was just created in `ctx` and is owned by the new Stream.
-        Ok(unsafe { Self::from_raw(ctx, raw, true) })
+        // SAFETY: `raw` was just created in `ctx` and is owned by the new
+        // Stream; no other code has its handle.
+        Ok(unsafe { Self::build(ctx, raw, true, None, true) })
     }
 
     /// Wrap a stream handle made elsewhere (cust, cudarc, raw driver calls).
@@ -150,6 +157,21 @@ impl Stream {
         owned: bool,
         owner: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Arc<Self> {
+        // SAFETY: the caller's contract, unchanged.
+        unsafe { Self::build(ctx, raw, owned, owner, false) }
+    }
+
+    /// The stream over `raw`; `made_here` when this crate created it.
+    ///
+    /// # Safety
+    /// As [`Stream::from_raw_with_owner`].
+    unsafe fn build(
+        ctx: &Arc<Context>,
+        raw: CUstream,
+        owned: bool,
+        owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+        made_here: bool,
+    ) -> Arc<Self> {
         let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
@@ -165,8 +187,24 @@ impl Stream {
             gate: CaptureGate::default(),
             observers: Mutex::default(),
             observed: AtomicBool::new(false),
+            latest: Default::default(),
+            made_here: AtomicBool::new(made_here),
             _owner: owner,
         })
+    }
+
+    /// Whether this crate created the stream (see `made_here`).
+    pub(crate) fn made_here(&self) -> bool {
+        self.made_here.load(Ordering::Acquire)
+    }
+
+    /// The stream's handle is being given to another library (cudarc,
+    /// cust), which may enqueue on it without this crate seeing: it keeps
+    /// no latest mark from now on, so a fork or a wait on it always records
+    /// a fresh event after whatever was enqueued there.
+    pub(crate) fn lent_out(&self) {
+        self.made_here.store(false, Ordering::Release);
+        self.forget_latest_mark();
     }
 
     /// A weak handle to this stream (the tracker's, for `Auto`).
@@ -284,6 +322,8 @@ impl Stream {
         self.ctx.bind()?;
         // SAFETY: both handles are live; flags 0 is CU_EVENT_WAIT_DEFAULT.
         let code = unsafe { (self.ctx.driver().cuStreamWaitEvent)(self.raw, event.as_raw(), 0) };
+        // Counted even when it failed: a mark kept before is not reused.
+        self.enqueued();
         self.ctx.check(code)?;
         crate::order::waited(self, event);
         self.counters.operation();

@@ -183,6 +183,44 @@ fn a_fork_join_orders_every_branch_between_its_dependency_and_its_dependant() {
     }
 }
 
+/// The fork of a fork/join waits on the stream's latest completion event
+/// only while nothing was enqueued after it: work enqueued on the root
+/// stream outside the graph, between an operation and the fork/join, is
+/// still ordered before every branch.
+#[test]
+fn a_fork_join_after_work_outside_the_graph_waits_for_that_work() {
+    let ctx = ctx();
+    let root = Stream::new(&ctx).unwrap();
+    let branches: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
+    let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
+    let graph = OperationGraph::for_context(&ctx);
+    let slow = spin_kernel(&ctx);
+    let n = 1 << 14;
+    let mut source = DeviceBuffer::<u32>::new(&ctx, n).unwrap();
+    let mut parts: Vec<DeviceBuffer<u32>> = (0..4)
+        .map(|_| DeviceBuffer::new(&ctx, n).unwrap())
+        .collect();
+    for round in 1..=3u32 {
+        // An operation: its completion event is the root's latest mark.
+        let _op = graph.op(&root).run(|_| Ok(())).unwrap();
+        // Then work the graph does not see, late behind a slow kernel: a
+        // fork that reused the operation's event would copy stale values.
+        spin(&root, &slow, Duration::from_millis(2));
+        root.memset_u32_async(&mut source, round).unwrap();
+        let mut next = parts.iter_mut();
+        let fan = graph
+            .op(&root)
+            .fork_join(&refs, |_, s| {
+                s.copy_device_to_device_async(next.next().unwrap(), &source)
+            })
+            .unwrap();
+        fan.wait().unwrap();
+        for part in &parts {
+            assert!(part.to_vec(&root).unwrap().iter().all(|&v| v == round));
+        }
+    }
+}
+
 #[test]
 fn a_failed_branch_still_joins_and_names_the_operation() {
     let ctx = ctx();

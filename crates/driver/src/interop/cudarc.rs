@@ -163,6 +163,8 @@ impl Stream {
     /// before this `Stream` is (cudarc keeps no reference to it).
     pub unsafe fn to_cudarc(&self, cuda: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
         check_context(self.context(), cuda, "the cudarc context")?;
+        // cudarc's work on it passes no gate of ours: no mark may cover it.
+        self.lent_out();
         // SAFETY: the handle is a stream of `cuda`'s context (checked); the
         // caller keeps it alive for as long as cudarc uses it.
         Ok(unsafe { cuda.wrap_borrowed_stream(self.as_raw() as cu::CUstream) })
@@ -176,9 +178,12 @@ impl Stream {
         ctx.bind()?;
         // SAFETY: both handles belong to the current context and are alive
         // for the call (`self` and `event` are borrowed).
-        ctx.check(unsafe {
+        let code = unsafe {
             (ctx.driver().cuStreamWaitEvent)(self.as_raw(), event.cu_event() as sys::CUevent, 0)
-        })
+        };
+        // A wait enqueued here: the latest mark no longer covers the end.
+        self.enqueued();
+        ctx.check(code)
     }
 }
 
@@ -253,6 +258,8 @@ fn before_slice_use<T, S: DevicePtr<T> + ?Sized>(
     // over the record of another stream's read (see `address`): forgotten.
     let (_, guard) = slice.device_ptr(&borrowed);
     std::mem::forget(guard);
+    // Waits enqueued on `stream` above.
+    stream.enqueued();
     Ok(())
 }
 

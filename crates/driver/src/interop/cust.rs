@@ -223,7 +223,10 @@ impl Stream {
     pub fn wait_cust_stream(&self, stream: &::cust::stream::Stream) -> Result<()> {
         let ctx = self.context();
         check_stream(ctx, stream, "the cust stream")?;
-        order(ctx, self.as_raw(), stream.as_inner() as CUstream)
+        let ordered = order(ctx, self.as_raw(), stream.as_inner() as CUstream);
+        // A wait enqueued here: the latest mark no longer covers the end.
+        self.enqueued();
+        ordered
     }
 }
 
@@ -261,7 +264,9 @@ impl CustStreamExt for ::cust::stream::Stream {
 /// default stream, where cust's synchronous copies may still be moving data.
 fn before_cust_use(ctx: &Arc<Context>, stream: &Stream) -> Result<()> {
     stream.check_context_id("the cust buffer", ctx.id())?;
-    order(ctx, stream.as_raw(), LEGACY_STREAM)
+    let ordered = order(ctx, stream.as_raw(), LEGACY_STREAM);
+    stream.enqueued();
+    ordered
 }
 
 /// After a use of cust memory on `stream` was enqueued: the host waits for
@@ -404,7 +409,9 @@ impl<T: DeviceCopy> Drop for AfterCust<'_, T> {
         // A stream-ordered buffer is freed on its home stream: that stream
         // waits for the legacy default stream, and the host does not.
         if let Some(home) = self.buffer.home_stream() {
-            match order(ctx, home.as_raw(), LEGACY_STREAM) {
+            let ordered = order(ctx, home.as_raw(), LEGACY_STREAM);
+            home.enqueued();
+            match ordered {
                 Ok(()) => return,
                 Err(err) => tracing::warn!(
                     "ordering home stream {} after cust's work on the legacy default stream: \

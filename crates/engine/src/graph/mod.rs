@@ -394,8 +394,10 @@ impl OperationGraph {
                 },
             };
             // Recorded under the lock, so each stream's retirement queue is
-            // in record order.
-            if let Err(err) = event.record(stream) {
+            // in record order. Kept as the stream's latest mark: a fork or a
+            // `wait_stream` right after the operation waits on it instead of
+            // recording an event of its own (the fork/join node's fork).
+            if let Err(err) = stream.record_latest(&event) {
                 table.abandon_next();
                 return Err(err.into());
             }

@@ -15,7 +15,8 @@
 use super::OperationGraph;
 use super::table::Table;
 use crate::operation::OperationId;
-use driver::{PooledEvent, TrailSearch};
+use driver::{PooledEvent, Stream, TrailSearch};
+use std::sync::Arc;
 
 /// Whether the GPU has passed `event`; a failed query counts as "not yet".
 fn passed(id: OperationId, event: &PooledEvent) -> bool {
@@ -52,11 +53,21 @@ impl OperationGraph {
     /// per stream; call it to trim the coordinator now (the completion
     /// events kept for the next operations go back to the pool too).
     pub fn retire_completed(&self) -> usize {
-        let streams: Vec<u64> = self.table().lanes.keys().copied().collect();
-        let retired = streams
-            .into_iter()
-            .map(|stream| self.sweep(stream, TrailSearch::Exact))
-            .sum();
+        let streams: Vec<(u64, Option<Arc<Stream>>)> = {
+            let table = self.table();
+            let ids = table.lanes.keys();
+            ids.map(|&id| (id, table.lane_stream(id))).collect()
+        };
+        let mut retired = 0;
+        for (id, stream) in streams {
+            retired += self.sweep(id, TrailSearch::Exact);
+            let Some(stream) = stream else { continue };
+            // The stream's latest mark may be an operation's completion
+            // event (`run_op` keeps each there for a fork right after it):
+            // trimming lets it go too, so every retired operation's event
+            // is back in the pool.
+            stream.forget_latest_mark();
+        }
         // Returned to the pool outside the lock.
         let spares = std::mem::take(&mut self.table().spare_events);
         drop(spares);
