@@ -202,6 +202,10 @@ impl Stream {
     /// cust), which may enqueue on it without this crate seeing: it keeps
     /// no latest mark from now on, so a fork or a wait on it always records
     /// a fresh event after whatever was enqueued there.
+    #[cfg_attr(
+        not(any(feature = "cudarc", test)),
+        expect(dead_code, reason = "only the cudarc interop lends a stream out")
+    )]
     pub(crate) fn lent_out(&self) {
         self.made_here.store(false, Ordering::Release);
         self.forget_latest_mark();
