@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::stream::Stream;
 pub(crate) use clock::Clock;
-use clock::Vc;
+use clock::{Knows, Past, Vc};
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -252,6 +252,9 @@ pub(crate) struct StreamOrder {
 
 struct StreamState {
     clock: Clock,
+    /// What the host had seen complete at this stream's latest enqueue
+    /// (shared with `HOST` until it learns more), and its version.
+    host: Arc<Vc>,
     host_seen: u64,
     /// While the stream takes part in a capture: its clock within the
     /// graph (the capture's records and waits move it, not `clock`).
@@ -276,6 +279,7 @@ impl StreamOrder {
         Self {
             state: Mutex::new(StreamState {
                 clock: Clock::new(id),
+                host: Arc::default(),
                 host_seen: 0,
                 captured: None,
                 in_flight: SmallVec::new(),
@@ -341,9 +345,24 @@ impl StreamState {
     fn learn_host(&mut self) {
         let version = HOST_VERSION.load(Ordering::Acquire);
         if version != self.host_seen {
-            let host = HOST.lock().unwrap_or_else(|p| p.into_inner());
-            self.clock.learn_vc(&host);
-            self.host_seen = version;
+            self.learn_host_now(version);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn learn_host_now(&mut self, version: u64) {
+        self.host = Arc::clone(&HOST.lock().unwrap_or_else(|p| p.into_inner()));
+        self.host_seen = version;
+    }
+
+    /// What the stream's next operation is ordered after: its clock and
+    /// the host's knowledge (call [`StreamState::learn_host`] first).
+    #[inline]
+    fn past(&self) -> Past<'_> {
+        Past {
+            clock: &self.clock,
+            host: &self.host,
         }
     }
 }
@@ -384,13 +403,15 @@ impl EventOrder {
 }
 
 /// What every thread has seen complete.
-static HOST: std::sync::LazyLock<Mutex<Vc>> = std::sync::LazyLock::new(Mutex::default);
+/// Copied on write: streams hold the version they last saw.
+static HOST: std::sync::LazyLock<Mutex<Arc<Vc>>> = std::sync::LazyLock::new(Mutex::default);
 /// Bumped whenever `HOST` learns something.
 static HOST_VERSION: AtomicU64 = AtomicU64::new(0);
 
 fn host_learns(clock: &Clock) {
     let mut host = HOST.lock().unwrap_or_else(|p| p.into_inner());
-    if host.join(&clock.to_vc()) {
+    if !host.covers(clock) {
+        Arc::make_mut(&mut host).learn(clock);
         HOST_VERSION.fetch_add(1, Ordering::Release);
     }
 }
@@ -575,13 +596,49 @@ pub(crate) fn before_enqueue<'s>(
 ) -> Result<InFlight<'s>> {
     let home = stream.context();
     if touches.iter().all(|t| t.ctx == home.id()) {
-        let mut state = stream.order.lock();
-        state.learn_host();
-        let mut shadow = home.order.shadow();
-        let access = next_access(&state, stream, what);
-        if record_if_ordered(&mut shadow, touches, &access, &state.clock) {
-            let step = commit_step(&mut state, stream, home.id(), &mut shadow);
-            return Ok(InFlight(Some((stream, step))));
+        // Under `Auto`, one repair on this path: wait for what the first
+        // look found, look again. Anything it leaves (a step in flight on
+        // another thread, an access recorded meanwhile) goes the general way.
+        for repaired in [false, true] {
+            let mut state = stream.order.lock();
+            state.learn_host();
+            let mut shadow = home.order.shadow();
+            let access = next_access(&state, stream, what);
+            if record_if_ordered(&mut shadow, touches, &access, &state.past()) {
+                let step = commit_step(&mut state, stream, home.id(), &mut shadow);
+                return Ok(InFlight(Some((stream, step))));
+            }
+            if policy != OrderPolicy::Auto || repaired {
+                break;
+            }
+            // Per stream to wait for: the stream, the step to cover.
+            let mut wait_for: SmallVec<[(u64, u32); 2]> = SmallVec::new();
+            for &touch in touches {
+                let (lo, hi) = touch.range();
+                shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
+                    let (id, step) = (conflict.prior.agent, conflict.prior.counter);
+                    match wait_for.iter_mut().find(|(w, _)| *w == id) {
+                        Some(entry) => entry.1 = entry.1.max(step),
+                        None => wait_for.push((id, step)),
+                    }
+                });
+            }
+            let handles: SmallVec<[(Weak<Stream>, u32); 2]> = wait_for
+                .iter()
+                .map(|&(id, step)| (shadow.stream(id), step))
+                .collect();
+            drop(shadow);
+            drop(state);
+            // One report per repaired operation.
+            home.order.reports.fetch_add(1, Ordering::Relaxed);
+            for (earlier, step) in handles {
+                // A stream that is gone cannot be waited for: the general
+                // way refuses.
+                let Some(earlier) = earlier.upgrade() else {
+                    break;
+                };
+                order_after(stream, &earlier, step)?;
+            }
         }
     }
     check_and_repair(stream, what, touches, policy)
@@ -606,7 +663,7 @@ fn record_if_ordered(
     shadow: &mut Shadow,
     touches: &[Touch],
     access: &Access,
-    clock: &Clock,
+    clock: &Past<'_>,
 ) -> bool {
     if let [touch] = touches {
         let (lo, hi) = touch.range();
@@ -638,12 +695,20 @@ fn commit_step(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut 
 }
 
 /// Make `shadow` (of context `ctx`) know `stream` by its id, once.
-#[inline]
+#[inline(always)]
 fn join(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut Shadow) {
-    if !state.joined.contains(&ctx) {
-        shadow.join(stream);
-        state.joined.push(ctx);
+    // The stream's own context is the first it joins, and the one nearly
+    // every operation touches: one comparison.
+    if state.joined.first() != Some(&ctx) && !state.joined.contains(&ctx) {
+        join_first_time(state, stream, ctx, shadow);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn join_first_time(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut Shadow) {
+    shadow.join(stream);
+    state.joined.push(ctx);
 }
 
 /// `Auto`'s last repair of one operation: the shadows' versions it saw, and
@@ -696,7 +761,7 @@ fn check_and_repair<'s>(
             *versions == locked.versions()
                 && covered
                     .iter()
-                    .all(|&(agent, step)| state.clock.knows(agent, step))
+                    .all(|&(agent, step)| state.past().knows(agent, step))
         });
         if !settled {
             let mut races: SmallVec<[Race; 1]> = SmallVec::new();
@@ -704,7 +769,7 @@ fn check_and_repair<'s>(
             let mut wait_for: SmallVec<[(u64, u32); 2]> = SmallVec::new();
             for &touch in touches {
                 let (lo, hi) = touch.range();
-                let clock = &state.clock;
+                let clock = &state.past();
                 locked
                     .get(touch.ctx)
                     .conflicts(lo, hi, touch.write, clock, |conflict| {
@@ -773,7 +838,7 @@ fn check_and_repair<'s>(
             let (lo, hi) = touch.range();
             locked
                 .get(touch.ctx)
-                .record(lo, hi, touch.write, &access, &state.clock);
+                .record(lo, hi, touch.write, &access, &state.past());
         }
         for (&ctx, shadow) in locked.ids.iter().zip(locked.guards.iter_mut()) {
             join(&mut state, stream, ctx, shadow);
@@ -825,7 +890,7 @@ fn first_race(stream: &Stream, what: &'static str, touches: &[Touch]) -> Error {
         let (lo, hi) = touch.range();
         ctx.order
             .shadow()
-            .conflicts(lo, hi, touch.write, &state.clock, |conflict| {
+            .conflicts(lo, hi, touch.write, &state.past(), |conflict| {
                 if found.is_none() {
                     found = Some(race(stream, what, touch, &conflict));
                 }
@@ -886,6 +951,16 @@ impl Drop for InFlight<'_> {
 /// `earlier` so far, kept as its last mark. The wait teaches `stream` what
 /// the event's record knew ([`waited`]).
 fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
+    // An earlier wait of this repair (for another stream's mark, which knew
+    // of this one) may have covered the step already.
+    let known = {
+        let mut state = stream.order.lock();
+        state.learn_host();
+        state.past().knows(earlier.id(), step)
+    };
+    if known {
+        return Ok(());
+    }
     // Taken out before its record is looked at: a stream's lock is never
     // held while an event's is taken ([`waited`] nests them the other way).
     let cached = earlier

@@ -6,7 +6,7 @@
 //! whole buffer the same way each time, so the common case finds the one
 //! segment spanning the range and updates it in place, allocating nothing.
 
-use super::clock::{Agent, Clock};
+use super::clock::{Agent, Knows};
 use crate::stream::Stream;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -112,7 +112,7 @@ impl Shadow {
         hi: u64,
         write: bool,
         access: &Access,
-        clock: &Clock,
+        clock: &impl Knows,
     ) -> Option<bool> {
         let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
         if segment.conflicts(write, clock) {
@@ -126,7 +126,7 @@ impl Shadow {
     /// Whether any recorded access to `[lo, hi)` conflicts with a new one
     /// by the holder of `clock`; one lookup when a segment spans the range
     /// exactly.
-    pub(crate) fn any_conflict(&self, lo: u64, hi: u64, write: bool, clock: &Clock) -> bool {
+    pub(crate) fn any_conflict(&self, lo: u64, hi: u64, write: bool, clock: &impl Knows) -> bool {
         if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
             return segment.conflicts(write, clock);
         }
@@ -143,7 +143,7 @@ impl Shadow {
         lo: u64,
         hi: u64,
         write: bool,
-        clock: &Clock,
+        clock: &impl Knows,
         mut found: impl FnMut(Conflict<'a>),
     ) {
         if lo >= hi {
@@ -163,7 +163,14 @@ impl Shadow {
     }
 
     /// Record `access` to `[lo, hi)`.
-    pub(crate) fn record(&mut self, lo: u64, hi: u64, write: bool, access: &Access, clock: &Clock) {
+    pub(crate) fn record(
+        &mut self,
+        lo: u64,
+        hi: u64,
+        write: bool,
+        access: &Access,
+        clock: &impl Knows,
+    ) {
         if lo >= hi {
             return;
         }
@@ -254,7 +261,7 @@ impl Segment {
     fn each_conflict<'a>(
         &'a self,
         write: bool,
-        clock: &Clock,
+        clock: &impl Knows,
         from: u64,
         to: u64,
         found: &mut impl FnMut(Conflict<'a>),
@@ -286,7 +293,7 @@ impl Segment {
     /// Whether a new access (`write` or read) by the holder of `clock`
     /// conflicts with one recorded here.
     #[inline]
-    fn conflicts(&self, write: bool, clock: &Clock) -> bool {
+    fn conflicts(&self, write: bool, clock: &impl Knows) -> bool {
         if let Some(prior) = &self.write
             && !clock.knows(prior.agent, prior.counter)
         {
@@ -300,7 +307,7 @@ impl Segment {
     }
 }
 
-fn update(segment: &mut Segment, write: bool, access: &Access, clock: &Clock) {
+fn update(segment: &mut Segment, write: bool, access: &Access, clock: &impl Knows) {
     if write {
         segment.write = Some(access.clone());
         segment.reads.clear();
@@ -317,6 +324,7 @@ fn update(segment: &mut Segment, write: bool, access: &Access, clock: &Clock) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::order::clock::Clock;
 
     fn access(agent: Agent, counter: u32) -> Access {
         Access {
