@@ -65,7 +65,7 @@ impl Eq for Vc {}
 
 impl Vc {
     /// The agents (sorted) and their counters.
-    #[inline]
+    #[inline(always)]
     fn parts(&self) -> (&[Agent], &[u32]) {
         match &self.spill {
             None => {
@@ -94,7 +94,7 @@ impl Vc {
     }
 
     /// Where `agent` is, or would go.
-    #[inline]
+    #[inline(always)]
     fn find(agents: &[Agent], agent: Agent) -> Result<usize, usize> {
         // A few entries: a scan beats a binary search's branches.
         if agents.len() <= INLINE {
@@ -110,7 +110,7 @@ impl Vc {
     }
 
     /// What this clock knows of `agent`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, agent: Agent) -> u32 {
         let (agents, counters) = self.parts();
         match Self::find(agents, agent) {
@@ -173,32 +173,43 @@ impl Vc {
     /// this one lacks (the steady state), an insertion per agent it lacks
     /// otherwise (rare: once per pair of streams that meet).
     pub(crate) fn join_except(&mut self, other: &Vc, except: Agent) -> bool {
-        let mut grew = false;
-        let mut missing = false;
-        let (theirs, their_counters) = other.parts();
-        let (mine, my_counters) = self.parts_mut();
-        let mut i = 0;
-        for (&agent, &counter) in theirs.iter().zip(their_counters) {
-            if agent == except {
-                continue;
-            }
-            while i < mine.len() && mine[i] < agent {
-                i += 1;
-            }
-            if i < mine.len() && mine[i] == agent {
-                if my_counters[i] < counter {
-                    my_counters[i] = counter;
+        if self.spill.is_none() && other.spill.is_none() {
+            // Both inline (the common case): plain loops over fixed arrays.
+            let (mine, theirs) = (self.len as usize, other.len as usize);
+            let (mine, theirs) = (mine.min(INLINE), theirs.min(INLINE));
+            let mut grew = false;
+            let mut i = 0;
+            for j in 0..theirs {
+                let agent = other.agents[j];
+                if agent == except {
+                    continue;
+                }
+                while i < mine && self.agents[i] < agent {
+                    i += 1;
+                }
+                if i == mine || self.agents[i] != agent {
+                    return self.join_slow(other, except) | grew;
+                }
+                if self.counters[i] < other.counters[j] {
+                    self.counters[i] = other.counters[j];
                     grew = true;
                 }
-            } else {
-                missing = true;
             }
+            return grew;
         }
-        if missing {
-            for (&agent, &counter) in theirs.iter().zip(their_counters) {
-                if agent != except {
-                    grew |= self.raise(agent, counter);
-                }
+        self.join_slow(other, except)
+    }
+
+    /// [`Vc::join_except`] with agents this one lacks, or spilled clocks:
+    /// one raise per entry.
+    #[cold]
+    #[inline(never)]
+    fn join_slow(&mut self, other: &Vc, except: Agent) -> bool {
+        let (theirs, their_counters) = other.parts();
+        let mut grew = false;
+        for (&agent, &counter) in theirs.iter().zip(their_counters) {
+            if agent != except {
+                grew |= self.raise(agent, counter);
             }
         }
         grew
@@ -224,7 +235,7 @@ impl Clock {
 
     /// Whether the point `(agent, counter)` happened before this clock's
     /// present.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn knows(&self, agent: Agent, counter: u32) -> bool {
         if agent == self.agent {
             self.own >= counter
@@ -257,7 +268,7 @@ pub(crate) trait Knows {
 }
 
 impl Knows for Clock {
-    #[inline]
+    #[inline(always)]
     fn knows(&self, agent: Agent, counter: u32) -> bool {
         Clock::knows(self, agent, counter)
     }
@@ -274,7 +285,7 @@ pub(crate) struct Past<'a> {
 }
 
 impl Knows for Past<'_> {
-    #[inline]
+    #[inline(always)]
     fn knows(&self, agent: Agent, counter: u32) -> bool {
         self.clock.knows(agent, counter) || self.host.get(agent) >= counter
     }

@@ -370,35 +370,29 @@ impl StreamState {
 /// Per event: the clock of the stream at its latest record, and whether
 /// that record was captured into a graph (then the clock is the stream's
 /// clock within the graph, which only streams of that capture may wait for).
-#[derive(Default)]
 ///
-/// Boxed, so an `Event` stays small; a re-record (pooled events are
-/// re-recorded all the time) overwrites the box in place, allocating nothing.
-pub(crate) struct EventOrder(Mutex<Option<Box<(Clock, bool)>>>);
+/// Held inline (a clock is a fixed-size value of about a hundred bytes): a
+/// record, first or not, allocates nothing. An event's first record used
+/// to allocate, which the engine's DAGs paid for every event its pool made.
+#[derive(Default)]
+pub(crate) struct EventOrder(Mutex<Option<(Clock, bool)>>);
 
 impl EventOrder {
     fn get(&self) -> Option<(Clock, bool)> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_deref()
-            .cloned()
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Whether the latest record is an eager one on stream `agent` that
     /// covers its step `step`.
     fn covers(&self, agent: clock::Agent, step: u32) -> bool {
         let slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        slot.as_deref()
+        slot.as_ref()
             .is_some_and(|(clock, captured)| !captured && clock.agent == agent && clock.own >= step)
     }
 
+    #[inline]
     fn set(&self, point: (Clock, bool)) {
-        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match slot.as_mut() {
-            Some(held) => **held = point,
-            None => *slot = Some(Box::new(point)),
-        }
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(point);
     }
 }
 
@@ -447,7 +441,7 @@ pub(crate) fn waited(stream: &Stream, event: &Event) {
         // Learnt under the event's lock, without copying its clock; the
         // only place both locks are held, in this order.
         let recorded = event.order.0.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((snapshot, captured)) = recorded.as_deref() else {
+        let Some((snapshot, captured)) = recorded.as_ref() else {
             return;
         };
         let mut state = stream.order.lock();
@@ -611,32 +605,26 @@ pub(crate) fn before_enqueue<'s>(
             if policy != OrderPolicy::Auto || repaired {
                 break;
             }
-            // Per stream to wait for: the stream, the step to cover.
-            let mut wait_for: SmallVec<[(u64, u32); 2]> = SmallVec::new();
+            // Per stream to wait for: its id, the step to cover, the stream
+            // (`None` when it is gone: it cannot be waited for, and the
+            // general way refuses).
+            let mut wait_for: SmallVec<[(u64, u32, Option<Arc<Stream>>); 2]> = SmallVec::new();
             for &touch in touches {
                 let (lo, hi) = touch.range();
                 shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
                     let (id, step) = (conflict.prior.agent, conflict.prior.counter);
-                    match wait_for.iter_mut().find(|(w, _)| *w == id) {
+                    match wait_for.iter_mut().find(|(w, ..)| *w == id) {
                         Some(entry) => entry.1 = entry.1.max(step),
-                        None => wait_for.push((id, step)),
+                        None => wait_for.push((id, step, shadow.live_stream(id))),
                     }
                 });
             }
-            let handles: SmallVec<[(Weak<Stream>, u32); 2]> = wait_for
-                .iter()
-                .map(|&(id, step)| (shadow.stream(id), step))
-                .collect();
             drop(shadow);
             drop(state);
             // One report per repaired operation.
             home.order.reports.fetch_add(1, Ordering::Relaxed);
-            for (earlier, step) in handles {
-                // A stream that is gone cannot be waited for: the general
-                // way refuses.
-                let Some(earlier) = earlier.upgrade() else {
-                    break;
-                };
+            for (_, step, earlier) in wait_for {
+                let Some(earlier) = earlier else { break };
                 order_after(stream, &earlier, step)?;
             }
         }
@@ -961,27 +949,29 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
     if known {
         return Ok(());
     }
-    // Taken out before its record is looked at: a stream's lock is never
-    // held while an event's is taken ([`waited`] nests them the other way).
-    let cached = earlier
-        .order
-        .lock()
-        .mark
-        .clone()
-        .filter(|event| event.order.covers(earlier.id(), step));
-    let event = match cached {
-        Some(event) => event,
-        None => {
-            let event = Arc::new(earlier.mark()?);
-            let mut state = earlier.order.lock();
-            if state.captured.is_none() {
-                let replaced = state.mark.replace(Arc::clone(&event));
-                drop(state);
-                drop(replaced);
-            }
+    // Taken out of its slot before its record is looked at (a stream's
+    // lock is never held while an event's is taken: [`waited`] nests them
+    // the other way), and so that no other thread takes it meanwhile.
+    let held = earlier.order.lock().mark.take();
+    let event = match held {
+        Some(event) if event.order.covers(earlier.id(), step) => event,
+        // Nobody else holds it (not offered by the engine, no wait of
+        // another thread in progress): record it again, allocating
+        // nothing. Waits already enqueued on it keep the record they were
+        // enqueued against.
+        Some(event) if Arc::strong_count(&event) == 1 => {
+            event.record(earlier)?;
             event
         }
+        _ => Arc::new(earlier.mark()?),
     };
+    {
+        let mut state = earlier.order.lock();
+        // Back as the mark, unless another thread set a newer one.
+        if state.captured.is_none() && state.mark.is_none() {
+            state.mark = Some(Arc::clone(&event));
+        }
+    }
     stream.wait_event(&event)?;
     stream
         .context()
@@ -1084,6 +1074,55 @@ mod tests {
             // The next round's write is after this mark: a fresh one follows.
         }
         assert_eq!(ctx.ordering_stats().inserted_waits - waits_before, 8);
+    }
+
+    /// A repair that must order a stream after two others waits once when
+    /// the first wait covers the second stream too (its mark knew of it),
+    /// and the data is right.
+    #[test]
+    fn auto_does_not_wait_for_what_an_earlier_wait_of_the_repair_covered() {
+        let ctx = Context::new(0).unwrap();
+        let _policy = policy(&ctx, OrderPolicy::Auto);
+        let (a, b, c) = (
+            Stream::new(&ctx).unwrap(),
+            Stream::new(&ctx).unwrap(),
+            Stream::new(&ctx).unwrap(),
+        );
+        let mut x = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let mut y = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        a.memset_u32_async(&mut y, 4).unwrap();
+        b.wait_stream(&a).unwrap();
+        b.memset_u32_async(&mut x, 5).unwrap();
+        let before = ctx.ordering_stats().inserted_waits;
+        // Writes `x` after b's write (found first), reads `y` after a's,
+        // which b's mark covers.
+        c.copy_device_to_device_async(&mut x, &y).unwrap();
+        assert_eq!(ctx.ordering_stats().inserted_waits - before, 1);
+        assert_eq!(x.to_vec(&c).unwrap(), [4; 64]);
+    }
+
+    /// The host's knowledge orders what it saw complete, and nothing after
+    /// it: a write enqueued after the host's wait is still unordered.
+    #[test]
+    fn the_host_orders_only_what_it_saw_complete() {
+        let ctx = Context::new(0).unwrap();
+        let _policy = policy(&ctx, OrderPolicy::Check);
+        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        a.memset_u32_async(&mut data, 1).unwrap();
+        a.synchronize().unwrap();
+        // The step right after the one the host saw complete.
+        a.memset_u32_async(&mut data, 3).unwrap();
+        // Not seen complete by the host, not waited for by b.
+        let refused = b.memset_u32_async(&mut data, 4);
+        assert!(
+            matches!(refused, Err(Error::UnorderedAccess(_))),
+            "{refused:?}"
+        );
+        a.synchronize().unwrap();
+        // b never waited for a; the host did.
+        b.memset_u32_async(&mut data, 5).unwrap();
+        assert_eq!(data.to_vec(&b).unwrap(), [5; 64]);
     }
 
     /// `Auto` skips its second look only when its waits cover what it

@@ -99,6 +99,11 @@ impl Shadow {
         self.streams.get(&agent).cloned().unwrap_or_default()
     }
 
+    /// The stream whose accesses carry `agent`, held, if it is still alive.
+    pub(crate) fn live_stream(&self, agent: Agent) -> Option<Arc<Stream>> {
+        self.streams.get(&agent).and_then(Weak::upgrade)
+    }
+
     /// The fast path of a one-range operation on a range used whole before
     /// (the common case: a buffer used the same way each time): check the
     /// new access against the one segment that spans exactly `[lo, hi)` and
