@@ -371,28 +371,35 @@ impl StreamState {
 /// that record was captured into a graph (then the clock is the stream's
 /// clock within the graph, which only streams of that capture may wait for).
 ///
-/// Held inline (a clock is a fixed-size value of about a hundred bytes): a
-/// record, first or not, allocates nothing. An event's first record used
-/// to allocate, which the engine's DAGs paid for every event its pool made.
+/// Boxed, so an `Event` stays small; a re-record (pooled events are
+/// re-recorded all the time) overwrites the box in place, allocating nothing.
 #[derive(Default)]
-pub(crate) struct EventOrder(Mutex<Option<(Clock, bool)>>);
+pub(crate) struct EventOrder(Mutex<Option<Box<(Clock, bool)>>>);
 
 impl EventOrder {
     fn get(&self) -> Option<(Clock, bool)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+            .cloned()
     }
 
     /// Whether the latest record is an eager one on stream `agent` that
     /// covers its step `step`.
     fn covers(&self, agent: clock::Agent, step: u32) -> bool {
         let slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        slot.as_ref()
+        slot.as_deref()
             .is_some_and(|(clock, captured)| !captured && clock.agent == agent && clock.own >= step)
     }
 
     #[inline]
     fn set(&self, point: (Clock, bool)) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(point);
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_mut() {
+            Some(held) => **held = point,
+            None => *slot = Some(Box::new(point)),
+        }
     }
 }
 
@@ -441,7 +448,7 @@ pub(crate) fn waited(stream: &Stream, event: &Event) {
         // Learnt under the event's lock, without copying its clock; the
         // only place both locks are held, in this order.
         let recorded = event.order.0.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((snapshot, captured)) = recorded.as_ref() else {
+        let Some((snapshot, captured)) = recorded.as_deref() else {
             return;
         };
         let mut state = stream.order.lock();
@@ -605,10 +612,7 @@ pub(crate) fn before_enqueue<'s>(
             if policy != OrderPolicy::Auto || repaired {
                 break;
             }
-            // Per stream to wait for: its id, the step to cover, the stream
-            // (`None` when it is gone: it cannot be waited for, and the
-            // general way refuses).
-            let mut wait_for: SmallVec<[(u64, u32, Option<Arc<Stream>>); 2]> = SmallVec::new();
+            let mut wait_for: SmallVec<[WaitFor; 2]> = SmallVec::new();
             for &touch in touches {
                 let (lo, hi) = touch.range();
                 shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
@@ -631,6 +635,11 @@ pub(crate) fn before_enqueue<'s>(
     }
     check_and_repair(stream, what, touches, policy)
 }
+
+/// A stream `Auto` makes an operation wait for: its id, the step to cover,
+/// the stream (`None` when it is gone: it cannot be waited for, and the
+/// general way refuses).
+type WaitFor = (u64, u32, Option<Arc<Stream>>);
 
 /// The access `stream`'s next step would make.
 #[inline]
