@@ -597,43 +597,86 @@ pub(crate) fn before_enqueue<'s>(
 ) -> Result<InFlight<'s>> {
     let home = stream.context();
     if touches.iter().all(|t| t.ctx == home.id()) {
-        // Under `Auto`, one repair on this path: wait for what the first
-        // look found, look again. Anything it leaves (a step in flight on
-        // another thread, an access recorded meanwhile) goes the general way.
-        for repaired in [false, true] {
-            let mut state = stream.order.lock();
-            state.learn_host();
-            let mut shadow = home.order.shadow();
-            let access = next_access(&state, stream, what);
-            if record_if_ordered(&mut shadow, touches, &access, &state.past()) {
-                let step = commit_step(&mut state, stream, home.id(), &mut shadow);
-                return Ok(InFlight(Some((stream, step))));
-            }
-            if policy != OrderPolicy::Auto || repaired {
-                break;
-            }
-            let mut wait_for: SmallVec<[WaitFor; 2]> = SmallVec::new();
-            for &touch in touches {
-                let (lo, hi) = touch.range();
-                shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
-                    let (id, step) = (conflict.prior.agent, conflict.prior.counter);
-                    match wait_for.iter_mut().find(|(w, ..)| *w == id) {
-                        Some(entry) => entry.1 = entry.1.max(step),
-                        None => wait_for.push((id, step, shadow.live_stream(id))),
-                    }
-                });
-            }
-            drop(shadow);
-            drop(state);
-            // One report per repaired operation.
-            home.order.reports.fetch_add(1, Ordering::Relaxed);
-            for (_, step, earlier) in wait_for {
-                let Some(earlier) = earlier else { break };
-                order_after(stream, &earlier, step)?;
-            }
+        let mut state = stream.order.lock();
+        state.learn_host();
+        let mut shadow = home.order.shadow();
+        let access = next_access(&state, stream, what);
+        if record_if_ordered(&mut shadow, touches, &access, &state.past()) {
+            let step = commit_step(&mut state, stream, home.id(), &mut shadow);
+            return Ok(InFlight(Some((stream, step))));
+        }
+        if policy == OrderPolicy::Auto
+            && let Some(step) = repair(stream, what, touches, state, shadow)?
+        {
+            return Ok(InFlight(Some((stream, step))));
         }
     }
     check_and_repair(stream, what, touches, policy)
+}
+
+/// `Auto`'s repair of an operation on memory of its stream's own context,
+/// which [`record_if_ordered`] found racing (`state` and `shadow` still
+/// locked since): wait for each stream it races with, then record it as the
+/// stream's next step, returned. When no access was recorded meanwhile and
+/// the waits cover every race found, nothing is looked up again; otherwise
+/// it is checked again. `None` leaves the operation to the general way (a
+/// stream gone, a wait that fell short: a step still in flight on another
+/// thread).
+fn repair(
+    stream: &Stream,
+    what: &'static str,
+    touches: &[Touch],
+    state: MutexGuard<'_, StreamState>,
+    shadow: MutexGuard<'_, Shadow>,
+) -> Result<Option<u32>> {
+    let home = stream.context();
+    let mut wait_for: SmallVec<[WaitFor; 2]> = SmallVec::new();
+    for &touch in touches {
+        let (lo, hi) = touch.range();
+        shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
+            let (id, step) = (conflict.prior.agent, conflict.prior.counter);
+            match wait_for.iter_mut().find(|(w, ..)| *w == id) {
+                Some(entry) => entry.1 = entry.1.max(step),
+                None => wait_for.push((id, step, shadow.live_stream(id))),
+            }
+        });
+    }
+    let version = shadow.version();
+    drop(shadow);
+    drop(state);
+    // One report per repaired operation.
+    home.order.reports.fetch_add(1, Ordering::Relaxed);
+    for (_, step, earlier) in &wait_for {
+        let Some(earlier) = earlier else {
+            return Ok(None);
+        };
+        order_after(stream, earlier, *step)?;
+    }
+    #[cfg(test)]
+    tests::between_waits_and_record();
+    let mut state = stream.order.lock();
+    state.learn_host();
+    let mut shadow = home.order.shadow();
+    let access = next_access(&state, stream, what);
+    let past = state.past();
+    // Clocks and the host's knowledge only grow: with the shadow as it was,
+    // the races found were the only ones, and they are ordered now.
+    let settled =
+        shadow.version() == version && wait_for.iter().all(|&(id, step, _)| past.knows(id, step));
+    if settled {
+        for &touch in touches {
+            let (lo, hi) = touch.range();
+            shadow.record(lo, hi, touch.write, &access, &past);
+        }
+    } else if !record_if_ordered(&mut shadow, touches, &access, &past) {
+        return Ok(None);
+    }
+    Ok(Some(commit_step(
+        &mut state,
+        stream,
+        home.id(),
+        &mut shadow,
+    )))
 }
 
 /// A stream `Auto` makes an operation wait for: its id, the step to cover,
@@ -1083,6 +1126,55 @@ mod tests {
             // The next round's write is after this mark: a fresh one follows.
         }
         assert_eq!(ctx.ordering_stats().inserted_waits - waits_before, 8);
+    }
+
+    thread_local! {
+        /// Run once by the next repair on this thread, after its waits and
+        /// before it records: another access arriving meanwhile.
+        static MEANWHILE: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn between_waits_and_record() {
+        if let Some(meanwhile) = MEANWHILE.with(|m| m.borrow_mut().take()) {
+            meanwhile();
+        }
+    }
+
+    /// A repair whose waits covered every race it found still looks again
+    /// when an access arrived meanwhile, and orders the operation after it.
+    #[test]
+    fn auto_looks_again_when_an_access_arrives_during_its_waits() {
+        let ctx = Context::new(0).unwrap();
+        let _policy = policy(&ctx, OrderPolicy::Auto);
+        let (a, c) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let d = Stream::new(&ctx).unwrap();
+        // Bytes no allocation has: only these accesses touch them.
+        let touch = Touch {
+            ctx: ctx.id(),
+            address: 1 << 59,
+            bytes: 4,
+            write: true,
+        };
+        drop(before_enqueue(&a, "test", &[touch], OrderPolicy::Auto).unwrap());
+        let before = ctx.ordering_stats().inserted_waits;
+        let late = Arc::clone(&d);
+        MEANWHILE.with(|m| {
+            *m.borrow_mut() = Some(Box::new(move || {
+                // d's write, itself repaired (after a's), lands in the
+                // shadow while c's repair is between its waits and its record.
+                drop(before_enqueue(&late, "test", &[touch], OrderPolicy::Auto).unwrap());
+            }))
+        });
+        drop(before_enqueue(&c, "test", &[touch], OrderPolicy::Auto).unwrap());
+        // c waited for a, d for a, and c, looking again, for d.
+        assert_eq!(ctx.ordering_stats().inserted_waits - before, 3);
+        let c_knows_d = {
+            let mut state = c.order.lock();
+            state.learn_host();
+            state.past().knows(d.id(), d.order.lock().clock.own)
+        };
+        assert!(c_knows_d, "c's write was recorded unordered with d's");
+        forget(&ctx, touch.address, touch.bytes);
     }
 
     /// A repair that must order a stream after two others waits once when
