@@ -297,48 +297,20 @@ fn ratios(ctx: &Arc<Context>) {
         &per_use,
     );
 
-    let none = |_: &EngineDag| {};
-    let engine = RefCell::new(EngineDag::new(ctx, 200));
-    let per_op = pair(
+    engine_line(
         ctx,
-        &engine,
-        41,
-        5,
-        check,
-        off,
-        |d, _| d.call(),
-        |d, _| d.call(),
-        none,
-    );
-    let per_op = per_operation(per_op, 200);
-    report(
+        (200, 41, 5),
         "engine operation (one buffer use), check vs off",
         "check per buffer use, engine (goal <= 200 ns)",
         "check over off per pair, engine",
-        &per_op,
     );
-    drop(engine);
-
-    let dag = RefCell::new(EngineDag::new(ctx, 10_000));
-    let per_op = pair(
+    engine_line(
         ctx,
-        &dag,
-        15,
-        1,
-        check,
-        off,
-        |d, _| d.call(),
-        |d, _| d.call(),
-        none,
-    );
-    let per_op = per_operation(per_op, 10_000);
-    report(
+        (10_000, 15, 1),
         "10,000-operation DAG, per operation, check vs off",
         "check per buffer use, 10,000-operation DAG (goal <= 200 ns)",
         "check over off per pair, 10,000-operation DAG",
-        &per_op,
     );
-    drop(dag);
 
     let pipeline = RefCell::new(Pipeline::new(ctx));
     let per_step = pair(
@@ -380,6 +352,27 @@ fn ratios(ctx: &Arc<Context>) {
     ctx.set_ordering(before);
 }
 
+/// `check` against `off` on DAGs of `n` engine operations, `samples` pairs
+/// of batches of `batch` DAGs, per operation.
+fn engine_line(
+    ctx: &Arc<Context>,
+    (n, samples, batch): (usize, usize, usize),
+    ratio: &'static str,
+    overhead_ns: &str,
+    overhead_percent: &str,
+) {
+    let dag = RefCell::new(EngineDag::new(ctx, n));
+    let (check, off) = (OrderPolicy::Check, OrderPolicy::Off);
+    let call = |d: &mut EngineDag, _| d.call();
+    let per_dag = pair(ctx, &dag, samples, batch, check, off, call, call, |_| {});
+    report(
+        ratio,
+        overhead_ns,
+        overhead_percent,
+        &per_operation(per_dag, n),
+    );
+}
+
 /// A pair timed per call of `n` operations, per operation.
 fn per_operation(pair: Pair, n: usize) -> Pair {
     let n = n as f64;
@@ -403,6 +396,16 @@ fn criterion_groups(c: &mut Criterion) {
         memset.settle();
     }
     ctx.set_ordering(before);
+}
+
+/// The policy of a side whose order is written by hand (`off`), or left
+/// to `auto`.
+fn written_or_auto(written: bool) -> OrderPolicy {
+    if written {
+        OrderPolicy::Off
+    } else {
+        OrderPolicy::Auto
+    }
 }
 
 /// `ORDERING_COUNT=<scenario>:<variant>:<n>`: run that scenario alone,
@@ -433,11 +436,7 @@ fn count(spec: &str) {
         }
         ("pipeline", "hand" | "auto") => {
             let hand = variant == "hand";
-            ctx.set_ordering(if hand {
-                OrderPolicy::Off
-            } else {
-                OrderPolicy::Auto
-            });
+            ctx.set_ordering(written_or_auto(hand));
             let mut p = Pipeline::new(&ctx);
             // A run is 1,000 steps, as the timed batch.
             repeat(&mut |_| {
@@ -447,11 +446,7 @@ fn count(spec: &str) {
         }
         ("forkjoin", "explicit" | "auto") => {
             let explicit = variant == "explicit";
-            ctx.set_ordering(if explicit {
-                OrderPolicy::Off
-            } else {
-                OrderPolicy::Auto
-            });
+            ctx.set_ordering(written_or_auto(explicit));
             let mut f = ForkJoin::new(&ctx);
             repeat(&mut |_| f.call(explicit));
         }

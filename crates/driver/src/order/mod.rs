@@ -705,11 +705,11 @@ fn record_if_ordered(
     access: &Access,
     clock: &Past<'_>,
 ) -> bool {
-    if let [touch] = touches {
-        let (lo, hi) = touch.range();
-        if let Some(recorded) = shadow.check_and_record_exact(lo, hi, touch.write, access, clock) {
-            return recorded;
-        }
+    if let [touch] = touches
+        && let Some(recorded) =
+            shadow.check_and_record_exact(touch.range(), touch.write, access, clock)
+    {
+        return recorded;
     }
     if touches.iter().any(|t| {
         let (lo, hi) = t.range();
@@ -1088,18 +1088,27 @@ mod tests {
     /// every test of this crate shares.
     static POLICY: Mutex<()> = Mutex::new(());
 
-    fn policy(ctx: &Context, policy: OrderPolicy) -> MutexGuard<'static, ()> {
+    fn streams<const N: usize>(ctx: &Arc<Context>) -> [Arc<Stream>; N] {
+        std::array::from_fn(|_| Stream::new(ctx).unwrap())
+    }
+
+    fn buffer(ctx: &Arc<Context>) -> crate::DeviceBuffer<u32> {
+        crate::DeviceBuffer::new(ctx, 64).unwrap()
+    }
+
+    /// Device 0's context under `policy`, held until the guard drops.
+    fn under(policy: OrderPolicy) -> (Arc<Context>, MutexGuard<'static, ()>) {
         let guard = POLICY.lock().unwrap_or_else(|p| p.into_inner());
+        let ctx = Context::new(0).unwrap();
         ctx.set_ordering(policy);
-        guard
+        (ctx, guard)
     }
 
     /// `Auto` forks one write into four readers with one mark of the
     /// writer, and never reuses a mark that does not cover the write.
     #[test]
     fn auto_reuses_a_mark_only_while_it_covers_the_write() {
-        let ctx = Context::new(0).unwrap();
-        let _policy = policy(&ctx, OrderPolicy::Auto);
+        let (ctx, _policy) = under(OrderPolicy::Auto);
         let main = Stream::new(&ctx).unwrap();
         let readers: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
         let mut root = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
@@ -1144,10 +1153,8 @@ mod tests {
     /// when an access arrived meanwhile, and orders the operation after it.
     #[test]
     fn auto_looks_again_when_an_access_arrives_during_its_waits() {
-        let ctx = Context::new(0).unwrap();
-        let _policy = policy(&ctx, OrderPolicy::Auto);
-        let (a, c) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-        let d = Stream::new(&ctx).unwrap();
+        let (ctx, _policy) = under(OrderPolicy::Auto);
+        let [a, c, d] = streams(&ctx);
         // Bytes no allocation has: only these accesses touch them.
         let touch = Touch {
             ctx: ctx.id(),
@@ -1182,15 +1189,9 @@ mod tests {
     /// and the data is right.
     #[test]
     fn auto_does_not_wait_for_what_an_earlier_wait_of_the_repair_covered() {
-        let ctx = Context::new(0).unwrap();
-        let _policy = policy(&ctx, OrderPolicy::Auto);
-        let (a, b, c) = (
-            Stream::new(&ctx).unwrap(),
-            Stream::new(&ctx).unwrap(),
-            Stream::new(&ctx).unwrap(),
-        );
-        let mut x = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
-        let mut y = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let (ctx, _policy) = under(OrderPolicy::Auto);
+        let [a, b, c] = streams(&ctx);
+        let (mut x, mut y) = (buffer(&ctx), buffer(&ctx));
         a.memset_u32_async(&mut y, 4).unwrap();
         b.wait_stream(&a).unwrap();
         b.memset_u32_async(&mut x, 5).unwrap();
@@ -1206,10 +1207,9 @@ mod tests {
     /// it: a write enqueued after the host's wait is still unordered.
     #[test]
     fn the_host_orders_only_what_it_saw_complete() {
-        let ctx = Context::new(0).unwrap();
-        let _policy = policy(&ctx, OrderPolicy::Check);
-        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let (ctx, _policy) = under(OrderPolicy::Check);
+        let [a, b] = streams(&ctx);
+        let mut data = buffer(&ctx);
         a.memset_u32_async(&mut data, 1).unwrap();
         a.synchronize().unwrap();
         // The step right after the one the host saw complete.
@@ -1232,10 +1232,9 @@ mod tests {
     /// unordered access.
     #[test]
     fn auto_does_not_take_a_wait_that_misses_an_in_flight_step_as_a_repair() {
-        let ctx = Context::new(0).unwrap();
         // The repair's mark learns the writer's clock only while the
         // context tracks order at all (a GPU's default is `Off`).
-        let _policy = policy(&ctx, OrderPolicy::Check);
+        let (ctx, _policy) = under(OrderPolicy::Check);
         let (writer, reader) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
         let touch = Touch {
             ctx: ctx.id(),
@@ -1263,15 +1262,9 @@ mod tests {
     /// event re-recorded on another stream is not waited for in its place.
     #[test]
     fn an_offered_mark_recorded_elsewhere_since_is_not_used() {
-        let ctx = Context::new(0).unwrap();
-        let _policy = policy(&ctx, OrderPolicy::Auto);
-        let (writer, reader, other) = (
-            Stream::new(&ctx).unwrap(),
-            Stream::new(&ctx).unwrap(),
-            Stream::new(&ctx).unwrap(),
-        );
-        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
-        let mut copy = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let (ctx, _policy) = under(OrderPolicy::Auto);
+        let [writer, reader, other] = streams(&ctx);
+        let (mut data, mut copy) = (buffer(&ctx), buffer(&ctx));
         let mark = |s: &Stream| s.order.lock().mark.as_ref().map(|e| e.as_raw());
         writer.memset_u32_async(&mut data, 5).unwrap();
         let offered = Arc::new(writer.mark().unwrap());
@@ -1308,8 +1301,7 @@ mod tests {
     /// different one is not taken for it.
     #[test]
     fn labels_name_their_own_operation_in_a_loop() {
-        let ctx = Context::new(0).unwrap();
-        let _policy = policy(&ctx, OrderPolicy::Check);
+        let (ctx, _policy) = under(OrderPolicy::Check);
         let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
         let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 16).unwrap();
         for _ in 0..2 {

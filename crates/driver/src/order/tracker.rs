@@ -113,8 +113,7 @@ impl Shadow {
     /// not recorded.
     pub(crate) fn check_and_record_exact(
         &mut self,
-        lo: u64,
-        hi: u64,
+        (lo, hi): (u64, u64),
         write: bool,
         access: &Access,
         clock: &impl Knows,
@@ -388,7 +387,7 @@ mod tests {
         shadow.record(0, 64, true, &access(1, 1), &a);
         b.own = 1;
         assert_eq!(
-            shadow.check_and_record_exact(0, 64, false, &access(2, 1), &b),
+            shadow.check_and_record_exact((0, 64), false, &access(2, 1), &b),
             Some(false),
             "a read of an unordered write"
         );
@@ -396,7 +395,7 @@ mod tests {
         assert_eq!(count(&shadow, 0, 64, false, &b), 1, "nothing recorded");
         b.learn(&a);
         assert_eq!(
-            shadow.check_and_record_exact(0, 64, false, &access(2, b.own), &b),
+            shadow.check_and_record_exact((0, 64), false, &access(2, b.own), &b),
             Some(true),
             "ordered after the write"
         );
@@ -404,17 +403,17 @@ mod tests {
         a.own = 2;
         assert!(shadow.any_conflict(0, 64, true, &a));
         assert_eq!(
-            shadow.check_and_record_exact(0, 64, true, &access(1, 2), &a),
+            shadow.check_and_record_exact((0, 64), true, &access(1, 2), &a),
             Some(false),
             "a write over an unordered read"
         );
         assert_eq!(
-            shadow.check_and_record_exact(0, 64, false, &access(1, 2), &a),
+            shadow.check_and_record_exact((0, 64), false, &access(1, 2), &a),
             Some(true),
             "reads of two streams do not conflict"
         );
         assert_eq!(
-            shadow.check_and_record_exact(0, 32, true, &access(1, 2), &a),
+            shadow.check_and_record_exact((0, 32), true, &access(1, 2), &a),
             None,
             "not one whole segment"
         );
