@@ -6,49 +6,157 @@
 //! (stream, counter) names one state of the stream's knowledge, and a wait
 //! whose event the stream already knows of costs one comparison.
 //!
-//! A clock holds its entries inline for up to eight other streams: taking a
-//! snapshot (an event record) copies them, with no allocation and no atomic
-//! reference count, and learning merges two sorted lists in one pass.
-
-use smallvec::SmallVec;
+//! A clock holds its entries inline, in two fixed arrays, for up to seven
+//! other streams: taking a snapshot (an event record) is a copy of a few
+//! dozen bytes of fixed size, with no allocation, no loop and no atomic
+//! reference count; learning merges two sorted lists in one pass.
 
 /// An agent: a stream (its [`crate::Stream::id`]).
 pub(crate) type Agent = u64;
 
+/// Entries a clock holds without allocating.
+const INLINE: usize = 7;
+
 /// A sparse vector clock: `(agent, counter)` sorted by agent, inline for up
-/// to eight agents.
-#[derive(Default, Debug, PartialEq, Eq)]
-pub(crate) struct Vc(SmallVec<[(Agent, u32); 8]>);
+/// to [`INLINE`] agents, all on the heap (`spill`) beyond.
+#[derive(Default)]
+pub(crate) struct Vc {
+    len: u32,
+    agents: [Agent; INLINE],
+    counters: [u32; INLINE],
+    spill: Option<Box<Spill>>,
+}
+
+/// The entries of a clock that outgrew its inline arrays.
+#[derive(Clone, Default)]
+struct Spill {
+    agents: Vec<Agent>,
+    counters: Vec<u32>,
+}
 
 impl Clone for Vc {
-    /// One copy of the entries (the derived clone goes through a generic,
-    /// element-by-element extend): a snapshot is taken at every record.
+    /// A fixed-size copy of the inline arrays (the common case), or of the
+    /// heap's entries.
     #[inline]
     fn clone(&self) -> Self {
-        Vc(SmallVec::from_slice(&self.0))
+        Vc {
+            len: self.len,
+            agents: self.agents,
+            counters: self.counters,
+            spill: self.spill.clone(),
+        }
     }
 }
 
+impl std::fmt::Debug for Vc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (agents, counters) = self.parts();
+        f.debug_map().entries(agents.iter().zip(counters)).finish()
+    }
+}
+
+impl PartialEq for Vc {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for Vc {}
+
 impl Vc {
-    /// What this clock knows of `agent`.
+    /// The agents (sorted) and their counters.
+    #[inline(always)]
+    fn parts(&self) -> (&[Agent], &[u32]) {
+        match &self.spill {
+            None => {
+                let len = self.len as usize;
+                (&self.agents[..len], &self.counters[..len])
+            }
+            Some(spill) => (&spill.agents, &spill.counters),
+        }
+    }
+
     #[inline]
+    fn parts_mut(&mut self) -> (&[Agent], &mut [u32]) {
+        match &mut self.spill {
+            None => {
+                let len = self.len as usize;
+                (&self.agents[..len], &mut self.counters[..len])
+            }
+            Some(spill) => (&spill.agents, &mut spill.counters),
+        }
+    }
+
+    /// The number of agents it knows of.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.parts().0.len()
+    }
+
+    /// Where `agent` is, or would go.
+    #[inline(always)]
+    fn find(agents: &[Agent], agent: Agent) -> Result<usize, usize> {
+        // A few entries: a scan beats a binary search's branches.
+        if agents.len() <= INLINE {
+            for (i, &a) in agents.iter().enumerate() {
+                if a >= agent {
+                    return if a == agent { Ok(i) } else { Err(i) };
+                }
+            }
+            Err(agents.len())
+        } else {
+            agents.binary_search(&agent)
+        }
+    }
+
+    /// What this clock knows of `agent`.
+    #[inline(always)]
     pub(crate) fn get(&self, agent: Agent) -> u32 {
-        match self.0.binary_search_by_key(&agent, |(a, _)| *a) {
-            Ok(i) => self.0[i].1,
+        let (agents, counters) = self.parts();
+        match Self::find(agents, agent) {
+            Ok(i) => counters[i],
             Err(_) => 0,
+        }
+    }
+
+    /// Insert `(agent, counter)` at `at`, which keeps the agents sorted.
+    fn insert(&mut self, at: usize, agent: Agent, counter: u32) {
+        let len = self.len as usize;
+        match &mut self.spill {
+            None if len < INLINE => {
+                self.agents.copy_within(at..len, at + 1);
+                self.counters.copy_within(at..len, at + 1);
+                self.agents[at] = agent;
+                self.counters[at] = counter;
+                self.len += 1;
+            }
+            None => {
+                let mut spill = Spill {
+                    agents: self.agents.to_vec(),
+                    counters: self.counters.to_vec(),
+                };
+                spill.agents.insert(at, agent);
+                spill.counters.insert(at, counter);
+                self.spill = Some(Box::new(spill));
+            }
+            Some(spill) => {
+                spill.agents.insert(at, agent);
+                spill.counters.insert(at, counter);
+            }
         }
     }
 
     /// Raise `agent` to at least `counter`; whether it rose.
     pub(crate) fn raise(&mut self, agent: Agent, counter: u32) -> bool {
-        match self.0.binary_search_by_key(&agent, |(a, _)| *a) {
-            Ok(i) if self.0[i].1 >= counter => false,
+        let (agents, counters) = self.parts_mut();
+        match Self::find(agents, agent) {
+            Ok(i) if counters[i] >= counter => false,
             Ok(i) => {
-                self.0[i].1 = counter;
+                counters[i] = counter;
                 true
             }
             Err(i) => {
-                self.0.insert(i, (agent, counter));
+                self.insert(i, agent, counter);
                 true
             }
         }
@@ -62,61 +170,49 @@ impl Vc {
     /// Take the pointwise maximum with `other`, leaving `except` out (a
     /// stream's own entry, which its own counter holds); whether anything
     /// rose. One pass over both sorted lists when `other` names no agent
-    /// this one lacks (the steady state), one merge otherwise.
+    /// this one lacks (the steady state), an insertion per agent it lacks
+    /// otherwise (rare: once per pair of streams that meet).
     pub(crate) fn join_except(&mut self, other: &Vc, except: Agent) -> bool {
-        let mut grew = false;
-        let mut missing = false;
-        let mut i = 0;
-        // Plain slices: a `SmallVec` index asks inline or spilled each time.
-        let mine = self.0.as_mut_slice();
-        for &(agent, counter) in other.0.as_slice() {
-            if agent == except {
-                continue;
-            }
-            while i < mine.len() && mine[i].0 < agent {
-                i += 1;
-            }
-            match mine.get_mut(i) {
-                Some(entry) if entry.0 == agent => {
-                    if entry.1 < counter {
-                        entry.1 = counter;
-                        grew = true;
-                    }
+        if self.spill.is_none() && other.spill.is_none() {
+            // Both inline (the common case): plain loops over fixed arrays.
+            let (mine, theirs) = (self.len as usize, other.len as usize);
+            let (mine, theirs) = (mine.min(INLINE), theirs.min(INLINE));
+            let mut grew = false;
+            let mut i = 0;
+            for j in 0..theirs {
+                let agent = other.agents[j];
+                if agent == except {
+                    continue;
                 }
-                _ => missing = true,
+                while i < mine && self.agents[i] < agent {
+                    i += 1;
+                }
+                if i == mine || self.agents[i] != agent {
+                    return self.join_slow(other, except) | grew;
+                }
+                if self.counters[i] < other.counters[j] {
+                    self.counters[i] = other.counters[j];
+                    grew = true;
+                }
             }
-        }
-        if !missing {
             return grew;
         }
-        let (mine, theirs) = (&self.0, &other.0);
-        let mut merged = SmallVec::with_capacity(mine.len() + theirs.len());
-        let (mut a, mut b) = (0, 0);
-        while a < mine.len() || b < theirs.len() {
-            match (mine.get(a), theirs.get(b)) {
-                (_, Some(&(agent, _))) if agent == except => b += 1,
-                (Some(&x), Some(&y)) if x.0 == y.0 => {
-                    merged.push((x.0, x.1.max(y.1)));
-                    a += 1;
-                    b += 1;
-                }
-                (Some(&x), Some(&y)) if x.0 < y.0 => {
-                    merged.push(x);
-                    a += 1;
-                }
-                (Some(_), Some(&y)) | (None, Some(&y)) => {
-                    merged.push(y);
-                    b += 1;
-                }
-                (Some(&x), None) => {
-                    merged.push(x);
-                    a += 1;
-                }
-                (None, None) => break,
+        self.join_slow(other, except)
+    }
+
+    /// [`Vc::join_except`] with agents this one lacks, or spilled clocks:
+    /// one raise per entry.
+    #[cold]
+    #[inline(never)]
+    fn join_slow(&mut self, other: &Vc, except: Agent) -> bool {
+        let (theirs, their_counters) = other.parts();
+        let mut grew = false;
+        for (&agent, &counter) in theirs.iter().zip(their_counters) {
+            if agent != except {
+                grew |= self.raise(agent, counter);
             }
         }
-        self.0 = merged;
-        true
+        grew
     }
 }
 
@@ -139,7 +235,7 @@ impl Clock {
 
     /// Whether the point `(agent, counter)` happened before this clock's
     /// present.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn knows(&self, agent: Agent, counter: u32) -> bool {
         if agent == self.agent {
             self.own >= counter
@@ -161,21 +257,58 @@ impl Clock {
         self.own += 1;
         true
     }
+}
 
-    /// Learn a plain vector (the host's clock); whether anything was new.
-    pub(crate) fn learn_vc(&mut self, vc: &Vc) -> bool {
-        if !self.others.join_except(vc, self.agent) {
-            return false;
-        }
-        self.own += 1;
-        true
+/// Whether a point happened before a present: a stream's clock within a
+/// graph being captured knows only what its clock says; an eager stream
+/// also knows what the host had seen complete when it last looked ([`Past`]).
+pub(crate) trait Knows {
+    /// Whether the point `(agent, counter)` happened before.
+    fn knows(&self, agent: Agent, counter: u32) -> bool;
+}
+
+impl Knows for Clock {
+    #[inline(always)]
+    fn knows(&self, agent: Agent, counter: u32) -> bool {
+        Clock::knows(self, agent, counter)
+    }
+}
+
+/// An eager stream's present: its clock, and the host's knowledge as of its
+/// latest enqueue. The host's is kept apart rather than merged into the
+/// clock: it names every stream the host ever waited for, and a clock that
+/// held it would copy all of them at every event record.
+#[derive(Clone, Copy)]
+pub(crate) struct Past<'a> {
+    pub(crate) clock: &'a Clock,
+    pub(crate) host: &'a Vc,
+}
+
+impl Knows for Past<'_> {
+    #[inline(always)]
+    fn knows(&self, agent: Agent, counter: u32) -> bool {
+        self.clock.knows(agent, counter) || self.host.get(agent) >= counter
+    }
+}
+
+impl Vc {
+    /// Learn everything `clock` knows (the host saw its point complete);
+    /// whether anything was new.
+    pub(crate) fn learn(&mut self, clock: &Clock) -> bool {
+        let raised = self.raise(clock.agent, clock.own);
+        self.join(&clock.others) | raised
     }
 
-    /// This clock as a plain vector (own entry included).
-    pub(crate) fn to_vc(&self) -> Vc {
-        let mut vc = self.others.clone();
-        vc.raise(self.agent, self.own);
-        vc
+    /// Whether this vector knows everything `clock` knows.
+    pub(crate) fn covers(&self, clock: &Clock) -> bool {
+        if self.get(clock.agent) < clock.own {
+            return false;
+        }
+        let (agents, counters) = clock.others.parts();
+        agents
+            .iter()
+            .zip(counters)
+            .all(|(&agent, &counter)| self.get(agent) >= counter)
     }
 }
 
@@ -184,7 +317,11 @@ mod tests {
     use super::*;
 
     fn vc(entries: &[(Agent, u32)]) -> Vc {
-        Vc(entries.iter().copied().collect())
+        let mut vc = Vc::default();
+        for &(agent, counter) in entries {
+            vc.raise(agent, counter);
+        }
+        vc
     }
 
     #[test]
@@ -201,10 +338,14 @@ mod tests {
             "only the excepted agent"
         );
         // More agents than fit inline.
-        let many = Vc((10..30).map(|agent| (agent, agent as u32)).collect());
+        let many = vc(&(10..30)
+            .map(|agent| (agent, agent as u32))
+            .collect::<Vec<_>>());
         assert!(a.join(&many));
-        assert_eq!(a.0.len(), 26);
-        assert!(a.0.windows(2).all(|w| w[0].0 < w[1].0), "still sorted");
+        assert_eq!(a.len(), 26);
+        assert!(a.parts().0.windows(2).all(|w| w[0] < w[1]), "still sorted");
+        let copy = a.clone();
+        assert_eq!(copy, a, "a spilled clock copies");
         assert_eq!(a.get(29), 29);
         assert_eq!(a.get(1), 8);
     }
@@ -228,10 +369,15 @@ mod tests {
         assert!(a.learn(&c));
         assert_eq!(a.others.get(1), 0);
         let mut host = Vc::default();
-        host.join(&c.to_vc());
-        let mut d = Clock::new(4);
-        assert!(d.learn_vc(&host));
-        assert!(d.knows(1, 5) && d.knows(3, c.own));
-        assert!(!d.learn_vc(&host));
+        assert!(!host.covers(&c));
+        assert!(host.learn(&c));
+        assert!(host.covers(&c) && !host.learn(&c));
+        let d = Clock::new(4);
+        let past = Past {
+            clock: &d,
+            host: &host,
+        };
+        assert!(past.knows(1, 5) && past.knows(3, c.own), "through the host");
+        assert!(!past.knows(3, c.own + 1) && !Knows::knows(&d, 1, 5));
     }
 }

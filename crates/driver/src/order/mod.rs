@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::stream::Stream;
 pub(crate) use clock::Clock;
-use clock::Vc;
+use clock::{Knows, Past, Vc};
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -252,6 +252,9 @@ pub(crate) struct StreamOrder {
 
 struct StreamState {
     clock: Clock,
+    /// What the host had seen complete at this stream's latest enqueue
+    /// (shared with `HOST` until it learns more), and its version.
+    host: Arc<Vc>,
     host_seen: u64,
     /// While the stream takes part in a capture: its clock within the
     /// graph (the capture's records and waits move it, not `clock`).
@@ -276,6 +279,7 @@ impl StreamOrder {
         Self {
             state: Mutex::new(StreamState {
                 clock: Clock::new(id),
+                host: Arc::default(),
                 host_seen: 0,
                 captured: None,
                 in_flight: SmallVec::new(),
@@ -341,9 +345,24 @@ impl StreamState {
     fn learn_host(&mut self) {
         let version = HOST_VERSION.load(Ordering::Acquire);
         if version != self.host_seen {
-            let host = HOST.lock().unwrap_or_else(|p| p.into_inner());
-            self.clock.learn_vc(&host);
-            self.host_seen = version;
+            self.learn_host_now(version);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn learn_host_now(&mut self, version: u64) {
+        self.host = Arc::clone(&HOST.lock().unwrap_or_else(|p| p.into_inner()));
+        self.host_seen = version;
+    }
+
+    /// What the stream's next operation is ordered after: its clock and
+    /// the host's knowledge (call [`StreamState::learn_host`] first).
+    #[inline]
+    fn past(&self) -> Past<'_> {
+        Past {
+            clock: &self.clock,
+            host: &self.host,
         }
     }
 }
@@ -351,10 +370,10 @@ impl StreamState {
 /// Per event: the clock of the stream at its latest record, and whether
 /// that record was captured into a graph (then the clock is the stream's
 /// clock within the graph, which only streams of that capture may wait for).
-#[derive(Default)]
 ///
 /// Boxed, so an `Event` stays small; a re-record (pooled events are
 /// re-recorded all the time) overwrites the box in place, allocating nothing.
+#[derive(Default)]
 pub(crate) struct EventOrder(Mutex<Option<Box<(Clock, bool)>>>);
 
 impl EventOrder {
@@ -374,6 +393,7 @@ impl EventOrder {
             .is_some_and(|(clock, captured)| !captured && clock.agent == agent && clock.own >= step)
     }
 
+    #[inline]
     fn set(&self, point: (Clock, bool)) {
         let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_mut() {
@@ -384,13 +404,15 @@ impl EventOrder {
 }
 
 /// What every thread has seen complete.
-static HOST: std::sync::LazyLock<Mutex<Vc>> = std::sync::LazyLock::new(Mutex::default);
+/// Copied on write: streams hold the version they last saw.
+static HOST: std::sync::LazyLock<Mutex<Arc<Vc>>> = std::sync::LazyLock::new(Mutex::default);
 /// Bumped whenever `HOST` learns something.
 static HOST_VERSION: AtomicU64 = AtomicU64::new(0);
 
 fn host_learns(clock: &Clock) {
     let mut host = HOST.lock().unwrap_or_else(|p| p.into_inner());
-    if host.join(&clock.to_vc()) {
+    if !host.covers(clock) {
+        Arc::make_mut(&mut host).learn(clock);
         HOST_VERSION.fetch_add(1, Ordering::Release);
     }
 }
@@ -579,13 +601,88 @@ pub(crate) fn before_enqueue<'s>(
         state.learn_host();
         let mut shadow = home.order.shadow();
         let access = next_access(&state, stream, what);
-        if record_if_ordered(&mut shadow, touches, &access, &state.clock) {
+        if record_if_ordered(&mut shadow, touches, &access, &state.past()) {
             let step = commit_step(&mut state, stream, home.id(), &mut shadow);
+            return Ok(InFlight(Some((stream, step))));
+        }
+        if policy == OrderPolicy::Auto
+            && let Some(step) = repair(stream, what, touches, state, shadow)?
+        {
             return Ok(InFlight(Some((stream, step))));
         }
     }
     check_and_repair(stream, what, touches, policy)
 }
+
+/// `Auto`'s repair of an operation on memory of its stream's own context,
+/// which [`record_if_ordered`] found racing (`state` and `shadow` still
+/// locked since): wait for each stream it races with, then record it as the
+/// stream's next step, returned. When no access was recorded meanwhile and
+/// the waits cover every race found, nothing is looked up again; otherwise
+/// it is checked again. `None` leaves the operation to the general way (a
+/// stream gone, a wait that fell short: a step still in flight on another
+/// thread).
+fn repair(
+    stream: &Stream,
+    what: &'static str,
+    touches: &[Touch],
+    state: MutexGuard<'_, StreamState>,
+    shadow: MutexGuard<'_, Shadow>,
+) -> Result<Option<u32>> {
+    let home = stream.context();
+    let mut wait_for: SmallVec<[WaitFor; 2]> = SmallVec::new();
+    for &touch in touches {
+        let (lo, hi) = touch.range();
+        shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
+            let (id, step) = (conflict.prior.agent, conflict.prior.counter);
+            match wait_for.iter_mut().find(|(w, ..)| *w == id) {
+                Some(entry) => entry.1 = entry.1.max(step),
+                None => wait_for.push((id, step, shadow.live_stream(id))),
+            }
+        });
+    }
+    let version = shadow.version();
+    drop(shadow);
+    drop(state);
+    // One report per repaired operation.
+    home.order.reports.fetch_add(1, Ordering::Relaxed);
+    for (_, step, earlier) in &wait_for {
+        let Some(earlier) = earlier else {
+            return Ok(None);
+        };
+        order_after(stream, earlier, *step)?;
+    }
+    #[cfg(test)]
+    tests::between_waits_and_record();
+    let mut state = stream.order.lock();
+    state.learn_host();
+    let mut shadow = home.order.shadow();
+    let access = next_access(&state, stream, what);
+    let past = state.past();
+    // Clocks and the host's knowledge only grow: with the shadow as it was,
+    // the races found were the only ones, and they are ordered now.
+    let settled =
+        shadow.version() == version && wait_for.iter().all(|&(id, step, _)| past.knows(id, step));
+    if settled {
+        for &touch in touches {
+            let (lo, hi) = touch.range();
+            shadow.record(lo, hi, touch.write, &access, &past);
+        }
+    } else if !record_if_ordered(&mut shadow, touches, &access, &past) {
+        return Ok(None);
+    }
+    Ok(Some(commit_step(
+        &mut state,
+        stream,
+        home.id(),
+        &mut shadow,
+    )))
+}
+
+/// A stream `Auto` makes an operation wait for: its id, the step to cover,
+/// the stream (`None` when it is gone: it cannot be waited for, and the
+/// general way refuses).
+type WaitFor = (u64, u32, Option<Arc<Stream>>);
 
 /// The access `stream`'s next step would make.
 #[inline]
@@ -606,13 +703,13 @@ fn record_if_ordered(
     shadow: &mut Shadow,
     touches: &[Touch],
     access: &Access,
-    clock: &Clock,
+    clock: &Past<'_>,
 ) -> bool {
-    if let [touch] = touches {
-        let (lo, hi) = touch.range();
-        if let Some(recorded) = shadow.check_and_record_exact(lo, hi, touch.write, access, clock) {
-            return recorded;
-        }
+    if let [touch] = touches
+        && let Some(recorded) =
+            shadow.check_and_record_exact(touch.range(), touch.write, access, clock)
+    {
+        return recorded;
     }
     if touches.iter().any(|t| {
         let (lo, hi) = t.range();
@@ -638,12 +735,20 @@ fn commit_step(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut 
 }
 
 /// Make `shadow` (of context `ctx`) know `stream` by its id, once.
-#[inline]
+#[inline(always)]
 fn join(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut Shadow) {
-    if !state.joined.contains(&ctx) {
-        shadow.join(stream);
-        state.joined.push(ctx);
+    // The stream's own context is the first it joins, and the one nearly
+    // every operation touches: one comparison.
+    if state.joined.first() != Some(&ctx) && !state.joined.contains(&ctx) {
+        join_first_time(state, stream, ctx, shadow);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn join_first_time(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut Shadow) {
+    shadow.join(stream);
+    state.joined.push(ctx);
 }
 
 /// `Auto`'s last repair of one operation: the shadows' versions it saw, and
@@ -696,7 +801,7 @@ fn check_and_repair<'s>(
             *versions == locked.versions()
                 && covered
                     .iter()
-                    .all(|&(agent, step)| state.clock.knows(agent, step))
+                    .all(|&(agent, step)| state.past().knows(agent, step))
         });
         if !settled {
             let mut races: SmallVec<[Race; 1]> = SmallVec::new();
@@ -704,7 +809,7 @@ fn check_and_repair<'s>(
             let mut wait_for: SmallVec<[(u64, u32); 2]> = SmallVec::new();
             for &touch in touches {
                 let (lo, hi) = touch.range();
-                let clock = &state.clock;
+                let clock = &state.past();
                 locked
                     .get(touch.ctx)
                     .conflicts(lo, hi, touch.write, clock, |conflict| {
@@ -773,7 +878,7 @@ fn check_and_repair<'s>(
             let (lo, hi) = touch.range();
             locked
                 .get(touch.ctx)
-                .record(lo, hi, touch.write, &access, &state.clock);
+                .record(lo, hi, touch.write, &access, &state.past());
         }
         for (&ctx, shadow) in locked.ids.iter().zip(locked.guards.iter_mut()) {
             join(&mut state, stream, ctx, shadow);
@@ -825,7 +930,7 @@ fn first_race(stream: &Stream, what: &'static str, touches: &[Touch]) -> Error {
         let (lo, hi) = touch.range();
         ctx.order
             .shadow()
-            .conflicts(lo, hi, touch.write, &state.clock, |conflict| {
+            .conflicts(lo, hi, touch.write, &state.past(), |conflict| {
                 if found.is_none() {
                     found = Some(race(stream, what, touch, &conflict));
                 }
@@ -886,27 +991,39 @@ impl Drop for InFlight<'_> {
 /// `earlier` so far, kept as its last mark. The wait teaches `stream` what
 /// the event's record knew ([`waited`]).
 fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
-    // Taken out before its record is looked at: a stream's lock is never
-    // held while an event's is taken ([`waited`] nests them the other way).
-    let cached = earlier
-        .order
-        .lock()
-        .mark
-        .clone()
-        .filter(|event| event.order.covers(earlier.id(), step));
-    let event = match cached {
-        Some(event) => event,
-        None => {
-            let event = Arc::new(earlier.mark()?);
-            let mut state = earlier.order.lock();
-            if state.captured.is_none() {
-                let replaced = state.mark.replace(Arc::clone(&event));
-                drop(state);
-                drop(replaced);
-            }
+    // An earlier wait of this repair (for another stream's mark, which knew
+    // of this one) may have covered the step already.
+    let known = {
+        let mut state = stream.order.lock();
+        state.learn_host();
+        state.past().knows(earlier.id(), step)
+    };
+    if known {
+        return Ok(());
+    }
+    // Taken out of its slot before its record is looked at (a stream's
+    // lock is never held while an event's is taken: [`waited`] nests them
+    // the other way), and so that no other thread takes it meanwhile.
+    let held = earlier.order.lock().mark.take();
+    let event = match held {
+        Some(event) if event.order.covers(earlier.id(), step) => event,
+        // Nobody else holds it (not offered by the engine, no wait of
+        // another thread in progress): record it again, allocating
+        // nothing. Waits already enqueued on it keep the record they were
+        // enqueued against.
+        Some(event) if Arc::strong_count(&event) == 1 => {
+            event.record(earlier)?;
             event
         }
+        _ => Arc::new(earlier.mark()?),
     };
+    {
+        let mut state = earlier.order.lock();
+        // Back as the mark, unless another thread set a newer one.
+        if state.captured.is_none() && state.mark.is_none() {
+            state.mark = Some(Arc::clone(&event));
+        }
+    }
     stream.wait_event(&event)?;
     stream
         .context()
@@ -971,18 +1088,27 @@ mod tests {
     /// every test of this crate shares.
     static POLICY: Mutex<()> = Mutex::new(());
 
-    fn policy(ctx: &Context, policy: OrderPolicy) -> MutexGuard<'static, ()> {
+    fn streams<const N: usize>(ctx: &Arc<Context>) -> [Arc<Stream>; N] {
+        std::array::from_fn(|_| Stream::new(ctx).unwrap())
+    }
+
+    fn buffer(ctx: &Arc<Context>) -> crate::DeviceBuffer<u32> {
+        crate::DeviceBuffer::new(ctx, 64).unwrap()
+    }
+
+    /// Device 0's context under `policy`, held until the guard drops.
+    fn under(policy: OrderPolicy) -> (Arc<Context>, MutexGuard<'static, ()>) {
         let guard = POLICY.lock().unwrap_or_else(|p| p.into_inner());
+        let ctx = Context::new(0).unwrap();
         ctx.set_ordering(policy);
-        guard
+        (ctx, guard)
     }
 
     /// `Auto` forks one write into four readers with one mark of the
     /// writer, and never reuses a mark that does not cover the write.
     #[test]
     fn auto_reuses_a_mark_only_while_it_covers_the_write() {
-        let ctx = Context::new(0).unwrap();
-        let _policy = policy(&ctx, OrderPolicy::Auto);
+        let (ctx, _policy) = under(OrderPolicy::Auto);
         let main = Stream::new(&ctx).unwrap();
         let readers: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
         let mut root = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
@@ -1011,16 +1137,104 @@ mod tests {
         assert_eq!(ctx.ordering_stats().inserted_waits - waits_before, 8);
     }
 
+    thread_local! {
+        /// Run once by the next repair on this thread, after its waits and
+        /// before it records: another access arriving meanwhile.
+        static MEANWHILE: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn between_waits_and_record() {
+        if let Some(meanwhile) = MEANWHILE.with(|m| m.borrow_mut().take()) {
+            meanwhile();
+        }
+    }
+
+    /// A repair whose waits covered every race it found still looks again
+    /// when an access arrived meanwhile, and orders the operation after it.
+    #[test]
+    fn auto_looks_again_when_an_access_arrives_during_its_waits() {
+        let (ctx, _policy) = under(OrderPolicy::Auto);
+        let [a, c, d] = streams(&ctx);
+        // Bytes no allocation has: only these accesses touch them.
+        let touch = Touch {
+            ctx: ctx.id(),
+            address: 1 << 59,
+            bytes: 4,
+            write: true,
+        };
+        drop(before_enqueue(&a, "test", &[touch], OrderPolicy::Auto).unwrap());
+        let before = ctx.ordering_stats().inserted_waits;
+        let late = Arc::clone(&d);
+        MEANWHILE.with(|m| {
+            *m.borrow_mut() = Some(Box::new(move || {
+                // d's write, itself repaired (after a's), lands in the
+                // shadow while c's repair is between its waits and its record.
+                drop(before_enqueue(&late, "test", &[touch], OrderPolicy::Auto).unwrap());
+            }))
+        });
+        drop(before_enqueue(&c, "test", &[touch], OrderPolicy::Auto).unwrap());
+        // c waited for a, d for a, and c, looking again, for d.
+        assert_eq!(ctx.ordering_stats().inserted_waits - before, 3);
+        let c_knows_d = {
+            let mut state = c.order.lock();
+            state.learn_host();
+            state.past().knows(d.id(), d.order.lock().clock.own)
+        };
+        assert!(c_knows_d, "c's write was recorded unordered with d's");
+        forget(&ctx, touch.address, touch.bytes);
+    }
+
+    /// A repair that must order a stream after two others waits once when
+    /// the first wait covers the second stream too (its mark knew of it),
+    /// and the data is right.
+    #[test]
+    fn auto_does_not_wait_for_what_an_earlier_wait_of_the_repair_covered() {
+        let (ctx, _policy) = under(OrderPolicy::Auto);
+        let [a, b, c] = streams(&ctx);
+        let (mut x, mut y) = (buffer(&ctx), buffer(&ctx));
+        a.memset_u32_async(&mut y, 4).unwrap();
+        b.wait_stream(&a).unwrap();
+        b.memset_u32_async(&mut x, 5).unwrap();
+        let before = ctx.ordering_stats().inserted_waits;
+        // Writes `x` after b's write (found first), reads `y` after a's,
+        // which b's mark covers.
+        c.copy_device_to_device_async(&mut x, &y).unwrap();
+        assert_eq!(ctx.ordering_stats().inserted_waits - before, 1);
+        assert_eq!(x.to_vec(&c).unwrap(), [4; 64]);
+    }
+
+    /// The host's knowledge orders what it saw complete, and nothing after
+    /// it: a write enqueued after the host's wait is still unordered.
+    #[test]
+    fn the_host_orders_only_what_it_saw_complete() {
+        let (ctx, _policy) = under(OrderPolicy::Check);
+        let [a, b] = streams(&ctx);
+        let mut data = buffer(&ctx);
+        a.memset_u32_async(&mut data, 1).unwrap();
+        a.synchronize().unwrap();
+        // The step right after the one the host saw complete.
+        a.memset_u32_async(&mut data, 3).unwrap();
+        // Not seen complete by the host, not waited for by b.
+        let refused = b.memset_u32_async(&mut data, 4);
+        assert!(
+            matches!(refused, Err(Error::UnorderedAccess(_))),
+            "{refused:?}"
+        );
+        a.synchronize().unwrap();
+        // b never waited for a; the host did.
+        b.memset_u32_async(&mut data, 5).unwrap();
+        assert_eq!(data.to_vec(&b).unwrap(), [5; 64]);
+    }
+
     /// `Auto` skips its second look only when its waits cover what it
     /// found: a write still in flight on another thread is covered by no
     /// event recorded now, so the repair fails rather than recording an
     /// unordered access.
     #[test]
     fn auto_does_not_take_a_wait_that_misses_an_in_flight_step_as_a_repair() {
-        let ctx = Context::new(0).unwrap();
         // The repair's mark learns the writer's clock only while the
         // context tracks order at all (a GPU's default is `Off`).
-        let _policy = policy(&ctx, OrderPolicy::Check);
+        let (ctx, _policy) = under(OrderPolicy::Check);
         let (writer, reader) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
         let touch = Touch {
             ctx: ctx.id(),
@@ -1048,15 +1262,9 @@ mod tests {
     /// event re-recorded on another stream is not waited for in its place.
     #[test]
     fn an_offered_mark_recorded_elsewhere_since_is_not_used() {
-        let ctx = Context::new(0).unwrap();
-        let _policy = policy(&ctx, OrderPolicy::Auto);
-        let (writer, reader, other) = (
-            Stream::new(&ctx).unwrap(),
-            Stream::new(&ctx).unwrap(),
-            Stream::new(&ctx).unwrap(),
-        );
-        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
-        let mut copy = crate::DeviceBuffer::<u32>::new(&ctx, 64).unwrap();
+        let (ctx, _policy) = under(OrderPolicy::Auto);
+        let [writer, reader, other] = streams(&ctx);
+        let (mut data, mut copy) = (buffer(&ctx), buffer(&ctx));
         let mark = |s: &Stream| s.order.lock().mark.as_ref().map(|e| e.as_raw());
         writer.memset_u32_async(&mut data, 5).unwrap();
         let offered = Arc::new(writer.mark().unwrap());
@@ -1093,8 +1301,7 @@ mod tests {
     /// different one is not taken for it.
     #[test]
     fn labels_name_their_own_operation_in_a_loop() {
-        let ctx = Context::new(0).unwrap();
-        let _policy = policy(&ctx, OrderPolicy::Check);
+        let (ctx, _policy) = under(OrderPolicy::Check);
         let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
         let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 16).unwrap();
         for _ in 0..2 {

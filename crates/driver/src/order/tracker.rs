@@ -6,7 +6,7 @@
 //! whole buffer the same way each time, so the common case finds the one
 //! segment spanning the range and updates it in place, allocating nothing.
 
-use super::clock::{Agent, Clock};
+use super::clock::{Agent, Knows};
 use crate::stream::Stream;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -99,6 +99,11 @@ impl Shadow {
         self.streams.get(&agent).cloned().unwrap_or_default()
     }
 
+    /// The stream whose accesses carry `agent`, held, if it is still alive.
+    pub(crate) fn live_stream(&self, agent: Agent) -> Option<Arc<Stream>> {
+        self.streams.get(&agent).and_then(Weak::upgrade)
+    }
+
     /// The fast path of a one-range operation on a range used whole before
     /// (the common case: a buffer used the same way each time): check the
     /// new access against the one segment that spans exactly `[lo, hi)` and
@@ -108,11 +113,10 @@ impl Shadow {
     /// not recorded.
     pub(crate) fn check_and_record_exact(
         &mut self,
-        lo: u64,
-        hi: u64,
+        (lo, hi): (u64, u64),
         write: bool,
         access: &Access,
-        clock: &Clock,
+        clock: &impl Knows,
     ) -> Option<bool> {
         let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
         if segment.conflicts(write, clock) {
@@ -126,7 +130,7 @@ impl Shadow {
     /// Whether any recorded access to `[lo, hi)` conflicts with a new one
     /// by the holder of `clock`; one lookup when a segment spans the range
     /// exactly.
-    pub(crate) fn any_conflict(&self, lo: u64, hi: u64, write: bool, clock: &Clock) -> bool {
+    pub(crate) fn any_conflict(&self, lo: u64, hi: u64, write: bool, clock: &impl Knows) -> bool {
         if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
             return segment.conflicts(write, clock);
         }
@@ -143,7 +147,7 @@ impl Shadow {
         lo: u64,
         hi: u64,
         write: bool,
-        clock: &Clock,
+        clock: &impl Knows,
         mut found: impl FnMut(Conflict<'a>),
     ) {
         if lo >= hi {
@@ -163,7 +167,14 @@ impl Shadow {
     }
 
     /// Record `access` to `[lo, hi)`.
-    pub(crate) fn record(&mut self, lo: u64, hi: u64, write: bool, access: &Access, clock: &Clock) {
+    pub(crate) fn record(
+        &mut self,
+        lo: u64,
+        hi: u64,
+        write: bool,
+        access: &Access,
+        clock: &impl Knows,
+    ) {
         if lo >= hi {
             return;
         }
@@ -254,7 +265,7 @@ impl Segment {
     fn each_conflict<'a>(
         &'a self,
         write: bool,
-        clock: &Clock,
+        clock: &impl Knows,
         from: u64,
         to: u64,
         found: &mut impl FnMut(Conflict<'a>),
@@ -286,7 +297,7 @@ impl Segment {
     /// Whether a new access (`write` or read) by the holder of `clock`
     /// conflicts with one recorded here.
     #[inline]
-    fn conflicts(&self, write: bool, clock: &Clock) -> bool {
+    fn conflicts(&self, write: bool, clock: &impl Knows) -> bool {
         if let Some(prior) = &self.write
             && !clock.knows(prior.agent, prior.counter)
         {
@@ -300,7 +311,7 @@ impl Segment {
     }
 }
 
-fn update(segment: &mut Segment, write: bool, access: &Access, clock: &Clock) {
+fn update(segment: &mut Segment, write: bool, access: &Access, clock: &impl Knows) {
     if write {
         segment.write = Some(access.clone());
         segment.reads.clear();
@@ -317,6 +328,7 @@ fn update(segment: &mut Segment, write: bool, access: &Access, clock: &Clock) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::order::clock::Clock;
 
     fn access(agent: Agent, counter: u32) -> Access {
         Access {
@@ -375,7 +387,7 @@ mod tests {
         shadow.record(0, 64, true, &access(1, 1), &a);
         b.own = 1;
         assert_eq!(
-            shadow.check_and_record_exact(0, 64, false, &access(2, 1), &b),
+            shadow.check_and_record_exact((0, 64), false, &access(2, 1), &b),
             Some(false),
             "a read of an unordered write"
         );
@@ -383,7 +395,7 @@ mod tests {
         assert_eq!(count(&shadow, 0, 64, false, &b), 1, "nothing recorded");
         b.learn(&a);
         assert_eq!(
-            shadow.check_and_record_exact(0, 64, false, &access(2, b.own), &b),
+            shadow.check_and_record_exact((0, 64), false, &access(2, b.own), &b),
             Some(true),
             "ordered after the write"
         );
@@ -391,17 +403,17 @@ mod tests {
         a.own = 2;
         assert!(shadow.any_conflict(0, 64, true, &a));
         assert_eq!(
-            shadow.check_and_record_exact(0, 64, true, &access(1, 2), &a),
+            shadow.check_and_record_exact((0, 64), true, &access(1, 2), &a),
             Some(false),
             "a write over an unordered read"
         );
         assert_eq!(
-            shadow.check_and_record_exact(0, 64, false, &access(1, 2), &a),
+            shadow.check_and_record_exact((0, 64), false, &access(1, 2), &a),
             Some(true),
             "reads of two streams do not conflict"
         );
         assert_eq!(
-            shadow.check_and_record_exact(0, 32, true, &access(1, 2), &a),
+            shadow.check_and_record_exact((0, 32), true, &access(1, 2), &a),
             None,
             "not one whole segment"
         );
