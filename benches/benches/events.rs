@@ -1,7 +1,8 @@
 //! Event coordination: pooled events against `cuEventCreate` + `cuEventDestroy`;
 //! the coordinator's host overhead per operation with 100k operations in
 //! flight, against the driver calls it makes; the async waiter's latency
-//! (event done -> callback) and its CPU time while idle.
+//! (event done -> callback) and its CPU time while idle and while a long
+//! wait is pending.
 //!
 //! The coordinator and its driver calls are timed in alternating batches
 //! ([`alternating`]), each batch followed by an untimed synchronize, and the
@@ -15,6 +16,10 @@
 //! flight), `record` (its `cuEventRecord` alone), `dep` (an operation
 //! depending on the previous one on the other stream), `raw-dep` (its wait +
 //! record alone).
+//!
+//! `EVENTS_WAITER=1` runs only the async waiter's figures: its latency, and
+//! the CPU and reactor wake-ups per second of a long pending wait, with the
+//! reactor's long parks and with its short back-off alone.
 
 use criterion::Criterion;
 use cuda_streams_benches::{
@@ -32,6 +37,9 @@ const IN_FLIGHT: usize = 100_000;
 /// Alternating batches per side, and calls per batch.
 const SAMPLES: usize = 200;
 const BATCH: usize = 250;
+/// The waiter's thread and the context's reactor (names cut to 15 bytes).
+const WAITER_THREAD: &str = "cuda-streams-ev";
+const REACTOR_THREAD: &str = "cuda-streams-re";
 
 fn setup() -> (Arc<Context>, Arc<EventPool>) {
     let ctx = Context::new(0).expect("a context");
@@ -277,61 +285,80 @@ fn ratios() {
     drop(event);
     settle();
 
+    waiter_figures(&ctx, &stream);
+}
+
+/// The async waiter: its latency, and the CPU (its own thread's, and the
+/// reactor's that watches for it) while idle and while a wait is pending.
+/// The reactor's long parks are measured against the short back-off alone
+/// (`long_park` at zero, as before they existed) in the same run.
+fn waiter_figures(ctx: &Arc<Context>, stream: &Stream) {
     let waiter = AsyncEventWaiter::new();
-    let latency = waiter_latency(&stream, &waiter);
+    let reactor = ctx.reactor();
+    let original = reactor.config();
+    let mut short_only = original;
+    short_only.long_park = Duration::ZERO;
+    let latency = waiter_latency(stream, &waiter);
+    reactor.set_config(short_only);
+    let short_latency = waiter_latency(stream, &waiter);
+    reactor.set_config(original);
     figure(
         "async waiter latency, event done -> callback (median)",
         latency.as_secs_f64() * 1e6,
         "us",
     );
+    // Its 3 ms waits are shorter than 128 × max_park: no long parks, the
+    // same latency.
+    figure(
+        "  ... with the reactor's short back-off alone (long_park 0)",
+        short_latency.as_secs_f64() * 1e6,
+        "us",
+    );
 
     // Idle with nothing to wait for: the thread sleeps on a condvar.
     let window = Duration::from_secs(1);
-    let name = "cuda-streams-ev"; // thread names are cut to 15 bytes
-    let reactor = "cuda-streams-re"; // the context's reactor, which watches for the waiter
-    let before = thread_cpu_ns(name);
+    let before = thread_cpu_ns(WAITER_THREAD);
     std::thread::sleep(window);
-    let after = thread_cpu_ns(name);
-    // Waiting on an event the GPU holds back for the whole window: the
-    // reactor watches, the waiter's thread sleeps until the reactor wakes it.
-    let spin = spin_kernel(&ctx);
-    let one = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (1, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    stream
-        .launch(
-            &spin,
-            one,
-            &[(window.as_nanos() as u64 + 200_000_000).into()],
-        )
-        .expect("spin");
-    let (tx, rx) = mpsc::channel();
-    waiter.wait_async(stream.record_event().expect("event"), move || {
-        tx.send(()).unwrap()
-    });
-    std::thread::sleep(Duration::from_millis(100)); // past the reactor's spin
-    let polls_before = waiter.metrics().polls;
-    let (pending_before, reactor_before) = (thread_cpu_ns(name), thread_cpu_ns(reactor));
-    std::thread::sleep(window);
-    let (pending_after, reactor_after) = (thread_cpu_ns(name), thread_cpu_ns(reactor));
-    let polls_pending = waiter.metrics().polls - polls_before;
-    rx.recv().expect("the wait fires");
+    let after = thread_cpu_ns(WAITER_THREAD);
+    reactor.set_config(short_only);
+    let short = pending_wait(ctx, stream, &waiter, window);
+    reactor.set_config(original);
+    let long = pending_wait(ctx, stream, &waiter, window);
     figure(
         "async waiter polls while a wait is pending (per second)",
-        polls_pending as f64,
+        long.polls as f64,
         "polls",
     );
-    if let (Some(b), Some(a)) = (reactor_before, reactor_after) {
+    if let (Some(ours), Some(baseline)) = (long.reactor_cpu_ns, short.reactor_cpu_ns) {
         figure(
             "reactor CPU while the waiter's wait is pending (per second)",
-            (a - b) as f64 / 1e3,
+            ours as f64 / 1e3,
             "us",
         );
+        figure(
+            "  ... with the short back-off alone (long_park 0)",
+            baseline as f64 / 1e3,
+            "us",
+        );
+        // Above 1: the long parks cost the reactor less.
+        compare(
+            "reactor CPU per second of a pending wait: long parks vs the short back-off alone",
+            ours as f64,
+            baseline as f64,
+        );
     }
-    match (before, after, pending_before, pending_after) {
-        (Some(b), Some(a), Some(pb), Some(pa)) => {
+    figure(
+        "reactor wake-ups while the waiter's wait is pending (per second)",
+        long.reactor_parks as f64,
+        "parks",
+    );
+    figure(
+        "  ... with the short back-off alone (long_park 0)",
+        short.reactor_parks as f64,
+        "parks",
+    );
+    match (before, after, long.waiter_cpu_ns) {
+        (Some(b), Some(a), Some(pending)) => {
             figure(
                 "async waiter CPU while idle, no waits (per second)",
                 (a - b) as f64 / 1e3,
@@ -339,7 +366,7 @@ fn ratios() {
             );
             figure(
                 "async waiter CPU while a wait is pending (per second)",
-                (pa - pb) as f64 / 1e3,
+                pending as f64 / 1e3,
                 "us",
             );
         }
@@ -347,6 +374,65 @@ fn ratios() {
     }
     let m = waiter.metrics();
     figure("async waiter polls during the run", m.polls as f64, "polls");
+}
+
+/// What one wait pending for a whole window cost.
+struct PendingCost {
+    /// The waiter thread's CPU, ns.
+    waiter_cpu_ns: Option<u64>,
+    /// The reactor thread's CPU, ns.
+    reactor_cpu_ns: Option<u64>,
+    /// The reactor's parks, each a wake-up.
+    reactor_parks: u64,
+    /// The waiter's own polls.
+    polls: u64,
+}
+
+/// Wait on an event the GPU holds back for the whole `window` (after a
+/// first 100 ms): the reactor watches, the waiter's thread sleeps until the
+/// reactor wakes it.
+fn pending_wait(
+    ctx: &Arc<Context>,
+    stream: &Stream,
+    waiter: &AsyncEventWaiter,
+    window: Duration,
+) -> PendingCost {
+    let spin = spin_kernel(ctx);
+    let one = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (1, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let settle = Duration::from_millis(100); // past the reactor's spin
+    stream
+        .launch(
+            &spin,
+            one,
+            &[((window + settle).as_nanos() as u64 + 100_000_000).into()],
+        )
+        .expect("spin");
+    let (tx, rx) = mpsc::channel();
+    waiter.wait_async(stream.record_event().expect("event"), move || {
+        tx.send(()).unwrap()
+    });
+    std::thread::sleep(settle);
+    let polls_before = waiter.metrics().polls;
+    let parks_before = ctx.reactor().stats().parks;
+    let (waiter_before, reactor_before) =
+        (thread_cpu_ns(WAITER_THREAD), thread_cpu_ns(REACTOR_THREAD));
+    std::thread::sleep(window);
+    let (waiter_after, reactor_after) =
+        (thread_cpu_ns(WAITER_THREAD), thread_cpu_ns(REACTOR_THREAD));
+    let reactor_parks = ctx.reactor().stats().parks - parks_before;
+    let polls = waiter.metrics().polls - polls_before;
+    rx.recv().expect("the wait fires");
+    let per_window = |b: Option<u64>, a: Option<u64>| Some(a? - b?);
+    PendingCost {
+        waiter_cpu_ns: per_window(waiter_before, waiter_after),
+        reactor_cpu_ns: per_window(reactor_before, reactor_after),
+        reactor_parks,
+        polls,
+    }
 }
 
 /// `EVENTS_COUNT=<scenario>:<n>`: run that scenario alone, `n` times.
@@ -395,6 +481,11 @@ fn counted(n: usize, step: &mut dyn FnMut(usize), mut settle: impl FnMut()) {
 fn main() {
     if let Ok(spec) = std::env::var("EVENTS_COUNT") {
         return count(&spec);
+    }
+    if std::env::var_os("EVENTS_WAITER").is_some() {
+        let (ctx, _) = setup();
+        let stream = Stream::new(&ctx).expect("a stream");
+        return waiter_figures(&ctx, &stream);
     }
     run_criterion(&[criterion_groups]);
     ratios();

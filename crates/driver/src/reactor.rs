@@ -11,6 +11,8 @@
 //! How the thread waits is the [`WakeMode`]: spinning, spinning briefly then
 //! parking with back-off, or parking until a host function enqueued after the
 //! flag wakes it. With nothing pending it parks without a timeout: no CPU.
+//! A wait pending for long gets longer parks ([`backoff`]), so that waiting
+//! for seconds costs a few hundred wake-ups a second, not tens of thousands.
 //! The default mode also learns how long waits on each stream take
 //! ([`predict`]): it parks through most of a wait it has seen before and
 //! spins only around the moment the wait is due.
@@ -23,10 +25,12 @@
 //! memory the GPU writes except the reactor's own slots, which live as long
 //! as the context.
 
+mod backoff;
 mod predict;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use backoff::Backoff;
 use predict::{WaitPredictor, Window};
 use std::ffi::c_void;
 use std::fmt;
@@ -55,7 +59,8 @@ const MAX_WATCH_STREAMS: usize = 8;
 pub enum WakeMode {
     /// Spin for [`ReactorConfig::spin`] after each new wait or completion,
     /// then park with a back-off from [`ReactorConfig::min_park`] doubling to
-    /// [`ReactorConfig::max_park`]. The default.
+    /// [`ReactorConfig::max_park`]; once every such wait has been pending
+    /// for long, on to [`ReactorConfig::long_park`]. The default.
     ///
     /// With [`ReactorConfig::predict`] (on by default), a wait on a stream
     /// or event whose recent waits the reactor has seen is instead parked
@@ -89,8 +94,16 @@ pub struct ReactorConfig {
     pub spin: Duration,
     /// [`WakeMode::Adaptive`]: the first park after spinning.
     pub min_park: Duration,
-    /// [`WakeMode::Adaptive`]: the longest park.
+    /// [`WakeMode::Adaptive`]: the longest park while a wait is young.
     pub max_park: Duration,
+    /// [`WakeMode::Adaptive`]: the longest park once every pending wait
+    /// has been pending long. Past `max_park` the park keeps doubling, but
+    /// never beyond a 128th of how long the youngest wait has been pending,
+    /// so it delays a wait by under 0.8% of its length, and waits shorter
+    /// than 128 × `max_park` never see it. Default 1 ms: a wait pending for
+    /// seconds wakes the thread about 1000 times a second instead of 31 000.
+    /// At or under `max_park`, the back-off stops at `max_park`.
+    pub long_park: Duration,
     /// How often pending waits' events are queried for errors (and for
     /// completion, should a flag be missed).
     pub error_check: Duration,
@@ -110,6 +123,8 @@ impl Default for ReactorConfig {
             spin: Duration::from_micros(10),
             min_park: Duration::from_micros(8),
             max_park: Duration::from_micros(32),
+            // Also the error check's period: a longer park would check less.
+            long_park: Duration::from_millis(1),
             error_check: Duration::from_millis(1),
             predict: true,
         }
@@ -149,6 +164,10 @@ pub struct ReactorStats {
     pub watch_streams: usize,
     /// Rounds the thread made over the pending slots.
     pub scans: u64,
+    /// Times the thread parked with a timeout while slots were watched:
+    /// each ends in a wake-up (its timeout, a new wait, a host function).
+    /// Spinning rounds are not parks; see `scans`.
+    pub parks: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -676,10 +695,10 @@ fn run(shared: &Shared) {
     }
     let mut last_activity = Instant::now();
     let mut last_check = Instant::now();
-    let mut park = Duration::ZERO;
+    let mut backoff = Backoff::default();
     let mut wakers = Vec::new();
     loop {
-        let (config, plan) = {
+        let next = {
             let mut state = shared.lock();
             if state.shutdown {
                 return;
@@ -692,9 +711,13 @@ fn run(shared: &Shared) {
             let plan = scan(shared, &mut state, now, check_events, &mut wakers);
             if plan.finished || std::mem::take(&mut state.activity) {
                 last_activity = now;
-                park = state.config.min_park;
+                backoff.reset(&state.config);
             }
-            (state.config, plan)
+            let next = next_wait(&state.config, &plan, now, last_activity, &mut backoff);
+            if let Next::Park(_) = next {
+                state.stats.parks += 1;
+            }
+            next
         };
         for waker in wakers.drain(..) {
             // A waker is user code (an executor's); it must not take the
@@ -703,37 +726,62 @@ fn run(shared: &Shared) {
                 tracing::error!("a waker panicked; the reactor goes on");
             }
         }
-        if !plan.watching {
-            std::thread::park();
-            last_activity = Instant::now();
-            continue;
-        }
-        match config.mode {
-            WakeMode::Spin => std::hint::spin_loop(),
-            WakeMode::Adaptive if plan.due_now => std::hint::spin_loop(),
-            WakeMode::Adaptive if plan.unforeseen && last_activity.elapsed() < config.spin => {
-                std::hint::spin_loop()
+        match next {
+            Next::Sleep => {
+                std::thread::park();
+                last_activity = Instant::now();
             }
-            WakeMode::Adaptive => {
-                // Waits with no history (or past their window) set the
-                // back-off; foreseen ones only cut a park short so that
-                // the thread is awake when their window opens.
-                let mut timeout = if plan.unforeseen {
-                    let current = park;
-                    park = (park * 2).clamp(config.min_park, config.max_park.max(config.min_park));
-                    current
-                } else {
-                    config.error_check
-                };
-                if let Some(next) = plan.next_window {
-                    timeout = timeout.min(next.saturating_duration_since(Instant::now()));
-                }
-                std::thread::park_timeout(timeout);
-            }
-            // The host function wakes us; the timeout only serves the
-            // error checks (a faulted stream may run no host function).
-            WakeMode::HostFn => std::thread::park_timeout(config.error_check),
+            Next::Spin => std::hint::spin_loop(),
+            Next::Park(timeout) => std::thread::park_timeout(timeout),
         }
+    }
+}
+
+/// How the thread waits before its next round.
+enum Next {
+    /// Nothing is watched: until a new wait unparks it.
+    Sleep,
+    /// Look again at once.
+    Spin,
+    /// Until this timeout, or an unpark.
+    Park(Duration),
+}
+
+fn next_wait(
+    config: &ReactorConfig,
+    plan: &Plan,
+    now: Instant,
+    last_activity: Instant,
+    backoff: &mut Backoff,
+) -> Next {
+    if !plan.watching {
+        return Next::Sleep;
+    }
+    match config.mode {
+        WakeMode::Spin => Next::Spin,
+        WakeMode::Adaptive if plan.due_now => Next::Spin,
+        WakeMode::Adaptive
+            if plan.youngest_unforeseen.is_some()
+                && now.duration_since(last_activity) < config.spin =>
+        {
+            Next::Spin
+        }
+        WakeMode::Adaptive => {
+            // Waits with no history (or past their window) set the
+            // back-off; foreseen ones only cut a park short so that
+            // the thread is awake when their window opens.
+            let mut timeout = match plan.youngest_unforeseen {
+                Some(youngest) => backoff.park(config, youngest),
+                None => config.error_check,
+            };
+            if let Some(next) = plan.next_window {
+                timeout = timeout.min(next.saturating_duration_since(now));
+            }
+            Next::Park(timeout)
+        }
+        // The host function wakes us; the timeout only serves the
+        // error checks (a faulted stream may run no host function).
+        WakeMode::HostFn => Next::Park(config.error_check),
     }
 }
 
@@ -746,8 +794,9 @@ struct Plan {
     watching: bool,
     /// A pending wait is inside its window: spin.
     due_now: bool,
-    /// A pending wait has no window, or has outlived it: back off.
-    unforeseen: bool,
+    /// How long the youngest pending wait with no window (or past it) has
+    /// been pending; if any, the thread backs off.
+    youngest_unforeseen: Option<Duration>,
     /// The earliest window still to open.
     next_window: Option<Instant>,
 }
@@ -789,7 +838,11 @@ fn scan(
                         plan.next_window = Some(plan.next_window.map_or(opens, |t| t.min(opens)));
                     }
                     Some(window) if now <= entry.registered + window.end => plan.due_now = true,
-                    _ => plan.unforeseen = true,
+                    _ => {
+                        let age = now.duration_since(entry.registered);
+                        plan.youngest_unforeseen =
+                            Some(plan.youngest_unforeseen.map_or(age, |y| y.min(age)));
+                    }
                 }
             }
             i += 1;

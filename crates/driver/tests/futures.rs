@@ -333,6 +333,56 @@ fn a_wait_longer_than_the_learned_ones_still_wakes_once() {
     reactor.set_config(original);
 }
 
+/// A wait pending for long must not wake the reactor every `max_park`:
+/// once it has been pending a while its parks grow towards `long_park`.
+/// Counted, not timed: over a span the gate holds, the reactor's parks
+/// must be at least 4 times fewer than the span holds `max_park`s (what
+/// the short back-off alone takes). The span is measured, not asserted.
+#[test]
+fn a_long_wait_wakes_the_reactor_rarely() {
+    let _serial = serial();
+    let ctx = ctx();
+    let reactor = ctx.reactor();
+    let original = reactor.config();
+    let config = ReactorConfig::default();
+    reactor.set_config(config);
+    let stream = Stream::new(&ctx).unwrap();
+    let gate = Gate::close(&stream);
+    let mut done = stream.completion().unwrap();
+    let (unpark, waker) = unpark_waker();
+    assert!(poll_once(&mut done, &waker).is_pending() || !gate.still_held());
+    let (before, from) = (reactor.stats().parks, Instant::now());
+    // The span to count over; the gate, not this pause, holds the wait.
+    std::thread::sleep(Duration::from_millis(500));
+    let (parks, span) = (reactor.stats().parks - before, from.elapsed());
+    let held = gate.still_held();
+    gate.open();
+    let deadline = Instant::now() + HANG;
+    while unpark.wakes.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the long wait was never woken");
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+    assert!(
+        poll_once(&mut done, &waker).is_ready(),
+        "woken but not ready"
+    );
+    assert_eq!(unpark.wakes.load(Ordering::SeqCst), 1, "woken exactly once");
+    reactor.set_config(original);
+    let short_parks = (span.as_nanos() / config.max_park.as_nanos()) as u64;
+    assert!(
+        parks > 0,
+        "the reactor never parked while the wait was pending"
+    );
+    if held {
+        assert!(
+            parks * 4 < short_parks,
+            "{parks} reactor parks in {span:?} of one pending wait: \
+             {short_parks} max_parks of {:?} fit in that span",
+            config.max_park
+        );
+    }
+}
+
 #[test]
 fn a_failing_stream_wakes_its_futures_with_the_error() {
     if ctx().is_gpu() {
