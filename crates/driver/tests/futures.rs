@@ -58,6 +58,15 @@ fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// Park (bounded) until `unpark`'s waker was called.
+fn wait_for_a_wake(unpark: &Unpark, what: &str) {
+    let deadline = Instant::now() + HANG;
+    while unpark.wakes.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "{what} was never woken");
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+}
+
 /// Poll once.
 fn poll_once<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
     Pin::new(f).poll(&mut TaskContext::from_waker(waker))
@@ -319,11 +328,7 @@ fn a_wait_longer_than_the_learned_ones_still_wakes_once() {
         std::hint::spin_loop();
     }
     gate.open();
-    let deadline = Instant::now() + HANG;
-    while unpark.wakes.load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "the late wait was never woken");
-        std::thread::park_timeout(Duration::from_millis(10));
-    }
+    wait_for_a_wake(&unpark, "the late wait");
     let host = match poll_once(&mut copied, &waker) {
         Poll::Ready(done) => done.unwrap(),
         Poll::Pending => panic!("woken but not ready"),
@@ -357,11 +362,7 @@ fn a_long_wait_wakes_the_reactor_rarely() {
     let (parks, span) = (reactor.stats().parks - before, from.elapsed());
     let held = gate.still_held();
     gate.open();
-    let deadline = Instant::now() + HANG;
-    while unpark.wakes.load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "the long wait was never woken");
-        std::thread::park_timeout(Duration::from_millis(10));
-    }
+    wait_for_a_wake(&unpark, "the long wait");
     assert!(
         poll_once(&mut done, &waker).is_ready(),
         "woken but not ready"
