@@ -141,10 +141,7 @@ impl GraphArg {
         buffer: &Arc<DeviceBuffer<T>>,
         range: impl RangeBounds<usize>,
     ) -> Result<Self> {
-        let view = buffer.slice_shared(range)?;
-        Ok(Self {
-            inner: ArgInner::Buffer(Arc::new(view) as Arc<dyn Kept>, false),
-        })
+        Self::range(buffer, range, false)
     }
 
     /// The elements in `range` of `buffer`, lent to every replay for
@@ -154,9 +151,18 @@ impl GraphArg {
         buffer: &Arc<DeviceBuffer<T>>,
         range: impl RangeBounds<usize>,
     ) -> Result<Self> {
+        Self::range(buffer, range, true)
+    }
+
+    /// `range` of `buffer` as a kept view, lent for writing when `writable`.
+    fn range<T: DeviceCopy>(
+        buffer: &Arc<DeviceBuffer<T>>,
+        range: impl RangeBounds<usize>,
+        writable: bool,
+    ) -> Result<Self> {
         let view = buffer.slice_shared(range)?;
         Ok(Self {
-            inner: ArgInner::Buffer(Arc::new(view) as Arc<dyn Kept>, true),
+            inner: ArgInner::Buffer(Arc::new(view) as Arc<dyn Kept>, writable),
         })
     }
 
