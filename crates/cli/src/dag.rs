@@ -149,15 +149,20 @@ const BENCH_SHAPE_OPERATIONS: u32 = 2000;
 
 /// The engine bench's per-operation shape, run here on the DAG's graph and
 /// streams and timed as the DAG's operations are, so that the two figures
-/// compare like with like (same machine, same run, same clock reads).
-fn bench_shape(graph: &OperationGraph, streams: &[Arc<Stream>]) -> DemoResult<HostTime> {
+/// compare like with like (same machine, same run, same clock reads), each
+/// operation's body being `body` (empty for the bench's own shape).
+fn bench_shape(
+    graph: &OperationGraph,
+    streams: &[Arc<Stream>],
+    mut body: impl FnMut(&Stream) -> cuda_streams::driver::Result<()>,
+) -> DemoResult<HostTime> {
     let mut host = HostTime::default();
-    let mut prev = host.run("first", graph.op(&streams[0]), |_| Ok(()))?.id();
+    let mut prev = host.run("first", graph.op(&streams[0]), &mut body)?.id();
     host = HostTime::default();
     for i in 0..BENCH_SHAPE_OPERATIONS as usize {
         let stream = &streams[1 + i % 2];
         prev = host
-            .run("bench", graph.op(stream).after(&[prev]), |_| Ok(()))?
+            .run("bench", graph.op(stream).after(&[prev]), &mut body)?
             .id();
         if i % 100 == 99 {
             // As the bench does after each batch (untimed): short queues.
@@ -318,14 +323,24 @@ pub(crate) fn run(
     let elapsed = start.elapsed();
     let (total, bodies, engine) = host.figures();
     let (dag_before, dag_after) = host.split();
-    let shape = bench_shape(&graph, &s)?;
+    let shape = bench_shape(&graph, &s, |_| Ok(()))?;
     let (_, _, bench) = shape.figures();
     let (bench_before, bench_after) = shape.split();
+    // The same shape with real work as each body, one 4-byte memset: the
+    // engine's calls after work the GPU has to run, as the DAG's are.
+    let mut word = DeviceBuffer::<u32>::new(ctx, 1)?;
+    let mut value = 0u32;
+    let busy = bench_shape(&graph, &s, |st| {
+        value = value.wrapping_add(1);
+        st.memset_u32_async(&mut word, value)
+    })?;
+    let (_, _, busy_engine) = busy.figures();
+    let (busy_before, busy_after) = busy.split();
     Ok(format!(
         "operation DAG: {} rounds x 6 operations on 4 pool streams ({} in all), every round checked ({how}), {fired} completion callbacks at GPU time, {:.3} s\n\
          DAG host time per operation (after the first round): {total:.2} µs in all = {bodies:.2} µs in the operations' bodies (their launches and copies) + {engine:.2} µs in the engine (waits, record, bookkeeping){}\n\
          the engine bench's shape run here ({BENCH_SHAPE_OPERATIONS} operations, one wait and one record each, empty bodies): {bench:.2} µs per operation in the engine; the DAG's share is {:.1}x that\n\
-         the engine's share split at the body, before it (dependency waits) / after it (completion record, bookkeeping): DAG {dag_before:.2} / {dag_after:.2} µs, the bench's shape {bench_before:.2} / {bench_after:.2} µs; the DAG's by operation (µs; upload x comes first after the previous round's host wait): {}",
+         the engine's share split at the body, before it (dependency waits) / after it (completion record, bookkeeping): DAG {dag_before:.2} / {dag_after:.2} µs, the bench's shape {bench_before:.2} / {bench_after:.2} µs, the bench's shape with a 4-byte memset as each body {busy_before:.2} / {busy_after:.2} µs ({busy_engine:.2} in all); the DAG's by operation (µs; upload x comes first after the previous round's host wait): {}",
         sizes.dag_rounds,
         metrics.total_operations,
         elapsed.as_secs_f64(),

@@ -159,7 +159,9 @@ fn demo_with_two_steps_runs_two_steps_and_two_rounds() {
     // Where the engine's share goes: before and after the bodies, and by
     // operation.
     assert!(
-        stdout.contains("the engine's share split at the body") && stdout.contains("scale_add "),
+        stdout.contains("the engine's share split at the body")
+            && stdout.contains("with a 4-byte memset as each body")
+            && stdout.contains("scale_add "),
         "{stdout}"
     );
     assert!(stdout.contains("every result checked"), "{stdout}");
