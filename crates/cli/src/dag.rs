@@ -53,32 +53,54 @@ fn data(seed: u64, n: usize) -> Vec<f32> {
 /// (the closures, which enqueue the launch or copy). The engine's share is
 /// the difference: its waits for dependencies, the completion record and its
 /// bookkeeping, which is what the engine bench's per-operation figure
-/// measures (with its own driver calls, on an empty body).
+/// measures (with its own driver calls, on an empty body). The share is also
+/// split where the body runs, into the part before it (the dependencies'
+/// lookup and waits) and the part after it (the completion record and the
+/// bookkeeping), and by operation name, so that a figure off the bench's
+/// says where it is spent.
 #[derive(Default)]
 struct HostTime {
     total: Duration,
     bodies: Duration,
+    /// The engine's share before the bodies.
+    before: Duration,
     operations: u32,
+    /// The engine's share and the count of each operation name, in the
+    /// order first run.
+    by_name: Vec<(&'static str, Duration, u32)>,
 }
 
 impl HostTime {
-    /// Build and run one operation, timing it and its body.
+    /// Build and run one operation named `name`, timing it and its body.
     fn run(
         &mut self,
+        name: &'static str,
         builder: OpBuilder<'_>,
         work: impl FnOnce(&Stream) -> cuda_streams::driver::Result<()>,
     ) -> Result<Op, cuda_streams::Error> {
         let mut in_work = Duration::ZERO;
+        let mut before = Duration::ZERO;
         let started = Instant::now();
         let op = builder.run(|s| {
             let work_started = Instant::now();
+            before = work_started - started;
             let result = work(s);
             in_work = work_started.elapsed();
             result
         })?;
-        self.total += started.elapsed();
+        let total = started.elapsed();
+        self.total += total;
         self.bodies += in_work;
+        self.before += before;
         self.operations += 1;
+        let engine = total.saturating_sub(in_work);
+        match self.by_name.iter_mut().find(|(n, ..)| *n == name) {
+            Some((_, time, count)) => {
+                *time += engine;
+                *count += 1;
+            }
+            None => self.by_name.push((name, engine, 1)),
+        }
         Ok(op)
     }
 
@@ -95,6 +117,29 @@ impl HostTime {
             self.per_operation(engine),
         )
     }
+
+    /// The engine's share before the bodies and after them, µs per
+    /// operation.
+    fn split(&self) -> (f64, f64) {
+        let engine = self.total.saturating_sub(self.bodies);
+        (
+            self.per_operation(self.before),
+            self.per_operation(engine.saturating_sub(self.before)),
+        )
+    }
+
+    /// The engine's share per operation of each name: "upload x 1.20, …" (µs).
+    fn by_name(&self) -> String {
+        let each: Vec<String> = self
+            .by_name
+            .iter()
+            .map(|(name, time, count)| {
+                let us = time.as_secs_f64() * 1e6 / f64::from((*count).max(1));
+                format!("{name} {us:.2}")
+            })
+            .collect();
+        each.join(", ")
+    }
 }
 
 /// Operations of the engine bench's shape timed after the DAG: each on one
@@ -104,14 +149,21 @@ const BENCH_SHAPE_OPERATIONS: u32 = 2000;
 
 /// The engine bench's per-operation shape, run here on the DAG's graph and
 /// streams and timed as the DAG's operations are, so that the two figures
-/// compare like with like (same machine, same run, same clock reads).
-fn bench_shape(graph: &OperationGraph, streams: &[Arc<Stream>]) -> DemoResult<HostTime> {
+/// compare like with like (same machine, same run, same clock reads), each
+/// operation's body being `body` (empty for the bench's own shape).
+fn bench_shape(
+    graph: &OperationGraph,
+    streams: &[Arc<Stream>],
+    mut body: impl FnMut(&Stream) -> cuda_streams::driver::Result<()>,
+) -> DemoResult<HostTime> {
     let mut host = HostTime::default();
-    let mut prev = host.run(graph.op(&streams[0]), |_| Ok(()))?.id();
+    let mut prev = host.run("first", graph.op(&streams[0]), &mut body)?.id();
     host = HostTime::default();
     for i in 0..BENCH_SHAPE_OPERATIONS as usize {
         let stream = &streams[1 + i % 2];
-        prev = host.run(graph.op(stream).after(&[prev]), |_| Ok(()))?.id();
+        prev = host
+            .run("bench", graph.op(stream).after(&[prev]), &mut body)?
+            .id();
         if i % 100 == 99 {
             // As the bench does after each batch (untimed): short queues.
             for stream in streams {
@@ -177,7 +229,7 @@ pub(crate) fn run(
         macro_rules! operation {
             ($stream:expr, $name:literal, $after:expr, $work:expr) => {{
                 let _scope = profiler.scope($stream, concat!("dag ", $name))?;
-                host.run(graph.op($stream).after($after).label($name), $work)?
+                host.run($name, graph.op($stream).after($after).label($name), $work)?
             }};
         }
         let up_x = operation!(&s[0], "upload x", &[], |st| st
@@ -270,11 +322,25 @@ pub(crate) fn run(
     let grew = pool.growth_count();
     let elapsed = start.elapsed();
     let (total, bodies, engine) = host.figures();
-    let (_, _, bench) = bench_shape(&graph, &s)?.figures();
+    let (dag_before, dag_after) = host.split();
+    let shape = bench_shape(&graph, &s, |_| Ok(()))?;
+    let (_, _, bench) = shape.figures();
+    let (bench_before, bench_after) = shape.split();
+    // The same shape with real work as each body, one 4-byte memset: the
+    // engine's calls after work the GPU has to run, as the DAG's are.
+    let mut word = DeviceBuffer::<u32>::new(ctx, 1)?;
+    let mut value = 0u32;
+    let busy = bench_shape(&graph, &s, |st| {
+        value = value.wrapping_add(1);
+        st.memset_u32_async(&mut word, value)
+    })?;
+    let (_, _, busy_engine) = busy.figures();
+    let (busy_before, busy_after) = busy.split();
     Ok(format!(
         "operation DAG: {} rounds x 6 operations on 4 pool streams ({} in all), every round checked ({how}), {fired} completion callbacks at GPU time, {:.3} s\n\
          DAG host time per operation (after the first round): {total:.2} µs in all = {bodies:.2} µs in the operations' bodies (their launches and copies) + {engine:.2} µs in the engine (waits, record, bookkeeping){}\n\
-         the engine bench's shape run here ({BENCH_SHAPE_OPERATIONS} operations, one wait and one record each, empty bodies): {bench:.2} µs per operation in the engine; the DAG's share is {:.1}x that",
+         the engine bench's shape run here ({BENCH_SHAPE_OPERATIONS} operations, one wait and one record each, empty bodies): {bench:.2} µs per operation in the engine; the DAG's share is {:.1}x that\n\
+         the engine's share split at the body, before it (dependency waits) / after it (completion record, bookkeeping): DAG {dag_before:.2} / {dag_after:.2} µs, the bench's shape {bench_before:.2} / {bench_after:.2} µs, the bench's shape with a 4-byte memset as each body {busy_before:.2} / {busy_after:.2} µs ({busy_engine:.2} in all); the DAG's by operation (µs; upload x comes first after the previous round's host wait): {}",
         sizes.dag_rounds,
         metrics.total_operations,
         elapsed.as_secs_f64(),
@@ -283,5 +349,6 @@ pub(crate) fn run(
             n => format!(" (the event pool grew by {n} events while timed)"),
         },
         engine / bench.max(1e-9),
+        host.by_name(),
     ))
 }

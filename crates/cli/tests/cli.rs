@@ -156,6 +156,14 @@ fn demo_with_two_steps_runs_two_steps_and_two_rounds() {
         stdout.contains("the engine bench's shape run here"),
         "{stdout}"
     );
+    // Where the engine's share goes: before and after the bodies, and by
+    // operation.
+    assert!(
+        stdout.contains("the engine's share split at the body")
+            && stdout.contains("with a 4-byte memset as each body")
+            && stdout.contains("scale_add "),
+        "{stdout}"
+    );
     assert!(stdout.contains("every result checked"), "{stdout}");
     // Two steps are all warm-up: no figure rather than a made-up one.
     assert!(

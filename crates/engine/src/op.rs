@@ -7,6 +7,7 @@ use crate::graph::{Deps, OpMeta, OperationGraph};
 use crate::operation::{EventPriority, OperationId, OperationType};
 use crate::source::StreamSource;
 use driver::{PooledEvent, Stream};
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -38,7 +39,7 @@ pub struct OpBuilder<'g> {
     graph: &'g OperationGraph,
     place: Place<'g>,
     after: Deps,
-    label: String,
+    label: Cow<'static, str>,
     kind: OperationType,
     priority: EventPriority,
 }
@@ -65,7 +66,7 @@ impl<'g> OpBuilder<'g> {
             graph,
             place,
             after: Deps::new(),
-            label: String::new(),
+            label: Cow::Borrowed(""),
             kind: OperationType::Kernel,
             priority: EventPriority::Normal,
         }
@@ -84,8 +85,10 @@ impl<'g> OpBuilder<'g> {
         self
     }
 
-    /// A name for traces, errors and reports.
-    pub fn label(mut self, label: impl Into<String>) -> Self {
+    /// A name for traces, errors and reports. A `&'static str` is kept as
+    /// it is: the operation then costs no allocation for its name, nor a
+    /// free when it retires.
+    pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
         self.label = label.into();
         self
     }

@@ -248,7 +248,7 @@ where
         .op(stream)
         .after(after)
         .kind(kind)
-        .label(label)
+        .label(label.to_string())
         .run(|_| {
             outcome = Some(match catch_unwind(AssertUnwindSafe(|| f(stream))) {
                 Ok(Ok(())) => None,

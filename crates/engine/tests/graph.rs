@@ -2,7 +2,7 @@
 //! refused when added, failed work still completes its operation.
 
 use cuda_streams_engine::driver::{DeviceBuffer, PinnedBuffer, Stream};
-use cuda_streams_engine::{Error, OperationGraph, OperationId};
+use cuda_streams_engine::{Error, EventPool, OperationGraph, OperationId};
 use std::time::{Duration, Instant};
 use test_support::{Gate, ctx, spin, spin_kernel};
 
@@ -421,4 +421,39 @@ fn a_held_operations_event_is_never_given_to_a_later_operation() {
     );
     assert!(held.is_done().unwrap());
     held.wait().unwrap();
+}
+
+/// Four streams that each get one operation a round sweep together, every
+/// 32 rounds, and retire some 128 operations at once: their events are all
+/// kept for the next operations, none sent back to the pool only to be taken
+/// out again (a fixed limit of two sweeps' worth sent half of them back).
+#[test]
+fn streams_that_sweep_together_keep_all_their_events_for_the_next_operations() {
+    let ctx = ctx();
+    let streams: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
+    // A pool of its own, grown on demand: what it has free is what came back.
+    let pool = std::sync::Arc::new(EventPool::new(&ctx, 0, 0).unwrap());
+    let graph = OperationGraph::new(std::sync::Arc::clone(&pool));
+    // 32 rounds: the 32nd operation on each stream sweeps it, with the
+    // earlier 31 (at least) passed.
+    for _ in 0..32 {
+        for stream in &streams {
+            drop(graph.op(stream).run(|_| Ok(())).unwrap());
+        }
+        for stream in &streams {
+            stream.synchronize().unwrap();
+        }
+    }
+    let m = graph.metrics();
+    assert!(m.retired_operations >= 4 * 31, "{m:?}");
+    // Back in the pool: at most what the streams' latest marks let go of.
+    let free = pool.utilization().available_regular;
+    assert!(
+        free <= streams.len(),
+        "{free} events went back to the pool while {} operations retired",
+        m.retired_operations
+    );
+    // Trimming gives the spares back.
+    graph.retire_completed();
+    assert!(pool.utilization().available_regular >= 4 * 31 - streams.len());
 }

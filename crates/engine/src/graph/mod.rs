@@ -20,6 +20,7 @@ use driver::{EventPool, PooledEvent};
 use metrics::Counters;
 use smallvec::SmallVec;
 use stamp::{Clock, Stamp};
+use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -63,7 +64,7 @@ pub(crate) struct OpMeta {
     pub(crate) kind: OperationType,
     pub(crate) priority: EventPriority,
     pub(crate) dependencies: Deps,
-    pub(crate) label: String,
+    pub(crate) label: Cow<'static, str>,
 }
 
 /// What the graph keeps of an operation's description; the public
@@ -73,7 +74,8 @@ struct Meta {
     priority: EventPriority,
     creation_time: Stamp,
     dependencies: Deps,
-    description: String,
+    /// Borrowed when the builder was given a `&'static str`.
+    description: Cow<'static, str>,
 }
 
 /// One live operation.
@@ -211,7 +213,7 @@ impl OperationGraph {
                     priority,
                     creation_time: Stamp::At(start),
                     dependencies: Deps::from_vec(dependencies),
-                    description,
+                    description: Cow::Owned(description),
                 },
                 stream_id: stream.id(),
                 stream: Some(Arc::clone(stream)),
@@ -368,7 +370,7 @@ impl OperationGraph {
             // The label names the operation in stream-order reports.
             driver::order::labelled(&meta.label, || work(stream))
         };
-        let outcome = outcome.map_err(|err| (err, meta.label.clone()));
+        let outcome = outcome.map_err(|err| (err, meta.label.to_string()));
         let completing = started.map(|_| Instant::now());
         let stream_id = stream.id();
         // A spare from the table (its own pool's: a stream of another device
@@ -623,7 +625,7 @@ impl OperationGraph {
             operation_id: id,
             creation_time: self.clock.instant(op.meta.creation_time),
             dependencies: op.meta.dependencies.to_vec(),
-            description: op.meta.description.clone(),
+            description: op.meta.description.to_string(),
         })
     }
 
@@ -705,7 +707,7 @@ impl Drop for OperationGraph {
             .table()
             .iter()
             .filter(|(_, op)| op.phase == Phase::Begun)
-            .map(|(id, op)| (id, op.meta.description.clone()))
+            .map(|(id, op)| (id, op.meta.description.to_string()))
             .collect();
         if unfinished.is_empty() {
             return;

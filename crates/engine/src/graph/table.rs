@@ -28,8 +28,18 @@ const RING_LIMIT: usize = 4096;
 pub(super) const SWEEP_EVERY: u32 = 32;
 
 /// The most completion events kept for the next builder operations
-/// ([`Table::spare_events`]): two sweeps' worth.
-const SPARE_EVENTS_LIMIT: usize = 2 * SWEEP_EVERY as usize;
+/// ([`Table::spare_events`]): a sweep's worth for each stream that had
+/// queued operations at once, at the most ([`Table::peak_lanes`]), and one
+/// more. Each such stream takes about that many events before its next
+/// sweep, and streams that sweep at once (those of a DAG whose rounds give
+/// each the same number of operations) retire that many together: a fixed
+/// two sweeps' worth sent half of a four-stream DAG's events back to the
+/// pool only for its next operations to take them out again (a lock, an
+/// `Arc` and its allocation each way). The graph held at least that many
+/// events at its peak, so the spares hold no more than it already did.
+fn spare_events_limit(peak_lanes: usize) -> usize {
+    SWEEP_EVERY as usize * (peak_lanes + 1)
+}
 
 /// The longest retirement queue (in slots) kept for the next stream's lane.
 const SPARE_QUEUE_LIMIT: usize = 1024;
@@ -74,6 +84,10 @@ pub(super) struct Table {
     /// Ids issued to registrations that failed: unknown, not retired.
     abandoned: HashSet<OperationId, IdBuild>,
     pub(super) lanes: HashMap<u64, Lane, IdBuild>,
+    /// The most lanes held at once: a lane goes when its stream's queue
+    /// empties (a DAG's host wait empties them all every round), so the
+    /// streams in use are counted by their peak.
+    peak_lanes: usize,
     /// The queue of the last lane that went, kept with its capacity for the
     /// next lane: a stream whose sweeps keep up empties its lane at every
     /// sweep, and would otherwise grow a new queue from nothing each time.
@@ -101,6 +115,7 @@ impl Default for Table {
             begin_clock: 1,
             abandoned: HashSet::default(),
             lanes: HashMap::default(),
+            peak_lanes: 0,
             spare_queue: VecDeque::new(),
             spare_events: Vec::new(),
             live: 0,
@@ -258,6 +273,7 @@ impl Table {
         if due {
             lane.since_sweep = 0;
         }
+        self.peak_lanes = self.peak_lanes.max(self.lanes.len());
         due
     }
 
@@ -271,7 +287,7 @@ impl Table {
     /// Take the first `count` queued operations of a stream out of the
     /// graph. Completion events only the table held, from `pool` when it
     /// has no cap (a capped pool's events are not held back from its other
-    /// users), are kept as spares (up to [`SPARE_EVENTS_LIMIT`]). Each is
+    /// users), are kept as spares (up to [`spare_events_limit`]). Each is
     /// dropped here except its stream and completion event, which the caller
     /// drops once the lock is released: a stream's last handle destroys it,
     /// which can wait for the device, and a completion callback running
@@ -289,11 +305,12 @@ impl Table {
         let mut trail = std::mem::take(&mut lane.trail);
         let mut released = ReleasedList::new();
         let keep_spares = pool.capacity_limit() == usize::MAX;
+        let spare_limit = spare_events_limit(self.peak_lanes);
         for id in trail.take_front(count) {
             if let Some(op) = self.remove(id) {
                 let event = op.completion.and_then(|mut event| {
                     let reusable = keep_spares
-                        && self.spare_events.len() < SPARE_EVENTS_LIMIT
+                        && self.spare_events.len() < spare_limit
                         && Arc::get_mut(&mut event).is_some()
                         && Arc::ptr_eq(event.pool(), pool);
                     if reusable {
