@@ -568,6 +568,11 @@ impl Context {
 
     /// A query's code (`cuStreamQuery`, `cuEventQuery`): `NOT_READY` is `false`.
     pub(crate) fn check_ready(&self, code: CUresult) -> Result<bool> {
+        // "Not yet" is the common answer of a poll: no error to describe
+        // (building one asks the driver for the code's text).
+        if code == CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
         match self.driver.table.check(code) {
             Ok(()) => Ok(true),
             Err(err) if err.is_not_ready() => Ok(false),
