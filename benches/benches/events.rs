@@ -232,10 +232,20 @@ fn ratios() {
     };
     let coordinator = loaded_coordinator(&pool, &stream);
     let event = pool.acquire_event(false).expect("an event");
+    // Whether a background thread competes with the measured one (a
+    // reactor polling events takes the driver's locks too).
+    let (reactor_before, started) = (thread_cpu_ns("cuda-streams-re"), Instant::now());
     let per_op = per_call_pair(
         |_| one_operation(&coordinator, &stream),
         |_| event.record(&stream).expect("record"),
         settle,
+    );
+    // No reactor thread (yet) counts as none spent.
+    let reactor_ns = thread_cpu_ns("cuda-streams-re").unwrap_or(0) - reactor_before.unwrap_or(0);
+    figure(
+        "reactor CPU during the coordinator measurement (per second)",
+        reactor_ns as f64 / 1e3 / started.elapsed().as_secs_f64(),
+        "us",
     );
     compare(
         "coordinator operation (100k in flight) vs its cuEventRecord",
