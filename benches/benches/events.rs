@@ -241,7 +241,9 @@ fn ratios() {
         settle,
     );
     // No reactor thread (yet) counts as none spent.
-    let reactor_ns = thread_cpu_ns("cuda-streams-re").unwrap_or(0) - reactor_before.unwrap_or(0);
+    let reactor_ns = thread_cpu_ns("cuda-streams-re")
+        .unwrap_or(0)
+        .saturating_sub(reactor_before.unwrap_or(0));
     figure(
         "reactor CPU during the coordinator measurement (per second)",
         reactor_ns as f64 / 1e3 / started.elapsed().as_secs_f64(),
