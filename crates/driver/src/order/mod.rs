@@ -507,8 +507,9 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
     })
 }
 
-/// The point of a stream kept by the thread that enqueued its latest step
-/// (at that enqueue, under the stream's lock), for the records that follow
+/// Which point of a stream the thread that enqueued its latest step keeps
+/// (the clock is in `KEPT_CLOCK`), taken at that enqueue under the
+/// stream's lock, for the records that follow
 /// the step (its buffers' use events, the engine's completion event) to
 /// take without locking the stream again.
 ///
@@ -519,79 +520,66 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
 /// were in flight under this one may have landed meanwhile, which a record
 /// may leave out: it knows less, never more, than the driver queued
 /// before it).
+#[derive(Clone, Copy, Default)]
 struct KeptPoint {
     stream: u64,
     changes: u64,
+    /// 0 when nothing is kept (steps start at 1).
     step: u32,
     landed: bool,
-    clock: Clock,
 }
 
 thread_local! {
-    static KEPT: RefCell<Option<KeptPoint>> = const { RefCell::new(None) };
+    static KEPT: std::cell::Cell<KeptPoint> = const {
+        std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false })
+    };
+    static KEPT_CLOCK: std::cell::Cell<clock::Flat> = const { std::cell::Cell::new(clock::Flat::EMPTY) };
 }
 
 /// Keep the point of `stream` after its step `step` (just taken, `state`
-/// locked), for [`kept_point`] once the step lands.
+/// locked), for [`kept_point`] once the step lands. Nothing is kept of a
+/// clock too large to keep inline.
 #[inline]
 fn keep_point(stream: &Stream, state: &StreamState, step: u32) {
     let mut own = step;
     if let Some(lowest) = stream.order.lowest_in_flight(state) {
         own = own.min(lowest - 1);
     }
-    let changes = stream.order.changes.load(Ordering::Relaxed);
-    KEPT.with(|kept| {
-        let mut kept = kept.borrow_mut();
-        match kept.as_mut() {
-            Some(k) => {
-                k.stream = stream.id();
-                k.changes = changes;
-                k.step = step;
-                k.landed = false;
-                k.clock.clone_from(&state.clock);
-                k.clock.own = own;
-            }
-            None => {
-                let mut clock = state.clock.clone();
-                clock.own = own;
-                *kept = Some(KeptPoint {
-                    stream: stream.id(),
-                    changes,
-                    step,
-                    landed: false,
-                    clock,
-                });
+    let kept = match clock::Flat::of(&state.clock, own) {
+        Some(clock) => {
+            KEPT_CLOCK.set(clock);
+            KeptPoint {
+                stream: stream.id(),
+                changes: stream.order.changes.load(Ordering::Relaxed),
+                step,
+                landed: false,
             }
         }
-    });
+        None => KeptPoint::default(),
+    };
+    KEPT.set(kept);
 }
 
 /// Step `step` of `stream` landed: a point kept at it may serve.
 #[inline]
 fn land_kept(stream: &Stream, step: u32) {
-    KEPT.with(|kept| {
-        if let Some(k) = kept.borrow_mut().as_mut()
-            && k.stream == stream.id()
-            && k.step == step
-        {
-            k.landed = true;
-        }
-    });
+    let mut kept = KEPT.get();
+    if kept.stream == stream.id() && kept.step == step {
+        kept.landed = true;
+        KEPT.set(kept);
+    }
 }
 
 /// The point this thread kept of `stream`, if still valid ([`KeptPoint`]).
 #[inline]
 fn kept_point(stream: &Stream) -> Option<Clock> {
-    KEPT.with(|kept| {
-        let kept = kept.borrow();
-        let k = kept.as_ref()?;
-        // Acquire: pairs with the bump of a lock whose holder's changes
-        // happen before this record.
-        let valid = k.landed
-            && k.stream == stream.id()
-            && k.changes == stream.order.changes.load(Ordering::Acquire);
-        valid.then(|| k.clock.clone())
-    })
+    let kept = KEPT.get();
+    // Acquire: pairs with the bump of a lock whose holder's changes happen
+    // before this record.
+    let valid = kept.landed
+        && kept.stream == stream.id()
+        && kept.changes == stream.order.changes.load(Ordering::Acquire);
+    valid.then(|| KEPT_CLOCK.get().clock())
 }
 
 /// `event` was recorded at `point` ([`record_point`]).
@@ -1584,6 +1572,14 @@ mod tests {
         let mut point = None;
         assert_eq!(locks(|| point = record_point(&stream)), 0, "kept");
         assert_eq!(point.unwrap().0.own, step, "a record after the step");
+        // A step landed over an earlier one still in flight: the point kept
+        // at it covers neither.
+        let first = before_enqueue(&stream, "test", &[a], OrderPolicy::Check).unwrap();
+        let step = first.0.as_ref().unwrap().1;
+        drop(before_enqueue(&stream, "test", &[a], OrderPolicy::Check).unwrap());
+        let (point, _) = record_point(&stream).unwrap();
+        assert_eq!(point.own, step - 1, "a record over a step in flight");
+        drop(first);
         // Another stream's step, waited for: the next record knows it.
         let written = before_enqueue(&other, "test", &[b], OrderPolicy::Check).unwrap();
         let other_step = written.0.as_ref().unwrap().1;
