@@ -1561,32 +1561,32 @@ mod tests {
             write: true,
         };
         let (a, b) = (touch(1 << 59), touch((1 << 59) + 64));
-        let flying = before_enqueue(&stream, "test", &[a], OrderPolicy::Check).unwrap();
-        let step = flying.0.as_ref().unwrap().1;
+        // An operation checked and recorded, its driver call being made,
+        // and its step.
+        fn enqueue(s: &Stream, t: Touch) -> (InFlight<'_>, u32) {
+            let flying = before_enqueue(s, "test", &[t], OrderPolicy::Check).unwrap();
+            let step = flying.0.as_ref().unwrap().1;
+            (flying, step)
+        }
+        let (flying, step) = enqueue(&stream, a);
         let (point, _) = record_point(&stream).unwrap();
         assert_eq!(point.own, step - 1, "a record during the driver call");
         drop(flying);
-        let flying = before_enqueue(&stream, "test", &[a], OrderPolicy::Check).unwrap();
-        let step = flying.0.as_ref().unwrap().1;
-        drop(flying);
+        let step = enqueue(&stream, a).1;
         let mut point = None;
         assert_eq!(locks(|| point = record_point(&stream)), 0, "kept");
         assert_eq!(point.unwrap().0.own, step, "a record after the step");
         // A step landed over an earlier one still in flight: the point kept
         // at it covers neither.
-        let first = before_enqueue(&stream, "test", &[a], OrderPolicy::Check).unwrap();
-        let step = first.0.as_ref().unwrap().1;
-        drop(before_enqueue(&stream, "test", &[a], OrderPolicy::Check).unwrap());
+        let (first, step) = enqueue(&stream, a);
+        drop(enqueue(&stream, a));
         let (point, _) = record_point(&stream).unwrap();
         assert_eq!(point.own, step - 1, "a record over a step in flight");
         drop(first);
         // Another stream's step, waited for: the next record knows it.
-        let written = before_enqueue(&other, "test", &[b], OrderPolicy::Check).unwrap();
-        let other_step = written.0.as_ref().unwrap().1;
-        drop(written);
+        let other_step = enqueue(&other, b).1;
         let event = crate::Event::new(&ctx, crate::EventFlags::PLAIN).unwrap();
-        let flying = before_enqueue(&stream, "test", &[a], OrderPolicy::Check).unwrap();
-        drop(flying);
+        drop(enqueue(&stream, a));
         event.record(&other).unwrap();
         stream.wait_event(&event).unwrap();
         let (point, _) = record_point(&stream).unwrap();
