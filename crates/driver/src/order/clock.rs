@@ -259,6 +259,57 @@ impl Clock {
     }
 }
 
+/// A clock whose entries fit inline, as plain data (nothing to drop, so a
+/// thread-local holding one costs no destructor registration): what an
+/// enqueuing thread keeps of its stream's point.
+#[derive(Clone, Copy)]
+pub(crate) struct Flat {
+    agent: Agent,
+    own: u32,
+    len: u32,
+    agents: [Agent; INLINE],
+    counters: [u32; INLINE],
+}
+
+impl Flat {
+    pub(crate) const EMPTY: Self = Self {
+        agent: 0,
+        own: 0,
+        len: 0,
+        agents: [0; INLINE],
+        counters: [0; INLINE],
+    };
+
+    /// `clock` with its own counter at `own`, if its entries are inline
+    /// (they are unless it learned of more than [`INLINE`] streams).
+    #[inline]
+    pub(crate) fn of(clock: &Clock, own: u32) -> Option<Self> {
+        let others = &clock.others;
+        others.spill.is_none().then_some(Self {
+            agent: clock.agent,
+            own,
+            len: others.len,
+            agents: others.agents,
+            counters: others.counters,
+        })
+    }
+
+    /// The clock again.
+    #[inline]
+    pub(crate) fn clock(&self) -> Clock {
+        Clock {
+            agent: self.agent,
+            own: self.own,
+            others: Vc {
+                len: self.len,
+                agents: self.agents,
+                counters: self.counters,
+                spill: None,
+            },
+        }
+    }
+}
+
 /// Whether a point happened before a present: a stream's clock within a
 /// graph being captured knows only what its clock says; an eager stream
 /// also knows what the host had seen complete when it last looked ([`Past`]).

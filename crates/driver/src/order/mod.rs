@@ -35,7 +35,7 @@ pub(crate) use clock::Clock;
 use clock::{Knows, Past, Vc};
 use smallvec::SmallVec;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tracker::{Access, Shadow};
 
@@ -130,6 +130,20 @@ pub(crate) fn policy_from_env() -> Result<Option<OrderPolicy>> {
         .map_err(Error::from)
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Locks of the tracker's state taken on this thread, for the tests that
+    /// count what an operation costs.
+    static LOCKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Count one lock of the tracker's state (in tests; nothing otherwise).
+#[inline(always)]
+fn counted() {
+    #[cfg(test)]
+    LOCKS.with(|n| n.set(n.get() + 1));
+}
+
 /// Set once any context turns tracking on: until then, labels cost nothing.
 static EVER_ON: AtomicBool = AtomicBool::new(false);
 
@@ -166,6 +180,7 @@ impl ContextOrder {
     }
 
     fn shadow(&self) -> MutexGuard<'_, Shadow> {
+        counted();
         self.shadow.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -248,7 +263,21 @@ pub(crate) fn forget(ctx: &Context, address: u64, bytes: usize) {
 /// Per stream: its clock, and the host knowledge it has taken in.
 pub(crate) struct StreamOrder {
     state: Mutex<StreamState>,
+    /// Steps in flight ([`StreamState::in_flight`]) held outside the lock,
+    /// so that the end of a driver call releases its step with one store
+    /// instead of a lock. 0 is a free slot (steps start at 1). Only the
+    /// holder of `state` fills a slot, and only the step's [`InFlight`]
+    /// empties it; a fourth concurrent enqueue on one stream goes to
+    /// `in_flight` under the lock.
+    flying: [AtomicU32; FLYING],
+    /// Bumped by every lock of `state`: a point kept by this thread
+    /// ([`KeptPoint`]) is the stream's as long as this has not moved.
+    changes: AtomicU64,
 }
+
+/// Slots of [`StreamOrder::flying`]: more than the threads that enqueue on
+/// one stream at once in any program seen so far.
+const FLYING: usize = 3;
 
 struct StreamState {
     clock: Clock,
@@ -259,11 +288,12 @@ struct StreamState {
     /// While the stream takes part in a capture: its clock within the
     /// graph (the capture's records and waits move it, not `clock`).
     captured: Option<Clock>,
-    /// Steps checked and recorded whose driver call has not returned yet.
-    /// Two threads may enqueue on one stream at once, and the driver may
-    /// queue their work in the other order than their steps: a snapshot
-    /// (an event record, a host wait) knows only the steps below all of
-    /// these, which the driver has queued before it.
+    /// Steps checked and recorded whose driver call has not returned yet,
+    /// beyond those in [`StreamOrder::flying`] (rare). Two threads may
+    /// enqueue on one stream at once (the enqueue gate is shared), and the
+    /// driver may queue their work in the other order than their steps: a
+    /// snapshot (an event record, a host wait) knows only the steps below
+    /// all of these, which the driver has queued before it.
     in_flight: SmallVec<[u32; 2]>,
     /// `Auto`'s last mark on this stream and what it covers: other streams
     /// ordered after a step it covers wait for it instead of a fresh record
@@ -286,17 +316,64 @@ impl StreamOrder {
                 mark: None,
                 joined: SmallVec::new(),
             }),
+            flying: Default::default(),
+            changes: AtomicU64::new(0),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, StreamState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        counted();
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        // Whatever the holder changes, a point kept before is stale. A
+        // store, not a read-modify-write: only the holder writes it.
+        let changes = self.changes.load(Ordering::Relaxed) + 1;
+        self.changes.store(changes, Ordering::Release);
+        state
     }
 
     /// What a point taken now (an event recorded, the host waiting) knows
     /// of this stream: everything but the steps still in flight.
     fn snapshot(&self) -> Clock {
-        self.lock().snapshot()
+        self.snapshot_of(&self.lock())
+    }
+
+    /// [`StreamOrder::snapshot`] with the state locked.
+    #[inline]
+    fn snapshot_of(&self, state: &StreamState) -> Clock {
+        let mut clock = state.clock.clone();
+        if let Some(lowest) = self.lowest_in_flight(state) {
+            clock.own = clock.own.min(lowest - 1);
+        }
+        clock
+    }
+
+    /// The lowest step in flight, with the state locked.
+    #[inline]
+    fn lowest_in_flight(&self, state: &StreamState) -> Option<u32> {
+        // Acquire: a slot seen free was emptied after its driver call
+        // returned, so whatever the caller queues next is queued after it.
+        let flying = self.flying.iter().map(|s| s.load(Ordering::Acquire));
+        flying
+            .filter(|&s| s != 0)
+            .chain(state.in_flight.iter().copied())
+            .min()
+    }
+
+    /// Put `step` in flight (with `state` locked): the slot holding it, or
+    /// `None` when every slot is taken and it is in `state.in_flight`.
+    #[inline]
+    fn fly(&self, state: &mut StreamState, step: u32) -> Option<u8> {
+        // Relaxed: slots are filled only under the lock, which orders the
+        // fill before any snapshot that could miss it; a slot seen busy
+        // that was just emptied only costs the fallback.
+        for (i, slot) in self.flying.iter().enumerate() {
+            if slot.load(Ordering::Relaxed) == 0 {
+                slot.store(step, Ordering::Relaxed);
+                return Some(i as u8);
+            }
+        }
+        state.in_flight.push(step);
+        None
     }
 
     /// The stream joins a capture (it began one, or was forked in): its
@@ -331,15 +408,6 @@ impl StreamOrder {
 }
 
 impl StreamState {
-    /// What a point taken now knows of the stream ([`StreamOrder::snapshot`]).
-    fn snapshot(&self) -> Clock {
-        let mut clock = self.clock.clone();
-        if let Some(&lowest) = self.in_flight.iter().min() {
-            clock.own = clock.own.min(lowest - 1);
-        }
-        clock
-    }
-
     /// Take in what the host has seen complete since the last enqueue.
     #[inline]
     fn learn_host(&mut self) {
@@ -352,6 +420,7 @@ impl StreamState {
     #[cold]
     #[inline(never)]
     fn learn_host_now(&mut self, version: u64) {
+        counted();
         self.host = Arc::clone(&HOST.lock().unwrap_or_else(|p| p.into_inner()));
         self.host_seen = version;
     }
@@ -377,25 +446,26 @@ impl StreamState {
 pub(crate) struct EventOrder(Mutex<Option<Box<(Clock, bool)>>>);
 
 impl EventOrder {
+    fn lock(&self) -> MutexGuard<'_, Option<Box<(Clock, bool)>>> {
+        counted();
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn get(&self) -> Option<(Clock, bool)> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_deref()
-            .cloned()
+        self.lock().as_deref().cloned()
     }
 
     /// Whether the latest record is an eager one on stream `agent` that
     /// covers its step `step`.
     fn covers(&self, agent: clock::Agent, step: u32) -> bool {
-        let slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = self.lock();
         slot.as_deref()
             .is_some_and(|(clock, captured)| !captured && clock.agent == agent && clock.own >= step)
     }
 
     #[inline]
     fn set(&self, point: (Clock, bool)) {
-        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.lock();
         match slot.as_mut() {
             Some(held) => **held = point,
             None => *slot = Some(Box::new(point)),
@@ -410,6 +480,7 @@ static HOST: std::sync::LazyLock<Mutex<Arc<Vc>>> = std::sync::LazyLock::new(Mute
 static HOST_VERSION: AtomicU64 = AtomicU64::new(0);
 
 fn host_learns(clock: &Clock) {
+    counted();
     let mut host = HOST.lock().unwrap_or_else(|p| p.into_inner());
     if !host.covers(clock) {
         Arc::make_mut(&mut host).learn(clock);
@@ -424,13 +495,91 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
     if !stream.context().order.is_on() {
         return None;
     }
+    if let Some(kept) = kept_point(stream) {
+        return Some((kept, false));
+    }
     // A record captured into a graph happens at each replay, not now: it
     // carries the stream's clock within the graph, never its own.
     let state = stream.order.lock();
     Some(match &state.captured {
         Some(captured) => (captured.clone(), true),
-        None => (state.snapshot(), false),
+        None => (stream.order.snapshot_of(&state), false),
     })
+}
+
+/// Which point of a stream the thread that enqueued its latest step keeps
+/// (the clock is in `KEPT_CLOCK`), taken at that enqueue under the
+/// stream's lock, for the records that follow
+/// the step (its buffers' use events, the engine's completion event) to
+/// take without locking the stream again.
+///
+/// Valid while nothing locked the stream since ([`StreamOrder::changes`]
+/// unmoved: no other step, wait or capture changed its clock), and once
+/// the step has landed (its driver call returned): then the stream's
+/// snapshot would be this point or know more (steps of other threads that
+/// were in flight under this one may have landed meanwhile, which a record
+/// may leave out: it knows less, never more, than the driver queued
+/// before it).
+#[derive(Clone, Copy, Default)]
+struct KeptPoint {
+    stream: u64,
+    changes: u64,
+    /// 0 when nothing is kept (steps start at 1).
+    step: u32,
+    landed: bool,
+}
+
+thread_local! {
+    static KEPT: std::cell::Cell<KeptPoint> = const {
+        std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false })
+    };
+    static KEPT_CLOCK: std::cell::Cell<clock::Flat> = const { std::cell::Cell::new(clock::Flat::EMPTY) };
+}
+
+/// Keep the point of `stream` after its step `step` (just taken, `state`
+/// locked), for [`kept_point`] once the step lands. Nothing is kept of a
+/// clock too large to keep inline.
+#[inline]
+fn keep_point(stream: &Stream, state: &StreamState, step: u32) {
+    let mut own = step;
+    if let Some(lowest) = stream.order.lowest_in_flight(state) {
+        own = own.min(lowest - 1);
+    }
+    let kept = match clock::Flat::of(&state.clock, own) {
+        Some(clock) => {
+            KEPT_CLOCK.set(clock);
+            KeptPoint {
+                stream: stream.id(),
+                changes: stream.order.changes.load(Ordering::Relaxed),
+                step,
+                landed: false,
+            }
+        }
+        None => KeptPoint::default(),
+    };
+    KEPT.set(kept);
+}
+
+/// Step `step` of `stream` landed: a point kept at it may serve.
+#[inline]
+fn land_kept(stream: &Stream, step: u32) {
+    let mut kept = KEPT.get();
+    if kept.stream == stream.id() && kept.step == step {
+        kept.landed = true;
+        KEPT.set(kept);
+    }
+}
+
+/// The point this thread kept of `stream`, if still valid ([`KeptPoint`]).
+#[inline]
+fn kept_point(stream: &Stream) -> Option<Clock> {
+    let kept = KEPT.get();
+    // Acquire: pairs with the bump of a lock whose holder's changes happen
+    // before this record.
+    let valid = kept.landed
+        && kept.stream == stream.id()
+        && kept.changes == stream.order.changes.load(Ordering::Acquire);
+    valid.then(|| KEPT_CLOCK.get().clock())
 }
 
 /// `event` was recorded at `point` ([`record_point`]).
@@ -447,7 +596,7 @@ pub(crate) fn waited(stream: &Stream, event: &Event) {
     if stream.context().order.is_on() {
         // Learnt under the event's lock, without copying its clock; the
         // only place both locks are held, in this order.
-        let recorded = event.order.0.lock().unwrap_or_else(|p| p.into_inner());
+        let recorded = event.order.lock();
         let Some((snapshot, captured)) = recorded.as_deref() else {
             return;
         };
@@ -602,13 +751,12 @@ pub(crate) fn before_enqueue<'s>(
         let mut shadow = home.order.shadow();
         let access = next_access(&state, stream, what);
         if record_if_ordered(&mut shadow, touches, &access, &state.past()) {
-            let step = commit_step(&mut state, stream, home.id(), &mut shadow);
-            return Ok(InFlight(Some((stream, step))));
+            return Ok(commit_step(&mut state, stream, home.id(), &mut shadow));
         }
         if policy == OrderPolicy::Auto
-            && let Some(step) = repair(stream, what, touches, state, shadow)?
+            && let Some(in_flight) = repair(stream, what, touches, state, shadow)?
         {
-            return Ok(InFlight(Some((stream, step))));
+            return Ok(in_flight);
         }
     }
     check_and_repair(stream, what, touches, policy)
@@ -617,18 +765,18 @@ pub(crate) fn before_enqueue<'s>(
 /// `Auto`'s repair of an operation on memory of its stream's own context,
 /// which [`record_if_ordered`] found racing (`state` and `shadow` still
 /// locked since): wait for each stream it races with, then record it as the
-/// stream's next step, returned. When no access was recorded meanwhile and
+/// stream's next step, returned in flight. When no access was recorded meanwhile and
 /// the waits cover every race found, nothing is looked up again; otherwise
 /// it is checked again. `None` leaves the operation to the general way (a
 /// stream gone, a wait that fell short: a step still in flight on another
 /// thread).
-fn repair(
-    stream: &Stream,
+fn repair<'s>(
+    stream: &'s Stream,
     what: &'static str,
     touches: &[Touch],
     state: MutexGuard<'_, StreamState>,
     shadow: MutexGuard<'_, Shadow>,
-) -> Result<Option<u32>> {
+) -> Result<Option<InFlight<'s>>> {
     let home = stream.context();
     let mut wait_for: SmallVec<[WaitFor; 2]> = SmallVec::new();
     for &touch in touches {
@@ -727,11 +875,18 @@ fn record_if_ordered(
 /// The access just recorded in `shadow` (of context `ctx`) is the stream's
 /// next step, in flight until the driver call returns.
 #[inline]
-fn commit_step(state: &mut StreamState, stream: &Stream, ctx: u64, shadow: &mut Shadow) -> u32 {
+fn commit_step<'s>(
+    state: &mut StreamState,
+    stream: &'s Stream,
+    ctx: u64,
+    shadow: &mut Shadow,
+) -> InFlight<'s> {
     join(state, stream, ctx, shadow);
     state.clock.own += 1;
-    state.in_flight.push(state.clock.own);
-    state.clock.own
+    let step = state.clock.own;
+    keep_point(stream, state, step);
+    let slot = stream.order.fly(state, step);
+    InFlight(Some((stream, step, slot)))
 }
 
 /// Make `shadow` (of context `ctx`) know `stream` by its id, once.
@@ -885,8 +1040,9 @@ fn check_and_repair<'s>(
         }
         state.clock.own += 1;
         let step = state.clock.own;
-        state.in_flight.push(step);
-        return Ok(InFlight(Some((stream, step))));
+        keep_point(stream, &state, step);
+        let slot = stream.order.fly(&mut state, step);
+        return Ok(InFlight(Some((stream, step, slot))));
     }
     unreachable!("the last attempt returns")
 }
@@ -965,9 +1121,11 @@ fn first_race(stream: &Stream, what: &'static str, touches: &[Touch]) -> Error {
 }
 
 /// A step checked and recorded by [`before_enqueue`] whose driver call is
-/// being made: keep it until the call returns (or fails).
+/// being made: keep it until the call returns (or fails). The slot of
+/// [`StreamOrder::flying`] holding the step, or `None` when it is in
+/// [`StreamState::in_flight`].
 #[must_use = "the step is in flight until this is dropped, after the driver call"]
-pub(crate) struct InFlight<'s>(Option<(&'s Stream, u32)>);
+pub(crate) struct InFlight<'s>(Option<(&'s Stream, u32, Option<u8>)>);
 
 impl InFlight<'_> {
     /// Nothing in flight (the policy is `Off`).
@@ -976,11 +1134,28 @@ impl InFlight<'_> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if let Some((stream, step)) = self.0 {
-            let mut state = stream.order.lock();
-            if let Some(i) = state.in_flight.iter().position(|s| *s == step) {
-                state.in_flight.swap_remove(i);
+        match self.0 {
+            // Release: the driver call returned before the slot is seen
+            // free ([`StreamOrder::snapshot_of`]). No lock: only this
+            // empties the slot, and only a lock holder fills a free one.
+            Some((stream, step, Some(slot))) => {
+                stream.order.flying[usize::from(slot)].store(0, Ordering::Release);
+                land_kept(stream, step);
             }
+            // Under the lock, which makes a kept point stale anyway.
+            Some((stream, step, None)) => stream.order.land(step),
+            None => {}
+        }
+    }
+}
+
+impl StreamOrder {
+    /// A step kept in [`StreamState::in_flight`] was queued.
+    #[cold]
+    fn land(&self, step: u32) {
+        let mut state = self.lock();
+        if let Some(i) = state.in_flight.iter().position(|s| *s == step) {
+            state.in_flight.swap_remove(i);
         }
     }
 }
@@ -1316,6 +1491,8 @@ mod tests {
         a.synchronize().unwrap();
     }
 
+    /// Steps in flight, in their slots and beyond them, each keep a point
+    /// taken meanwhile from covering it, whichever driver call returns first.
     #[test]
     fn a_point_taken_while_a_step_is_in_flight_does_not_cover_it() {
         let ctx = Context::new(0).unwrap();
@@ -1327,20 +1504,138 @@ mod tests {
             bytes: 4,
             write: true,
         };
-        let first = before_enqueue(&stream, "test", &[touch], OrderPolicy::Check).unwrap();
-        let second = before_enqueue(&stream, "test", &[touch], OrderPolicy::Check).unwrap();
+        let before = stream.order.lock().clock.own;
+        // Two more than the slots: the last two go under the lock.
+        let mut flying: Vec<_> = (0..FLYING + 2)
+            .map(|_| before_enqueue(&stream, "test", &[touch], OrderPolicy::Check).unwrap())
+            .collect();
         let steps = stream.order.lock().clock.own;
-        // Both driver calls are still being made: an event recorded now
-        // covers neither, whichever returns first.
-        assert_eq!(stream.order.snapshot().own, steps - 2);
-        drop(second);
-        assert_eq!(
-            stream.order.snapshot().own,
-            steps - 2,
-            "the first is in flight"
-        );
+        assert_eq!(steps, before + FLYING as u32 + 2);
+        // Every driver call is still being made: an event recorded now
+        // covers none of them.
+        assert_eq!(stream.order.snapshot().own, before);
+        // The first step (in a slot) is in flight to the end; the others
+        // return last first, the one beyond the slots first of all.
+        let first = flying.remove(0);
+        while let Some(landed) = flying.pop() {
+            drop(landed);
+            assert_eq!(
+                stream.order.snapshot().own,
+                before,
+                "the first step is in flight ({} others)",
+                flying.len()
+            );
+        }
         drop(first);
         assert_eq!(stream.order.snapshot().own, steps);
+        // Only the lowest step in flight bounds a point: one beyond the
+        // slots, alone in flight, does too.
+        let held: Vec<_> = (0..FLYING + 1)
+            .map(|_| before_enqueue(&stream, "test", &[touch], OrderPolicy::Check).unwrap())
+            .collect();
+        let mut held = held.into_iter();
+        let in_slots: Vec<_> = held.by_ref().take(FLYING).collect();
+        drop(in_slots);
+        assert_eq!(
+            stream.order.snapshot().own,
+            steps + FLYING as u32,
+            "the step beyond the slots is in flight"
+        );
+        drop(held);
+        assert_eq!(stream.order.snapshot().own, steps + FLYING as u32 + 1);
         forget(&ctx, touch.address, touch.bytes);
+    }
+
+    /// The point an enqueue keeps serves its thread's records only once the
+    /// step has landed, and only while nothing else changed the stream: a
+    /// record made while the driver call is in progress does not cover the
+    /// step, and one made after a wait knows what the wait taught.
+    #[test]
+    fn a_kept_point_serves_only_after_its_step_and_before_any_change() {
+        let ctx = Context::new(0).unwrap();
+        let [stream, other] = streams(&ctx);
+        let touch = |address| Touch {
+            ctx: ctx.id(),
+            address,
+            bytes: 4,
+            write: true,
+        };
+        let (a, b) = (touch(1 << 59), touch((1 << 59) + 64));
+        // An operation checked and recorded, its driver call being made,
+        // and its step.
+        fn enqueue(s: &Stream, t: Touch) -> (InFlight<'_>, u32) {
+            let flying = before_enqueue(s, "test", &[t], OrderPolicy::Check).unwrap();
+            let step = flying.0.as_ref().unwrap().1;
+            (flying, step)
+        }
+        let (flying, step) = enqueue(&stream, a);
+        let (point, _) = record_point(&stream).unwrap();
+        assert_eq!(point.own, step - 1, "a record during the driver call");
+        drop(flying);
+        let step = enqueue(&stream, a).1;
+        let mut point = None;
+        assert_eq!(locks(|| point = record_point(&stream)), 0, "kept");
+        assert_eq!(point.unwrap().0.own, step, "a record after the step");
+        // A step landed over an earlier one still in flight: the point kept
+        // at it covers neither.
+        let (first, step) = enqueue(&stream, a);
+        drop(enqueue(&stream, a));
+        let (point, _) = record_point(&stream).unwrap();
+        assert_eq!(point.own, step - 1, "a record over a step in flight");
+        drop(first);
+        // Another stream's step, waited for: the next record knows it.
+        let other_step = enqueue(&other, b).1;
+        let event = crate::Event::new(&ctx, crate::EventFlags::PLAIN).unwrap();
+        drop(enqueue(&stream, a));
+        event.record(&other).unwrap();
+        stream.wait_event(&event).unwrap();
+        let (point, _) = record_point(&stream).unwrap();
+        assert!(
+            point.knows(other.id(), other_step),
+            "a record after a wait does not know what the wait taught: {point:?}"
+        );
+        stream.synchronize().unwrap();
+        forget(&ctx, a.address, 128);
+    }
+
+    /// Tracker locks taken on this thread while `f` runs.
+    fn locks(f: impl FnOnce()) -> u64 {
+        let before = LOCKS.with(std::cell::Cell::get);
+        f();
+        LOCKS.with(std::cell::Cell::get) - before
+    }
+
+    /// What the tracker locks per operation, counted (the uncontended
+    /// lock and unlock are two atomic read-modify-writes each, much of
+    /// `check`'s cost on a GPU host): an operation on memory used before
+    /// locks its stream and its context's shadow once each, its step lands
+    /// with no lock, and under `Off` nothing is locked at all, an event's
+    /// record and a wait for it included.
+    #[test]
+    fn an_operation_takes_one_lock_of_its_stream_and_one_of_the_shadow() {
+        let (ctx, _policy) = under(OrderPolicy::Check);
+        let [stream, other] = streams(&ctx);
+        let mut data = buffer(&ctx);
+        let event = crate::Event::new(&ctx, crate::EventFlags::PLAIN).unwrap();
+        stream.memset_u32_async(&mut data, 0).unwrap();
+        let memset = locks(|| stream.memset_u32_async(&mut data, 1).unwrap());
+        // The buffer's use event on a stream other than its home takes the
+        // point the memset kept.
+        assert_eq!(memset, 3, "a memset under check, and its use event");
+        let record = locks(|| event.record(&stream).unwrap());
+        assert_eq!(record, 1, "a record after an operation: the event's clock");
+        let wait = locks(|| other.wait_event(&event).unwrap());
+        assert_eq!(wait, 2, "a wait: the event's clock, the stream's");
+        let record = locks(|| event.record(&other).unwrap());
+        assert_eq!(record, 2, "a record after a wait: the stream's point too");
+        ctx.set_ordering(OrderPolicy::Off);
+        let off = locks(|| {
+            stream.memset_u32_async(&mut data, 2).unwrap();
+            event.record(&stream).unwrap();
+            other.wait_event(&event).unwrap();
+        });
+        assert_eq!(off, 0, "tracker work under off");
+        other.synchronize().unwrap();
+        ctx.set_ordering(OrderPolicy::Check);
     }
 }
