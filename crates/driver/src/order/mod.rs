@@ -1552,7 +1552,8 @@ mod tests {
     /// step, and one made after a wait knows what the wait taught.
     #[test]
     fn a_kept_point_serves_only_after_its_step_and_before_any_change() {
-        let ctx = Context::new(0).unwrap();
+        // Under `check` whatever the driver's default (a GPU's is `off`).
+        let (ctx, _policy) = under(OrderPolicy::Check);
         let [stream, other] = streams(&ctx);
         let touch = |address| Touch {
             ctx: ctx.id(),
