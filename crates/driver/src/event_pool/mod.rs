@@ -8,6 +8,7 @@
 //! ([`EventPool::new`]) serve callers that want their own counts or a cap.
 
 mod builder;
+mod local_shelf;
 mod shelf;
 mod sync;
 mod thread_shelf;
@@ -16,6 +17,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
 pub use builder::EventPoolBuilder;
+pub use local_shelf::LocalShelf;
 use shelf::Shelf;
 use std::fmt;
 use std::mem::ManuallyDrop;

@@ -165,8 +165,8 @@ impl OperationGraph {
     /// constructor).
     pub fn new(pool: Arc<EventPool>) -> OperationGraph {
         OperationGraph {
+            table: Mutex::new(Table::new(&pool)),
             pool,
-            table: Mutex::new(Table::default()),
             sampled: AtomicU64::new(0),
             counters: Arc::new(Counters::default()),
             edge_lock: Mutex::new(()),
@@ -378,11 +378,7 @@ impl OperationGraph {
         let own_pool = Arc::ptr_eq(self.pool.context(), stream.context());
         let (id, sweep_due, event) = {
             let mut table = self.table();
-            let spare = if own_pool {
-                table.spare_events.pop()
-            } else {
-                None
-            };
+            let spare = if own_pool { table.spares.take() } else { None };
             let event = match spare {
                 Some(event) => event,
                 None => match self.completion_event(stream) {
