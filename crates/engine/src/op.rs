@@ -55,12 +55,14 @@ impl OperationGraph {
     /// Its kind defaults to [`OperationType::Kernel`] and its priority to
     /// [`EventPriority::Normal`] (both metadata here: the caller chose the
     /// stream; with [`op_from`](Self::op_from) the priority picks it).
+    #[inline]
     pub fn op<'a>(&'a self, stream: &'a Stream) -> OpBuilder<'a> {
         OpBuilder::at(self, Place::Stream(stream))
     }
 }
 
 impl<'g> OpBuilder<'g> {
+    #[inline]
     fn at(graph: &'g OperationGraph, place: Place<'g>) -> Self {
         OpBuilder {
             graph,
@@ -80,6 +82,7 @@ impl<'g> OpBuilder<'g> {
 impl<'g> OpBuilder<'g> {
     /// Run after these operations (of the same graph; completed, or built
     /// with [`run`](Self::run), which completes them).
+    #[inline]
     pub fn after(mut self, dependencies: &[OperationId]) -> Self {
         self.after.extend_from_slice(dependencies);
         self
@@ -88,12 +91,14 @@ impl<'g> OpBuilder<'g> {
     /// A name for traces, errors and reports. A `&'static str` is kept as
     /// it is: the operation then costs no allocation for its name, nor a
     /// free when it retires.
+    #[inline]
     pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
         self.label = label.into();
         self
     }
 
     /// What kind of work it is (metadata).
+    #[inline]
     pub fn kind(mut self, kind: OperationType) -> Self {
         self.kind = kind;
         self
@@ -102,6 +107,7 @@ impl<'g> OpBuilder<'g> {
     /// How urgent it is: orders [`OperationGraph::ready_operations`], and
     /// picks the stream class when the engine chooses the stream
     /// ([`OperationGraph::op_from`]).
+    #[inline]
     pub fn priority(mut self, priority: EventPriority) -> Self {
         self.priority = priority;
         self
@@ -219,6 +225,7 @@ pub struct Op {
 
 impl Op {
     /// Its id in the graph.
+    #[inline]
     pub fn id(&self) -> OperationId {
         self.id
     }

@@ -214,7 +214,7 @@ impl Table {
         let released = if id.0 < self.base {
             let op = self.old.remove(&id.0)?;
             Released {
-                _stream: op.stream,
+                _stream: op.seed.map(|seed| seed.stream),
                 _event: op.completion,
             }
         } else {
@@ -223,7 +223,7 @@ impl Table {
                 return None;
             };
             let released = Released {
-                _stream: op.stream.take(),
+                _stream: op.seed.take().map(|seed| seed.stream),
                 _event: op.completion.take(),
             };
             *slot = Slot::Gone;
@@ -234,23 +234,28 @@ impl Table {
     }
 
     /// Drop gone slots from the front; move long-lived operations out of a
-    /// ring grown past its limit.
+    /// ring grown past its limit. Gone slots leave in one `drain`, dropped
+    /// where they lie (popping each one copied the whole slot out).
     fn trim(&mut self) {
-        while let Some(front) = self.ring.front() {
-            match front {
-                Slot::Gone => {}
-                Slot::Live(_) if self.ring.len() > RING_LIMIT => {
-                    if let Some(Slot::Live(op)) = self
-                        .ring
-                        .front_mut()
-                        .map(|s| std::mem::replace(s, Slot::Gone))
-                    {
-                        self.old.insert(self.base, op);
-                    }
-                }
-                Slot::Live(_) => break,
+        loop {
+            let gone = self
+                .ring
+                .iter()
+                .take_while(|slot| matches!(slot, Slot::Gone))
+                .count();
+            if gone > 0 {
+                self.ring.drain(..gone);
+                self.base += gone as u64;
             }
-            self.ring.pop_front();
+            if self.ring.len() <= RING_LIMIT {
+                return;
+            }
+            // A live operation at the front of a ring past its limit: to
+            // the side map, and the ring goes on from the next slot.
+            let Some(Slot::Live(op)) = self.ring.pop_front() else {
+                return;
+            };
+            self.old.insert(self.base, op);
             self.base += 1;
         }
     }
@@ -348,5 +353,53 @@ impl Table {
         }
         self.trim();
         retired
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::OperationGraph;
+    use crate::operation::{EventPriority, OperationState, OperationType};
+    use driver::Context;
+
+    /// An operation registered and never begun stays live at the ring's
+    /// front: past the ring's limit it moves to the side map, the retired
+    /// slots behind it leave the ring, and it stays usable.
+    #[test]
+    fn a_long_lived_operation_leaves_the_ring_at_its_limit() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let graph = OperationGraph::for_context(&ctx);
+        let waiting = graph
+            .register_operation(
+                OperationType::Kernel,
+                EventPriority::Normal,
+                &stream,
+                vec![],
+                "never begun",
+            )
+            .unwrap();
+        for _ in 0..RING_LIMIT + 64 {
+            let _ = graph.op(&stream).run(|_| Ok(())).unwrap();
+        }
+        stream.synchronize().unwrap();
+        graph.retire_completed();
+        {
+            let table = graph.table();
+            assert!(
+                table.old.contains_key(&waiting.0),
+                "still in the ring of {} slots",
+                table.ring.len()
+            );
+            assert!(table.ring.len() < 64, "{} slots kept", table.ring.len());
+        }
+        assert_eq!(graph.state(waiting), Some(OperationState::Registered));
+        graph.begin_operation(waiting, &stream).unwrap();
+        graph.complete_operation(waiting).unwrap();
+        stream.synchronize().unwrap();
+        graph.retire_completed();
+        assert_eq!(graph.state(waiting), Some(OperationState::Retired));
+        assert!(graph.table().old.is_empty());
     }
 }
