@@ -9,7 +9,7 @@
 //! table lock), so it takes `&mut self` and needs no lock of its own. Its
 //! events go back to the pool when it is trimmed or dropped.
 
-use super::{EventPool, PooledEvent};
+use super::{EventPool, PooledEvent, UniqueEvent};
 use crate::error::Result;
 use std::fmt;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ use std::sync::Arc;
 /// let stream = Stream::new(&ctx)?;
 /// let pool = ctx.event_pool();
 /// let mut shelf = pool.local_shelf(8);
-/// let event = shelf.acquire()?; // empty shelf: from the pool
+/// let event = shelf.acquire()?.into_arc(); // empty shelf: from the pool
 /// event.record(&stream)?;
 /// let copy = Arc::clone(&event);
 /// assert!(shelf.put(event).is_some(), "another handle still sees it: not kept");
@@ -44,7 +44,7 @@ use std::sync::Arc;
 /// ```
 pub struct LocalShelf {
     pool: Arc<EventPool>,
-    events: Vec<Arc<PooledEvent>>,
+    events: Vec<UniqueEvent>,
     limit: usize,
 }
 
@@ -63,15 +63,15 @@ impl EventPool {
 impl LocalShelf {
     /// A kept event, if any.
     #[inline]
-    pub fn take(&mut self) -> Option<Arc<PooledEvent>> {
+    pub fn take(&mut self) -> Option<UniqueEvent> {
         self.events.pop()
     }
 
     /// A kept event, or else a plain event from the pool in a new `Arc`.
-    pub fn acquire(&mut self) -> Result<Arc<PooledEvent>> {
+    pub fn acquire(&mut self) -> Result<UniqueEvent> {
         match self.take() {
             Some(event) => Ok(event),
-            None => Ok(Arc::new(self.pool.acquire_event(false)?)),
+            None => Ok(UniqueEvent::new(self.pool.acquire_event(false)?)),
         }
     }
 
@@ -80,24 +80,27 @@ impl LocalShelf {
     /// drop it where dropping is fine (its pool takes it back then; a caller
     /// holding a lock may prefer to drop it after).
     #[inline]
-    pub fn put(&mut self, mut event: Arc<PooledEvent>) -> Option<Arc<PooledEvent>> {
-        let keep = self.events.len() < self.limit
-            // The last handle: a user still holding it would see its next
-            // record. `get_mut` also shuts out a `Weak` upgrading meanwhile.
-            && Arc::get_mut(&mut event).is_some()
-            && !event.is_timing()
-            && Arc::ptr_eq(event.pool(), &self.pool);
-        if keep {
-            self.events.push(event);
-            None
-        } else {
-            Some(event)
+    pub fn put(&mut self, event: Arc<PooledEvent>) -> Option<Arc<PooledEvent>> {
+        if self.events.len() >= self.limit
+            || event.is_timing()
+            || !Arc::ptr_eq(event.pool(), &self.pool)
+        {
+            return Some(event);
+        }
+        // The last handle: a user still holding it would see its next
+        // record.
+        match UniqueEvent::try_from_arc(event) {
+            Ok(event) => {
+                self.events.push(event);
+                None
+            }
+            Err(event) => Some(event),
         }
     }
 
     /// Hand every kept event back, to drop (they return to the pool then).
     #[must_use = "the events return to the pool when the list is dropped"]
-    pub fn trim(&mut self) -> Vec<Arc<PooledEvent>> {
+    pub fn trim(&mut self) -> Vec<UniqueEvent> {
         std::mem::take(&mut self.events)
     }
 
@@ -203,7 +206,9 @@ mod tests {
         let pool = Arc::new(EventPool::new(&ctx, 0, 0).unwrap());
         let mut shelf = pool.local_shelf(8);
         // From the pool while the shelf is empty.
-        let events: Vec<_> = (0..3).map(|_| shelf.acquire().unwrap()).collect();
+        let events: Vec<_> = (0..3)
+            .map(|_| shelf.acquire().unwrap().into_arc())
+            .collect();
         assert_eq!(pool.utilization().in_use, 3);
         for event in events {
             assert!(shelf.put(event).is_none());

@@ -12,6 +12,7 @@ mod local_shelf;
 mod shelf;
 mod sync;
 mod thread_shelf;
+mod unique;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -25,6 +26,7 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use thread_shelf::HeldCounts;
+pub use unique::UniqueEvent;
 
 /// Free events of one kind, and how many of that kind exist.
 type EventShelf = Shelf<Event>;

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
 use driver::TrailSearch;
 use driver::{Context, Stream};
-use driver::{EventPool, PooledEvent};
+use driver::{EventPool, PooledEvent, UniqueEvent};
 use metrics::Counters;
 use smallvec::SmallVec;
 use stamp::{Clock, Stamp};
@@ -403,7 +403,7 @@ impl OperationGraph {
             let event = match spare {
                 Some(event) => event,
                 None => match self.completion_event(stream) {
-                    Ok(event) => Arc::new(event),
+                    Ok(event) => UniqueEvent::new(event),
                     Err(err) => {
                         // Its work may be enqueued, but without a completion
                         // event nothing could wait for it: it never enters.
@@ -416,10 +416,15 @@ impl OperationGraph {
             // in record order. Kept as the stream's latest mark: a fork or a
             // `wait_stream` right after the operation waits on it instead of
             // recording an event of its own (the fork/join node's fork).
-            if let Err(err) = stream.record_latest(&event) {
-                table.abandon_next();
-                return Err(err.into());
-            }
+            // Nothing else holds it yet, so it is recorded without the
+            // checks a shared event needs.
+            let event = match stream.record_latest_unique(event) {
+                Ok(event) => event,
+                Err(err) => {
+                    table.abandon_next();
+                    return Err(err.into());
+                }
+            };
             // Under `Auto`, an inferred edge after this operation waits for
             // this event rather than recording one of its own.
             driver::order::offer_mark(stream, &event);
