@@ -84,7 +84,13 @@ impl<'g> OpBuilder<'g> {
     /// with [`run`](Self::run), which completes them).
     #[inline]
     pub fn after(mut self, dependencies: &[OperationId]) -> Self {
-        self.after.extend_from_slice(dependencies);
+        if self.after.is_empty() {
+            // The usual first call: a copy into the inline buffer, without
+            // `extend`'s capacity check (a call of its own).
+            self.after = Deps::from_slice(dependencies);
+        } else {
+            self.after.extend_from_slice(dependencies);
+        }
         self
     }
 
@@ -250,5 +256,35 @@ impl Op {
 impl fmt::Debug for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Op").field("id", &self.id).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{OperationGraph, OperationId};
+    use driver::{Context, Stream};
+
+    /// Each `after` adds to the dependencies given before, the first
+    /// (copied in whole) and the later ones (appended) alike, past the
+    /// inline capacity too.
+    #[test]
+    fn after_calls_add_up() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let graph = OperationGraph::for_context(&ctx);
+        let ids: Vec<OperationId> = (0..6)
+            .map(|_| graph.op(&stream).run(|_| Ok(())).unwrap().id())
+            .collect();
+        let op = graph
+            .op(&stream)
+            .after(&ids[..1])
+            .after(&[])
+            .after(&ids[1..3])
+            .after(&ids[3..])
+            .run(|_| Ok(()))
+            .unwrap();
+        let meta = graph.metadata(op.id()).expect("not retired yet");
+        assert_eq!(meta.dependencies, ids);
+        op.wait().unwrap();
     }
 }
