@@ -33,7 +33,7 @@
 //! one, [`Stream::forget_latest_mark`], or its own drop.
 
 use crate::error::Result;
-use crate::event_pool::PooledEvent;
+use crate::event_pool::{PooledEvent, UniqueEvent};
 use crate::stream::Stream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -123,6 +123,47 @@ impl Stream {
         // Back to its pool after the lock.
         drop(replaced);
         Ok(())
+    }
+
+    /// [`Stream::record_latest`] for an event nothing else holds, returned
+    /// shared once it is recorded and kept. No other thread can record it
+    /// meanwhile, and no stream keeps it as its mark (a mark holds a handle),
+    /// so no record can overlap this one and no fork can be looking at an
+    /// earlier record of it: it is recorded plainly, without the extra
+    /// record-count bump that guards a shared event (one atomic
+    /// read-modify-write fewer per operation of the engine).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream, UniqueEvent};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let (main, branch) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let done = UniqueEvent::new(ctx.event_pool().acquire_event(false)?);
+    /// let done = main.record_latest_unique(done)?;
+    /// main.fork(&[&branch])?; // waits on `done`: no record of its own
+    /// done.synchronize()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn record_latest_unique(&self, event: UniqueEvent) -> Result<Arc<PooledEvent>> {
+        if !self.made_here() {
+            event.record(self)?;
+            return Ok(event.into_arc());
+        }
+        let enqueues = self.latest.enqueues.load(Ordering::SeqCst);
+        event.record(self)?;
+        // Only this thread can record it: the count is this record's.
+        let records = event.record_count();
+        let event = event.into_arc();
+        let kept = (self.capture_id() == 0 && event.captured_in() == 0).then(|| Kept {
+            event: Arc::clone(&event),
+            enqueues,
+            records,
+        });
+        let replaced = std::mem::replace(&mut *self.latest.kept(), kept);
+        // Back to its pool after the lock.
+        drop(replaced);
+        Ok(event)
     }
 
     /// Let go of the latest mark (back to its pool once nothing else holds
@@ -275,6 +316,34 @@ mod tests {
         }
         main.synchronize().unwrap();
         other.synchronize().unwrap();
+    }
+
+    /// An event nothing else holds is kept the same way: a fork right after
+    /// it records nothing and waits for it, new work retires it, and on a
+    /// stream wrapped from elsewhere it is only recorded.
+    #[test]
+    fn a_unique_event_is_kept_as_the_mark() {
+        let ctx = Context::new(0).unwrap();
+        let (main, branch) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let unique = UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
+        let event = main.record_latest_unique(unique).unwrap();
+        let records = event.record_count();
+        assert!(
+            main.order_after_me(&[&branch]).unwrap(),
+            "a fresh mark was recorded"
+        );
+        assert_eq!(event.record_count(), records);
+        assert_eq!(Arc::strong_count(&event), 2, "the mark holds it");
+        main.add_callback(|| {}).unwrap();
+        assert!(main.latest_mark().is_none(), "the mark outlived a callback");
+        // SAFETY: `main` outlives the borrowed wrapper, which does not own it.
+        let wrapped = unsafe { Stream::from_raw(&ctx, main.as_raw(), false) };
+        let unique = UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
+        let event = wrapped.record_latest_unique(unique).unwrap();
+        assert!(event.is_recorded());
+        assert!(wrapped.latest_mark().is_none());
+        branch.synchronize().unwrap();
+        main.synchronize().unwrap();
     }
 
     /// Recorded again anywhere, the event no longer marks the stream.

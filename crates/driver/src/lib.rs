@@ -173,7 +173,9 @@ pub use declare::{Declared, DeclaredKernel, KernelDecl, LaunchDims, Thread, Twin
 pub use enqueue::BufferUse;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
-pub use event_pool::{EventPool, EventPoolBuilder, EventPoolUtilization, PooledEvent};
+pub use event_pool::{
+    EventPool, EventPoolBuilder, EventPoolUtilization, LocalShelf, PooledEvent, UniqueEvent,
+};
 pub use future::{Completion, CopyFuture};
 pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};

@@ -55,12 +55,14 @@ impl OperationGraph {
     /// Its kind defaults to [`OperationType::Kernel`] and its priority to
     /// [`EventPriority::Normal`] (both metadata here: the caller chose the
     /// stream; with [`op_from`](Self::op_from) the priority picks it).
+    #[inline]
     pub fn op<'a>(&'a self, stream: &'a Stream) -> OpBuilder<'a> {
         OpBuilder::at(self, Place::Stream(stream))
     }
 }
 
 impl<'g> OpBuilder<'g> {
+    #[inline]
     fn at(graph: &'g OperationGraph, place: Place<'g>) -> Self {
         OpBuilder {
             graph,
@@ -80,20 +82,29 @@ impl<'g> OpBuilder<'g> {
 impl<'g> OpBuilder<'g> {
     /// Run after these operations (of the same graph; completed, or built
     /// with [`run`](Self::run), which completes them).
+    #[inline]
     pub fn after(mut self, dependencies: &[OperationId]) -> Self {
-        self.after.extend_from_slice(dependencies);
+        if self.after.is_empty() {
+            // The usual first call: a copy into the inline buffer, without
+            // `extend`'s capacity check (a call of its own).
+            self.after = Deps::from_slice(dependencies);
+        } else {
+            self.after.extend_from_slice(dependencies);
+        }
         self
     }
 
     /// A name for traces, errors and reports. A `&'static str` is kept as
     /// it is: the operation then costs no allocation for its name, nor a
     /// free when it retires.
+    #[inline]
     pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
         self.label = label.into();
         self
     }
 
     /// What kind of work it is (metadata).
+    #[inline]
     pub fn kind(mut self, kind: OperationType) -> Self {
         self.kind = kind;
         self
@@ -102,6 +113,7 @@ impl<'g> OpBuilder<'g> {
     /// How urgent it is: orders [`OperationGraph::ready_operations`], and
     /// picks the stream class when the engine chooses the stream
     /// ([`OperationGraph::op_from`]).
+    #[inline]
     pub fn priority(mut self, priority: EventPriority) -> Self {
         self.priority = priority;
         self
@@ -219,6 +231,7 @@ pub struct Op {
 
 impl Op {
     /// Its id in the graph.
+    #[inline]
     pub fn id(&self) -> OperationId {
         self.id
     }
@@ -243,5 +256,35 @@ impl Op {
 impl fmt::Debug for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Op").field("id", &self.id).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{OperationGraph, OperationId};
+    use driver::{Context, Stream};
+
+    /// Each `after` adds to the dependencies given before, the first
+    /// (copied in whole) and the later ones (appended) alike, past the
+    /// inline capacity too.
+    #[test]
+    fn after_calls_add_up() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let graph = OperationGraph::for_context(&ctx);
+        let ids: Vec<OperationId> = (0..6)
+            .map(|_| graph.op(&stream).run(|_| Ok(())).unwrap().id())
+            .collect();
+        let op = graph
+            .op(&stream)
+            .after(&ids[..1])
+            .after(&[])
+            .after(&ids[1..3])
+            .after(&ids[3..])
+            .run(|_| Ok(()))
+            .unwrap();
+        let meta = graph.metadata(op.id()).expect("not retired yet");
+        assert_eq!(meta.dependencies, ids);
+        op.wait().unwrap();
     }
 }

@@ -8,14 +8,17 @@
 //! ([`EventPool::new`]) serve callers that want their own counts or a cap.
 
 mod builder;
+mod local_shelf;
 mod shelf;
 mod sync;
 mod thread_shelf;
+mod unique;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventFlags};
 pub use builder::EventPoolBuilder;
+pub use local_shelf::LocalShelf;
 use shelf::Shelf;
 use std::fmt;
 use std::mem::ManuallyDrop;
@@ -23,6 +26,7 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use thread_shelf::HeldCounts;
+pub use unique::UniqueEvent;
 
 /// Free events of one kind, and how many of that kind exist.
 type EventShelf = Shelf<Event>;

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::operation::{EventMetadata, EventPriority, OperationId, OperationState, OperationType};
 use driver::TrailSearch;
 use driver::{Context, Stream};
-use driver::{EventPool, PooledEvent};
+use driver::{EventPool, PooledEvent, UniqueEvent};
 use metrics::Counters;
 use smallvec::SmallVec;
 use stamp::{Clock, Stamp};
@@ -83,21 +83,40 @@ struct Op {
     meta: Meta,
     /// [`Stream::id`] of its stream.
     stream_id: u64,
-    /// Its stream, for an operation registered through the seed calls. A
-    /// builder operation enters the table completed, and its stream is
-    /// held by the stream's retirement queue instead, so that an operation
-    /// costs no reference count of its stream.
-    stream: Option<Arc<Stream>>,
     phase: Phase,
     /// Position among the operations begun on any stream (0: not begun).
     begun_at: u64,
     /// Recorded by `complete_operation`; shared so that `begin_operation` can
     /// wait on it without holding the table's lock during the driver call.
     completion: Option<Arc<PooledEvent>>,
+    /// What only an operation registered through the seed calls holds. A
+    /// builder operation enters the table completed, with none: its stream
+    /// is held by the stream's retirement queue, it never holds callbacks
+    /// (those added later are scheduled at once), and the smaller operation
+    /// is cheaper to move into the table and to drop.
+    seed: Option<Box<SeedOp>>,
+}
+
+/// The part of an operation registered through the seed calls
+/// (`register_operation`, `begin_operation`, `complete_operation`).
+struct SeedOp {
+    /// Its stream.
+    stream: Arc<Stream>,
     /// Callbacks added before the completion event was recorded.
     callbacks: Vec<Callback>,
     /// Set by the completion host function, when there is one.
     done: Option<Arc<AtomicBool>>,
+}
+
+impl Op {
+    /// Whether the completion host function has run (only a seed operation
+    /// with callbacks has one).
+    fn finished(&self) -> bool {
+        self.seed
+            .as_ref()
+            .and_then(|seed| seed.done.as_ref())
+            .is_some_and(|done| done.load(Ordering::Acquire))
+    }
 }
 
 /// Tracks operations across streams: dependencies become `cuStreamWaitEvent`s
@@ -165,8 +184,8 @@ impl OperationGraph {
     /// constructor).
     pub fn new(pool: Arc<EventPool>) -> OperationGraph {
         OperationGraph {
+            table: Mutex::new(Table::new(&pool)),
             pool,
-            table: Mutex::new(Table::default()),
             sampled: AtomicU64::new(0),
             counters: Arc::new(Counters::default()),
             edge_lock: Mutex::new(()),
@@ -216,12 +235,14 @@ impl OperationGraph {
                     description: Cow::Owned(description),
                 },
                 stream_id: stream.id(),
-                stream: Some(Arc::clone(stream)),
                 phase: Phase::Registered,
                 begun_at: 0,
                 completion: None,
-                callbacks: Vec::new(),
-                done: None,
+                seed: Some(Box::new(SeedOp {
+                    stream: Arc::clone(stream),
+                    callbacks: Vec::new(),
+                    done: None,
+                })),
             })),
         };
         drop(table);
@@ -378,15 +399,11 @@ impl OperationGraph {
         let own_pool = Arc::ptr_eq(self.pool.context(), stream.context());
         let (id, sweep_due, event) = {
             let mut table = self.table();
-            let spare = if own_pool {
-                table.spare_events.pop()
-            } else {
-                None
-            };
+            let spare = if own_pool { table.spares.take() } else { None };
             let event = match spare {
                 Some(event) => event,
                 None => match self.completion_event(stream) {
-                    Ok(event) => Arc::new(event),
+                    Ok(event) => UniqueEvent::new(event),
                     Err(err) => {
                         // Its work may be enqueued, but without a completion
                         // event nothing could wait for it: it never enters.
@@ -399,10 +416,15 @@ impl OperationGraph {
             // in record order. Kept as the stream's latest mark: a fork or a
             // `wait_stream` right after the operation waits on it instead of
             // recording an event of its own (the fork/join node's fork).
-            if let Err(err) = stream.record_latest(&event) {
-                table.abandon_next();
-                return Err(err.into());
-            }
+            // Nothing else holds it yet, so it is recorded without the
+            // checks a shared event needs.
+            let event = match stream.record_latest_unique(event) {
+                Ok(event) => event,
+                Err(err) => {
+                    table.abandon_next();
+                    return Err(err.into());
+                }
+            };
             // Under `Auto`, an inferred edge after this operation waits for
             // this event rather than recording one of its own.
             driver::order::offer_mark(stream, &event);
@@ -416,12 +438,10 @@ impl OperationGraph {
                     description: meta.label,
                 },
                 stream_id,
-                stream: None,
                 phase: Phase::Completed,
                 begun_at,
                 completion: Some(Arc::clone(&event)),
-                callbacks: Vec::new(),
-                done: None,
+                seed: None,
             });
             table.completed += 1;
             (id, table.queue(stream, id), event)
@@ -468,7 +488,10 @@ impl OperationGraph {
                 Phase::Completed => return Err(Error::AlreadyCompleted { operation: id }),
             }
             // Begun: registered through the seed calls, which keep the stream.
-            op.stream.clone().ok_or(Error::NotBegun { operation: id })?
+            op.seed
+                .as_ref()
+                .map(|seed| Arc::clone(&seed.stream))
+                .ok_or(Error::NotBegun { operation: id })?
         };
         let event = Arc::new(self.completion_event(&stream)?);
         // The event is recorded and the operation marked completed under one
@@ -483,12 +506,13 @@ impl OperationGraph {
             event.record(&stream)?;
             op.completion = Some(Arc::clone(&event));
             op.phase = Phase::Completed;
-            let scheduled = if op.callbacks.is_empty() {
-                None
-            } else {
-                let done = Arc::new(AtomicBool::new(false));
-                op.done = Some(Arc::clone(&done));
-                Some((std::mem::take(&mut op.callbacks), done))
+            let scheduled = match op.seed.as_deref_mut() {
+                Some(seed) if !seed.callbacks.is_empty() => {
+                    let done = Arc::new(AtomicBool::new(false));
+                    seed.done = Some(Arc::clone(&done));
+                    Some((std::mem::take(&mut seed.callbacks), done))
+                }
+                _ => None,
             };
             table.completed += 1;
             (scheduled, table.queue(&stream, id))
@@ -565,12 +589,16 @@ impl OperationGraph {
                     });
                 }
                 Some(op) => {
-                    if op.phase != Phase::Completed {
-                        op.callbacks.push(Box::new(f));
+                    // Not completed: registered through the seed calls
+                    // (a builder operation enters completed).
+                    if op.phase != Phase::Completed
+                        && let Some(seed) = op.seed.as_deref_mut()
+                    {
+                        seed.callbacks.push(Box::new(f));
                         return Ok(());
                     }
-                    let finished = op.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
-                    let stream = op.stream.clone();
+                    let finished = op.finished();
+                    let stream = op.seed.as_ref().map(|seed| Arc::clone(&seed.stream));
                     let (stream_id, event) = (op.stream_id, op.completion.clone());
                     // A completed operation is queued for retirement: its
                     // stream is held there when the operation does not.
@@ -680,7 +708,7 @@ fn dependency_events<'t>(
         if dep.phase != Phase::Completed {
             return Err(DependencyProblem::NotComplete(dependency, dep.phase.name()));
         }
-        let finished = dep.done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
+        let finished = dep.finished();
         if dep.stream_id != stream.id()
             && !finished
             && let Some(event) = &dep.completion

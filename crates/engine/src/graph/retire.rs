@@ -13,7 +13,7 @@
 //! passed ([`TrailSearch::Exact`]).
 
 use super::OperationGraph;
-use super::table::Table;
+use super::table::{ReleasedList, Table};
 use crate::operation::OperationId;
 use driver::{PooledEvent, Stream, TrailSearch};
 use std::sync::Arc;
@@ -69,7 +69,7 @@ impl OperationGraph {
             stream.forget_latest_mark();
         }
         // Returned to the pool outside the lock.
-        let spares = std::mem::take(&mut self.table().spare_events);
+        let spares = self.table().spares.trim();
         drop(spares);
         retired
     }
@@ -104,10 +104,11 @@ impl OperationGraph {
     /// Retire the completed operations of one stream that the GPU has
     /// passed ([`passed_count`]).
     pub(super) fn sweep(&self, stream_id: u64, search: TrailSearch) -> usize {
-        let (retired, released) = {
+        let mut released = ReleasedList::new();
+        let retired = {
             let mut table = self.table();
             let count = passed_count(&table, stream_id, search);
-            table.retire_front(stream_id, count, &self.pool)
+            table.retire_front(stream_id, count, &mut released)
         };
         // Their streams and events are let go of here, outside the lock.
         drop(released);

@@ -16,7 +16,7 @@ use super::Op;
 use super::hash::IdBuild;
 use crate::error::{Error, Result};
 use crate::operation::OperationId;
-use driver::{CompletionTrail, EventPool, PooledEvent, Stream};
+use driver::{CompletionTrail, EventPool, LocalShelf, PooledEvent, Stream};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -28,7 +28,7 @@ const RING_LIMIT: usize = 4096;
 pub(super) const SWEEP_EVERY: u32 = 32;
 
 /// The most completion events kept for the next builder operations
-/// ([`Table::spare_events`]): a sweep's worth for each stream that had
+/// ([`Table::spares`]): a sweep's worth for each stream that had
 /// queued operations at once, at the most ([`Table::peak_lanes`]), and one
 /// more. Each such stream takes about that many events before its next
 /// sweep, and streams that sweep at once (those of a DAG whose rounds give
@@ -88,25 +88,30 @@ pub(super) struct Table {
     /// empties (a DAG's host wait empties them all every round), so the
     /// streams in use are counted by their peak.
     peak_lanes: usize,
-    /// The queue of the last lane that went, kept with its capacity for the
-    /// next lane: a stream whose sweeps keep up empties its lane at every
-    /// sweep, and would otherwise grow a new queue from nothing each time.
-    spare_queue: VecDeque<OperationId>,
+    /// The queues of lanes that went, kept with their capacity for the next
+    /// lanes (one per stream in use at the most, [`Table::peak_lanes`]): a
+    /// stream whose sweeps keep up empties its lane at every sweep, and
+    /// would otherwise grow a new queue from nothing each time (with two
+    /// streams taking turns, one kept queue left the other stream's lane
+    /// growing from nothing at every sweep).
+    spare_queues: Vec<VecDeque<OperationId>>,
     /// Completion events of retired operations that nothing else held
     /// (no `Op` handle, no callback), from the graph's own pool, kept with
-    /// their `Arc` for the next builder operations: an operation then costs
-    /// neither the `Arc`'s allocation nor a trip through the pool. The GPU
-    /// has passed them, and a wait takes an event's state when it is
+    /// their `Arc` for the next builder operations (the pool's
+    /// [`LocalShelf`], which decides what it may keep): an operation then
+    /// costs neither the `Arc`'s allocation nor a trip through the pool. The
+    /// GPU has passed them, and a wait takes an event's state when it is
     /// enqueued, so recording one again changes no earlier wait.
-    pub(super) spare_events: Vec<Arc<PooledEvent>>,
+    pub(super) spares: LocalShelf,
     live: usize,
     pub(super) total: u64,
     pub(super) completed: u64,
     pub(super) retired: u64,
 }
 
-impl Default for Table {
-    fn default() -> Self {
+impl Table {
+    /// An empty table, keeping spare completion events of `pool`.
+    pub(super) fn new(pool: &Arc<EventPool>) -> Self {
         Table {
             base: 1,
             ring: VecDeque::new(),
@@ -116,8 +121,8 @@ impl Default for Table {
             abandoned: HashSet::default(),
             lanes: HashMap::default(),
             peak_lanes: 0,
-            spare_queue: VecDeque::new(),
-            spare_events: Vec::new(),
+            spare_queues: Vec::new(),
+            spares: pool.local_shelf(spare_events_limit(0)),
             live: 0,
             total: 0,
             completed: 0,
@@ -201,41 +206,56 @@ impl Table {
         Ok(self.get_mut(id).expect("checked just above"))
     }
 
-    /// Take a live operation out (retired).
-    fn remove(&mut self, id: OperationId) -> Option<Op> {
-        let op = if id.0 < self.base {
-            self.old.remove(&id.0)
+    /// Retire a live operation: what it holds that must be dropped outside
+    /// the lock (its stream and completion event) is taken out, and the rest
+    /// dropped where it lies (moving the whole operation out of its slot
+    /// cost two copies of it per retired operation).
+    fn remove(&mut self, id: OperationId) -> Option<Released> {
+        let released = if id.0 < self.base {
+            let op = self.old.remove(&id.0)?;
+            Released {
+                _stream: op.seed.map(|seed| seed.stream),
+                _event: op.completion,
+            }
         } else {
             let slot = self.ring.get_mut(usize::try_from(id.0 - self.base).ok()?)?;
-            match std::mem::replace(slot, Slot::Gone) {
-                Slot::Live(op) => Some(op),
-                Slot::Gone => None,
-            }
+            let Slot::Live(op) = slot else {
+                return None;
+            };
+            let released = Released {
+                _stream: op.seed.take().map(|seed| seed.stream),
+                _event: op.completion.take(),
+            };
+            *slot = Slot::Gone;
+            released
         };
-        if op.is_some() {
-            self.live -= 1;
-        }
-        op
+        self.live -= 1;
+        Some(released)
     }
 
     /// Drop gone slots from the front; move long-lived operations out of a
-    /// ring grown past its limit.
+    /// ring grown past its limit. Gone slots leave in one `drain`, dropped
+    /// where they lie (popping each one copied the whole slot out).
     fn trim(&mut self) {
-        while let Some(front) = self.ring.front() {
-            match front {
-                Slot::Gone => {}
-                Slot::Live(_) if self.ring.len() > RING_LIMIT => {
-                    if let Some(Slot::Live(op)) = self
-                        .ring
-                        .front_mut()
-                        .map(|s| std::mem::replace(s, Slot::Gone))
-                    {
-                        self.old.insert(self.base, op);
-                    }
-                }
-                Slot::Live(_) => break,
+        loop {
+            let gone = self
+                .ring
+                .iter()
+                .take_while(|slot| matches!(slot, Slot::Gone))
+                .count();
+            if gone > 0 {
+                self.ring.drain(..gone);
+                self.base += gone as u64;
             }
-            self.ring.pop_front();
+            if self.ring.len() <= RING_LIMIT {
+                return;
+            }
+            // A live operation at the front of a ring past its limit: to
+            // the side map, and the ring goes on from the next slot.
+            let Some(Slot::Live(op)) = self.ring.pop_front() else {
+                return;
+            };
+            self.old.insert(self.base, op);
             self.base += 1;
         }
     }
@@ -261,9 +281,9 @@ impl Table {
     /// Queue `id` (just completed, its event just recorded) for retirement
     /// on its stream. Returns whether a sweep of that stream is due.
     pub(super) fn queue(&mut self, stream: &Stream, id: OperationId) -> bool {
-        let spare = &mut self.spare_queue;
+        let spare = &mut self.spare_queues;
         let lane = self.lanes.entry(stream.id()).or_insert_with(|| Lane {
-            trail: CompletionTrail::from_entries(std::mem::take(spare)),
+            trail: CompletionTrail::from_entries(spare.pop().unwrap_or_default()),
             since_sweep: 0,
             stream: stream.to_arc(),
         });
@@ -273,7 +293,10 @@ impl Table {
         if due {
             lane.since_sweep = 0;
         }
-        self.peak_lanes = self.peak_lanes.max(self.lanes.len());
+        if self.lanes.len() > self.peak_lanes {
+            self.peak_lanes = self.lanes.len();
+            self.spares.set_limit(spare_events_limit(self.peak_lanes));
+        }
         due
     }
 
@@ -285,54 +308,39 @@ impl Table {
     }
 
     /// Take the first `count` queued operations of a stream out of the
-    /// graph. Completion events only the table held, from `pool` when it
-    /// has no cap (a capped pool's events are not held back from its other
-    /// users), are kept as spares (up to [`spare_events_limit`]). Each is
+    /// graph. Completion events only the table held are kept as spares
+    /// (up to [`spare_events_limit`]; the shelf refuses another pool's
+    /// events and a capped pool's). Each is
     /// dropped here except its stream and completion event, which the caller
     /// drops once the lock is released: a stream's last handle destroys it,
     /// which can wait for the device, and a completion callback running
     /// there may be waiting for this lock.
-    /// Returns how many were retired, and what they hold.
+    /// Returns how many were retired; what they hold is added to
+    /// `released` (the caller's, so that the list is not copied out).
     pub(super) fn retire_front(
         &mut self,
         stream_id: u64,
         count: usize,
-        pool: &Arc<EventPool>,
-    ) -> (usize, ReleasedList) {
+        released: &mut ReleasedList,
+    ) -> usize {
         let Some(lane) = self.lanes.get_mut(&stream_id) else {
-            return (0, ReleasedList::new());
+            return 0;
         };
         let mut trail = std::mem::take(&mut lane.trail);
-        let mut released = ReleasedList::new();
-        let keep_spares = pool.capacity_limit() == usize::MAX;
-        let spare_limit = spare_events_limit(self.peak_lanes);
+        let mut retired = 0;
         for id in trail.take_front(count) {
-            if let Some(op) = self.remove(id) {
-                let event = op.completion.and_then(|mut event| {
-                    let reusable = keep_spares
-                        && self.spare_events.len() < spare_limit
-                        && Arc::get_mut(&mut event).is_some()
-                        && Arc::ptr_eq(event.pool(), pool);
-                    if reusable {
-                        self.spare_events.push(event);
-                        None
-                    } else {
-                        Some(event)
-                    }
-                });
-                released.push(Released {
-                    _stream: op.stream,
-                    _event: event,
-                });
+            if let Some(mut held) = self.remove(id) {
+                held._event = held._event.and_then(|event| self.spares.put(event));
+                released.push(held);
+                retired += 1;
             }
         }
-        let retired = released.len();
         self.retired += retired as u64;
         if trail.is_empty() {
             let queue = trail.into_entries();
             // A queue grown long by a stream far behind is not kept.
-            if queue.capacity() <= SPARE_QUEUE_LIMIT {
-                self.spare_queue = queue;
+            if queue.capacity() <= SPARE_QUEUE_LIMIT && self.spare_queues.len() < self.peak_lanes {
+                self.spare_queues.push(queue);
             }
             if let Some(lane) = self.lanes.remove(&stream_id) {
                 released.push(Released {
@@ -344,6 +352,54 @@ impl Table {
             lane.trail = trail;
         }
         self.trim();
-        (retired, released)
+        retired
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::OperationGraph;
+    use crate::operation::{EventPriority, OperationState, OperationType};
+    use driver::Context;
+
+    /// An operation registered and never begun stays live at the ring's
+    /// front: past the ring's limit it moves to the side map, the retired
+    /// slots behind it leave the ring, and it stays usable.
+    #[test]
+    fn a_long_lived_operation_leaves_the_ring_at_its_limit() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let graph = OperationGraph::for_context(&ctx);
+        let waiting = graph
+            .register_operation(
+                OperationType::Kernel,
+                EventPriority::Normal,
+                &stream,
+                vec![],
+                "never begun",
+            )
+            .unwrap();
+        for _ in 0..RING_LIMIT + 64 {
+            let _ = graph.op(&stream).run(|_| Ok(())).unwrap();
+        }
+        stream.synchronize().unwrap();
+        graph.retire_completed();
+        {
+            let table = graph.table();
+            assert!(
+                table.old.contains_key(&waiting.0),
+                "still in the ring of {} slots",
+                table.ring.len()
+            );
+            assert!(table.ring.len() < 64, "{} slots kept", table.ring.len());
+        }
+        assert_eq!(graph.state(waiting), Some(OperationState::Registered));
+        graph.begin_operation(waiting, &stream).unwrap();
+        graph.complete_operation(waiting).unwrap();
+        stream.synchronize().unwrap();
+        graph.retire_completed();
+        assert_eq!(graph.state(waiting), Some(OperationState::Retired));
+        assert!(graph.table().old.is_empty());
     }
 }
