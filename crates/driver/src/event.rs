@@ -130,16 +130,35 @@ impl Event {
     /// Mark the current end of `stream`; the event completes when the stream
     /// gets there. May be called again to move the mark.
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.record_counted(stream, false)
+    }
+
+    /// [`Event::record`], counting it in the record count, which is even
+    /// while no record is in progress (`latest_mark.rs` reuses a mark only
+    /// while the count is what it was right after the mark's record). A
+    /// record bumps the count before its driver call and again after it, so
+    /// a fork that checks a mark while its event is being recorded again
+    /// elsewhere sees the count moved and records its own. `exclusive`: the
+    /// caller holds the event's only handle ([`UniqueEvent`](crate::UniqueEvent)),
+    /// so no record can overlap this one and one bump of two after the call
+    /// keeps the count even.
+    pub(crate) fn record_counted(&self, stream: &Stream, exclusive: bool) -> Result<()> {
         stream.check_context("the event", &self.ctx)?;
         self.ctx.bind()?;
         // Before the driver call: what another thread queues meanwhile is
         // not covered by the record.
         let point = crate::order::record_point(stream);
+        if !exclusive {
+            self.records.fetch_add(1, Ordering::SeqCst);
+        }
         // SAFETY: both handles are live (owned by `self` and `stream`); the context is current.
         let code = unsafe { (self.ctx.driver().cuEventRecord)(self.raw, stream.as_raw()) };
+        // Counted even when the call failed: the count stays even, and a
+        // mark kept before is given up (the event's state is unknown).
+        self.records
+            .fetch_add(if exclusive { 2 } else { 1 }, Ordering::SeqCst);
         self.ctx.check(code)?;
         self.recorded.store(true, Ordering::Relaxed);
-        self.records.fetch_add(1, Ordering::SeqCst);
         self.captured_in
             .store(stream.capture_id(), Ordering::Release);
         crate::order::recorded(self, point);
@@ -149,14 +168,22 @@ impl Event {
     /// Record on `stream`, and say whether no other record of this event
     /// overlapped this one: `Some(count)` when so, `count` being
     /// [`Event::record_count`] right after it. Any later record changes the
-    /// count, so while it is unchanged this record is the event's latest.
+    /// count (before its driver call), so while it is unchanged this record
+    /// is the event's latest.
     pub(crate) fn record_alone(&self, stream: &Stream) -> Result<Option<u64>> {
-        let before = self.records.fetch_add(1, Ordering::SeqCst);
+        let before = self.records.load(Ordering::SeqCst);
         self.record(stream)?;
         let after = self.records.load(Ordering::SeqCst);
-        // Ours are the bump above and the one in `record`; any other record
-        // between them bumped too.
-        Ok((after == before + 2).then_some(after))
+        // Alone: no record was in progress when ours began (an odd count),
+        // and none began since (ours are the two bumps).
+        Ok((before % 2 == 0 && after == before + 2).then_some(after))
+    }
+
+    /// A record of this event begins elsewhere: its first bump, as
+    /// [`Event::record_counted`] makes before its driver call.
+    #[cfg(test)]
+    pub(crate) fn begin_record_elsewhere(&self) {
+        self.records.fetch_add(1, Ordering::SeqCst);
     }
 
     /// How many records of this event have been made (see

@@ -151,7 +151,7 @@ impl Stream {
             return Ok(event.into_arc());
         }
         let enqueues = self.latest.enqueues.load(Ordering::SeqCst);
-        event.record(self)?;
+        event.record_counted(self, true)?;
         // Only this thread can record it: the count is this record's.
         let records = event.record_count();
         let event = event.into_arc();
@@ -379,6 +379,29 @@ mod tests {
         assert!(wrapped.latest_mark().is_none());
         kept(&ctx, &made);
         assert!(made.latest_mark().is_some());
+    }
+
+    /// A mark whose event is being recorded again elsewhere (its count
+    /// bumped before that record's driver call) is not reused, and a record
+    /// that began while another was in progress is not alone: no mark is
+    /// kept for it.
+    #[test]
+    fn a_record_in_progress_elsewhere_retires_the_mark() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let event = kept(&ctx, &stream);
+        assert!(stream.latest_mark().is_some());
+        assert_eq!(event.record_count() % 2, 0, "no record in progress");
+        event.begin_record_elsewhere();
+        assert!(stream.latest_mark().is_none(), "reused during a record");
+        // Its own record now overlaps the one in progress.
+        assert_eq!(event.record_alone(&stream).unwrap(), None);
+        stream.record_latest(&event).unwrap();
+        assert!(
+            stream.latest_mark().is_none(),
+            "kept over a record in progress"
+        );
+        stream.synchronize().unwrap();
     }
 
     /// A stream lent to another library (cudarc's `to_cudarc`) drops its
