@@ -176,7 +176,7 @@ impl Event {
         let after = self.records.load(Ordering::SeqCst);
         // Alone: no record was in progress when ours began (an odd count),
         // and none began since (ours are the two bumps).
-        Ok((before % 2 == 0 && after == before + 2).then_some(after))
+        Ok((before.is_multiple_of(2) && after == before + 2).then_some(after))
     }
 
     /// A record of this event begins elsewhere: its first bump, as
