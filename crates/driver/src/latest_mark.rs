@@ -391,7 +391,10 @@ mod tests {
         let stream = Stream::new(&ctx).unwrap();
         let event = kept(&ctx, &stream);
         assert!(stream.latest_mark().is_some());
-        assert!(event.record_count().is_multiple_of(2), "no record in progress");
+        assert!(
+            event.record_count().is_multiple_of(2),
+            "no record in progress"
+        );
         event.begin_record_elsewhere();
         assert!(stream.latest_mark().is_none(), "reused during a record");
         // Its own record now overlaps the one in progress.

@@ -133,10 +133,15 @@ fn releasing_inside_a_stream_callback_makes_no_driver_call() {
 fn concurrent_acquire_release_keeps_the_books_straight() {
     let ctx = ctx();
     let pool = Arc::new(EventPool::new(&ctx, 4, 4).unwrap());
-    std::thread::scope(|s| {
-        for t in 0..8 {
+    // Joined one by one rather than by `thread::scope`, whose end waits for
+    // the closures only: a thread's shelf goes back to the pool in its
+    // thread-local destructor, after the closure, and the books below must
+    // be read after every shelf is back (a memcheck run on an H100 read
+    // them while one was in transit).
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
             let pool = Arc::clone(&pool);
-            s.spawn(move || {
+            std::thread::spawn(move || {
                 for i in 0..2000 {
                     let a = pool.acquire_event((i + t) % 3 == 0).unwrap();
                     let b = pool.acquire_event(false).unwrap();
@@ -144,9 +149,12 @@ fn concurrent_acquire_release_keeps_the_books_straight() {
                     drop(a);
                     drop(b);
                 }
-            });
-        }
-    });
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
     let u = pool.utilization();
     let (regular, timing, in_use) = (u.available_regular, u.available_timing, u.in_use);
     assert_eq!(in_use, 0);
