@@ -1,8 +1,9 @@
 //! The operation graph's builder: ordering by data across streams, cycles
 //! refused when added, failed work still completes its operation.
 
-use cuda_streams_engine::driver::{DeviceBuffer, PinnedBuffer, Stream};
+use cuda_streams_engine::driver::{Context, DeviceBuffer, Kernel, PinnedBuffer, Stream};
 use cuda_streams_engine::{Error, EventPool, OperationGraph, OperationId};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use test_support::{Gate, ctx, spin, spin_kernel};
 
@@ -133,20 +134,50 @@ fn failed_work_completes_its_operation_and_names_it() {
     graph.op(&b).run(|_| Ok(())).unwrap().wait().unwrap();
 }
 
+/// What the fork/join tests share: a root stream and four branches, a
+/// graph, the spin kernel, and a source buffer with four parts of
+/// `FAN_ELEMENTS` each.
+struct Fan {
+    ctx: Arc<Context>,
+    root: Arc<Stream>,
+    branches: Vec<Arc<Stream>>,
+    graph: OperationGraph,
+    slow: Kernel,
+    source: DeviceBuffer<u32>,
+    parts: Vec<DeviceBuffer<u32>>,
+}
+
+const FAN_ELEMENTS: usize = 1 << 14;
+
+impl Fan {
+    fn new() -> Self {
+        let ctx = ctx();
+        let buffer = || DeviceBuffer::<u32>::new(&ctx, FAN_ELEMENTS).unwrap();
+        Fan {
+            root: Stream::new(&ctx).unwrap(),
+            branches: (0..4).map(|_| Stream::new(&ctx).unwrap()).collect(),
+            graph: OperationGraph::for_context(&ctx),
+            slow: spin_kernel(&ctx),
+            source: buffer(),
+            parts: (0..4).map(|_| buffer()).collect(),
+            ctx,
+        }
+    }
+}
+
 #[test]
 fn a_fork_join_orders_every_branch_between_its_dependency_and_its_dependant() {
-    let ctx = ctx();
-    let root = Stream::new(&ctx).unwrap();
-    let branches: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
+    let Fan {
+        ctx,
+        root,
+        branches,
+        graph,
+        slow,
+        mut source,
+        mut parts,
+    } = Fan::new();
     let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
-    let graph = OperationGraph::for_context(&ctx);
-    let slow = spin_kernel(&ctx);
-    let n = 1 << 14;
-    let mut source = DeviceBuffer::<u32>::new(&ctx, n).unwrap();
-    let mut parts: Vec<DeviceBuffer<u32>> = (0..4)
-        .map(|_| DeviceBuffer::new(&ctx, n).unwrap())
-        .collect();
-    let mut host = PinnedBuffer::<u32>::new(&ctx, n).unwrap();
+    let mut host = PinnedBuffer::<u32>::new(&ctx, FAN_ELEMENTS).unwrap();
     for round in 1..=3u32 {
         // The source is written late (behind a slow kernel): a branch that
         // did not wait for the fork would copy the previous round's values.
@@ -189,17 +220,16 @@ fn a_fork_join_orders_every_branch_between_its_dependency_and_its_dependant() {
 /// still ordered before every branch.
 #[test]
 fn a_fork_join_after_work_outside_the_graph_waits_for_that_work() {
-    let ctx = ctx();
-    let root = Stream::new(&ctx).unwrap();
-    let branches: Vec<_> = (0..4).map(|_| Stream::new(&ctx).unwrap()).collect();
+    let Fan {
+        ctx: _,
+        root,
+        branches,
+        graph,
+        slow,
+        mut source,
+        mut parts,
+    } = Fan::new();
     let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
-    let graph = OperationGraph::for_context(&ctx);
-    let slow = spin_kernel(&ctx);
-    let n = 1 << 14;
-    let mut source = DeviceBuffer::<u32>::new(&ctx, n).unwrap();
-    let mut parts: Vec<DeviceBuffer<u32>> = (0..4)
-        .map(|_| DeviceBuffer::new(&ctx, n).unwrap())
-        .collect();
     for round in 1..=3u32 {
         // An operation: its completion event is the root's latest mark.
         let _op = graph.op(&root).run(|_| Ok(())).unwrap();
