@@ -11,9 +11,15 @@
 //! z = c (s2) ───────────────────────┘
 //! ```
 //!
-//! `a` and `c` change every round. Each round's result is checked on a
-//! sample of its elements against the CPU reference, or in full with
-//! `--verify-all`.
+//! `a` and `c` change every round. Rounds overlap: up to [`IN_FLIGHT`] are
+//! enqueued before the host checks the oldest, each downloading into its
+//! own page-locked buffer, and a round's result is waited for (its download
+//! operation's completion) only when the host checks it, on a sample of its
+//! elements against the CPU reference, or in full with `--verify-all`. So
+//! neither the host's wait nor the check sits between one round's
+//! operations and the next's. The inputs `x` and `y` are rewritten every
+//! round: each upload runs after the previous round's readers of its
+//! buffer, by the engine's edges.
 //!
 //! Host time per operation is printed three ways, from the second round on
 //! (the first warms up, as the bench's untimed first batch does): in all,
@@ -23,18 +29,26 @@
 //! engine bench's per-operation shape (`benches/benches/engine.rs` section
 //! 1: one wait and one record, an empty body) run here after the DAG on the
 //! same graph and streams, timed the same way, and the ratio of the two.
+//! The engine's share is also given separately for the rounds enqueued
+//! right after a host wait that blocked and for those enqueued right after
+//! another round, which is where a gap from the bench's shape that comes
+//! from the host's wait (cold caches, a sleeping thread) would show.
 
 use crate::demo::{DemoResult, Sizes};
 use cuda_streams::engine::OpBuilder;
 use cuda_streams::kernels::{self, reference};
 use cuda_streams::prelude::*;
 use indicatif::ProgressBar;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Elements checked per round (without `--verify-all`).
 const SAMPLE: usize = 4096;
+
+/// Operations in a round.
+const ROUND_OPERATIONS: u32 = 6;
 
 /// A small xorshift: varied, never-all-zero data.
 fn data(seed: u64, n: usize) -> Vec<f32> {
@@ -104,13 +118,18 @@ impl HostTime {
         Ok(op)
     }
 
+    /// The engine's share so far (all operations together).
+    fn engine(&self) -> Duration {
+        self.total.saturating_sub(self.bodies)
+    }
+
     fn per_operation(&self, time: Duration) -> f64 {
         time.as_secs_f64() * 1e6 / f64::from(self.operations.max(1))
     }
 
     /// `total`, `bodies` and the engine's share, µs per operation.
     fn figures(&self) -> (f64, f64, f64) {
-        let engine = self.total.saturating_sub(self.bodies);
+        let engine = self.engine();
         (
             self.per_operation(self.total),
             self.per_operation(self.bodies),
@@ -121,7 +140,7 @@ impl HostTime {
     /// The engine's share before the bodies and after them, µs per
     /// operation.
     fn split(&self) -> (f64, f64) {
-        let engine = self.total.saturating_sub(self.bodies);
+        let engine = self.engine();
         (
             self.per_operation(self.before),
             self.per_operation(engine.saturating_sub(self.before)),
@@ -174,6 +193,114 @@ fn bench_shape(
     Ok(host)
 }
 
+/// Rounds in flight at most, each downloading into a page-locked buffer of
+/// its own. When every buffer is in flight, the host checks all the rounds
+/// but the newest (waiting for each one's download in turn), so the GPU
+/// has a round queued while the host checks, and the next `IN_FLIGHT - 1`
+/// rounds are enqueued back to back with no host wait between them.
+const IN_FLIGHT: usize = 4;
+// One round stays in flight while the others are checked.
+const _: () = assert!(IN_FLIGHT >= 2);
+
+/// A round enqueued and not yet checked.
+struct InFlight {
+    round: usize,
+    /// Its coefficients: `y += a x`, `z = c`.
+    a: f32,
+    c: f32,
+    /// Its last operation: once it is done, all six are.
+    download: Op,
+    /// Where `download` writes the round's result.
+    host_out: PinnedBuffer<f32>,
+}
+
+/// The operations of a round that the next round's uploads must follow:
+/// the last readers of `x` and `y`.
+#[derive(Clone, Copy)]
+struct Readers {
+    /// On the stream of `upload x`, and after `saxpy` (which reads `x`)
+    /// through its edge to `scale_add`: an edge to an operation on the
+    /// same stream costs no wait.
+    download: OperationId,
+    /// Reads `y` on a stream of its own (`saxpy`, which also reads it,
+    /// is on the stream of `upload y`).
+    scale_add: OperationId,
+}
+
+/// How rounds are checked against the CPU reference.
+struct Verify<'a> {
+    xs: &'a [f32],
+    ys: &'a [f32],
+    all: bool,
+}
+
+impl Verify<'_> {
+    /// Wait for `round`'s download, only now that its result is needed, and
+    /// compare the round's sample (every element with `--verify-all`) with
+    /// the CPU reference. Returns how many elements were checked.
+    fn check(&self, round: &InFlight) -> DemoResult<usize> {
+        round.download.wait()?;
+        let got = round.host_out.as_slice()?;
+        let (a, c) = (round.a, round.c);
+        let expected = |i: usize| {
+            let y = reference::saxpy_element(a, self.xs[i], self.ys[i]);
+            reference::scale_add_element(0.5, y, 2.0, c)
+        };
+        let n = got.len();
+        let stride = if self.all { 1 } else { (n / SAMPLE).max(1) };
+        let offset = (round.round * 7919) % stride;
+        if let Some(i) = (offset..n).step_by(stride).find(|&i| got[i] != expected(i)) {
+            return Err(format!(
+                "DAG round {}: element {i} is {}, expected {}",
+                round.round,
+                got[i],
+                expected(i)
+            )
+            .into());
+        }
+        Ok((offset..n).step_by(stride).len())
+    }
+}
+
+/// The engine's share of the timed rounds, by what the host did just
+/// before enqueuing the round: blocked in a wait for an earlier round's
+/// download, or enqueued the previous round.
+#[derive(Default)]
+struct AfterWait {
+    /// Engine time and rounds right after a host wait that blocked.
+    waited: (Duration, u32),
+    /// Engine time and rounds right after another round.
+    back_to_back: (Duration, u32),
+}
+
+impl AfterWait {
+    fn add(&mut self, waited: bool, engine: Duration) {
+        let bucket = if waited {
+            &mut self.waited
+        } else {
+            &mut self.back_to_back
+        };
+        bucket.0 += engine;
+        bucket.1 += 1;
+    }
+
+    /// "0.52 µs per operation over 3 rounds", or "no round" when none.
+    fn describe((time, rounds): (Duration, u32)) -> String {
+        if rounds == 0 {
+            return "no round".to_string();
+        }
+        let us = time.as_secs_f64() * 1e6 / f64::from(rounds * ROUND_OPERATIONS);
+        format!("{us:.2} µs per operation over {rounds} rounds")
+    }
+}
+
+/// What the DAG did: how many rounds were checked (each of its completion
+/// callbacks ran, or `run` fails), and the lines the demo prints.
+pub(crate) struct DagRun {
+    pub(crate) rounds_checked: usize,
+    pub(crate) summary: String,
+}
+
 pub(crate) fn run(
     pool: &StreamPool,
     allocator: &StreamOrderedAllocator,
@@ -181,9 +308,10 @@ pub(crate) fn run(
     sizes: &Sizes,
     verify_all: bool,
     progress: &ProgressBar,
-) -> DemoResult<String> {
+) -> DemoResult<DagRun> {
     let start = Instant::now();
     let n = sizes.dag_elements;
+    let rounds = sizes.dag_rounds;
     let ctx = pool.context();
     let s: Vec<Arc<Stream>> = pool.streams().cloned().collect();
     // Enough completion events for every operation of the run, made before
@@ -191,7 +319,7 @@ pub(crate) fn run(
     // finds the GPU past it (every 32 completions on a stream), so a pool
     // that grew on demand would create events (a driver call of
     // microseconds each) inside the timed operations of the first rounds.
-    let events = 6 * sizes.dag_rounds + 64;
+    let events = ROUND_OPERATIONS as usize * rounds + 64;
     let pool = EventPool::builder(ctx).plain(events).build()?;
     let graph = OperationGraph::new(Arc::clone(&pool));
     let elementwise = Module::load(ctx, &kernels::ELEMENTWISE)?;
@@ -208,22 +336,57 @@ pub(crate) fn run(
     );
     // The inputs are made once; the coefficients vary by round.
     let (xs, ys) = (data(1, n), data(2, n));
-    let mut host_x = PinnedBuffer::<f32>::new(ctx, n)?;
-    let mut host_y = PinnedBuffer::<f32>::new(ctx, n)?;
-    host_x.as_mut_slice()?.copy_from_slice(&xs);
-    host_y.as_mut_slice()?.copy_from_slice(&ys);
-    let mut host_out = PinnedBuffer::<f32>::new(ctx, n)?;
+    let host_x = PinnedBuffer::from_slice(ctx, &xs)?;
+    let host_y = PinnedBuffer::from_slice(ctx, &ys)?;
+    let verify = Verify {
+        xs: &xs,
+        ys: &ys,
+        all: verify_all,
+    };
+    // The output buffers not in flight.
+    let mut free = (0..IN_FLIGHT.min(rounds))
+        .map(|_| PinnedBuffer::<f32>::new(ctx, n))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut in_flight = VecDeque::<InFlight>::with_capacity(IN_FLIGHT);
     let callbacks = Arc::new(AtomicUsize::new(0));
     let mut host = HostTime::default();
+    let mut after_wait = AfterWait::default();
     let mut checked = 0;
+    let mut rounds_checked = 0;
+    // The previous round's readers of `x` and `y`.
+    let mut readers: Option<Readers> = None;
+    // Whether the host blocked on a download since the last round was
+    // enqueued, and how many times it did in all.
+    let mut waited = false;
+    let mut blocked = 0;
 
-    for round in 0..sizes.dag_rounds {
+    for round in 0..rounds {
+        if free.is_empty() {
+            // Every output buffer is in flight: check all the rounds but
+            // the newest, which keeps the GPU busy meanwhile.
+            while in_flight.len() > 1 {
+                let oldest = in_flight.pop_front().expect("more than one in flight");
+                if !oldest.download.is_done()? {
+                    waited = true;
+                    blocked += 1;
+                }
+                checked += verify.check(&oldest)?;
+                rounds_checked += 1;
+                progress.inc(1);
+                free.push(oldest.host_out);
+            }
+        }
+        let mut host_out = free.pop().expect("a free output buffer: made free above");
+        let engine_before = host.engine();
         let a = 1.0 + (round % 4) as f32;
         let c = 3.0 + (round % 5) as f32;
-        // Scratch memory in stream order: freed at the end of the round,
-        // reused by the next one without a driver call.
-        let mut z = allocator.allocate_for_stream(&s[2], n * 4)?;
-        let mut out = allocator.allocate_for_stream(&s[3], n * 4)?;
+        let (after_x, after_y): (&[OperationId], &[OperationId]) = match &readers {
+            Some(r) => (
+                std::slice::from_ref(&r.download),
+                std::slice::from_ref(&r.scale_add),
+            ),
+            None => (&[], &[]),
+        };
 
         // Each operation inside a profiler scope on its stream.
         macro_rules! operation {
@@ -232,10 +395,15 @@ pub(crate) fn run(
                 host.run($name, graph.op($stream).after($after).label($name), $work)?
             }};
         }
-        let up_x = operation!(&s[0], "upload x", &[], |st| st
+        let up_x = operation!(&s[0], "upload x", after_x, |st| st
             .copy_from_host_async(&mut x, &host_x));
-        let up_y = operation!(&s[1], "upload y", &[], |st| st
+        let up_y = operation!(&s[1], "upload y", after_y, |st| st
             .copy_from_host_async(&mut y, &host_y));
+        // Scratch memory in stream order: freed at the end of the round,
+        // reused by a later one without a driver call once the GPU is past
+        // its uses.
+        let mut z = allocator.allocate_for_stream(&s[2], n * 4)?;
+        let mut out = allocator.allocate_for_stream(&s[3], n * 4)?;
         let axpy = operation!(&s[1], "saxpy", &[up_x.id(), up_y.id()], |st| st.launch(
             &saxpy,
             cfg,
@@ -265,38 +433,39 @@ pub(crate) fn run(
             ));
         drop((z_view, out_view));
         let out_view = out.as_device::<f32>()?;
-        let down = operation!(&s[0], "download", &[join.id()], |st| st
+        let download = operation!(&s[0], "download", &[join.id()], |st| st
             .copy_to_host_async(&mut host_out, &out_view));
         drop(out_view);
         let counter = Arc::clone(&callbacks);
-        graph.add_completion_callback(down.id(), move || {
+        graph.add_completion_callback(download.id(), move || {
             counter.fetch_add(1, Ordering::Relaxed);
         })?;
         drop((z, out)); // freed in stream order, after the work that uses them
-
-        // The download is last in the plan: once it is done, all six are.
-        let got = host_out.as_slice()?;
-        let expected = |i: usize| {
-            let y = reference::saxpy_element(a, xs[i], ys[i]);
-            reference::scale_add_element(0.5, y, 2.0, c)
-        };
-        let stride = if verify_all { 1 } else { (n / SAMPLE).max(1) };
-        let offset = (round * 7919) % stride;
-        if let Some(i) = (offset..n).step_by(stride).find(|&i| got[i] != expected(i)) {
-            return Err(format!(
-                "DAG round {round}: element {i} is {}, expected {}",
-                got[i],
-                expected(i)
-            )
-            .into());
-        }
-        checked += (offset..n).step_by(stride).len();
-        if round == 0 && sizes.dag_rounds > 1 {
+        readers = Some(Readers {
+            download: download.id(),
+            scale_add: join.id(),
+        });
+        in_flight.push_back(InFlight {
+            round,
+            a,
+            c,
+            download,
+            host_out,
+        });
+        if round == 0 && rounds > 1 {
             // The first round is a warm-up (the first use of each stream by
             // the graph, the allocator and the profiler), as the bench's
             // first, untimed batch is: timing starts with the second.
             host = HostTime::default();
+        } else {
+            after_wait.add(waited, host.engine().saturating_sub(engine_before));
         }
+        waited = false;
+    }
+    // The rounds still in flight, oldest first.
+    for last in in_flight.drain(..) {
+        checked += verify.check(&last)?;
+        rounds_checked += 1;
         progress.inc(1);
     }
     for stream in &s {
@@ -308,15 +477,15 @@ pub(crate) fn run(
     graph.retire_completed();
     let metrics = graph.metrics();
     let fired = callbacks.load(Ordering::Relaxed);
-    if fired != sizes.dag_rounds {
-        return Err(format!("{fired} of {} completion callbacks ran", sizes.dag_rounds).into());
+    if fired != rounds {
+        return Err(format!("{fired} of {rounds} completion callbacks ran").into());
     }
     let how = if verify_all {
         "every element".to_string()
     } else {
         format!(
             "{} elements of each; --verify-all checks all",
-            checked / sizes.dag_rounds.max(1)
+            checked / rounds.max(1)
         )
     };
     let grew = pool.growth_count();
@@ -336,12 +505,17 @@ pub(crate) fn run(
     })?;
     let (_, _, busy_engine) = busy.figures();
     let (busy_before, busy_after) = busy.split();
-    Ok(format!(
-        "operation DAG: {} rounds x 6 operations on 4 pool streams ({} in all), every round checked ({how}), {fired} completion callbacks at GPU time, {:.3} s\n\
-         DAG host time per operation (after the first round): {total:.2} µs in all = {bodies:.2} µs in the operations' bodies (their launches and copies) + {engine:.2} µs in the engine (waits, record, bookkeeping){}\n\
-         the engine bench's shape run here ({BENCH_SHAPE_OPERATIONS} operations, one wait and one record each, empty bodies): {bench:.2} µs per operation in the engine; the DAG's share is {:.1}x that\n\
-         the engine's share split at the body, before it (dependency waits) / after it (completion record, bookkeeping): DAG {dag_before:.2} / {dag_after:.2} µs, the bench's shape {bench_before:.2} / {bench_after:.2} µs, the bench's shape with a 4-byte memset as each body {busy_before:.2} / {busy_after:.2} µs ({busy_engine:.2} in all); the DAG's by operation (µs; upload x comes first after the previous round's host wait): {}",
-        sizes.dag_rounds,
+    let timed = if rounds > 1 {
+        "steady state: rounds 2 on, the first left out as warm-up"
+    } else {
+        "the one round, warm-up included"
+    };
+    let summary = format!(
+        "operation DAG: {rounds} rounds x 6 operations on 4 pool streams ({} in all), up to {IN_FLIGHT} rounds in flight, every round checked ({how}) while later rounds ran, {fired} completion callbacks at GPU time, {blocked} waits for an unfinished download, {:.3} s\n\
+         DAG host time per operation ({timed}): {total:.2} µs in all = {bodies:.2} µs in the operations' bodies (their launches and copies) + {engine:.2} µs in the engine (waits, record, bookkeeping){}\n\
+         the engine bench's shape run here ({BENCH_SHAPE_OPERATIONS} operations, one wait and one record each, empty bodies, the first left out): {bench:.2} µs per operation in the engine; the DAG's share is {:.1}x that\n\
+         the engine's share split at the body, before it (dependency waits) / after it (completion record, bookkeeping): DAG {dag_before:.2} / {dag_after:.2} µs, the bench's shape {bench_before:.2} / {bench_after:.2} µs, the bench's shape with a 4-byte memset as each body {busy_before:.2} / {busy_after:.2} µs ({busy_engine:.2} in all); the DAG's by operation (µs): {}\n\
+         the DAG's share in the rounds enqueued right after the host waited for a download: {}; right after the previous round: {}",
         metrics.total_operations,
         elapsed.as_secs_f64(),
         match grew {
@@ -350,5 +524,143 @@ pub(crate) fn run(
         },
         engine / bench.max(1e-9),
         host.by_name(),
-    ))
+        AfterWait::describe(after_wait.waited),
+        AfterWait::describe(after_wait.back_to_back),
+    );
+    Ok(DagRun {
+        rounds_checked,
+        summary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The demo's engine, allocator and profiler on device 0, as `demo`
+    /// makes them.
+    struct Setup {
+        pool: StreamPool,
+        allocator: StreamOrderedAllocator,
+        profiler: StreamProfiler,
+    }
+
+    fn setup() -> Setup {
+        let ctx = Context::new(0).unwrap();
+        let allocator = StreamOrderedAllocator::new(&ctx).unwrap();
+        let profiler = StreamProfiler::new(&ctx).unwrap();
+        profiler.track_memory(&allocator).unwrap();
+        profiler.enable();
+        Setup {
+            pool: StreamPool::new(&ctx, 4).unwrap(),
+            allocator,
+            profiler,
+        }
+    }
+
+    fn sizes(rounds: usize) -> Sizes {
+        Sizes {
+            elements: 0,
+            steps: 0,
+            iterations: 0,
+            dag_elements: 4 * SAMPLE,
+            dag_rounds: rounds,
+        }
+    }
+
+    /// Rounds that overlap (enough to fill the ring of output buffers
+    /// twice and a half) each verify, every completion callback runs, and
+    /// each operation is in a profiler scope. Under the `check` ordering
+    /// policy (the software driver's default) this is also the race test:
+    /// an upload not ordered after the previous round's readers of its
+    /// buffer is refused.
+    #[test]
+    fn overlapping_rounds_verify_and_every_callback_runs() {
+        let setup = setup();
+        let policy = setup.pool.context().ordering();
+        if policy != cuda_streams::driver::OrderPolicy::Check {
+            eprintln!("ordering policy {policy:?}: the rounds' races are not checked in this run");
+        }
+        let rounds = 2 * IN_FLIGHT + 2;
+        for verify_all in [false, true] {
+            let ran = run(
+                &setup.pool,
+                &setup.allocator,
+                &setup.profiler,
+                &sizes(rounds),
+                verify_all,
+                &ProgressBar::hidden(),
+            )
+            .unwrap_or_else(|err| panic!("verify_all {verify_all}: {err}"));
+            assert_eq!(ran.rounds_checked, rounds);
+            assert!(
+                ran.summary
+                    .starts_with(&format!("operation DAG: {rounds} rounds x 6 operations"))
+                    && ran
+                        .summary
+                        .contains(&format!(" {rounds} completion callbacks ")),
+                "{}",
+                ran.summary
+            );
+        }
+        let report = setup.profiler.get_comprehensive_report();
+        let downloads: u64 = report
+            .streams
+            .iter()
+            .filter_map(|stream| stream.operations.get("dag download"))
+            .map(|op| op.count)
+            .sum();
+        assert_eq!(downloads, 2 * rounds as u64, "{report}");
+    }
+
+    /// A round whose result differs from the CPU reference fails, naming
+    /// the round, the element and both values; with `--verify-all` also
+    /// where the sample does not look.
+    #[test]
+    fn a_wrong_result_fails_naming_the_round_and_the_element() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let graph = OperationGraph::for_context(&ctx);
+        let n = 4 * SAMPLE;
+        let (xs, ys) = (data(1, n), data(2, n));
+        let (a, c, round) = (2.0, 4.0, 5);
+        let mut right: Vec<f32> = (0..n)
+            .map(|i| {
+                let y = reference::saxpy_element(a, xs[i], ys[i]);
+                reference::scale_add_element(0.5, y, 2.0, c)
+            })
+            .collect();
+        let in_flight = |values: &[f32]| InFlight {
+            round,
+            a,
+            c,
+            download: graph.op(&stream).run(|_| Ok(())).unwrap(),
+            host_out: PinnedBuffer::from_slice(&ctx, values).unwrap(),
+        };
+        let sampled = Verify {
+            xs: &xs,
+            ys: &ys,
+            all: false,
+        };
+        let every = Verify {
+            all: true,
+            ..sampled
+        };
+        assert_eq!(sampled.check(&in_flight(&right)).unwrap(), SAMPLE);
+        assert_eq!(every.check(&in_flight(&right)).unwrap(), n);
+        // The sample's first element, then one it does not look at.
+        let stride = n / SAMPLE;
+        let first = (round * 7919) % stride;
+        right[first] += 1.0;
+        let err = sampled.check(&in_flight(&right)).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("DAG round {round}: element {first} is ")),
+            "{err}"
+        );
+        right[first] -= 1.0;
+        right[first + 1] += 1.0;
+        sampled.check(&in_flight(&right)).unwrap();
+        let err = every.check(&in_flight(&right)).unwrap_err().to_string();
+        assert!(err.contains(&format!("element {} is ", first + 1)), "{err}");
+    }
 }

@@ -101,7 +101,7 @@ pub(crate) fn run(args: &DemoArgs) -> DemoResult<()> {
     );
     let bar = progress.phase("DAG", sizes.dag_rounds as u64);
     let dag = dag::run(&pool, &allocator, &profiler, &sizes, args.verify_all, &bar)?;
-    progress.phase_done(&bar, &dag);
+    progress.phase_done(&bar, &dag.summary);
 
     let report = profiler.get_comprehensive_report();
     println!("\n{report}");
@@ -121,8 +121,10 @@ pub(crate) fn run(args: &DemoArgs) -> DemoResult<()> {
     );
     println!("{overlap}");
     println!(
-        "demo finished in {:.2} s; every result checked ({})",
+        "demo finished in {:.2} s; every result checked ({} pipeline steps and {} DAG rounds, {})",
         started.elapsed().as_secs_f64(),
+        sizes.steps,
+        dag.rounds_checked,
         if args.verify_all {
             "every element"
         } else {

@@ -165,7 +165,7 @@ impl fmt::Display for ComprehensiveReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} streams, {} operations within a {} span of GPU time; overlap efficiency {:.2} (busy time / wall span), at most {} streams busy at once",
+            "{} streams, {} operations within a {} span of GPU time; overlap efficiency {:.2} (the streams' busy times summed / wall span: streams busy on average, above 1 when they overlap), at most {} streams busy at once",
             self.total_streams,
             self.total_operations,
             format_duration(self.wall_span),
