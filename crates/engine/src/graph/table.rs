@@ -133,6 +133,7 @@ impl Table {
 
 impl Table {
     /// Issue the next id to `op`.
+    #[inline]
     pub(super) fn issue(&mut self, op: Op) -> OperationId {
         let id = OperationId(self.next_id);
         self.next_id += 1;
