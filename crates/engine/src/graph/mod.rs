@@ -355,6 +355,7 @@ impl OperationGraph {
     /// completion event is recorded as the operation enters the table,
     /// already completed (a second lock). Only the graph's own time is
     /// counted, on one operation in [`TIME_EVERY`].
+    #[inline]
     pub(crate) fn run_op(
         &self,
         meta: OpMeta,
