@@ -155,8 +155,15 @@ impl Event {
         let code = unsafe { (self.ctx.driver().cuEventRecord)(self.raw, stream.as_raw()) };
         // Counted even when the call failed: the count stays even, and a
         // mark kept before is given up (the event's state is unknown).
-        self.records
-            .fetch_add(if exclusive { 2 } else { 1 }, Ordering::SeqCst);
+        if exclusive {
+            // No other thread can reach the event: a load and a store, no
+            // atomic read-modify-write (it becomes shared through an `Arc`
+            // or a lock, which publish the store).
+            let count = self.records.load(Ordering::Relaxed);
+            self.records.store(count + 2, Ordering::Release);
+        } else {
+            self.records.fetch_add(1, Ordering::SeqCst);
+        }
         self.ctx.check(code)?;
         self.recorded.store(true, Ordering::Relaxed);
         self.captured_in

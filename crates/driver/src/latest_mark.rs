@@ -35,15 +35,71 @@
 use crate::error::Result;
 use crate::event_pool::{PooledEvent, UniqueEvent};
 use crate::stream::Stream;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::cell::UnsafeCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A stream's enqueue count and latest mark.
 #[derive(Default)]
 pub(crate) struct LatestMark {
     /// Enqueues seen on the stream, bumped after each driver call.
     enqueues: AtomicU64,
-    kept: Mutex<Option<Kept>>,
+    kept: MarkSlot,
+}
+
+/// The kept mark behind a try-lock: taking it is one compare-and-swap and
+/// giving it back a plain store, where a `Mutex` costs an atomic
+/// read-modify-write each way (the engine keeps a mark per operation). No
+/// one ever waits for it: a record that finds it taken keeps no mark (the
+/// mark already kept stays correct: a record is no enqueue, and that mark's
+/// counts still say whether anything was enqueued since it), and a fork
+/// that finds it taken records an event of its own. Only
+/// [`Stream::forget_latest_mark`], which must let go, retries; each holder
+/// keeps it for a few instructions (no driver call, no drop of an event).
+#[derive(Default)]
+struct MarkSlot {
+    taken: AtomicBool,
+    kept: UnsafeCell<Option<Kept>>,
+}
+
+// SAFETY: `kept` is only reached through `MarkSlot::try_with`, by the one
+// thread that set `taken` (acquire) until it clears it (release); what it
+// holds (an `Arc<PooledEvent>` and counts) is `Send`.
+unsafe impl Sync for MarkSlot {}
+
+impl MarkSlot {
+    /// `f` on the kept mark, unless another thread holds it now.
+    #[inline]
+    fn try_with<R>(&self, f: impl FnOnce(&mut Option<Kept>) -> R) -> Option<R> {
+        if self
+            .taken
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        /// Gives the slot back, also if `f` panicked.
+        struct Release<'a>(&'a AtomicBool);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _release = Release(&self.taken);
+        // SAFETY: `taken` was false and this thread set it, so no other
+        // thread reaches `kept` until `_release` clears it, after `f`.
+        Some(f(unsafe { &mut *self.kept.get() }))
+    }
+
+    /// Put `kept` in place, unless another thread holds the slot now (then
+    /// `kept` is handed back). Returns what was replaced, or `kept` if it
+    /// was not put: either is dropped by the caller, after the slot is free.
+    #[inline]
+    fn replace(&self, kept: Option<Kept>) -> Option<Kept> {
+        let mut kept = Some(kept);
+        let replaced = self.try_with(|slot| std::mem::replace(slot, kept.take().flatten()));
+        replaced.unwrap_or_else(|| kept.flatten())
+    }
 }
 
 /// The mark and what must be unchanged for it to be reused.
@@ -60,11 +116,6 @@ impl LatestMark {
     #[inline]
     pub(crate) fn enqueued(&self) {
         self.enqueues.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn kept(&self) -> std::sync::MutexGuard<'_, Option<Kept>> {
-        // Nothing that can panic runs under the lock.
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -119,9 +170,8 @@ impl Stream {
             // Overlapped by another record of the event, or in a capture.
             _ => None,
         };
-        let replaced = std::mem::replace(&mut *self.latest.kept(), kept);
-        // Back to its pool after the lock.
-        drop(replaced);
+        // Back to its pool once the slot is free.
+        drop(self.latest.kept.replace(kept));
         Ok(())
     }
 
@@ -160,9 +210,8 @@ impl Stream {
             enqueues,
             records,
         });
-        let replaced = std::mem::replace(&mut *self.latest.kept(), kept);
-        // Back to its pool after the lock.
-        drop(replaced);
+        // Back to its pool once the slot is free.
+        drop(self.latest.kept.replace(kept));
         Ok(event)
     }
 
@@ -171,8 +220,15 @@ impl Stream {
     /// trimming what it holds, such as the engine's
     /// `OperationGraph::retire_completed`.
     pub fn forget_latest_mark(&self) {
-        let forgotten = self.latest.kept().take();
-        // Back to its pool after the lock.
+        // The slot is held for a few instructions at a time: retry until
+        // it is free, so that the mark is surely gone.
+        let forgotten = loop {
+            match self.latest.kept.try_with(Option::take) {
+                Some(forgotten) => break forgotten,
+                None => std::thread::yield_now(),
+            }
+        };
+        // Back to its pool once the slot is free.
         drop(forgotten);
     }
 
@@ -182,14 +238,17 @@ impl Stream {
         if self.capture_id() != 0 {
             return None;
         }
-        let kept = self.latest.kept();
-        let kept = kept.as_ref()?;
-        let current = kept.enqueues == self.latest.enqueues.load(Ordering::SeqCst)
-            && kept.event.record_count() == kept.records;
-        current.then(|| Reused {
-            event: Arc::clone(&kept.event),
-            records: kept.records,
-        })
+        // Held by a record right now: that record is at the stream's end,
+        // and an event of its own covers it.
+        self.latest.kept.try_with(|kept| {
+            let kept = kept.as_ref()?;
+            let current = kept.enqueues == self.latest.enqueues.load(Ordering::SeqCst)
+                && kept.event.record_count() == kept.records;
+            current.then(|| Reused {
+                event: Arc::clone(&kept.event),
+                records: kept.records,
+            })
+        })?
     }
 
     /// Make each of `waiters` wait for everything enqueued on this stream so
@@ -346,6 +405,83 @@ mod tests {
         main.synchronize().unwrap();
     }
 
+    /// The mark's slot is never waited for: a record that finds it held
+    /// keeps no mark (the one kept before stays, and stays right: a record
+    /// is no enqueue), a fork that finds it held records its own event, and
+    /// once the slot is free the earlier mark is reused until new work.
+    #[test]
+    fn a_held_slot_is_skipped_never_waited_for() {
+        let ctx = Context::new(0).unwrap();
+        let (main, branch) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let earlier = kept(&ctx, &main);
+        let held = main.latest.kept.try_with(|_| {
+            let unique = UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
+            let later = main.record_latest_unique(unique).unwrap();
+            assert_eq!(Arc::strong_count(&later), 1, "kept while the slot was held");
+            assert!(main.latest_mark().is_none(), "read while the slot was held");
+            assert!(
+                !main.order_after_me(&[&branch]).unwrap(),
+                "no fresh mark recorded while the slot was held"
+            );
+        });
+        assert!(held.is_some(), "the slot was taken");
+        let reused = main.latest_mark().expect("the earlier mark stands");
+        assert!(Arc::ptr_eq(&reused.event, &earlier));
+        main.add_callback(|| {}).unwrap();
+        assert!(main.latest_mark().is_none(), "the mark outlived a callback");
+        branch.synchronize().unwrap();
+        main.synchronize().unwrap();
+    }
+
+    /// Threads recording marks on one stream and forking from it at once
+    /// (the slot taken and refused all the while): each fork still waits
+    /// for the work its thread enqueued before it, a host function that
+    /// notes its round (host functions, not memory, so that the check is
+    /// the GPU order's alone), and a mark forgotten is gone.
+    #[test]
+    fn forks_stay_ordered_while_threads_record_marks() {
+        use std::sync::atomic::AtomicU32;
+        let ctx = Context::new(0).unwrap();
+        let main = Stream::new(&ctx).unwrap();
+        std::thread::scope(|scope| {
+            for thread in 0..4u32 {
+                let (ctx, main) = (&ctx, &main);
+                scope.spawn(move || {
+                    let branch = Stream::new(ctx).unwrap();
+                    let done = Arc::new(AtomicU32::new(0));
+                    let (seen_tx, seen_rx) = mpsc::channel();
+                    for round in 1..=50u32 {
+                        let on_main = Arc::clone(&done);
+                        main.add_callback(move || on_main.store(round, Ordering::SeqCst))
+                            .unwrap();
+                        main.fork(&[&branch]).unwrap();
+                        let (on_branch, seen) = (Arc::clone(&done), seen_tx.clone());
+                        branch
+                            .add_callback(move || {
+                                let _ = seen.send(on_branch.load(Ordering::SeqCst));
+                            })
+                            .unwrap();
+                        let unique =
+                            UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
+                        drop(main.record_latest_unique(unique).unwrap());
+                        if round % 10 == 0 {
+                            main.forget_latest_mark();
+                        }
+                        let seen = seen_rx.recv().unwrap();
+                        assert!(
+                            seen >= round,
+                            "thread {thread} round {round}: the branch ran before main's work ({seen})"
+                        );
+                    }
+                    branch.synchronize().unwrap();
+                });
+            }
+        });
+        main.forget_latest_mark();
+        assert!(main.latest_mark().is_none());
+        main.synchronize().unwrap();
+    }
+
     /// Recorded again anywhere, the event no longer marks the stream.
     #[test]
     fn a_later_record_of_the_event_retires_the_mark() {
@@ -405,6 +541,12 @@ mod tests {
             "kept over a record in progress"
         );
         stream.synchronize().unwrap();
+        // The record "elsewhere" ends (its second bump): the event goes back
+        // to the shared pool with an even count, as its next user expects
+        // (left odd, the next test to draw it could keep no mark with it).
+        stream.forget_latest_mark();
+        event.begin_record_elsewhere();
+        assert!(event.record_count().is_multiple_of(2));
     }
 
     /// A stream lent to another library (cudarc's `to_cudarc`) drops its

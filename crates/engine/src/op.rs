@@ -151,11 +151,14 @@ impl<'g> OpBuilder<'g> {
         let (id, event, outcome) = graph.run_op(meta, stream, work)?;
         match outcome {
             Ok(()) => Ok(Op { id, event }),
-            Err((source, label)) => Err(Error::OperationFailed {
-                operation: id,
-                label,
-                source,
-            }),
+            Err(failure) => {
+                let (source, label) = *failure;
+                Err(Error::OperationFailed {
+                    operation: id,
+                    label,
+                    source,
+                })
+            }
         }
     }
 }

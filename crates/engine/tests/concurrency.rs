@@ -104,3 +104,72 @@ fn threads_building_on_each_others_operations_lose_none() {
         );
     }
 }
+
+/// Threads whose operations each depend on one operation of another
+/// thread's stream (the builder's single-dependency path, the common one),
+/// beside fork/join operations on each thread's stream: every operation's
+/// work (a host function that takes a ticket) runs after its dependency's.
+#[test]
+fn a_single_dependency_on_another_threads_stream_orders_the_work() {
+    use std::sync::atomic::AtomicU64;
+    let ctx = ctx();
+    let graph = OperationGraph::for_context(&ctx);
+    let latest: Mutex<Vec<Option<OperationId>>> = Mutex::new(vec![None; THREADS]);
+    let ticket = Arc::new(AtomicU64::new(1));
+    // (operation, its dependency, the slot its work fills with a ticket).
+    type Taken = (OperationId, Option<OperationId>, Arc<AtomicU64>);
+    let taken: Vec<Vec<Taken>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (graph, latest, ctx, ticket) = (&graph, &latest, &ctx, &ticket);
+                scope.spawn(move || {
+                    let stream = Stream::new(ctx).unwrap();
+                    let branches = [Stream::new(ctx).unwrap(), Stream::new(ctx).unwrap()];
+                    let refs: Vec<&Stream> = branches.iter().map(|b| &**b).collect();
+                    let mut mine = Vec::with_capacity(ROUNDS);
+                    for round in 0..ROUNDS {
+                        let dependency = latest.lock().unwrap()[(t + 1) % THREADS];
+                        let slot = Arc::new(AtomicU64::new(0));
+                        let (filled, ticket) = (Arc::clone(&slot), Arc::clone(ticket));
+                        let op = graph
+                            .op(&stream)
+                            .after(dependency.as_slice())
+                            .run(|s| {
+                                s.add_callback(move || {
+                                    filled.store(
+                                        ticket.fetch_add(1, Ordering::SeqCst),
+                                        Ordering::SeqCst,
+                                    )
+                                })
+                            })
+                            .unwrap();
+                        latest.lock().unwrap()[t] = Some(op.id());
+                        mine.push((op.id(), dependency, slot));
+                        if round % 16 == 0 {
+                            // A fork right after the operation (its latest mark).
+                            let _ = graph.op(&stream).fork_join(&refs, |_, _| Ok(())).unwrap();
+                        }
+                    }
+                    stream.synchronize().unwrap();
+                    mine
+                })
+            })
+            .collect();
+        threads.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let tickets: std::collections::HashMap<OperationId, u64> = taken
+        .iter()
+        .flatten()
+        .map(|(id, _, slot)| (*id, slot.load(Ordering::SeqCst)))
+        .collect();
+    for (id, dependency, _) in taken.iter().flatten() {
+        let mine = tickets[id];
+        assert_ne!(mine, 0, "{id}'s work never ran");
+        if let Some(dependency) = dependency {
+            assert!(
+                tickets[dependency] < mine,
+                "{id} ran before its dependency {dependency}"
+            );
+        }
+    }
+}

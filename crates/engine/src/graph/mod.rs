@@ -48,8 +48,10 @@ impl Phase {
     }
 }
 
-/// What the builder's work returned; on failure, with the operation's label.
-pub(crate) type WorkOutcome = std::result::Result<(), (driver::Error, String)>;
+/// What the builder's work returned; on failure, with the operation's label
+/// (boxed: a failure is rare, and the unboxed pair made every operation's
+/// result several words longer to move).
+pub(crate) type WorkOutcome = std::result::Result<(), Box<(driver::Error, String)>>;
 
 /// One builder operation in this many is timed for
 /// [`CoordinatorMetrics::average_coordination_time`].
@@ -111,6 +113,7 @@ struct SeedOp {
 impl Op {
     /// Whether the completion host function has run (only a seed operation
     /// with callbacks has one).
+    #[inline]
     fn finished(&self) -> bool {
         self.seed
             .as_ref()
@@ -201,6 +204,7 @@ impl OperationGraph {
 
     /// The table, locked. A panic cannot leave it half-changed (nothing that
     /// can panic runs under the lock), so a poisoned lock is taken as is.
+    #[inline]
     fn table(&self) -> MutexGuard<'_, Table> {
         lock(&self.table)
     }
@@ -351,6 +355,7 @@ impl OperationGraph {
     /// completion event is recorded as the operation enters the table,
     /// already completed (a second lock). Only the graph's own time is
     /// counted, on one operation in [`TIME_EVERY`].
+    #[inline]
     pub(crate) fn run_op(
         &self,
         meta: OpMeta,
@@ -367,19 +372,29 @@ impl OperationGraph {
         let started = count.is_multiple_of(TIME_EVERY).then(Instant::now);
         if !meta.dependencies.is_empty() {
             // The waits are enqueued under the lock, on the events where the
-            // table keeps them: no reference count changes hands.
+            // table keeps them: no reference count changes hands. Every
+            // dependency is checked before the first wait, so a problem
+            // leaves the stream as it was; one alone (the usual case) is
+            // looked up and waited on without a list of events.
             let mut table = self.table();
-            let problem = match dependency_events(&table, &meta.dependencies, stream) {
-                Ok(events) => {
-                    for event in events {
-                        stream.wait_event(event)?;
-                    }
-                    None
-                }
-                Err(problem) => Some(problem),
+            let problem = match &meta.dependencies[..] {
+                &[dependency] => match dependency_event(&table, dependency, stream) {
+                    Ok(Some(event)) => stream.wait_event(event).err().map(Err),
+                    Ok(None) => None,
+                    Err(problem) => Some(Ok(problem)),
+                },
+                dependencies => match dependency_events(&table, dependencies, stream) {
+                    Ok(events) => events
+                        .into_iter()
+                        .find_map(|event| stream.wait_event(event).err())
+                        .map(Err),
+                    Err(problem) => Some(Ok(problem)),
+                },
             };
-            if let Some(problem) = problem {
-                return Err(problem.for_operation(table.abandon_next()));
+            match problem {
+                None => {}
+                Some(Ok(problem)) => return Err(problem.for_operation(table.abandon_next())),
+                Some(Err(err)) => return Err(err.into()),
             }
         }
         let registered = started.map(|started| started.elapsed());
@@ -391,7 +406,7 @@ impl OperationGraph {
             // The label names the operation in stream-order reports.
             driver::order::labelled(&meta.label, || work(stream))
         };
-        let outcome = outcome.map_err(|err| (err, meta.label.to_string()));
+        let outcome = outcome.map_err(|err| Box::new((err, meta.label.to_string())));
         let completing = started.map(|_| Instant::now());
         let stream_id = stream.id();
         // A spare from the table (its own pool's: a stream of another device
@@ -698,25 +713,36 @@ fn dependency_events<'t>(
 ) -> std::result::Result<SmallVec<[&'t Arc<PooledEvent>; 4]>, DependencyProblem> {
     let mut events = SmallVec::new();
     for &dependency in dependencies {
-        let Some(dep) = table.get(dependency) else {
-            // Absent and issued: retired, so the GPU is past it.
-            if !table.is_known(dependency) {
-                return Err(DependencyProblem::Unknown(dependency));
-            }
-            continue;
-        };
-        if dep.phase != Phase::Completed {
-            return Err(DependencyProblem::NotComplete(dependency, dep.phase.name()));
-        }
-        let finished = dep.finished();
-        if dep.stream_id != stream.id()
-            && !finished
-            && let Some(event) = &dep.completion
-        {
+        if let Some(event) = dependency_event(table, dependency, stream)? {
             events.push(event);
         }
     }
     Ok(events)
+}
+
+/// The completion event `stream` must wait for before an operation runs
+/// after `dependency` (see [`dependency_events`]): `None` when there is
+/// none to wait for (retired, finished, or on `stream` itself).
+#[inline]
+fn dependency_event<'t>(
+    table: &'t Table,
+    dependency: OperationId,
+    stream: &Stream,
+) -> std::result::Result<Option<&'t Arc<PooledEvent>>, DependencyProblem> {
+    let Some(dep) = table.get(dependency) else {
+        // Absent and issued: retired, so the GPU is past it.
+        return match table.is_known(dependency) {
+            true => Ok(None),
+            false => Err(DependencyProblem::Unknown(dependency)),
+        };
+    };
+    if dep.phase != Phase::Completed {
+        return Err(DependencyProblem::NotComplete(dependency, dep.phase.name()));
+    }
+    if dep.stream_id == stream.id() || dep.finished() {
+        return Ok(None);
+    }
+    Ok(dep.completion.as_ref())
 }
 
 impl std::fmt::Debug for OperationGraph {
@@ -753,6 +779,7 @@ impl Drop for OperationGraph {
     }
 }
 
+#[inline]
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -133,13 +133,18 @@ impl Table {
 
 impl Table {
     /// Issue the next id to `op`.
+    #[inline]
     pub(super) fn issue(&mut self, op: Op) -> OperationId {
         let id = OperationId(self.next_id);
         self.next_id += 1;
         self.ring.push_back(Slot::Live(op));
         self.live += 1;
         self.total += 1;
-        self.trim();
+        // Gone slots reach the front only through retirement and failed
+        // registrations, which trim themselves: here only the limit.
+        if self.ring.len() > RING_LIMIT {
+            self.trim();
+        }
         id
     }
 
@@ -168,10 +173,12 @@ impl Table {
 
     /// Whether `id` was issued to an operation that entered the graph (live
     /// or retired).
+    #[inline]
     pub(super) fn is_known(&self, id: OperationId) -> bool {
         id.0 >= 1 && id.0 < self.next_id && !self.abandoned.contains(&id)
     }
 
+    #[inline]
     pub(super) fn get(&self, id: OperationId) -> Option<&Op> {
         if id.0 < self.base {
             return self.old.get(&id.0);
@@ -182,6 +189,7 @@ impl Table {
         }
     }
 
+    #[inline]
     pub(super) fn get_mut(&mut self, id: OperationId) -> Option<&mut Op> {
         if id.0 < self.base {
             return self.old.get_mut(&id.0);
@@ -281,23 +289,33 @@ impl Table {
     /// Queue `id` (just completed, its event just recorded) for retirement
     /// on its stream. Returns whether a sweep of that stream is due.
     pub(super) fn queue(&mut self, stream: &Stream, id: OperationId) -> bool {
-        let spare = &mut self.spare_queues;
-        let lane = self.lanes.entry(stream.id()).or_insert_with(|| Lane {
-            trail: CompletionTrail::from_entries(spare.pop().unwrap_or_default()),
-            since_sweep: 0,
-            stream: stream.to_arc(),
-        });
+        // The stream's lane is usually there: one look-up, no entry.
+        let lane = match self.lanes.get_mut(&stream.id()) {
+            Some(lane) => lane,
+            None => self.new_lane(stream),
+        };
         lane.trail.push(id);
         lane.since_sweep += 1;
         let due = lane.since_sweep >= SWEEP_EVERY;
         if due {
             lane.since_sweep = 0;
         }
-        if self.lanes.len() > self.peak_lanes {
-            self.peak_lanes = self.lanes.len();
+        due
+    }
+
+    /// A lane for `stream`, which has none, with a kept queue's capacity.
+    #[cold]
+    fn new_lane(&mut self, stream: &Stream) -> &mut Lane {
+        let lane = Lane {
+            trail: CompletionTrail::from_entries(self.spare_queues.pop().unwrap_or_default()),
+            since_sweep: 0,
+            stream: stream.to_arc(),
+        };
+        if self.lanes.len() + 1 > self.peak_lanes {
+            self.peak_lanes = self.lanes.len() + 1;
             self.spares.set_limit(spare_events_limit(self.peak_lanes));
         }
-        due
+        self.lanes.entry(stream.id()).or_insert(lane)
     }
 
     /// The stream of a stream's retirement queue, while it has one.
@@ -331,7 +349,11 @@ impl Table {
         for id in trail.take_front(count) {
             if let Some(mut held) = self.remove(id) {
                 held._event = held._event.and_then(|event| self.spares.put(event));
-                released.push(held);
+                // Most hold nothing more (a builder operation's event kept
+                // as a spare): nothing to drop later.
+                if held._stream.is_some() || held._event.is_some() {
+                    released.push(held);
+                }
                 retired += 1;
             }
         }
