@@ -179,7 +179,7 @@ impl Stream {
             raw,
             owned,
             id,
-            order: crate::order::StreamOrder::new(id),
+            order: crate::order::StreamOrder::new(id, ctx),
             counters: Arc::default(),
             timings: Mutex::default(),
             pool: std::sync::OnceLock::new(),
