@@ -15,7 +15,7 @@
 pub(crate) type Agent = u64;
 
 /// Entries a clock holds without allocating.
-const INLINE: usize = 7;
+pub(super) const INLINE: usize = 7;
 
 /// A sparse vector clock: `(agent, counter)` sorted by agent, inline for up
 /// to [`INLINE`] agents, all on the heap (`spill`) beyond.
@@ -264,11 +264,11 @@ impl Clock {
 /// enqueuing thread keeps of its stream's point.
 #[derive(Clone, Copy)]
 pub(crate) struct Flat {
-    agent: Agent,
-    own: u32,
-    len: u32,
-    agents: [Agent; INLINE],
-    counters: [u32; INLINE],
+    pub(super) agent: Agent,
+    pub(super) own: u32,
+    pub(super) len: u32,
+    pub(super) agents: [Agent; INLINE],
+    pub(super) counters: [u32; INLINE],
 }
 
 impl Flat {

@@ -21,15 +21,18 @@
 
 mod capture;
 mod clock;
+mod recorded;
 mod report;
 mod tracker;
 
 pub(crate) use capture::CaptureOrder;
+pub(crate) use recorded::EventOrder;
 pub use report::{Race, RaceOp};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::event_pool::PooledEvent;
 use crate::stream::Stream;
 pub(crate) use clock::Clock;
 use clock::{Knows, Past, Vc};
@@ -296,6 +299,8 @@ unsafe impl Sync for StreamOrder {}
 /// A stream's state, borrowed under its context's shadow lock, which this
 /// holds (and gives out too, for the operation's check and record).
 struct Held<'a> {
+    /// The context whose shadow this locks.
+    home: &'a Arc<Context>,
     shadow: MutexGuard<'a, Shadow>,
     state: std::ptr::NonNull<StreamState>,
     _state: std::marker::PhantomData<&'a mut StreamState>,
@@ -315,6 +320,23 @@ impl Held<'_> {
     #[inline]
     fn shadow(&mut self) -> &mut Shadow {
         &mut self.shadow
+    }
+
+    /// The state of `other`, another stream of the same context, which
+    /// this lock guards too; `None` for a stream of another context. Its
+    /// kept points stay valid ([`StreamOrder::changes`] is not bumped):
+    /// only its mark may be touched this way, never its clock.
+    #[inline]
+    fn mark_of(&mut self, other: &Stream) -> Option<&mut Option<Arc<PooledEvent>>> {
+        if !Arc::ptr_eq(&other.order.home, self.home) {
+            return None;
+        }
+        // SAFETY: `other`'s state is guarded by `home`'s shadow lock, which
+        // this holds; `&mut self` keeps this the only reference made
+        // through this guard for its length (the holder's own state is a
+        // different stream's: a stream never waits for itself, and if it
+        // were the same, `split`'s reference cannot be alive meanwhile).
+        Some(unsafe { &mut (*other.order.state.get()).mark })
     }
 }
 
@@ -391,6 +413,7 @@ impl StreamOrder {
         let changes = self.changes.load(Ordering::Relaxed) + 1;
         self.changes.store(changes, Ordering::Release);
         Held {
+            home: &self.home,
             shadow,
             // Not dereferenced here: `Held` hands it out only while
             // `shadow`, the lock guarding it, is held.
@@ -505,43 +528,6 @@ impl StreamState {
         Past {
             clock: &self.clock,
             host: &self.host,
-        }
-    }
-}
-
-/// Per event: the clock of the stream at its latest record, and whether
-/// that record was captured into a graph (then the clock is the stream's
-/// clock within the graph, which only streams of that capture may wait for).
-///
-/// Boxed, so an `Event` stays small; a re-record (pooled events are
-/// re-recorded all the time) overwrites the box in place, allocating nothing.
-#[derive(Default)]
-pub(crate) struct EventOrder(Mutex<Option<Box<(Clock, bool)>>>);
-
-impl EventOrder {
-    fn lock(&self) -> MutexGuard<'_, Option<Box<(Clock, bool)>>> {
-        counted();
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn get(&self) -> Option<(Clock, bool)> {
-        self.lock().as_deref().cloned()
-    }
-
-    /// Whether the latest record is an eager one on stream `agent` that
-    /// covers its step `step`.
-    fn covers(&self, agent: clock::Agent, step: u32) -> bool {
-        let slot = self.lock();
-        slot.as_deref()
-            .is_some_and(|(clock, captured)| !captured && clock.agent == agent && clock.own >= step)
-    }
-
-    #[inline]
-    fn set(&self, point: (Clock, bool)) {
-        let mut slot = self.lock();
-        match slot.as_mut() {
-            Some(held) => **held = point,
-            None => *slot = Some(Box::new(point)),
         }
     }
 }
@@ -667,19 +653,18 @@ pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
 #[inline]
 pub(crate) fn waited(stream: &Stream, event: &Event) {
     if stream.context().order.is_on() {
-        // Learnt under the event's lock, without copying its clock; the
-        // only place both locks are held, in this order.
-        let recorded = event.order.lock();
-        let Some((snapshot, captured)) = recorded.as_deref() else {
+        // Read without a lock (`recorded.rs`), then learnt under the
+        // stream's.
+        let Some((snapshot, captured)) = event.order.get() else {
             return;
         };
         let mut state = stream.order.lock();
         match (&mut state.captured, captured) {
             (Some(within), true) => {
-                within.learn(snapshot);
+                within.learn(&snapshot);
             }
             (None, false) => {
-                state.clock.learn(snapshot);
+                state.clock.learn(&snapshot);
             }
             // Refused by `Stream::wait_event` before it gets here.
             _ => {}
@@ -894,33 +879,105 @@ fn repair<'s>(
         let (lo, hi) = touch.range();
         shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
             let (id, step) = (conflict.prior.agent, conflict.prior.counter);
-            match wait_for.iter_mut().find(|(w, ..)| *w == id) {
-                Some(entry) => entry.1 = entry.1.max(step),
-                None => wait_for.push((id, step, shadow.live_stream(id))),
+            match wait_for.iter_mut().find(|w| w.id == id) {
+                Some(entry) => entry.step = entry.step.max(step),
+                None => wait_for.push(WaitFor {
+                    id,
+                    step,
+                    earlier: shadow.live_stream(id),
+                    mark: None,
+                }),
             }
         });
     }
     let version = shadow.version();
+    // What the stream knows now, to skip a wait that an earlier wait of
+    // this repair covered (its mark knew of the other stream).
+    let mut knows = (wait_for.len() > 1).then(|| (state.clock.clone(), Arc::clone(&state.host)));
+    // The marks of the streams to wait for that share this lock, taken out
+    // now rather than under a lock of their own, and so that no other
+    // thread takes them meanwhile.
+    let mut shared = 0;
+    for entry in &mut wait_for {
+        let Some(earlier) = &entry.earlier else {
+            return Ok(None);
+        };
+        if let Some(mark) = held.mark_of(earlier) {
+            entry.mark = Some(mark.take());
+            shared += 1;
+        }
+    }
     drop(held);
     // One report per repaired operation.
     home.order.reports.fetch_add(1, Ordering::Relaxed);
-    for (_, step, earlier) in &wait_for {
-        let Some(earlier) = earlier else {
-            return Ok(None);
+    // The records waited for, learnt under the lock taken below.
+    let mut learnt: SmallVec<[(Clock, bool); 2]> = SmallVec::new();
+    // Marks to put back under it (shared ones), and those to let go
+    // after it (declared first: dropped last).
+    let mut unused: SmallVec<[Arc<PooledEvent>; 2]> = SmallVec::new();
+    let mut events: SmallVec<[(usize, Arc<PooledEvent>); 2]> = SmallVec::new();
+    for (i, entry) in wait_for.iter_mut().enumerate() {
+        let earlier = entry.earlier.as_deref().expect("checked above");
+        if let Some((clock, host)) = &knows
+            && (Past { clock, host }).knows(entry.id, entry.step)
+        {
+            // Covered by an earlier wait: its mark goes back untouched.
+            if let Some(mark) = entry.mark.take().flatten() {
+                events.push((i, mark));
+            }
+            continue;
+        }
+        let shares = entry.mark.is_some();
+        let mark = match entry.mark.take() {
+            Some(mark) => mark,
+            // A stream of another context: its mark is under its lock.
+            None => earlier.order.lock().mark.take(),
         };
-        order_after(stream, earlier, *step)?;
+        let event = mark_covering(earlier, entry.step, mark)?;
+        stream.wait_event_unlearned(&event)?;
+        // Read right after the wait, as `waited` does.
+        let record = event.order.get();
+        home.order.inserted_waits.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(
+            target: "cuda_streams_driver::order",
+            "stream {} now waits for stream {}",
+            stream.id(),
+            earlier.id()
+        );
+        if let (Some((clock, _)), Some((snapshot, false))) = (&mut knows, &record) {
+            clock.learn(snapshot);
+        }
+        learnt.extend(record);
+        if shares {
+            events.push((i, event));
+        } else {
+            let mut slot = earlier.order.lock();
+            unused.extend(put_back_mark(&mut slot.mark, earlier, event));
+        }
     }
     #[cfg(test)]
     tests::between_waits_and_record();
     let mut held = stream.order.lock();
+    if shared > 0 {
+        for (i, event) in events.drain(..) {
+            let earlier = wait_for[i].earlier.as_deref().expect("checked above");
+            let mark = held.mark_of(earlier).expect("a stream of this context");
+            unused.extend(put_back_mark(mark, earlier, event));
+        }
+    }
     let (state, shadow) = held.split();
+    for (snapshot, captured) in &learnt {
+        // An eager stream learns eager records only (`waited`).
+        if !captured && state.captured.is_none() {
+            state.clock.learn(snapshot);
+        }
+    }
     state.learn_host();
     let access = next_access(state, stream, what);
     let past = state.past();
     // Clocks and the host's knowledge only grow: with the shadow as it was,
     // the races found were the only ones, and they are ordered now.
-    let settled =
-        shadow.version() == version && wait_for.iter().all(|&(id, step, _)| past.knows(id, step));
+    let settled = shadow.version() == version && wait_for.iter().all(|w| past.knows(w.id, w.step));
     if settled {
         for &touch in touches {
             let (lo, hi) = touch.range();
@@ -932,10 +989,18 @@ fn repair<'s>(
     Ok(Some(commit_step(state, stream, home.id(), shadow)))
 }
 
-/// A stream `Auto` makes an operation wait for: its id, the step to cover,
-/// the stream (`None` when it is gone: it cannot be waited for, and the
-/// general way refuses).
-type WaitFor = (u64, u32, Option<Arc<Stream>>);
+/// A stream `Auto` makes an operation wait for.
+struct WaitFor {
+    id: u64,
+    /// The step to cover.
+    step: u32,
+    /// The stream; `None` when it is gone: it cannot be waited for, and
+    /// the general way refuses.
+    earlier: Option<Arc<Stream>>,
+    /// Its mark, taken out under the repair's first lock when the stream
+    /// shares it (same context).
+    mark: Option<Option<Arc<PooledEvent>>>,
+}
 
 /// The access `stream`'s next step would make.
 #[inline]
@@ -1263,29 +1328,12 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
     if known {
         return Ok(());
     }
-    // Taken out of its slot before its record is looked at (a stream's
-    // lock is never held while an event's is taken: [`waited`] nests them
-    // the other way), and so that no other thread takes it meanwhile.
-    let held = earlier.order.lock().mark.take();
-    let event = match held {
-        Some(event) if event.order.covers(earlier.id(), step) => event,
-        // Nobody else holds it (not offered by the engine, no wait of
-        // another thread in progress): record it again, allocating
-        // nothing. Waits already enqueued on it keep the record they were
-        // enqueued against.
-        Some(event) if Arc::strong_count(&event) == 1 => {
-            event.record(earlier)?;
-            event
-        }
-        _ => Arc::new(earlier.mark()?),
-    };
-    {
-        let mut state = earlier.order.lock();
-        // Back as the mark, unless another thread set a newer one.
-        if state.captured.is_none() && state.mark.is_none() {
-            state.mark = Some(Arc::clone(&event));
-        }
-    }
+    // Taken out of its slot, so that no other thread takes it meanwhile
+    // (its record may be recorded again below, which locks the stream).
+    let mark = earlier.order.lock().mark.take();
+    let event = mark_covering(earlier, step, mark)?;
+    let unused = put_back_mark(&mut earlier.order.lock().mark, earlier, Arc::clone(&event));
+    drop(unused);
     stream.wait_event(&event)?;
     stream
         .context()
@@ -1299,6 +1347,44 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
         earlier.id()
     );
     Ok(())
+}
+
+/// An event whose record covers `earlier`'s step `step`: `mark` (its mark,
+/// taken out of its slot) when its record still covers the step, the same
+/// event recorded again when nobody else holds it (no allocation; waits
+/// already enqueued on it keep the record they were enqueued against), or
+/// a fresh mark of everything enqueued on `earlier` so far.
+fn mark_covering(
+    earlier: &Stream,
+    step: u32,
+    mark: Option<Arc<PooledEvent>>,
+) -> Result<Arc<PooledEvent>> {
+    Ok(match mark {
+        Some(event) if event.order.covers(earlier.id(), step) => event,
+        // Not offered by the engine, no wait of another thread in progress.
+        Some(event) if Arc::strong_count(&event) == 1 => {
+            event.record(earlier)?;
+            event
+        }
+        _ => Arc::new(earlier.mark()?),
+    })
+}
+
+/// Put `event` back as `earlier`'s mark (`slot`, locked), unless another
+/// thread set a newer one or the stream takes part in a capture meanwhile;
+/// then it is handed back, for the caller to let go after the lock.
+#[must_use = "an event not put back goes to its pool once dropped, after the lock"]
+fn put_back_mark(
+    slot: &mut Option<Arc<PooledEvent>>,
+    earlier: &Stream,
+    event: Arc<PooledEvent>,
+) -> Option<Arc<PooledEvent>> {
+    if slot.is_none() && earlier.capture_id() == 0 {
+        *slot = Some(event);
+        None
+    } else {
+        Some(event)
+    }
 }
 
 /// Offer `event`, just recorded on `stream` after its latest work, as the
@@ -1744,8 +1830,10 @@ mod tests {
     /// lock and unlock are two atomic read-modify-writes each, much of
     /// `check`'s cost on a GPU host): an operation on memory used before
     /// takes one lock, its context's shadow, which guards its stream's
-    /// clock too; its step lands with no lock, and under `Off` nothing is
-    /// locked at all, an event's record and a wait for it included.
+    /// clock too; its step lands with no lock; a record takes the write
+    /// side of the event's sequence lock (one compare-and-swap), a wait
+    /// reads it with no lock and locks only the stream; under `Off` nothing
+    /// is locked at all, an event's record and a wait for it included.
     #[test]
     fn an_operation_takes_one_lock_for_its_stream_and_the_shadow() {
         let (ctx, _policy) = under(OrderPolicy::Check);
@@ -1758,11 +1846,14 @@ mod tests {
         // point the memset kept.
         assert_eq!(memset, 2, "a memset under check, and its use event");
         let record = locks(|| event.record(&stream).unwrap());
-        assert_eq!(record, 1, "a record after an operation: the event's clock");
+        assert_eq!(
+            record, 1,
+            "a record after an operation: the event's write side"
+        );
         let wait = locks(|| other.wait_event(&event).unwrap());
         assert_eq!(
-            wait, 2,
-            "a wait: the event's clock, the stream's (the shadow)"
+            wait, 1,
+            "a wait: the stream's (the shadow); the event's is read"
         );
         let record = locks(|| event.record(&other).unwrap());
         assert_eq!(record, 2, "a record after a wait: the stream's point too");
