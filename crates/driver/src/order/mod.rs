@@ -154,8 +154,6 @@ static EVER_ON: AtomicBool = AtomicBool::new(false);
 pub(crate) struct ContextOrder {
     policy: AtomicU8,
     shadow: Mutex<Shadow>,
-    reports: AtomicU64,
-    inserted_waits: AtomicU64,
 }
 
 impl ContextOrder {
@@ -166,8 +164,6 @@ impl ContextOrder {
         Self {
             policy: AtomicU8::new(policy.to_u8()),
             shadow: Mutex::default(),
-            reports: AtomicU64::new(0),
-            inserted_waits: AtomicU64::new(0),
         }
     }
 
@@ -185,6 +181,12 @@ impl ContextOrder {
     fn shadow(&self) -> MutexGuard<'_, Shadow> {
         counted();
         self.shadow.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Count in the context's [`OrderStats`], taking the shadow lock (the
+    /// paths that do not hold it already: captures, the general repair).
+    fn count(&self, f: impl FnOnce(&mut OrderStats)) {
+        f(&mut self.shadow().stats);
     }
 }
 
@@ -233,10 +235,7 @@ impl Context {
 
     /// Races found and waits inserted in this context so far.
     pub fn ordering_stats(&self) -> OrderStats {
-        OrderStats {
-            reports: self.order.reports.load(Ordering::Relaxed),
-            inserted_waits: self.order.inserted_waits.load(Ordering::Relaxed),
-        }
+        self.order.shadow().stats
     }
 
     /// Forget the accesses recorded to `bytes` bytes at `address` (memory
@@ -891,6 +890,8 @@ fn repair<'s>(
         });
     }
     let version = shadow.version();
+    // One report per repaired operation.
+    shadow.stats.reports += 1;
     // What the stream knows now, to skip a wait that an earlier wait of
     // this repair covered (its mark knew of the other stream).
     let mut knows = (wait_for.len() > 1).then(|| (state.clock.clone(), Arc::clone(&state.host)));
@@ -908,10 +909,9 @@ fn repair<'s>(
         }
     }
     drop(held);
-    // One report per repaired operation.
-    home.order.reports.fetch_add(1, Ordering::Relaxed);
     // The records waited for, learnt under the lock taken below.
     let mut learnt: SmallVec<[(Clock, bool); 2]> = SmallVec::new();
+    let mut waits = 0;
     // Marks to put back under it (shared ones), and those to let go
     // after it (declared first: dropped last).
     let mut unused: SmallVec<[Arc<PooledEvent>; 2]> = SmallVec::new();
@@ -935,9 +935,9 @@ fn repair<'s>(
         };
         let event = mark_covering(earlier, entry.step, mark)?;
         stream.wait_event_unlearned(&event)?;
+        waits += 1;
         // Read right after the wait, as `waited` does.
         let record = event.order.get();
-        home.order.inserted_waits.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(
             target: "cuda_streams_driver::order",
             "stream {} now waits for stream {}",
@@ -947,12 +947,16 @@ fn repair<'s>(
         if let (Some((clock, _)), Some((snapshot, false))) = (&mut knows, &record) {
             clock.learn(snapshot);
         }
-        learnt.extend(record);
+        if let Some(record) = record {
+            learnt.push(record);
+        }
         if shares {
             events.push((i, event));
         } else {
             let mut slot = earlier.order.lock();
-            unused.extend(put_back_mark(&mut slot.mark, earlier, event));
+            if let Some(event) = put_back_mark(&mut slot.mark, earlier, event) {
+                unused.push(event);
+            }
         }
     }
     #[cfg(test)]
@@ -962,10 +966,13 @@ fn repair<'s>(
         for (i, event) in events.drain(..) {
             let earlier = wait_for[i].earlier.as_deref().expect("checked above");
             let mark = held.mark_of(earlier).expect("a stream of this context");
-            unused.extend(put_back_mark(mark, earlier, event));
+            if let Some(event) = put_back_mark(mark, earlier, event) {
+                unused.push(event);
+            }
         }
     }
     let (state, shadow) = held.split();
+    shadow.stats.inserted_waits += waits;
     for (snapshot, captured) in &learnt {
         // An eager stream learns eager records only (`waited`).
         if !captured && state.captured.is_none() {
@@ -1134,7 +1141,7 @@ fn check_and_repair<'s>(
             }
             if !wait_for.is_empty() {
                 // Under `Auto`: one report per repaired operation.
-                home.order.reports.fetch_add(1, Ordering::Relaxed);
+                locked.held.shadow().stats.reports += 1;
                 let handles: SmallVec<[(Weak<Stream>, u32); 2]> = wait_for
                     .iter()
                     .map(|&(id, step)| {
@@ -1159,9 +1166,7 @@ fn check_and_repair<'s>(
                 continue;
             }
             if !races.is_empty() {
-                home.order
-                    .reports
-                    .fetch_add(races.len() as u64, Ordering::Relaxed);
+                locked.held.shadow().stats.reports += races.len() as u64;
                 if policy == OrderPolicy::Report {
                     for race in &races {
                         tracing::warn!(target: "cuda_streams_driver::order", stream = stream.id(), "{race}");
@@ -1335,11 +1340,7 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
     let unused = put_back_mark(&mut earlier.order.lock().mark, earlier, Arc::clone(&event));
     drop(unused);
     stream.wait_event(&event)?;
-    stream
-        .context()
-        .order
-        .inserted_waits
-        .fetch_add(1, Ordering::Relaxed);
+    stream.context().order.count(|s| s.inserted_waits += 1);
     tracing::trace!(
         target: "cuda_streams_driver::order",
         "stream {} now waits for stream {}",
@@ -1771,6 +1772,42 @@ mod tests {
         );
         stream.synchronize().unwrap();
         forget(&ctx, a.address, 128);
+    }
+
+    /// `Auto`'s repair of a read after another stream's write (the
+    /// pipeline's consumer): the operation's two locks of the shadow (the
+    /// look that found the race, the record after the wait), and the write
+    /// side of the one event the wait needs (a fresh mark of the writer,
+    /// whose point the writer's enqueue on this thread kept); the marks
+    /// taken and put back, and the wait's record, cost no lock of their own
+    /// (the copy took twelve locks in all before).
+    #[test]
+    fn auto_repairs_a_read_after_a_write_with_two_locks_of_the_shadow() {
+        let (ctx, _policy) = under(OrderPolicy::Auto);
+        let [writer, reader] = streams(&ctx);
+        let (mut data, mut copy) = (buffer(&ctx), buffer(&ctx));
+        // Used before on both streams, in order: the steady state.
+        writer.memset_u32_async(&mut data, 1).unwrap();
+        reader
+            .copy_device_to_device_async(&mut copy, &data)
+            .unwrap();
+        copy.to_vec(&reader).unwrap();
+        // Each stream takes in what the host saw (a lock of the host's
+        // knowledge at its next enqueue) before the count.
+        reader.memset_u32_async(&mut copy, 0).unwrap();
+        writer.wait_stream(&reader).unwrap();
+        writer.memset_u32_async(&mut data, 2).unwrap();
+        let waits = ctx.ordering_stats().inserted_waits;
+        let copied = locks(|| {
+            reader
+                .copy_device_to_device_async(&mut copy, &data)
+                .unwrap();
+        });
+        assert_eq!(ctx.ordering_stats().inserted_waits - waits, 1, "one wait");
+        // Two of the shadow, the mark's record, and the use events of the
+        // two buffers (both take the point the copy kept).
+        assert_eq!(copied, 5, "the repair of a copy and its use events");
+        assert_eq!(copy.to_vec(&reader).unwrap(), [2; 64]);
     }
 
     /// Streams of one context share their state's lock with the shadow:
