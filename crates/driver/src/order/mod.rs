@@ -640,11 +640,17 @@ fn kept_point(stream: &Stream) -> Option<Clock> {
     valid.then(|| KEPT_CLOCK.get().clock())
 }
 
-/// `event` was recorded at `point` ([`record_point`]).
+/// `event` was recorded at `point` ([`record_point`]); `exclusive`: the
+/// caller holds the event's only handle, so no other record can overlap
+/// this one ([`Event::record_counted`]).
 #[inline]
-pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
+pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>, exclusive: bool) {
     if let Some(point) = point {
-        event.order.set(point);
+        if exclusive {
+            event.order.set_alone(point);
+        } else {
+            event.order.set(point);
+        }
     }
 }
 
@@ -1894,6 +1900,11 @@ mod tests {
         );
         let record = locks(|| event.record(&other).unwrap());
         assert_eq!(record, 2, "a record after a wait: the stream's point too");
+        // The engine's completion events: the only handle, no overlap.
+        stream.memset_u32_async(&mut data, 1).unwrap();
+        let unique = crate::UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
+        let alone = locks(|| drop(stream.record_latest_unique(unique).unwrap()));
+        assert_eq!(alone, 0, "a record by the only handle after an operation");
         ctx.set_ordering(OrderPolicy::Off);
         let off = locks(|| {
             stream.memset_u32_async(&mut data, 2).unwrap();

@@ -97,7 +97,7 @@ fn back_off(tries: &mut u32) {
 
 impl Recorded {
     /// The event was recorded at `point` ([`super::record_point`]).
-    pub(crate) fn set(&self, (clock, captured): (Clock, bool)) {
+    pub(crate) fn set(&self, point: (Clock, bool)) {
         // The write side: counted as the lock it replaces.
         counted();
         let mut tries = 0;
@@ -113,6 +113,28 @@ impl Recorded {
             }
             back_off(&mut tries);
         };
+        self.write(seq, point);
+    }
+
+    /// [`Recorded::set`] by the holder of the event's only handle: no
+    /// other record can overlap this one, so the write side is taken with
+    /// a store, no read-modify-write (readers are as for any record).
+    pub(crate) fn set_alone(&self, point: (Clock, bool)) {
+        // Relaxed: whatever handed this thread the only handle (the pool,
+        // a move) ordered the previous record before this.
+        let seq = self.seq.load(Ordering::Relaxed);
+        debug_assert!(
+            seq.is_multiple_of(2),
+            "a record overlapped an exclusive one"
+        );
+        self.seq.store(seq + 1, Ordering::Relaxed);
+        self.write(seq, point);
+    }
+
+    /// Write `point` with the write side taken (`seq` + 1 stored), and
+    /// release it.
+    #[inline]
+    fn write(&self, seq: u64, (clock, captured): (Clock, bool)) {
         // The odd sequence is seen before any field written below by a
         // reader that sees one of them (its acquire fence pairs with this).
         fence(Ordering::Release);
@@ -245,6 +267,32 @@ mod loom_tests {
             assert!(same(&last, &a) || same(&last, &b), "{last:?}");
             // Only the eager record (a's) covers its stream's step.
             assert_eq!(order.covers(last.agent, last.own), !captured);
+        });
+    }
+
+    /// One writer holding the event's only handle records twice with no
+    /// read-modify-write while another thread reads: the read sees nothing
+    /// or one record whole.
+    #[test]
+    fn loom_a_read_sees_one_whole_record_of_a_lone_writer() {
+        loom::model(|| {
+            let order = Arc::new(EventOrder::default());
+            let (a, b) = (clock(1, 5, (7, 1)), clock(2, 9, (8, 3)));
+            let writer = {
+                let (order, a, b) = (Arc::clone(&order), a.clone(), b.clone());
+                loom::thread::spawn(move || {
+                    order.set_alone((a, false));
+                    order.set_alone((b, false));
+                })
+            };
+            if let Some((seen, _)) = order.get() {
+                assert!(
+                    same(&seen, &a) || same(&seen, &b),
+                    "a mixed record: {seen:?}"
+                );
+            }
+            writer.join().unwrap();
+            assert!(same(&order.get().expect("recorded").0, &b));
         });
     }
 }
