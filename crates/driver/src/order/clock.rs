@@ -87,6 +87,27 @@ impl Vc {
         }
     }
 
+    /// Its entries, if inline (it knows of no more than [`INLINE`]).
+    #[inline]
+    pub(super) fn inline(&self) -> Option<(&[Agent], &[u32])> {
+        self.spill.is_none().then(|| {
+            let len = (self.len as usize).min(INLINE);
+            (&self.agents[..len], &self.counters[..len])
+        })
+    }
+
+    /// Make it the `len` (at most [`INLINE`]) inline entries `entry(i)`,
+    /// sorted by agent.
+    #[inline]
+    pub(super) fn set_inline(&mut self, len: usize, mut entry: impl FnMut(usize) -> (Agent, u32)) {
+        self.spill = None;
+        let len = len.min(INLINE);
+        for i in 0..len {
+            (self.agents[i], self.counters[i]) = entry(i);
+        }
+        self.len = len as u32;
+    }
+
     /// The number of agents it knows of.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -264,11 +285,11 @@ impl Clock {
 /// enqueuing thread keeps of its stream's point.
 #[derive(Clone, Copy)]
 pub(crate) struct Flat {
-    pub(super) agent: Agent,
-    pub(super) own: u32,
-    pub(super) len: u32,
-    pub(super) agents: [Agent; INLINE],
-    pub(super) counters: [u32; INLINE],
+    agent: Agent,
+    own: u32,
+    len: u32,
+    agents: [Agent; INLINE],
+    counters: [u32; INLINE],
 }
 
 impl Flat {

@@ -645,11 +645,11 @@ fn kept_point(stream: &Stream) -> Option<Clock> {
 /// this one ([`Event::record_counted`]).
 #[inline]
 pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>, exclusive: bool) {
-    if let Some(point) = point {
+    if let Some((clock, captured)) = &point {
         if exclusive {
-            event.order.set_alone(point);
+            event.order.set_alone(clock, *captured);
         } else {
-            event.order.set(point);
+            event.order.set(clock, *captured);
         }
     }
 }
@@ -660,7 +660,8 @@ pub(crate) fn waited(stream: &Stream, event: &Event) {
     if stream.context().order.is_on() {
         // Read without a lock (`recorded.rs`), then learnt under the
         // stream's.
-        let Some((snapshot, captured)) = event.order.get() else {
+        let mut snapshot = Clock::new(0);
+        let Some(captured) = event.order.read_into(&mut snapshot) else {
             return;
         };
         let mut state = stream.order.lock();

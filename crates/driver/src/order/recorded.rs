@@ -12,7 +12,7 @@
 //! large for that (a stream that learned of more than seven others) goes
 //! to a mutex beside, read under the same sequence.
 
-use super::clock::{Agent, Clock, Flat, INLINE};
+use super::clock::{Agent, Clock, INLINE};
 use super::counted;
 
 #[cfg(all(test, loom))]
@@ -96,8 +96,9 @@ fn back_off(tries: &mut u32) {
 }
 
 impl Recorded {
-    /// The event was recorded at `point` ([`super::record_point`]).
-    pub(crate) fn set(&self, point: (Clock, bool)) {
+    /// The event was recorded at `clock` (`captured`: in a capture), the
+    /// point [`super::record_point`] took.
+    pub(crate) fn set(&self, clock: &Clock, captured: bool) {
         // The write side: counted as the lock it replaces.
         counted();
         let mut tries = 0;
@@ -113,13 +114,13 @@ impl Recorded {
             }
             back_off(&mut tries);
         };
-        self.write(seq, point);
+        self.write(seq, clock, captured);
     }
 
     /// [`Recorded::set`] by the holder of the event's only handle: no
     /// other record can overlap this one, so the write side is taken with
     /// a store, no read-modify-write (readers are as for any record).
-    pub(crate) fn set_alone(&self, point: (Clock, bool)) {
+    pub(crate) fn set_alone(&self, clock: &Clock, captured: bool) {
         // Relaxed: whatever handed this thread the only handle (the pool,
         // a move) ordered the previous record before this.
         let seq = self.seq.load(Ordering::Relaxed);
@@ -128,32 +129,31 @@ impl Recorded {
             "a record overlapped an exclusive one"
         );
         self.seq.store(seq + 1, Ordering::Relaxed);
-        self.write(seq, point);
+        self.write(seq, clock, captured);
     }
 
-    /// Write `point` with the write side taken (`seq` + 1 stored), and
+    /// Write the record with the write side taken (`seq` + 1 stored), and
     /// release it.
     #[inline]
-    fn write(&self, seq: u64, (clock, captured): (Clock, bool)) {
+    fn write(&self, seq: u64, clock: &Clock, captured: bool) {
         // The odd sequence is seen before any field written below by a
         // reader that sees one of them (its acquire fence pairs with this).
         fence(Ordering::Release);
         let flags = RECORDED | if captured { CAPTURED } else { 0 };
-        match Flat::of(&clock, clock.own) {
-            Some(flat) => {
-                let len = (flat.len as usize).min(INLINE);
-                for i in 0..len {
-                    self.agents[i].store(flat.agents[i], Ordering::Relaxed);
-                    self.counters[i].store(flat.counters[i], Ordering::Relaxed);
+        match clock.others.inline() {
+            Some((agents, counters)) => {
+                for (i, (&agent, &counter)) in agents.iter().zip(counters).enumerate() {
+                    self.agents[i].store(agent, Ordering::Relaxed);
+                    self.counters[i].store(counter, Ordering::Relaxed);
                 }
-                self.agent.store(flat.agent, Ordering::Relaxed);
-                let head = u64::from(flat.own) | (len as u64) << 32 | flags;
+                self.agent.store(clock.agent, Ordering::Relaxed);
+                let head = u64::from(clock.own) | (agents.len() as u64) << 32 | flags;
                 self.head.store(head, Ordering::Relaxed);
             }
             None => {
                 counted();
                 let mut spilled = self.spilled.lock().unwrap_or_else(|p| p.into_inner());
-                *spilled = Some(Box::new(clock));
+                *spilled = Some(Box::new(clock.clone()));
                 self.head.store(flags | SPILLED, Ordering::Relaxed);
             }
         }
@@ -164,28 +164,35 @@ impl Recorded {
     /// The latest record's clock, and whether it was captured; `None`
     /// before the first record.
     pub(crate) fn get(&self) -> Option<(Clock, bool)> {
+        let mut clock = Clock::new(0);
+        self.read_into(&mut clock).map(|captured| (clock, captured))
+    }
+
+    /// Read the latest record's clock into `out`; whether it was captured,
+    /// `None` (and `out` as it was) before the first record.
+    #[inline]
+    pub(crate) fn read_into(&self, out: &mut Clock) -> Option<bool> {
         self.read(|head, this| {
             if head & RECORDED == 0 {
                 return None;
             }
-            let clock = if head & SPILLED != 0 {
+            if head & SPILLED != 0 {
                 counted();
                 let spilled = this.spilled.lock().unwrap_or_else(|p| p.into_inner());
                 // Always set while the flag is (under the same sequence).
-                spilled.as_deref().cloned().unwrap_or_default()
+                out.clone_from(spilled.as_deref()?);
             } else {
-                let mut flat = Flat::EMPTY;
-                flat.agent = this.agent.load(Ordering::Relaxed);
-                flat.own = head as u32;
+                out.agent = this.agent.load(Ordering::Relaxed);
+                out.own = head as u32;
                 let len = ((head >> 32) as u8 as usize).min(INLINE);
-                flat.len = len as u32;
-                for i in 0..len {
-                    flat.agents[i] = this.agents[i].load(Ordering::Relaxed);
-                    flat.counters[i] = this.counters[i].load(Ordering::Relaxed);
-                }
-                flat.clock()
-            };
-            Some((clock, head & CAPTURED != 0))
+                out.others.set_inline(len, |i| {
+                    (
+                        this.agents[i].load(Ordering::Relaxed),
+                        this.counters[i].load(Ordering::Relaxed),
+                    )
+                });
+            }
+            Some(head & CAPTURED != 0)
         })
     }
 
@@ -203,7 +210,7 @@ impl Recorded {
     /// `read` of the fields (given `head`), retried until no record
     /// overlapped it.
     #[inline]
-    fn read<R>(&self, read: impl Fn(u64, &Self) -> R) -> R {
+    fn read<R>(&self, mut read: impl FnMut(u64, &Self) -> R) -> R {
         let mut tries = 0;
         loop {
             let before = self.seq.load(Ordering::Acquire);
@@ -250,7 +257,7 @@ mod loom_tests {
                 .into_iter()
                 .map(|point| {
                     let order = Arc::clone(&order);
-                    loom::thread::spawn(move || order.set(point))
+                    loom::thread::spawn(move || order.set(&point.0, point.1))
                 })
                 .collect();
             match order.get() {
@@ -281,8 +288,8 @@ mod loom_tests {
             let writer = {
                 let (order, a, b) = (Arc::clone(&order), a.clone(), b.clone());
                 loom::thread::spawn(move || {
-                    order.set_alone((a, false));
-                    order.set_alone((b, false));
+                    order.set_alone(&a, false);
+                    order.set_alone(&b, false);
                 })
             };
             if let Some((seen, _)) = order.get() {
@@ -310,7 +317,7 @@ mod tests {
         let mut small = Clock::new(3);
         small.own = 4;
         small.others.raise(1, 2);
-        order.set((small.clone(), false));
+        order.set(&small, false);
         let (got, captured) = order.get().unwrap();
         assert!(!captured && got.agent == 3 && got.own == 4 && got.others == small.others);
         assert!(order.covers(3, 4) && !order.covers(3, 5) && !order.covers(1, 1));
@@ -319,7 +326,7 @@ mod tests {
         for agent in 10..30 {
             large.others.raise(agent, agent as u32);
         }
-        order.set((large.clone(), true));
+        order.set(&large, true);
         let (got, captured) = order.get().unwrap();
         assert!(captured && got.agent == 5 && got.own == 6 && got.others == large.others);
         assert!(
@@ -327,7 +334,7 @@ mod tests {
             "a captured record covers no eager step"
         );
         // Back to inline: the spilled clock is not read any more.
-        order.set((small.clone(), false));
+        order.set(&small, false);
         assert_eq!(order.get().unwrap().0.others, small.others);
     }
 
@@ -350,7 +357,7 @@ mod tests {
                 scope.spawn(move || {
                     for i in 0..2_000u64 {
                         let agent = thread * 10_000 + i + 1;
-                        order.set((record(agent), false));
+                        order.set(&record(agent), false);
                         if let Some((seen, _)) = order.get() {
                             let whole = record(seen.agent);
                             assert!(
