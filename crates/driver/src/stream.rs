@@ -311,6 +311,7 @@ impl Stream {
     /// [`Stream::wait_event`] without telling the order tracker: for the
     /// tracker's own waits, which learn the event's record under the lock
     /// they take next anyway.
+    #[inline]
     pub(crate) fn wait_event_unlearned(&self, event: &Event) -> Result<()> {
         self.check_driver("the event", event.context())?;
         let (mine, its) = (self.capture_id(), event.captured_in());
