@@ -55,11 +55,15 @@ pub(crate) struct Recorded {
     /// The own counter, the number of entries, the flags above.
     head: AtomicU64,
     agent: AtomicU64,
-    agents: [AtomicU64; INLINE],
-    counters: [AtomicU32; INLINE],
+    /// The clock's entries (the other streams it knows of), `head` says
+    /// how many.
+    entries: [Entry; INLINE],
     /// The clock of a record whose entries do not fit inline.
     spilled: Mutex<Option<Box<Clock>>>,
 }
+
+/// One entry of a recorded clock: another stream, and its step known.
+struct Entry(AtomicU64, AtomicU32);
 
 impl Default for Recorded {
     fn default() -> Self {
@@ -67,8 +71,7 @@ impl Default for Recorded {
             seq: AtomicU64::new(0),
             head: AtomicU64::new(0),
             agent: AtomicU64::new(0),
-            agents: std::array::from_fn(|_| AtomicU64::new(0)),
-            counters: std::array::from_fn(|_| AtomicU32::new(0)),
+            entries: std::array::from_fn(|_| Entry(AtomicU64::new(0), AtomicU32::new(0))),
             spilled: Mutex::new(None),
         }
     }
@@ -143,8 +146,9 @@ impl Recorded {
         match clock.others.inline() {
             Some((agents, counters)) => {
                 for (i, (&agent, &counter)) in agents.iter().zip(counters).enumerate() {
-                    self.agents[i].store(agent, Ordering::Relaxed);
-                    self.counters[i].store(counter, Ordering::Relaxed);
+                    let entry = &self.entries[i];
+                    entry.0.store(agent, Ordering::Relaxed);
+                    entry.1.store(counter, Ordering::Relaxed);
                 }
                 self.agent.store(clock.agent, Ordering::Relaxed);
                 let head = u64::from(clock.own) | (agents.len() as u64) << 32 | flags;
@@ -186,9 +190,10 @@ impl Recorded {
                 out.own = head as u32;
                 let len = ((head >> 32) as u8 as usize).min(INLINE);
                 out.others.set_inline(len, |i| {
+                    let entry = &this.entries[i];
                     (
-                        this.agents[i].load(Ordering::Relaxed),
-                        this.counters[i].load(Ordering::Relaxed),
+                        entry.0.load(Ordering::Relaxed),
+                        entry.1.load(Ordering::Relaxed),
                     )
                 });
             }
