@@ -644,8 +644,9 @@ fn kept_point(stream: &Stream) -> Option<Clock> {
 /// caller holds the event's only handle, so no other record can overlap
 /// this one ([`Event::record_counted`]).
 #[inline]
-pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>, exclusive: bool) {
-    if let Some((clock, captured)) = &point {
+pub(crate) fn recorded(event: &Event, point: Option<&(Clock, bool)>, exclusive: bool) {
+    // By reference: under `Off` (`None`) nothing is moved.
+    if let Some((clock, captured)) = point {
         if exclusive {
             event.order.set_alone(clock, *captured);
         } else {
