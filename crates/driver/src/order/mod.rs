@@ -945,18 +945,24 @@ fn repair<'s>(
         stream.wait_event_unlearned(&event)?;
         waits += 1;
         // Read right after the wait, as `waited` does.
-        let record = event.order.get();
+        // Read into its place in `learnt`, not moved there.
+        learnt.push((Clock::new(0), false));
+        let (snapshot, captured) = learnt.last_mut().expect("just pushed");
+        let read = event.order.read_into(snapshot);
+        match read {
+            Some(was_captured) => *captured = was_captured,
+            None => drop(learnt.pop()),
+        }
         tracing::trace!(
             target: "cuda_streams_driver::order",
             "stream {} now waits for stream {}",
             stream.id(),
             earlier.id()
         );
-        if let (Some((clock, _)), Some((snapshot, false))) = (&mut knows, &record) {
+        if read.is_some()
+            && let (Some((clock, _)), Some((snapshot, false))) = (&mut knows, learnt.last())
+        {
             clock.learn(snapshot);
-        }
-        if let Some(record) = record {
-            learnt.push(record);
         }
         if shares {
             events.push((i, event));
