@@ -168,7 +168,7 @@ impl Event {
         self.recorded.store(true, Ordering::Relaxed);
         self.captured_in
             .store(stream.capture_id(), Ordering::Release);
-        crate::order::recorded(self, point);
+        crate::order::recorded(self, point.as_ref(), exclusive);
         Ok(())
     }
 

@@ -179,7 +179,7 @@ impl Stream {
             raw,
             owned,
             id,
-            order: crate::order::StreamOrder::new(id),
+            order: crate::order::StreamOrder::new(id, ctx),
             counters: Arc::default(),
             timings: Mutex::default(),
             pool: std::sync::OnceLock::new(),
@@ -303,6 +303,16 @@ impl Stream {
     /// # }
     /// ```
     pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.wait_event_unlearned(event)?;
+        crate::order::waited(self, event);
+        Ok(())
+    }
+
+    /// [`Stream::wait_event`] without telling the order tracker: for the
+    /// tracker's own waits, which learn the event's record under the lock
+    /// they take next anyway.
+    #[inline]
+    pub(crate) fn wait_event_unlearned(&self, event: &Event) -> Result<()> {
         self.check_driver("the event", event.context())?;
         let (mine, its) = (self.capture_id(), event.captured_in());
         if mine != its {
@@ -329,7 +339,6 @@ impl Stream {
         // Counted even when it failed: a mark kept before is not reused.
         self.enqueued();
         self.ctx.check(code)?;
-        crate::order::waited(self, event);
         self.counters.operation();
         Ok(())
     }

@@ -18,7 +18,6 @@ use crate::error::{Error, Result};
 use crate::stream::Stream;
 use smallvec::SmallVec;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 /// The order within one capture, while the context's policy is not `Off`.
 pub(crate) struct CaptureOrder {
@@ -73,9 +72,7 @@ impl CaptureOrder {
             return Ok(races);
         }
         let counters = &stream.context().order;
-        counters
-            .reports
-            .fetch_add(races.len() as u64, Ordering::Relaxed);
+        counters.count(|s| s.reports += races.len() as u64);
         if self.policy != OrderPolicy::Auto {
             return Ok(races);
         }
@@ -84,7 +81,7 @@ impl CaptureOrder {
             // and waited inside it, which makes an edge of the graph.
             let event = earlier.mark()?;
             stream.wait_event(&event)?;
-            counters.inserted_waits.fetch_add(1, Ordering::Relaxed);
+            counters.count(|s| s.inserted_waits += 1);
             tracing::trace!(
                 target: "cuda_streams_driver::order",
                 "captured stream {} now waits for captured stream {}",

@@ -15,7 +15,7 @@
 pub(crate) type Agent = u64;
 
 /// Entries a clock holds without allocating.
-const INLINE: usize = 7;
+pub(super) const INLINE: usize = 7;
 
 /// A sparse vector clock: `(agent, counter)` sorted by agent, inline for up
 /// to [`INLINE`] agents, all on the heap (`spill`) beyond.
@@ -85,6 +85,27 @@ impl Vc {
             }
             Some(spill) => (&spill.agents, &mut spill.counters),
         }
+    }
+
+    /// Its entries, if inline (it knows of no more than [`INLINE`]).
+    #[inline]
+    pub(super) fn inline(&self) -> Option<(&[Agent], &[u32])> {
+        self.spill.is_none().then(|| {
+            let len = (self.len as usize).min(INLINE);
+            (&self.agents[..len], &self.counters[..len])
+        })
+    }
+
+    /// Make it the `len` (at most [`INLINE`]) inline entries `entry(i)`,
+    /// sorted by agent.
+    #[inline]
+    pub(super) fn set_inline(&mut self, len: usize, mut entry: impl FnMut(usize) -> (Agent, u32)) {
+        self.spill = None;
+        let len = len.min(INLINE);
+        for i in 0..len {
+            (self.agents[i], self.counters[i]) = entry(i);
+        }
+        self.len = len as u32;
     }
 
     /// The number of agents it knows of.

@@ -21,15 +21,18 @@
 
 mod capture;
 mod clock;
+mod recorded;
 mod report;
 mod tracker;
 
 pub(crate) use capture::CaptureOrder;
+pub(crate) use recorded::EventOrder;
 pub use report::{Race, RaceOp};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::event_pool::PooledEvent;
 use crate::stream::Stream;
 pub(crate) use clock::Clock;
 use clock::{Knows, Past, Vc};
@@ -151,8 +154,6 @@ static EVER_ON: AtomicBool = AtomicBool::new(false);
 pub(crate) struct ContextOrder {
     policy: AtomicU8,
     shadow: Mutex<Shadow>,
-    reports: AtomicU64,
-    inserted_waits: AtomicU64,
 }
 
 impl ContextOrder {
@@ -163,8 +164,6 @@ impl ContextOrder {
         Self {
             policy: AtomicU8::new(policy.to_u8()),
             shadow: Mutex::default(),
-            reports: AtomicU64::new(0),
-            inserted_waits: AtomicU64::new(0),
         }
     }
 
@@ -182,6 +181,12 @@ impl ContextOrder {
     fn shadow(&self) -> MutexGuard<'_, Shadow> {
         counted();
         self.shadow.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Count in the context's [`OrderStats`], taking the shadow lock (the
+    /// paths that do not hold it already: captures, the general repair).
+    fn count(&self, f: impl FnOnce(&mut OrderStats)) {
+        f(&mut self.shadow().stats);
     }
 }
 
@@ -230,10 +235,7 @@ impl Context {
 
     /// Races found and waits inserted in this context so far.
     pub fn ordering_stats(&self) -> OrderStats {
-        OrderStats {
-            reports: self.order.reports.load(Ordering::Relaxed),
-            inserted_waits: self.order.inserted_waits.load(Ordering::Relaxed),
-        }
+        self.order.shadow().stats
     }
 
     /// Forget the accesses recorded to `bytes` bytes at `address` (memory
@@ -261,8 +263,20 @@ pub(crate) fn forget(ctx: &Context, address: u64, bytes: usize) {
 }
 
 /// Per stream: its clock, and the host knowledge it has taken in.
+///
+/// The state is guarded by its context's shadow lock, not a lock of its
+/// own: an operation checks its accesses and takes its step under the one
+/// lock ([`StreamOrder::lock`] gives both), which is what most of `check`'s
+/// cost per operation was (an uncontended lock and unlock are two atomic
+/// read-modify-writes). Records, waits and host waits of the streams of
+/// one context share that lock too; they lock nothing else of the tracker
+/// but the event.
 pub(crate) struct StreamOrder {
-    state: Mutex<StreamState>,
+    /// The context whose shadow lock guards `state`: the stream's own, for
+    /// its whole life (so the same lock every time).
+    home: Arc<Context>,
+    /// Read and written only while `home`'s shadow is locked.
+    state: std::cell::UnsafeCell<StreamState>,
     /// Steps in flight ([`StreamState::in_flight`]) held outside the lock,
     /// so that the end of a driver call releases its step with one store
     /// instead of a lock. 0 is a free slot (steps start at 1). Only the
@@ -273,6 +287,72 @@ pub(crate) struct StreamOrder {
     /// Bumped by every lock of `state`: a point kept by this thread
     /// ([`KeptPoint`]) is the stream's as long as this has not moved.
     changes: AtomicU64,
+}
+
+// SAFETY: `state` is only reached through `StreamOrder::lock`, which holds
+// the shadow lock of `home` (never changed) while the reference it hands
+// out lives, so no two threads touch it at once; everything in it is
+// `Send`. The other fields are atomics and an `Arc`.
+unsafe impl Sync for StreamOrder {}
+
+/// A stream's state, borrowed under its context's shadow lock, which this
+/// holds (and gives out too, for the operation's check and record).
+struct Held<'a> {
+    /// The context whose shadow this locks.
+    home: &'a Arc<Context>,
+    shadow: MutexGuard<'a, Shadow>,
+    state: std::ptr::NonNull<StreamState>,
+    _state: std::marker::PhantomData<&'a mut StreamState>,
+}
+
+impl Held<'_> {
+    /// The stream's state and its context's shadow, both borrowed at once.
+    #[inline]
+    fn split(&mut self) -> (&mut StreamState, &mut Shadow) {
+        // SAFETY: `state` points into the stream this borrows, whose state
+        // `shadow`'s lock guards ([`StreamOrder::lock`]); `&mut self` makes
+        // this the only reference for its length.
+        (unsafe { self.state.as_mut() }, &mut self.shadow)
+    }
+
+    /// The context's shadow.
+    #[inline]
+    fn shadow(&mut self) -> &mut Shadow {
+        &mut self.shadow
+    }
+
+    /// The state of `other`, another stream of the same context, which
+    /// this lock guards too; `None` for a stream of another context. Its
+    /// kept points stay valid ([`StreamOrder::changes`] is not bumped):
+    /// only its mark may be touched this way, never its clock.
+    #[inline]
+    fn mark_of(&mut self, other: &Stream) -> Option<&mut Option<Arc<PooledEvent>>> {
+        if !Arc::ptr_eq(&other.order.home, self.home) {
+            return None;
+        }
+        // SAFETY: `other`'s state is guarded by `home`'s shadow lock, which
+        // this holds; `&mut self` keeps this the only reference made
+        // through this guard for its length (the holder's own state is a
+        // different stream's: a stream never waits for itself, and if it
+        // were the same, `split`'s reference cannot be alive meanwhile).
+        Some(unsafe { &mut (*other.order.state.get()).mark })
+    }
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = StreamState;
+    #[inline]
+    fn deref(&self) -> &StreamState {
+        // SAFETY: as in `Held::split`, shared for the length of `&self`.
+        unsafe { self.state.as_ref() }
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut StreamState {
+        self.split().0
+    }
 }
 
 /// Slots of [`StreamOrder::flying`]: more than the threads that enqueue on
@@ -305,9 +385,11 @@ struct StreamState {
 }
 
 impl StreamOrder {
-    pub(crate) fn new(id: u64) -> Self {
+    /// The order of stream `id`, a stream of `ctx`.
+    pub(crate) fn new(id: u64, ctx: &Arc<Context>) -> Self {
         Self {
-            state: Mutex::new(StreamState {
+            home: Arc::clone(ctx),
+            state: std::cell::UnsafeCell::new(StreamState {
                 clock: Clock::new(id),
                 host: Arc::default(),
                 host_seen: 0,
@@ -321,14 +403,22 @@ impl StreamOrder {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, StreamState> {
-        counted();
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+    /// Lock the stream's state: its context's shadow lock (counted once).
+    /// Never while holding a shadow lock: the streams of a context share it.
+    fn lock(&self) -> Held<'_> {
+        let shadow = self.home.order.shadow();
         // Whatever the holder changes, a point kept before is stale. A
         // store, not a read-modify-write: only the holder writes it.
         let changes = self.changes.load(Ordering::Relaxed) + 1;
         self.changes.store(changes, Ordering::Release);
-        state
+        Held {
+            home: &self.home,
+            shadow,
+            // Not dereferenced here: `Held` hands it out only while
+            // `shadow`, the lock guarding it, is held.
+            state: std::ptr::NonNull::new(self.state.get()).expect("a field's address"),
+            _state: std::marker::PhantomData,
+        }
     }
 
     /// What a point taken now (an event recorded, the host waiting) knows
@@ -382,14 +472,19 @@ impl StreamOrder {
     pub(crate) fn enter_capture(&self) {
         let mut state = self.lock();
         state.captured = Some(Clock::new(state.clock.agent));
-        state.mark = None;
+        // Back to its pool once the lock is released.
+        let mark = state.mark.take();
+        drop(state);
+        drop(mark);
     }
 
     /// The stream left its capture.
     pub(crate) fn leave_capture(&self) {
         let mut state = self.lock();
         state.captured = None;
-        state.mark = None;
+        let mark = state.mark.take();
+        drop(state);
+        drop(mark);
     }
 
     /// Its clock within the graph being captured (`None` outside one).
@@ -432,43 +527,6 @@ impl StreamState {
         Past {
             clock: &self.clock,
             host: &self.host,
-        }
-    }
-}
-
-/// Per event: the clock of the stream at its latest record, and whether
-/// that record was captured into a graph (then the clock is the stream's
-/// clock within the graph, which only streams of that capture may wait for).
-///
-/// Boxed, so an `Event` stays small; a re-record (pooled events are
-/// re-recorded all the time) overwrites the box in place, allocating nothing.
-#[derive(Default)]
-pub(crate) struct EventOrder(Mutex<Option<Box<(Clock, bool)>>>);
-
-impl EventOrder {
-    fn lock(&self) -> MutexGuard<'_, Option<Box<(Clock, bool)>>> {
-        counted();
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn get(&self) -> Option<(Clock, bool)> {
-        self.lock().as_deref().cloned()
-    }
-
-    /// Whether the latest record is an eager one on stream `agent` that
-    /// covers its step `step`.
-    fn covers(&self, agent: clock::Agent, step: u32) -> bool {
-        let slot = self.lock();
-        slot.as_deref()
-            .is_some_and(|(clock, captured)| !captured && clock.agent == agent && clock.own >= step)
-    }
-
-    #[inline]
-    fn set(&self, point: (Clock, bool)) {
-        let mut slot = self.lock();
-        match slot.as_mut() {
-            Some(held) => **held = point,
-            None => *slot = Some(Box::new(point)),
         }
     }
 }
@@ -582,11 +640,18 @@ fn kept_point(stream: &Stream) -> Option<Clock> {
     valid.then(|| KEPT_CLOCK.get().clock())
 }
 
-/// `event` was recorded at `point` ([`record_point`]).
+/// `event` was recorded at `point` ([`record_point`]); `exclusive`: the
+/// caller holds the event's only handle, so no other record can overlap
+/// this one ([`Event::record_counted`]).
 #[inline]
-pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
-    if let Some(point) = point {
-        event.order.set(point);
+pub(crate) fn recorded(event: &Event, point: Option<&(Clock, bool)>, exclusive: bool) {
+    // By reference: under `Off` (`None`) nothing is moved.
+    if let Some((clock, captured)) = point {
+        if exclusive {
+            event.order.set_alone(clock, *captured);
+        } else {
+            event.order.set(clock, *captured);
+        }
     }
 }
 
@@ -594,19 +659,19 @@ pub(crate) fn recorded(event: &Event, point: Option<(Clock, bool)>) {
 #[inline]
 pub(crate) fn waited(stream: &Stream, event: &Event) {
     if stream.context().order.is_on() {
-        // Learnt under the event's lock, without copying its clock; the
-        // only place both locks are held, in this order.
-        let recorded = event.order.lock();
-        let Some((snapshot, captured)) = recorded.as_deref() else {
+        // Read without a lock (`recorded.rs`), then learnt under the
+        // stream's.
+        let mut snapshot = Clock::new(0);
+        let Some(captured) = event.order.read_into(&mut snapshot) else {
             return;
         };
         let mut state = stream.order.lock();
         match (&mut state.captured, captured) {
             (Some(within), true) => {
-                within.learn(snapshot);
+                within.learn(&snapshot);
             }
             (None, false) => {
-                state.clock.learn(snapshot);
+                state.clock.learn(&snapshot);
             }
             // Refused by `Stream::wait_event` before it gets here.
             _ => {}
@@ -715,19 +780,57 @@ impl Touch {
 pub(crate) type Touches = SmallVec<[Touch; 8]>;
 
 /// The shadows of the contexts an operation touches, locked in id order.
+/// The stream's own (which guards its state) and the others' (peer memory).
 struct Locked<'c> {
-    ids: SmallVec<[u64; 2]>,
-    guards: SmallVec<[MutexGuard<'c, Shadow>; 2]>,
+    home: u64,
+    held: Held<'c>,
+    others: SmallVec<[(u64, MutexGuard<'c, Shadow>); 1]>,
 }
 
-impl Locked<'_> {
-    fn get(&mut self, ctx: u64) -> &mut Shadow {
-        let i = self.ids.iter().position(|id| *id == ctx).unwrap_or(0);
-        &mut self.guards[i]
+impl<'c> Locked<'c> {
+    /// Lock `stream`'s state and the shadows of `home` (its context) and
+    /// `others`, in the order of their ids.
+    fn new(stream: &'c Stream, home: &'c Context, others: &'c [Arc<Context>]) -> Self {
+        let mut contexts: SmallVec<[&Context; 2]> = SmallVec::new();
+        contexts.push(home);
+        contexts.extend(others.iter().map(|c| &**c));
+        contexts.sort_by_key(|c| c.id());
+        let mut held = None;
+        let mut guards = SmallVec::new();
+        for ctx in contexts {
+            if ctx.id() == home.id() {
+                held = Some(stream.order.lock());
+            } else {
+                guards.push((ctx.id(), ctx.order.shadow()));
+            }
+        }
+        Locked {
+            home: home.id(),
+            held: held.expect("the stream's own context is listed"),
+            others: guards,
+        }
     }
 
-    fn versions(&self) -> SmallVec<[u64; 2]> {
-        self.guards.iter().map(|g| g.version()).collect()
+    /// The stream's state, and the shadow of context `ctx`.
+    fn split(&mut self, ctx: u64) -> (&mut StreamState, &mut Shadow) {
+        let (state, own) = self.held.split();
+        match self.others.iter_mut().find(|(id, _)| *id == ctx) {
+            Some((_, shadow)) if ctx != self.home => (state, &mut **shadow),
+            _ => (state, own),
+        }
+    }
+
+    fn versions(&mut self) -> SmallVec<[u64; 2]> {
+        let own = self.held.shadow().version();
+        let others = self.others.iter().map(|(_, g)| g.version());
+        std::iter::once(own).chain(others).collect()
+    }
+
+    fn streams(&mut self, id: u64) -> impl Iterator<Item = Weak<Stream>> {
+        let own = self.held.shadow().stream(id);
+        let others: SmallVec<[Weak<Stream>; 1]> =
+            self.others.iter().map(|(_, g)| g.stream(id)).collect();
+        std::iter::once(own).chain(others)
     }
 }
 
@@ -746,15 +849,16 @@ pub(crate) fn before_enqueue<'s>(
 ) -> Result<InFlight<'s>> {
     let home = stream.context();
     if touches.iter().all(|t| t.ctx == home.id()) {
-        let mut state = stream.order.lock();
+        // The stream's state and the shadow: one lock.
+        let mut held = stream.order.lock();
+        let (state, shadow) = held.split();
         state.learn_host();
-        let mut shadow = home.order.shadow();
-        let access = next_access(&state, stream, what);
-        if record_if_ordered(&mut shadow, touches, &access, &state.past()) {
-            return Ok(commit_step(&mut state, stream, home.id(), &mut shadow));
+        let access = next_access(state, stream, what);
+        if record_if_ordered(shadow, touches, &access, &state.past()) {
+            return Ok(commit_step(state, stream, home.id(), shadow));
         }
         if policy == OrderPolicy::Auto
-            && let Some(in_flight) = repair(stream, what, touches, state, shadow)?
+            && let Some(in_flight) = repair(stream, what, touches, held)?
         {
             return Ok(in_flight);
         }
@@ -763,8 +867,7 @@ pub(crate) fn before_enqueue<'s>(
 }
 
 /// `Auto`'s repair of an operation on memory of its stream's own context,
-/// which [`record_if_ordered`] found racing (`state` and `shadow` still
-/// locked since): wait for each stream it races with, then record it as the
+/// which [`record_if_ordered`] found racing (`held` still locked since): wait for each stream it races with, then record it as the
 /// stream's next step, returned in flight. When no access was recorded meanwhile and
 /// the waits cover every race found, nothing is looked up again; otherwise
 /// it is checked again. `None` leaves the operation to the general way (a
@@ -774,63 +877,151 @@ fn repair<'s>(
     stream: &'s Stream,
     what: &'static str,
     touches: &[Touch],
-    state: MutexGuard<'_, StreamState>,
-    shadow: MutexGuard<'_, Shadow>,
+    mut held: Held<'_>,
 ) -> Result<Option<InFlight<'s>>> {
     let home = stream.context();
+    let (state, shadow) = held.split();
     let mut wait_for: SmallVec<[WaitFor; 2]> = SmallVec::new();
     for &touch in touches {
         let (lo, hi) = touch.range();
         shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
             let (id, step) = (conflict.prior.agent, conflict.prior.counter);
-            match wait_for.iter_mut().find(|(w, ..)| *w == id) {
-                Some(entry) => entry.1 = entry.1.max(step),
-                None => wait_for.push((id, step, shadow.live_stream(id))),
+            match wait_for.iter_mut().find(|w| w.id == id) {
+                Some(entry) => entry.step = entry.step.max(step),
+                None => wait_for.push(WaitFor {
+                    id,
+                    step,
+                    earlier: shadow.live_stream(id),
+                    mark: None,
+                }),
             }
         });
     }
     let version = shadow.version();
-    drop(shadow);
-    drop(state);
     // One report per repaired operation.
-    home.order.reports.fetch_add(1, Ordering::Relaxed);
-    for (_, step, earlier) in &wait_for {
-        let Some(earlier) = earlier else {
+    shadow.stats.reports += 1;
+    // What the stream knows now, to skip a wait that an earlier wait of
+    // this repair covered (its mark knew of the other stream).
+    let mut knows = (wait_for.len() > 1).then(|| (state.clock.clone(), Arc::clone(&state.host)));
+    // The marks of the streams to wait for that share this lock, taken out
+    // now rather than under a lock of their own, and so that no other
+    // thread takes them meanwhile.
+    let mut shared = 0;
+    for entry in &mut wait_for {
+        let Some(earlier) = &entry.earlier else {
             return Ok(None);
         };
-        order_after(stream, earlier, *step)?;
+        if let Some(mark) = held.mark_of(earlier) {
+            entry.mark = Some(mark.take());
+            shared += 1;
+        }
+    }
+    drop(held);
+    // The records waited for, learnt under the lock taken below.
+    let mut learnt: SmallVec<[(Clock, bool); 2]> = SmallVec::new();
+    let mut waits = 0;
+    // Marks to put back under it (shared ones), and those to let go
+    // after it (declared first: dropped last).
+    let mut unused: SmallVec<[Arc<PooledEvent>; 2]> = SmallVec::new();
+    let mut events: SmallVec<[(usize, Arc<PooledEvent>); 2]> = SmallVec::new();
+    for (i, entry) in wait_for.iter_mut().enumerate() {
+        let earlier = entry.earlier.as_deref().expect("checked above");
+        if let Some((clock, host)) = &knows
+            && (Past { clock, host }).knows(entry.id, entry.step)
+        {
+            // Covered by an earlier wait: its mark goes back untouched.
+            if let Some(mark) = entry.mark.take().flatten() {
+                events.push((i, mark));
+            }
+            continue;
+        }
+        let shares = entry.mark.is_some();
+        let mark = match entry.mark.take() {
+            Some(mark) => mark,
+            // A stream of another context: its mark is under its lock.
+            None => earlier.order.lock().mark.take(),
+        };
+        let event = mark_covering(earlier, entry.step, mark)?;
+        stream.wait_event_unlearned(&event)?;
+        waits += 1;
+        // Read right after the wait, as `waited` does.
+        // Read into its place in `learnt`, not moved there.
+        learnt.push((Clock::new(0), false));
+        let (snapshot, captured) = learnt.last_mut().expect("just pushed");
+        let read = event.order.read_into(snapshot);
+        match read {
+            Some(was_captured) => *captured = was_captured,
+            None => drop(learnt.pop()),
+        }
+        tracing::trace!(
+            target: "cuda_streams_driver::order",
+            "stream {} now waits for stream {}",
+            stream.id(),
+            earlier.id()
+        );
+        if read.is_some()
+            && let (Some((clock, _)), Some((snapshot, false))) = (&mut knows, learnt.last())
+        {
+            clock.learn(snapshot);
+        }
+        if shares {
+            events.push((i, event));
+        } else {
+            let mut slot = earlier.order.lock();
+            if let Some(event) = put_back_mark(&mut slot.mark, earlier, event) {
+                unused.push(event);
+            }
+        }
     }
     #[cfg(test)]
     tests::between_waits_and_record();
-    let mut state = stream.order.lock();
+    let mut held = stream.order.lock();
+    if shared > 0 {
+        for (i, event) in events.drain(..) {
+            let earlier = wait_for[i].earlier.as_deref().expect("checked above");
+            let mark = held.mark_of(earlier).expect("a stream of this context");
+            if let Some(event) = put_back_mark(mark, earlier, event) {
+                unused.push(event);
+            }
+        }
+    }
+    let (state, shadow) = held.split();
+    shadow.stats.inserted_waits += waits;
+    for (snapshot, captured) in &learnt {
+        // An eager stream learns eager records only (`waited`).
+        if !captured && state.captured.is_none() {
+            state.clock.learn(snapshot);
+        }
+    }
     state.learn_host();
-    let mut shadow = home.order.shadow();
-    let access = next_access(&state, stream, what);
+    let access = next_access(state, stream, what);
     let past = state.past();
     // Clocks and the host's knowledge only grow: with the shadow as it was,
     // the races found were the only ones, and they are ordered now.
-    let settled =
-        shadow.version() == version && wait_for.iter().all(|&(id, step, _)| past.knows(id, step));
+    let settled = shadow.version() == version && wait_for.iter().all(|w| past.knows(w.id, w.step));
     if settled {
         for &touch in touches {
             let (lo, hi) = touch.range();
             shadow.record(lo, hi, touch.write, &access, &past);
         }
-    } else if !record_if_ordered(&mut shadow, touches, &access, &past) {
+    } else if !record_if_ordered(shadow, touches, &access, &past) {
         return Ok(None);
     }
-    Ok(Some(commit_step(
-        &mut state,
-        stream,
-        home.id(),
-        &mut shadow,
-    )))
+    Ok(Some(commit_step(state, stream, home.id(), shadow)))
 }
 
-/// A stream `Auto` makes an operation wait for: its id, the step to cover,
-/// the stream (`None` when it is gone: it cannot be waited for, and the
-/// general way refuses).
-type WaitFor = (u64, u32, Option<Arc<Stream>>);
+/// A stream `Auto` makes an operation wait for.
+struct WaitFor {
+    id: u64,
+    /// The step to cover.
+    step: u32,
+    /// The stream; `None` when it is gone: it cannot be waited for, and
+    /// the general way refuses.
+    earlier: Option<Arc<Stream>>,
+    /// Its mark, taken out under the repair's first lock when the stream
+    /// shares it (same context).
+    mark: Option<Option<Arc<PooledEvent>>>,
+}
 
 /// The access `stream`'s next step would make.
 #[inline]
@@ -933,30 +1124,15 @@ fn check_and_repair<'s>(
     }
     let mut repaired: Option<Repair> = None;
     for attempt in 0..4 {
-        let mut state = stream.order.lock();
-        state.learn_host();
-        let mut locked = if others.is_empty() {
-            Locked {
-                ids: smallvec::smallvec![home.id()],
-                guards: smallvec::smallvec![home.order.shadow()],
-            }
-        } else {
-            let mut contexts: SmallVec<[&Context; 2]> = SmallVec::new();
-            contexts.push(home);
-            contexts.extend(others.iter().map(|c| &**c));
-            contexts.sort_by_key(|c| c.id());
-            Locked {
-                ids: contexts.iter().map(|c| c.id()).collect(),
-                guards: contexts.iter().map(|c| c.order.shadow()).collect(),
-            }
-        };
+        let mut locked = Locked::new(stream, home, &others);
+        locked.held.learn_host();
         // The waits inserted last time cover every conflict found then; if
         // no access was recorded since, there is nothing to look for.
         let settled = repaired.as_ref().is_some_and(|(versions, covered)| {
             *versions == locked.versions()
                 && covered
                     .iter()
-                    .all(|&(agent, step)| state.past().knows(agent, step))
+                    .all(|&(agent, step)| locked.held.past().knows(agent, step))
         });
         if !settled {
             let mut races: SmallVec<[Race; 1]> = SmallVec::new();
@@ -964,40 +1140,31 @@ fn check_and_repair<'s>(
             let mut wait_for: SmallVec<[(u64, u32); 2]> = SmallVec::new();
             for &touch in touches {
                 let (lo, hi) = touch.range();
-                let clock = &state.past();
-                locked
-                    .get(touch.ctx)
-                    .conflicts(lo, hi, touch.write, clock, |conflict| {
-                        if policy == OrderPolicy::Auto {
-                            let (id, step) = (conflict.prior.agent, conflict.prior.counter);
-                            match wait_for.iter_mut().find(|(w, _)| *w == id) {
-                                Some(entry) => entry.1 = entry.1.max(step),
-                                None => wait_for.push((id, step)),
-                            }
-                        } else {
-                            races.push(race(stream, what, touch, &conflict));
+                let (state, shadow) = locked.split(touch.ctx);
+                shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
+                    if policy == OrderPolicy::Auto {
+                        let (id, step) = (conflict.prior.agent, conflict.prior.counter);
+                        match wait_for.iter_mut().find(|(w, _)| *w == id) {
+                            Some(entry) => entry.1 = entry.1.max(step),
+                            None => wait_for.push((id, step)),
                         }
-                    });
+                    } else {
+                        races.push(race(stream, what, touch, &conflict));
+                    }
+                });
             }
             if !wait_for.is_empty() {
                 // Under `Auto`: one report per repaired operation.
-                home.order.reports.fetch_add(1, Ordering::Relaxed);
+                locked.held.shadow().stats.reports += 1;
                 let handles: SmallVec<[(Weak<Stream>, u32); 2]> = wait_for
                     .iter()
                     .map(|&(id, step)| {
-                        let holder = locked.guards.iter().map(|g| g.stream(id));
-                        (
-                            holder
-                                .into_iter()
-                                .find(|w| w.strong_count() > 0)
-                                .unwrap_or_default(),
-                            step,
-                        )
+                        let live = locked.streams(id).find(|w| w.strong_count() > 0);
+                        (live.unwrap_or_default(), step)
                     })
                     .collect();
                 let versions = locked.versions();
                 drop(locked);
-                drop(state);
                 let refuse = || first_race(stream, what, touches);
                 if attempt == 3 {
                     return Err(refuse());
@@ -1013,9 +1180,7 @@ fn check_and_repair<'s>(
                 continue;
             }
             if !races.is_empty() {
-                home.order
-                    .reports
-                    .fetch_add(races.len() as u64, Ordering::Relaxed);
+                locked.held.shadow().stats.reports += races.len() as u64;
                 if policy == OrderPolicy::Report {
                     for race in &races {
                         tracing::warn!(target: "cuda_streams_driver::order", stream = stream.id(), "{race}");
@@ -1028,21 +1193,18 @@ fn check_and_repair<'s>(
             }
         }
         // No race left (or reported): the access is this stream's next step.
-        let access = next_access(&state, stream, what);
+        let access = next_access(&locked.held, stream, what);
         for &touch in touches {
             let (lo, hi) = touch.range();
-            locked
-                .get(touch.ctx)
-                .record(lo, hi, touch.write, &access, &state.past());
+            let (state, shadow) = locked.split(touch.ctx);
+            shadow.record(lo, hi, touch.write, &access, &state.past());
         }
-        for (&ctx, shadow) in locked.ids.iter().zip(locked.guards.iter_mut()) {
-            join(&mut state, stream, ctx, shadow);
+        for (ctx, shadow) in &mut locked.others {
+            let state = locked.held.split().0;
+            join(state, stream, *ctx, shadow);
         }
-        state.clock.own += 1;
-        let step = state.clock.own;
-        keep_point(stream, &state, step);
-        let slot = stream.order.fly(&mut state, step);
-        return Ok(InFlight(Some((stream, step, slot))));
+        let (state, shadow) = locked.held.split();
+        return Ok(commit_step(state, stream, home.id(), shadow));
     }
     unreachable!("the last attempt returns")
 }
@@ -1074,7 +1236,16 @@ fn race(
 #[cold]
 fn first_race(stream: &Stream, what: &'static str, touches: &[Touch]) -> Error {
     let home = stream.context();
-    let state = stream.order.lock();
+    // Copied out: the stream's lock is its context's shadow lock, and the
+    // shadows are locked one at a time below.
+    let (clock, host) = {
+        let state = stream.order.lock();
+        (state.clock.clone(), Arc::clone(&state.host))
+    };
+    let past = Past {
+        clock: &clock,
+        host: &host,
+    };
     let mut found = None;
     for &touch in touches {
         let shadow = if touch.ctx == home.id() {
@@ -1086,7 +1257,7 @@ fn first_race(stream: &Stream, what: &'static str, touches: &[Touch]) -> Error {
         let (lo, hi) = touch.range();
         ctx.order
             .shadow()
-            .conflicts(lo, hi, touch.write, &state.past(), |conflict| {
+            .conflicts(lo, hi, touch.write, &past, |conflict| {
                 if found.is_none() {
                     found = Some(race(stream, what, touch, &conflict));
                 }
@@ -1176,35 +1347,14 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
     if known {
         return Ok(());
     }
-    // Taken out of its slot before its record is looked at (a stream's
-    // lock is never held while an event's is taken: [`waited`] nests them
-    // the other way), and so that no other thread takes it meanwhile.
-    let held = earlier.order.lock().mark.take();
-    let event = match held {
-        Some(event) if event.order.covers(earlier.id(), step) => event,
-        // Nobody else holds it (not offered by the engine, no wait of
-        // another thread in progress): record it again, allocating
-        // nothing. Waits already enqueued on it keep the record they were
-        // enqueued against.
-        Some(event) if Arc::strong_count(&event) == 1 => {
-            event.record(earlier)?;
-            event
-        }
-        _ => Arc::new(earlier.mark()?),
-    };
-    {
-        let mut state = earlier.order.lock();
-        // Back as the mark, unless another thread set a newer one.
-        if state.captured.is_none() && state.mark.is_none() {
-            state.mark = Some(Arc::clone(&event));
-        }
-    }
+    // Taken out of its slot, so that no other thread takes it meanwhile
+    // (its record may be recorded again below, which locks the stream).
+    let mark = earlier.order.lock().mark.take();
+    let event = mark_covering(earlier, step, mark)?;
+    let unused = put_back_mark(&mut earlier.order.lock().mark, earlier, Arc::clone(&event));
+    drop(unused);
     stream.wait_event(&event)?;
-    stream
-        .context()
-        .order
-        .inserted_waits
-        .fetch_add(1, Ordering::Relaxed);
+    stream.context().order.count(|s| s.inserted_waits += 1);
     tracing::trace!(
         target: "cuda_streams_driver::order",
         "stream {} now waits for stream {}",
@@ -1212,6 +1362,44 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
         earlier.id()
     );
     Ok(())
+}
+
+/// An event whose record covers `earlier`'s step `step`: `mark` (its mark,
+/// taken out of its slot) when its record still covers the step, the same
+/// event recorded again when nobody else holds it (no allocation; waits
+/// already enqueued on it keep the record they were enqueued against), or
+/// a fresh mark of everything enqueued on `earlier` so far.
+fn mark_covering(
+    earlier: &Stream,
+    step: u32,
+    mark: Option<Arc<PooledEvent>>,
+) -> Result<Arc<PooledEvent>> {
+    Ok(match mark {
+        Some(event) if event.order.covers(earlier.id(), step) => event,
+        // Not offered by the engine, no wait of another thread in progress.
+        Some(event) if Arc::strong_count(&event) == 1 => {
+            event.record(earlier)?;
+            event
+        }
+        _ => Arc::new(earlier.mark()?),
+    })
+}
+
+/// Put `event` back as `earlier`'s mark (`slot`, locked), unless another
+/// thread set a newer one or the stream takes part in a capture meanwhile;
+/// then it is handed back, for the caller to let go after the lock.
+#[must_use = "an event not put back goes to its pool once dropped, after the lock"]
+fn put_back_mark(
+    slot: &mut Option<Arc<PooledEvent>>,
+    earlier: &Stream,
+    event: Arc<PooledEvent>,
+) -> Option<Arc<PooledEvent>> {
+    if slot.is_none() && earlier.capture_id() == 0 {
+        *slot = Some(event);
+        None
+    } else {
+        Some(event)
+    }
 }
 
 /// Offer `event`, just recorded on `stream` after its latest work, as the
@@ -1350,10 +1538,11 @@ mod tests {
         drop(before_enqueue(&c, "test", &[touch], OrderPolicy::Auto).unwrap());
         // c waited for a, d for a, and c, looking again, for d.
         assert_eq!(ctx.ordering_stats().inserted_waits - before, 3);
+        let d_step = d.order.lock().clock.own;
         let c_knows_d = {
             let mut state = c.order.lock();
             state.learn_host();
-            state.past().knows(d.id(), d.order.lock().clock.own)
+            state.past().knows(d.id(), d_step)
         };
         assert!(c_knows_d, "c's write was recorded unordered with d's");
         forget(&ctx, touch.address, touch.bytes);
@@ -1599,6 +1788,88 @@ mod tests {
         forget(&ctx, a.address, 128);
     }
 
+    /// `Auto`'s repair of a read after another stream's write (the
+    /// pipeline's consumer): the operation's two locks of the shadow (the
+    /// look that found the race, the record after the wait), and the write
+    /// side of the one event the wait needs (a fresh mark of the writer,
+    /// whose point the writer's enqueue on this thread kept); the marks
+    /// taken and put back, and the wait's record, cost no lock of their own
+    /// (the copy took twelve locks in all before).
+    #[test]
+    fn auto_repairs_a_read_after_a_write_with_two_locks_of_the_shadow() {
+        let (ctx, _policy) = under(OrderPolicy::Auto);
+        let [writer, reader] = streams(&ctx);
+        let (mut data, mut copy) = (buffer(&ctx), buffer(&ctx));
+        // Used before on both streams, in order: the steady state.
+        writer.memset_u32_async(&mut data, 1).unwrap();
+        reader
+            .copy_device_to_device_async(&mut copy, &data)
+            .unwrap();
+        copy.to_vec(&reader).unwrap();
+        // Each stream takes in what the host saw (a lock of the host's
+        // knowledge at its next enqueue) before the count.
+        reader.memset_u32_async(&mut copy, 0).unwrap();
+        writer.wait_stream(&reader).unwrap();
+        writer.memset_u32_async(&mut data, 2).unwrap();
+        let waits = ctx.ordering_stats().inserted_waits;
+        let copied = locks(|| {
+            reader
+                .copy_device_to_device_async(&mut copy, &data)
+                .unwrap();
+        });
+        assert_eq!(ctx.ordering_stats().inserted_waits - waits, 1, "one wait");
+        // Two of the shadow, the mark's record, and the use events of the
+        // two buffers (both take the point the copy kept).
+        assert_eq!(copied, 5, "the repair of a copy and its use events");
+        assert_eq!(copy.to_vec(&reader).unwrap(), [2; 64]);
+    }
+
+    /// Streams of one context share their state's lock with the shadow:
+    /// threads enqueueing on two streams at once (two threads per stream),
+    /// each recording one shared event after each operation, lose no step
+    /// and no access, and the checks after them still see every write.
+    #[test]
+    fn concurrent_enqueues_and_records_on_streams_of_one_context_keep_every_step() {
+        let (ctx, _policy) = under(OrderPolicy::Check);
+        let [a, b, reader] = streams(&ctx);
+        let event = crate::Event::new(&ctx, crate::EventFlags::PLAIN).unwrap();
+        let steps = |s: &Stream| s.order.lock().clock.own;
+        let (from_a, from_b) = (steps(&a), steps(&b));
+        const OPS: u32 = 200;
+        let mut buffers: Vec<_> = (0..4).map(|_| buffer(&ctx)).collect();
+        std::thread::scope(|scope| {
+            for (i, data) in buffers.iter_mut().enumerate() {
+                let (stream, event) = (if i % 2 == 0 { &a } else { &b }, &event);
+                scope.spawn(move || {
+                    for value in 0..OPS {
+                        stream.memset_u32_async(data, value).unwrap();
+                        event.record(stream).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(steps(&a) - from_a, 2 * OPS, "steps of a lost");
+        assert_eq!(steps(&b) - from_b, 2 * OPS, "steps of b lost");
+        // The event's record is one of the two streams', whole.
+        let (point, captured) = event.order.get().expect("recorded");
+        assert!(!captured && (point.agent == a.id() || point.agent == b.id()));
+        assert!(point.own <= steps(&a).max(steps(&b)));
+        // Every thread's last write is still recorded: unordered, refused.
+        for data in &mut buffers {
+            let refused = reader.memset_u32_async(data, 9);
+            assert!(
+                matches!(refused, Err(Error::UnorderedAccess(_))),
+                "{refused:?}"
+            );
+        }
+        reader.wait_stream(&a).unwrap();
+        reader.wait_stream(&b).unwrap();
+        for data in &mut buffers {
+            reader.memset_u32_async(data, 9).unwrap();
+            assert_eq!(data.to_vec(&reader).unwrap(), [9; 64]);
+        }
+    }
+
     /// Tracker locks taken on this thread while `f` runs.
     fn locks(f: impl FnOnce()) -> u64 {
         let before = LOCKS.with(std::cell::Cell::get);
@@ -1609,11 +1880,13 @@ mod tests {
     /// What the tracker locks per operation, counted (the uncontended
     /// lock and unlock are two atomic read-modify-writes each, much of
     /// `check`'s cost on a GPU host): an operation on memory used before
-    /// locks its stream and its context's shadow once each, its step lands
-    /// with no lock, and under `Off` nothing is locked at all, an event's
-    /// record and a wait for it included.
+    /// takes one lock, its context's shadow, which guards its stream's
+    /// clock too; its step lands with no lock; a record takes the write
+    /// side of the event's sequence lock (one compare-and-swap), a wait
+    /// reads it with no lock and locks only the stream; under `Off` nothing
+    /// is locked at all, an event's record and a wait for it included.
     #[test]
-    fn an_operation_takes_one_lock_of_its_stream_and_one_of_the_shadow() {
+    fn an_operation_takes_one_lock_for_its_stream_and_the_shadow() {
         let (ctx, _policy) = under(OrderPolicy::Check);
         let [stream, other] = streams(&ctx);
         let mut data = buffer(&ctx);
@@ -1622,13 +1895,24 @@ mod tests {
         let memset = locks(|| stream.memset_u32_async(&mut data, 1).unwrap());
         // The buffer's use event on a stream other than its home takes the
         // point the memset kept.
-        assert_eq!(memset, 3, "a memset under check, and its use event");
+        assert_eq!(memset, 2, "a memset under check, and its use event");
         let record = locks(|| event.record(&stream).unwrap());
-        assert_eq!(record, 1, "a record after an operation: the event's clock");
+        assert_eq!(
+            record, 1,
+            "a record after an operation: the event's write side"
+        );
         let wait = locks(|| other.wait_event(&event).unwrap());
-        assert_eq!(wait, 2, "a wait: the event's clock, the stream's");
+        assert_eq!(
+            wait, 1,
+            "a wait: the stream's (the shadow); the event's is read"
+        );
         let record = locks(|| event.record(&other).unwrap());
         assert_eq!(record, 2, "a record after a wait: the stream's point too");
+        // The engine's completion events: the only handle, no overlap.
+        stream.memset_u32_async(&mut data, 1).unwrap();
+        let unique = crate::UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
+        let alone = locks(|| drop(stream.record_latest_unique(unique).unwrap()));
+        assert_eq!(alone, 0, "a record by the only handle after an operation");
         ctx.set_ordering(OrderPolicy::Off);
         let off = locks(|| {
             stream.memset_u32_async(&mut data, 2).unwrap();

@@ -74,6 +74,10 @@ pub(crate) struct Shadow {
     streams: HashMap<Agent, Weak<Stream>, BuildHasherDefault<IdHasher>>,
     /// The table's size at which the next join sweeps out dead streams.
     sweep_at: usize,
+    /// Races found and waits inserted in this context: counted under the
+    /// lock every operation takes anyway, rather than by atomic
+    /// read-modify-writes of their own.
+    pub(crate) stats: super::OrderStats,
 }
 
 impl Shadow {

@@ -1,0 +1,378 @@
+//! An event's latest record as the tracker saw it, read without a lock.
+//!
+//! Every record writes it (the use event after an operation, the engine's
+//! completion events) and every wait for the event reads it. Under a lock
+//! each would cost two atomic read-modify-writes; this is a sequence lock
+//! instead. A record takes the write side with one compare-and-swap (two
+//! records of one event on two threads still exclude each other) and
+//! releases it with a store; a reader loads the sequence, the fields and
+//! the sequence again, and reads again if a record overlapped. The fields
+//! are atomics, so an overlapped read is a retry, never a data race. The
+//! clock is kept inline, as a stream's clock is (`clock.rs`); a clock too
+//! large for that (a stream that learned of more than seven others) goes
+//! to a mutex beside, read under the same sequence.
+
+use super::clock::{Agent, Clock, INLINE};
+use super::counted;
+
+#[cfg(all(test, loom))]
+use loom::sync::{
+    Mutex,
+    atomic::{AtomicU32, AtomicU64, Ordering, fence},
+};
+#[cfg(not(all(test, loom)))]
+use std::sync::{
+    Mutex,
+    atomic::{AtomicU32, AtomicU64, Ordering, fence},
+};
+
+/// `head`'s flags, above the own counter (bits 0..32) and the number of
+/// inline entries (bits 32..40).
+const RECORDED: u64 = 1 << 40;
+const CAPTURED: u64 = 1 << 41;
+const SPILLED: u64 = 1 << 42;
+
+/// Per event: the clock of the stream at its latest record, and whether
+/// that record was captured into a graph (then the clock is the stream's
+/// clock within the graph, which only streams of that capture may wait for).
+///
+/// Boxed, so an `Event` stays small (events are made once and pooled).
+#[derive(Default)]
+pub(crate) struct EventOrder(Box<Recorded>);
+
+impl std::ops::Deref for EventOrder {
+    type Target = Recorded;
+    #[inline]
+    fn deref(&self) -> &Recorded {
+        &self.0
+    }
+}
+
+/// The fields of an [`EventOrder`].
+pub(crate) struct Recorded {
+    /// Even while no record writes, odd while one does; each record adds 2.
+    seq: AtomicU64,
+    /// The own counter, the number of entries, the flags above.
+    head: AtomicU64,
+    agent: AtomicU64,
+    /// The clock's entries (the other streams it knows of), `head` says
+    /// how many.
+    entries: [Entry; INLINE],
+    /// The clock of a record whose entries do not fit inline.
+    spilled: Mutex<Option<Box<Clock>>>,
+}
+
+/// One entry of a recorded clock: another stream, and its step known.
+struct Entry(AtomicU64, AtomicU32);
+
+impl Default for Recorded {
+    fn default() -> Self {
+        Self {
+            seq: AtomicU64::new(0),
+            head: AtomicU64::new(0),
+            agent: AtomicU64::new(0),
+            entries: std::array::from_fn(|_| Entry(AtomicU64::new(0), AtomicU32::new(0))),
+            spilled: Mutex::new(None),
+        }
+    }
+}
+
+/// Wait a little for a record in progress on another thread (a few dozen
+/// stores) to finish.
+#[inline]
+fn back_off(tries: &mut u32) {
+    #[cfg(all(test, loom))]
+    {
+        let _ = tries;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(all(test, loom)))]
+    {
+        *tries += 1;
+        if *tries < 64 {
+            std::hint::spin_loop();
+        } else {
+            // The writer was preempted: let it run.
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Recorded {
+    /// The event was recorded at `clock` (`captured`: in a capture), the
+    /// point [`super::record_point`] took.
+    pub(crate) fn set(&self, clock: &Clock, captured: bool) {
+        // The write side: counted as the lock it replaces.
+        counted();
+        let mut tries = 0;
+        let seq = loop {
+            let seq = self.seq.load(Ordering::Relaxed);
+            if seq.is_multiple_of(2)
+                && self
+                    .seq
+                    .compare_exchange_weak(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                break seq;
+            }
+            back_off(&mut tries);
+        };
+        self.write(seq, clock, captured);
+    }
+
+    /// [`Recorded::set`] by the holder of the event's only handle: no
+    /// other record can overlap this one, so the write side is taken with
+    /// a store, no read-modify-write (readers are as for any record).
+    pub(crate) fn set_alone(&self, clock: &Clock, captured: bool) {
+        // Relaxed: whatever handed this thread the only handle (the pool,
+        // a move) ordered the previous record before this.
+        let seq = self.seq.load(Ordering::Relaxed);
+        debug_assert!(
+            seq.is_multiple_of(2),
+            "a record overlapped an exclusive one"
+        );
+        self.seq.store(seq + 1, Ordering::Relaxed);
+        self.write(seq, clock, captured);
+    }
+
+    /// Write the record with the write side taken (`seq` + 1 stored), and
+    /// release it.
+    #[inline]
+    fn write(&self, seq: u64, clock: &Clock, captured: bool) {
+        // The odd sequence is seen before any field written below by a
+        // reader that sees one of them (its acquire fence pairs with this).
+        fence(Ordering::Release);
+        let flags = RECORDED | if captured { CAPTURED } else { 0 };
+        match clock.others.inline() {
+            Some((agents, counters)) => {
+                for (i, (&agent, &counter)) in agents.iter().zip(counters).enumerate() {
+                    let entry = &self.entries[i];
+                    entry.0.store(agent, Ordering::Relaxed);
+                    entry.1.store(counter, Ordering::Relaxed);
+                }
+                self.agent.store(clock.agent, Ordering::Relaxed);
+                let head = u64::from(clock.own) | (agents.len() as u64) << 32 | flags;
+                self.head.store(head, Ordering::Relaxed);
+            }
+            None => {
+                counted();
+                let mut spilled = self.spilled.lock().unwrap_or_else(|p| p.into_inner());
+                *spilled = Some(Box::new(clock.clone()));
+                self.head.store(flags | SPILLED, Ordering::Relaxed);
+            }
+        }
+        // Release: a reader that sees this even sequence sees every field.
+        self.seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// The latest record's clock, and whether it was captured; `None`
+    /// before the first record.
+    pub(crate) fn get(&self) -> Option<(Clock, bool)> {
+        let mut clock = Clock::new(0);
+        self.read_into(&mut clock).map(|captured| (clock, captured))
+    }
+
+    /// Read the latest record's clock into `out`; whether it was captured,
+    /// `None` (and `out` as it was) before the first record.
+    #[inline]
+    pub(crate) fn read_into(&self, out: &mut Clock) -> Option<bool> {
+        self.read(|head, this| {
+            if head & RECORDED == 0 {
+                return None;
+            }
+            if head & SPILLED != 0 {
+                counted();
+                let spilled = this.spilled.lock().unwrap_or_else(|p| p.into_inner());
+                // Always set while the flag is (under the same sequence).
+                out.clone_from(spilled.as_deref()?);
+            } else {
+                out.agent = this.agent.load(Ordering::Relaxed);
+                out.own = head as u32;
+                let len = ((head >> 32) as u8 as usize).min(INLINE);
+                out.others.set_inline(len, |i| {
+                    let entry = &this.entries[i];
+                    (
+                        entry.0.load(Ordering::Relaxed),
+                        entry.1.load(Ordering::Relaxed),
+                    )
+                });
+            }
+            Some(head & CAPTURED != 0)
+        })
+    }
+
+    /// Whether the latest record is an eager one on stream `agent` that
+    /// covers its step `step`.
+    pub(crate) fn covers(&self, agent: Agent, step: u32) -> bool {
+        self.read(|head, this| {
+            head & RECORDED != 0
+                && head & CAPTURED == 0
+                && head as u32 >= step
+                && this.agent.load(Ordering::Relaxed) == agent
+        })
+    }
+
+    /// `read` of the fields (given `head`), retried until no record
+    /// overlapped it.
+    #[inline]
+    fn read<R>(&self, mut read: impl FnMut(u64, &Self) -> R) -> R {
+        let mut tries = 0;
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before.is_multiple_of(2) {
+                let got = read(self.head.load(Ordering::Relaxed), self);
+                // Pairs with the writer's release fence: if a field read
+                // above was written by a record, the sequence read next
+                // shows that record begun.
+                fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == before {
+                    return got;
+                }
+            }
+            back_off(&mut tries);
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    fn clock(agent: Agent, own: u32, other: (Agent, u32)) -> Clock {
+        let mut clock = Clock::new(agent);
+        clock.own = own;
+        clock.others.raise(other.0, other.1);
+        clock
+    }
+
+    fn same(a: &Clock, b: &Clock) -> bool {
+        a.agent == b.agent && a.own == b.own && a.others == b.others
+    }
+
+    /// Two records of one event on two threads and a read on a third: the
+    /// read sees nothing or one record whole, never a mix, and the event
+    /// ends with one of the two records whole.
+    #[test]
+    fn loom_a_read_sees_one_whole_record_while_two_records_race() {
+        loom::model(|| {
+            let order = Arc::new(EventOrder::default());
+            let (a, b) = (clock(1, 5, (7, 1)), clock(2, 9, (8, 3)));
+            let writers: Vec<_> = [(a.clone(), false), (b.clone(), true)]
+                .into_iter()
+                .map(|point| {
+                    let order = Arc::clone(&order);
+                    loom::thread::spawn(move || order.set(&point.0, point.1))
+                })
+                .collect();
+            match order.get() {
+                None => {}
+                Some((seen, captured)) => assert!(
+                    (same(&seen, &a) && !captured) || (same(&seen, &b) && captured),
+                    "a mixed record: {seen:?}"
+                ),
+            }
+            for writer in writers {
+                writer.join().unwrap();
+            }
+            let (last, captured) = order.get().expect("recorded");
+            assert!(same(&last, &a) || same(&last, &b), "{last:?}");
+            // Only the eager record (a's) covers its stream's step.
+            assert_eq!(order.covers(last.agent, last.own), !captured);
+        });
+    }
+
+    /// One writer holding the event's only handle records twice with no
+    /// read-modify-write while another thread reads: the read sees nothing
+    /// or one record whole.
+    #[test]
+    fn loom_a_read_sees_one_whole_record_of_a_lone_writer() {
+        loom::model(|| {
+            let order = Arc::new(EventOrder::default());
+            let (a, b) = (clock(1, 5, (7, 1)), clock(2, 9, (8, 3)));
+            let writer = {
+                let (order, a, b) = (Arc::clone(&order), a.clone(), b.clone());
+                loom::thread::spawn(move || {
+                    order.set_alone(&a, false);
+                    order.set_alone(&b, false);
+                })
+            };
+            if let Some((seen, _)) = order.get() {
+                assert!(
+                    same(&seen, &a) || same(&seen, &b),
+                    "a mixed record: {seen:?}"
+                );
+            }
+            writer.join().unwrap();
+            assert!(same(&order.get().expect("recorded").0, &b));
+        });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A clock kept inline and one too large for that both come back
+    /// whole, with the captured flag; `covers` reads the eager record.
+    #[test]
+    fn a_record_comes_back_whole_inline_or_spilled() {
+        let order = EventOrder::default();
+        assert!(order.get().is_none() && !order.covers(0, 0));
+        let mut small = Clock::new(3);
+        small.own = 4;
+        small.others.raise(1, 2);
+        order.set(&small, false);
+        let (got, captured) = order.get().unwrap();
+        assert!(!captured && got.agent == 3 && got.own == 4 && got.others == small.others);
+        assert!(order.covers(3, 4) && !order.covers(3, 5) && !order.covers(1, 1));
+        let mut large = Clock::new(5);
+        large.own = 6;
+        for agent in 10..30 {
+            large.others.raise(agent, agent as u32);
+        }
+        order.set(&large, true);
+        let (got, captured) = order.get().unwrap();
+        assert!(captured && got.agent == 5 && got.own == 6 && got.others == large.others);
+        assert!(
+            !order.covers(5, 1),
+            "a captured record covers no eager step"
+        );
+        // Back to inline: the spilled clock is not read any more.
+        order.set(&small, false);
+        assert_eq!(order.get().unwrap().0.others, small.others);
+    }
+
+    /// Records racing on several threads with reads: each read sees one
+    /// record whole (its agent names its clock's contents).
+    #[test]
+    fn reads_racing_records_see_whole_records() {
+        let order = EventOrder::default();
+        let record = |agent: Agent| {
+            let mut clock = Clock::new(agent);
+            clock.own = agent as u32;
+            for other in 0..agent % 10 {
+                clock.others.raise(100 + other, agent as u32);
+            }
+            clock
+        };
+        std::thread::scope(|scope| {
+            for thread in 0..3u64 {
+                let order = &order;
+                scope.spawn(move || {
+                    for i in 0..2_000u64 {
+                        let agent = thread * 10_000 + i + 1;
+                        order.set(&record(agent), false);
+                        if let Some((seen, _)) = order.get() {
+                            let whole = record(seen.agent);
+                            assert!(
+                                seen.own == whole.own && seen.others == whole.others,
+                                "a mixed record: {seen:?}"
+                            );
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
