@@ -423,3 +423,40 @@ fn uploading_a_graph_touches_no_memory_and_launching_it_is_one_operation() {
     other.wait_stream(&origin).unwrap();
     assert_eq!(data.to_vec(&other).unwrap(), [0x0101_0101; 64]);
 }
+
+/// Threads sharing one stream, each writing a buffer of its own there and
+/// forking it to a stream of its own to read it back: every fork orders its
+/// thread's write, whatever the other threads' enqueues on the shared
+/// stream are doing meanwhile, so `Check` refuses none of them. A point
+/// taken while another thread's enqueue was still in its driver call used
+/// to leave out the thread's own write (a point is a prefix of the
+/// stream's steps) and refused the read as unordered.
+#[test]
+fn threads_forking_their_own_writes_off_a_shared_stream_are_ordered() {
+    let ctx = support::ctx();
+    let _check = policy(&[&ctx], OrderPolicy::Check);
+    let shared = Stream::new(&ctx).unwrap();
+    const THREADS: u32 = 4;
+    const ROUNDS: u32 = 100;
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            let (ctx, shared) = (&ctx, &shared);
+            scope.spawn(move || {
+                let branch = Stream::new(ctx).unwrap();
+                let mut buf = DeviceBuffer::<u32>::new(ctx, 1024).unwrap();
+                let mut host = cuda_streams_driver::PinnedBuffer::<u32>::new(ctx, 1024).unwrap();
+                for round in 0..ROUNDS {
+                    let value = t * ROUNDS + round + 1;
+                    shared.memset_u32_async(&mut buf, value).unwrap();
+                    shared.fork(&[&branch]).unwrap();
+                    if let Err(err) = branch.copy_to_host_async(&mut host, &buf) {
+                        panic!("thread {t}, round {round}: the fork's order was lost: {err}");
+                    }
+                    branch.synchronize().unwrap();
+                    assert!(host.as_slice().unwrap().iter().all(|&v| v == value));
+                }
+            });
+        }
+    });
+    shared.synchronize().unwrap();
+}

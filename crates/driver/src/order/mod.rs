@@ -359,6 +359,10 @@ impl std::ops::DerefMut for Held<'_> {
 /// one stream at once in any program seen so far.
 const FLYING: usize = 3;
 
+/// How long a point waits at most for other threads' steps in flight below
+/// one that landed ([`StreamOrder::settled`]): many driver calls' worth.
+const SETTLE_FOR: std::time::Duration = std::time::Duration::from_millis(5);
+
 struct StreamState {
     clock: Clock,
     /// What the host had seen complete at this stream's latest enqueue
@@ -422,9 +426,96 @@ impl StreamOrder {
     }
 
     /// What a point taken now (an event recorded, the host waiting) knows
-    /// of this stream: everything but the steps still in flight.
+    /// of this stream: every step whose driver call has returned
+    /// ([`StreamOrder::settled`]).
     fn snapshot(&self) -> Clock {
-        self.snapshot_of(&self.lock())
+        let state = self.lock();
+        match self.landed_above_in_flight(&state) {
+            None => self.snapshot_of(&state),
+            Some(landed) => {
+                drop(state);
+                self.settled(landed).0
+            }
+        }
+    }
+
+    /// The highest step whose driver call has returned, when a step below
+    /// it is still in flight (another thread's enqueue, whose driver call
+    /// has not returned) and this thread has none of its own in flight.
+    ///
+    /// A point is a prefix of the stream's steps, so a snapshot taken now
+    /// would leave out that landed step, which the driver has queued: a
+    /// thread that enqueued it, then recorded an event or forked, would be
+    /// told its own work is unordered. The point waits for the steps below
+    /// instead ([`StreamOrder::settled`]). A thread with a step in flight
+    /// of its own (a work observer recording inside an enqueue) never
+    /// waits, so no two points wait for each other's steps.
+    #[inline]
+    fn landed_above_in_flight(&self, state: &StreamState) -> Option<u32> {
+        let lowest = self.lowest_in_flight(state)?;
+        if STEPS_IN_FLIGHT.get() > 0 {
+            return None;
+        }
+        // Few steps are ever in flight at once: a short walk down.
+        let mut landed = state.clock.own;
+        while landed > lowest && self.is_in_flight(state, landed) {
+            landed -= 1;
+        }
+        (landed > lowest).then_some(landed)
+    }
+
+    /// Whether `step` is in flight, with the state locked.
+    fn is_in_flight(&self, state: &StreamState, step: u32) -> bool {
+        self.flying
+            .iter()
+            .any(|s| s.load(Ordering::Acquire) == step)
+            || state.in_flight.contains(&step)
+    }
+
+    /// The point of a record or host wait once no step below `landed` is in
+    /// flight (their driver calls return within microseconds): then the
+    /// snapshot covers `landed` and every step below it. With whether the
+    /// stream is being captured meanwhile (its clock within the graph is
+    /// given then, as [`record_point`] does).
+    ///
+    /// Gives up after [`SETTLE_FOR`] and takes the snapshot as it is, which
+    /// knows less than the driver queued: never an order that is not there,
+    /// at worst a race reported where there was none. That bound is for a
+    /// thread whose driver call waits for a lock this one holds (a
+    /// profiler's, say), which would otherwise never return.
+    #[cold]
+    #[inline(never)]
+    fn settled(&self, landed: u32) -> (Clock, bool) {
+        let started = std::time::Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let state = self.lock();
+            if let Some(captured) = &state.captured {
+                return (captured.clone(), true);
+            }
+            let below = self.lowest_in_flight(&state).is_some_and(|l| l < landed);
+            #[cfg(test)]
+            let state_agent = state.clock.agent;
+            if !below || started.elapsed() >= SETTLE_FOR {
+                if below {
+                    tracing::debug!(
+                        target: "cuda_streams_driver::order",
+                        stream = state.clock.agent,
+                        "a point left out step {landed}: a step below it stayed in flight"
+                    );
+                }
+                return (self.snapshot_of(&state), false);
+            }
+            drop(state);
+            #[cfg(test)]
+            tests::settling(state_agent);
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// [`StreamOrder::snapshot`] with the state locked.
@@ -559,9 +650,15 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
     // A record captured into a graph happens at each replay, not now: it
     // carries the stream's clock within the graph, never its own.
     let state = stream.order.lock();
-    Some(match &state.captured {
-        Some(captured) => (captured.clone(), true),
+    if let Some(captured) = &state.captured {
+        return Some((captured.clone(), true));
+    }
+    Some(match stream.order.landed_above_in_flight(&state) {
         None => (stream.order.snapshot_of(&state), false),
+        Some(landed) => {
+            drop(state);
+            stream.order.settled(landed)
+        }
     })
 }
 
@@ -588,6 +685,10 @@ struct KeptPoint {
 }
 
 thread_local! {
+    /// Steps of this thread in flight, on any stream (each [`InFlight`]
+    /// alive): a point taken meanwhile does not wait for other threads'
+    /// steps ([`StreamOrder::landed_above_in_flight`]).
+    static STEPS_IN_FLIGHT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     static KEPT: std::cell::Cell<KeptPoint> = const {
         std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false })
     };
@@ -599,11 +700,15 @@ thread_local! {
 /// clock too large to keep inline.
 #[inline]
 fn keep_point(stream: &Stream, state: &StreamState, step: u32) {
-    let mut own = step;
-    if let Some(lowest) = stream.order.lowest_in_flight(state) {
-        own = own.min(lowest - 1);
-    }
-    let kept = match clock::Flat::of(&state.clock, own) {
+    // Under another thread's step still in flight, the point right after
+    // this step would leave this step out: none is kept, and a record
+    // after it takes its point the general way, which waits for that step
+    // to land ([`StreamOrder::settled`]).
+    let under_another = stream
+        .order
+        .lowest_in_flight(state)
+        .is_some_and(|lowest| lowest < step);
+    let kept = match clock::Flat::of(&state.clock, step).filter(|_| !under_another) {
         Some(clock) => {
             KEPT_CLOCK.set(clock);
             KeptPoint {
@@ -1077,6 +1182,7 @@ fn commit_step<'s>(
     let step = state.clock.own;
     keep_point(stream, state, step);
     let slot = stream.order.fly(state, step);
+    STEPS_IN_FLIGHT.set(STEPS_IN_FLIGHT.get() + 1);
     InFlight(Some((stream, step, slot)))
 }
 
@@ -1305,6 +1411,11 @@ impl InFlight<'_> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
+        if self.0.is_some() {
+            // Saturating: dropped on another thread than it was made on,
+            // the count only makes that thread's points wait less.
+            STEPS_IN_FLIGHT.set(STEPS_IN_FLIGHT.get().saturating_sub(1));
+        }
         match self.0 {
             // Release: the driver call returned before the slot is seen
             // free ([`StreamOrder::snapshot_of`]). No lock: only this
@@ -1504,6 +1615,71 @@ mod tests {
         /// Run once by the next repair on this thread, after its waits and
         /// before it records: another access arriving meanwhile.
         static MEANWHILE: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    /// The stream a point waiting for a step in flight below a landed one
+    /// last looked at ([`StreamOrder::settled`]).
+    static SETTLING: AtomicU64 = AtomicU64::new(0);
+
+    pub(super) fn settling(stream: u64) {
+        SETTLING.store(stream, Ordering::SeqCst);
+    }
+
+    /// A step that landed above another thread's step still in flight is
+    /// covered by a point taken after it: the point waits for the step below
+    /// to land, then covers both (a point is a prefix of the steps, so
+    /// taken at once it would cover neither).
+    #[test]
+    fn a_point_waits_for_another_threads_step_in_flight_below_one_that_landed() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let touch = |address| Touch {
+            ctx: ctx.id(),
+            address,
+            bytes: 4,
+            write: true,
+        };
+        let (low, high) = (touch(1 << 60), touch((1 << 60) + 64));
+        let before = stream.order.lock().clock.own;
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let taken = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let other = scope.spawn(|| {
+                let in_flight = before_enqueue(&stream, "low", &[low], OrderPolicy::Check).unwrap();
+                held_tx.send(()).unwrap();
+                // Its driver call returns once the point waits for it (or
+                // was taken without waiting, which the assertion below
+                // refuses).
+                while SETTLING.load(Ordering::SeqCst) != stream.id()
+                    && !taken.load(Ordering::SeqCst)
+                {
+                    std::hint::spin_loop();
+                }
+                drop(in_flight);
+            });
+            held_rx.recv().unwrap();
+            drop(before_enqueue(&stream, "high", &[high], OrderPolicy::Check).unwrap());
+            let point = stream.order.snapshot();
+            taken.store(true, Ordering::SeqCst);
+            other.join().unwrap();
+            assert_eq!(point.own, before + 2, "the point covers both steps");
+        });
+        // The same from a thread with a step of its own in flight: it does
+        // not wait, and leaves out what is above the lowest step in flight.
+        let own = before_enqueue(&stream, "own", &[low], OrderPolicy::Check).unwrap();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    drop(before_enqueue(&stream, "high", &[high], OrderPolicy::Check).unwrap())
+                })
+                .join()
+                .unwrap();
+        });
+        assert_eq!(stream.order.snapshot().own, before + 2);
+        drop(own);
+        assert_eq!(stream.order.snapshot().own, before + 4);
+        forget(&ctx, low.address, low.bytes);
+        forget(&ctx, high.address, high.bytes);
     }
 
     pub(super) fn between_waits_and_record() {
