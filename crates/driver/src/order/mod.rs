@@ -959,20 +959,28 @@ pub(crate) fn before_enqueue<'s>(
         let (state, shadow) = held.split();
         state.learn_host();
         let access = next_access(state, stream, what);
-        if record_if_ordered(shadow, touches, &access, &state.past()) {
-            return Ok(commit_step(state, stream, home.id(), shadow));
-        }
-        if policy == OrderPolicy::Auto
-            && let Some(in_flight) = repair(stream, what, touches, held)?
-        {
-            return Ok(in_flight);
+        if policy != OrderPolicy::Auto {
+            if record_if_ordered(shadow, touches, &access, &state.past()) {
+                return Ok(commit_step(state, stream, home.id(), shadow));
+            }
+        } else {
+            // The races found on the way are what the repair waits for:
+            // each range is looked up once.
+            let mut races = SmallVec::new();
+            if record_or_races(shadow, touches, &access, &state.past(), &mut races) {
+                return Ok(commit_step(state, stream, home.id(), shadow));
+            }
+            if let Some(in_flight) = repair(stream, what, touches, held, &races)? {
+                return Ok(in_flight);
+            }
         }
     }
     check_and_repair(stream, what, touches, policy)
 }
 
 /// `Auto`'s repair of an operation on memory of its stream's own context,
-/// which [`record_if_ordered`] found racing (`held` still locked since): wait for each stream it races with, then record it as the
+/// which [`record_or_races`] found racing with `races` (per stream, the
+/// latest step raced with; `held` still locked since): wait for each stream it races with, then record it as the
 /// stream's next step, returned in flight. When no access was recorded meanwhile and
 /// the waits cover every race found, nothing is looked up again; otherwise
 /// it is checked again. `None` leaves the operation to the general way (a
@@ -983,25 +991,19 @@ fn repair<'s>(
     what: &'static str,
     touches: &[Touch],
     mut held: Held<'_>,
+    races: &[(u64, u32)],
 ) -> Result<Option<InFlight<'s>>> {
     let home = stream.context();
     let (state, shadow) = held.split();
-    let mut wait_for: SmallVec<[WaitFor; 2]> = SmallVec::new();
-    for &touch in touches {
-        let (lo, hi) = touch.range();
-        shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
-            let (id, step) = (conflict.prior.agent, conflict.prior.counter);
-            match wait_for.iter_mut().find(|w| w.id == id) {
-                Some(entry) => entry.step = entry.step.max(step),
-                None => wait_for.push(WaitFor {
-                    id,
-                    step,
-                    earlier: shadow.live_stream(id),
-                    mark: None,
-                }),
-            }
-        });
-    }
+    let mut wait_for: SmallVec<[WaitFor; 2]> = races
+        .iter()
+        .map(|&(id, step)| WaitFor {
+            id,
+            step,
+            earlier: shadow.live_stream(id),
+            mark: None,
+        })
+        .collect();
     let version = shadow.version();
     // One report per repaired operation.
     shadow.stats.reports += 1;
@@ -1159,6 +1161,45 @@ fn record_if_ordered(
         let (lo, hi) = t.range();
         shadow.any_conflict(lo, hi, t.write, clock)
     }) {
+        return false;
+    }
+    for &touch in touches {
+        let (lo, hi) = touch.range();
+        shadow.record(lo, hi, touch.write, access, clock);
+    }
+    true
+}
+
+/// [`record_if_ordered`] for `Auto`: when an access races, every race of
+/// every touch goes into `races` (per stream, the latest step raced with),
+/// found in the same lookups, and nothing is recorded; whether it recorded.
+#[inline]
+fn record_or_races(
+    shadow: &mut Shadow,
+    touches: &[Touch],
+    access: &Access,
+    clock: &Past<'_>,
+    races: &mut SmallVec<[(u64, u32); 2]>,
+) -> bool {
+    let mut found = |agent: u64, step: u32| match races.iter_mut().find(|(id, _)| *id == agent) {
+        Some(entry) => entry.1 = entry.1.max(step),
+        None => races.push((agent, step)),
+    };
+    if let [touch] = touches
+        && let Some(recorded) =
+            shadow.record_exact_or_races(touch.range(), touch.write, access, clock, &mut found)
+    {
+        return recorded;
+    }
+    let mut any = false;
+    for &touch in touches {
+        let (lo, hi) = touch.range();
+        shadow.conflicts(lo, hi, touch.write, clock, |conflict| {
+            any = true;
+            found(conflict.prior.agent, conflict.prior.counter);
+        });
+    }
+    if any {
         return false;
     }
     for &touch in touches {
@@ -1480,6 +1521,10 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
 /// event recorded again when nobody else holds it (no allocation; waits
 /// already enqueued on it keep the record they were enqueued against), or
 /// a fresh mark of everything enqueued on `earlier` so far.
+///
+/// Both records are made as the event's only holder
+/// ([`Event::record_counted`] exclusive): no atomic read-modify-write on
+/// the event, where a shared record takes three.
 fn mark_covering(
     earlier: &Stream,
     step: u32,
@@ -1487,12 +1532,19 @@ fn mark_covering(
 ) -> Result<Arc<PooledEvent>> {
     Ok(match mark {
         Some(event) if event.order.covers(earlier.id(), step) => event,
-        // Not offered by the engine, no wait of another thread in progress.
-        Some(event) if Arc::strong_count(&event) == 1 => {
-            event.record(earlier)?;
+        // Not offered by the engine, no wait of another thread in progress:
+        // the only handle (no other `Arc`, and no `Weak` to make one; only
+        // a holder of one could make either).
+        Some(event) if Arc::strong_count(&event) == 1 && Arc::weak_count(&event) == 0 => {
+            event.record_counted(earlier, true)?;
             event
         }
-        _ => Arc::new(earlier.mark()?),
+        _ => {
+            // A fresh event from the pool, held by value: the only handle.
+            let event = earlier.event_pool().acquire_event(false)?;
+            event.record_counted(earlier, true)?;
+            Arc::new(event)
+        }
     })
 }
 
@@ -1837,6 +1889,51 @@ mod tests {
         assert_eq!(copy.to_vec(&reader).unwrap(), [6; 64]);
     }
 
+    /// `Auto` records its mark again in place only while it holds the
+    /// event's only handle (then as the exclusive holder: the record count
+    /// moves by one whole record and stays even); a mark someone else holds
+    /// keeps its record, and a fresh event marks the stream instead.
+    #[test]
+    fn auto_records_a_mark_again_only_as_its_only_holder() {
+        let (ctx, _policy) = under(OrderPolicy::Auto);
+        let [writer, reader] = streams(&ctx);
+        let (mut data, mut copy) = (buffer(&ctx), buffer(&ctx));
+        let mark = |s: &Stream| s.order.lock().mark.clone();
+        writer.memset_u32_async(&mut data, 1).unwrap();
+        reader
+            .copy_device_to_device_async(&mut copy, &data)
+            .unwrap();
+        let held = mark(&writer).expect("a fresh mark of the writer");
+        assert!(held.record_count().is_multiple_of(2));
+        let (first, _) = held.order.get().expect("recorded");
+        // Held here too: the next mark cannot be this event recorded again.
+        writer.memset_u32_async(&mut data, 2).unwrap();
+        reader
+            .copy_device_to_device_async(&mut copy, &data)
+            .unwrap();
+        let (still, _) = held.order.get().expect("recorded");
+        assert_eq!(still.own, first.own, "a held mark was recorded again");
+        let next = mark(&writer).expect("a mark of the writer");
+        assert_ne!(next.as_raw(), held.as_raw(), "a held mark was reused");
+        assert_eq!(copy.to_vec(&reader).unwrap(), [2; 64]);
+        // Held by the tracker alone: recorded again in place.
+        let (raw, count) = (next.as_raw(), next.record_count());
+        drop((held, next));
+        writer.memset_u32_async(&mut data, 3).unwrap();
+        reader
+            .copy_device_to_device_async(&mut copy, &data)
+            .unwrap();
+        let again = mark(&writer).expect("a mark of the writer");
+        assert_eq!(again.as_raw(), raw, "the only handle's event is reused");
+        assert_eq!(again.record_count(), count + 2, "one whole record");
+        assert!(
+            again
+                .order
+                .covers(writer.id(), writer.order.lock().clock.own)
+        );
+        assert_eq!(copy.to_vec(&reader).unwrap(), [3; 64]);
+    }
+
     /// A label shared with the operation before it is the same label; a
     /// different one is not taken for it.
     #[test]
@@ -1994,9 +2091,10 @@ mod tests {
                 .unwrap();
         });
         assert_eq!(ctx.ordering_stats().inserted_waits - waits, 1, "one wait");
-        // Two of the shadow, the mark's record, and the use events of the
-        // two buffers (both take the point the copy kept).
-        assert_eq!(copied, 5, "the repair of a copy and its use events");
+        // Two of the shadow and the use events of the two buffers (both
+        // take the point the copy kept); the mark's record, made by its
+        // only holder, takes no write side.
+        assert_eq!(copied, 4, "the repair of a copy and its use events");
         assert_eq!(copy.to_vec(&reader).unwrap(), [2; 64]);
     }
 

@@ -131,6 +131,31 @@ impl Shadow {
         Some(true)
     }
 
+    /// [`Shadow::check_and_record_exact`] that, when the access conflicts,
+    /// calls `race` with the stream and step of each access it conflicts
+    /// with, found in the same lookup.
+    pub(crate) fn record_exact_or_races(
+        &mut self,
+        (lo, hi): (u64, u64),
+        write: bool,
+        access: &Access,
+        clock: &impl Knows,
+        mut race: impl FnMut(Agent, u32),
+    ) -> Option<bool> {
+        let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
+        let mut any = false;
+        segment.each_conflict(write, clock, lo, hi, &mut |conflict| {
+            any = true;
+            race(conflict.prior.agent, conflict.prior.counter);
+        });
+        if any {
+            return Some(false);
+        }
+        update(segment, write, access, clock);
+        self.version += 1;
+        Some(true)
+    }
+
     /// Whether any recorded access to `[lo, hi)` conflicts with a new one
     /// by the holder of `clock`; one lookup when a segment spans the range
     /// exactly.
