@@ -1614,6 +1614,16 @@ mod tests {
     /// every test of this crate shares.
     static POLICY: Mutex<()> = Mutex::new(());
 
+    /// A 4-byte write at `address` in `ctx`'s memory.
+    fn write_of_4_bytes(ctx: &Context, address: u64) -> Touch {
+        Touch {
+            ctx: ctx.id(),
+            address,
+            bytes: 4,
+            write: true,
+        }
+    }
+
     fn streams<const N: usize>(ctx: &Arc<Context>) -> [Arc<Stream>; N] {
         std::array::from_fn(|_| Stream::new(ctx).unwrap())
     }
@@ -1685,12 +1695,7 @@ mod tests {
     fn a_point_waits_for_another_threads_step_in_flight_below_one_that_landed() {
         let ctx = Context::new(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
-        let touch = |address| Touch {
-            ctx: ctx.id(),
-            address,
-            bytes: 4,
-            write: true,
-        };
+        let touch = |address| write_of_4_bytes(&ctx, address);
         let (low, high) = (touch(1 << 60), touch((1 << 60) + 64));
         let before = stream.order.lock().clock.own;
         let (held_tx, held_rx) = std::sync::mpsc::channel();
@@ -2017,12 +2022,7 @@ mod tests {
         // Under `check` whatever the driver's default (a GPU's is `off`).
         let (ctx, _policy) = under(OrderPolicy::Check);
         let [stream, other] = streams(&ctx);
-        let touch = |address| Touch {
-            ctx: ctx.id(),
-            address,
-            bytes: 4,
-            write: true,
-        };
+        let touch = |address| write_of_4_bytes(&ctx, address);
         let (a, b) = (touch(1 << 59), touch((1 << 59) + 64));
         // An operation checked and recorded, its driver call being made,
         // and its step.
