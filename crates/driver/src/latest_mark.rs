@@ -293,6 +293,11 @@ mod tests {
     /// One kind of enqueue on the test's stream.
     type Enqueue<'a> = dyn Fn(&mut DeviceBuffer<u32>, &mut PinnedBuffer<u32>) + 'a;
 
+    /// A plain event of `ctx`'s pool that nothing else holds.
+    fn unique(ctx: &Arc<Context>) -> UniqueEvent {
+        UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap())
+    }
+
     fn kept(ctx: &Arc<Context>, stream: &Stream) -> Arc<PooledEvent> {
         let event = Arc::new(ctx.event_pool().acquire_event(false).unwrap());
         stream.record_latest(&event).unwrap();
@@ -384,8 +389,8 @@ mod tests {
     fn a_unique_event_is_kept_as_the_mark() {
         let ctx = Context::new(0).unwrap();
         let (main, branch) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-        let unique = UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
-        let event = main.record_latest_unique(unique).unwrap();
+        let fresh = unique(&ctx);
+        let event = main.record_latest_unique(fresh).unwrap();
         let records = event.record_count();
         assert!(
             main.order_after_me(&[&branch]).unwrap(),
@@ -397,8 +402,8 @@ mod tests {
         assert!(main.latest_mark().is_none(), "the mark outlived a callback");
         // SAFETY: `main` outlives the borrowed wrapper, which does not own it.
         let wrapped = unsafe { Stream::from_raw(&ctx, main.as_raw(), false) };
-        let unique = UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
-        let event = wrapped.record_latest_unique(unique).unwrap();
+        let fresh = unique(&ctx);
+        let event = wrapped.record_latest_unique(fresh).unwrap();
         assert!(event.is_recorded());
         assert!(wrapped.latest_mark().is_none());
         branch.synchronize().unwrap();
@@ -415,8 +420,8 @@ mod tests {
         let (main, branch) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
         let earlier = kept(&ctx, &main);
         let held = main.latest.kept.try_with(|_| {
-            let unique = UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
-            let later = main.record_latest_unique(unique).unwrap();
+            let fresh = unique(&ctx);
+            let later = main.record_latest_unique(fresh).unwrap();
             assert_eq!(Arc::strong_count(&later), 1, "kept while the slot was held");
             assert!(main.latest_mark().is_none(), "read while the slot was held");
             assert!(
@@ -461,9 +466,7 @@ mod tests {
                                 let _ = seen.send(on_branch.load(Ordering::SeqCst));
                             })
                             .unwrap();
-                        let unique =
-                            UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
-                        drop(main.record_latest_unique(unique).unwrap());
+                        drop(main.record_latest_unique(unique(ctx)).unwrap());
                         if round % 10 == 0 {
                             main.forget_latest_mark();
                         }

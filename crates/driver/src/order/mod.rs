@@ -429,12 +429,18 @@ impl StreamOrder {
     /// of this stream: every step whose driver call has returned
     /// ([`StreamOrder::settled`]).
     fn snapshot(&self) -> Clock {
-        let state = self.lock();
+        self.snapshot_settling(self.lock())
+    }
+
+    /// [`StreamOrder::snapshot`] from the state locked (`state`), which it
+    /// lets go of if it has to wait ([`StreamOrder::settled`]).
+    #[inline]
+    fn snapshot_settling(&self, state: Held<'_>) -> Clock {
         match self.landed_above_in_flight(&state) {
             None => self.snapshot_of(&state),
             Some(landed) => {
                 drop(state);
-                self.settled(landed).0
+                self.settled(landed)
             }
         }
     }
@@ -474,9 +480,7 @@ impl StreamOrder {
 
     /// The point of a record or host wait once no step below `landed` is in
     /// flight (their driver calls return within microseconds): then the
-    /// snapshot covers `landed` and every step below it. With whether the
-    /// stream is being captured meanwhile (its clock within the graph is
-    /// given then, as [`record_point`] does).
+    /// snapshot covers `landed` and every step below it.
     ///
     /// Gives up after [`SETTLE_FOR`] and takes the snapshot as it is, which
     /// knows less than the driver queued: never an order that is not there,
@@ -485,14 +489,11 @@ impl StreamOrder {
     /// profiler's, say), which would otherwise never return.
     #[cold]
     #[inline(never)]
-    fn settled(&self, landed: u32) -> (Clock, bool) {
+    fn settled(&self, landed: u32) -> Clock {
         let started = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
             let state = self.lock();
-            if let Some(captured) = &state.captured {
-                return (captured.clone(), true);
-            }
             let below = self.lowest_in_flight(&state).is_some_and(|l| l < landed);
             #[cfg(test)]
             let state_agent = state.clock.agent;
@@ -504,7 +505,7 @@ impl StreamOrder {
                         "a point left out step {landed}: a step below it stayed in flight"
                     );
                 }
-                return (self.snapshot_of(&state), false);
+                return self.snapshot_of(&state);
             }
             drop(state);
             #[cfg(test)]
@@ -653,13 +654,7 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
     if let Some(captured) = &state.captured {
         return Some((captured.clone(), true));
     }
-    Some(match stream.order.landed_above_in_flight(&state) {
-        None => (stream.order.snapshot_of(&state), false),
-        Some(landed) => {
-            drop(state);
-            stream.order.settled(landed)
-        }
-    })
+    Some((stream.order.snapshot_settling(state), false))
 }
 
 /// Which point of a stream the thread that enqueued its latest step keeps
