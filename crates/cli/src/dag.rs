@@ -25,7 +25,9 @@
 //! (the first warms up, as the bench's untimed first batch does): in all,
 //! in the operations' bodies (the closures, whose launches and copies are
 //! the demo's work, not the engine's), and the difference, the engine's
-//! share (its waits, completion record and bookkeeping). Beside it, the
+//! share (its waits, completion record and bookkeeping, and retiring each
+//! checked round with what it was ordered after, so that the graph keeps
+//! only the rounds in flight). Beside it, the
 //! engine bench's per-operation shape (`benches/benches/engine.rs` section
 //! 1: one wait and one record, an empty body) run here after the DAG on the
 //! same graph and streams, timed the same way, and the ratio of the two.
@@ -71,11 +73,14 @@ fn data(seed: u64, n: usize) -> Vec<f32> {
 /// split where the body runs, into the part before it (the dependencies'
 /// lookup and waits) and the part after it (the completion record and the
 /// bookkeeping), and by operation name, so that a figure off the bench's
-/// says where it is spent.
+/// says where it is spent. The retirement after the host's checks
+/// ([`HostTime::retire`]) counts as the engine's share too.
 #[derive(Default)]
 struct HostTime {
     total: Duration,
     bodies: Duration,
+    /// The engine's share spent retiring after the host's checks.
+    retiring: Duration,
     /// The engine's share before the bodies.
     before: Duration,
     operations: u32,
@@ -116,6 +121,22 @@ impl HostTime {
             None => self.by_name.push((name, engine, 1)),
         }
         Ok(op)
+    }
+
+    /// Retire `checked`, whose round the host has just checked, and what it
+    /// was ordered after ([`OperationGraph::retire_through`]: one query),
+    /// timed as the engine's share. The graph then keeps only the rounds in
+    /// flight, and the completion events of the retired rounds are recorded
+    /// again while still warm. Left to the automatic sweeps (every 32
+    /// completions per stream), a stream with one operation per round holds
+    /// 32 rounds of operations and their events.
+    fn retire(&mut self, graph: &OperationGraph, checked: OperationId) -> DemoResult<usize> {
+        let started = Instant::now();
+        let retired = graph.retire_through(checked)?;
+        let time = started.elapsed();
+        self.total += time;
+        self.retiring += time;
+        Ok(retired)
     }
 
     /// The engine's share so far (all operations together).
@@ -298,6 +319,10 @@ impl AfterWait {
 /// callbacks ran, or `run` fails), and the lines the demo prints.
 pub(crate) struct DagRun {
     pub(crate) rounds_checked: usize,
+    /// Operations retired after the host's checks (the summary gives the
+    /// count; the tests read it here).
+    #[cfg(test)]
+    pub(crate) retired_at_checks: usize,
     pub(crate) summary: String,
 }
 
@@ -359,13 +384,17 @@ pub(crate) fn run(
     // enqueued, and how many times it did in all.
     let mut waited = false;
     let mut blocked = 0;
+    // Operations retired after the checks.
+    let mut retired = 0;
 
     for round in 0..rounds {
         if free.is_empty() {
             // Every output buffer is in flight: check all the rounds but
             // the newest, which keeps the GPU busy meanwhile.
+            let mut newest_checked = None;
             while in_flight.len() > 1 {
                 let oldest = in_flight.pop_front().expect("more than one in flight");
+                newest_checked = Some(oldest.download.id());
                 if !oldest.download.is_done()? {
                     waited = true;
                     blocked += 1;
@@ -374,6 +403,9 @@ pub(crate) fn run(
                 rounds_checked += 1;
                 progress.inc(1);
                 free.push(oldest.host_out);
+            }
+            if let Some(checked) = newest_checked {
+                retired += host.retire(&graph, checked)?;
             }
         }
         let mut host_out = free.pop().expect("a free output buffer: made free above");
@@ -491,6 +523,7 @@ pub(crate) fn run(
     let grew = pool.growth_count();
     let elapsed = start.elapsed();
     let (total, bodies, engine) = host.figures();
+    let retiring = host.per_operation(host.retiring);
     let (dag_before, dag_after) = host.split();
     let shape = bench_shape(&graph, &s, |_| Ok(()))?;
     let (_, _, bench) = shape.figures();
@@ -512,9 +545,9 @@ pub(crate) fn run(
     };
     let summary = format!(
         "operation DAG: {rounds} rounds x 6 operations on 4 pool streams ({} in all), up to {IN_FLIGHT} rounds in flight, every round checked ({how}) while later rounds ran, {fired} completion callbacks at GPU time, {blocked} waits for an unfinished download, {:.3} s\n\
-         DAG host time per operation ({timed}): {total:.2} µs in all = {bodies:.2} µs in the operations' bodies (their launches and copies) + {engine:.2} µs in the engine (waits, record, bookkeeping){}\n\
+         DAG host time per operation ({timed}): {total:.2} µs in all = {bodies:.2} µs in the operations' bodies (their launches and copies) + {engine:.2} µs in the engine (waits, record, bookkeeping, and {retiring:.2} retiring {retired} operations after the host's checks){}\n\
          the engine bench's shape run here ({BENCH_SHAPE_OPERATIONS} operations, one wait and one record each, empty bodies, the first left out): {bench:.2} µs per operation in the engine; the DAG's share is {:.1}x that\n\
-         the engine's share split at the body, before it (dependency waits) / after it (completion record, bookkeeping): DAG {dag_before:.2} / {dag_after:.2} µs, the bench's shape {bench_before:.2} / {bench_after:.2} µs, the bench's shape with a 4-byte memset as each body {busy_before:.2} / {busy_after:.2} µs ({busy_engine:.2} in all); the DAG's by operation (µs): {}\n\
+         the engine's share split at the body, before it (dependency waits) / after it (completion record, bookkeeping, retiring): DAG {dag_before:.2} / {dag_after:.2} µs, the bench's shape {bench_before:.2} / {bench_after:.2} µs, the bench's shape with a 4-byte memset as each body {busy_before:.2} / {busy_after:.2} µs ({busy_engine:.2} in all); the DAG's by operation (µs): {}\n\
          the DAG's share in the rounds enqueued right after the host waited for a download: {}; right after the previous round: {}",
         metrics.total_operations,
         elapsed.as_secs_f64(),
@@ -529,6 +562,8 @@ pub(crate) fn run(
     );
     Ok(DagRun {
         rounds_checked,
+        #[cfg(test)]
+        retired_at_checks: retired,
         summary,
     })
 }
@@ -593,6 +628,16 @@ mod tests {
             )
             .unwrap_or_else(|err| panic!("verify_all {verify_all}: {err}"));
             assert_eq!(ran.rounds_checked, rounds);
+            // Checked in the loop: rounds 0-2 when round 4 finds every
+            // output buffer in flight, then 3-5 at round 7. Each check
+            // retires its newest round's download with every operation of
+            // its round and the rounds before (the automatic sweeps, every
+            // 32 completions per stream, have not come yet).
+            assert_eq!(
+                ran.retired_at_checks,
+                6 * ROUND_OPERATIONS as usize,
+                "verify_all {verify_all}"
+            );
             assert!(
                 ran.summary
                     .starts_with(&format!("operation DAG: {rounds} rounds x 6 operations"))

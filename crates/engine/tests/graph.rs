@@ -487,3 +487,64 @@ fn streams_that_sweep_together_keep_all_their_events_for_the_next_operations() {
     graph.retire_completed();
     assert!(pool.utilization().available_regular >= 4 * 31 - streams.len());
 }
+
+/// `retire_through` retires an operation the GPU has passed together with
+/// what it was ordered after (the earlier operations of its stream, its
+/// dependencies and theirs) and nothing else; before the GPU passes it,
+/// nothing.
+#[test]
+fn retiring_through_an_operation_takes_what_it_was_ordered_after_and_nothing_else() {
+    use cuda_streams_engine::OperationState::{Completed, Retired};
+    let ctx = ctx();
+    let (s0, s1, s2) = (
+        Stream::new(&ctx).unwrap(),
+        Stream::new(&ctx).unwrap(),
+        Stream::new(&ctx).unwrap(),
+    );
+    let graph = OperationGraph::for_context(&ctx);
+    let run = |stream: &Stream, after: &[OperationId]| {
+        graph.op(stream).after(after).run(|_| Ok(())).unwrap()
+    };
+    let gate = Gate::close(&s2);
+    let early = run(&s0, &[]);
+    let before_side = run(&s1, &[]);
+    let side = run(&s1, &[]);
+    let last = run(&s0, &[side.id()]);
+    // On a stream `last` waited on, after what it waited for.
+    let later_on_s1 = run(&s1, &[]);
+    // Behind the gate, and an operation on `last`'s stream that waits for it.
+    let held = run(&s2, &[]);
+    let after_held = run(&s0, &[held.id()]);
+    last.wait().unwrap();
+    later_on_s1.wait().unwrap();
+    let state = |op: &cuda_streams_engine::Op| graph.state(op.id()).unwrap();
+
+    if gate.still_held() {
+        assert_eq!(graph.retire_through(after_held.id()).unwrap(), 0);
+        assert_eq!(state(&after_held), Completed);
+    }
+    assert_eq!(graph.retire_through(last.id()).unwrap(), 4);
+    for op in [&early, &before_side, &side, &last] {
+        assert_eq!(state(op), Retired, "{:?}", op.id());
+    }
+    // Passed by the GPU, but not ordered before `last`: left to the sweeps.
+    assert_eq!(state(&later_on_s1), Completed);
+    // Retired already.
+    assert_eq!(graph.retire_through(last.id()).unwrap(), 0);
+    let unknown = OperationId(graph.next_id().0 + 10);
+    assert!(
+        matches!(
+            graph.retire_through(unknown),
+            Err(Error::UnknownOperation { operation, call: "retire_through" }) if operation == unknown
+        ),
+        "an id never issued"
+    );
+
+    gate.open();
+    after_held.wait().unwrap();
+    // `held` through the dependency; `after_held` alone on its stream now.
+    assert_eq!(graph.retire_through(after_held.id()).unwrap(), 2);
+    assert_eq!(state(&held), Retired);
+    assert_eq!(state(&later_on_s1), Completed);
+    assert_eq!(graph.metrics().retired_operations, 6);
+}

@@ -12,10 +12,12 @@
 //! [`OperationGraph::retire_completed`] retires exactly what the GPU has
 //! passed ([`TrailSearch::Exact`]).
 
-use super::OperationGraph;
 use super::table::{ReleasedList, Table};
+use super::{OperationGraph, Phase};
+use crate::error::{Error, Result};
 use crate::operation::OperationId;
 use driver::{PooledEvent, Stream, TrailSearch};
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// Whether the GPU has passed `event`; a failed query counts as "not yet".
@@ -72,6 +74,91 @@ impl OperationGraph {
         let spares = self.table().spares.trim();
         drop(spares);
         retired
+    }
+
+    /// Retire `id` once the GPU has passed it, together with what it was
+    /// ordered after: the operations before it on its stream and, through
+    /// the waits on its dependencies, theirs, followed back as far as the
+    /// table still holds them. One query, of `id`'s completion event: stream
+    /// order and the dependency waits say the others passed too.
+    ///
+    /// Call it once the host has seen `id` finish (after
+    /// [`Op::wait`](crate::Op::wait), or reading what it downloaded). Its
+    /// operations and their completion events leave the table then, instead
+    /// of at the next sweep of each stream (every 32 completions on it), so
+    /// a program that waits for each round of work keeps only the rounds in
+    /// flight and reuses a few events while they are warm. Returns how many
+    /// were retired: 0 when the GPU has not passed `id` yet, when it was
+    /// retired already, or when it was registered and not completed.
+    ///
+    /// ```
+    /// use cuda_streams_engine::OperationGraph;
+    /// use cuda_streams_engine::driver::{Context, Stream};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ctx = Context::new(0)?;
+    /// let (s0, s1) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let graph = OperationGraph::for_context(&ctx);
+    /// let first = graph.op(&s0).run(|_| Ok(()))?;
+    /// let side = graph.op(&s1).run(|_| Ok(()))?;
+    /// let last = graph.op(&s0).after(&[side.id()]).run(|_| Ok(()))?;
+    /// last.wait()?;
+    /// // `first` before it on its stream, `side` through its dependency.
+    /// assert_eq!(graph.retire_through(last.id())?, 3);
+    /// assert_eq!(graph.metrics().retired_operations, 3);
+    /// # let _ = first;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnknownOperation`] for an id this graph never issued, and the
+    /// driver's error when the query fails (nothing is retired then).
+    pub fn retire_through(&self, id: OperationId) -> Result<usize> {
+        let mut released = ReleasedList::new();
+        let retired = {
+            let mut table = self.table();
+            if !table.is_known(id) {
+                return Err(Error::UnknownOperation {
+                    operation: id,
+                    call: "retire_through",
+                });
+            }
+            let passed = match table.get(id) {
+                Some(op) if op.phase == Phase::Completed => match &op.completion {
+                    Some(event) => event.query()?,
+                    None => false,
+                },
+                // Retired already, or not completed.
+                _ => false,
+            };
+            if !passed {
+                return Ok(0);
+            }
+            let mut retired = 0;
+            let mut passed: SmallVec<[OperationId; 8]> = smallvec::smallvec![id];
+            while let Some(next) = passed.pop() {
+                // Gone: retired meanwhile (or on another path to it).
+                let Some(op) = table.get(next) else { continue };
+                // A completed operation waited on each dependency (or shares
+                // its stream, or its completion host function ran), so
+                // each passed before it did.
+                passed.extend(op.meta.dependencies.iter().copied());
+                let stream_id = op.stream_id;
+                // Its stream's trail is in record order: it and every entry
+                // before it passed.
+                let count = table.lanes.get(&stream_id).map_or(0, |lane| {
+                    lane.trail
+                        .iter()
+                        .position(|&entry| entry == next)
+                        .map_or(0, |at| at + 1)
+                });
+                retired += table.retire_front(stream_id, count, &mut released);
+            }
+            retired
+        };
+        // Their streams and events are let go of here, outside the lock.
+        drop(released);
+        Ok(retired)
     }
 
     /// The completed operations on `stream` that the GPU has not passed
