@@ -85,6 +85,11 @@ pub struct Event {
     /// [`Event::record_alone`]): a stream's latest mark is reused only while
     /// this is unchanged since its record (`latest_mark.rs`).
     records: std::sync::atomic::AtomicU64,
+    /// The (even) count of `records` at the start of the latest host wait or
+    /// query that found the event complete: while `records` still reads
+    /// the same, no record was made since and the event is complete
+    /// ([`Event::is_known_complete`]).
+    seen_complete: std::sync::atomic::AtomicU64,
     /// The capture the latest record was made in (0: none): such an event
     /// is an edge of a graph, not a point in a stream.
     captured_in: std::sync::atomic::AtomicU64,
@@ -112,6 +117,7 @@ impl Event {
             flags,
             recorded: AtomicBool::new(false),
             records: std::sync::atomic::AtomicU64::new(0),
+            seen_complete: std::sync::atomic::AtomicU64::new(0),
             captured_in: std::sync::atomic::AtomicU64::new(0),
             order: crate::order::EventOrder::default(),
         })
@@ -219,11 +225,13 @@ impl Event {
         self.refuse_if_captured("Event::query")?;
         self.ctx.bind()?;
         let point = crate::order::event_point(self);
+        let count = self.record_count();
         // SAFETY: the handle is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuEventQuery)(self.raw) };
         let done = self.ctx.check_ready(code)?;
         if done {
             crate::order::completed(point);
+            self.saw_complete(count);
         }
         Ok(done)
     }
@@ -233,11 +241,56 @@ impl Event {
         self.refuse_if_captured("Event::synchronize")?;
         self.ctx.bind()?;
         let point = crate::order::event_point(self);
+        let count = self.record_count();
         // SAFETY: the handle is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuEventSynchronize)(self.raw) };
         self.ctx.check(code)?;
         crate::order::completed(point);
+        self.saw_complete(count);
         Ok(())
+    }
+
+    /// Whether the host has already seen this event's latest record
+    /// complete (a [`synchronize`](Self::synchronize), or a
+    /// [`query`](Self::query) that returned `true`, since it was made),
+    /// answered without a driver call. `false` says only that it is not
+    /// known: ask [`query`](Self::query) then. A never-recorded event is
+    /// complete, as in CUDA.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Event, Stream};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let event = Event::plain(&ctx)?;
+    /// event.record(&stream)?;
+    /// event.synchronize()?;
+    /// assert!(event.is_known_complete());
+    /// event.record(&stream)?; // a new record: not known until asked
+    /// assert!(!event.is_known_complete());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_known_complete(&self) -> bool {
+        let count = self.record_count();
+        count.is_multiple_of(2) && self.seen_complete.load(Ordering::Acquire) == count
+    }
+
+    /// The driver found the event complete in a call that began when its
+    /// record count read `count`. An even count: no record was in its
+    /// driver call then, so the record the call found complete is at least
+    /// the one `count` stands for. An odd one proves nothing.
+    fn saw_complete(&self, count: u64) {
+        if count.is_multiple_of(2) {
+            self.seen_complete.store(count, Ordering::Release);
+        }
+    }
+
+    /// A record of this event made by a raw driver call (interop's): what
+    /// a host wait saw before says nothing of it.
+    #[cfg(any(feature = "cudarc", feature = "cust"))]
+    pub(crate) fn forget_complete(&self) {
+        self.seen_complete.store(u64::MAX, Ordering::Release);
     }
 
     /// GPU time between two completed timing events.

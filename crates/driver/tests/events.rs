@@ -122,3 +122,41 @@ fn events_from_another_context_are_refused() {
         Err(Error::ContextMismatch { .. })
     ));
 }
+
+/// `is_known_complete` says what a host wait or a query saw, without a
+/// driver call, and only until the event is recorded again.
+#[test]
+fn an_event_is_known_complete_only_from_a_wait_or_query_since_its_latest_record() {
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let event = Event::plain(&ctx).unwrap();
+    assert!(
+        event.is_known_complete(),
+        "never recorded: complete, as in CUDA"
+    );
+
+    let gate = Gate::close_within(&stream, GATE_LIMIT);
+    event.record(&stream).unwrap();
+    assert!(!event.is_known_complete(), "recorded since: not known");
+    let passed = event.query().unwrap();
+    if gate.still_held() {
+        assert!(!passed);
+        assert!(!event.is_known_complete(), "a query that found it pending");
+    }
+    gate.open();
+    // The stream's own wait does not go through the event: still not known.
+    stream.synchronize().unwrap();
+    assert!(!event.is_known_complete());
+    event.synchronize().unwrap();
+    assert!(event.is_known_complete(), "after its host wait");
+
+    event.record(&stream).unwrap();
+    assert!(!event.is_known_complete(), "a new record");
+    stream.synchronize().unwrap();
+    assert!(event.query().unwrap());
+    assert!(
+        event.is_known_complete(),
+        "after a query that found it complete"
+    );
+}

@@ -56,6 +56,7 @@ mod shared {
         ctx.bind()?;
         let event = ctx.event_pool().acquire_event(false)?;
         let driver = ctx.driver();
+        event.forget_complete();
         // SAFETY: the event is ours and alive; both streams are valid handles
         // of `ctx` (the callers hold the objects that own them) and it is
         // current.

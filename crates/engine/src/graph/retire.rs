@@ -79,8 +79,10 @@ impl OperationGraph {
     /// Retire `id` once the GPU has passed it, together with what it was
     /// ordered after: the operations before it on its stream and, through
     /// the waits on its dependencies, theirs, followed back as far as the
-    /// table still holds them. One query, of `id`'s completion event: stream
-    /// order and the dependency waits say the others passed too.
+    /// table still holds them. At most one query, of `id`'s completion
+    /// event, and none when the host has waited for it already
+    /// ([`Event::is_known_complete`](driver::Event::is_known_complete)):
+    /// stream order and the dependency waits say the others passed too.
     ///
     /// Call it once the host has seen `id` finish (after
     /// [`Op::wait`](crate::Op::wait), or reading what it downloaded). Its
@@ -125,7 +127,8 @@ impl OperationGraph {
             }
             let passed = match table.get(id) {
                 Some(op) if op.phase == Phase::Completed => match &op.completion {
-                    Some(event) => event.query()?,
+                    // After the host's own wait for it, no driver call.
+                    Some(event) => event.is_known_complete() || event.query()?,
                     None => false,
                 },
                 // Retired already, or not completed.
