@@ -141,6 +141,8 @@ impl Vc {
     }
 
     /// Insert `(agent, counter)` at `at`, which keeps the agents sorted.
+    #[cold]
+    #[inline(never)]
     fn insert(&mut self, at: usize, agent: Agent, counter: u32) {
         let len = self.len as usize;
         match &mut self.spill {
@@ -167,7 +169,10 @@ impl Vc {
         }
     }
 
-    /// Raise `agent` to at least `counter`; whether it rose.
+    /// Raise `agent` to at least `counter`; whether it rose. Inline: a
+    /// wait's learn is a few of these and one join, on a clock of a few
+    /// entries, where a call costs as much as the work.
+    #[inline]
     pub(crate) fn raise(&mut self, agent: Agent, counter: u32) -> bool {
         let (agents, counters) = self.parts_mut();
         match Self::find(agents, agent) {
@@ -193,6 +198,7 @@ impl Vc {
     /// rose. One pass over both sorted lists when `other` names no agent
     /// this one lacks (the steady state), an insertion per agent it lacks
     /// otherwise (rare: once per pair of streams that meet).
+    #[inline]
     pub(crate) fn join_except(&mut self, other: &Vc, except: Agent) -> bool {
         if self.spill.is_none() && other.spill.is_none() {
             // Both inline (the common case): plain loops over fixed arrays.
@@ -267,6 +273,7 @@ impl Clock {
 
     /// Learn everything `snapshot` knows; whether anything was new (then the
     /// own counter has risen too).
+    #[inline]
     pub(crate) fn learn(&mut self, snapshot: &Clock) -> bool {
         if snapshot.agent == self.agent || self.knows(snapshot.agent, snapshot.own) {
             // Knowing (agent, own) means knowing all it knew then.

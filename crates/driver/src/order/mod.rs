@@ -378,14 +378,18 @@ struct StreamState {
     /// driver may queue their work in the other order than their steps: a
     /// snapshot (an event record, a host wait) knows only the steps below
     /// all of these, which the driver has queued before it.
-    in_flight: SmallVec<[u32; 2]>,
+    /// A `Vec`, not a `SmallVec`: empty but in rare cases, and an empty
+    /// `Vec` is read with no branch on where its items are.
+    in_flight: Vec<u32>,
     /// `Auto`'s last mark on this stream and what it covers: other streams
     /// ordered after a step it covers wait for it instead of a fresh record
     /// (a fork of one stream into several records once). Outside captures.
     /// The event's own record says what it covers ([`EventOrder::covers`]).
     mark: Option<Arc<crate::event_pool::PooledEvent>>,
     /// The contexts whose shadows know this stream by its id.
-    joined: SmallVec<[u64; 2]>,
+    /// A `Vec` (one allocation per stream): read at every operation,
+    /// where a `SmallVec` would branch on where its items are.
+    joined: Vec<u64>,
 }
 
 impl StreamOrder {
@@ -398,9 +402,9 @@ impl StreamOrder {
                 host: Arc::default(),
                 host_seen: 0,
                 captured: None,
-                in_flight: SmallVec::new(),
+                in_flight: Vec::new(),
                 mark: None,
-                joined: SmallVec::new(),
+                joined: Vec::new(),
             }),
             flying: Default::default(),
             changes: AtomicU64::new(0),
@@ -534,11 +538,18 @@ impl StreamOrder {
     fn lowest_in_flight(&self, state: &StreamState) -> Option<u32> {
         // Acquire: a slot seen free was emptied after its driver call
         // returned, so whatever the caller queues next is queued after it.
-        let flying = self.flying.iter().map(|s| s.load(Ordering::Acquire));
-        flying
-            .filter(|&s| s != 0)
-            .chain(state.in_flight.iter().copied())
-            .min()
+        // A free slot (0) reads as the highest step: one `min` per slot.
+        let slots = self
+            .flying
+            .iter()
+            .map(|s| s.load(Ordering::Acquire).wrapping_sub(1))
+            .fold(u32::MAX, u32::min);
+        let lowest = match state.in_flight.iter().min() {
+            Some(&beyond) => slots.min(beyond.wrapping_sub(1)),
+            None => slots,
+        };
+        // Steps start at 1, so no step reads as `u32::MAX` here.
+        (lowest != u32::MAX).then(|| lowest + 1)
     }
 
     /// Put `step` in flight (with `state` locked): the slot holding it, or
@@ -703,7 +714,8 @@ fn keep_point(stream: &Stream, state: &StreamState, step: u32) {
         .order
         .lowest_in_flight(state)
         .is_some_and(|lowest| lowest < step);
-    let kept = match clock::Flat::of(&state.clock, step).filter(|_| !under_another) {
+    let flat = (!under_another).then(|| clock::Flat::of(&state.clock, step));
+    let kept = match flat.flatten() {
         Some(clock) => {
             KEPT_CLOCK.set(clock);
             KeptPoint {
@@ -2058,10 +2070,10 @@ mod tests {
 
     /// `Auto`'s repair of a read after another stream's write (the
     /// pipeline's consumer): the operation's two locks of the shadow (the
-    /// look that found the race, the record after the wait), and the write
-    /// side of the one event the wait needs (a fresh mark of the writer,
-    /// whose point the writer's enqueue on this thread kept); the marks
-    /// taken and put back, and the wait's record, cost no lock of their own
+    /// look that found the race, the record after the wait), and nothing
+    /// else: the mark the wait needs and the buffers' use events are
+    /// recorded by their event's only holder at points kept on this
+    /// thread, and the marks taken and put back cost no lock of their own
     /// (the copy took twelve locks in all before).
     #[test]
     fn auto_repairs_a_read_after_a_write_with_two_locks_of_the_shadow() {
@@ -2086,10 +2098,12 @@ mod tests {
                 .unwrap();
         });
         assert_eq!(ctx.ordering_stats().inserted_waits - waits, 1, "one wait");
-        // Two of the shadow and the use events of the two buffers (both
-        // take the point the copy kept); the mark's record, made by its
-        // only holder, takes no write side.
-        assert_eq!(copied, 4, "the repair of a copy and its use events");
+        // Two of the shadow. The use events of the two buffers take the
+        // point the copy kept and, recorded under their buffer's lock by
+        // its only holder, no write side; nor does the mark's record,
+        // made by its only holder (4 locks before use events were
+        // recorded so).
+        assert_eq!(copied, 2, "the repair of a copy and its use events");
         assert_eq!(copy.to_vec(&reader).unwrap(), [2; 64]);
     }
 
@@ -2150,7 +2164,8 @@ mod tests {
     /// lock and unlock are two atomic read-modify-writes each, much of
     /// `check`'s cost on a GPU host): an operation on memory used before
     /// takes one lock, its context's shadow, which guards its stream's
-    /// clock too; its step lands with no lock; a record takes the write
+    /// clock too; its step lands with no lock; its buffer's use event
+    /// takes none (recorded by its only holder); a record takes the write
     /// side of the event's sequence lock (one compare-and-swap), a wait
     /// reads it with no lock and locks only the stream; under `Off` nothing
     /// is locked at all, an event's record and a wait for it included.
@@ -2163,8 +2178,9 @@ mod tests {
         stream.memset_u32_async(&mut data, 0).unwrap();
         let memset = locks(|| stream.memset_u32_async(&mut data, 1).unwrap());
         // The buffer's use event on a stream other than its home takes the
-        // point the memset kept.
-        assert_eq!(memset, 2, "a memset under check, and its use event");
+        // point the memset kept, and no write side: it is recorded under
+        // its buffer's lock, by its only holder (2 locks before).
+        assert_eq!(memset, 1, "a memset under check, and its use event");
         let record = locks(|| event.record(&stream).unwrap());
         assert_eq!(
             record, 1,

@@ -154,15 +154,21 @@ impl Recorded {
                 let head = u64::from(clock.own) | (agents.len() as u64) << 32 | flags;
                 self.head.store(head, Ordering::Relaxed);
             }
-            None => {
-                counted();
-                let mut spilled = self.spilled.lock().unwrap_or_else(|p| p.into_inner());
-                *spilled = Some(Box::new(clock.clone()));
-                self.head.store(flags | SPILLED, Ordering::Relaxed);
-            }
+            None => self.write_spilled(clock, flags),
         }
         // Release: a reader that sees this even sequence sees every field.
         self.seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// [`Recorded::write`] of a clock too large to keep inline (rare): out
+    /// of line, so the common write stays small.
+    #[cold]
+    #[inline(never)]
+    fn write_spilled(&self, clock: &Clock, flags: u64) {
+        counted();
+        let mut spilled = self.spilled.lock().unwrap_or_else(|p| p.into_inner());
+        *spilled = Some(Box::new(clock.clone()));
+        self.head.store(flags | SPILLED, Ordering::Relaxed);
     }
 
     /// The latest record's clock, and whether it was captured; `None`
