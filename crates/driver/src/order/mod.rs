@@ -1158,10 +1158,7 @@ fn record_if_ordered(
     access: &Access,
     clock: &Past<'_>,
 ) -> bool {
-    if let [touch] = touches
-        && let Some(recorded) =
-            shadow.check_and_record_exact(touch.range(), touch.write, access, clock)
-    {
+    if let Some(recorded) = shadow.record_exact_or_races(touches, access, clock, |_, _| {}) {
         return recorded;
     }
     if touches.iter().any(|t| {
@@ -1188,16 +1185,16 @@ fn record_or_races(
     clock: &Past<'_>,
     races: &mut SmallVec<[(u64, u32); 2]>,
 ) -> bool {
-    let mut found = |agent: u64, step: u32| match races.iter_mut().find(|(id, _)| *id == agent) {
-        Some(entry) => entry.1 = entry.1.max(step),
-        None => races.push((agent, step)),
-    };
-    if let [touch] = touches
-        && let Some(recorded) =
-            shadow.record_exact_or_races(touch.range(), touch.write, access, clock, &mut found)
-    {
+    let exact = shadow.record_exact_or_races(touches, access, clock, |agent, step| {
+        note_race(races, agent, step);
+    });
+    if let Some(recorded) = exact {
         return recorded;
     }
+    // Some range is not one whole segment: every range is looked at again
+    // below, the races found so far with them.
+    races.clear();
+    let mut found = |agent: u64, step: u32| note_race(races, agent, step);
     let mut any = false;
     for &touch in touches {
         let (lo, hi) = touch.range();
@@ -1214,6 +1211,16 @@ fn record_or_races(
         shadow.record(lo, hi, touch.write, access, clock);
     }
     true
+}
+
+/// Note a race with `agent`'s step `step` in `races` (per stream, the
+/// latest step raced with).
+#[inline]
+fn note_race(races: &mut SmallVec<[(u64, u32); 2]>, agent: u64, step: u32) {
+    match races.iter_mut().find(|(id, _)| *id == agent) {
+        Some(entry) => entry.1 = entry.1.max(step),
+        None => races.push((agent, step)),
+    }
 }
 
 /// The access just recorded in `shadow` (of context `ctx`) is the stream's
@@ -1297,11 +1304,7 @@ fn check_and_repair<'s>(
                 let (state, shadow) = locked.split(touch.ctx);
                 shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
                     if policy == OrderPolicy::Auto {
-                        let (id, step) = (conflict.prior.agent, conflict.prior.counter);
-                        match wait_for.iter_mut().find(|(w, _)| *w == id) {
-                            Some(entry) => entry.1 = entry.1.max(step),
-                            None => wait_for.push((id, step)),
-                        }
+                        note_race(&mut wait_for, conflict.prior.agent, conflict.prior.counter);
                     } else {
                         races.push(race(stream, what, touch, &conflict));
                     }

@@ -6,6 +6,7 @@
 //! whole buffer the same way each time, so the common case finds the one
 //! segment spanning the range and updates it in place, allocating nothing.
 
+use super::Touch;
 use super::clock::{Agent, Knows};
 use crate::stream::Stream;
 use std::collections::{BTreeMap, HashMap};
@@ -108,50 +109,57 @@ impl Shadow {
         self.streams.get(&agent).and_then(Weak::upgrade)
     }
 
-    /// The fast path of a one-range operation on a range used whole before
-    /// (the common case: a buffer used the same way each time): check the
-    /// new access against the one segment that spans exactly `[lo, hi)` and
-    /// record it there when nothing conflicts, in one lookup. `None` when no
-    /// segment spans exactly that range (then use [`Shadow::conflicts`] and
-    /// [`Shadow::record`]); `Some(false)` when the access conflicts, and is
-    /// not recorded.
-    pub(crate) fn check_and_record_exact(
-        &mut self,
-        (lo, hi): (u64, u64),
-        write: bool,
-        access: &Access,
-        clock: &impl Knows,
-    ) -> Option<bool> {
-        let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
-        if segment.conflicts(write, clock) {
-            return Some(false);
-        }
-        update(segment, write, access, clock);
-        self.version += 1;
-        Some(true)
-    }
-
-    /// [`Shadow::check_and_record_exact`] that, when the access conflicts,
-    /// calls `race` with the stream and step of each access it conflicts
-    /// with, found in the same lookup.
+    /// The fast path of an operation whose ranges were each used whole
+    /// before (the common case: buffers used the same way each time):
+    /// check the new access against the one segment spanning exactly each
+    /// range and, when none conflicts, record it in each; for one range in
+    /// one lookup, and with no call per range. `None` when some range is
+    /// not one whole segment (then use [`Shadow::conflicts`] and
+    /// [`Shadow::record`]; `race` may have been called for the ranges
+    /// before it). `Some(false)` when the access conflicts: nothing is
+    /// recorded, in any range, and `race` has been called with the stream
+    /// and step of each access it conflicts with.
+    #[inline]
     pub(crate) fn record_exact_or_races(
         &mut self,
-        (lo, hi): (u64, u64),
-        write: bool,
+        touches: &[Touch],
         access: &Access,
         clock: &impl Knows,
         mut race: impl FnMut(Agent, u32),
     ) -> Option<bool> {
-        let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
         let mut any = false;
-        segment.each_conflict(write, clock, lo, hi, &mut |conflict| {
+        let mut found = |conflict: Conflict<'_>| {
             any = true;
             race(conflict.prior.agent, conflict.prior.counter);
-        });
+        };
+        if let [touch] = touches {
+            let (lo, hi) = touch.range();
+            let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
+            segment.each_conflict(touch.write, clock, lo, hi, &mut found);
+            if !any {
+                update(segment, touch.write, access, clock);
+                self.version += 1;
+            }
+            return Some(!any);
+        }
+        // Every range is checked before any is recorded: a race in a later
+        // range leaves the earlier ones as they were.
+        for touch in touches {
+            let (lo, hi) = touch.range();
+            let segment = self.map.get(&lo).filter(|s| s.end == hi)?;
+            segment.each_conflict(touch.write, clock, lo, hi, &mut found);
+        }
         if any {
             return Some(false);
         }
-        update(segment, write, access, clock);
+        for touch in touches {
+            let (lo, _) = touch.range();
+            let segment = self
+                .map
+                .get_mut(&lo)
+                .expect("a whole segment, found above under the same borrow");
+            update(segment, touch.write, access, clock);
+        }
         self.version += 1;
         Some(true)
     }
@@ -291,6 +299,7 @@ impl Segment {
     /// Call `found` for each access here that conflicts with a new one
     /// (`write` or read) by the holder of `clock`, overlapping on
     /// `[from, to)`.
+    #[inline(always)]
     fn each_conflict<'a>(
         &'a self,
         write: bool,
@@ -404,6 +413,29 @@ mod tests {
         );
     }
 
+    /// The bytes `[lo, hi)`, read or written.
+    fn touch(lo: u64, hi: u64, write: bool) -> Touch {
+        Touch {
+            ctx: 0,
+            address: lo,
+            bytes: (hi - lo) as usize,
+            write,
+        }
+    }
+
+    /// [`Shadow::record_exact_or_races`], the races it found by stream.
+    fn exact(
+        shadow: &mut Shadow,
+        touches: &[Touch],
+        access: &Access,
+        clock: &impl Knows,
+    ) -> (Option<bool>, Vec<(Agent, u32)>) {
+        let mut races = Vec::new();
+        let recorded =
+            shadow.record_exact_or_races(touches, access, clock, |a, s| races.push((a, s)));
+        (recorded, races)
+    }
+
     /// The one-lookup path agrees with the general one: a conflicting
     /// access (an unordered write, or an unordered read under a write) is
     /// not recorded, an ordered one is, and a range that is not one whole
@@ -416,33 +448,33 @@ mod tests {
         shadow.record(0, 64, true, &access(1, 1), &a);
         b.own = 1;
         assert_eq!(
-            shadow.check_and_record_exact((0, 64), false, &access(2, 1), &b),
-            Some(false),
+            exact(&mut shadow, &[touch(0, 64, false)], &access(2, 1), &b),
+            (Some(false), vec![(1, 1)]),
             "a read of an unordered write"
         );
         assert!(shadow.any_conflict(0, 64, false, &b));
         assert_eq!(count(&shadow, 0, 64, false, &b), 1, "nothing recorded");
         b.learn(&a);
         assert_eq!(
-            shadow.check_and_record_exact((0, 64), false, &access(2, b.own), &b),
-            Some(true),
+            exact(&mut shadow, &[touch(0, 64, false)], &access(2, b.own), &b),
+            (Some(true), vec![]),
             "ordered after the write"
         );
         // Stream 1 writes again without knowing of stream 2's read.
         a.own = 2;
         assert!(shadow.any_conflict(0, 64, true, &a));
         assert_eq!(
-            shadow.check_and_record_exact((0, 64), true, &access(1, 2), &a),
-            Some(false),
+            exact(&mut shadow, &[touch(0, 64, true)], &access(1, 2), &a),
+            (Some(false), vec![(2, b.own)]),
             "a write over an unordered read"
         );
         assert_eq!(
-            shadow.check_and_record_exact((0, 64), false, &access(1, 2), &a),
-            Some(true),
+            exact(&mut shadow, &[touch(0, 64, false)], &access(1, 2), &a),
+            (Some(true), vec![]),
             "reads of two streams do not conflict"
         );
         assert_eq!(
-            shadow.check_and_record_exact((0, 32), true, &access(1, 2), &a),
+            exact(&mut shadow, &[touch(0, 32, true)], &access(1, 2), &a).0,
             None,
             "not one whole segment"
         );
@@ -454,6 +486,53 @@ mod tests {
         let before = shadow.version();
         shadow.record(64, 128, true, &access(1, 2), &a);
         assert!(shadow.version() > before, "a change moves the version");
+    }
+
+    /// An operation with several ranges (a copy) on the one-lookup path
+    /// records nothing when a later range races, not even in the ranges
+    /// before it, and reports that race; ordered, it records every range.
+    #[test]
+    fn the_exact_path_records_no_range_when_a_later_one_races() {
+        let mut shadow = Shadow::default();
+        let (mut a, mut b) = (Clock::new(1), Clock::new(2));
+        a.own = 1;
+        b.own = 1;
+        // `src` written by stream 1, `dst` by stream 2 (its own).
+        let (dst, src) = ((0, 64), (64, 128));
+        shadow.record(src.0, src.1, true, &access(1, 1), &a);
+        shadow.record(dst.0, dst.1, true, &access(2, 1), &b);
+        b.own = 2;
+        let copy = [touch(dst.0, dst.1, true), touch(src.0, src.1, false)];
+        let version = shadow.version();
+        assert_eq!(
+            exact(&mut shadow, &copy, &access(2, 2), &b),
+            (Some(false), vec![(1, 1)]),
+            "the read of `src` races with stream 1's write"
+        );
+        assert_eq!(shadow.version(), version, "nothing recorded");
+        // Stream 1 writing `dst` conflicts only with stream 2's first
+        // write: the copy's write was not recorded.
+        let mut conflicts = Vec::new();
+        shadow.conflicts(dst.0, dst.1, true, &a, |c| {
+            conflicts.push((c.prior.agent, c.prior.counter));
+        });
+        assert_eq!(conflicts, [(2, 1)], "the first range was recorded");
+        b.learn(&a);
+        let step = b.own;
+        assert_eq!(
+            exact(&mut shadow, &copy, &access(2, step), &b),
+            (Some(true), vec![])
+        );
+        let mut conflicts = Vec::new();
+        shadow.conflicts(dst.0, dst.1, true, &a, |c| {
+            conflicts.push((c.prior.agent, c.prior.counter));
+        });
+        assert_eq!(conflicts, [(2, step)], "the write recorded");
+        assert_eq!(
+            count(&shadow, src.0, src.1, true, &a),
+            1,
+            "the read recorded"
+        );
     }
 
     /// The table of streams by id keeps the live ones and sweeps the gone.
