@@ -287,6 +287,20 @@ impl Clock {
     }
 }
 
+impl Clock {
+    /// Learn every entry of `taught` (another copy of this clock's, which
+    /// learnt more meanwhile), leaving out this clock's own; whether
+    /// anything was new (then the own counter has risen).
+    #[inline]
+    pub(crate) fn learn_all(&mut self, taught: &Vc) -> bool {
+        let grew = self.others.join_except(taught, self.agent);
+        if grew {
+            self.own += 1;
+        }
+        grew
+    }
+}
+
 /// A clock whose entries fit inline, as plain data (nothing to drop, so a
 /// thread-local holding one costs no destructor registration): what an
 /// enqueuing thread keeps of its stream's point.

@@ -987,12 +987,17 @@ pub(crate) fn before_enqueue<'s>(
 
 /// `Auto`'s repair of an operation on memory of its stream's own context,
 /// which [`record_or_races`] found racing with `races` (per stream, the
-/// latest step raced with; `held` still locked since): wait for each stream it races with, then record it as the
-/// stream's next step, returned in flight. When no access was recorded meanwhile and
-/// the waits cover every race found, nothing is looked up again; otherwise
-/// it is checked again. `None` leaves the operation to the general way (a
-/// stream gone, a wait that fell short: a step still in flight on another
+/// latest step raced with; `held` still locked since): wait for each
+/// stream it races with, then record it as the stream's next step,
+/// returned in flight. When no access was recorded meanwhile and the waits
+/// cover every race found, nothing is looked up again; otherwise it is
+/// checked again. `None` leaves the operation to the general way (a stream
+/// gone, a wait that fell short: a step still in flight on another
 /// thread).
+///
+/// One list, of the streams to wait for, holds all it carries from one
+/// lock to the next (a mark taken out, the event to put back, one to let
+/// go); what the waits teach is gathered in one vector, learnt in one pass.
 fn repair<'s>(
     stream: &'s Stream,
     what: &'static str,
@@ -1002,15 +1007,22 @@ fn repair<'s>(
 ) -> Result<Option<InFlight<'s>>> {
     let home = stream.context();
     let (state, shadow) = held.split();
-    let mut wait_for: SmallVec<[WaitFor; 2]> = races
-        .iter()
-        .map(|&(id, step)| WaitFor {
+    let mut wait_for: SmallVec<[WaitFor; 2]> = SmallVec::new();
+    for &(id, step) in races {
+        // A stream that is gone cannot be waited for: the general way
+        // refuses.
+        let Some(earlier) = shadow.live_stream(id) else {
+            return Ok(None);
+        };
+        wait_for.push(WaitFor {
             id,
             step,
-            earlier: shadow.live_stream(id),
+            earlier,
             mark: None,
-        })
-        .collect();
+            put_back: None,
+            let_go: None,
+        });
+    }
     let version = shadow.version();
     // One report per repaired operation.
     shadow.stats.reports += 1;
@@ -1020,35 +1032,29 @@ fn repair<'s>(
     // The marks of the streams to wait for that share this lock, taken out
     // now rather than under a lock of their own, and so that no other
     // thread takes them meanwhile.
-    let mut shared = 0;
+    let mut shared = false;
     for entry in &mut wait_for {
-        let Some(earlier) = &entry.earlier else {
-            return Ok(None);
-        };
-        if let Some(mark) = held.mark_of(earlier) {
+        if let Some(mark) = held.mark_of(&entry.earlier) {
             entry.mark = Some(mark.take());
-            shared += 1;
+            shared = true;
         }
     }
     drop(held);
-    // The records waited for, learnt under the lock taken below.
-    let mut learnt: SmallVec<[(Clock, bool); 2]> = SmallVec::new();
+    // What the eager record waited for knows, learnt under the lock taken
+    // below (a stream learns eager records only, as `waited` does); with
+    // several waits, `knows` gathers what they all knew.
+    let mut snapshot = Clock::new(0);
+    let mut learnt = false;
     let mut waits = 0;
-    // Marks to put back under it (shared ones), and those to let go
-    // after it (declared first: dropped last).
-    let mut unused: SmallVec<[Arc<PooledEvent>; 2]> = SmallVec::new();
-    let mut events: SmallVec<[(usize, Arc<PooledEvent>); 2]> = SmallVec::new();
-    for (i, entry) in wait_for.iter_mut().enumerate() {
-        let earlier = entry.earlier.as_deref().expect("checked above");
+    for entry in &mut wait_for {
         if let Some((clock, host)) = &knows
             && (Past { clock, host }).knows(entry.id, entry.step)
         {
             // Covered by an earlier wait: its mark goes back untouched.
-            if let Some(mark) = entry.mark.take().flatten() {
-                events.push((i, mark));
-            }
+            entry.put_back = entry.mark.take().flatten();
             continue;
         }
+        let earlier = &*entry.earlier;
         let shares = entry.mark.is_some();
         let mark = match entry.mark.take() {
             Some(mark) => mark,
@@ -1059,13 +1065,11 @@ fn repair<'s>(
         stream.wait_event_unlearned(&event)?;
         waits += 1;
         // Read right after the wait, as `waited` does.
-        // Read into its place in `learnt`, not moved there.
-        learnt.push((Clock::new(0), false));
-        let (snapshot, captured) = learnt.last_mut().expect("just pushed");
-        let read = event.order.read_into(snapshot);
-        match read {
-            Some(was_captured) => *captured = was_captured,
-            None => drop(learnt.pop()),
+        if event.order.read_into(&mut snapshot) == Some(false) {
+            match &mut knows {
+                Some((clock, _)) => learnt |= clock.learn(&snapshot),
+                None => learnt = true,
+            }
         }
         tracing::trace!(
             target: "cuda_streams_driver::order",
@@ -1073,39 +1077,32 @@ fn repair<'s>(
             stream.id(),
             earlier.id()
         );
-        if read.is_some()
-            && let (Some((clock, _)), Some((snapshot, false))) = (&mut knows, learnt.last())
-        {
-            clock.learn(snapshot);
-        }
         if shares {
-            events.push((i, event));
+            entry.put_back = Some(event);
         } else {
             let mut slot = earlier.order.lock();
-            if let Some(event) = put_back_mark(&mut slot.mark, earlier, event) {
-                unused.push(event);
-            }
+            entry.let_go = put_back_mark(&mut slot.mark, earlier, event);
         }
     }
     #[cfg(test)]
     tests::between_waits_and_record();
     let mut held = stream.order.lock();
-    if shared > 0 {
-        for (i, event) in events.drain(..) {
-            let earlier = wait_for[i].earlier.as_deref().expect("checked above");
-            let mark = held.mark_of(earlier).expect("a stream of this context");
-            if let Some(event) = put_back_mark(mark, earlier, event) {
-                unused.push(event);
+    if shared {
+        for entry in &mut wait_for {
+            if let Some(event) = entry.put_back.take() {
+                let mark = held.mark_of(&entry.earlier).expect("a stream of this context");
+                entry.let_go = put_back_mark(mark, &entry.earlier, event);
             }
         }
     }
     let (state, shadow) = held.split();
     shadow.stats.inserted_waits += waits;
-    for (snapshot, captured) in &learnt {
-        // An eager stream learns eager records only (`waited`).
-        if !captured && state.captured.is_none() {
-            state.clock.learn(snapshot);
-        }
+    if learnt && state.captured.is_none() {
+        match &knows {
+            // Its clock then, and what every wait taught on top.
+            Some((clock, _)) => state.clock.learn_all(&clock.others),
+            None => state.clock.learn(&snapshot),
+        };
     }
     state.learn_host();
     let access = next_access(state, stream, what);
@@ -1124,17 +1121,26 @@ fn repair<'s>(
     Ok(Some(commit_step(state, stream, home.id(), shadow)))
 }
 
-/// A stream `Auto` makes an operation wait for.
+/// A stream `Auto` makes an operation wait for, and what its repair
+/// carries for it from one lock to the next. Declared before the locks it
+/// is carried across, so the events it holds go back to their pool after
+/// them.
 struct WaitFor {
     id: u64,
     /// The step to cover.
     step: u32,
-    /// The stream; `None` when it is gone: it cannot be waited for, and
-    /// the general way refuses.
-    earlier: Option<Arc<Stream>>,
+    /// The stream (alive: one that is gone cannot be waited for, and the
+    /// general way refuses).
+    earlier: Arc<Stream>,
     /// Its mark, taken out under the repair's first lock when the stream
     /// shares it (same context).
     mark: Option<Option<Arc<PooledEvent>>>,
+    /// The event to put back as its mark under the repair's second lock
+    /// (same context).
+    put_back: Option<Arc<PooledEvent>>,
+    /// An event not put back (a newer mark was set meanwhile), let go
+    /// after the locks.
+    let_go: Option<Arc<PooledEvent>>,
 }
 
 /// The access `stream`'s next step would make.
