@@ -1090,7 +1090,9 @@ fn repair<'s>(
     if shared {
         for entry in &mut wait_for {
             if let Some(event) = entry.put_back.take() {
-                let mark = held.mark_of(&entry.earlier).expect("a stream of this context");
+                let mark = held
+                    .mark_of(&entry.earlier)
+                    .expect("a stream of this context");
                 entry.let_go = put_back_mark(mark, &entry.earlier, event);
             }
         }

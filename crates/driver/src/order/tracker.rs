@@ -203,7 +203,9 @@ impl Shadow {
         }
     }
 
-    /// Record `access` to `[lo, hi)`.
+    /// Record `access` to `[lo, hi)`: in place when one segment spans it
+    /// exactly (the common case, inline), else splitting and filling.
+    #[inline]
     pub(crate) fn record(
         &mut self,
         lo: u64,
@@ -222,6 +224,13 @@ impl Shadow {
             update(segment, write, access, clock);
             return;
         }
+        self.record_split(lo, hi, write, access, clock);
+    }
+
+    /// [`Shadow::record`] over a range that is not one whole segment.
+    #[cold]
+    #[inline(never)]
+    fn record_split(&mut self, lo: u64, hi: u64, write: bool, access: &Access, clock: &impl Knows) {
         self.split(lo);
         self.split(hi);
         let starts: smallvec::SmallVec<[u64; 4]> =
@@ -349,6 +358,7 @@ impl Segment {
     }
 }
 
+#[inline]
 fn update(segment: &mut Segment, write: bool, access: &Access, clock: &impl Knows) {
     if write {
         segment.write = Some(access.clone());
