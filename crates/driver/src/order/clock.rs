@@ -489,6 +489,58 @@ mod tests {
         assert_eq!(a.get(1), 8);
     }
 
+    /// The one-pass learn agrees with the general one (a raise and a join)
+    /// on every combination of small clocks: streams known to both, new to
+    /// the learner (the general way), the learner itself named in the
+    /// snapshot, and points already known.
+    #[test]
+    fn learning_in_place_agrees_with_raising_and_joining() {
+        let reference = |mut clock: Clock, snapshot: &Clock| {
+            if snapshot.agent == clock.agent || clock.knows(snapshot.agent, snapshot.own) {
+                return (clock, false);
+            }
+            clock.others.raise(snapshot.agent, snapshot.own);
+            clock.others.join_except(&snapshot.others, clock.agent);
+            clock.own += 1;
+            (clock, true)
+        };
+        let mut cases = 0;
+        // Each of streams 1..=4 unknown (0) or known up to 1 or 3, in the
+        // learner (stream 0, or stream 2) and in the snapshot (stream 3).
+        for learner in [0, 2] {
+            for mine in 0..81u32 {
+                for theirs in 0..81u32 {
+                    let entries = |mut code: u32, except: Agent| {
+                        let mut vc = Vc::default();
+                        for agent in 1..=4 {
+                            let counter = [0, 1, 3][(code % 3) as usize];
+                            code /= 3;
+                            if counter > 0 && agent != except {
+                                vc.raise(agent, counter);
+                            }
+                        }
+                        vc
+                    };
+                    let mut clock = Clock::new(learner);
+                    clock.own = 5;
+                    clock.others = entries(mine, learner);
+                    let mut snapshot = Clock::new(3);
+                    snapshot.own = 2;
+                    snapshot.others = entries(theirs, 3);
+                    let (expected, grew) = reference(clock.clone(), &snapshot);
+                    let learnt = clock.learn(&snapshot);
+                    assert_eq!(
+                        (learnt, clock.own, &clock.others),
+                        (grew, expected.own, &expected.others),
+                        "learner {learner}, codes {mine} and {theirs}"
+                    );
+                    cases += 1;
+                }
+            }
+        }
+        assert_eq!(cases, 2 * 81 * 81);
+    }
+
     #[test]
     fn learning_is_transitive_and_skips_what_is_known() {
         let (mut a, mut b, mut c) = (Clock::new(1), Clock::new(2), Clock::new(3));

@@ -1813,8 +1813,16 @@ mod tests {
         let before = ctx.ordering_stats().inserted_waits;
         // Writes `x` after b's write (found first), reads `y` after a's,
         // which b's mark covers.
+        let steps = |s: &Stream| s.order.lock().clock.own;
+        let (a_step, b_step) = (steps(&a), steps(&b));
         c.copy_device_to_device_async(&mut x, &y).unwrap();
         assert_eq!(ctx.ordering_stats().inserted_waits - before, 1);
+        // The one wait taught c both writers' steps (through b's mark).
+        let knows = |s: &Stream, step| c.order.lock().clock.knows(s.id(), step);
+        assert!(
+            knows(&b, b_step) && knows(&a, a_step),
+            "c did not learn its wait"
+        );
         assert_eq!(x.to_vec(&c).unwrap(), [4; 64]);
     }
 
