@@ -368,22 +368,37 @@ impl Flat {
         counters: [0; INLINE],
     };
 
-    /// `clock` with its own counter at `own`, if its entries are inline
-    /// (they are unless it learned of more than [`INLINE`] streams).
+    /// Make it `clock` with its own counter at `own`, in place, if the
+    /// clock's entries are inline (they are unless it learned of more than
+    /// [`INLINE`] streams); whether they were (else it is as it was).
     #[inline]
-    pub(crate) fn of(clock: &Clock, own: u32) -> Option<Self> {
+    pub(crate) fn set(&mut self, clock: &Clock, own: u32) -> bool {
         let others = &clock.others;
-        others.spill.is_none().then_some(Self {
-            agent: clock.agent,
-            own,
-            len: others.len,
-            agents: others.agents,
-            counters: others.counters,
-        })
+        if others.spill.is_some() {
+            return false;
+        }
+        self.agent = clock.agent;
+        self.own = own;
+        self.len = others.len;
+        self.agents = others.agents;
+        self.counters = others.counters;
+        true
+    }
+
+    /// Its agent, own counter, and the agents and counters of its entries.
+    #[inline]
+    pub(crate) fn parts(&self) -> (Agent, u32, &[Agent], &[u32]) {
+        let len = (self.len as usize).min(INLINE);
+        (
+            self.agent,
+            self.own,
+            &self.agents[..len],
+            &self.counters[..len],
+        )
     }
 
     /// The clock again.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn clock(&self) -> Clock {
         Clock {
             agent: self.agent,

@@ -652,20 +652,45 @@ fn host_learns(clock: &Clock) {
 /// What a record of an event on `stream` will cover, taken just before the
 /// driver records it (work queued after this point is not covered).
 #[inline]
-pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
+pub(crate) fn record_point(stream: &Stream) -> Option<Point> {
     if !stream.context().order.is_on() {
         return None;
     }
     if let Some(kept) = kept_point(stream) {
-        return Some((kept, false));
+        return Some(Point::Kept(kept));
     }
     // A record captured into a graph happens at each replay, not now: it
     // carries the stream's clock within the graph, never its own.
     let state = stream.order.lock();
     if let Some(captured) = &state.captured {
-        return Some((captured.clone(), true));
+        return Some(Point::Taken(captured.clone(), true));
     }
-    Some((stream.order.snapshot_settling(state), false))
+    Some(Point::Taken(stream.order.snapshot_settling(state), false))
+}
+
+/// What a record covers ([`record_point`]).
+pub(crate) enum Point {
+    /// The point this thread kept of the stream ([`KeptPoint`]), still
+    /// where it was kept: the record is written from there, not copied out
+    /// first (an eager point).
+    Kept(KeptPoint),
+    /// A clock taken from the stream, and whether it was captured.
+    Taken(Clock, bool),
+}
+
+impl Point {
+    /// The clock and whether it was captured (for tests: the kept point
+    /// copied out).
+    #[cfg(test)]
+    fn taken(self) -> (Clock, bool) {
+        match self {
+            Point::Taken(clock, captured) => (clock, captured),
+            Point::Kept(kept) => {
+                assert!(KEPT.get() == kept, "the kept point changed");
+                (KEPT_CLOCK.with_borrow(clock::Flat::clock), false)
+            }
+        }
+    }
 }
 
 /// Which point of a stream the thread that enqueued its latest step keeps
@@ -681,8 +706,8 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
 /// were in flight under this one may have landed meanwhile, which a record
 /// may leave out: it knows less, never more, than the driver queued
 /// before it).
-#[derive(Clone, Copy, Default)]
-struct KeptPoint {
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct KeptPoint {
     stream: u64,
     changes: u64,
     /// 0 when nothing is kept (steps start at 1).
@@ -698,7 +723,9 @@ thread_local! {
     static KEPT: std::cell::Cell<KeptPoint> = const {
         std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false })
     };
-    static KEPT_CLOCK: std::cell::Cell<clock::Flat> = const { std::cell::Cell::new(clock::Flat::EMPTY) };
+    /// The clock of the point in `KEPT`: written in place at each step,
+    /// and records are written from it, so it is never copied whole.
+    static KEPT_CLOCK: RefCell<clock::Flat> = const { RefCell::new(clock::Flat::EMPTY) };
 }
 
 /// Keep the point of `stream` after its step `step` (just taken, `state`
@@ -714,20 +741,17 @@ fn keep_point(stream: &Stream, state: &StreamState, step: u32) {
         .order
         .lowest_in_flight(state)
         .is_some_and(|lowest| lowest < step);
-    let flat = (!under_another).then(|| clock::Flat::of(&state.clock, step));
-    let kept = match flat.flatten() {
-        Some(clock) => {
-            KEPT_CLOCK.set(clock);
-            KeptPoint {
-                stream: stream.id(),
-                changes: stream.order.changes.load(Ordering::Relaxed),
-                step,
-                landed: false,
-            }
+    let kept = !under_another && KEPT_CLOCK.with_borrow_mut(|kept| kept.set(&state.clock, step));
+    KEPT.set(if kept {
+        KeptPoint {
+            stream: stream.id(),
+            changes: stream.order.changes.load(Ordering::Relaxed),
+            step,
+            landed: false,
         }
-        None => KeptPoint::default(),
-    };
-    KEPT.set(kept);
+    } else {
+        KeptPoint::default()
+    });
 }
 
 /// Step `step` of `stream` landed: a point kept at it may serve.
@@ -742,28 +766,36 @@ fn land_kept(stream: &Stream, step: u32) {
 
 /// The point this thread kept of `stream`, if still valid ([`KeptPoint`]).
 #[inline]
-fn kept_point(stream: &Stream) -> Option<Clock> {
+fn kept_point(stream: &Stream) -> Option<KeptPoint> {
     let kept = KEPT.get();
     // Acquire: pairs with the bump of a lock whose holder's changes happen
     // before this record.
     let valid = kept.landed
         && kept.stream == stream.id()
         && kept.changes == stream.order.changes.load(Ordering::Acquire);
-    valid.then(|| KEPT_CLOCK.get().clock())
+    valid.then_some(kept)
 }
 
 /// `event` was recorded at `point` ([`record_point`]); `exclusive`: the
 /// caller holds the event's only handle, so no other record can overlap
 /// this one ([`Event::record_counted`]).
 #[inline]
-pub(crate) fn recorded(event: &Event, point: Option<&(Clock, bool)>, exclusive: bool) {
+pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) {
     // By reference: under `Off` (`None`) nothing is moved.
-    if let Some((clock, captured)) = point {
-        if exclusive {
-            event.order.set_alone(clock, *captured);
-        } else {
-            event.order.set(clock, *captured);
-        }
+    match point {
+        None => {}
+        Some(Point::Taken(clock, captured)) => event.order.set(clock, *captured, exclusive),
+        Some(Point::Kept(kept)) => KEPT_CLOCK.with_borrow(|flat| {
+            if KEPT.get() == *kept {
+                event.order.set_flat(flat, exclusive);
+            } else {
+                // The thread kept another point since the record's (none
+                // of its enqueues runs inside a record's driver call, so
+                // this does not happen): a record that knows nothing of
+                // the stream is true of any point of it.
+                event.order.set(&Clock::new(kept.stream), false, exclusive);
+            }
+        }),
     }
 }
 
@@ -2058,18 +2090,22 @@ mod tests {
             (flying, step)
         }
         let (flying, step) = enqueue(&stream, a);
-        let (point, _) = record_point(&stream).unwrap();
+        let (point, _) = record_point(&stream).unwrap().taken();
         assert_eq!(point.own, step - 1, "a record during the driver call");
         drop(flying);
         let step = enqueue(&stream, a).1;
         let mut point = None;
         assert_eq!(locks(|| point = record_point(&stream)), 0, "kept");
-        assert_eq!(point.unwrap().0.own, step, "a record after the step");
+        assert_eq!(
+            point.unwrap().taken().0.own,
+            step,
+            "a record after the step"
+        );
         // A step landed over an earlier one still in flight: the point kept
         // at it covers neither.
         let (first, step) = enqueue(&stream, a);
         drop(enqueue(&stream, a));
-        let (point, _) = record_point(&stream).unwrap();
+        let (point, _) = record_point(&stream).unwrap().taken();
         assert_eq!(point.own, step - 1, "a record over a step in flight");
         drop(first);
         // Another stream's step, waited for: the next record knows it.
@@ -2078,7 +2114,7 @@ mod tests {
         drop(enqueue(&stream, a));
         event.record(&other).unwrap();
         stream.wait_event(&event).unwrap();
-        let (point, _) = record_point(&stream).unwrap();
+        let (point, _) = record_point(&stream).unwrap().taken();
         assert!(
             point.knows(other.id(), other_step),
             "a record after a wait does not know what the wait taught: {point:?}"
