@@ -686,7 +686,8 @@ impl Point {
         match self {
             Point::Taken(clock, captured) => (clock, captured),
             Point::Kept(kept) => {
-                assert!(KEPT.get() == kept, "the kept point changed");
+                let now = KEPT.get();
+                assert!(now.step == kept.step && now.stream == kept.stream);
                 (KEPT_CLOCK.with_borrow(clock::Flat::clock), false)
             }
         }
@@ -706,7 +707,7 @@ impl Point {
 /// were in flight under this one may have landed meanwhile, which a record
 /// may leave out: it knows less, never more, than the driver queued
 /// before it).
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default)]
 pub(crate) struct KeptPoint {
     stream: u64,
     changes: u64,
@@ -786,7 +787,10 @@ pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) {
         None => {}
         Some(Point::Taken(clock, captured)) => event.order.set(clock, *captured, exclusive),
         Some(Point::Kept(kept)) => KEPT_CLOCK.with_borrow(|flat| {
-            if KEPT.get() == *kept {
+            // The same stream and step: steps only rise, so no later point
+            // of the stream, nor one of another, matches both.
+            let now = KEPT.get();
+            if now.step == kept.step && now.stream == kept.stream {
                 event.order.set_flat(flat, exclusive);
             } else {
                 // The thread kept another point since the record's (none
