@@ -273,14 +273,22 @@ impl Clock {
 
     /// Learn everything `snapshot` knows; whether anything was new (then the
     /// own counter has risen too).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn learn(&mut self, snapshot: &Clock) -> bool {
         if snapshot.agent == self.agent {
             return false;
         }
-        if let Some(learnt) = self.learn_in_place(snapshot) {
-            return learnt;
+        match self.learn_in_place(snapshot) {
+            Some(learnt) => learnt,
+            None => self.learn_new(snapshot),
         }
+    }
+
+    /// [`Clock::learn`] of a snapshot naming a stream this clock does not
+    /// know of yet, or of spilled clocks: a raise and a join.
+    #[cold]
+    #[inline(never)]
+    fn learn_new(&mut self, snapshot: &Clock) -> bool {
         if self.knows(snapshot.agent, snapshot.own) {
             // Knowing (agent, own) means knowing all it knew then.
             return false;

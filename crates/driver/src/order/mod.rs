@@ -1013,7 +1013,7 @@ pub(crate) fn before_enqueue<'s>(
             if record_or_races(shadow, touches, &access, &state.past(), &mut races) {
                 return Ok(commit_step(state, stream, home.id(), shadow));
             }
-            if let Some(in_flight) = repair(stream, what, touches, held, &races)? {
+            if let Some(in_flight) = repair(stream, access, touches, held, &races)? {
                 return Ok(in_flight);
             }
         }
@@ -1036,7 +1036,7 @@ pub(crate) fn before_enqueue<'s>(
 /// go); what the waits teach is gathered in one vector, learnt in one pass.
 fn repair<'s>(
     stream: &'s Stream,
-    what: &'static str,
+    mut access: Access,
     touches: &[Touch],
     mut held: Held<'_>,
     races: &[(u64, u32)],
@@ -1143,7 +1143,8 @@ fn repair<'s>(
         };
     }
     state.learn_host();
-    let access = next_access(state, stream, what);
+    // The step the access will be: the waits' learning moved the clock.
+    access.counter = state.clock.own + 1;
     let past = state.past();
     // Clocks and the host's knowledge only grow: with the shadow as it was,
     // the races found were the only ones, and they are ordered now.
