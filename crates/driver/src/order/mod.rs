@@ -552,21 +552,36 @@ impl StreamOrder {
         (lowest != u32::MAX).then(|| lowest + 1)
     }
 
-    /// Put `step` in flight (with `state` locked): the slot holding it, or
-    /// `None` when every slot is taken and it is in `state.in_flight`.
+    /// Put `step`, the stream's newest, in flight (with `state` locked):
+    /// the slot holding it (`None` when every slot is taken and it is in
+    /// `state.in_flight`), and whether another step was in flight then
+    /// (every such step is below it). One look at each slot.
     #[inline]
-    fn fly(&self, state: &mut StreamState, step: u32) -> Option<u8> {
-        // Relaxed: slots are filled only under the lock, which orders the
-        // fill before any snapshot that could miss it; a slot seen busy
-        // that was just emptied only costs the fallback.
+    fn fly(&self, state: &mut StreamState, step: u32) -> (Option<u8>, bool) {
+        let mut free = None;
+        let mut others = !state.in_flight.is_empty();
         for (i, slot) in self.flying.iter().enumerate() {
-            if slot.load(Ordering::Relaxed) == 0 {
-                slot.store(step, Ordering::Relaxed);
-                return Some(i as u8);
+            // Acquire, as in `lowest_in_flight`. Slots are filled only
+            // under the lock, so one seen free stays free until filled
+            // below; one seen busy that was just emptied only costs the
+            // fallback.
+            if slot.load(Ordering::Acquire) != 0 {
+                others = true;
+            } else if free.is_none() {
+                free = Some(i);
             }
         }
-        state.in_flight.push(step);
-        None
+        let slot = match free {
+            Some(i) => {
+                self.flying[i].store(step, Ordering::Relaxed);
+                Some(i as u8)
+            }
+            None => {
+                state.in_flight.push(step);
+                None
+            }
+        };
+        (slot, others)
     }
 
     /// The stream joins a capture (it began one, or was forked in): its
@@ -732,16 +747,14 @@ thread_local! {
 /// Keep the point of `stream` after its step `step` (just taken, `state`
 /// locked), for [`kept_point`] once the step lands. Nothing is kept of a
 /// clock too large to keep inline.
+///
+/// `under_another`: another step of the stream (below this one) was in
+/// flight when this one was taken. Then the point right after this step
+/// would leave this step out: none is kept, and a record after it takes
+/// its point the general way, which waits for that step to land
+/// ([`StreamOrder::settled`]).
 #[inline]
-fn keep_point(stream: &Stream, state: &StreamState, step: u32) {
-    // Under another thread's step still in flight, the point right after
-    // this step would leave this step out: none is kept, and a record
-    // after it takes its point the general way, which waits for that step
-    // to land ([`StreamOrder::settled`]).
-    let under_another = stream
-        .order
-        .lowest_in_flight(state)
-        .is_some_and(|lowest| lowest < step);
+fn keep_point(stream: &Stream, state: &StreamState, step: u32, under_another: bool) {
     let kept = !under_another && KEPT_CLOCK.with_borrow_mut(|kept| kept.set(&state.clock, step));
     KEPT.set(if kept {
         KeptPoint {
@@ -1280,8 +1293,8 @@ fn commit_step<'s>(
     join(state, stream, ctx, shadow);
     state.clock.own += 1;
     let step = state.clock.own;
-    keep_point(stream, state, step);
-    let slot = stream.order.fly(state, step);
+    let (slot, under_another) = stream.order.fly(state, step);
+    keep_point(stream, state, step, under_another);
     STEPS_IN_FLIGHT.set(STEPS_IN_FLIGHT.get() + 1);
     InFlight(Some((stream, step, slot)))
 }
