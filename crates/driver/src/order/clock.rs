@@ -278,9 +278,26 @@ impl Clock {
         if snapshot.agent == self.agent {
             return false;
         }
-        match self.learn_in_place(snapshot) {
+        let learnt = snapshot.others.inline().and_then(|(agents, counters)| {
+            self.learn_in_place((snapshot.agent, snapshot.own, agents, counters))
+        });
+        match learnt {
             Some(learnt) => learnt,
             None => self.learn_new(snapshot),
+        }
+    }
+
+    /// [`Clock::learn`] of a point kept as plain data (`Flat`), read where
+    /// it is kept.
+    #[inline(always)]
+    pub(crate) fn learn_flat(&mut self, flat: &Flat) -> bool {
+        let parts = flat.parts();
+        if parts.0 == self.agent {
+            return false;
+        }
+        match self.learn_in_place(parts) {
+            Some(learnt) => learnt,
+            None => self.learn_new(&flat.clock()),
         }
     }
 
@@ -302,30 +319,31 @@ impl Clock {
 }
 
 impl Clock {
-    /// [`Clock::learn`] in its steady state, in one pass over each clock's
-    /// entries: both inline, and the snapshot names no stream this clock
-    /// does not know of already (`None`, with nothing changed, otherwise).
+    /// [`Clock::learn`] of a snapshot (its agent, own counter and inline
+    /// entries) in its steady state, in one pass over each clock's entries:
+    /// this clock inline, and the snapshot naming no stream it does not
+    /// know of already (`None`, with nothing changed, otherwise).
     #[inline(always)]
-    fn learn_in_place(&mut self, snapshot: &Clock) -> Option<bool> {
-        let (mine, theirs) = (&mut self.others, &snapshot.others);
-        if mine.spill.is_some() || theirs.spill.is_some() {
+    fn learn_in_place(
+        &mut self,
+        (agent, own, their_agents, their_counters): (Agent, u32, &[Agent], &[u32]),
+    ) -> Option<bool> {
+        let mine = &mut self.others;
+        if mine.spill.is_some() {
             return None;
         }
-        let (m, n) = (
-            (mine.len as usize).min(INLINE),
-            (theirs.len as usize).min(INLINE),
-        );
+        let m = (mine.len as usize).min(INLINE);
         let agents = &mine.agents[..m];
-        let at = agents.iter().position(|&a| a == snapshot.agent)?;
-        if mine.counters[at] >= snapshot.own {
+        let at = agents.iter().position(|&a| a == agent)?;
+        if mine.counters[at] >= own {
             // Knowing (agent, own) means knowing all it knew then.
             return Some(false);
         }
         // Raised in a copy, kept only if every stream is known here.
         let mut counters = mine.counters;
-        counters[at] = snapshot.own;
+        counters[at] = own;
         let mut i = 0;
-        for (&agent, &counter) in theirs.agents[..n].iter().zip(&theirs.counters[..n]) {
+        for (&agent, &counter) in their_agents.iter().zip(their_counters) {
             if agent == self.agent {
                 continue;
             }
@@ -406,7 +424,6 @@ impl Flat {
     }
 
     /// The clock again.
-    #[cfg(test)]
     pub(crate) fn clock(&self) -> Clock {
         Clock {
             agent: self.agent,

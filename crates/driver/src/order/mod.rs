@@ -701,8 +701,7 @@ impl Point {
         match self {
             Point::Taken(clock, captured) => (clock, captured),
             Point::Kept(kept) => {
-                let now = KEPT.get();
-                assert!(now.step == kept.step && now.stream == kept.stream);
+                assert!(still_kept(&kept), "the kept point changed");
                 (KEPT_CLOCK.with_borrow(clock::Flat::clock), false)
             }
         }
@@ -792,28 +791,49 @@ fn kept_point(stream: &Stream) -> Option<KeptPoint> {
 
 /// `event` was recorded at `point` ([`record_point`]); `exclusive`: the
 /// caller holds the event's only handle, so no other record can overlap
-/// this one ([`Event::record_counted`]).
+/// this one ([`Event::record_counted`]). The kept point the record was
+/// written from, if it was: while this thread keeps it ([`learn_kept`]),
+/// it is what the record says.
 #[inline]
-pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) {
+pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) -> Option<KeptPoint> {
     // By reference: under `Off` (`None`) nothing is moved.
     match point {
-        None => {}
-        Some(Point::Taken(clock, captured)) => event.order.set(clock, *captured, exclusive),
+        None => None,
+        Some(Point::Taken(clock, captured)) => {
+            event.order.set(clock, *captured, exclusive);
+            None
+        }
         Some(Point::Kept(kept)) => KEPT_CLOCK.with_borrow(|flat| {
-            // The same stream and step: steps only rise, so no later point
-            // of the stream, nor one of another, matches both.
-            let now = KEPT.get();
-            if now.step == kept.step && now.stream == kept.stream {
+            if still_kept(kept) {
                 event.order.set_flat(flat, exclusive);
+                Some(*kept)
             } else {
                 // The thread kept another point since the record's (none
                 // of its enqueues runs inside a record's driver call, so
                 // this does not happen): a record that knows nothing of
                 // the stream is true of any point of it.
                 event.order.set(&Clock::new(kept.stream), false, exclusive);
+                None
             }
         }),
     }
+}
+
+/// Whether `kept` is still the point this thread keeps: the same stream
+/// and step (steps only rise, so no later point of the stream, nor one of
+/// another, matches both).
+#[inline]
+fn still_kept(kept: &KeptPoint) -> bool {
+    let now = KEPT.get();
+    now.step == kept.step && now.stream == kept.stream
+}
+
+/// `clock` learns the point `kept`, which a record waited for was written
+/// from ([`recorded`]), read where this thread keeps it; nothing if it no
+/// longer does (knowing less is always true).
+#[inline]
+fn learn_kept(clock: &mut Clock, kept: &KeptPoint) -> bool {
+    KEPT_CLOCK.with_borrow(|flat| still_kept(kept) && clock.learn_flat(flat))
 }
 
 /// `stream` was made to wait for `event`.
@@ -1094,6 +1114,7 @@ fn repair<'s>(
     // several waits, `knows` gathers what they all knew.
     let mut snapshot = Clock::new(0);
     let mut learnt = false;
+    let mut kept = None;
     let mut waits = 0;
     for entry in &mut wait_for {
         if let Some((clock, host)) = &knows
@@ -1110,14 +1131,21 @@ fn repair<'s>(
             // A stream of another context: its mark is under its lock.
             None => earlier.order.lock().mark.take(),
         };
-        let event = mark_covering(earlier, entry.step, mark)?;
+        let (event, at_kept) = mark_covering(earlier, entry.step, mark)?;
         stream.wait_event_unlearned(&event)?;
         waits += 1;
-        // Read right after the wait, as `waited` does.
-        if event.order.read_into(&mut snapshot) == Some(false) {
-            match &mut knows {
-                Some((clock, _)) => learnt |= clock.learn(&snapshot),
-                None => learnt = true,
+        match (&mut knows, at_kept) {
+            // One wait, for a record written from the point this thread
+            // keeps: learnt from there under the lock below.
+            (None, Some(at_kept)) => kept = Some(at_kept),
+            // Else read right after the wait, as `waited` does.
+            (knows, _) => {
+                if event.order.read_into(&mut snapshot) == Some(false) {
+                    match knows {
+                        Some((clock, _)) => learnt |= clock.learn(&snapshot),
+                        None => learnt = true,
+                    }
+                }
             }
         }
         tracing::trace!(
@@ -1148,11 +1176,13 @@ fn repair<'s>(
     }
     let (state, shadow) = held.split();
     shadow.stats.inserted_waits += waits;
-    if learnt && state.captured.is_none() {
-        match &knows {
+    if state.captured.is_none() {
+        match (&knows, &kept) {
             // Its clock then, and what every wait taught on top.
-            Some((clock, _)) => state.clock.learn_all(&clock.others),
-            None => state.clock.learn(&snapshot),
+            (Some((clock, _)), _) if learnt => state.clock.learn_all(&clock.others),
+            (None, Some(kept)) => learn_kept(&mut state.clock, kept),
+            (None, None) if learnt => state.clock.learn(&snapshot),
+            _ => false,
         };
     }
     state.learn_host();
@@ -1570,7 +1600,7 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
     // Taken out of its slot, so that no other thread takes it meanwhile
     // (its record may be recorded again below, which locks the stream).
     let mark = earlier.order.lock().mark.take();
-    let event = mark_covering(earlier, step, mark)?;
+    let (event, _) = mark_covering(earlier, step, mark)?;
     let unused = put_back_mark(&mut earlier.order.lock().mark, earlier, Arc::clone(&event));
     drop(unused);
     stream.wait_event(&event)?;
@@ -1592,26 +1622,28 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
 ///
 /// Both records are made as the event's only holder
 /// ([`Event::record_counted`] exclusive): no atomic read-modify-write on
-/// the event, where a shared record takes three.
+/// the event, where a shared record takes three. With the event, the point
+/// kept by this thread that a record made here was written from, if it
+/// was ([`recorded`]).
 fn mark_covering(
     earlier: &Stream,
     step: u32,
     mark: Option<Arc<PooledEvent>>,
-) -> Result<Arc<PooledEvent>> {
+) -> Result<(Arc<PooledEvent>, Option<KeptPoint>)> {
     Ok(match mark {
-        Some(event) if event.order.covers(earlier.id(), step) => event,
+        Some(event) if event.order.covers(earlier.id(), step) => (event, None),
         // Not offered by the engine, no wait of another thread in progress:
         // the only handle (no other `Arc`, and no `Weak` to make one; only
         // a holder of one could make either).
         Some(event) if Arc::strong_count(&event) == 1 && Arc::weak_count(&event) == 0 => {
-            event.record_counted(earlier, true)?;
-            event
+            let kept = event.record_at(earlier, true)?;
+            (event, kept)
         }
         _ => {
             // A fresh event from the pool, held by value: the only handle.
             let event = earlier.event_pool().acquire_event(false)?;
-            event.record_counted(earlier, true)?;
-            Arc::new(event)
+            let kept = event.record_at(earlier, true)?;
+            (Arc::new(event), kept)
         }
     })
 }
@@ -2171,6 +2203,16 @@ mod tests {
                 .unwrap();
         });
         assert_eq!(ctx.ordering_stats().inserted_waits - waits, 1, "one wait");
+        // The reader learnt the writer's mark, recorded at the point the
+        // writer's enqueue kept: its step, and nothing after it. (Read
+        // after the copy: a lock of the writer before it would void the
+        // point kept.)
+        let written = writer.order.lock().clock.own;
+        let knows = |step| reader.order.lock().clock.knows(writer.id(), step);
+        assert!(
+            knows(written) && !knows(written + 1),
+            "learnt the wrong point"
+        );
         // Two of the shadow. The use events of the two buffers take the
         // point the copy kept and, recorded under their buffer's lock by
         // its only holder, no write side; nor does the mark's record,
