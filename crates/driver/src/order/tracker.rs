@@ -2,9 +2,11 @@
 //! the reads since it that are not yet known to be ordered (FastTrack's
 //! shadow state, over byte ranges instead of words).
 //!
-//! A map of disjoint segments keyed by start address. Most operations use a
-//! whole buffer the same way each time, so the common case finds the one
-//! segment spanning the range and updates it in place, allocating nothing.
+//! Disjoint segments keyed by start address. Most operations use a whole
+//! buffer the same way each time, so the common case finds the one segment
+//! spanning the range (one hash lookup, whatever the number of buffers)
+//! and updates it in place, allocating nothing; an ordered index of the
+//! segments' bounds serves the ranges that are not one whole segment.
 
 use super::Touch;
 use super::clock::{Agent, Knows};
@@ -25,14 +27,18 @@ pub(crate) struct Access {
     pub(crate) what: &'static str,
     pub(crate) label: Option<Arc<str>>,
 }
-/// Hashes a stream id (a small counter) with one multiplication: the
-/// default SipHash costs more than the rest of a lookup.
+/// Hashes a stream id (a small counter) or an address with one
+/// multiplication and a fold: the default SipHash costs more than the rest
+/// of a lookup.
 #[derive(Default)]
 pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The table indexes by the low bits: fold the high ones, which
+        // depend on every bit of the key, into them (an address's own low
+        // bits are often all zero).
+        self.0 ^ (self.0 >> 32)
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -42,8 +48,7 @@ impl Hasher for IdHasher {
     }
 
     fn write_u64(&mut self, id: u64) {
-        // Fibonacci hashing: the high bits, which the table uses, depend on
-        // every bit of the id.
+        // Fibonacci hashing: the high bits depend on every bit of the key.
         self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
@@ -66,7 +71,12 @@ pub(crate) struct Conflict<'a> {
 /// The shadow state of one context's memory.
 #[derive(Default)]
 pub(crate) struct Shadow {
-    map: BTreeMap<u64, Segment>,
+    /// The segments by start address: a range that is one whole segment is
+    /// one hash lookup away.
+    segments: HashMap<u64, Segment, BuildHasherDefault<IdHasher>>,
+    /// Each segment's start and end, in address order: for ranges that are
+    /// not one whole segment. Changed with `segments`, always.
+    bounds: BTreeMap<u64, u64>,
     /// Bumped by every change: a repair that finds it unchanged after its
     /// waits knows no new access arrived meanwhile.
     version: u64,
@@ -134,7 +144,7 @@ impl Shadow {
         };
         if let [touch] = touches {
             let (lo, hi) = touch.range();
-            let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
+            let segment = self.segments.get_mut(&lo).filter(|s| s.end == hi)?;
             segment.each_conflict(touch.write, clock, lo, hi, &mut found);
             if !any {
                 update(segment, touch.write, access, clock);
@@ -146,7 +156,7 @@ impl Shadow {
         // range leaves the earlier ones as they were.
         for touch in touches {
             let (lo, hi) = touch.range();
-            let segment = self.map.get(&lo).filter(|s| s.end == hi)?;
+            let segment = self.segments.get(&lo).filter(|s| s.end == hi)?;
             segment.each_conflict(touch.write, clock, lo, hi, &mut found);
         }
         if any {
@@ -155,7 +165,7 @@ impl Shadow {
         for touch in touches {
             let (lo, _) = touch.range();
             let segment = self
-                .map
+                .segments
                 .get_mut(&lo)
                 .expect("a whole segment, found above under the same borrow");
             update(segment, touch.write, access, clock);
@@ -168,7 +178,7 @@ impl Shadow {
     /// by the holder of `clock`; one lookup when a segment spans the range
     /// exactly.
     pub(crate) fn any_conflict(&self, lo: u64, hi: u64, write: bool, clock: &impl Knows) -> bool {
-        if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
+        if let Some(segment) = self.segments.get(&lo).filter(|s| s.end == hi) {
             return segment.conflicts(write, clock);
         }
         let mut any = false;
@@ -192,14 +202,15 @@ impl Shadow {
         }
         // A segment spanning exactly the range is the only one overlapping
         // it (segments are disjoint): one lookup, no range walk.
-        if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
+        if let Some(segment) = self.segments.get(&lo).filter(|s| s.end == hi) {
             return segment.each_conflict(write, clock, lo, hi, &mut found);
         }
-        for (&start, segment) in self.map.range(..hi).rev() {
-            if segment.end <= lo {
+        for (&start, &end) in self.bounds.range(..hi).rev() {
+            if end <= lo {
                 break;
             }
-            segment.each_conflict(write, clock, start.max(lo), segment.end.min(hi), &mut found);
+            let segment = &self.segments[&start];
+            segment.each_conflict(write, clock, start.max(lo), end.min(hi), &mut found);
         }
     }
 
@@ -218,7 +229,7 @@ impl Shadow {
             return;
         }
         self.version += 1;
-        if let Some(segment) = self.map.get_mut(&lo)
+        if let Some(segment) = self.segments.get_mut(&lo)
             && segment.end == hi
         {
             update(segment, write, access, clock);
@@ -234,13 +245,13 @@ impl Shadow {
         self.split(lo);
         self.split(hi);
         let starts: smallvec::SmallVec<[u64; 4]> =
-            self.map.range(lo..hi).map(|(s, _)| *s).collect();
+            self.bounds.range(lo..hi).map(|(s, _)| *s).collect();
         let mut cursor = lo;
         for start in starts {
             if start > cursor {
                 self.insert_new(cursor, start, write, access);
             }
-            let segment = self.map.get_mut(&start).expect("listed above");
+            let segment = self.segments.get_mut(&start).expect("listed above");
             update(segment, write, access, clock);
             cursor = segment.end;
         }
@@ -251,28 +262,38 @@ impl Shadow {
 
     /// Forget every access to `[lo, hi)` (the memory was freed).
     pub(crate) fn forget(&mut self, lo: u64, hi: u64) {
-        if lo >= hi || self.map.is_empty() {
+        if lo >= hi || self.segments.is_empty() {
             return;
         }
         self.version += 1;
         self.split(lo);
         self.split(hi);
         let starts: smallvec::SmallVec<[u64; 4]> =
-            self.map.range(lo..hi).map(|(s, _)| *s).collect();
+            self.bounds.range(lo..hi).map(|(s, _)| *s).collect();
         for start in starts {
-            self.map.remove(&start);
+            self.bounds.remove(&start);
+            self.segments.remove(&start);
         }
     }
 
     /// Forget everything (the policy was switched).
     pub(crate) fn clear(&mut self) {
-        self.map.clear();
+        self.segments.clear();
+        self.bounds.clear();
         self.version += 1;
     }
 
+    /// The number of segments, checking that the two indexes agree.
     #[cfg(test)]
     pub(crate) fn segments(&self) -> usize {
-        self.map.len()
+        assert_eq!(self.bounds.len(), self.segments.len());
+        let mut last_end = 0;
+        for (start, end) in &self.bounds {
+            assert!(*start >= last_end && start < end, "overlapping bounds");
+            assert_eq!(self.segments[start].end, *end, "bounds disagree");
+            last_end = *end;
+        }
+        self.segments.len()
     }
 
     fn insert_new(&mut self, lo: u64, hi: u64, write: bool, access: &Access) {
@@ -285,22 +306,29 @@ impl Shadow {
         } else {
             segment.reads.push(access.clone());
         }
-        self.map.insert(lo, segment);
+        self.segments.insert(lo, segment);
+        self.bounds.insert(lo, hi);
     }
 
     /// Make `at` a segment boundary.
     fn split(&mut self, at: u64) {
-        let Some((&start, segment)) = self.map.range_mut(..at).next_back() else {
+        let Some((&start, &end)) = self.bounds.range(..at).next_back() else {
             return;
         };
-        if segment.end <= at {
+        if end <= at {
             return;
         }
+        let segment = self
+            .segments
+            .get_mut(&start)
+            .expect("every bound has its segment");
         let mut tail = segment.clone();
         segment.end = at;
-        tail.end = tail.end.max(at);
+        tail.end = end;
         debug_assert!(start < at);
-        self.map.insert(at, tail);
+        self.bounds.insert(start, at);
+        self.bounds.insert(at, end);
+        self.segments.insert(at, tail);
     }
 }
 
@@ -587,6 +615,7 @@ mod tests {
         ranges.sort();
         assert_eq!(ranges, [(30, 40), (40, 60), (60, 90), (90, 100)]);
         shadow.forget(0, 100);
+        assert_eq!(shadow.segments(), 1, "only 100-120 is left");
         assert_eq!(count(&shadow, 0, 100, true, &b), 0);
         assert_eq!(
             count(&shadow, 100, 120, true, &b),
