@@ -1066,7 +1066,10 @@ pub(crate) fn before_enqueue<'s>(
 ///
 /// One list, of the streams to wait for, holds all it carries from one
 /// lock to the next (a mark taken out, the event to put back, one to let
-/// go); what the waits teach is gathered in one vector, learnt in one pass.
+/// go). What a single wait teaches is learnt under the second lock from
+/// the point its mark was recorded at, where this thread keeps it, else
+/// from the record read after the wait; several waits' records gather in
+/// the copy of the clock kept to skip covered waits, joined in one pass.
 fn repair<'s>(
     stream: &'s Stream,
     mut access: Access,
