@@ -29,6 +29,7 @@ pub(crate) enum Use<'a> {
 
 impl Use<'_> {
     /// The bytes it touches, for the stream-order tracker.
+    #[inline]
     pub(crate) fn touch(self) -> Touch {
         let (ctx, (address, bytes), write) = match self {
             Use::Device(buffer, write) | Use::Peer(buffer, write) => {

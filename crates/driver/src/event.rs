@@ -149,6 +149,19 @@ impl Event {
     /// so no record can overlap this one and one bump of two after the call
     /// keeps the count even.
     pub(crate) fn record_counted(&self, stream: &Stream, exclusive: bool) -> Result<()> {
+        self.record_at(stream, exclusive).map(drop)
+    }
+
+    /// [`Event::record_counted`], handing back the point this thread kept
+    /// of the stream when the tracker wrote the record from it: for a
+    /// caller holding the event's only handle, what a wait for this record
+    /// learns, readable where it is kept (`order::learn_kept`).
+    #[inline]
+    pub(crate) fn record_at(
+        &self,
+        stream: &Stream,
+        exclusive: bool,
+    ) -> Result<Option<crate::order::KeptPoint>> {
         stream.check_context("the event", &self.ctx)?;
         self.ctx.bind()?;
         // Before the driver call: what another thread queues meanwhile is
@@ -174,8 +187,7 @@ impl Event {
         self.recorded.store(true, Ordering::Relaxed);
         self.captured_in
             .store(stream.capture_id(), Ordering::Release);
-        crate::order::recorded(self, point.as_ref(), exclusive);
-        Ok(())
+        Ok(crate::order::recorded(self, point.as_ref(), exclusive))
     }
 
     /// Record on `stream`, and say whether no other record of this event

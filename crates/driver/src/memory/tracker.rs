@@ -90,7 +90,10 @@ impl UseTracker {
             },
         };
         let entry = &mut inner.uses[index];
-        if let Err(err) = entry.event.record(stream) {
+        // Recorded only here, under this lock, and never handed out: no
+        // other record of it can overlap this one, so it is recorded as
+        // its only holder (no atomic read-modify-write on the event).
+        if let Err(err) = entry.event.record_counted(stream, true) {
             return Err(wait_untracked(stream, err));
         }
         let kind = if write { Pending::Write } else { Pending::Read };

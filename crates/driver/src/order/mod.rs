@@ -378,14 +378,18 @@ struct StreamState {
     /// driver may queue their work in the other order than their steps: a
     /// snapshot (an event record, a host wait) knows only the steps below
     /// all of these, which the driver has queued before it.
-    in_flight: SmallVec<[u32; 2]>,
+    /// A `Vec`, not a `SmallVec`: empty but in rare cases, and an empty
+    /// `Vec` is read with no branch on where its items are.
+    in_flight: Vec<u32>,
     /// `Auto`'s last mark on this stream and what it covers: other streams
     /// ordered after a step it covers wait for it instead of a fresh record
     /// (a fork of one stream into several records once). Outside captures.
     /// The event's own record says what it covers ([`EventOrder::covers`]).
     mark: Option<Arc<crate::event_pool::PooledEvent>>,
     /// The contexts whose shadows know this stream by its id.
-    joined: SmallVec<[u64; 2]>,
+    /// A `Vec` (one allocation per stream): read at every operation,
+    /// where a `SmallVec` would branch on where its items are.
+    joined: Vec<u64>,
 }
 
 impl StreamOrder {
@@ -398,9 +402,9 @@ impl StreamOrder {
                 host: Arc::default(),
                 host_seen: 0,
                 captured: None,
-                in_flight: SmallVec::new(),
+                in_flight: Vec::new(),
                 mark: None,
-                joined: SmallVec::new(),
+                joined: Vec::new(),
             }),
             flying: Default::default(),
             changes: AtomicU64::new(0),
@@ -534,28 +538,50 @@ impl StreamOrder {
     fn lowest_in_flight(&self, state: &StreamState) -> Option<u32> {
         // Acquire: a slot seen free was emptied after its driver call
         // returned, so whatever the caller queues next is queued after it.
-        let flying = self.flying.iter().map(|s| s.load(Ordering::Acquire));
-        flying
-            .filter(|&s| s != 0)
-            .chain(state.in_flight.iter().copied())
-            .min()
+        // A free slot (0) reads as the highest step: one `min` per slot.
+        let slots = self
+            .flying
+            .iter()
+            .map(|s| s.load(Ordering::Acquire).wrapping_sub(1))
+            .fold(u32::MAX, u32::min);
+        let lowest = match state.in_flight.iter().min() {
+            Some(&beyond) => slots.min(beyond.wrapping_sub(1)),
+            None => slots,
+        };
+        // Steps start at 1, so no step reads as `u32::MAX` here.
+        (lowest != u32::MAX).then(|| lowest + 1)
     }
 
-    /// Put `step` in flight (with `state` locked): the slot holding it, or
-    /// `None` when every slot is taken and it is in `state.in_flight`.
+    /// Put `step`, the stream's newest, in flight (with `state` locked):
+    /// the slot holding it (`None` when every slot is taken and it is in
+    /// `state.in_flight`), and whether another step was in flight then
+    /// (every such step is below it). One look at each slot.
     #[inline]
-    fn fly(&self, state: &mut StreamState, step: u32) -> Option<u8> {
-        // Relaxed: slots are filled only under the lock, which orders the
-        // fill before any snapshot that could miss it; a slot seen busy
-        // that was just emptied only costs the fallback.
+    fn fly(&self, state: &mut StreamState, step: u32) -> (Option<u8>, bool) {
+        let mut free = None;
+        let mut others = !state.in_flight.is_empty();
         for (i, slot) in self.flying.iter().enumerate() {
-            if slot.load(Ordering::Relaxed) == 0 {
-                slot.store(step, Ordering::Relaxed);
-                return Some(i as u8);
+            // Acquire, as in `lowest_in_flight`. Slots are filled only
+            // under the lock, so one seen free stays free until filled
+            // below; one seen busy that was just emptied only costs the
+            // fallback.
+            if slot.load(Ordering::Acquire) != 0 {
+                others = true;
+            } else if free.is_none() {
+                free = Some(i);
             }
         }
-        state.in_flight.push(step);
-        None
+        let slot = match free {
+            Some(i) => {
+                self.flying[i].store(step, Ordering::Relaxed);
+                Some(i as u8)
+            }
+            None => {
+                state.in_flight.push(step);
+                None
+            }
+        };
+        (slot, others)
     }
 
     /// The stream joins a capture (it began one, or was forked in): its
@@ -641,20 +667,45 @@ fn host_learns(clock: &Clock) {
 /// What a record of an event on `stream` will cover, taken just before the
 /// driver records it (work queued after this point is not covered).
 #[inline]
-pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
+pub(crate) fn record_point(stream: &Stream) -> Option<Point> {
     if !stream.context().order.is_on() {
         return None;
     }
     if let Some(kept) = kept_point(stream) {
-        return Some((kept, false));
+        return Some(Point::Kept(kept));
     }
     // A record captured into a graph happens at each replay, not now: it
     // carries the stream's clock within the graph, never its own.
     let state = stream.order.lock();
     if let Some(captured) = &state.captured {
-        return Some((captured.clone(), true));
+        return Some(Point::Taken(captured.clone(), true));
     }
-    Some((stream.order.snapshot_settling(state), false))
+    Some(Point::Taken(stream.order.snapshot_settling(state), false))
+}
+
+/// What a record covers ([`record_point`]).
+pub(crate) enum Point {
+    /// The point this thread kept of the stream ([`KeptPoint`]), still
+    /// where it was kept: the record is written from there, not copied out
+    /// first (an eager point).
+    Kept(KeptPoint),
+    /// A clock taken from the stream, and whether it was captured.
+    Taken(Clock, bool),
+}
+
+impl Point {
+    /// The clock and whether it was captured (for tests: the kept point
+    /// copied out).
+    #[cfg(test)]
+    fn taken(self) -> (Clock, bool) {
+        match self {
+            Point::Taken(clock, captured) => (clock, captured),
+            Point::Kept(kept) => {
+                assert!(still_kept(&kept), "the kept point changed");
+                (KEPT_CLOCK.with_borrow(clock::Flat::clock), false)
+            }
+        }
+    }
 }
 
 /// Which point of a stream the thread that enqueued its latest step keeps
@@ -671,7 +722,7 @@ pub(crate) fn record_point(stream: &Stream) -> Option<(Clock, bool)> {
 /// may leave out: it knows less, never more, than the driver queued
 /// before it).
 #[derive(Clone, Copy, Default)]
-struct KeptPoint {
+pub(crate) struct KeptPoint {
     stream: u64,
     changes: u64,
     /// 0 when nothing is kept (steps start at 1).
@@ -687,35 +738,33 @@ thread_local! {
     static KEPT: std::cell::Cell<KeptPoint> = const {
         std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false })
     };
-    static KEPT_CLOCK: std::cell::Cell<clock::Flat> = const { std::cell::Cell::new(clock::Flat::EMPTY) };
+    /// The clock of the point in `KEPT`: written in place at each step,
+    /// and records are written from it, so it is never copied whole.
+    static KEPT_CLOCK: RefCell<clock::Flat> = const { RefCell::new(clock::Flat::EMPTY) };
 }
 
 /// Keep the point of `stream` after its step `step` (just taken, `state`
 /// locked), for [`kept_point`] once the step lands. Nothing is kept of a
 /// clock too large to keep inline.
+///
+/// `under_another`: another step of the stream (below this one) was in
+/// flight when this one was taken. Then the point right after this step
+/// would leave this step out: none is kept, and a record after it takes
+/// its point the general way, which waits for that step to land
+/// ([`StreamOrder::settled`]).
 #[inline]
-fn keep_point(stream: &Stream, state: &StreamState, step: u32) {
-    // Under another thread's step still in flight, the point right after
-    // this step would leave this step out: none is kept, and a record
-    // after it takes its point the general way, which waits for that step
-    // to land ([`StreamOrder::settled`]).
-    let under_another = stream
-        .order
-        .lowest_in_flight(state)
-        .is_some_and(|lowest| lowest < step);
-    let kept = match clock::Flat::of(&state.clock, step).filter(|_| !under_another) {
-        Some(clock) => {
-            KEPT_CLOCK.set(clock);
-            KeptPoint {
-                stream: stream.id(),
-                changes: stream.order.changes.load(Ordering::Relaxed),
-                step,
-                landed: false,
-            }
+fn keep_point(stream: &Stream, state: &StreamState, step: u32, under_another: bool) {
+    let kept = !under_another && KEPT_CLOCK.with_borrow_mut(|kept| kept.set(&state.clock, step));
+    KEPT.set(if kept {
+        KeptPoint {
+            stream: stream.id(),
+            changes: stream.order.changes.load(Ordering::Relaxed),
+            step,
+            landed: false,
         }
-        None => KeptPoint::default(),
-    };
-    KEPT.set(kept);
+    } else {
+        KeptPoint::default()
+    });
 }
 
 /// Step `step` of `stream` landed: a point kept at it may serve.
@@ -730,29 +779,61 @@ fn land_kept(stream: &Stream, step: u32) {
 
 /// The point this thread kept of `stream`, if still valid ([`KeptPoint`]).
 #[inline]
-fn kept_point(stream: &Stream) -> Option<Clock> {
+fn kept_point(stream: &Stream) -> Option<KeptPoint> {
     let kept = KEPT.get();
     // Acquire: pairs with the bump of a lock whose holder's changes happen
     // before this record.
     let valid = kept.landed
         && kept.stream == stream.id()
         && kept.changes == stream.order.changes.load(Ordering::Acquire);
-    valid.then(|| KEPT_CLOCK.get().clock())
+    valid.then_some(kept)
 }
 
 /// `event` was recorded at `point` ([`record_point`]); `exclusive`: the
 /// caller holds the event's only handle, so no other record can overlap
-/// this one ([`Event::record_counted`]).
+/// this one ([`Event::record_counted`]). The kept point the record was
+/// written from, if it was: while this thread keeps it ([`learn_kept`]),
+/// it is what the record says.
 #[inline]
-pub(crate) fn recorded(event: &Event, point: Option<&(Clock, bool)>, exclusive: bool) {
+pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) -> Option<KeptPoint> {
     // By reference: under `Off` (`None`) nothing is moved.
-    if let Some((clock, captured)) = point {
-        if exclusive {
-            event.order.set_alone(clock, *captured);
-        } else {
-            event.order.set(clock, *captured);
+    match point {
+        None => None,
+        Some(Point::Taken(clock, captured)) => {
+            event.order.set(clock, *captured, exclusive);
+            None
         }
+        Some(Point::Kept(kept)) => KEPT_CLOCK.with_borrow(|flat| {
+            if still_kept(kept) {
+                event.order.set_flat(flat, exclusive);
+                Some(*kept)
+            } else {
+                // The thread kept another point since the record's (none
+                // of its enqueues runs inside a record's driver call, so
+                // this does not happen): a record that knows nothing of
+                // the stream is true of any point of it.
+                event.order.set(&Clock::new(kept.stream), false, exclusive);
+                None
+            }
+        }),
     }
+}
+
+/// Whether `kept` is still the point this thread keeps: the same stream
+/// and step (steps only rise, so no later point of the stream, nor one of
+/// another, matches both).
+#[inline]
+fn still_kept(kept: &KeptPoint) -> bool {
+    let now = KEPT.get();
+    now.step == kept.step && now.stream == kept.stream
+}
+
+/// `clock` learns the point `kept`, which a record waited for was written
+/// from ([`recorded`]), read where this thread keeps it; nothing if it no
+/// longer does (knowing less is always true).
+#[inline]
+fn learn_kept(clock: &mut Clock, kept: &KeptPoint) -> bool {
+    KEPT_CLOCK.with_borrow(|flat| still_kept(kept) && clock.learn_flat(flat))
 }
 
 /// `stream` was made to wait for `event`.
@@ -965,7 +1046,7 @@ pub(crate) fn before_enqueue<'s>(
             if record_or_races(shadow, touches, &access, &state.past(), &mut races) {
                 return Ok(commit_step(state, stream, home.id(), shadow));
             }
-            if let Some(in_flight) = repair(stream, what, touches, held, &races)? {
+            if let Some(in_flight) = repair(stream, access, touches, held, &races)? {
                 return Ok(in_flight);
             }
         }
@@ -975,30 +1056,45 @@ pub(crate) fn before_enqueue<'s>(
 
 /// `Auto`'s repair of an operation on memory of its stream's own context,
 /// which [`record_or_races`] found racing with `races` (per stream, the
-/// latest step raced with; `held` still locked since): wait for each stream it races with, then record it as the
-/// stream's next step, returned in flight. When no access was recorded meanwhile and
-/// the waits cover every race found, nothing is looked up again; otherwise
-/// it is checked again. `None` leaves the operation to the general way (a
-/// stream gone, a wait that fell short: a step still in flight on another
+/// latest step raced with; `held` still locked since): wait for each
+/// stream it races with, then record it as the stream's next step,
+/// returned in flight. When no access was recorded meanwhile and the waits
+/// cover every race found, nothing is looked up again; otherwise it is
+/// checked again. `None` leaves the operation to the general way (a stream
+/// gone, a wait that fell short: a step still in flight on another
 /// thread).
+///
+/// One list, of the streams to wait for, holds all it carries from one
+/// lock to the next (a mark taken out, the event to put back, one to let
+/// go). What a single wait teaches is learnt under the second lock from
+/// the point its mark was recorded at, where this thread keeps it, else
+/// from the record read after the wait; several waits' records gather in
+/// the copy of the clock kept to skip covered waits, joined in one pass.
 fn repair<'s>(
     stream: &'s Stream,
-    what: &'static str,
+    mut access: Access,
     touches: &[Touch],
     mut held: Held<'_>,
     races: &[(u64, u32)],
 ) -> Result<Option<InFlight<'s>>> {
     let home = stream.context();
     let (state, shadow) = held.split();
-    let mut wait_for: SmallVec<[WaitFor; 2]> = races
-        .iter()
-        .map(|&(id, step)| WaitFor {
+    let mut wait_for: SmallVec<[WaitFor; 2]> = SmallVec::new();
+    for &(id, step) in races {
+        // A stream that is gone cannot be waited for: the general way
+        // refuses.
+        let Some(earlier) = shadow.live_stream(id) else {
+            return Ok(None);
+        };
+        wait_for.push(WaitFor {
             id,
             step,
-            earlier: shadow.live_stream(id),
+            earlier,
             mark: None,
-        })
-        .collect();
+            put_back: None,
+            let_go: None,
+        });
+    }
     let version = shadow.version();
     // One report per repaired operation.
     shadow.stats.reports += 1;
@@ -1008,52 +1104,52 @@ fn repair<'s>(
     // The marks of the streams to wait for that share this lock, taken out
     // now rather than under a lock of their own, and so that no other
     // thread takes them meanwhile.
-    let mut shared = 0;
+    let mut shared = false;
     for entry in &mut wait_for {
-        let Some(earlier) = &entry.earlier else {
-            return Ok(None);
-        };
-        if let Some(mark) = held.mark_of(earlier) {
+        if let Some(mark) = held.mark_of(&entry.earlier) {
             entry.mark = Some(mark.take());
-            shared += 1;
+            shared = true;
         }
     }
     drop(held);
-    // The records waited for, learnt under the lock taken below.
-    let mut learnt: SmallVec<[(Clock, bool); 2]> = SmallVec::new();
+    // What the eager record waited for knows, learnt under the lock taken
+    // below (a stream learns eager records only, as `waited` does); with
+    // several waits, `knows` gathers what they all knew.
+    let mut snapshot = Clock::new(0);
+    let mut learnt = false;
+    let mut kept = None;
     let mut waits = 0;
-    // Marks to put back under it (shared ones), and those to let go
-    // after it (declared first: dropped last).
-    let mut unused: SmallVec<[Arc<PooledEvent>; 2]> = SmallVec::new();
-    let mut events: SmallVec<[(usize, Arc<PooledEvent>); 2]> = SmallVec::new();
-    for (i, entry) in wait_for.iter_mut().enumerate() {
-        let earlier = entry.earlier.as_deref().expect("checked above");
+    for entry in &mut wait_for {
         if let Some((clock, host)) = &knows
             && (Past { clock, host }).knows(entry.id, entry.step)
         {
             // Covered by an earlier wait: its mark goes back untouched.
-            if let Some(mark) = entry.mark.take().flatten() {
-                events.push((i, mark));
-            }
+            entry.put_back = entry.mark.take().flatten();
             continue;
         }
+        let earlier = &*entry.earlier;
         let shares = entry.mark.is_some();
         let mark = match entry.mark.take() {
             Some(mark) => mark,
             // A stream of another context: its mark is under its lock.
             None => earlier.order.lock().mark.take(),
         };
-        let event = mark_covering(earlier, entry.step, mark)?;
+        let (event, at_kept) = mark_covering(earlier, entry.step, mark)?;
         stream.wait_event_unlearned(&event)?;
         waits += 1;
-        // Read right after the wait, as `waited` does.
-        // Read into its place in `learnt`, not moved there.
-        learnt.push((Clock::new(0), false));
-        let (snapshot, captured) = learnt.last_mut().expect("just pushed");
-        let read = event.order.read_into(snapshot);
-        match read {
-            Some(was_captured) => *captured = was_captured,
-            None => drop(learnt.pop()),
+        match (&mut knows, at_kept) {
+            // One wait, for a record written from the point this thread
+            // keeps: learnt from there under the lock below.
+            (None, Some(at_kept)) => kept = Some(at_kept),
+            // Else read right after the wait, as `waited` does.
+            (knows, _) => {
+                if event.order.read_into(&mut snapshot) == Some(false) {
+                    match knows {
+                        Some((clock, _)) => learnt |= clock.learn(&snapshot),
+                        None => learnt = true,
+                    }
+                }
+            }
         }
         tracing::trace!(
             target: "cuda_streams_driver::order",
@@ -1061,42 +1157,40 @@ fn repair<'s>(
             stream.id(),
             earlier.id()
         );
-        if read.is_some()
-            && let (Some((clock, _)), Some((snapshot, false))) = (&mut knows, learnt.last())
-        {
-            clock.learn(snapshot);
-        }
         if shares {
-            events.push((i, event));
+            entry.put_back = Some(event);
         } else {
             let mut slot = earlier.order.lock();
-            if let Some(event) = put_back_mark(&mut slot.mark, earlier, event) {
-                unused.push(event);
-            }
+            entry.let_go = put_back_mark(&mut slot.mark, earlier, event);
         }
     }
     #[cfg(test)]
     tests::between_waits_and_record();
     let mut held = stream.order.lock();
-    if shared > 0 {
-        for (i, event) in events.drain(..) {
-            let earlier = wait_for[i].earlier.as_deref().expect("checked above");
-            let mark = held.mark_of(earlier).expect("a stream of this context");
-            if let Some(event) = put_back_mark(mark, earlier, event) {
-                unused.push(event);
+    if shared {
+        for entry in &mut wait_for {
+            if let Some(event) = entry.put_back.take() {
+                let mark = held
+                    .mark_of(&entry.earlier)
+                    .expect("a stream of this context");
+                entry.let_go = put_back_mark(mark, &entry.earlier, event);
             }
         }
     }
     let (state, shadow) = held.split();
     shadow.stats.inserted_waits += waits;
-    for (snapshot, captured) in &learnt {
-        // An eager stream learns eager records only (`waited`).
-        if !captured && state.captured.is_none() {
-            state.clock.learn(snapshot);
-        }
+    if state.captured.is_none() {
+        match (&knows, &kept) {
+            // Its clock then, and what every wait taught on top.
+            (Some((clock, _)), _) if learnt => state.clock.learn_all(&clock.others),
+            (None, Some(kept)) => learn_kept(&mut state.clock, kept),
+            (None, None) if learnt => state.clock.learn(&snapshot),
+            _ => false,
+        };
     }
     state.learn_host();
-    let access = next_access(state, stream, what);
+    // The step the access will be: the waits' learning moved the clock.
+    access.counter = state.clock.own + 1;
     let past = state.past();
     // Clocks and the host's knowledge only grow: with the shadow as it was,
     // the races found were the only ones, and they are ordered now.
@@ -1112,17 +1206,26 @@ fn repair<'s>(
     Ok(Some(commit_step(state, stream, home.id(), shadow)))
 }
 
-/// A stream `Auto` makes an operation wait for.
+/// A stream `Auto` makes an operation wait for, and what its repair
+/// carries for it from one lock to the next. Declared before the locks it
+/// is carried across, so the events it holds go back to their pool after
+/// them.
 struct WaitFor {
     id: u64,
     /// The step to cover.
     step: u32,
-    /// The stream; `None` when it is gone: it cannot be waited for, and
-    /// the general way refuses.
-    earlier: Option<Arc<Stream>>,
+    /// The stream (alive: one that is gone cannot be waited for, and the
+    /// general way refuses).
+    earlier: Arc<Stream>,
     /// Its mark, taken out under the repair's first lock when the stream
     /// shares it (same context).
     mark: Option<Option<Arc<PooledEvent>>>,
+    /// The event to put back as its mark under the repair's second lock
+    /// (same context).
+    put_back: Option<Arc<PooledEvent>>,
+    /// An event not put back (a newer mark was set meanwhile), let go
+    /// after the locks.
+    let_go: Option<Arc<PooledEvent>>,
 }
 
 /// The access `stream`'s next step would make.
@@ -1146,10 +1249,7 @@ fn record_if_ordered(
     access: &Access,
     clock: &Past<'_>,
 ) -> bool {
-    if let [touch] = touches
-        && let Some(recorded) =
-            shadow.check_and_record_exact(touch.range(), touch.write, access, clock)
-    {
+    if let Some(recorded) = shadow.record_exact_or_races(touches, access, clock, |_, _| {}) {
         return recorded;
     }
     if touches.iter().any(|t| {
@@ -1176,16 +1276,16 @@ fn record_or_races(
     clock: &Past<'_>,
     races: &mut SmallVec<[(u64, u32); 2]>,
 ) -> bool {
-    let mut found = |agent: u64, step: u32| match races.iter_mut().find(|(id, _)| *id == agent) {
-        Some(entry) => entry.1 = entry.1.max(step),
-        None => races.push((agent, step)),
-    };
-    if let [touch] = touches
-        && let Some(recorded) =
-            shadow.record_exact_or_races(touch.range(), touch.write, access, clock, &mut found)
-    {
+    let exact = shadow.record_exact_or_races(touches, access, clock, |agent, step| {
+        note_race(races, agent, step);
+    });
+    if let Some(recorded) = exact {
         return recorded;
     }
+    // Some range is not one whole segment: every range is looked at again
+    // below, the races found so far with them.
+    races.clear();
+    let mut found = |agent: u64, step: u32| note_race(races, agent, step);
     let mut any = false;
     for &touch in touches {
         let (lo, hi) = touch.range();
@@ -1204,6 +1304,16 @@ fn record_or_races(
     true
 }
 
+/// Note a race with `agent`'s step `step` in `races` (per stream, the
+/// latest step raced with).
+#[inline]
+fn note_race(races: &mut SmallVec<[(u64, u32); 2]>, agent: u64, step: u32) {
+    match races.iter_mut().find(|(id, _)| *id == agent) {
+        Some(entry) => entry.1 = entry.1.max(step),
+        None => races.push((agent, step)),
+    }
+}
+
 /// The access just recorded in `shadow` (of context `ctx`) is the stream's
 /// next step, in flight until the driver call returns.
 #[inline]
@@ -1216,8 +1326,8 @@ fn commit_step<'s>(
     join(state, stream, ctx, shadow);
     state.clock.own += 1;
     let step = state.clock.own;
-    keep_point(stream, state, step);
-    let slot = stream.order.fly(state, step);
+    let (slot, under_another) = stream.order.fly(state, step);
+    keep_point(stream, state, step, under_another);
     STEPS_IN_FLIGHT.set(STEPS_IN_FLIGHT.get() + 1);
     InFlight(Some((stream, step, slot)))
 }
@@ -1285,11 +1395,7 @@ fn check_and_repair<'s>(
                 let (state, shadow) = locked.split(touch.ctx);
                 shadow.conflicts(lo, hi, touch.write, &state.past(), |conflict| {
                     if policy == OrderPolicy::Auto {
-                        let (id, step) = (conflict.prior.agent, conflict.prior.counter);
-                        match wait_for.iter_mut().find(|(w, _)| *w == id) {
-                            Some(entry) => entry.1 = entry.1.max(step),
-                            None => wait_for.push((id, step)),
-                        }
+                        note_race(&mut wait_for, conflict.prior.agent, conflict.prior.counter);
                     } else {
                         races.push(race(stream, what, touch, &conflict));
                     }
@@ -1497,7 +1603,7 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
     // Taken out of its slot, so that no other thread takes it meanwhile
     // (its record may be recorded again below, which locks the stream).
     let mark = earlier.order.lock().mark.take();
-    let event = mark_covering(earlier, step, mark)?;
+    let (event, _) = mark_covering(earlier, step, mark)?;
     let unused = put_back_mark(&mut earlier.order.lock().mark, earlier, Arc::clone(&event));
     drop(unused);
     stream.wait_event(&event)?;
@@ -1519,26 +1625,28 @@ fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
 ///
 /// Both records are made as the event's only holder
 /// ([`Event::record_counted`] exclusive): no atomic read-modify-write on
-/// the event, where a shared record takes three.
+/// the event, where a shared record takes three. With the event, the point
+/// kept by this thread that a record made here was written from, if it
+/// was ([`recorded`]).
 fn mark_covering(
     earlier: &Stream,
     step: u32,
     mark: Option<Arc<PooledEvent>>,
-) -> Result<Arc<PooledEvent>> {
+) -> Result<(Arc<PooledEvent>, Option<KeptPoint>)> {
     Ok(match mark {
-        Some(event) if event.order.covers(earlier.id(), step) => event,
+        Some(event) if event.order.covers(earlier.id(), step) => (event, None),
         // Not offered by the engine, no wait of another thread in progress:
         // the only handle (no other `Arc`, and no `Weak` to make one; only
         // a holder of one could make either).
         Some(event) if Arc::strong_count(&event) == 1 && Arc::weak_count(&event) == 0 => {
-            event.record_counted(earlier, true)?;
-            event
+            let kept = event.record_at(earlier, true)?;
+            (event, kept)
         }
         _ => {
             // A fresh event from the pool, held by value: the only handle.
             let event = earlier.event_pool().acquire_event(false)?;
-            event.record_counted(earlier, true)?;
-            Arc::new(event)
+            let kept = event.record_at(earlier, true)?;
+            (Arc::new(event), kept)
         }
     })
 }
@@ -1790,8 +1898,16 @@ mod tests {
         let before = ctx.ordering_stats().inserted_waits;
         // Writes `x` after b's write (found first), reads `y` after a's,
         // which b's mark covers.
+        let steps = |s: &Stream| s.order.lock().clock.own;
+        let (a_step, b_step) = (steps(&a), steps(&b));
         c.copy_device_to_device_async(&mut x, &y).unwrap();
         assert_eq!(ctx.ordering_stats().inserted_waits - before, 1);
+        // The one wait taught c both writers' steps (through b's mark).
+        let knows = |s: &Stream, step| c.order.lock().clock.knows(s.id(), step);
+        assert!(
+            knows(&b, b_step) && knows(&a, a_step),
+            "c did not learn its wait"
+        );
         assert_eq!(x.to_vec(&c).unwrap(), [4; 64]);
     }
 
@@ -2027,18 +2143,22 @@ mod tests {
             (flying, step)
         }
         let (flying, step) = enqueue(&stream, a);
-        let (point, _) = record_point(&stream).unwrap();
+        let (point, _) = record_point(&stream).unwrap().taken();
         assert_eq!(point.own, step - 1, "a record during the driver call");
         drop(flying);
         let step = enqueue(&stream, a).1;
         let mut point = None;
         assert_eq!(locks(|| point = record_point(&stream)), 0, "kept");
-        assert_eq!(point.unwrap().0.own, step, "a record after the step");
+        assert_eq!(
+            point.unwrap().taken().0.own,
+            step,
+            "a record after the step"
+        );
         // A step landed over an earlier one still in flight: the point kept
         // at it covers neither.
         let (first, step) = enqueue(&stream, a);
         drop(enqueue(&stream, a));
-        let (point, _) = record_point(&stream).unwrap();
+        let (point, _) = record_point(&stream).unwrap().taken();
         assert_eq!(point.own, step - 1, "a record over a step in flight");
         drop(first);
         // Another stream's step, waited for: the next record knows it.
@@ -2047,7 +2167,7 @@ mod tests {
         drop(enqueue(&stream, a));
         event.record(&other).unwrap();
         stream.wait_event(&event).unwrap();
-        let (point, _) = record_point(&stream).unwrap();
+        let (point, _) = record_point(&stream).unwrap().taken();
         assert!(
             point.knows(other.id(), other_step),
             "a record after a wait does not know what the wait taught: {point:?}"
@@ -2058,10 +2178,10 @@ mod tests {
 
     /// `Auto`'s repair of a read after another stream's write (the
     /// pipeline's consumer): the operation's two locks of the shadow (the
-    /// look that found the race, the record after the wait), and the write
-    /// side of the one event the wait needs (a fresh mark of the writer,
-    /// whose point the writer's enqueue on this thread kept); the marks
-    /// taken and put back, and the wait's record, cost no lock of their own
+    /// look that found the race, the record after the wait), and nothing
+    /// else: the mark the wait needs and the buffers' use events are
+    /// recorded by their event's only holder at points kept on this
+    /// thread, and the marks taken and put back cost no lock of their own
     /// (the copy took twelve locks in all before).
     #[test]
     fn auto_repairs_a_read_after_a_write_with_two_locks_of_the_shadow() {
@@ -2086,10 +2206,22 @@ mod tests {
                 .unwrap();
         });
         assert_eq!(ctx.ordering_stats().inserted_waits - waits, 1, "one wait");
-        // Two of the shadow and the use events of the two buffers (both
-        // take the point the copy kept); the mark's record, made by its
-        // only holder, takes no write side.
-        assert_eq!(copied, 4, "the repair of a copy and its use events");
+        // The reader learnt the writer's mark, recorded at the point the
+        // writer's enqueue kept: its step, and nothing after it. (Read
+        // after the copy: a lock of the writer before it would void the
+        // point kept.)
+        let written = writer.order.lock().clock.own;
+        let knows = |step| reader.order.lock().clock.knows(writer.id(), step);
+        assert!(
+            knows(written) && !knows(written + 1),
+            "learnt the wrong point"
+        );
+        // Two of the shadow. The use events of the two buffers take the
+        // point the copy kept and, recorded under their buffer's lock by
+        // its only holder, no write side; nor does the mark's record,
+        // made by its only holder (4 locks before use events were
+        // recorded so).
+        assert_eq!(copied, 2, "the repair of a copy and its use events");
         assert_eq!(copy.to_vec(&reader).unwrap(), [2; 64]);
     }
 
@@ -2150,7 +2282,8 @@ mod tests {
     /// lock and unlock are two atomic read-modify-writes each, much of
     /// `check`'s cost on a GPU host): an operation on memory used before
     /// takes one lock, its context's shadow, which guards its stream's
-    /// clock too; its step lands with no lock; a record takes the write
+    /// clock too; its step lands with no lock; its buffer's use event
+    /// takes none (recorded by its only holder); a record takes the write
     /// side of the event's sequence lock (one compare-and-swap), a wait
     /// reads it with no lock and locks only the stream; under `Off` nothing
     /// is locked at all, an event's record and a wait for it included.
@@ -2163,8 +2296,9 @@ mod tests {
         stream.memset_u32_async(&mut data, 0).unwrap();
         let memset = locks(|| stream.memset_u32_async(&mut data, 1).unwrap());
         // The buffer's use event on a stream other than its home takes the
-        // point the memset kept.
-        assert_eq!(memset, 2, "a memset under check, and its use event");
+        // point the memset kept, and no write side: it is recorded under
+        // its buffer's lock, by its only holder (2 locks before).
+        assert_eq!(memset, 1, "a memset under check, and its use event");
         let record = locks(|| event.record(&stream).unwrap());
         assert_eq!(
             record, 1,

@@ -12,7 +12,7 @@
 //! large for that (a stream that learned of more than seven others) goes
 //! to a mutex beside, read under the same sequence.
 
-use super::clock::{Agent, Clock, INLINE};
+use super::clock::{Agent, Clock, Flat, INLINE};
 use super::counted;
 
 #[cfg(all(test, loom))]
@@ -100,68 +100,98 @@ fn back_off(tries: &mut u32) {
 
 impl Recorded {
     /// The event was recorded at `clock` (`captured`: in a capture), the
-    /// point [`super::record_point`] took.
-    pub(crate) fn set(&self, clock: &Clock, captured: bool) {
-        // The write side: counted as the lock it replaces.
-        counted();
-        let mut tries = 0;
-        let seq = loop {
-            let seq = self.seq.load(Ordering::Relaxed);
-            if seq.is_multiple_of(2)
-                && self
-                    .seq
-                    .compare_exchange_weak(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                break seq;
-            }
-            back_off(&mut tries);
-        };
-        self.write(seq, clock, captured);
-    }
-
-    /// [`Recorded::set`] by the holder of the event's only handle: no
-    /// other record can overlap this one, so the write side is taken with
-    /// a store, no read-modify-write (readers are as for any record).
-    pub(crate) fn set_alone(&self, clock: &Clock, captured: bool) {
-        // Relaxed: whatever handed this thread the only handle (the pool,
-        // a move) ordered the previous record before this.
-        let seq = self.seq.load(Ordering::Relaxed);
-        debug_assert!(
-            seq.is_multiple_of(2),
-            "a record overlapped an exclusive one"
-        );
-        self.seq.store(seq + 1, Ordering::Relaxed);
-        self.write(seq, clock, captured);
-    }
-
-    /// Write the record with the write side taken (`seq` + 1 stored), and
-    /// release it.
-    #[inline]
-    fn write(&self, seq: u64, clock: &Clock, captured: bool) {
-        // The odd sequence is seen before any field written below by a
-        // reader that sees one of them (its acquire fence pairs with this).
-        fence(Ordering::Release);
+    /// point [`super::record_point`] took. `exclusive`: by the holder of
+    /// the event's only handle, so no other record can overlap this one.
+    pub(crate) fn set(&self, clock: &Clock, captured: bool, exclusive: bool) {
+        let seq = self.begin(exclusive);
         let flags = RECORDED | if captured { CAPTURED } else { 0 };
         match clock.others.inline() {
             Some((agents, counters)) => {
-                for (i, (&agent, &counter)) in agents.iter().zip(counters).enumerate() {
-                    let entry = &self.entries[i];
-                    entry.0.store(agent, Ordering::Relaxed);
-                    entry.1.store(counter, Ordering::Relaxed);
-                }
-                self.agent.store(clock.agent, Ordering::Relaxed);
-                let head = u64::from(clock.own) | (agents.len() as u64) << 32 | flags;
-                self.head.store(head, Ordering::Relaxed);
+                self.write(seq, (clock.agent, clock.own, agents, counters), flags);
             }
-            None => {
-                counted();
-                let mut spilled = self.spilled.lock().unwrap_or_else(|p| p.into_inner());
-                *spilled = Some(Box::new(clock.clone()));
-                self.head.store(flags | SPILLED, Ordering::Relaxed);
-            }
+            None => self.write_spilled(seq, clock, flags),
         }
+    }
+
+    /// [`Recorded::set`] at the eager point this thread kept, written from
+    /// where it is kept (`super::KEPT_CLOCK`).
+    pub(crate) fn set_flat(&self, flat: &Flat, exclusive: bool) {
+        let seq = self.begin(exclusive);
+        self.write(seq, flat.parts(), RECORDED);
+    }
+
+    /// Take the write side: the sequence made odd. Shared, with one
+    /// compare-and-swap (two records of one event on two threads exclude
+    /// each other); `exclusive` (the caller holds the event's only handle,
+    /// so no other record can overlap this one), with a store. Returns the
+    /// even sequence it found.
+    #[inline]
+    fn begin(&self, exclusive: bool) -> u64 {
+        let seq = if exclusive {
+            // Relaxed: whatever handed this thread the only handle (the
+            // pool, a move, the lock it is recorded under) ordered the
+            // previous record before this.
+            let seq = self.seq.load(Ordering::Relaxed);
+            debug_assert!(
+                seq.is_multiple_of(2),
+                "a record overlapped an exclusive one"
+            );
+            self.seq.store(seq + 1, Ordering::Relaxed);
+            seq
+        } else {
+            // The write side: counted as the lock it replaces.
+            counted();
+            let mut tries = 0;
+            loop {
+                let seq = self.seq.load(Ordering::Relaxed);
+                if seq.is_multiple_of(2)
+                    && self
+                        .seq
+                        .compare_exchange_weak(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    break seq;
+                }
+                back_off(&mut tries);
+            }
+        };
+        // The odd sequence is seen before any field written next by a
+        // reader that sees one of them (its acquire fence pairs with this).
+        fence(Ordering::Release);
+        seq
+    }
+
+    /// Write a record whose entries are inline (agent, own counter, the
+    /// entries' agents and counters), the write side taken (`seq` + 1
+    /// stored), and release it.
+    #[inline]
+    fn write(
+        &self,
+        seq: u64,
+        (agent, own, agents, counters): (Agent, u32, &[Agent], &[u32]),
+        flags: u64,
+    ) {
+        for (entry, (&agent, &counter)) in self.entries.iter().zip(agents.iter().zip(counters)) {
+            entry.0.store(agent, Ordering::Relaxed);
+            entry.1.store(counter, Ordering::Relaxed);
+        }
+        self.agent.store(agent, Ordering::Relaxed);
+        let head = u64::from(own) | (agents.len().min(INLINE) as u64) << 32 | flags;
+        self.head.store(head, Ordering::Relaxed);
         // Release: a reader that sees this even sequence sees every field.
+        self.seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// [`Recorded::write`] of a clock too large to keep inline (rare): out
+    /// of line, so the common write stays small.
+    #[cold]
+    #[inline(never)]
+    fn write_spilled(&self, seq: u64, clock: &Clock, flags: u64) {
+        counted();
+        let mut spilled = self.spilled.lock().unwrap_or_else(|p| p.into_inner());
+        *spilled = Some(Box::new(clock.clone()));
+        self.head.store(flags | SPILLED, Ordering::Relaxed);
+        drop(spilled);
         self.seq.store(seq + 2, Ordering::Release);
     }
 
@@ -262,7 +292,7 @@ mod loom_tests {
                 .into_iter()
                 .map(|point| {
                     let order = Arc::clone(&order);
-                    loom::thread::spawn(move || order.set(&point.0, point.1))
+                    loom::thread::spawn(move || order.set(&point.0, point.1, false))
                 })
                 .collect();
             match order.get() {
@@ -293,8 +323,8 @@ mod loom_tests {
             let writer = {
                 let (order, a, b) = (Arc::clone(&order), a.clone(), b.clone());
                 loom::thread::spawn(move || {
-                    order.set_alone(&a, false);
-                    order.set_alone(&b, false);
+                    order.set(&a, false, true);
+                    order.set(&b, false, true);
                 })
             };
             if let Some((seen, _)) = order.get() {
@@ -322,7 +352,7 @@ mod tests {
         let mut small = Clock::new(3);
         small.own = 4;
         small.others.raise(1, 2);
-        order.set(&small, false);
+        order.set(&small, false, false);
         let (got, captured) = order.get().unwrap();
         assert!(!captured && got.agent == 3 && got.own == 4 && got.others == small.others);
         assert!(order.covers(3, 4) && !order.covers(3, 5) && !order.covers(1, 1));
@@ -331,7 +361,7 @@ mod tests {
         for agent in 10..30 {
             large.others.raise(agent, agent as u32);
         }
-        order.set(&large, true);
+        order.set(&large, true, false);
         let (got, captured) = order.get().unwrap();
         assert!(captured && got.agent == 5 && got.own == 6 && got.others == large.others);
         assert!(
@@ -339,8 +369,20 @@ mod tests {
             "a captured record covers no eager step"
         );
         // Back to inline: the spilled clock is not read any more.
-        order.set(&small, false);
+        order.set(&small, false, false);
         assert_eq!(order.get().unwrap().0.others, small.others);
+        // Written from a kept point, at its own counter, eager, whole: one
+        // entry fewer than the record before it.
+        let mut kept = Clock::new(7);
+        kept.own = 3;
+        let mut flat = Flat::EMPTY;
+        assert!(flat.set(&kept, 9));
+        order.set(&large, true, true);
+        order.set_flat(&flat, true);
+        let (got, captured) = order.get().unwrap();
+        assert!(!captured && got.agent == 7 && got.own == 9 && got.others.len() == 0);
+        assert!(order.covers(7, 9) && !order.covers(7, 10));
+        assert!(!flat.set(&large, 1), "a spilled clock is not kept");
     }
 
     /// Records racing on several threads with reads: each read sees one
@@ -362,7 +404,7 @@ mod tests {
                 scope.spawn(move || {
                     for i in 0..2_000u64 {
                         let agent = thread * 10_000 + i + 1;
-                        order.set(&record(agent), false);
+                        order.set(&record(agent), false, false);
                         if let Some((seen, _)) = order.get() {
                             let whole = record(seen.agent);
                             assert!(

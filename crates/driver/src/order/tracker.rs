@@ -2,10 +2,13 @@
 //! the reads since it that are not yet known to be ordered (FastTrack's
 //! shadow state, over byte ranges instead of words).
 //!
-//! A map of disjoint segments keyed by start address. Most operations use a
-//! whole buffer the same way each time, so the common case finds the one
-//! segment spanning the range and updates it in place, allocating nothing.
+//! Disjoint segments keyed by start address. Most operations use a whole
+//! buffer the same way each time, so the common case finds the one segment
+//! spanning the range (one hash lookup, whatever the number of buffers)
+//! and updates it in place, allocating nothing; an ordered index of the
+//! segments' bounds serves the ranges that are not one whole segment.
 
+use super::Touch;
 use super::clock::{Agent, Knows};
 use crate::stream::Stream;
 use std::collections::{BTreeMap, HashMap};
@@ -24,14 +27,18 @@ pub(crate) struct Access {
     pub(crate) what: &'static str,
     pub(crate) label: Option<Arc<str>>,
 }
-/// Hashes a stream id (a small counter) with one multiplication: the
-/// default SipHash costs more than the rest of a lookup.
+/// Hashes a stream id (a small counter) or an address with one
+/// multiplication and a fold: the default SipHash costs more than the rest
+/// of a lookup.
 #[derive(Default)]
 pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The table indexes by the low bits: fold the high ones, which
+        // depend on every bit of the key, into them (an address's own low
+        // bits are often all zero).
+        self.0 ^ (self.0 >> 32)
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -41,8 +48,7 @@ impl Hasher for IdHasher {
     }
 
     fn write_u64(&mut self, id: u64) {
-        // Fibonacci hashing: the high bits, which the table uses, depend on
-        // every bit of the id.
+        // Fibonacci hashing: the high bits depend on every bit of the key.
         self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
@@ -65,7 +71,12 @@ pub(crate) struct Conflict<'a> {
 /// The shadow state of one context's memory.
 #[derive(Default)]
 pub(crate) struct Shadow {
-    map: BTreeMap<u64, Segment>,
+    /// The segments by start address: a range that is one whole segment is
+    /// one hash lookup away.
+    segments: HashMap<u64, Segment, BuildHasherDefault<IdHasher>>,
+    /// Each segment's start and end, in address order: for ranges that are
+    /// not one whole segment. Changed with `segments`, always.
+    bounds: BTreeMap<u64, u64>,
     /// Bumped by every change: a repair that finds it unchanged after its
     /// waits knows no new access arrived meanwhile.
     version: u64,
@@ -108,50 +119,57 @@ impl Shadow {
         self.streams.get(&agent).and_then(Weak::upgrade)
     }
 
-    /// The fast path of a one-range operation on a range used whole before
-    /// (the common case: a buffer used the same way each time): check the
-    /// new access against the one segment that spans exactly `[lo, hi)` and
-    /// record it there when nothing conflicts, in one lookup. `None` when no
-    /// segment spans exactly that range (then use [`Shadow::conflicts`] and
-    /// [`Shadow::record`]); `Some(false)` when the access conflicts, and is
-    /// not recorded.
-    pub(crate) fn check_and_record_exact(
-        &mut self,
-        (lo, hi): (u64, u64),
-        write: bool,
-        access: &Access,
-        clock: &impl Knows,
-    ) -> Option<bool> {
-        let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
-        if segment.conflicts(write, clock) {
-            return Some(false);
-        }
-        update(segment, write, access, clock);
-        self.version += 1;
-        Some(true)
-    }
-
-    /// [`Shadow::check_and_record_exact`] that, when the access conflicts,
-    /// calls `race` with the stream and step of each access it conflicts
-    /// with, found in the same lookup.
+    /// The fast path of an operation whose ranges were each used whole
+    /// before (the common case: buffers used the same way each time):
+    /// check the new access against the one segment spanning exactly each
+    /// range and, when none conflicts, record it in each; for one range in
+    /// one lookup, and with no call per range. `None` when some range is
+    /// not one whole segment (then use [`Shadow::conflicts`] and
+    /// [`Shadow::record`]; `race` may have been called for the ranges
+    /// before it). `Some(false)` when the access conflicts: nothing is
+    /// recorded, in any range, and `race` has been called with the stream
+    /// and step of each access it conflicts with.
+    #[inline]
     pub(crate) fn record_exact_or_races(
         &mut self,
-        (lo, hi): (u64, u64),
-        write: bool,
+        touches: &[Touch],
         access: &Access,
         clock: &impl Knows,
         mut race: impl FnMut(Agent, u32),
     ) -> Option<bool> {
-        let segment = self.map.get_mut(&lo).filter(|s| s.end == hi)?;
         let mut any = false;
-        segment.each_conflict(write, clock, lo, hi, &mut |conflict| {
+        let mut found = |conflict: Conflict<'_>| {
             any = true;
             race(conflict.prior.agent, conflict.prior.counter);
-        });
+        };
+        if let [touch] = touches {
+            let (lo, hi) = touch.range();
+            let segment = self.segments.get_mut(&lo).filter(|s| s.end == hi)?;
+            segment.each_conflict(touch.write, clock, lo, hi, &mut found);
+            if !any {
+                update(segment, touch.write, access, clock);
+                self.version += 1;
+            }
+            return Some(!any);
+        }
+        // Every range is checked before any is recorded: a race in a later
+        // range leaves the earlier ones as they were.
+        for touch in touches {
+            let (lo, hi) = touch.range();
+            let segment = self.segments.get(&lo).filter(|s| s.end == hi)?;
+            segment.each_conflict(touch.write, clock, lo, hi, &mut found);
+        }
         if any {
             return Some(false);
         }
-        update(segment, write, access, clock);
+        for touch in touches {
+            let (lo, _) = touch.range();
+            let segment = self
+                .segments
+                .get_mut(&lo)
+                .expect("a whole segment, found above under the same borrow");
+            update(segment, touch.write, access, clock);
+        }
         self.version += 1;
         Some(true)
     }
@@ -160,7 +178,7 @@ impl Shadow {
     /// by the holder of `clock`; one lookup when a segment spans the range
     /// exactly.
     pub(crate) fn any_conflict(&self, lo: u64, hi: u64, write: bool, clock: &impl Knows) -> bool {
-        if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
+        if let Some(segment) = self.segments.get(&lo).filter(|s| s.end == hi) {
             return segment.conflicts(write, clock);
         }
         let mut any = false;
@@ -184,18 +202,21 @@ impl Shadow {
         }
         // A segment spanning exactly the range is the only one overlapping
         // it (segments are disjoint): one lookup, no range walk.
-        if let Some(segment) = self.map.get(&lo).filter(|s| s.end == hi) {
+        if let Some(segment) = self.segments.get(&lo).filter(|s| s.end == hi) {
             return segment.each_conflict(write, clock, lo, hi, &mut found);
         }
-        for (&start, segment) in self.map.range(..hi).rev() {
-            if segment.end <= lo {
+        for (&start, &end) in self.bounds.range(..hi).rev() {
+            if end <= lo {
                 break;
             }
-            segment.each_conflict(write, clock, start.max(lo), segment.end.min(hi), &mut found);
+            let segment = &self.segments[&start];
+            segment.each_conflict(write, clock, start.max(lo), end.min(hi), &mut found);
         }
     }
 
-    /// Record `access` to `[lo, hi)`.
+    /// Record `access` to `[lo, hi)`: in place when one segment spans it
+    /// exactly (the common case, inline), else splitting and filling.
+    #[inline(always)]
     pub(crate) fn record(
         &mut self,
         lo: u64,
@@ -208,22 +229,29 @@ impl Shadow {
             return;
         }
         self.version += 1;
-        if let Some(segment) = self.map.get_mut(&lo)
+        if let Some(segment) = self.segments.get_mut(&lo)
             && segment.end == hi
         {
             update(segment, write, access, clock);
             return;
         }
+        self.record_split(lo, hi, write, access, clock);
+    }
+
+    /// [`Shadow::record`] over a range that is not one whole segment.
+    #[cold]
+    #[inline(never)]
+    fn record_split(&mut self, lo: u64, hi: u64, write: bool, access: &Access, clock: &impl Knows) {
         self.split(lo);
         self.split(hi);
         let starts: smallvec::SmallVec<[u64; 4]> =
-            self.map.range(lo..hi).map(|(s, _)| *s).collect();
+            self.bounds.range(lo..hi).map(|(s, _)| *s).collect();
         let mut cursor = lo;
         for start in starts {
             if start > cursor {
                 self.insert_new(cursor, start, write, access);
             }
-            let segment = self.map.get_mut(&start).expect("listed above");
+            let segment = self.segments.get_mut(&start).expect("listed above");
             update(segment, write, access, clock);
             cursor = segment.end;
         }
@@ -234,28 +262,38 @@ impl Shadow {
 
     /// Forget every access to `[lo, hi)` (the memory was freed).
     pub(crate) fn forget(&mut self, lo: u64, hi: u64) {
-        if lo >= hi || self.map.is_empty() {
+        if lo >= hi || self.segments.is_empty() {
             return;
         }
         self.version += 1;
         self.split(lo);
         self.split(hi);
         let starts: smallvec::SmallVec<[u64; 4]> =
-            self.map.range(lo..hi).map(|(s, _)| *s).collect();
+            self.bounds.range(lo..hi).map(|(s, _)| *s).collect();
         for start in starts {
-            self.map.remove(&start);
+            self.bounds.remove(&start);
+            self.segments.remove(&start);
         }
     }
 
     /// Forget everything (the policy was switched).
     pub(crate) fn clear(&mut self) {
-        self.map.clear();
+        self.segments.clear();
+        self.bounds.clear();
         self.version += 1;
     }
 
+    /// The number of segments, checking that the two indexes agree.
     #[cfg(test)]
     pub(crate) fn segments(&self) -> usize {
-        self.map.len()
+        assert_eq!(self.bounds.len(), self.segments.len());
+        let mut last_end = 0;
+        for (start, end) in &self.bounds {
+            assert!(*start >= last_end && start < end, "overlapping bounds");
+            assert_eq!(self.segments[start].end, *end, "bounds disagree");
+            last_end = *end;
+        }
+        self.segments.len()
     }
 
     fn insert_new(&mut self, lo: u64, hi: u64, write: bool, access: &Access) {
@@ -268,22 +306,29 @@ impl Shadow {
         } else {
             segment.reads.push(access.clone());
         }
-        self.map.insert(lo, segment);
+        self.segments.insert(lo, segment);
+        self.bounds.insert(lo, hi);
     }
 
     /// Make `at` a segment boundary.
     fn split(&mut self, at: u64) {
-        let Some((&start, segment)) = self.map.range_mut(..at).next_back() else {
+        let Some((&start, &end)) = self.bounds.range(..at).next_back() else {
             return;
         };
-        if segment.end <= at {
+        if end <= at {
             return;
         }
+        let segment = self
+            .segments
+            .get_mut(&start)
+            .expect("every bound has its segment");
         let mut tail = segment.clone();
         segment.end = at;
-        tail.end = tail.end.max(at);
+        tail.end = end;
         debug_assert!(start < at);
-        self.map.insert(at, tail);
+        self.bounds.insert(start, at);
+        self.bounds.insert(at, end);
+        self.segments.insert(at, tail);
     }
 }
 
@@ -291,6 +336,7 @@ impl Segment {
     /// Call `found` for each access here that conflicts with a new one
     /// (`write` or read) by the holder of `clock`, overlapping on
     /// `[from, to)`.
+    #[inline(always)]
     fn each_conflict<'a>(
         &'a self,
         write: bool,
@@ -340,16 +386,21 @@ impl Segment {
     }
 }
 
+/// Inline: a call costs about as much as the update itself.
+#[inline(always)]
 fn update(segment: &mut Segment, write: bool, access: &Access, clock: &impl Knows) {
     if write {
         segment.write = Some(access.clone());
         segment.reads.clear();
     } else {
         // Reads in this access's past can no longer race with anything it
-        // does not also race with: keep the list short.
-        segment
-            .reads
-            .retain(|r| r.agent != access.agent && !clock.knows(r.agent, r.counter));
+        // does not also race with: keep the list short. (None since the
+        // last write, the common case: nothing to look at.)
+        if !segment.reads.is_empty() {
+            segment
+                .reads
+                .retain(|r| r.agent != access.agent && !clock.knows(r.agent, r.counter));
+        }
         segment.reads.push(access.clone());
     }
 }
@@ -404,6 +455,29 @@ mod tests {
         );
     }
 
+    /// The bytes `[lo, hi)`, read or written.
+    fn touch(lo: u64, hi: u64, write: bool) -> Touch {
+        Touch {
+            ctx: 0,
+            address: lo,
+            bytes: (hi - lo) as usize,
+            write,
+        }
+    }
+
+    /// [`Shadow::record_exact_or_races`], the races it found by stream.
+    fn exact(
+        shadow: &mut Shadow,
+        touches: &[Touch],
+        access: &Access,
+        clock: &impl Knows,
+    ) -> (Option<bool>, Vec<(Agent, u32)>) {
+        let mut races = Vec::new();
+        let recorded =
+            shadow.record_exact_or_races(touches, access, clock, |a, s| races.push((a, s)));
+        (recorded, races)
+    }
+
     /// The one-lookup path agrees with the general one: a conflicting
     /// access (an unordered write, or an unordered read under a write) is
     /// not recorded, an ordered one is, and a range that is not one whole
@@ -416,33 +490,33 @@ mod tests {
         shadow.record(0, 64, true, &access(1, 1), &a);
         b.own = 1;
         assert_eq!(
-            shadow.check_and_record_exact((0, 64), false, &access(2, 1), &b),
-            Some(false),
+            exact(&mut shadow, &[touch(0, 64, false)], &access(2, 1), &b),
+            (Some(false), vec![(1, 1)]),
             "a read of an unordered write"
         );
         assert!(shadow.any_conflict(0, 64, false, &b));
         assert_eq!(count(&shadow, 0, 64, false, &b), 1, "nothing recorded");
         b.learn(&a);
         assert_eq!(
-            shadow.check_and_record_exact((0, 64), false, &access(2, b.own), &b),
-            Some(true),
+            exact(&mut shadow, &[touch(0, 64, false)], &access(2, b.own), &b),
+            (Some(true), vec![]),
             "ordered after the write"
         );
         // Stream 1 writes again without knowing of stream 2's read.
         a.own = 2;
         assert!(shadow.any_conflict(0, 64, true, &a));
         assert_eq!(
-            shadow.check_and_record_exact((0, 64), true, &access(1, 2), &a),
-            Some(false),
+            exact(&mut shadow, &[touch(0, 64, true)], &access(1, 2), &a),
+            (Some(false), vec![(2, b.own)]),
             "a write over an unordered read"
         );
         assert_eq!(
-            shadow.check_and_record_exact((0, 64), false, &access(1, 2), &a),
-            Some(true),
+            exact(&mut shadow, &[touch(0, 64, false)], &access(1, 2), &a),
+            (Some(true), vec![]),
             "reads of two streams do not conflict"
         );
         assert_eq!(
-            shadow.check_and_record_exact((0, 32), true, &access(1, 2), &a),
+            exact(&mut shadow, &[touch(0, 32, true)], &access(1, 2), &a).0,
             None,
             "not one whole segment"
         );
@@ -454,6 +528,53 @@ mod tests {
         let before = shadow.version();
         shadow.record(64, 128, true, &access(1, 2), &a);
         assert!(shadow.version() > before, "a change moves the version");
+    }
+
+    /// An operation with several ranges (a copy) on the one-lookup path
+    /// records nothing when a later range races, not even in the ranges
+    /// before it, and reports that race; ordered, it records every range.
+    #[test]
+    fn the_exact_path_records_no_range_when_a_later_one_races() {
+        let mut shadow = Shadow::default();
+        let (mut a, mut b) = (Clock::new(1), Clock::new(2));
+        a.own = 1;
+        b.own = 1;
+        // `src` written by stream 1, `dst` by stream 2 (its own).
+        let (dst, src) = ((0, 64), (64, 128));
+        shadow.record(src.0, src.1, true, &access(1, 1), &a);
+        shadow.record(dst.0, dst.1, true, &access(2, 1), &b);
+        b.own = 2;
+        let copy = [touch(dst.0, dst.1, true), touch(src.0, src.1, false)];
+        let version = shadow.version();
+        assert_eq!(
+            exact(&mut shadow, &copy, &access(2, 2), &b),
+            (Some(false), vec![(1, 1)]),
+            "the read of `src` races with stream 1's write"
+        );
+        assert_eq!(shadow.version(), version, "nothing recorded");
+        // Stream 1 writing `dst` conflicts only with stream 2's first
+        // write: the copy's write was not recorded.
+        let mut conflicts = Vec::new();
+        shadow.conflicts(dst.0, dst.1, true, &a, |c| {
+            conflicts.push((c.prior.agent, c.prior.counter));
+        });
+        assert_eq!(conflicts, [(2, 1)], "the first range was recorded");
+        b.learn(&a);
+        let step = b.own;
+        assert_eq!(
+            exact(&mut shadow, &copy, &access(2, step), &b),
+            (Some(true), vec![])
+        );
+        let mut conflicts = Vec::new();
+        shadow.conflicts(dst.0, dst.1, true, &a, |c| {
+            conflicts.push((c.prior.agent, c.prior.counter));
+        });
+        assert_eq!(conflicts, [(2, step)], "the write recorded");
+        assert_eq!(
+            count(&shadow, src.0, src.1, true, &a),
+            1,
+            "the read recorded"
+        );
     }
 
     /// The table of streams by id keeps the live ones and sweeps the gone.
@@ -494,6 +615,7 @@ mod tests {
         ranges.sort();
         assert_eq!(ranges, [(30, 40), (40, 60), (60, 90), (90, 100)]);
         shadow.forget(0, 100);
+        assert_eq!(shadow.segments(), 1, "only 100-120 is left");
         assert_eq!(count(&shadow, 0, 100, true, &b), 0);
         assert_eq!(
             count(&shadow, 100, 120, true, &b),
