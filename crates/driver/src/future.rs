@@ -108,11 +108,15 @@ impl Completion {
     /// until the reactor wakes it (no polling loop, no sleep).
     ///
     /// ```
-    /// use cuda_streams_driver::{Context, Stream};
+    /// use cuda_streams_driver::{Context, Event, Stream};
     /// let ctx = Context::new(0).unwrap();
     /// let stream = Stream::new(&ctx).unwrap();
+    /// let before = Event::plain(&ctx).unwrap();
+    /// before.record(&stream).unwrap();
     /// stream.completion().unwrap().wait().unwrap();
-    /// assert!(stream.query().unwrap());
+    /// // What was enqueued before the completion has run. (The stream itself
+    /// // may still be finishing the host function that woke the reactor.)
+    /// assert!(before.query().unwrap());
     /// ```
     pub fn wait(self) -> Result<()> {
         let mut this = self;
