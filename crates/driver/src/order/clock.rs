@@ -411,6 +411,25 @@ impl Flat {
         true
     }
 
+    /// Make it the clock of `agent` at `own` with the `len` (at most
+    /// [`INLINE`]) entries `entry(i)`, sorted by agent.
+    #[inline]
+    pub(crate) fn set_inline(
+        &mut self,
+        agent: Agent,
+        own: u32,
+        len: usize,
+        mut entry: impl FnMut(usize) -> (Agent, u32),
+    ) {
+        self.agent = agent;
+        self.own = own;
+        let len = len.min(INLINE);
+        for i in 0..len {
+            (self.agents[i], self.counters[i]) = entry(i);
+        }
+        self.len = len as u32;
+    }
+
     /// Its agent, own counter, and the agents and counters of its entries.
     #[inline]
     pub(crate) fn parts(&self) -> (Agent, u32, &[Agent], &[u32]) {

@@ -463,7 +463,7 @@ impl StreamOrder {
     #[inline]
     fn landed_above_in_flight(&self, state: &StreamState) -> Option<u32> {
         let lowest = self.lowest_in_flight(state)?;
-        if STEPS_IN_FLIGHT.get() > 0 {
+        if THIS_THREAD.with(|t| t.steps_in_flight.get()) > 0 {
             return None;
         }
         // Few steps are ever in flight at once: a short walk down.
@@ -702,14 +702,14 @@ impl Point {
             Point::Taken(clock, captured) => (clock, captured),
             Point::Kept(kept) => {
                 assert!(still_kept(&kept), "the kept point changed");
-                (KEPT_CLOCK.with_borrow(clock::Flat::clock), false)
+                (THIS_THREAD.with(|t| t.clock.borrow().clock()), false)
             }
         }
     }
 }
 
 /// Which point of a stream the thread that enqueued its latest step keeps
-/// (the clock is in `KEPT_CLOCK`), taken at that enqueue under the
+/// (the clock is in [`ThisThread::clock`]), taken at that enqueue under the
 /// stream's lock, for the records that follow
 /// the step (its buffers' use events, the engine's completion event) to
 /// take without locking the stream again.
@@ -730,17 +730,34 @@ pub(crate) struct KeptPoint {
     landed: bool,
 }
 
-thread_local! {
+/// What the tracker keeps per thread, in one thread-local (one access
+/// per step and per landing rather than one per field). Plain data with
+/// no destructor, so an access is a load of the thread's base, no state
+/// check.
+struct ThisThread {
     /// Steps of this thread in flight, on any stream (each [`InFlight`]
     /// alive): a point taken meanwhile does not wait for other threads'
     /// steps ([`StreamOrder::landed_above_in_flight`]).
-    static STEPS_IN_FLIGHT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    static KEPT: std::cell::Cell<KeptPoint> = const {
-        std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false })
-    };
-    /// The clock of the point in `KEPT`: written in place at each step,
+    steps_in_flight: std::cell::Cell<u32>,
+    /// The point kept ([`KeptPoint`]).
+    kept: std::cell::Cell<KeptPoint>,
+    /// The clock of the point in `kept`: written in place at each step,
     /// and records are written from it, so it is never copied whole.
-    static KEPT_CLOCK: RefCell<clock::Flat> = const { RefCell::new(clock::Flat::EMPTY) };
+    clock: RefCell<clock::Flat>,
+    /// Whether [`labelled`] set a label on this thread: an operation
+    /// without one (the common case) reads no other thread-local.
+    labelled: std::cell::Cell<bool>,
+}
+
+thread_local! {
+    static THIS_THREAD: ThisThread = const {
+        ThisThread {
+            steps_in_flight: std::cell::Cell::new(0),
+            kept: std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false }),
+            clock: RefCell::new(clock::Flat::EMPTY),
+            labelled: std::cell::Cell::new(false),
+        }
+    };
 }
 
 /// Keep the point of `stream` after its step `step` (just taken, `state`
@@ -752,35 +769,47 @@ thread_local! {
 /// would leave this step out: none is kept, and a record after it takes
 /// its point the general way, which waits for that step to land
 /// ([`StreamOrder::settled`]).
+/// Also counts the step in flight on this thread (the same thread-local).
 #[inline]
 fn keep_point(stream: &Stream, state: &StreamState, step: u32, under_another: bool) {
-    let kept = !under_another && KEPT_CLOCK.with_borrow_mut(|kept| kept.set(&state.clock, step));
-    KEPT.set(if kept {
-        KeptPoint {
-            stream: stream.id(),
-            changes: stream.order.changes.load(Ordering::Relaxed),
-            step,
-            landed: false,
-        }
-    } else {
-        KeptPoint::default()
+    THIS_THREAD.with(|this| {
+        this.steps_in_flight.set(this.steps_in_flight.get() + 1);
+        let kept = !under_another && this.clock.borrow_mut().set(&state.clock, step);
+        this.kept.set(if kept {
+            KeptPoint {
+                stream: stream.id(),
+                changes: stream.order.changes.load(Ordering::Relaxed),
+                step,
+                landed: false,
+            }
+        } else {
+            KeptPoint::default()
+        });
     });
 }
 
-/// Step `step` of `stream` landed: a point kept at it may serve.
+/// A step of this thread's left flight: counted out, and when it is step
+/// `step` of `stream` (`landed`: its slot emptied, not under the lock), a
+/// point kept at it may serve.
 #[inline]
-fn land_kept(stream: &Stream, step: u32) {
-    let mut kept = KEPT.get();
-    if kept.stream == stream.id() && kept.step == step {
-        kept.landed = true;
-        KEPT.set(kept);
-    }
+fn land_kept(stream: &Stream, step: u32, landed: bool) {
+    THIS_THREAD.with(|this| {
+        // Saturating: dropped on another thread than it was made on, the
+        // count only makes that thread's points wait less.
+        this.steps_in_flight
+            .set(this.steps_in_flight.get().saturating_sub(1));
+        let mut kept = this.kept.get();
+        if landed && kept.stream == stream.id() && kept.step == step {
+            kept.landed = true;
+            this.kept.set(kept);
+        }
+    });
 }
 
 /// The point this thread kept of `stream`, if still valid ([`KeptPoint`]).
 #[inline]
 fn kept_point(stream: &Stream) -> Option<KeptPoint> {
-    let kept = KEPT.get();
+    let kept = THIS_THREAD.with(|t| t.kept.get());
     // Acquire: pairs with the bump of a lock whose holder's changes happen
     // before this record.
     let valid = kept.landed
@@ -803,9 +832,9 @@ pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) ->
             event.order.set(clock, *captured, exclusive);
             None
         }
-        Some(Point::Kept(kept)) => KEPT_CLOCK.with_borrow(|flat| {
-            if still_kept(kept) {
-                event.order.set_flat(flat, exclusive);
+        Some(Point::Kept(kept)) => THIS_THREAD.with(|this| {
+            if still_kept_by(this, kept) {
+                event.order.set_flat(&this.clock.borrow(), exclusive);
                 Some(*kept)
             } else {
                 // The thread kept another point since the record's (none
@@ -823,9 +852,14 @@ pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) ->
 /// and step (steps only rise, so no later point of the stream, nor one of
 /// another, matches both).
 #[inline]
-fn still_kept(kept: &KeptPoint) -> bool {
-    let now = KEPT.get();
+fn still_kept_by(this: &ThisThread, kept: &KeptPoint) -> bool {
+    let now = this.kept.get();
     now.step == kept.step && now.stream == kept.stream
+}
+
+#[cfg(test)]
+fn still_kept(kept: &KeptPoint) -> bool {
+    THIS_THREAD.with(|this| still_kept_by(this, kept))
 }
 
 /// `clock` learns the point `kept`, which a record waited for was written
@@ -833,15 +867,42 @@ fn still_kept(kept: &KeptPoint) -> bool {
 /// longer does (knowing less is always true).
 #[inline]
 fn learn_kept(clock: &mut Clock, kept: &KeptPoint) -> bool {
-    KEPT_CLOCK.with_borrow(|flat| still_kept(kept) && clock.learn_flat(flat))
+    THIS_THREAD.with(|this| still_kept_by(this, kept) && clock.learn_flat(&this.clock.borrow()))
 }
 
 /// `stream` was made to wait for `event`.
 #[inline]
 pub(crate) fn waited(stream: &Stream, event: &Event) {
     if stream.context().order.is_on() {
-        // Read without a lock (`recorded.rs`), then learnt under the
+        // Read without a lock (`recorded.rs`), as plain data when its
+        // entries are inline (the common case), then learnt under the
         // stream's.
+        let mut flat = clock::Flat::EMPTY;
+        match event.order.read_flat(&mut flat) {
+            None => {}
+            Some(Some(captured)) => {
+                let mut state = stream.order.lock();
+                match (&mut state.captured, captured) {
+                    (Some(within), true) => {
+                        within.learn_flat(&flat);
+                    }
+                    (None, false) => {
+                        state.clock.learn_flat(&flat);
+                    }
+                    // Refused by `Stream::wait_event` before it gets here.
+                    _ => {}
+                }
+            }
+            Some(None) => waited_spilled(stream, event),
+        }
+    }
+}
+
+/// [`waited`] for a record too large to keep inline.
+#[cold]
+#[inline(never)]
+fn waited_spilled(stream: &Stream, event: &Event) {
+    {
         let mut snapshot = Clock::new(0);
         let Some(captured) = event.order.read_into(&mut snapshot) else {
             return;
@@ -924,6 +985,7 @@ pub fn labelled<R>(label: &str, f: impl FnOnce() -> R) -> R {
         }
     });
     let previous = LABEL.with(|l| l.replace(Some(shared)));
+    THIS_THREAD.with(|t| t.labelled.set(true));
     let _restore = Restore(previous);
     f()
 }
@@ -933,11 +995,16 @@ struct Restore(Option<Arc<str>>);
 impl Drop for Restore {
     fn drop(&mut self) {
         let previous = self.0.take();
+        THIS_THREAD.with(|t| t.labelled.set(previous.is_some()));
         LABEL.with(|l| *l.borrow_mut() = previous);
     }
 }
 
+#[inline]
 fn current_label() -> Option<Arc<str>> {
+    if !THIS_THREAD.with(|t| t.labelled.get()) {
+        return None;
+    }
     LABEL.with(|l| l.borrow().clone())
 }
 
@@ -1328,7 +1395,6 @@ fn commit_step<'s>(
     let step = state.clock.own;
     let (slot, under_another) = stream.order.fly(state, step);
     keep_point(stream, state, step, under_another);
-    STEPS_IN_FLIGHT.set(STEPS_IN_FLIGHT.get() + 1);
     InFlight(Some((stream, step, slot)))
 }
 
@@ -1553,21 +1619,19 @@ impl InFlight<'_> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if self.0.is_some() {
-            // Saturating: dropped on another thread than it was made on,
-            // the count only makes that thread's points wait less.
-            STEPS_IN_FLIGHT.set(STEPS_IN_FLIGHT.get().saturating_sub(1));
-        }
         match self.0 {
             // Release: the driver call returned before the slot is seen
             // free ([`StreamOrder::snapshot_of`]). No lock: only this
             // empties the slot, and only a lock holder fills a free one.
             Some((stream, step, Some(slot))) => {
                 stream.order.flying[usize::from(slot)].store(0, Ordering::Release);
-                land_kept(stream, step);
+                land_kept(stream, step, true);
             }
             // Under the lock, which makes a kept point stale anyway.
-            Some((stream, step, None)) => stream.order.land(step),
+            Some((stream, step, None)) => {
+                land_kept(stream, step, false);
+                stream.order.land(step);
+            }
             None => {}
         }
     }
