@@ -1308,8 +1308,9 @@ fn next_access(state: &StreamState, stream: &Stream, what: &'static str) -> Acce
 }
 
 /// Record `access` to every touch of one context's `shadow` if none
-/// conflicts; whether it did (nothing is recorded otherwise).
-#[inline]
+/// conflicts; whether it did (nothing is recorded otherwise). Inline, as
+/// [`commit_step`].
+#[inline(always)]
 fn record_if_ordered(
     shadow: &mut Shadow,
     touches: &[Touch],
@@ -1382,8 +1383,9 @@ fn note_race(races: &mut SmallVec<[(u64, u32); 2]>, agent: u64, step: u32) {
 }
 
 /// The access just recorded in `shadow` (of context `ctx`) is the stream's
-/// next step, in flight until the driver call returns.
-#[inline]
+/// next step, in flight until the driver call returns. Inline: a call
+/// costs a good part of what it does.
+#[inline(always)]
 fn commit_step<'s>(
     state: &mut StreamState,
     stream: &'s Stream,
