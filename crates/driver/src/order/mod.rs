@@ -820,29 +820,30 @@ fn kept_point(stream: &Stream) -> Option<KeptPoint> {
 
 /// `event` was recorded at `point` ([`record_point`]); `exclusive`: the
 /// caller holds the event's only handle, so no other record can overlap
-/// this one ([`Event::record_counted`]). The kept point the record was
-/// written from, if it was: while this thread keeps it ([`learn_kept`]),
-/// it is what the record says.
+/// this one ([`Event::record_counted`]). Whether the record was written
+/// from the kept point of `point`: while this thread keeps it
+/// ([`learn_kept`]), it is what the record says. (A flag, not the point:
+/// most callers drop it, and a point handed back costs a copy each.)
 #[inline]
-pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) -> Option<KeptPoint> {
+pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) -> bool {
     // By reference: under `Off` (`None`) nothing is moved.
     match point {
-        None => None,
+        None => false,
         Some(Point::Taken(clock, captured)) => {
             event.order.set(clock, *captured, exclusive);
-            None
+            false
         }
         Some(Point::Kept(kept)) => THIS_THREAD.with(|this| {
             if still_kept_by(this, kept) {
                 event.order.set_flat(&this.clock.borrow(), exclusive);
-                Some(*kept)
+                true
             } else {
                 // The thread kept another point since the record's (none
                 // of its enqueues runs inside a record's driver call, so
                 // this does not happen): a record that knows nothing of
                 // the stream is true of any point of it.
                 event.order.set(&Clock::new(kept.stream), false, exclusive);
-                None
+                false
             }
         }),
     }
