@@ -702,7 +702,7 @@ impl Point {
             Point::Taken(clock, captured) => (clock, captured),
             Point::Kept(kept) => {
                 assert!(still_kept(&kept), "the kept point changed");
-                (THIS_THREAD.with(|t| t.clock.borrow().clock()), false)
+                (THIS_THREAD.with(|t| t.clock(clock::Flat::clock)), false)
             }
         }
     }
@@ -743,10 +743,35 @@ struct ThisThread {
     kept: std::cell::Cell<KeptPoint>,
     /// The clock of the point in `kept`: written in place at each step,
     /// and records are written from it, so it is never copied whole.
-    clock: RefCell<clock::Flat>,
+    /// Reached only through [`ThisThread::clock`] and
+    /// [`ThisThread::clock_mut`] (no borrow flag to check and set at each).
+    clock: std::cell::UnsafeCell<clock::Flat>,
     /// Whether [`labelled`] set a label on this thread: an operation
     /// without one (the common case) reads no other thread-local.
     labelled: std::cell::Cell<bool>,
+}
+
+impl ThisThread {
+    /// Read the kept clock with `read`, which must not reach this
+    /// thread's `THIS_THREAD` (it is given plain data and writes at most
+    /// an event's record).
+    #[inline(always)]
+    fn clock<R>(&self, read: impl FnOnce(&clock::Flat) -> R) -> R {
+        // SAFETY: `self` is this thread's `THIS_THREAD` (not `Sync`, so
+        // no other thread reaches it); `clock` is reached only here and in
+        // `clock_mut`, whose callers' closures never reach `THIS_THREAD`,
+        // so no `&mut` to it is alive while this reference is.
+        read(unsafe { &*self.clock.get() })
+    }
+
+    /// Write the kept clock with `write`, under the same rule as
+    /// [`ThisThread::clock`].
+    #[inline(always)]
+    fn clock_mut<R>(&self, write: impl FnOnce(&mut clock::Flat) -> R) -> R {
+        // SAFETY: as in `clock`: no other reference to it is alive while
+        // `write` runs.
+        write(unsafe { &mut *self.clock.get() })
+    }
 }
 
 thread_local! {
@@ -754,7 +779,7 @@ thread_local! {
         ThisThread {
             steps_in_flight: std::cell::Cell::new(0),
             kept: std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false }),
-            clock: RefCell::new(clock::Flat::EMPTY),
+            clock: std::cell::UnsafeCell::new(clock::Flat::EMPTY),
             labelled: std::cell::Cell::new(false),
         }
     };
@@ -774,7 +799,7 @@ thread_local! {
 fn keep_point(stream: &Stream, state: &StreamState, step: u32, under_another: bool) {
     THIS_THREAD.with(|this| {
         this.steps_in_flight.set(this.steps_in_flight.get() + 1);
-        let kept = !under_another && this.clock.borrow_mut().set(&state.clock, step);
+        let kept = !under_another && this.clock_mut(|kept| kept.set(&state.clock, step));
         this.kept.set(if kept {
             KeptPoint {
                 stream: stream.id(),
@@ -835,7 +860,7 @@ pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) ->
         }
         Some(Point::Kept(kept)) => THIS_THREAD.with(|this| {
             if still_kept_by(this, kept) {
-                event.order.set_flat(&this.clock.borrow(), exclusive);
+                this.clock(|flat| event.order.set_flat(flat, exclusive));
                 true
             } else {
                 // The thread kept another point since the record's (none
@@ -868,7 +893,7 @@ fn still_kept(kept: &KeptPoint) -> bool {
 /// longer does (knowing less is always true).
 #[inline]
 fn learn_kept(clock: &mut Clock, kept: &KeptPoint) -> bool {
-    THIS_THREAD.with(|this| still_kept_by(this, kept) && clock.learn_flat(&this.clock.borrow()))
+    THIS_THREAD.with(|this| still_kept_by(this, kept) && this.clock(|flat| clock.learn_flat(flat)))
 }
 
 /// `stream` was made to wait for `event`.
