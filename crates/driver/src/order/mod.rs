@@ -413,6 +413,7 @@ impl StreamOrder {
 
     /// Lock the stream's state: its context's shadow lock (counted once).
     /// Never while holding a shadow lock: the streams of a context share it.
+    #[inline]
     fn lock(&self) -> Held<'_> {
         let shadow = self.home.order.shadow();
         // Whatever the holder changes, a point kept before is stale. A
@@ -558,19 +559,19 @@ impl StreamOrder {
     /// (every such step is below it). One look at each slot.
     #[inline]
     fn fly(&self, state: &mut StreamState, step: u32) -> (Option<u8>, bool) {
-        let mut free = None;
-        let mut others = !state.in_flight.is_empty();
-        for (i, slot) in self.flying.iter().enumerate() {
-            // Acquire, as in `lowest_in_flight`. Slots are filled only
-            // under the lock, so one seen free stays free until filled
-            // below; one seen busy that was just emptied only costs the
-            // fallback.
-            if slot.load(Ordering::Acquire) != 0 {
-                others = true;
-            } else if free.is_none() {
-                free = Some(i);
-            }
-        }
+        // Acquire, as in `lowest_in_flight`. Slots are filled only under
+        // the lock, so one seen free stays free until filled below; one
+        // seen busy that was just emptied only costs the fallback. Each
+        // slot loaded once, with no loop: the common case (all free) is a
+        // few instructions.
+        let [a, b, c] = &self.flying;
+        let slots = [
+            a.load(Ordering::Acquire),
+            b.load(Ordering::Acquire),
+            c.load(Ordering::Acquire),
+        ];
+        let others = !state.in_flight.is_empty() || (slots[0] | slots[1] | slots[2]) != 0;
+        let free = slots.iter().position(|&s| s == 0);
         let slot = match free {
             Some(i) => {
                 self.flying[i].store(step, Ordering::Relaxed);
