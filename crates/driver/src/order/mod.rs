@@ -2162,6 +2162,93 @@ mod tests {
         a.synchronize().unwrap();
     }
 
+    /// A step taken while an earlier one is in flight in another slot
+    /// than the first (the first slot freed meanwhile) keeps no point: a
+    /// record after it lands still leaves out the earlier one. And a wait
+    /// learns every stream its event's record knows, not only the first.
+    #[test]
+    fn a_step_over_another_in_any_slot_keeps_no_point_and_waits_learn_every_entry() {
+        let (ctx, _policy) = under(OrderPolicy::Check);
+        let [stream, x, y, b, c] = streams(&ctx);
+        let base = 1 << 58;
+        let touch = |i: u64| write_of_4_bytes(&ctx, base + 64 * i);
+        fn enqueue(s: &Stream, t: Touch) -> (InFlight<'_>, u32) {
+            let flying = before_enqueue(s, "test", &[t], OrderPolicy::Check).unwrap();
+            let step = flying.0.as_ref().unwrap().1;
+            (flying, step)
+        }
+        let (first, _) = enqueue(&stream, touch(0));
+        let (second, step) = enqueue(&stream, touch(0));
+        drop(first);
+        // The first slot is free again, the second holds `step`.
+        drop(enqueue(&stream, touch(0)));
+        let (point, _) = record_point(&stream).unwrap().taken();
+        assert_eq!(point.own, step - 1, "a record over a step in flight");
+        drop(second);
+        // `b` waits for `x` and `y`, then `c` for `b`: `c` knows both.
+        let (x_step, y_step) = (enqueue(&x, touch(1)).1, enqueue(&y, touch(2)).1);
+        let event = |s: &Stream| {
+            let event = crate::Event::new(&ctx, crate::EventFlags::PLAIN).unwrap();
+            event.record(s).unwrap();
+            event
+        };
+        b.wait_event(&event(&x)).unwrap();
+        b.wait_event(&event(&y)).unwrap();
+        c.wait_event(&event(&b)).unwrap();
+        let (point, _) = record_point(&c).unwrap().taken();
+        assert!(
+            point.knows(x.id(), x_step) && point.knows(y.id(), y_step),
+            "a wait left out what its record knew: {point:?}"
+        );
+        for s in [&stream, &x, &y] {
+            s.synchronize().unwrap();
+        }
+        forget(&ctx, base, 192);
+    }
+
+    /// A label names what is enqueued inside its scope only, an inner one
+    /// hides an outer one until it ends (this thread's flag for "a label
+    /// is set" follows), and a write recorded over an earlier write takes
+    /// its own label, or none, in place of the earlier one's.
+    #[test]
+    fn labels_nest_and_a_write_over_a_write_takes_its_own_label() {
+        let (ctx, _policy) = under(OrderPolicy::Check);
+        assert_eq!(current_label(), None);
+        labelled("outer", || {
+            assert_eq!(current_label().as_deref(), Some("outer"));
+            labelled("inner", || {
+                assert_eq!(current_label().as_deref(), Some("inner"));
+            });
+            labelled("", || {
+                assert_eq!(current_label().as_deref(), Some("outer"), "no label given");
+            });
+            assert_eq!(current_label().as_deref(), Some("outer"), "restored");
+        });
+        assert_eq!(current_label(), None, "none outside");
+        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 16).unwrap();
+        // Each write on `a` is recorded over the one before, then `b`'s
+        // unordered write is refused naming the latest.
+        let mut earlier_label = |label: Option<&str>| {
+            match label {
+                Some(label) => labelled(label, || a.memset_u32_async(&mut data, 1)),
+                None => a.memset_u32_async(&mut data, 1),
+            }
+            .unwrap();
+            let refused = b.memset_u32_async(&mut data, 0);
+            let Err(Error::UnorderedAccess(race)) = refused else {
+                panic!("an unordered write was let through: {refused:?}");
+            };
+            race.earlier.label
+        };
+        assert_eq!(earlier_label(Some("fill")).as_deref(), Some("fill"));
+        assert_eq!(earlier_label(Some("fill")).as_deref(), Some("fill"));
+        assert_eq!(earlier_label(Some("refill")).as_deref(), Some("refill"));
+        assert_eq!(earlier_label(None), None, "an unlabelled write");
+        assert_eq!(earlier_label(Some("fill")).as_deref(), Some("fill"));
+        a.synchronize().unwrap();
+    }
+
     /// Steps in flight, in their slots and beyond them, each keep a point
     /// taken meanwhile from covering it, whichever driver call returns first.
     #[test]
