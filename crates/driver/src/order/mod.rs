@@ -908,16 +908,8 @@ pub(crate) fn waited(stream: &Stream, event: &Event) {
         match event.order.read_flat(&mut flat) {
             None => {}
             Some(Some(captured)) => {
-                let mut state = stream.order.lock();
-                match (&mut state.captured, captured) {
-                    (Some(within), true) => {
-                        within.learn_flat(&flat);
-                    }
-                    (None, false) => {
-                        state.clock.learn_flat(&flat);
-                    }
-                    // Refused by `Stream::wait_event` before it gets here.
-                    _ => {}
+                if let Some(clock) = taught_by_wait(&mut stream.order.lock(), captured) {
+                    clock.learn_flat(&flat);
                 }
             }
             Some(None) => waited_spilled(stream, event),
@@ -934,17 +926,22 @@ fn waited_spilled(stream: &Stream, event: &Event) {
         let Some(captured) = event.order.read_into(&mut snapshot) else {
             return;
         };
-        let mut state = stream.order.lock();
-        match (&mut state.captured, captured) {
-            (Some(within), true) => {
-                within.learn(&snapshot);
-            }
-            (None, false) => {
-                state.clock.learn(&snapshot);
-            }
-            // Refused by `Stream::wait_event` before it gets here.
-            _ => {}
+        if let Some(clock) = taught_by_wait(&mut stream.order.lock(), captured) {
+            clock.learn(&snapshot);
         }
+    }
+}
+
+/// The clock of a stream that a wait for a record teaches (`captured`:
+/// the record was made in a capture): its clock within its capture, or
+/// its own for an eager record; `None` for a mix, which
+/// `Stream::wait_event` refuses before it gets here.
+#[inline(always)]
+fn taught_by_wait(state: &mut StreamState, captured: bool) -> Option<&mut Clock> {
+    match (&mut state.captured, captured) {
+        (Some(within), true) => Some(within),
+        (None, false) => Some(&mut state.clock),
+        _ => None,
     }
 }
 
