@@ -187,7 +187,11 @@ impl Event {
         self.recorded.store(true, Ordering::Relaxed);
         self.captured_in
             .store(stream.capture_id(), Ordering::Release);
-        Ok(crate::order::recorded(self, point.as_ref(), exclusive))
+        let from_kept = crate::order::recorded(self, point.as_ref(), exclusive);
+        Ok(match point {
+            Some(crate::order::Point::Kept(kept)) if from_kept => Some(kept),
+            _ => None,
+        })
     }
 
     /// Record on `stream`, and say whether no other record of this event

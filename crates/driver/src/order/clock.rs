@@ -322,7 +322,11 @@ impl Clock {
     /// [`Clock::learn`] of a snapshot (its agent, own counter and inline
     /// entries) in its steady state, in one pass over each clock's entries:
     /// this clock inline, and the snapshot naming no stream it does not
-    /// know of already (`None`, with nothing changed, otherwise).
+    /// know of already (`None` otherwise, with the snapshot's own entry
+    /// and the own counter unchanged, and some other entries maybe raised
+    /// to the snapshot's: [`Clock::learn_new`] learns the rest).
+    /// `learning_in_place_agrees_with_raising_and_joining` fails if the
+    /// own entry is raised before a stream this clock lacks is found.
     #[inline(always)]
     fn learn_in_place(
         &mut self,
@@ -339,9 +343,11 @@ impl Clock {
             // Knowing (agent, own) means knowing all it knew then.
             return Some(false);
         }
-        // Raised in a copy, kept only if every stream is known here.
-        let mut counters = mine.counters;
-        counters[at] = own;
+        // Raised in place, with no copy: what a snapshot knows is true, so
+        // the entries raised before one this clock lacks may stay raised
+        // for the general way (`learn_new`), which raises them again (a
+        // maximum). The snapshot's own entry is raised last: raised, it
+        // would tell `learn_new` that all of it is known.
         let mut i = 0;
         for (&agent, &counter) in their_agents.iter().zip(their_counters) {
             if agent == self.agent {
@@ -353,9 +359,9 @@ impl Clock {
             if i == m || agents[i] != agent {
                 return None;
             }
-            counters[i] = counters[i].max(counter);
+            mine.counters[i] = mine.counters[i].max(counter);
         }
-        mine.counters = counters;
+        mine.counters[at] = own;
         self.own += 1;
         Some(true)
     }
@@ -409,6 +415,25 @@ impl Flat {
         self.agents = others.agents;
         self.counters = others.counters;
         true
+    }
+
+    /// Make it the clock of `agent` at `own` with the `len` (at most
+    /// [`INLINE`]) entries `entry(i)`, sorted by agent.
+    #[inline]
+    pub(crate) fn set_inline(
+        &mut self,
+        agent: Agent,
+        own: u32,
+        len: usize,
+        mut entry: impl FnMut(usize) -> (Agent, u32),
+    ) {
+        self.agent = agent;
+        self.own = own;
+        let len = len.min(INLINE);
+        for i in 0..len {
+            (self.agents[i], self.counters[i]) = entry(i);
+        }
+        self.len = len as u32;
     }
 
     /// Its agent, own counter, and the agents and counters of its entries.

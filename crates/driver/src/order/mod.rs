@@ -413,6 +413,7 @@ impl StreamOrder {
 
     /// Lock the stream's state: its context's shadow lock (counted once).
     /// Never while holding a shadow lock: the streams of a context share it.
+    #[inline]
     fn lock(&self) -> Held<'_> {
         let shadow = self.home.order.shadow();
         // Whatever the holder changes, a point kept before is stale. A
@@ -463,7 +464,7 @@ impl StreamOrder {
     #[inline]
     fn landed_above_in_flight(&self, state: &StreamState) -> Option<u32> {
         let lowest = self.lowest_in_flight(state)?;
-        if STEPS_IN_FLIGHT.get() > 0 {
+        if THIS_THREAD.with(|t| t.steps_in_flight.get()) > 0 {
             return None;
         }
         // Few steps are ever in flight at once: a short walk down.
@@ -558,19 +559,19 @@ impl StreamOrder {
     /// (every such step is below it). One look at each slot.
     #[inline]
     fn fly(&self, state: &mut StreamState, step: u32) -> (Option<u8>, bool) {
-        let mut free = None;
-        let mut others = !state.in_flight.is_empty();
-        for (i, slot) in self.flying.iter().enumerate() {
-            // Acquire, as in `lowest_in_flight`. Slots are filled only
-            // under the lock, so one seen free stays free until filled
-            // below; one seen busy that was just emptied only costs the
-            // fallback.
-            if slot.load(Ordering::Acquire) != 0 {
-                others = true;
-            } else if free.is_none() {
-                free = Some(i);
-            }
-        }
+        // Acquire, as in `lowest_in_flight`. Slots are filled only under
+        // the lock, so one seen free stays free until filled below; one
+        // seen busy that was just emptied only costs the fallback. Each
+        // slot loaded once, with no loop: the common case (all free) is a
+        // few instructions.
+        let [a, b, c] = &self.flying;
+        let slots = [
+            a.load(Ordering::Acquire),
+            b.load(Ordering::Acquire),
+            c.load(Ordering::Acquire),
+        ];
+        let others = !state.in_flight.is_empty() || (slots[0] | slots[1] | slots[2]) != 0;
+        let free = slots.iter().position(|&s| s == 0);
         let slot = match free {
             Some(i) => {
                 self.flying[i].store(step, Ordering::Relaxed);
@@ -702,14 +703,14 @@ impl Point {
             Point::Taken(clock, captured) => (clock, captured),
             Point::Kept(kept) => {
                 assert!(still_kept(&kept), "the kept point changed");
-                (KEPT_CLOCK.with_borrow(clock::Flat::clock), false)
+                (THIS_THREAD.with(|t| t.clock(clock::Flat::clock)), false)
             }
         }
     }
 }
 
 /// Which point of a stream the thread that enqueued its latest step keeps
-/// (the clock is in `KEPT_CLOCK`), taken at that enqueue under the
+/// (the clock is in [`ThisThread::clock`]), taken at that enqueue under the
 /// stream's lock, for the records that follow
 /// the step (its buffers' use events, the engine's completion event) to
 /// take without locking the stream again.
@@ -730,17 +731,59 @@ pub(crate) struct KeptPoint {
     landed: bool,
 }
 
-thread_local! {
+/// What the tracker keeps per thread, in one thread-local (one access
+/// per step and per landing rather than one per field). Plain data with
+/// no destructor, so an access is a load of the thread's base, no state
+/// check.
+struct ThisThread {
     /// Steps of this thread in flight, on any stream (each [`InFlight`]
     /// alive): a point taken meanwhile does not wait for other threads'
     /// steps ([`StreamOrder::landed_above_in_flight`]).
-    static STEPS_IN_FLIGHT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    static KEPT: std::cell::Cell<KeptPoint> = const {
-        std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false })
-    };
-    /// The clock of the point in `KEPT`: written in place at each step,
+    steps_in_flight: std::cell::Cell<u32>,
+    /// The point kept ([`KeptPoint`]).
+    kept: std::cell::Cell<KeptPoint>,
+    /// The clock of the point in `kept`: written in place at each step,
     /// and records are written from it, so it is never copied whole.
-    static KEPT_CLOCK: RefCell<clock::Flat> = const { RefCell::new(clock::Flat::EMPTY) };
+    /// Reached only through [`ThisThread::clock`] and
+    /// [`ThisThread::clock_mut`] (no borrow flag to check and set at each).
+    clock: std::cell::UnsafeCell<clock::Flat>,
+    /// Whether [`labelled`] set a label on this thread: an operation
+    /// without one (the common case) reads no other thread-local.
+    labelled: std::cell::Cell<bool>,
+}
+
+impl ThisThread {
+    /// Read the kept clock with `read`, which must not reach this
+    /// thread's `THIS_THREAD` (it is given plain data and writes at most
+    /// an event's record).
+    #[inline(always)]
+    fn clock<R>(&self, read: impl FnOnce(&clock::Flat) -> R) -> R {
+        // SAFETY: `self` is this thread's `THIS_THREAD` (not `Sync`, so
+        // no other thread reaches it); `clock` is reached only here and in
+        // `clock_mut`, whose callers' closures never reach `THIS_THREAD`,
+        // so no `&mut` to it is alive while this reference is.
+        read(unsafe { &*self.clock.get() })
+    }
+
+    /// Write the kept clock with `write`, under the same rule as
+    /// [`ThisThread::clock`].
+    #[inline(always)]
+    fn clock_mut<R>(&self, write: impl FnOnce(&mut clock::Flat) -> R) -> R {
+        // SAFETY: as in `clock`: no other reference to it is alive while
+        // `write` runs.
+        write(unsafe { &mut *self.clock.get() })
+    }
+}
+
+thread_local! {
+    static THIS_THREAD: ThisThread = const {
+        ThisThread {
+            steps_in_flight: std::cell::Cell::new(0),
+            kept: std::cell::Cell::new(KeptPoint { stream: 0, changes: 0, step: 0, landed: false }),
+            clock: std::cell::UnsafeCell::new(clock::Flat::EMPTY),
+            labelled: std::cell::Cell::new(false),
+        }
+    };
 }
 
 /// Keep the point of `stream` after its step `step` (just taken, `state`
@@ -752,35 +795,47 @@ thread_local! {
 /// would leave this step out: none is kept, and a record after it takes
 /// its point the general way, which waits for that step to land
 /// ([`StreamOrder::settled`]).
+/// Also counts the step in flight on this thread (the same thread-local).
 #[inline]
 fn keep_point(stream: &Stream, state: &StreamState, step: u32, under_another: bool) {
-    let kept = !under_another && KEPT_CLOCK.with_borrow_mut(|kept| kept.set(&state.clock, step));
-    KEPT.set(if kept {
-        KeptPoint {
-            stream: stream.id(),
-            changes: stream.order.changes.load(Ordering::Relaxed),
-            step,
-            landed: false,
-        }
-    } else {
-        KeptPoint::default()
+    THIS_THREAD.with(|this| {
+        this.steps_in_flight.set(this.steps_in_flight.get() + 1);
+        let kept = !under_another && this.clock_mut(|kept| kept.set(&state.clock, step));
+        this.kept.set(if kept {
+            KeptPoint {
+                stream: stream.id(),
+                changes: stream.order.changes.load(Ordering::Relaxed),
+                step,
+                landed: false,
+            }
+        } else {
+            KeptPoint::default()
+        });
     });
 }
 
-/// Step `step` of `stream` landed: a point kept at it may serve.
+/// A step of this thread's left flight: counted out, and when it is step
+/// `step` of `stream` (`landed`: its slot emptied, not under the lock), a
+/// point kept at it may serve.
 #[inline]
-fn land_kept(stream: &Stream, step: u32) {
-    let mut kept = KEPT.get();
-    if kept.stream == stream.id() && kept.step == step {
-        kept.landed = true;
-        KEPT.set(kept);
-    }
+fn land_kept(stream: &Stream, step: u32, landed: bool) {
+    THIS_THREAD.with(|this| {
+        // Saturating: dropped on another thread than it was made on, the
+        // count only makes that thread's points wait less.
+        this.steps_in_flight
+            .set(this.steps_in_flight.get().saturating_sub(1));
+        let mut kept = this.kept.get();
+        if landed && kept.stream == stream.id() && kept.step == step {
+            kept.landed = true;
+            this.kept.set(kept);
+        }
+    });
 }
 
 /// The point this thread kept of `stream`, if still valid ([`KeptPoint`]).
 #[inline]
 fn kept_point(stream: &Stream) -> Option<KeptPoint> {
-    let kept = KEPT.get();
+    let kept = THIS_THREAD.with(|t| t.kept.get());
     // Acquire: pairs with the bump of a lock whose holder's changes happen
     // before this record.
     let valid = kept.landed
@@ -791,29 +846,30 @@ fn kept_point(stream: &Stream) -> Option<KeptPoint> {
 
 /// `event` was recorded at `point` ([`record_point`]); `exclusive`: the
 /// caller holds the event's only handle, so no other record can overlap
-/// this one ([`Event::record_counted`]). The kept point the record was
-/// written from, if it was: while this thread keeps it ([`learn_kept`]),
-/// it is what the record says.
+/// this one ([`Event::record_counted`]). Whether the record was written
+/// from the kept point of `point`: while this thread keeps it
+/// ([`learn_kept`]), it is what the record says. (A flag, not the point:
+/// most callers drop it, and a point handed back costs a copy each.)
 #[inline]
-pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) -> Option<KeptPoint> {
+pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) -> bool {
     // By reference: under `Off` (`None`) nothing is moved.
     match point {
-        None => None,
+        None => false,
         Some(Point::Taken(clock, captured)) => {
             event.order.set(clock, *captured, exclusive);
-            None
+            false
         }
-        Some(Point::Kept(kept)) => KEPT_CLOCK.with_borrow(|flat| {
-            if still_kept(kept) {
-                event.order.set_flat(flat, exclusive);
-                Some(*kept)
+        Some(Point::Kept(kept)) => THIS_THREAD.with(|this| {
+            if still_kept_by(this, kept) {
+                this.clock(|flat| event.order.set_flat(flat, exclusive));
+                true
             } else {
                 // The thread kept another point since the record's (none
                 // of its enqueues runs inside a record's driver call, so
                 // this does not happen): a record that knows nothing of
                 // the stream is true of any point of it.
                 event.order.set(&Clock::new(kept.stream), false, exclusive);
-                None
+                false
             }
         }),
     }
@@ -823,9 +879,14 @@ pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) ->
 /// and step (steps only rise, so no later point of the stream, nor one of
 /// another, matches both).
 #[inline]
-fn still_kept(kept: &KeptPoint) -> bool {
-    let now = KEPT.get();
+fn still_kept_by(this: &ThisThread, kept: &KeptPoint) -> bool {
+    let now = this.kept.get();
     now.step == kept.step && now.stream == kept.stream
+}
+
+#[cfg(test)]
+fn still_kept(kept: &KeptPoint) -> bool {
+    THIS_THREAD.with(|this| still_kept_by(this, kept))
 }
 
 /// `clock` learns the point `kept`, which a record waited for was written
@@ -833,30 +894,54 @@ fn still_kept(kept: &KeptPoint) -> bool {
 /// longer does (knowing less is always true).
 #[inline]
 fn learn_kept(clock: &mut Clock, kept: &KeptPoint) -> bool {
-    KEPT_CLOCK.with_borrow(|flat| still_kept(kept) && clock.learn_flat(flat))
+    THIS_THREAD.with(|this| still_kept_by(this, kept) && this.clock(|flat| clock.learn_flat(flat)))
 }
 
 /// `stream` was made to wait for `event`.
 #[inline]
 pub(crate) fn waited(stream: &Stream, event: &Event) {
     if stream.context().order.is_on() {
-        // Read without a lock (`recorded.rs`), then learnt under the
+        // Read without a lock (`recorded.rs`), as plain data when its
+        // entries are inline (the common case), then learnt under the
         // stream's.
+        let mut flat = clock::Flat::EMPTY;
+        match event.order.read_flat(&mut flat) {
+            None => {}
+            Some(Some(captured)) => {
+                if let Some(clock) = taught_by_wait(&mut stream.order.lock(), captured) {
+                    clock.learn_flat(&flat);
+                }
+            }
+            Some(None) => waited_spilled(stream, event),
+        }
+    }
+}
+
+/// [`waited`] for a record too large to keep inline.
+#[cold]
+#[inline(never)]
+fn waited_spilled(stream: &Stream, event: &Event) {
+    {
         let mut snapshot = Clock::new(0);
         let Some(captured) = event.order.read_into(&mut snapshot) else {
             return;
         };
-        let mut state = stream.order.lock();
-        match (&mut state.captured, captured) {
-            (Some(within), true) => {
-                within.learn(&snapshot);
-            }
-            (None, false) => {
-                state.clock.learn(&snapshot);
-            }
-            // Refused by `Stream::wait_event` before it gets here.
-            _ => {}
+        if let Some(clock) = taught_by_wait(&mut stream.order.lock(), captured) {
+            clock.learn(&snapshot);
         }
+    }
+}
+
+/// The clock of a stream that a wait for a record teaches (`captured`:
+/// the record was made in a capture): its clock within its capture, or
+/// its own for an eager record; `None` for a mix, which
+/// `Stream::wait_event` refuses before it gets here.
+#[inline(always)]
+fn taught_by_wait(state: &mut StreamState, captured: bool) -> Option<&mut Clock> {
+    match (&mut state.captured, captured) {
+        (Some(within), true) => Some(within),
+        (None, false) => Some(&mut state.clock),
+        _ => None,
     }
 }
 
@@ -924,6 +1009,7 @@ pub fn labelled<R>(label: &str, f: impl FnOnce() -> R) -> R {
         }
     });
     let previous = LABEL.with(|l| l.replace(Some(shared)));
+    THIS_THREAD.with(|t| t.labelled.set(true));
     let _restore = Restore(previous);
     f()
 }
@@ -933,11 +1019,16 @@ struct Restore(Option<Arc<str>>);
 impl Drop for Restore {
     fn drop(&mut self) {
         let previous = self.0.take();
+        THIS_THREAD.with(|t| t.labelled.set(previous.is_some()));
         LABEL.with(|l| *l.borrow_mut() = previous);
     }
 }
 
+#[inline]
 fn current_label() -> Option<Arc<str>> {
+    if !THIS_THREAD.with(|t| t.labelled.get()) {
+        return None;
+    }
     LABEL.with(|l| l.borrow().clone())
 }
 
@@ -1241,8 +1332,9 @@ fn next_access(state: &StreamState, stream: &Stream, what: &'static str) -> Acce
 }
 
 /// Record `access` to every touch of one context's `shadow` if none
-/// conflicts; whether it did (nothing is recorded otherwise).
-#[inline]
+/// conflicts; whether it did (nothing is recorded otherwise). Inline, as
+/// [`commit_step`].
+#[inline(always)]
 fn record_if_ordered(
     shadow: &mut Shadow,
     touches: &[Touch],
@@ -1315,8 +1407,9 @@ fn note_race(races: &mut SmallVec<[(u64, u32); 2]>, agent: u64, step: u32) {
 }
 
 /// The access just recorded in `shadow` (of context `ctx`) is the stream's
-/// next step, in flight until the driver call returns.
-#[inline]
+/// next step, in flight until the driver call returns. Inline: a call
+/// costs a good part of what it does.
+#[inline(always)]
 fn commit_step<'s>(
     state: &mut StreamState,
     stream: &'s Stream,
@@ -1328,7 +1421,6 @@ fn commit_step<'s>(
     let step = state.clock.own;
     let (slot, under_another) = stream.order.fly(state, step);
     keep_point(stream, state, step, under_another);
-    STEPS_IN_FLIGHT.set(STEPS_IN_FLIGHT.get() + 1);
     InFlight(Some((stream, step, slot)))
 }
 
@@ -1553,21 +1645,19 @@ impl InFlight<'_> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if self.0.is_some() {
-            // Saturating: dropped on another thread than it was made on,
-            // the count only makes that thread's points wait less.
-            STEPS_IN_FLIGHT.set(STEPS_IN_FLIGHT.get().saturating_sub(1));
-        }
         match self.0 {
             // Release: the driver call returned before the slot is seen
             // free ([`StreamOrder::snapshot_of`]). No lock: only this
             // empties the slot, and only a lock holder fills a free one.
             Some((stream, step, Some(slot))) => {
                 stream.order.flying[usize::from(slot)].store(0, Ordering::Release);
-                land_kept(stream, step);
+                land_kept(stream, step, true);
             }
             // Under the lock, which makes a kept point stale anyway.
-            Some((stream, step, None)) => stream.order.land(step),
+            Some((stream, step, None)) => {
+                land_kept(stream, step, false);
+                stream.order.land(step);
+            }
             None => {}
         }
     }
@@ -2066,6 +2156,93 @@ mod tests {
         };
         assert_eq!(race.earlier.label.as_deref(), Some("fill"));
         assert_eq!(race.later.label.as_deref(), Some("clear"));
+        a.synchronize().unwrap();
+    }
+
+    /// A step taken while an earlier one is in flight in another slot
+    /// than the first (the first slot freed meanwhile) keeps no point: a
+    /// record after it lands still leaves out the earlier one. And a wait
+    /// learns every stream its event's record knows, not only the first.
+    #[test]
+    fn a_step_over_another_in_any_slot_keeps_no_point_and_waits_learn_every_entry() {
+        let (ctx, _policy) = under(OrderPolicy::Check);
+        let [stream, x, y, b, c] = streams(&ctx);
+        let base = 1 << 58;
+        let touch = |i: u64| write_of_4_bytes(&ctx, base + 64 * i);
+        fn enqueue(s: &Stream, t: Touch) -> (InFlight<'_>, u32) {
+            let flying = before_enqueue(s, "test", &[t], OrderPolicy::Check).unwrap();
+            let step = flying.0.as_ref().unwrap().1;
+            (flying, step)
+        }
+        let (first, _) = enqueue(&stream, touch(0));
+        let (second, step) = enqueue(&stream, touch(0));
+        drop(first);
+        // The first slot is free again, the second holds `step`.
+        drop(enqueue(&stream, touch(0)));
+        let (point, _) = record_point(&stream).unwrap().taken();
+        assert_eq!(point.own, step - 1, "a record over a step in flight");
+        drop(second);
+        // `b` waits for `x` and `y`, then `c` for `b`: `c` knows both.
+        let (x_step, y_step) = (enqueue(&x, touch(1)).1, enqueue(&y, touch(2)).1);
+        let event = |s: &Stream| {
+            let event = crate::Event::new(&ctx, crate::EventFlags::PLAIN).unwrap();
+            event.record(s).unwrap();
+            event
+        };
+        b.wait_event(&event(&x)).unwrap();
+        b.wait_event(&event(&y)).unwrap();
+        c.wait_event(&event(&b)).unwrap();
+        let (point, _) = record_point(&c).unwrap().taken();
+        assert!(
+            point.knows(x.id(), x_step) && point.knows(y.id(), y_step),
+            "a wait left out what its record knew: {point:?}"
+        );
+        for s in [&stream, &x, &y] {
+            s.synchronize().unwrap();
+        }
+        forget(&ctx, base, 192);
+    }
+
+    /// A label names what is enqueued inside its scope only, an inner one
+    /// hides an outer one until it ends (this thread's flag for "a label
+    /// is set" follows), and a write recorded over an earlier write takes
+    /// its own label, or none, in place of the earlier one's.
+    #[test]
+    fn labels_nest_and_a_write_over_a_write_takes_its_own_label() {
+        let (ctx, _policy) = under(OrderPolicy::Check);
+        assert_eq!(current_label(), None);
+        labelled("outer", || {
+            assert_eq!(current_label().as_deref(), Some("outer"));
+            labelled("inner", || {
+                assert_eq!(current_label().as_deref(), Some("inner"));
+            });
+            labelled("", || {
+                assert_eq!(current_label().as_deref(), Some("outer"), "no label given");
+            });
+            assert_eq!(current_label().as_deref(), Some("outer"), "restored");
+        });
+        assert_eq!(current_label(), None, "none outside");
+        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+        let mut data = crate::DeviceBuffer::<u32>::new(&ctx, 16).unwrap();
+        // Each write on `a` is recorded over the one before, then `b`'s
+        // unordered write is refused naming the latest.
+        let mut earlier_label = |label: Option<&str>| {
+            match label {
+                Some(label) => labelled(label, || a.memset_u32_async(&mut data, 1)),
+                None => a.memset_u32_async(&mut data, 1),
+            }
+            .unwrap();
+            let refused = b.memset_u32_async(&mut data, 0);
+            let Err(Error::UnorderedAccess(race)) = refused else {
+                panic!("an unordered write was let through: {refused:?}");
+            };
+            race.earlier.label
+        };
+        assert_eq!(earlier_label(Some("fill")).as_deref(), Some("fill"));
+        assert_eq!(earlier_label(Some("fill")).as_deref(), Some("fill"));
+        assert_eq!(earlier_label(Some("refill")).as_deref(), Some("refill"));
+        assert_eq!(earlier_label(None), None, "an unlabelled write");
+        assert_eq!(earlier_label(Some("fill")).as_deref(), Some("fill"));
         a.synchronize().unwrap();
     }
 

@@ -114,7 +114,7 @@ impl Recorded {
     }
 
     /// [`Recorded::set`] at the eager point this thread kept, written from
-    /// where it is kept (`super::KEPT_CLOCK`).
+    /// where it is kept (`super::ThisThread::clock`).
     pub(crate) fn set_flat(&self, flat: &Flat, exclusive: bool) {
         let seq = self.begin(exclusive);
         self.write(seq, flat.parts(), RECORDED);
@@ -228,6 +228,32 @@ impl Recorded {
                 });
             }
             Some(head & CAPTURED != 0)
+        })
+    }
+
+    /// [`Recorded::read_into`] into plain data, for a wait's learn: no
+    /// clock built and dropped. `Some(Some(captured))` when the record's
+    /// entries were inline (then `out` is it), `Some(None)` for a record
+    /// too large for that (read it with [`Recorded::read_into`]), `None`
+    /// before the first record.
+    #[inline]
+    pub(crate) fn read_flat(&self, out: &mut Flat) -> Option<Option<bool>> {
+        self.read(|head, this| {
+            if head & RECORDED == 0 {
+                return None;
+            }
+            if head & SPILLED != 0 {
+                return Some(None);
+            }
+            let len = ((head >> 32) as u8 as usize).min(INLINE);
+            out.set_inline(this.agent.load(Ordering::Relaxed), head as u32, len, |i| {
+                let entry = &this.entries[i];
+                (
+                    entry.0.load(Ordering::Relaxed),
+                    entry.1.load(Ordering::Relaxed),
+                )
+            });
+            Some(Some(head & CAPTURED != 0))
         })
     }
 

@@ -27,6 +27,24 @@ pub(crate) struct Access {
     pub(crate) what: &'static str,
     pub(crate) label: Option<Arc<str>>,
 }
+impl Access {
+    /// Become `other`, in place: the label's reference count is touched
+    /// only when the label changes (a loop's operations share one), and
+    /// nothing is dropped when neither has one.
+    #[inline(always)]
+    fn assign(&mut self, other: &Access) {
+        self.agent = other.agent;
+        self.counter = other.counter;
+        self.device = other.device;
+        self.what = other.what;
+        match (&self.label, &other.label) {
+            (None, None) => {}
+            (Some(mine), Some(theirs)) if Arc::ptr_eq(mine, theirs) => {}
+            _ => self.label.clone_from(&other.label),
+        }
+    }
+}
+
 /// Hashes a stream id (a small counter) or an address with one
 /// multiplication and a fold: the default SipHash costs more than the rest
 /// of a lookup.
@@ -128,8 +146,9 @@ impl Shadow {
     /// [`Shadow::record`]; `race` may have been called for the ranges
     /// before it). `Some(false)` when the access conflicts: nothing is
     /// recorded, in any range, and `race` has been called with the stream
-    /// and step of each access it conflicts with.
-    #[inline]
+    /// and step of each access it conflicts with. Inline: the operation's
+    /// fast path is this and little else.
+    #[inline(always)]
     pub(crate) fn record_exact_or_races(
         &mut self,
         touches: &[Touch],
@@ -390,8 +409,14 @@ impl Segment {
 #[inline(always)]
 fn update(segment: &mut Segment, write: bool, access: &Access, clock: &impl Knows) {
     if write {
-        segment.write = Some(access.clone());
-        segment.reads.clear();
+        match &mut segment.write {
+            Some(prior) => prior.assign(access),
+            None => segment.write = Some(access.clone()),
+        }
+        // Checked first: clearing calls the items' drop even for none.
+        if !segment.reads.is_empty() {
+            segment.reads.clear();
+        }
     } else {
         // Reads in this access's past can no longer race with anything it
         // does not also race with: keep the list short. (None since the
