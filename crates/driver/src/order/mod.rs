@@ -1893,15 +1893,18 @@ mod tests {
         let before = stream.order.lock().clock.own;
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let taken = AtomicBool::new(false);
+        let (on, taken_by_other) = (&stream, &taken);
         std::thread::scope(|scope| {
-            let other = scope.spawn(|| {
-                let in_flight = before_enqueue(&stream, "low", &[low], OrderPolicy::Check).unwrap();
+            // Owns the sender: if it panics, the receive below fails
+            // instead of waiting for ever.
+            let other = scope.spawn(move || {
+                let in_flight = before_enqueue(on, "low", &[low], OrderPolicy::Check).unwrap();
                 held_tx.send(()).unwrap();
                 // Its driver call returns once the point waits for it (or
                 // was taken without waiting, which the assertion below
                 // refuses).
-                while SETTLING.load(Ordering::SeqCst) != stream.id()
-                    && !taken.load(Ordering::SeqCst)
+                while SETTLING.load(Ordering::SeqCst) != on.id()
+                    && !taken_by_other.load(Ordering::SeqCst)
                 {
                     std::hint::spin_loop();
                 }
@@ -2252,10 +2255,11 @@ mod tests {
     fn a_point_taken_while_a_step_is_in_flight_does_not_cover_it() {
         let ctx = Context::new(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
-        // Bytes no allocation has: nothing to conflict with.
+        // Bytes no allocation has, and no other test of device 0's shared
+        // context touches: nothing to conflict with.
         let touch = Touch {
             ctx: ctx.id(),
-            address: 1 << 60,
+            address: 1 << 57,
             bytes: 4,
             write: true,
         };
@@ -2311,7 +2315,7 @@ mod tests {
         let (ctx, _policy) = under(OrderPolicy::Check);
         let [stream, other] = streams(&ctx);
         let touch = |address| write_of_4_bytes(&ctx, address);
-        let (a, b) = (touch(1 << 59), touch((1 << 59) + 64));
+        let (a, b) = (touch(1 << 56), touch((1 << 56) + 64));
         // An operation checked and recorded, its driver call being made,
         // and its step.
         fn enqueue(s: &Stream, t: Touch) -> (InFlight<'_>, u32) {
