@@ -80,8 +80,8 @@ impl OperationGraph {
     /// ordered after: the operations before it on its stream and, through
     /// the waits on its dependencies, theirs, followed back as far as the
     /// table still holds them. At most one query, of `id`'s completion
-    /// event, and none when the host has waited for it already
-    /// ([`Event::is_known_complete`](driver::Event::is_known_complete)):
+    /// event, which makes no driver call when the host has waited for it
+    /// already ([`Event::is_known_complete`](driver::Event::is_known_complete)):
     /// stream order and the dependency waits say the others passed too.
     ///
     /// Call it once the host has seen `id` finish (after
@@ -126,9 +126,10 @@ impl OperationGraph {
                 });
             }
             let passed = match table.get(id) {
+                // After the host's own wait for it, no driver call
+                // (`Event::query` knows).
                 Some(op) if op.phase == Phase::Completed => match &op.completion {
-                    // After the host's own wait for it, no driver call.
-                    Some(event) => event.is_known_complete() || event.query()?,
+                    Some(event) => event.query()?,
                     None => false,
                 },
                 // Retired already, or not completed.
@@ -138,14 +139,14 @@ impl OperationGraph {
                 return Ok(0);
             }
             let mut retired = 0;
-            let mut passed: SmallVec<[OperationId; 8]> = smallvec::smallvec![id];
-            while let Some(next) = passed.pop() {
+            let mut ordered_before: SmallVec<[OperationId; 8]> = smallvec::smallvec![id];
+            while let Some(next) = ordered_before.pop() {
                 // Gone: retired meanwhile (or on another path to it).
                 let Some(op) = table.get(next) else { continue };
                 // A completed operation waited on each dependency (or shares
                 // its stream, or its completion host function ran), so
                 // each passed before it did.
-                passed.extend(op.meta.dependencies.iter().copied());
+                ordered_before.extend(op.meta.dependencies.iter().copied());
                 let stream_id = op.stream_id;
                 // Its stream's trail is in record order: it and every entry
                 // before it passed.
