@@ -371,6 +371,13 @@ impl Table {
                 });
             }
         } else if let Some(lane) = self.lanes.get_mut(&stream_id) {
+            // A sweep can retire only what the trail still holds: counting
+            // more completions than that since the last sweep would make the
+            // next one come early. After `retire_through` (a program that
+            // retires each round it has checked), the automatic sweep then
+            // waits for a sweep's worth of new completions, instead of
+            // querying again what the program has just retired.
+            lane.since_sweep = lane.since_sweep.min(trail.len() as u32);
             lane.trail = trail;
         }
         self.trim();
@@ -384,6 +391,38 @@ mod tests {
     use crate::graph::OperationGraph;
     use crate::operation::{EventPriority, OperationState, OperationType};
     use driver::Context;
+
+    /// After `retire_through` leaves part of a stream's trail, the count
+    /// toward its next automatic sweep is no more than what the trail still
+    /// holds: the sweep waits for new completions instead of coming at
+    /// once to query what the program has just retired.
+    #[test]
+    fn retiring_through_counts_only_what_is_left_toward_the_next_sweep() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let graph = OperationGraph::for_context(&ctx);
+        let ops: Vec<_> = (0..20)
+            .map(|_| graph.op(&stream).run(|_| Ok(())).unwrap())
+            .collect();
+        let gate = test_support::Gate::close(&stream);
+        for _ in 0..10 {
+            let _ = graph.op(&stream).run(|_| Ok(())).unwrap();
+        }
+        let since_sweep = |graph: &OperationGraph| {
+            let table = graph.table();
+            let lane = &table.lanes[&stream.id()];
+            (lane.since_sweep, lane.trail.len())
+        };
+        assert_eq!(since_sweep(&graph), (30, 30));
+        ops[19].wait().unwrap();
+        assert_eq!(graph.retire_through(ops[19].id()).unwrap(), 20);
+        // The ten behind the gate are left, and count as ten.
+        assert_eq!(since_sweep(&graph), (10, 10));
+        gate.open();
+        stream.synchronize().unwrap();
+        graph.retire_completed();
+        assert_eq!(graph.table().live(), 0);
+    }
 
     /// An operation registered and never begun stays live at the ring's
     /// front: past the ring's limit it moves to the side map, the retired
