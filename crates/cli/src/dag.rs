@@ -29,8 +29,12 @@
 //! checked round with what it was ordered after, so that the graph keeps
 //! only the rounds in flight). Beside it, the
 //! engine bench's per-operation shape (`benches/benches/engine.rs` section
-//! 1: one wait and one record, an empty body) run here after the DAG on the
-//! same graph and streams, timed the same way, and the ratio of the two.
+//! 1: one wait and one record, an empty body) run here on the same streams,
+//! timed the same way, once before the DAG and once after it, and the ratio
+//! of the DAG's share to the mean of the two: the host's speed drifts over a
+//! run (on the H100 machine the same shape read 0.53 to 0.98 µs from one
+//! run to the next), and bracketing the DAG in time gives a drift during
+//! the DAG the same weight on both sides of the ratio.
 //! The engine's share is also given separately for the rounds enqueued
 //! right after a host wait that blocked and for those enqueued right after
 //! another round, which is where a gap from the bench's shape that comes
@@ -139,6 +143,19 @@ impl HostTime {
         Ok(retired)
     }
 
+    /// The figures of `self` and `other` together (their operations and
+    /// times added; not by name).
+    fn with(&self, other: &HostTime) -> HostTime {
+        HostTime {
+            total: self.total + other.total,
+            bodies: self.bodies + other.bodies,
+            retiring: self.retiring + other.retiring,
+            before: self.before + other.before,
+            operations: self.operations + other.operations,
+            by_name: Vec::new(),
+        }
+    }
+
     /// The engine's share so far (all operations together).
     fn engine(&self) -> Duration {
         self.total.saturating_sub(self.bodies)
@@ -182,13 +199,19 @@ impl HostTime {
     }
 }
 
-/// Operations of the engine bench's shape timed after the DAG: each on one
-/// of two streams, after the previous one (on the other), with an empty
-/// body: one wait and one record, as `benches/benches/engine.rs` section 1.
+/// Operations of the engine bench's shape timed before the DAG and again
+/// after it: each on one of two streams, after the previous one (on the
+/// other), with an empty body: one wait and one record, as
+/// `benches/benches/engine.rs` section 1.
 const BENCH_SHAPE_OPERATIONS: u32 = 2000;
 
-/// The engine bench's per-operation shape, run here on the DAG's graph and
-/// streams and timed as the DAG's operations are, so that the two figures
+/// Completion events the bench's shape holds at the most (live operations
+/// of its two streams between sweeps, and the spares its graph keeps), made
+/// with the DAG's before any clock starts.
+const SHAPE_EVENTS: usize = 512;
+
+/// The engine bench's per-operation shape, run here on `graph` over the
+/// DAG's streams and timed as the DAG's operations are, so that the two figures
 /// compare like with like (same machine, same run, same clock reads), each
 /// operation's body being `body` (empty for the bench's own shape).
 fn bench_shape(
@@ -344,7 +367,9 @@ pub(crate) fn run(
     // finds the GPU past it (every 32 completions on a stream), so a pool
     // that grew on demand would create events (a driver call of
     // microseconds each) inside the timed operations of the first rounds.
-    let events = ROUND_OPERATIONS as usize * rounds + 64;
+    // The bench's shape before and after the DAG takes its events from the
+    // same pool: a few sweeps' worth per stream live, and the spares.
+    let events = ROUND_OPERATIONS as usize * rounds + 64 + SHAPE_EVENTS;
     let pool = EventPool::builder(ctx).plain(events).build()?;
     let graph = OperationGraph::new(Arc::clone(&pool));
     let elementwise = Module::load(ctx, &kernels::ELEMENTWISE)?;
@@ -372,6 +397,17 @@ pub(crate) fn run(
     let mut free = (0..IN_FLIGHT.min(rounds))
         .map(|_| PinnedBuffer::<f32>::new(ctx, n))
         .collect::<Result<Vec<_>, _>>()?;
+    // The bench's shape before the DAG, on a graph of its own over the same
+    // pool and streams (dropped before the DAG starts, so the DAG's graph
+    // starts empty as it would without it).
+    let shape_first = {
+        let graph = OperationGraph::new(Arc::clone(&pool));
+        let shape = bench_shape(&graph, &s, |_| Ok(()))?;
+        for stream in &s {
+            stream.synchronize()?;
+        }
+        shape
+    };
     let mut in_flight = VecDeque::<InFlight>::with_capacity(IN_FLIGHT);
     let callbacks = Arc::new(AtomicUsize::new(0));
     let mut host = HostTime::default();
@@ -525,7 +561,10 @@ pub(crate) fn run(
     let (total, bodies, engine) = host.figures();
     let retiring = host.per_operation(host.retiring);
     let (dag_before, dag_after) = host.split();
-    let shape = bench_shape(&graph, &s, |_| Ok(()))?;
+    let shape_last = bench_shape(&graph, &s, |_| Ok(()))?;
+    let (_, _, first) = shape_first.figures();
+    let (_, _, last) = shape_last.figures();
+    let shape = shape_first.with(&shape_last);
     let (_, _, bench) = shape.figures();
     let (bench_before, bench_after) = shape.split();
     // The same shape with real work as each body, one 4-byte memset: the
@@ -546,7 +585,7 @@ pub(crate) fn run(
     let summary = format!(
         "operation DAG: {rounds} rounds x 6 operations on 4 pool streams ({} in all), up to {IN_FLIGHT} rounds in flight, every round checked ({how}) while later rounds ran, {fired} completion callbacks at GPU time, {blocked} waits for an unfinished download, {:.3} s\n\
          DAG host time per operation ({timed}): {total:.2} µs in all = {bodies:.2} µs in the operations' bodies (their launches and copies) + {engine:.2} µs in the engine (waits, record, bookkeeping, and {retiring:.2} retiring {retired} operations after the host's checks){}\n\
-         the engine bench's shape run here ({BENCH_SHAPE_OPERATIONS} operations, one wait and one record each, empty bodies, the first left out): {bench:.2} µs per operation in the engine; the DAG's share is {:.1}x that\n\
+         the engine bench's shape run here before and after the DAG ({BENCH_SHAPE_OPERATIONS} operations each time, one wait and one record each, empty bodies, the first left out): {first:.2} and {last:.2} µs per operation in the engine, {bench:.2} together; the DAG's share is {:.1}x that\n\
          the engine's share split at the body, before it (dependency waits) / after it (completion record, bookkeeping, retiring): DAG {dag_before:.2} / {dag_after:.2} µs, the bench's shape {bench_before:.2} / {bench_after:.2} µs, the bench's shape with a 4-byte memset as each body {busy_before:.2} / {busy_after:.2} µs ({busy_engine:.2} in all); the DAG's by operation (µs): {}\n\
          the DAG's share in the rounds enqueued right after the host waited for a download: {}; right after the previous round: {}",
         metrics.total_operations,
@@ -647,6 +686,14 @@ mod tests {
                 "{}",
                 ran.summary
             );
+            // The shape before the DAG and after it, and the two together:
+            // as many operations each, so their mean.
+            let (first, last, together) = shape_figures(&ran.summary);
+            assert!(
+                (together - (first + last) / 2.0).abs() <= 0.011,
+                "{first} and {last}, together {together}: {}",
+                ran.summary
+            );
         }
         let report = setup.profiler.get_comprehensive_report();
         let downloads: u64 = report
@@ -656,6 +703,26 @@ mod tests {
             .map(|op| op.count)
             .sum();
         assert_eq!(downloads, 2 * rounds as u64, "{report}");
+    }
+
+    /// The shape's figures before and after the DAG and together, read
+    /// back from the summary.
+    fn shape_figures(summary: &str) -> (f64, f64, f64) {
+        let line = summary
+            .lines()
+            .find(|line| line.contains("shape run here before and after the DAG"))
+            .expect("the shape's line");
+        let figures = line
+            .split_once("the first left out): ")
+            .expect("its figures")
+            .1;
+        let number = |text: &str| text.trim().parse::<f64>().expect("a figure");
+        let (first, rest) = figures.split_once(" and ").expect("first");
+        let (last, rest) = rest
+            .split_once(" µs per operation in the engine, ")
+            .expect("last");
+        let together = rest.split_once(" together").expect("together").0;
+        (number(first), number(last), number(together))
     }
 
     /// A round whose result differs from the CPU reference fails, naming

@@ -161,7 +161,7 @@ fn demo_with_two_steps_runs_two_steps_and_two_rounds() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("the engine bench's shape run here"),
+        stdout.contains("the engine bench's shape run here before and after the DAG"),
         "{stdout}"
     );
     // Where the engine's share goes: before and after the bodies, and by
