@@ -309,11 +309,16 @@ impl Event {
         }
     }
 
-    /// A record of this event made by a raw driver call (interop's): what
-    /// a host wait saw before says nothing of it.
+    /// Count a record of this event made by a raw driver call (interop's,
+    /// on a stream handle this crate does not wrap) as [`Event::record_counted`]
+    /// counts its own: the count then says how many records were made, so
+    /// neither a host wait seen before ([`Event::is_known_complete`]) nor a
+    /// mark kept of an earlier record (`latest_mark.rs`) stands for it. For
+    /// an event nothing else holds (one just taken from a pool): no record
+    /// overlaps, and one step of two keeps the count even.
     #[cfg(any(feature = "cudarc", feature = "cust"))]
-    pub(crate) fn forget_complete(&self) {
-        self.seen_complete.store(u64::MAX, Ordering::Release);
+    pub(crate) fn count_raw_record(&self) {
+        self.records.fetch_add(2, Ordering::SeqCst);
     }
 
     /// GPU time between two completed timing events.
@@ -384,5 +389,26 @@ impl fmt::Debug for Event {
             .field("flags", &self.flags)
             .field("recorded", &self.is_recorded())
             .finish()
+    }
+}
+
+#[cfg(all(test, any(feature = "cudarc", feature = "cust")))]
+mod tests {
+    use crate::{Context, Event, Stream};
+
+    /// A raw record (interop's) counts as a record: what a host wait saw
+    /// before no longer stands, and the count stays even.
+    #[test]
+    fn a_raw_record_is_counted_and_unsees_the_wait_before_it() {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let event = Event::plain(&ctx).unwrap();
+        event.record(&stream).unwrap();
+        event.synchronize().unwrap();
+        assert!(event.is_known_complete());
+        let before = event.record_count();
+        event.count_raw_record();
+        assert_eq!(event.record_count(), before + 2);
+        assert!(!event.is_known_complete(), "a wait before a newer record");
     }
 }

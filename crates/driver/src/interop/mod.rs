@@ -56,11 +56,14 @@ mod shared {
         ctx.bind()?;
         let event = ctx.event_pool().acquire_event(false)?;
         let driver = ctx.driver();
-        event.forget_complete();
         // SAFETY: the event is ours and alive; both streams are valid handles
         // of `ctx` (the callers hold the objects that own them) and it is
         // current.
-        ctx.check(unsafe { (driver.cuEventRecord)(event.as_raw(), signaller) })?;
+        let recorded = unsafe { (driver.cuEventRecord)(event.as_raw(), signaller) };
+        // Counted even when the call failed, as the event's own records are:
+        // its state is unknown then.
+        event.count_raw_record();
+        ctx.check(recorded)?;
         // SAFETY: as above; the event was just recorded.
         ctx.check(unsafe { (driver.cuStreamWaitEvent)(waiter, event.as_raw(), 0) })
     }
