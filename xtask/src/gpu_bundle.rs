@@ -20,6 +20,8 @@ use std::process::{Command, Stdio};
 /// The bundle must travel with the device tool, which carries at most 64 MiB.
 const SIZE_LIMIT: u64 = 64 << 20;
 const RUN_SH: &str = include_str!("../gpu-bundle/run.sh");
+/// A/B benches against a bench build of an earlier commit (`base-benches.tar.xz`).
+const AB_SH: &str = include_str!("../gpu-bundle/ab.sh");
 /// Test binaries left out of the bundle because they need cargo and the
 /// source tree (see their filter below).
 const NEEDS_SOURCE_TREE: &[&str] = &[
@@ -97,6 +99,7 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
         &out.join("bin/cuda-streams"),
     )?;
     std::fs::write(out.join("run.sh"), RUN_SH).map_err(|e| format!("cannot write run.sh: {e}"))?;
+    std::fs::write(out.join("ab.sh"), AB_SH).map_err(|e| format!("cannot write ab.sh: {e}"))?;
 
     let commit = Command::new("git")
         .current_dir(&root)

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A/B benches in one call: each named bench of this bundle, then the same bench
+# built at an earlier commit (`cargo xtask gpu-bundle --base-benches DIR` packs
+# those as base-benches.tar.xz beside this script), alternating, so that both
+# see the same machine state. Prints every FIGURE and RATIO line of both.
+#
+# usage: bash target/gpu-bundle/ab.sh LOG_DIR ROUNDS "bench names" [bench args...]
+#   e.g. bash target/gpu-bundle/ab.sh $OUT/logs 2 "ordering launch programs"
+set -u
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+logs="${1:?usage: ab.sh LOG_DIR ROUNDS NAMES [bench args]}"
+rounds="${2:?rounds}"
+names="${3:?bench names}"
+shift 3
+mkdir -p "$logs"
+export CUDA_STREAMS_DRIVER="${CUDA_STREAMS_DRIVER:-cuda}"
+ours="${TMPDIR:-/tmp}/cuda-streams-bundle"
+if [ ! -d "$ours/benches" ]; then
+  rm -rf "$ours" && mkdir -p "$ours"
+  tar -xJf "$here/payload.tar.xz" -C "$ours" || { echo "ab.sh: cannot unpack the payload" >&2; exit 2; }
+fi
+base="${TMPDIR:-/tmp}/cuda-streams-base"
+rm -rf "$base" && mkdir -p "$base"
+tar -xJf "$here/base-benches.tar.xz" -C "$base" || { echo "ab.sh: no base-benches.tar.xz" >&2; exit 2; }
+summary="$logs/ab-summary.txt"
+{
+  echo "ours: $(head -n1 "$ours/MANIFEST")"
+  echo "base: $(head -n1 "$base/MANIFEST")"
+  nvidia-smi --query-gpu=name --format=csv,noheader | head -n1
+} >> "$summary"
+for round in $(seq 1 "$rounds"); do
+  for name in $names; do
+    for side in ours base; do
+      dir="$ours/benches"; [ "$side" = base ] && dir="$base/benches"
+      bin="$dir/$name"
+      [ -x "$bin" ] || { echo "round $round $side $name: missing" >> "$summary"; continue; }
+      log="$logs/ab-$round-$side-$name.log"
+      "$bin" --bench "$@" > "$log" 2>&1
+      echo "round $round $side $name: exit $?" >> "$summary"
+      grep -E '^(RATIO|ratio|FIGURE)' "$log" | sed "s/^/  $side  /" >> "$summary"
+    done
+  done
+done
+cat "$summary"
