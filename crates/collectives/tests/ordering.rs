@@ -26,7 +26,7 @@ fn policy(contexts: &[Arc<Context>], policy: OrderPolicy) -> Policy {
         .iter()
         .map(|ctx| {
             let before = ctx.ordering();
-            ctx.set_ordering(policy);
+            ctx.set_ordering(policy).unwrap();
             (Arc::clone(ctx), before)
         })
         .collect();
@@ -39,7 +39,10 @@ fn policy(contexts: &[Arc<Context>], policy: OrderPolicy) -> Policy {
 impl Drop for Policy {
     fn drop(&mut self) {
         for (ctx, before) in &self.contexts {
-            ctx.set_ordering(*before);
+            // `before` was accepted once; a drop does not panic regardless.
+            if let Err(err) = ctx.set_ordering(*before) {
+                eprintln!("the policy could not be put back: {err}");
+            }
         }
     }
 }

@@ -301,12 +301,10 @@ impl Context {
 
     fn create(driver: LoadedDriver, ordinal: i32) -> Result<Self> {
         let table = driver.table;
-        // The software driver is sound by default: two stream workers never
-        // race on the same host memory unless asked to.
-        let policy = crate::order::policy_from_env()?.unwrap_or(match driver.kind {
-            DriverKind::Soft => crate::order::OrderPolicy::Check,
-            DriverKind::Cuda => crate::order::OrderPolicy::Off,
-        });
+        // On the software driver two stream workers never race on the same
+        // host memory: `CUDA_STREAMS_ORDERING` asking for a policy that lets
+        // them is refused before anything is made.
+        let policy = crate::order::initial_policy(driver.kind)?;
         let check = |code: CUresult| table.check(code).map_err(Error::from);
         // SAFETY: cuInit takes flags (0) and no pointers.
         check(unsafe { (table.cuInit)(0) })?;

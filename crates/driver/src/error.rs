@@ -47,6 +47,35 @@ pub enum Error {
     /// Nothing was enqueued.
     #[error("{0}")]
     UnorderedAccess(Box<crate::order::Race>),
+    /// An [`OrderPolicy`](crate::OrderPolicy) the driver in use does not
+    /// accept: the software driver refuses `Off` and `Report`, under which
+    /// two stream workers could touch the same host memory at once (a data
+    /// race). From [`Context::set_ordering`](crate::Context::set_ordering)
+    /// (the policy stays as it was), or from making a context when
+    /// `CUDA_STREAMS_ORDERING` asks for it (`from_env` holds its value).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DriverKind, Error, OrderPolicy};
+    /// let ctx = Context::new(0).unwrap();
+    /// if ctx.kind() == DriverKind::Soft {
+    ///     let err = ctx.set_ordering(OrderPolicy::Report).unwrap_err();
+    ///     assert!(matches!(
+    ///         err,
+    ///         Error::OrderPolicyRefused { policy: OrderPolicy::Report, driver: DriverKind::Soft, from_env: None }
+    ///     ));
+    ///     assert!(err.to_string().starts_with("ordering policy report is refused on the software driver"));
+    /// }
+    /// ```
+    #[error("{}", crate::order::refusal_message(.policy, .driver, .from_env))]
+    OrderPolicyRefused {
+        /// The policy asked for.
+        policy: crate::OrderPolicy,
+        /// The driver that refuses it.
+        driver: crate::DriverKind,
+        /// `CUDA_STREAMS_ORDERING`'s value, as written, when the policy
+        /// came from there.
+        from_env: Option<String>,
+    },
     /// Selecting the driver failed earlier in this process (the message of that failure).
     #[error("driver selection failed: {0}")]
     Selection(String),

@@ -121,7 +121,7 @@ fn a_buffer_of_another_device_is_refused() {
 fn under_check_an_unordered_declared_launch_is_refused_over_its_declared_extent() {
     let ctx = ctx();
     let before = ctx.ordering();
-    ctx.set_ordering(OrderPolicy::Check);
+    ctx.set_ordering(OrderPolicy::Check).unwrap();
     let fill = fill_f32(&ctx);
     let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
     let mut data = DeviceBuffer::<f32>::new(&ctx, 512).unwrap();
@@ -131,7 +131,7 @@ fn under_check_an_unordered_declared_launch_is_refused_over_its_declared_extent(
     let all = LaunchConfig::for_num_elems(512);
     let err = fill.launch(&b, all, 512, 2.0, &mut data).unwrap_err();
     a.synchronize().unwrap();
-    ctx.set_ordering(before);
+    ctx.set_ordering(before).unwrap();
     let Error::UnorderedAccess(race) = err else {
         panic!("expected an unordered access, got {err:?}");
     };

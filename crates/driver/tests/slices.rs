@@ -21,7 +21,7 @@ struct Policy {
 fn policy(ctx: &Arc<Context>, policy: OrderPolicy) -> Policy {
     let turn = POLICY.lock().unwrap_or_else(|p| p.into_inner());
     let before = ctx.ordering();
-    ctx.set_ordering(policy);
+    ctx.set_ordering(policy).unwrap();
     Policy {
         ctx: Arc::clone(ctx),
         before,
@@ -31,7 +31,10 @@ fn policy(ctx: &Arc<Context>, policy: OrderPolicy) -> Policy {
 
 impl Drop for Policy {
     fn drop(&mut self) {
-        self.ctx.set_ordering(self.before);
+        // `before` was accepted once; a drop does not panic regardless.
+        if let Err(err) = self.ctx.set_ordering(self.before) {
+            eprintln!("the policy could not be put back: {err}");
+        }
     }
 }
 

@@ -40,9 +40,9 @@ fn with_policy<R>(policy: OrderPolicy, f: impl FnOnce(&Arc<Context>) -> R) -> R 
     let _turn = POLICY.lock().unwrap_or_else(|p| p.into_inner());
     let ctx = Context::new(0).unwrap();
     let before = ctx.ordering();
-    ctx.set_ordering(policy);
+    ctx.set_ordering(policy).unwrap();
     let result = f(&ctx);
-    ctx.set_ordering(before);
+    ctx.set_ordering(before).unwrap();
     result
 }
 

@@ -21,11 +21,14 @@
 
 mod capture;
 mod clock;
+mod policy;
 mod recorded;
 mod report;
 mod tracker;
 
 pub(crate) use capture::CaptureOrder;
+pub use policy::{ORDERING_SETTING, OrderPolicy};
+pub(crate) use policy::{initial_policy, policy_from_env, refusal_message};
 pub(crate) use recorded::EventOrder;
 pub use report::{Race, RaceOp};
 
@@ -41,97 +44,6 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tracker::{Access, Shadow};
-
-/// What a context does with two conflicting accesses (a write and another
-/// access to the same bytes, on different streams) that have no order
-/// between them. Set per context ([`Context::set_ordering`]) or for every
-/// context of the process by `CUDA_STREAMS_ORDERING=off|check|report|auto`
-/// ([`ORDERING_SETTING`]).
-///
-/// Not `non_exhaustive`: code that matches on it should hear about a new
-/// policy.
-///
-/// ```
-/// use cuda_streams_driver::{Context, OrderPolicy};
-/// let ctx = Context::new(0).unwrap();
-/// // The software driver checks by default; a GPU does not.
-/// if !ctx.loaded_driver().is_gpu() && std::env::var_os("CUDA_STREAMS_ORDERING").is_none() {
-///     assert_eq!(ctx.ordering(), OrderPolicy::Check);
-/// }
-/// assert_eq!(OrderPolicy::parse("Auto").unwrap(), OrderPolicy::Auto);
-/// assert!(OrderPolicy::parse("sometimes").is_err());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OrderPolicy {
-    /// Track nothing: one branch per enqueue. The default on a GPU.
-    Off,
-    /// Refuse the later operation with [`Error::UnorderedAccess`] before the
-    /// driver sees it. The default on the software driver, where a race
-    /// between two stream workers would be a data race on host memory.
-    Check,
-    /// Log each race as a `tracing` warning (target
-    /// `cuda_streams_driver::order`) and let the work through.
-    Report,
-    /// Make the later operation's stream wait for the earlier one's (one
-    /// event per stream to wait for; nothing when an order exists).
-    Auto,
-}
-
-impl OrderPolicy {
-    /// Parse `off`, `check`, `report` or `auto` (any case, surrounding
-    /// spaces allowed).
-    pub fn parse(value: &str) -> std::result::Result<Self, String> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "off" => Ok(Self::Off),
-            "check" => Ok(Self::Check),
-            "report" => Ok(Self::Report),
-            "auto" => Ok(Self::Auto),
-            other => Err(format!(
-                "unknown ordering policy {other:?}: expected off, check, report or auto"
-            )),
-        }
-    }
-
-    const fn to_u8(self) -> u8 {
-        self as u8
-    }
-
-    fn from_u8(raw: u8) -> Self {
-        match raw {
-            0 => Self::Off,
-            1 => Self::Check,
-            2 => Self::Report,
-            _ => Self::Auto,
-        }
-    }
-}
-
-/// `CUDA_STREAMS_ORDERING`, read once per process, for every context made
-/// afterwards.
-pub const ORDERING_SETTING: sys::env::Setting = sys::env::Setting {
-    name: "CUDA_STREAMS_ORDERING",
-    aliases: &[],
-    default: "check (soft), off (GPU)",
-    about: "stream-order checking: off, check, report or auto",
-};
-
-/// The policy `CUDA_STREAMS_ORDERING` asks for, if set.
-pub(crate) fn policy_from_env() -> Result<Option<OrderPolicy>> {
-    static FROM_ENV: std::sync::OnceLock<
-        std::result::Result<Option<OrderPolicy>, sys::env::EnvError>,
-    > = std::sync::OnceLock::new();
-    FROM_ENV
-        .get_or_init(|| {
-            let Some(found) = ORDERING_SETTING.from_env()? else {
-                return Ok(None);
-            };
-            OrderPolicy::parse(&found.value)
-                .map(Some)
-                .map_err(|reason| found.error(reason))
-        })
-        .clone()
-        .map_err(Error::from)
-}
 
 #[cfg(test)]
 thread_local! {
@@ -178,6 +90,15 @@ impl ContextOrder {
         self.policy.load(Ordering::Relaxed) != OrderPolicy::Off.to_u8()
     }
 
+    /// Set the policy without asking the driver: for the unit tests that
+    /// measure `Off` on the software driver, on work that has no
+    /// conflicting pair (which `Context::set_ordering` refuses, since it
+    /// cannot know that).
+    #[cfg(test)]
+    pub(crate) fn force(&self, policy: OrderPolicy) {
+        self.policy.store(policy.to_u8(), Ordering::Relaxed);
+    }
+
     fn shadow(&self) -> MutexGuard<'_, Shadow> {
         counted();
         self.shadow.lock().unwrap_or_else(|p| p.into_inner())
@@ -206,33 +127,6 @@ pub struct OrderStats {
 }
 
 impl Context {
-    /// The context's [`OrderPolicy`].
-    pub fn ordering(&self) -> OrderPolicy {
-        self.order.policy()
-    }
-
-    /// Change the context's [`OrderPolicy`] (for every thread using it).
-    /// Turning tracking on starts from nothing: work enqueued while it was
-    /// off is assumed ordered.
-    ///
-    /// ```
-    /// use cuda_streams_driver::{Context, OrderPolicy};
-    /// let ctx = Context::new(0).unwrap();
-    /// let before = ctx.ordering();
-    /// ctx.set_ordering(OrderPolicy::Report);
-    /// assert_eq!(ctx.ordering(), OrderPolicy::Report);
-    /// ctx.set_ordering(before);
-    /// ```
-    pub fn set_ordering(&self, policy: OrderPolicy) {
-        let mut shadow = self.order.shadow();
-        let was = self.order.policy();
-        if was == OrderPolicy::Off && policy != OrderPolicy::Off {
-            shadow.clear();
-            EVER_ON.store(true, Ordering::Relaxed);
-        }
-        self.order.policy.store(policy.to_u8(), Ordering::Relaxed);
-    }
-
     /// Races found and waits inserted in this context so far.
     pub fn ordering_stats(&self) -> OrderStats {
         self.order.shadow().stats
@@ -1771,7 +1665,7 @@ fn put_back_mark(
 /// use cuda_streams_driver::{order, Context, OrderPolicy, Stream};
 /// use std::sync::Arc;
 /// let ctx = Context::new(0).unwrap();
-/// ctx.set_ordering(OrderPolicy::Auto);
+/// ctx.set_ordering(OrderPolicy::Auto).unwrap();
 /// let stream = Stream::new(&ctx).unwrap();
 /// let done = Arc::new(stream.mark().unwrap());
 /// order::offer_mark(&stream, &done);
@@ -1826,10 +1720,10 @@ mod tests {
     }
 
     /// Device 0's context under `policy`, held until the guard drops.
-    fn under(policy: OrderPolicy) -> (Arc<Context>, MutexGuard<'static, ()>) {
+    pub(super) fn under(policy: OrderPolicy) -> (Arc<Context>, MutexGuard<'static, ()>) {
         let guard = POLICY.lock().unwrap_or_else(|p| p.into_inner());
         let ctx = Context::new(0).unwrap();
-        ctx.set_ordering(policy);
+        ctx.set_ordering(policy).unwrap();
         (ctx, guard)
     }
 
@@ -2497,7 +2391,10 @@ mod tests {
         let unique = crate::UniqueEvent::new(ctx.event_pool().acquire_event(false).unwrap());
         let alone = locks(|| drop(stream.record_latest_unique(unique).unwrap()));
         assert_eq!(alone, 0, "a record by the only handle after an operation");
-        ctx.set_ordering(OrderPolicy::Off);
+        // `Off` is measured here on the software driver, which refuses it
+        // through `set_ordering`: nothing below conflicts (one stream
+        // writes, the other only waits), and the switch back synchronizes.
+        ctx.order.force(OrderPolicy::Off);
         let off = locks(|| {
             stream.memset_u32_async(&mut data, 2).unwrap();
             event.record(&stream).unwrap();
@@ -2505,6 +2402,6 @@ mod tests {
         });
         assert_eq!(off, 0, "tracker work under off");
         other.synchronize().unwrap();
-        ctx.set_ordering(OrderPolicy::Check);
+        ctx.set_ordering(OrderPolicy::Check).unwrap();
     }
 }
