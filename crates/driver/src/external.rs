@@ -199,7 +199,10 @@ impl Stream {
     ///
     /// Other work enqueued on the stream while the guard lives is ordered
     /// before this work in the tracker's view too: a record taken after it
-    /// covers neither until this work lands.
+    /// covers neither until this work lands. Beginning a capture on the
+    /// stream while holding the guard on the same thread waits forever (as
+    /// with [`Stream::enqueue_gate`]); keep it only from the check to the
+    /// enqueue.
     pub fn prepare_uses<'a>(&'a self, uses: &'a [BufferUse<'a>]) -> Result<PreparedWork<'a>> {
         crate::context::refuse_inside_callback()?;
         let gate = self.enqueue_gate("external work")?;
