@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 use crate::meeting::Meeting;
 use crate::table::check;
 use crate::types::{NcclType, ReduceOp};
-use driver::{BufferUse, Capture, Context, DeviceMemory, DeviceMemoryMut, GraphArg, Stream};
+use driver::{
+    BufferUse, Capture, Context, DeviceMemory, DeviceMemoryMut, GraphArg, PreparedWork, Stream,
+};
 use engine::{EventPriority, OperationGraph, OperationId, OperationType};
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
@@ -132,8 +134,8 @@ impl<'a> Uses<'a> {
     }
 }
 
-/// One collective of one rank: checked, its buffers ordered on the stream,
-/// ready to issue.
+/// One collective of one rank: its arguments checked, ready to be ordered
+/// on its stream and issued (`launch`).
 pub(crate) struct Op<'a> {
     comm: &'a Communicator,
     stream: &'a Stream,
@@ -146,8 +148,10 @@ pub(crate) struct Op<'a> {
 
 impl<'a> Op<'a> {
     /// Check what can be checked locally (the stream's device and capture,
-    /// the root, each buffer's device) and order the stream after the
-    /// buffers' allocations.
+    /// the root, each buffer's device). Nothing is enqueued and the stream
+    /// order is not consulted yet: NCCL puts a group's collectives on their
+    /// streams only at `ncclGroupEnd`, so `launch` checks the buffers' uses
+    /// and gives the collective its step in the stream order right before.
     pub(crate) fn new(
         comm: &'a Communicator,
         stream: &'a Stream,
@@ -158,12 +162,10 @@ impl<'a> Op<'a> {
         bytes: usize,
     ) -> Result<Self> {
         let op = Self::checked(comm, stream, shape, send, recv, uses, bytes)?;
-        // Under the gate, so no capture begins before prepare_uses's waits
-        // are enqueued (a capture would record them); taken again right
-        // before NCCL sees the call (`launch`).
-        let gate = op.gate()?;
-        stream.prepare_uses(op.uses.as_slice())?;
-        drop(gate);
+        // Refused at the call, not only at the group's end (a snapshot:
+        // `launch` holds the gate from the check through the tracking).
+        drop(op.gate()?);
+        stream.check_uses(op.uses.as_slice())?;
         Ok(op)
     }
 
@@ -228,15 +230,31 @@ impl<'a> Op<'a> {
 
     /// `Err` while the op's stream is being captured: the graph would keep
     /// neither buffer for its replays.
-    /// Held from the check through the NCCL call and the tracking, so no
-    /// capture can begin in between (see `Stream::enqueue_gate`).
     fn gate(&self) -> Result<driver::EnqueueGate<'_>> {
         self.stream
             .enqueue_gate("a collective")
-            .map_err(|_| Error::StreamCapturing {
-                collective: self.shape.kind.name(),
-                rank: self.comm.rank(),
-                stream: self.stream.id(),
+            .map_err(|_| self.capturing())
+    }
+
+    fn capturing(&self) -> Error {
+        Error::StreamCapturing {
+            collective: self.shape.kind.name(),
+            rank: self.comm.rank(),
+            stream: self.stream.id(),
+        }
+    }
+
+    /// Right before the NCCL calls: hold the stream out of captures, order
+    /// it after the buffers' allocations, check the uses against the stream
+    /// order and take the collective's step, which stays in flight (no
+    /// event recorded on the stream covers it) until NCCL has put the work
+    /// on the stream ([`Op::finish`]).
+    fn prepare(&self) -> Result<PreparedWork<'_>> {
+        self.stream
+            .prepare_uses(self.uses.as_slice())
+            .map_err(|err| match err {
+                driver::Error::StreamCapturing { .. } => self.capturing(),
+                other => Error::from(other),
             })
     }
 
@@ -263,8 +281,8 @@ impl<'a> Op<'a> {
         }
         // SAFETY: each buffer holds the elements the collective touches on
         // this rank (checked when the op was made) and is of the
-        // communicator's device (checked by prepare_uses, or by
-        // `Capture::record_external`). Eager, it stays alive until the
+        // communicator's device (checked by `check_uses` and `prepare_uses`,
+        // or by `Capture::record_external`). Eager, it stays alive until the
         // stream has passed the collective: the op borrows it until it is
         // tracked on the stream, which `launch` does for every call it hands
         // to NCCL, whatever fails after; the stream is not capturing
@@ -311,31 +329,35 @@ impl<'a> Op<'a> {
         check(nccl, call, comm, self.comm.settle(code))
     }
 
-    /// After the call (and the group's end): frees and host access of the
-    /// buffers wait for the collective.
-    fn track(&self, counted: bool) -> Result<()> {
+    /// After the call (and the group's end): the step lands, and frees and
+    /// host access of the buffers wait for the collective.
+    fn finish(&self, prepared: PreparedWork<'_>, counted: bool) -> Result<()> {
         if counted {
             self.stream.record_memory_transfer(self.bytes);
         }
-        self.stream
-            .track_uses(self.uses.as_slice())
-            .map_err(Error::from)
+        prepared.enqueued().map_err(Error::from)
     }
 
     /// Check against the other ranks in this process, then issue and track
     /// a collective outside any group.
     pub(crate) fn run_alone(self) -> Result<()> {
         let ops = std::slice::from_ref(&self);
-        meet(ops)?;
-        launch(ops, Issue::Alone, Context::force_bind)
+        launch(ops, Issue::Alone, Meet::Yes, Context::force_bind)
     }
 }
 
 /// Check a call of several ops (an all-to-all, a gather) against the other
 /// ranks in this process, then issue them in one NCCL group.
 pub(crate) fn run_grouped(ops: Vec<Op<'_>>) -> Result<()> {
-    meet(&ops)?;
-    launch(&ops, Issue::Grouped, Context::force_bind)
+    launch(&ops, Issue::Grouped, Meet::Yes, Context::force_bind)
+}
+
+/// Whether `launch` meets the other ranks in this process before the calls
+/// (`No`: the caller has established that they agree).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Meet {
+    Yes,
+    No,
 }
 
 /// Whether NCCL took each op of a call (most calls hold a few).
@@ -348,17 +370,29 @@ enum Issue {
     Grouped,
 }
 
-/// The one place collectives reach NCCL: every stream's capture check right
-/// before the calls, the calls (one alone, or a group), then the tracking
-/// of every call handed to NCCL, whatever failed after it (a tracked use
-/// that did not run costs a wait; an untracked one that did would let a
-/// free or host access overtake the collective). Returns the first error.
+/// The one place collectives reach NCCL: every op prepared (capture check,
+/// stream order check, step taken and held in flight), the meeting with the
+/// other ranks in this process, the calls (one alone, or a group), then
+/// every step landed and every call handed to NCCL tracked, whatever failed
+/// after it (a tracked use that did not run costs a wait; an untracked one
+/// that did would let a free or host access overtake the collective).
+/// Returns the first error.
+///
+/// The steps are taken before the meeting, so that a refused call meets no
+/// one (a rank that meets the others and then makes no NCCL call would
+/// leave theirs unmatched), and land only once NCCL has enqueued the work
+/// (inside a group, at `ncclGroupEnd`): an event recorded on a stream in
+/// between does not cover its collective. Work another thread enqueues on
+/// one of these streams meanwhile goes before the collective, as the
+/// tracker sees it too (a record covers neither until the collective's
+/// step lands).
 ///
 /// `rebind` makes the first op's context current again after NCCL, which
 /// switches devices as it launches (`Context::force_bind`).
 fn launch(
     ops: &[Op<'_>],
     issue: Issue,
+    meet_first: Meet,
     rebind: impl FnOnce(&Context) -> driver::Result<()>,
 ) -> Result<()> {
     let Some(first) = ops.first() else {
@@ -371,17 +405,24 @@ fn launch(
         return Err(Error::MixedDrivers);
     }
     // Every stream before any call, so a refused group issues nothing; the
-    // gates never wait, so holding several cannot deadlock.
-    let mut _gates: SmallVec<[driver::EnqueueGate<'_>; 8]> = SmallVec::with_capacity(ops.len());
+    // gates never wait, so holding several cannot deadlock. Dropped on an
+    // error before the calls, the steps land with nothing enqueued, which
+    // orders nothing that did not happen (`PreparedWork`).
+    let mut prepared: SmallVec<[PreparedWork<'_>; 8]> = SmallVec::with_capacity(ops.len());
     for op in ops {
-        _gates.push(op.gate()?);
+        prepared.push(op.prepare()?);
+    }
+    if meet_first == Meet::Yes {
+        meet(ops)?;
     }
     let (handed, result) = issue_all(ops, issue)?;
     // Not `?`: the calls are enqueued, and must be tracked first.
     let mut result = result;
     let rebound = rebind(first.comm.context()).map_err(Error::from);
-    for (op, &took) in ops.iter().zip(&handed) {
-        let tracked = op.track(took);
+    // Ops after a failed call in a group were never handed to NCCL: their
+    // steps land untracked when the rest of `prepared` drops.
+    for ((op, work), &took) in ops.iter().zip(prepared).zip(&handed) {
+        let tracked = op.finish(work, took);
         result = result.and(tracked);
     }
     result.and(rebound)
@@ -829,8 +870,8 @@ impl<'a> Group<'a> {
     /// still closed and every call handed to NCCL tracked; the first error
     /// is returned.
     pub fn end(self) -> Result<()> {
-        self.check_ranks()?;
-        launch(&self.ops, Issue::Grouped, Context::force_bind)
+        let meet = self.check_ranks()?;
+        launch(&self.ops, Issue::Grouped, meet, Context::force_bind)
     }
 
     /// [`Group::end`] as operations of `graph`: one operation per stream the
@@ -877,7 +918,7 @@ impl<'a> Group<'a> {
         after: &[OperationId],
         label: &str,
     ) -> Result<Vec<OperationId>> {
-        self.check_ranks()?;
+        let meet = self.check_ranks()?;
         let mut streams: Vec<(&Stream, OperationType)> = Vec::new();
         for op in &self.ops {
             if !streams.iter().any(|(s, _)| s.id() == op.stream.id()) {
@@ -902,7 +943,9 @@ impl<'a> Group<'a> {
             graph.begin_operation(id, stream)?;
             ids.push(id);
         }
-        let issued = launch(&self.ops, Issue::Grouped, Context::force_bind);
+        // After `begin_operation`'s waits: the collectives' uses are checked
+        // with what those waits ordered.
+        let issued = launch(&self.ops, Issue::Grouped, meet, Context::force_bind);
         // Completed even when a call failed: what was enqueued stays
         // ordered before the dependants.
         let mut completed = Ok(());
@@ -915,11 +958,12 @@ impl<'a> Group<'a> {
     /// Before any call reaches NCCL: every rank of each communicator made
     /// by [`Communicator::all_devices`] takes part (one thread drives them
     /// all, so a rank left out would never come), no stream is capturing,
-    /// and the ranks in this process agree, this group's among themselves
-    /// and with the other threads' calls for their other ranks.
-    fn check_ranks(&self) -> Result<()> {
+    /// and the ranks in this group agree among themselves. Whether they
+    /// must still meet the other threads' calls for their other ranks
+    /// (`launch` does, once every op has its step).
+    fn check_ranks(&self) -> Result<Meet> {
         if whole_round_agrees(&self.ops) {
-            return Ok(());
+            return Ok(Meet::No);
         }
         // communicator -> (size, rank -> its calls)
         let mut together: Vec<(&Arc<Meeting>, usize, BTreeMap<usize, usize>)> = Vec::new();
@@ -983,13 +1027,12 @@ impl<'a> Group<'a> {
                 });
             }
         }
-        // Refused before meeting the other ranks: a call that meets them
-        // and then makes no NCCL call would leave theirs unmatched.
-        // (A snapshot: `launch` takes the gates for the calls themselves.)
+        // Refused before anything is registered or met (a snapshot:
+        // `launch` takes the gates for the calls themselves).
         for op in &self.ops {
             drop(op.gate()?);
         }
-        meet(&self.ops)
+        Ok(Meet::Yes)
     }
 }
 
@@ -1090,7 +1133,7 @@ mod tests {
                 operation: "rebinding (injected)",
             })
         };
-        let err = launch(&group.ops, Issue::Grouped, injected).unwrap_err();
+        let err = launch(&group.ops, Issue::Grouped, Meet::No, injected).unwrap_err();
         assert!(err.to_string().contains("injected"), "{err}");
         drop(group);
         drop(send);

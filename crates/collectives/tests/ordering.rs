@@ -10,6 +10,7 @@ use cuda_streams_collectives::driver::{
 };
 use cuda_streams_collectives::{Communicator, Group, ReduceOp};
 use std::sync::{Arc, Mutex, MutexGuard};
+use test_support::Gate;
 
 /// The tests switch the shared contexts' policy: one at a time, put back
 /// afterwards.
@@ -193,4 +194,135 @@ fn an_ordered_all_reduce_and_its_readers_are_silent_under_check() {
         assert_eq!(out.to_vec(&reduced.comm_streams[r]).unwrap(), expected);
         assert_eq!(contexts[r].ordering_stats().reports, before[r], "rank {r}");
     }
+}
+
+/// NCCL puts a group's collectives on their streams only at the group's
+/// end (`ncclGroupEnd`). An event recorded on a collective's stream between
+/// the group's call and its end is recorded before the collective: a
+/// stream that waited for it is not ordered after the collective, and its
+/// read of the output is refused, never served the old contents.
+#[test]
+fn an_event_recorded_before_the_group_ends_does_not_cover_its_collective() {
+    let Some(contexts) = devices() else { return };
+    let comms = Communicator::all_devices(&contexts).unwrap();
+    let _policy = policy(&contexts, OrderPolicy::Check);
+    let comm_streams: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+    let readers: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+    let inputs: Vec<DeviceBuffer<u32>> = comm_streams
+        .iter()
+        .enumerate()
+        .map(|(r, s)| DeviceBuffer::from_slice(s, &[r as u32 + 1; LEN]).unwrap())
+        .collect();
+    let mut outputs: Vec<DeviceBuffer<u32>> = contexts
+        .iter()
+        .map(|c| DeviceBuffer::new(c, LEN).unwrap())
+        .collect();
+    let mut group = Group::new();
+    for (r, out) in outputs.iter_mut().enumerate() {
+        group
+            .all_reduce(&comms[r], &comm_streams[r], &inputs[r], out, ReduceOp::Sum)
+            .unwrap();
+    }
+    for (stream, reader) in comm_streams.iter().zip(&readers) {
+        let early = stream.record_event().unwrap();
+        reader.wait_event(&early).unwrap();
+    }
+    group.end().unwrap();
+    for (r, out) in outputs.iter().enumerate() {
+        let err = out.to_vec(&readers[r]).unwrap_err();
+        let DriverError::UnorderedAccess(race) = err else {
+            panic!("rank {r}: expected an unordered access, got {err}");
+        };
+        assert_eq!(race.earlier.what, "external work", "rank {r}");
+        assert!(race.earlier.writes && !race.later.writes, "rank {r}");
+        assert_eq!(race.earlier.stream, comm_streams[r].id());
+        assert_eq!(race.later.stream, readers[r].id());
+        // A record taken after the group's end covers the collective.
+        let done = comm_streams[r].record_event().unwrap();
+        readers[r].wait_event(&done).unwrap();
+        assert_eq!(out.to_vec(&readers[r]).unwrap(), [sum(contexts.len()); LEN]);
+    }
+}
+
+/// The same window seen from the send buffer: a stream ordered only after
+/// an event recorded before the group's end may not overwrite what the
+/// collective still reads. (The collectives are held back behind a gate on
+/// their streams, so were the memset let through it would run first and
+/// the sum would mix in its value.)
+#[test]
+fn a_memset_of_a_send_buffer_ordered_only_before_the_group_ends_is_refused() {
+    let Some(contexts) = devices() else { return };
+    let comms = Communicator::all_devices(&contexts).unwrap();
+    let _policy = policy(&contexts, OrderPolicy::Check);
+    let comm_streams: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+    let others: Vec<Arc<Stream>> = contexts.iter().map(|c| Stream::new(c).unwrap()).collect();
+    // Not stream-ordered allocations, as in `all_reduce`: the memset's
+    // first use of one would wait for its allocating stream.
+    let mut inputs: Vec<DeviceBuffer<u32>> = Vec::new();
+    for (ctx, stream) in contexts.iter().zip(&comm_streams) {
+        let mut input = DeviceBuffer::new(ctx, LEN).unwrap();
+        stream.memset_u32_async(&mut input, 7).unwrap();
+        inputs.push(input);
+    }
+    let mut outputs: Vec<DeviceBuffer<u32>> = contexts
+        .iter()
+        .map(|c| DeviceBuffer::new(c, LEN).unwrap())
+        .collect();
+    let gates: Vec<Gate> = comm_streams.iter().map(|s| Gate::close(s)).collect();
+    let mut group = Group::new();
+    for (r, out) in outputs.iter_mut().enumerate() {
+        group
+            .all_reduce(&comms[r], &comm_streams[r], &inputs[r], out, ReduceOp::Sum)
+            .unwrap();
+    }
+    for (stream, other) in comm_streams.iter().zip(&others) {
+        let early = stream.record_event().unwrap();
+        other.wait_event(&early).unwrap();
+    }
+    group.end().unwrap();
+    for (r, input) in inputs.iter_mut().enumerate() {
+        let err = others[r].memset_u32_async(input, 0xDEAD).unwrap_err();
+        let DriverError::UnorderedAccess(race) = err else {
+            panic!("rank {r}: expected an unordered access, got {err}");
+        };
+        assert_eq!(race.earlier.what, "external work", "rank {r}");
+        assert!(!race.earlier.writes && race.later.writes, "rank {r}");
+        assert_eq!(race.earlier.stream, comm_streams[r].id());
+        assert_eq!(race.later.stream, others[r].id());
+    }
+    drop(gates);
+    let n = contexts.len() as u32;
+    for (stream, out) in comm_streams.iter().zip(&outputs) {
+        assert_eq!(out.to_vec(stream).unwrap(), [7 * n; LEN]);
+    }
+}
+
+/// A captured collective is a node of the graph like a captured launch:
+/// a memset captured on a forked branch that writes its buffer without a
+/// join in between races with it at every replay, and the capture's end
+/// refuses the graph under `Check`, naming both nodes.
+#[test]
+fn a_captured_collective_racing_with_a_captured_branch_is_refused_at_the_capture_end() {
+    let Some(contexts) = devices() else { return };
+    let ctx = &contexts[0];
+    let single = Communicator::all_devices(&contexts[..1]).unwrap().remove(0);
+    let _policy = policy(&contexts[..1], OrderPolicy::Check);
+    let (origin, branch) = (Stream::new(ctx).unwrap(), Stream::new(ctx).unwrap());
+    let buffer = Arc::new(DeviceBuffer::<u32>::new(ctx, LEN).unwrap());
+    let mut capture = origin.begin_capture().unwrap();
+    capture.fork(&origin, &[&branch]).unwrap();
+    capture.memset_u8(&branch, &buffer, 0).unwrap();
+    single
+        .captured(&mut capture)
+        .all_reduce_in_place(&origin, &buffer, ReduceOp::Sum)
+        .unwrap();
+    capture.join(&origin, &[&branch]).unwrap();
+    let err = capture.end().unwrap_err();
+    let DriverError::UnorderedAccess(race) = err else {
+        panic!("expected an unordered access, got {err}");
+    };
+    assert_eq!(race.earlier.what, "memset");
+    assert_eq!(race.earlier.stream, branch.id());
+    assert_eq!(race.later.what, "external work");
+    assert_eq!(race.later.stream, origin.id());
 }

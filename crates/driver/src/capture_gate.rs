@@ -73,9 +73,10 @@ impl Stream {
     /// This crate takes it around every enqueue of work, from the capture
     /// check through the driver call and the tracking of buffer uses. Code
     /// that enqueues on a stream with raw driver calls (NCCL, another
-    /// library's kernels) takes it around its calls, together with
-    /// [`Stream::prepare_uses`] and [`Stream::track_uses`], so that its work
-    /// cannot slip into a capture that keeps none of its buffers. Beginning
+    /// library's kernels) gets it from [`Stream::enqueue_external`] or
+    /// [`Stream::prepare_uses`], or takes it around its calls itself, so
+    /// that its work cannot slip into a capture that keeps none of its
+    /// buffers. Beginning
     /// a capture on the stream while holding its gate on the same thread
     /// waits forever, as locking a held `Mutex` does.
     ///

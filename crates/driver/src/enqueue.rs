@@ -3,8 +3,8 @@
 //! host, while a stream may still use it.
 
 use crate::error::Result;
+use crate::memory::DeviceUse;
 use crate::memory::sealed::HostUse;
-use crate::memory::{DeviceMemory, DeviceMemoryMut, DeviceUse};
 use crate::order::{self, OrderPolicy, Touch};
 use crate::stream::Stream;
 use sys::{CUresult, CUstream, Driver};
@@ -131,105 +131,6 @@ impl Stream {
         let mut result = Ok(());
         for used in uses {
             let tracked = match used {
-                Use::Device(buffer, write)
-                | Use::Peer(buffer, write)
-                | Use::Extent(buffer, write, ..) => buffer.after_use(self, write),
-                Use::Host(buffer, write) => buffer.after_host_use(self, write),
-            };
-            result = result.and(tracked);
-        }
-        result
-    }
-}
-
-/// A buffer that work enqueued outside this crate (an NCCL collective, a
-/// library's kernel) uses on a stream, for [`Stream::prepare_uses`] and
-/// [`Stream::track_uses`]: the same ordering and tracking this crate's own
-/// copies and launches get.
-///
-/// ```
-/// use cuda_streams_driver::{BufferUse, Context, DeviceBuffer, DeviceMemory, Stream};
-/// # fn main() -> cuda_streams_driver::Result<()> {
-/// let ctx = Context::new(0)?;
-/// let (home, other) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
-/// let src = DeviceBuffer::from_slice(&home, &[1u32, 2, 3])?;
-/// let mut dst = DeviceBuffer::<u32>::new(&ctx, 3)?;
-/// let (src_ptr, dst_ptr) = (src.device_ptr(), dst.device_ptr());
-/// let uses = [BufferUse::read(&src), BufferUse::write(&mut dst)];
-/// other.prepare_uses(&uses)?; // `other` now runs after src's allocation
-/// // SAFETY: both buffers hold 12 bytes and are tracked below.
-/// unsafe {
-///     ctx.bind()?;
-///     let code = (ctx.driver().cuMemcpyDtoDAsync)(dst_ptr, src_ptr, 12, other.as_raw());
-///     assert_eq!(code, cuda_streams_driver::sys::CUresult::CUDA_SUCCESS);
-/// }
-/// other.track_uses(&uses)?; // frees and host access now wait for the copy
-/// drop(uses);
-/// assert_eq!(dst.to_vec(&other)?, [1, 2, 3]);
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Copy)]
-pub struct BufferUse<'a>(Use<'a>);
-
-impl<'a> BufferUse<'a> {
-    /// `memory` is read by the work.
-    pub fn read<M: DeviceMemory>(memory: &'a M) -> Self {
-        Self(Use::Device(memory, false))
-    }
-
-    /// `memory` is written (and maybe read) by the work; the borrow proves
-    /// no host view of it exists meanwhile.
-    pub fn write<M: DeviceMemoryMut>(memory: &'a mut M) -> Self {
-        Self(Use::Device(&*memory, true))
-    }
-}
-
-impl Stream {
-    /// Before enqueueing work made outside this crate that uses `uses`:
-    /// check every buffer belongs to this stream's context (an error naming
-    /// both devices otherwise, [`crate::Error::DeviceMismatch`]) and order
-    /// this stream after whatever made each valid (a stream-ordered
-    /// allocation on another stream).
-    ///
-    /// The uses are checked against the context's [`OrderPolicy`] here, as
-    /// one operation ("external work"): with `Check` an unordered conflicting
-    /// use is refused before the work is enqueued; with `Auto` this stream is
-    /// made to wait.
-    pub fn prepare_uses(&self, uses: &[BufferUse<'_>]) -> Result<()> {
-        // Not `bind`: the waits below bind for themselves when they are
-        // needed, and one thread preparing the ranks of several devices in
-        // turn would otherwise switch the current context at every call.
-        crate::context::refuse_inside_callback()?;
-        for used in uses {
-            if let Use::Device(buffer, _) | Use::Extent(buffer, ..) = used.0 {
-                self.check_context_id("a buffer", buffer.use_context_id())?;
-                buffer.before_use(self)?;
-            }
-        }
-        let policy = self.context().order.policy();
-        if policy != OrderPolicy::Off {
-            let touches: order::Touches = uses.iter().map(|u| u.0.touch()).collect();
-            // The work itself is enqueued after this returns, outside this
-            // crate: the step is not held in flight until then (see
-            // docs/ordering.md, "What is not checked").
-            drop(order::before_enqueue(
-                self,
-                "external work",
-                &touches,
-                policy,
-            )?);
-        }
-        Ok(())
-    }
-
-    /// After enqueueing that work: remember each use so that frees and host
-    /// access wait for it. Every use is tracked even when one fails (that
-    /// one waits for the stream first); the first failure is returned.
-    pub fn track_uses(&self, uses: &[BufferUse<'_>]) -> Result<()> {
-        let mut result = Ok(());
-        for used in uses {
-            let tracked = match used.0 {
                 Use::Device(buffer, write)
                 | Use::Peer(buffer, write)
                 | Use::Extent(buffer, write, ..) => buffer.after_use(self, write),

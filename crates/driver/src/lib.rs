@@ -142,6 +142,7 @@ mod enqueue;
 mod error;
 mod event;
 mod event_pool;
+mod external;
 mod future;
 mod graph;
 #[cfg(any(feature = "cudarc", feature = "cust"))]
@@ -170,12 +171,12 @@ pub use copy::check_len;
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
 /// twin (the software driver's).
 pub use declare::{Declared, DeclaredKernel, KernelDecl, LaunchDims, Thread, Twin, TwinArgs};
-pub use enqueue::BufferUse;
 pub use error::{Error, Result};
 pub use event::{Event, EventFlags};
 pub use event_pool::{
     EventPool, EventPoolBuilder, EventPoolUtilization, LocalShelf, PooledEvent, UniqueEvent,
 };
+pub use external::{BufferUse, PreparedWork};
 pub use future::{Completion, CopyFuture};
 pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
 pub use launch::{ArgKind, KernelArg, LaunchConfig};

@@ -270,8 +270,10 @@ impl Capture {
     /// the stream captures, so they become nodes of the graph. The buffers
     /// of `args` and `keep` (the communicator) are kept alive by the graph,
     /// whatever `enqueue` returns, and every replay orders the buffers like
-    /// a captured launch's. `stream` must be the origin or a stream forked
-    /// in; its context is made current before `enqueue` runs.
+    /// a captured launch's. Within the graph the work is one node
+    /// ("external work") touching `args` as lent, checked against the other
+    /// nodes like a captured launch. `stream` must be the origin or a
+    /// stream forked in; its context is made current before `enqueue` runs.
     ///
     /// # Safety
     /// The work `enqueue` enqueues on `stream` may touch only the device
@@ -292,7 +294,28 @@ impl Capture {
         // holds finds its memory alive at every replay.
         self.resources.add_args(args);
         self.resources.add_external(keep);
-        let recorded = enqueue()?;
+        // Not `ordered_node`: `enqueue`'s error is the caller's type. The
+        // node's step in the graph's order is taken once `enqueue` has
+        // made its calls (as the driver calls of the other nodes), and
+        // whatever it returned: part of its work may be in the graph.
+        let touches: Touches = args
+            .iter()
+            .filter_map(|arg| match &arg.inner {
+                ArgInner::Buffer(memory, writable) => {
+                    Some(Use::Device(memory.as_use(), *writable).touch())
+                }
+                _ => None,
+            })
+            .collect();
+        let races = match &mut self.order {
+            Some(order) => Some(order.check(stream, "external work", &touches)?),
+            None => None,
+        };
+        let recorded = enqueue();
+        if let (Some(order), Some(races)) = (&mut self.order, races) {
+            order.record(stream, "external work", &touches, races);
+        }
+        let recorded = recorded?;
         self.worked_on(stream);
         Ok(recorded)
     }
