@@ -42,7 +42,7 @@ pub struct UnknownDevice {
 /// let contexts = Context::all()?;
 /// // A stream on every device.
 /// let streams = PerDevice::try_new(&contexts, |ctx| {
-///     Stream::new(ctx).map_err(|err| err.to_string())
+///     Stream::new(ctx).map_err(Box::<dyn std::error::Error>::from)
 /// })?;
 /// assert_eq!(streams.len(), contexts.len());
 /// let last = streams.len() as i32 - 1;
