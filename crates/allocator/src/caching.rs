@@ -4,8 +4,9 @@
 //! Cross-stream reuse is by proof, not by `cuStreamWaitEvent`: a fully free
 //! segment leaves stream S for the shared cache only once S is idle
 //! (`cuStreamQuery`) or a fence event recorded on S after the free has
-//! completed. Fences are recorded lazily, when another stream misses, so a
-//! free on the hit path makes no driver call. RMM's hand-off (the new stream
+//! completed (S's fences are a driver completion trail). Fences are recorded
+//! lazily, when another stream misses, so a free on the hit path makes no
+//! driver call. RMM's hand-off (the new stream
 //! waits on an event of the old one) would reuse memory sooner but make the
 //! new stream wait for all of S's queued work, a false dependency this
 //! allocator never introduces; memory held by a busy stream is reclaimed by
@@ -15,7 +16,7 @@ use crate::arena::Segment;
 use crate::error::{Error, Result};
 use crate::shared::{Fence, PendingFree, Shared, Slot, SlotState, is_oom};
 use crate::size::{Class, segment_size};
-use driver::Stream;
+use driver::{Stream, TrailSearch};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -253,21 +254,21 @@ impl Shared {
         if !st.arena.has_idle() {
             return Vec::new();
         }
-        let mut proven = match &st.fence {
-            Some(fence) if matches!(fence.event.query(), Ok(true)) => fence.seq,
-            _ => 0,
-        };
-        if proven > 0 {
-            st.fence = None;
-        }
+        // The newest fence passed proves every free below its number. A
+        // failed query proves nothing (the blocks wait: safe).
+        let passed = st
+            .fences
+            .passed(TrailSearch::Exact, |fence| Some(&*fence.event))
+            .unwrap_or(0);
+        let mut proven = st.fences.take_front(passed).last().map_or(0, |f| f.seq);
         if matches!(stream.query(), Ok(true)) || (block && stream.synchronize().is_ok()) {
             proven = u64::MAX;
         }
         let segments = st.arena.remove_idle(proven);
-        if st.arena.has_idle() && st.fence.is_none() {
+        if st.arena.has_idle() && st.fences.is_empty() {
             let seq = st.arena.free_seq();
             match self.record_on(stream) {
-                Ok(event) => st.fence = Some(Fence { event, seq }),
+                Ok(event) => st.fences.push(Fence { event, seq }),
                 Err(err) => tracing::warn!("fence on stream {}: {err}", stream.id()),
             }
         }

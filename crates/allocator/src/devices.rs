@@ -3,15 +3,15 @@
 use crate::allocation::Allocation;
 use crate::allocator::StreamOrderedAllocator;
 use crate::config::Backend;
-use crate::error::{Error, Result};
-use driver::{Context, Stream};
+use crate::error::Result;
+use driver::{Context, PerDevice, Stream};
 use std::sync::Arc;
 
 /// A [`StreamOrderedAllocator`] for every device, each caching only its own
 /// device's memory. [`allocate_for_stream`](Self::allocate_for_stream) takes
 /// the allocator of the stream's device, so memory always lands on the
 /// device that will use it; an allocator given a stream of another device
-/// refuses it ([`Error::ContextMismatch`]) instead of handing out memory the
+/// refuses it ([`crate::Error::ContextMismatch`]) instead of handing out memory the
 /// stream cannot order.
 ///
 /// ```
@@ -29,7 +29,7 @@ use std::sync::Arc;
 /// # }
 /// ```
 pub struct DeviceAllocators {
-    allocators: Vec<StreamOrderedAllocator>,
+    allocators: PerDevice<StreamOrderedAllocator>,
 }
 
 impl DeviceAllocators {
@@ -42,31 +42,15 @@ impl DeviceAllocators {
     /// An allocator with `backend` for each of `contexts`, which must be
     /// devices 0, 1, ... in order (so that `for_device` indexes them).
     pub fn with_backend(contexts: &[Arc<Context>], backend: Backend) -> Result<Self> {
-        let allocators = contexts
-            .iter()
-            .enumerate()
-            .map(|(index, ctx)| {
-                if ctx.ordinal() != index as i32 {
-                    return Err(Error::UnknownDevice {
-                        ordinal: ctx.ordinal(),
-                        count: index,
-                    });
-                }
-                StreamOrderedAllocator::with_backend(ctx, backend)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let allocators = PerDevice::try_new(contexts, |ctx| {
+            StreamOrderedAllocator::with_backend(ctx, backend)
+        })?;
         Ok(Self { allocators })
     }
 
-    /// The allocator of device `ordinal`, or [`Error::UnknownDevice`].
+    /// The allocator of device `ordinal`, or [`crate::Error::UnknownDevice`].
     pub fn for_device(&self, ordinal: i32) -> Result<&StreamOrderedAllocator> {
-        usize::try_from(ordinal)
-            .ok()
-            .and_then(|index| self.allocators.get(index))
-            .ok_or(Error::UnknownDevice {
-                ordinal,
-                count: self.allocators.len(),
-            })
+        Ok(self.allocators.get(ordinal)?)
     }
 
     /// The allocator of `stream`'s device.

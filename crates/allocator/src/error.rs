@@ -110,6 +110,13 @@ pub enum Error {
     },
 }
 
+/// A device the [`crate::DeviceAllocators`] has no allocator for.
+impl From<driver::UnknownDevice> for Error {
+    fn from(driver::UnknownDevice { ordinal, count }: driver::UnknownDevice) -> Self {
+        Self::UnknownDevice { ordinal, count }
+    }
+}
+
 impl From<driver::sys::DriverError> for Error {
     fn from(err: driver::sys::DriverError) -> Self {
         Self::Driver(err.into())

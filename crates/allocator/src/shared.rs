@@ -11,7 +11,7 @@ use crate::size::Class;
 use crate::stats::{Counters, StreamCounts};
 use dashmap::DashMap;
 use driver::sys::{CUdeviceptr, CUresult};
-use driver::{Context, Stream};
+use driver::{CompletionTrail, Context, Stream};
 use driver::{EventPool, PooledEvent};
 use std::collections::BTreeSet;
 use std::hash::BuildHasherDefault;
@@ -24,7 +24,8 @@ pub(crate) struct PendingFree {
 }
 
 /// An event recorded on a stream that proves every free numbered below `seq`
-/// has been passed once it completes.
+/// has been passed once it completes: an entry of the stream's completion
+/// trail ([`SlotState::fences`]).
 pub(crate) struct Fence {
     pub(crate) event: PooledEvent,
     pub(crate) seq: u64,
@@ -45,7 +46,9 @@ pub(crate) struct SlotState {
     pub(crate) pool_live: AddrMap<PoolLive>,
     pub(crate) next_pool_id: u64,
     pub(crate) pending: Vec<PendingFree>,
-    pub(crate) fence: Option<Fence>,
+    /// The stream's fences, oldest first, on the driver's completion trail
+    /// (one at a time: a new one is recorded once the last has passed).
+    pub(crate) fences: CompletionTrail<Fence>,
     pub(crate) deps: Vec<StreamDependency>,
     pub(crate) counts: StreamCounts,
 }

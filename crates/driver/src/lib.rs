@@ -156,6 +156,7 @@ mod module;
 pub mod nvtx;
 pub mod order;
 mod ordering;
+mod per_device;
 mod priority;
 mod program;
 mod reactor;
@@ -187,6 +188,7 @@ pub use memory::{
 pub use metrics::StreamMetrics;
 pub use module::{Kernel, Module, ModuleImage};
 pub use order::{ORDERING_SETTING, OrderPolicy, OrderStats, Race, RaceOp};
+pub use per_device::{PerDevice, UnknownDevice};
 pub use priority::{PriorityRange, StreamPriority};
 pub use program::{Arch, CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};

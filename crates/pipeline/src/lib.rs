@@ -29,6 +29,7 @@ mod ids;
 mod managed;
 mod manager;
 mod planner;
+mod rotation;
 mod stage;
 mod staging;
 mod sync;
@@ -42,10 +43,8 @@ pub use driver;
 pub use error::{Error, Result};
 pub use graph::PipelineGraph;
 pub use ids::{BufferId, StageId};
-pub use managed::{
-    ManagedGpuContext, ManagedGpuContextBuilder, PIPELINE_DEPTH, StepOutput, StepResult,
-};
-pub use manager::{IterationReport, PipelineStageManager, PipelineStats};
+pub use managed::{ManagedGpuContext, ManagedGpuContextBuilder, StepOutput, StepResult};
+pub use manager::{PipelineStageManager, PipelineStats};
 pub use planner::{
     ArraySpec, DEFAULT_MAX_STREAMS, DEFAULT_MIN_BATCH_MB, DEFAULT_MIN_BATCH_SIZE, ENV_MAX_STREAMS,
     ENV_MIN_BATCH_MB, ENV_MIN_BATCH_SIZE, MAX_STREAMS_LIMIT, PLANNER_SETTINGS, PlannerConfig,
@@ -53,6 +52,7 @@ pub use planner::{
 };
 /// Stream purposes, from the stream pool.
 pub use pool::StreamPurpose;
+pub use rotation::{IterationReport, PIPELINE_DEPTH};
 pub use stage::{GpuPipelineStage, StageArg, StageBuilder};
 pub use triple_buffer::{GpuTripleBuffer, SlotState, SlotStatus, StageGuard};
 

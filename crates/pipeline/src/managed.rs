@@ -1,90 +1,42 @@
 //! A device context with optional stream management: one stream, or a
 //! triple-buffered upload / kernel / download pipeline, running the user's
 //! step kernel over buffers of the user's element type.
+//!
+//! Asynchronous mode is a view of the pipeline's one orchestrator
+//! ([`Rotation`]), the one the stage manager runs on too.
 
-use crate::coordinator::{AsyncCoordinator, OperationId};
+mod builder;
+mod one_stream;
+mod output;
+mod slots;
+mod step_kernel;
+
+pub use builder::ManagedGpuContextBuilder;
+pub use output::{StepOutput, StepResult};
+
+use crate::coordinator::AsyncCoordinator;
 use crate::error::{Error, Result};
 use crate::ids::BufferId;
 use crate::manager::PipelineStageManager;
-use crate::stage::{GpuPipelineStage, StageArg};
+use crate::rotation::{Rotation, slot_of};
+use crate::stage::GpuPipelineStage;
 use crate::triple_buffer::GpuTripleBuffer;
-use driver::{Context, DeviceBuffer, DeviceCopy, KernelArg, PinnedBuffer, Stream};
+use driver::{Context, DeviceCopy, Stream};
+use one_stream::{SyncState, sync_step};
 use pool::{StreamPool, StreamPurpose};
+use slots::AsyncState;
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
+use step_kernel::check_step_kernel;
 
 /// Streams in the managed context's pool: one per purpose and spares.
 const POOL_SIZE: usize = 8;
-/// Batches in flight in asynchronous mode.
-pub const PIPELINE_DEPTH: u64 = 3;
-
-/// One step's result, from [`ManagedGpuContext::triple_buffered_step`] and
-/// [`ManagedGpuContext::finish_steps`]: the step kernel's output buffer,
-/// downloaded.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct StepResult<T> {
-    /// The step it belongs to (0 for the first call).
-    pub step: u64,
-    /// The step kernel's output ([`ManagedGpuContext::OUTPUT`]), downloaded.
-    pub output: Vec<T>,
-}
-
-/// One step's result read in place, from
-/// [`ManagedGpuContext::step_in_place`]: the pinned buffer the GPU
-/// downloaded into, borrowed until the next step.
-pub struct StepOutput<'a, T: DeviceCopy = f32> {
-    step: u64,
-    host: &'a PinnedBuffer<T>,
-}
-
-impl<T: DeviceCopy> StepOutput<'_, T> {
-    /// The step it belongs to (0 for the first call).
-    pub fn step(&self) -> u64 {
-        self.step
-    }
-
-    /// The kernel's output, waiting for its download if it is still
-    /// running (the work queued after it keeps the GPU busy meanwhile).
-    pub fn output(&self) -> Result<&[T]> {
-        Ok(self.host.as_slice()?)
-    }
-}
-
-impl<T: DeviceCopy> fmt::Debug for StepOutput<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StepOutput")
-            .field("step", &self.step)
-            .finish_non_exhaustive()
-    }
-}
 
 /// What a step uploads: a copy of the caller's slice, or a pinned slot the
 /// caller fills in place.
 enum Upload<'a, T> {
     Copy(&'a [T]),
     InPlace { fill: &'a mut dyn FnMut(&mut [T]) },
-}
-
-struct SyncState<T: DeviceCopy> {
-    input: DeviceBuffer<T>,
-    output: DeviceBuffer<T>,
-    host: PinnedBuffer<T>,
-    /// The in-place steps' input, allocated on the first one.
-    host_in: Option<PinnedBuffer<T>>,
-}
-
-struct AsyncState<T: DeviceCopy> {
-    slots: GpuTripleBuffer<T>,
-    outputs: Vec<DeviceBuffer<T>>,
-    host: Vec<PinnedBuffer<T>>,
-    /// The in-place steps' inputs, one per slot, allocated on the first one.
-    host_in: Option<Vec<PinnedBuffer<T>>>,
-    uploads: [Option<OperationId>; 3],
-    downloads: [Option<OperationId>; 3],
-    /// The step number each slot's batch came from.
-    step_of: [u64; 3],
 }
 
 // One per managed context, built once and never moved on a hot path: the
@@ -97,7 +49,9 @@ enum Mode<T: DeviceCopy> {
     },
     Async {
         pool: Box<StreamPool>,
-        coordinator: AsyncCoordinator,
+        /// The batches in flight on the pool's upload, compute and download
+        /// streams: the stage manager's orchestrator.
+        rotation: Rotation,
         state: Option<Box<AsyncState<T>>>,
     },
 }
@@ -118,10 +72,12 @@ enum Mode<T: DeviceCopy> {
 /// - **Asynchronous** ([`ManagedGpuContextBuilder::asynchronous`]; the
 ///   seed's `enable_async = true`): a [`StreamPool`] whose `ConfigUpload`,
 ///   `KernelExecution` and `TelemetryDownload` streams (the seed's names for
-///   the upload, compute and download roles) drive an [`AsyncCoordinator`],
-///   and a [`GpuTripleBuffer`]: step *k* uploads input *k*, runs the kernel on
-///   input *k − 1* and downloads the result of input *k − 2*, all three at
-///   once. **Results lag by two steps** (the pipeline depth, 3, minus one):
+///   the upload, compute and download roles) drive an [`AsyncCoordinator`]
+///   over three slots of buffers, rotated as a [`GpuTripleBuffer`]'s are and
+///   as a [`PipelineStageManager`]'s batches are (the same orchestrator):
+///   step *k* uploads input *k*, runs the kernel on input *k − 1* and
+///   downloads the result of input *k − 2*, all three at once. **Results lag
+///   by two steps** ([`PIPELINE_DEPTH`](crate::PIPELINE_DEPTH), 3, minus one):
 ///   steps 0 and 1 return `None`, step *k* returns the result of step
 ///   *k − 2*, and [`finish_steps`](Self::finish_steps) returns the last two.
 ///
@@ -165,90 +121,8 @@ pub struct ManagedGpuContext<T: DeviceCopy = f32> {
     mode: Mode<T>,
     kernel: Option<GpuPipelineStage>,
     len: Option<usize>,
-    /// Steps started, and steps whose result was returned.
+    /// Steps started.
     step: u64,
-    returned: u64,
-}
-
-/// Settings for a [`ManagedGpuContext`], from [`ManagedGpuContext::builder`]:
-/// the mode, the element type and the step kernel, by name.
-///
-/// ```
-/// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
-/// use cuda_streams_pipeline::{GpuPipelineStage, ManagedGpuContext};
-/// # fn main() -> cuda_streams_pipeline::Result<()> {
-/// let device = Context::new(0)?;
-/// // fill_u32(n, value, out): a step kernel over u32 that ignores its input.
-/// let fill = Module::load(&device, &kernels::ELEMENTWISE)?.function("fill_u32")?;
-/// let step = GpuPipelineStage::builder("fill", fill, LaunchConfig::for_num_elems(8))
-///     .len()
-///     .u32(7)
-///     .writes(ManagedGpuContext::OUTPUT)
-///     .build();
-/// let mut ctx = ManagedGpuContext::builder(&device).element::<u32>().step(step).build()?;
-/// assert!(!ctx.has_stream_management()); // synchronous unless asked
-/// let result = ctx.triple_buffered_step(&[0u32; 8])?.expect("synchronous: at once");
-/// assert_eq!(result.output, [7; 8]);
-/// # Ok(())
-/// # }
-/// ```
-#[must_use = "a context builder does nothing until `build`"]
-pub struct ManagedGpuContextBuilder<T: DeviceCopy = f32> {
-    device: Arc<Context>,
-    asynchronous: bool,
-    kernel: Option<GpuPipelineStage>,
-    element: PhantomData<fn() -> T>,
-}
-
-impl<T: DeviceCopy> fmt::Debug for ManagedGpuContextBuilder<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ManagedGpuContextBuilder")
-            .field("asynchronous", &self.asynchronous)
-            .field("element", &std::any::type_name::<T>())
-            .field("step", &self.kernel.as_ref().map(|k| &k.name))
-            .finish()
-    }
-}
-
-impl<T: DeviceCopy> ManagedGpuContextBuilder<T> {
-    /// Triple-buffered, with a stream pool (the seed's `enable_async = true`).
-    pub fn asynchronous(mut self) -> Self {
-        self.asynchronous = true;
-        self
-    }
-
-    /// One stream, each step waited for (the default).
-    pub fn synchronous(mut self) -> Self {
-        self.asynchronous = false;
-        self
-    }
-
-    /// Buffers of `U` instead (the step kernel's buffer parameters are `U*`).
-    pub fn element<U: DeviceCopy>(self) -> ManagedGpuContextBuilder<U> {
-        ManagedGpuContextBuilder {
-            device: self.device,
-            asynchronous: self.asynchronous,
-            kernel: self.kernel,
-            element: PhantomData,
-        }
-    }
-
-    /// The step kernel: it reads [`ManagedGpuContext::INPUT`] and writes
-    /// [`ManagedGpuContext::OUTPUT`] (checked by `build`, as in
-    /// [`ManagedGpuContext::set_step`]).
-    pub fn step(mut self, kernel: GpuPipelineStage) -> Self {
-        self.kernel = Some(kernel);
-        self
-    }
-
-    /// Create the context (and in asynchronous mode its streams).
-    pub fn build(self) -> Result<ManagedGpuContext<T>> {
-        let mut ctx = ManagedGpuContext::with_mode(&self.device, self.asynchronous)?;
-        if let Some(kernel) = self.kernel {
-            ctx.set_step(kernel)?;
-        }
-        Ok(ctx)
-    }
 }
 
 impl ManagedGpuContext<f32> {
@@ -265,27 +139,16 @@ impl ManagedGpuContext<f32> {
     pub fn new(device: &Arc<Context>, enable_async: bool) -> Result<Self> {
         Self::with_mode(device, enable_async)
     }
-
-    /// Settings for a context on `device`: synchronous and `f32` unless
-    /// changed ([`ManagedGpuContextBuilder`]).
-    pub fn builder(device: &Arc<Context>) -> ManagedGpuContextBuilder<f32> {
-        ManagedGpuContextBuilder {
-            device: Arc::clone(device),
-            asynchronous: false,
-            kernel: None,
-            element: PhantomData,
-        }
-    }
 }
 
 impl<T: DeviceCopy> ManagedGpuContext<T> {
     fn with_mode(device: &Arc<Context>, enable_async: bool) -> Result<Self> {
         let mode = if enable_async {
             let pool = StreamPool::new(device, POOL_SIZE)?;
-            let coordinator = purpose_coordinator(&pool)?;
+            let rotation = Rotation::new(purpose_coordinator(&pool)?);
             Mode::Async {
                 pool: Box::new(pool),
-                coordinator,
+                rotation,
                 state: None,
             }
         } else {
@@ -300,7 +163,6 @@ impl<T: DeviceCopy> ManagedGpuContext<T> {
             kernel: None,
             len: None,
             step: 0,
-            returned: 0,
         })
     }
 
@@ -378,7 +240,7 @@ impl<T: DeviceCopy> ManagedGpuContext<T> {
     /// The coordinator (asynchronous mode).
     pub fn async_coordinator(&self) -> Option<&AsyncCoordinator> {
         match &self.mode {
-            Mode::Async { coordinator, .. } => Some(coordinator),
+            Mode::Async { rotation, .. } => Some(rotation.coordinator()),
             Mode::Sync { .. } => None,
         }
     }
@@ -386,7 +248,7 @@ impl<T: DeviceCopy> ManagedGpuContext<T> {
     /// The coordinator, mutably (asynchronous mode).
     pub fn async_coordinator_mut(&mut self) -> Option<&mut AsyncCoordinator> {
         match &mut self.mode {
-            Mode::Async { coordinator, .. } => Some(coordinator),
+            Mode::Async { rotation, .. } => Some(rotation.coordinator_mut()),
             Mode::Sync { .. } => None,
         }
     }
@@ -504,17 +366,7 @@ impl<T: DeviceCopy> ManagedGpuContext<T> {
             Mode::Sync { stream, state } => {
                 let state = match state {
                     Some(state) => state,
-                    None => {
-                        let mut output = DeviceBuffer::new(&self.device, len)?;
-                        let input = DeviceBuffer::new(&self.device, len)?;
-                        check_step_args(kernel, &input, &mut output, len)?;
-                        state.insert(SyncState {
-                            input,
-                            output,
-                            host: PinnedBuffer::new(&self.device, len)?,
-                            host_in: None,
-                        })
-                    }
+                    None => state.insert(SyncState::new(&self.device, kernel, len)?),
                 };
                 sync_step(stream, kernel, &self.device, state, upload, len)?;
                 Some(StepOutput {
@@ -523,31 +375,27 @@ impl<T: DeviceCopy> ManagedGpuContext<T> {
                 })
             }
             Mode::Async {
-                coordinator, state, ..
+                rotation, state, ..
             } => {
                 let state = match state {
                     Some(state) => state,
                     None => state.insert(Box::new(AsyncState::new(&self.device, kernel, len)?)),
                 };
-                let slot = async_step(
-                    coordinator,
+                let mut work = slots::Step {
                     kernel,
-                    &self.device,
+                    ctx: &self.device,
                     state,
-                    Some(upload),
-                    step,
+                    upload: Some(upload),
                     len,
-                )?;
-                slot.map(|index| StepOutput {
-                    step: state.step_of[index],
-                    host: &state.host[index],
+                };
+                let report = rotation.step(true, &mut work)?;
+                report.downloaded.map(|batch| StepOutput {
+                    step: batch,
+                    host: &state.host[slot_of(batch)],
                 })
             }
         };
         self.step += 1;
-        if done.is_some() {
-            self.returned += 1;
-        }
         Ok(done)
     }
 
@@ -575,7 +423,7 @@ impl<T: DeviceCopy> ManagedGpuContext<T> {
         let len = self.len.unwrap_or(0);
         if let (
             Mode::Async {
-                coordinator,
+                rotation,
                 state: Some(state),
                 ..
             },
@@ -583,26 +431,22 @@ impl<T: DeviceCopy> ManagedGpuContext<T> {
         ) = (&mut self.mode, &self.kernel)
         {
             // Steps without a new upload until every step has come back.
-            while self.returned < self.step {
-                let slot = async_step(
-                    coordinator,
+            while rotation.in_flight() {
+                let mut work = slots::Step {
                     kernel,
-                    &self.device,
+                    ctx: &self.device,
                     state,
-                    None,
-                    self.step,
+                    upload: None,
                     len,
-                )?;
-                if let Some(index) = slot {
-                    self.returned += 1;
+                };
+                if let Some(batch) = rotation.step(false, &mut work)?.downloaded {
                     read(StepOutput {
-                        step: state.step_of[index],
-                        host: &state.host[index],
+                        step: batch,
+                        host: &state.host[slot_of(batch)],
                     })?;
                 }
             }
-            coordinator.synchronize_all()?;
-            coordinator.poll()?;
+            rotation.settle()?;
         }
         Ok(())
     }
@@ -625,197 +469,4 @@ fn purpose_coordinator(pool: &StreamPool) -> Result<AsyncCoordinator> {
         pool.get_stream_for_purpose(StreamPurpose::KernelExecution),
         pool.get_stream_for_purpose(StreamPurpose::TelemetryDownload),
     )
-}
-
-/// A step kernel passes `OUTPUT` once, writing it, and `INPUT` only to read.
-fn check_step_kernel(kernel: &GpuPipelineStage) -> Result<()> {
-    let input = ManagedGpuContext::INPUT;
-    let output = ManagedGpuContext::OUTPUT;
-    let refuse = |reason: String| {
-        Err(Error::InvalidConfig(format!(
-            "step kernel {:?} {reason}: a step kernel reads buffer {} (its input) and writes buffer {} (its output)",
-            kernel.name, input.0, output.0
-        )))
-    };
-    for arg in &kernel.args {
-        if let StageArg::Buffer(b) = *arg
-            && b != input
-            && b != output
-        {
-            return refuse(format!("passes buffer {}", b.0));
-        }
-    }
-    if kernel.output_buffers.contains(&input) {
-        return refuse(format!("writes buffer {}", input.0));
-    }
-    if kernel.input_buffers.contains(&output) {
-        return refuse(format!("reads buffer {}", output.0));
-    }
-    let passes = kernel.passes(output);
-    if passes != 1 || !kernel.output_buffers.contains(&output) {
-        return refuse(format!(
-            "passes buffer {} {passes} time(s) (once, written, expected)",
-            output.0
-        ));
-    }
-    Ok(())
-}
-
-/// The step kernel's arguments over one input and one output buffer.
-fn step_args<'a, T: DeviceCopy>(
-    kernel: &GpuPipelineStage,
-    input: &'a DeviceBuffer<T>,
-    output: &'a mut DeviceBuffer<T>,
-    len: usize,
-) -> Vec<KernelArg<'a>> {
-    // `check_step_kernel` made sure OUTPUT is passed exactly once, and no
-    // buffer but INPUT besides.
-    let mut output = Some(output);
-    kernel.kernel_args(len as u64, |b| {
-        match output.take_if(|_| b == ManagedGpuContext::OUTPUT) {
-            Some(output) => KernelArg::from(output),
-            None => KernelArg::from(input),
-        }
-    })
-}
-
-/// The step kernel's arguments against its signature, once the buffers
-/// exist and before any upload is queued.
-fn check_step_args<T: DeviceCopy>(
-    kernel: &GpuPipelineStage,
-    input: &DeviceBuffer<T>,
-    output: &mut DeviceBuffer<T>,
-    len: usize,
-) -> Result<()> {
-    let args = step_args(kernel, input, output, len);
-    kernel
-        .kernel
-        .check_args(&args)
-        .map_err(|source| Error::InvalidConfig(format!("step kernel {:?}: {source}", kernel.name)))
-}
-
-fn sync_step<T: DeviceCopy>(
-    stream: &Arc<Stream>,
-    kernel: &GpuPipelineStage,
-    ctx: &Arc<Context>,
-    state: &mut SyncState<T>,
-    upload: Upload<'_, T>,
-    len: usize,
-) -> Result<()> {
-    match upload {
-        Upload::Copy(input) => stream.copy_from_host(&mut state.input, input)?,
-        Upload::InPlace { fill } => {
-            let host_in = match &mut state.host_in {
-                Some(host_in) => host_in,
-                None => state.host_in.insert(PinnedBuffer::new(ctx, len)?),
-            };
-            fill(host_in.as_mut_slice()?);
-            stream.copy_from_host_async(&mut state.input, host_in)?;
-        }
-    }
-    let args = step_args(kernel, &state.input, &mut state.output, len);
-    stream.launch(&kernel.kernel, kernel.config, &args)?;
-    drop(args);
-    stream.copy_to_host_async(&mut state.host, &state.output)?;
-    Ok(())
-}
-
-impl<T: DeviceCopy> AsyncState<T> {
-    fn new(ctx: &Arc<Context>, kernel: &GpuPipelineStage, len: usize) -> Result<Self> {
-        let mut outputs: Vec<DeviceBuffer<T>> = (0..3)
-            .map(|_| DeviceBuffer::new(ctx, len))
-            .collect::<driver::Result<_>>()?;
-        // Two buffers of the step's type and length stand for a slot and
-        // its output: the check needs their types and lengths only.
-        let (first, rest) = outputs.split_at_mut(1);
-        check_step_args(kernel, &rest[0], &mut first[0], len)?;
-        Ok(Self {
-            slots: GpuTripleBuffer::new(ctx, len)?,
-            outputs,
-            host: (0..3)
-                .map(|_| PinnedBuffer::new(ctx, len))
-                .collect::<driver::Result<_>>()?,
-            host_in: None,
-            uploads: [None; 3],
-            downloads: [None; 3],
-            step_of: [0; 3],
-        })
-    }
-}
-
-fn illegal(stage: &'static str) -> Error {
-    Error::Mode(stage)
-}
-
-/// Step `k` (the number given to an uploaded input): upload (when given)
-/// into the next free slot, download step k − 2's output, run the kernel on
-/// step k − 1's input, in that order (a download waits for the computes
-/// queued before it). The slot guards follow the triple buffer's state
-/// machine; the coordinator's events order the GPU work. Returns the slot
-/// whose download was queued, if any.
-fn async_step<T: DeviceCopy>(
-    coordinator: &mut AsyncCoordinator,
-    kernel: &GpuPipelineStage,
-    ctx: &Arc<Context>,
-    state: &mut AsyncState<T>,
-    upload: Option<Upload<'_, T>>,
-    k: u64,
-    len: usize,
-) -> Result<Option<usize>> {
-    let AsyncState {
-        slots,
-        outputs,
-        host,
-        host_in,
-        uploads,
-        downloads,
-        step_of,
-    } = state;
-    // Claim the batch uploaded in an earlier step before this step's upload
-    // makes another slot ready for processing.
-    let process = slots.get_process_buffer();
-    if let Some(upload) = upload {
-        let mut slot = slots
-            .get_upload_buffer()
-            .ok_or_else(|| illegal("triple buffer: no free slot to upload into"))?;
-        let index = slot.slot();
-        uploads[index] = Some(match upload {
-            Upload::Copy(input) => coordinator.queue_upload(input, &mut slot)?,
-            Upload::InPlace { fill } => {
-                let pinned = match host_in {
-                    Some(pinned) => pinned,
-                    None => host_in.insert(
-                        (0..3)
-                            .map(|_| PinnedBuffer::new(ctx, len))
-                            .collect::<driver::Result<_>>()?,
-                    ),
-                };
-                // Waits only for this slot's previous upload (three steps ago).
-                fill(pinned[index].as_mut_slice()?);
-                coordinator.queue_upload_pinned(&pinned[index], &mut slot, &[])?
-            }
-        });
-        step_of[index] = k;
-    }
-    let mut downloaded = None;
-    if let Some(slot) = slots.get_download_buffer() {
-        let index = slot.slot();
-        downloads[index] = Some(coordinator.queue_download(&outputs[index], &mut host[index])?);
-        drop(slot);
-        slots.advance()?;
-        downloaded = Some(index);
-    }
-    if let Some(slot) = process {
-        let index = slot.slot();
-        // Its upload, and the download that may still read this slot's output.
-        let deps: Vec<OperationId> = uploads[index]
-            .iter()
-            .chain(&downloads[index])
-            .copied()
-            .collect();
-        let args = step_args(kernel, &slot, &mut outputs[index], len);
-        coordinator.queue_compute(&kernel.kernel, kernel.config, &args, &deps)?;
-    }
-    coordinator.poll()?;
-    Ok(downloaded)
 }

@@ -4,6 +4,7 @@ use crate::coordinator::{AsyncCoordinator, OperationId};
 use crate::error::{Error, Result};
 use crate::graph::{GraphSpec, PipelineGraph};
 use crate::ids::{self, BufferId, StageId};
+use crate::rotation::{DEPTH, IterationReport, Rotation, SlotWork, slot_of};
 use crate::stage::{GpuPipelineStage, validate_order};
 use driver::{
     CompletionTrail, DeviceBuffer, DeviceCopy, Event, KernelArg, PinnedBuffer, PooledEvent,
@@ -11,11 +12,7 @@ use driver::{
 };
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// Batches in flight: one uploading, one computing, one downloading.
-const DEPTH: usize = 3;
 
 /// Statistics measured with timing events on the GPU
 /// ([`PipelineStageManager::get_stats`]).
@@ -63,59 +60,18 @@ pub struct PipelineStats {
     pub wall: Duration,
 }
 
-/// What one [`PipelineStageManager::execute_iteration`] queued.
-///
-/// Batches are numbered from 0 in upload order; computing lags one step
-/// behind uploading, downloading two.
-///
-/// ```
-/// use cuda_streams_pipeline::driver::{Context, LaunchConfig, Module};
-/// use cuda_streams_pipeline::{AsyncCoordinator, GpuPipelineStage, IterationReport, PipelineStageManager};
-/// # fn main() -> cuda_streams_pipeline::Result<()> {
-/// let ctx = Context::new(0)?;
-/// let compute = Module::load(&ctx, &kernels::COMPUTE)?.function("compute")?;
-/// let mut pipeline = PipelineStageManager::new(AsyncCoordinator::new(&ctx)?, 64)?;
-/// let cfg = LaunchConfig::for_num_elems(64);
-/// let stage = pipeline.add_stage(GpuPipelineStage::compute("c", compute, cfg, 1, 0, 1));
-/// pipeline.set_inputs(vec![0]);
-/// pipeline.set_order(vec![stage])?;
-/// let first = pipeline.execute_iteration()?;
-/// assert_eq!(first, IterationReport { uploaded: Some(0), computed: None, downloaded: None });
-/// pipeline.execute_iteration()?;
-/// let third = pipeline.execute_iteration()?;
-/// assert_eq!(third, IterationReport { uploaded: Some(2), computed: Some(1), downloaded: Some(0) });
-/// let drained = pipeline.drain()?; // no uploads: finish batches 1 and 2
-/// assert_eq!(drained[1], IterationReport { uploaded: None, computed: None, downloaded: Some(2) });
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IterationReport {
-    /// The batch uploaded in this step (`None` while draining).
-    pub uploaded: Option<u64>,
-    /// The batch whose stages were queued (one behind the upload).
-    pub computed: Option<u64>,
-    /// The batch whose outputs were queued for download (two behind);
-    /// [`PipelineStageManager::output`] reads them.
-    pub downloaded: Option<u64>,
-}
-
 /// The device buffers of one batch slot, indexed by buffer id.
 type SlotBuffers<T> = Vec<Option<DeviceBuffer<T>>>;
 
 /// Host buffers by buffer id.
 type HostBuffers<T> = HashMap<BufferId, PinnedBuffer<T>>;
 
+/// The buffers of the three slots (which batch each holds is the
+/// rotation's).
 struct Slots<T: DeviceCopy> {
     device: Vec<SlotBuffers<T>>,
     host_in: Vec<HostBuffers<T>>,
     host_out: Vec<HostBuffers<T>>,
-    /// Per slot: the uploads of its current batch, and its last downloads.
-    uploads: Vec<Vec<OperationId>>,
-    downloads: Vec<Vec<OperationId>>,
-    /// Per slot: the batch whose outputs its host buffers hold (or will,
-    /// once the queued download lands).
-    held: [Option<u64>; DEPTH],
 }
 
 /// Timing events come from the context's event pool and go back to it.
@@ -179,20 +135,14 @@ struct Timing {
 /// # }
 /// ```
 pub struct PipelineStageManager<T: DeviceCopy = f32> {
-    coordinator: AsyncCoordinator,
+    /// The batches in flight on the coordinator's streams.
+    rotation: Rotation,
     elements: usize,
     stages: Vec<GpuPipelineStage>,
     order: Option<Vec<StageId>>,
     inputs: Vec<BufferId>,
     outputs: Option<Vec<BufferId>>,
     slots: Option<Slots<T>>,
-    /// Steps taken; batches uploaded, computed and downloaded (queued).
-    step: u64,
-    fed: u64,
-    computed: u64,
-    downloaded: u64,
-    /// The slot of the last batch queued for download.
-    last_downloaded: Option<usize>,
     timing: Timing,
 }
 
@@ -242,18 +192,13 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
             return Err(Error::InvalidConfig("a pipeline of 0 elements".into()));
         }
         Ok(Self {
-            coordinator,
+            rotation: Rotation::new(coordinator),
             elements,
             stages: Vec::new(),
             order: None,
             inputs: Vec::new(),
             outputs: None,
             slots: None,
-            step: 0,
-            fed: 0,
-            computed: 0,
-            downloaded: 0,
-            last_downloaded: None,
             timing: Timing::default(),
         })
     }
@@ -340,6 +285,7 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
                 })?;
         }
         self.slots = Some(slots);
+        self.rotation.forget_slots();
         self.order = Some(order);
         Ok(())
     }
@@ -355,15 +301,12 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     }
 
     fn allocate(&self, ids: &HashSet<BufferId>, outputs: &[BufferId]) -> Result<Slots<T>> {
-        let ctx = self.coordinator.context();
+        let ctx = self.rotation.coordinator().context();
         let count = ids.iter().max().map_or(0, |m| m.0 + 1);
         let mut slots = Slots {
             device: Vec::new(),
             host_in: Vec::new(),
             host_out: Vec::new(),
-            uploads: vec![Vec::new(); DEPTH],
-            downloads: vec![Vec::new(); DEPTH],
-            held: [None; DEPTH],
         };
         for _ in 0..DEPTH {
             let mut device: SlotBuffers<T> = (0..count).map(|_| None).collect();
@@ -406,7 +349,7 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     /// the next batch into (waits if its previous upload is still running).
     pub fn input_mut(&mut self, id: impl Into<BufferId>) -> Result<&mut [T]> {
         let id = id.into();
-        let slot = (self.fed % DEPTH as u64) as usize;
+        let slot = slot_of(self.rotation.fed());
         let slots = self.slots.as_mut().ok_or(Error::NoOrder)?;
         let buffer = slots.host_in[slot]
             .get_mut(&id)
@@ -434,7 +377,7 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
-        let coordinator = &self.coordinator;
+        let coordinator = self.rotation.coordinator();
         PipelineGraph::capture(GraphSpec {
             ctx: coordinator.context(),
             streams: [
@@ -484,15 +427,14 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     pub fn output_of(&self, batch: u64, id: impl Into<BufferId>) -> Result<&[T]> {
         let id = id.into();
         let slots = self.slots.as_ref().ok_or(Error::NoOrder)?;
-        let slot = (batch % DEPTH as u64) as usize;
-        if slots.held[slot] != Some(batch) {
-            let why = if batch >= self.downloaded {
+        let Some(slot) = self.rotation.slot_holding(batch) else {
+            let why = if batch >= self.rotation.downloaded() {
                 "has not been queued for download yet (results lag two steps)"
             } else {
                 "is no longer held: its slot took a later batch (each batch stays readable for three steps)"
             };
             return Err(Error::InvalidConfig(format!("batch {batch} {why}")));
-        }
+        };
         let buffer = slots.host_out[slot]
             .get(&id)
             .ok_or(Error::NotAnOutput { buffer: id })?;
@@ -504,7 +446,7 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     pub fn output(&self, id: impl Into<BufferId>) -> Result<&[T]> {
         let id = id.into();
         let slots = self.slots.as_ref().ok_or(Error::NoOrder)?;
-        let slot = self.last_downloaded.ok_or(Error::InvalidConfig(
+        let slot = self.rotation.last_downloaded().ok_or(Error::InvalidConfig(
             "no batch has been downloaded yet (results lag two steps)".into(),
         ))?;
         let buffer = slots.host_out[slot]
@@ -524,109 +466,51 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     /// and downloaded, then wait for the GPU.
     pub fn drain(&mut self) -> Result<Vec<IterationReport>> {
         let mut reports = Vec::new();
-        while self.downloaded < self.fed {
+        while self.rotation.in_flight() {
             reports.push(self.step_once(false)?);
         }
-        self.coordinator.synchronize_all()?;
-        self.coordinator.poll()?;
+        self.rotation.settle()?;
         Ok(reports)
     }
 
     fn step_once(&mut self, feed: bool) -> Result<IterationReport> {
-        let order = self.order.clone().ok_or(Error::NoOrder)?;
+        let Some(order) = &self.order else {
+            return Err(Error::NoOrder);
+        };
         if self.slots.is_none() {
+            // The buffers were dropped by a new set of inputs or outputs.
             self.apply_order(order.clone())?;
         }
-        let mut report = IterationReport::default();
         if self.timing.wall_start.is_none() {
+            let coordinator = self.rotation.coordinator();
             let first = if feed && !self.inputs.is_empty() {
-                Arc::clone(self.coordinator.upload_stream())
+                coordinator.upload_stream()
             } else {
-                Arc::clone(self.coordinator.compute_stream())
+                coordinator.compute_stream()
             };
-            let start = self.timing_event()?;
-            start.record(&first)?;
+            let start = take_timing(coordinator)?;
+            start.record(first)?;
             self.timing.wall_start = Some(start);
         }
         let Self {
-            coordinator,
+            rotation,
             slots,
             stages,
+            order,
             elements,
-            fed,
-            computed,
-            downloaded,
             timing,
-            last_downloaded,
             ..
         } = self;
-        // What earlier steps left ready: uploaded batches to compute,
-        // computed batches to download.
-        let (fed_before, computed_before) = (*fed, *computed);
-        let slots = slots.as_mut().expect("allocated above");
-        // Upload, then download, then compute: a download waits for the
-        // computes queued before it, so it must not follow this step's compute.
-        if feed {
-            let batch = *fed;
-            let slot = (batch % DEPTH as u64) as usize;
-            let mut ids = Vec::new();
-            for (&id, host) in &slots.host_in[slot] {
-                let dst = slots.device[slot][id.0].as_mut().expect("allocated");
-                ids.push(coordinator.queue_upload_pinned(host, dst, &[])?);
-            }
-            slots.uploads[slot] = ids;
-            report.uploaded = Some(batch);
-            *fed += 1;
-        }
-        if *downloaded < computed_before {
-            let batch = *downloaded;
-            let slot = (batch % DEPTH as u64) as usize;
-            let mut ids = Vec::new();
-            for (&id, host) in slots.host_out[slot].iter_mut() {
-                let src = slots.device[slot][id.0].as_ref().expect("allocated");
-                ids.push(coordinator.queue_download(src, host)?);
-            }
-            slots.downloads[slot] = ids;
-            slots.held[slot] = Some(batch);
-            report.downloaded = Some(batch);
-            *downloaded += 1;
-            *last_downloaded = Some(slot);
-        }
-        if *computed < fed_before {
-            let batch = *computed;
-            let slot = (batch % DEPTH as u64) as usize;
-            // The batch's uploads, and the downloads still reading this slot's
-            // outputs from three batches ago.
-            let deps: Vec<OperationId> = slots.uploads[slot]
-                .iter()
-                .chain(&slots.downloads[slot])
-                .copied()
-                .collect();
-            let start = take_timing(coordinator)?;
-            let end = take_timing(coordinator)?;
-            let buffers = &mut slots.device[slot];
-            let n = *elements as u64;
-            coordinator.queue_compute_with(&deps, |stream| {
-                start.record(stream)?;
-                for &id in &order {
-                    let stage = &stages[id.0];
-                    let _range = driver::nvtx::range(&stage.name);
-                    stream.launch(&stage.kernel, stage.config, &stage_args(stage, buffers, n))?;
-                }
-                end.record(stream)
-            })?;
-            timing.pending.push((start, end));
-            report.computed = Some(batch);
-            *computed += 1;
-        }
-        self.step += 1;
+        let mut work = Stages {
+            slots: slots.as_mut().expect("allocated above"),
+            stages,
+            order: order.as_deref().expect("checked above"),
+            elements: *elements as u64,
+            timing,
+        };
+        let report = rotation.step(feed, &mut work)?;
         self.harvest()?;
-        self.coordinator.poll()?;
         Ok(report)
-    }
-
-    fn timing_event(&mut self) -> Result<PooledEvent> {
-        take_timing(&self.coordinator)
     }
 
     /// Fold finished batches' timings into the statistics (never blocks):
@@ -686,14 +570,13 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
 
     /// Wait until everything queued so far has finished.
     pub fn synchronize(&mut self) -> Result<()> {
-        self.coordinator.synchronize_all()?;
-        self.coordinator.poll()?;
+        self.rotation.settle()?;
         self.harvest()
     }
 
     /// The coordinator whose streams the pipeline runs on.
     pub fn coordinator(&self) -> &AsyncCoordinator {
-        &self.coordinator
+        self.rotation.coordinator()
     }
 
     /// The stages added so far.
@@ -713,7 +596,7 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
 
     /// Steps taken so far.
     pub fn steps(&self) -> u64 {
-        self.step
+        self.rotation.steps()
     }
 }
 
@@ -724,8 +607,71 @@ impl<T: DeviceCopy> fmt::Debug for PipelineStageManager<T> {
             .field("stages", &self.stages.len())
             .field("order", &self.order)
             .field("inputs", &self.inputs)
-            .field("step", &self.step)
+            .field("step", &self.rotation.steps())
             .finish()
+    }
+}
+
+/// The manager's work on one slot: its inputs' uploads, every stage in
+/// order between two timing events, its outputs' downloads.
+struct Stages<'a, T: DeviceCopy> {
+    slots: &'a mut Slots<T>,
+    stages: &'a [GpuPipelineStage],
+    order: &'a [StageId],
+    elements: u64,
+    timing: &'a mut Timing,
+}
+
+impl<T: DeviceCopy> SlotWork for Stages<'_, T> {
+    fn upload(
+        &mut self,
+        coordinator: &mut AsyncCoordinator,
+        slot: usize,
+        queued: &mut Vec<OperationId>,
+    ) -> Result<()> {
+        let slots = &mut *self.slots;
+        for (&id, host) in &slots.host_in[slot] {
+            let dst = slots.device[slot][id.0].as_mut().expect("allocated");
+            queued.push(coordinator.queue_upload_pinned(host, dst, &[])?);
+        }
+        Ok(())
+    }
+
+    fn download(
+        &mut self,
+        coordinator: &mut AsyncCoordinator,
+        slot: usize,
+        queued: &mut Vec<OperationId>,
+    ) -> Result<()> {
+        let slots = &mut *self.slots;
+        for (&id, host) in slots.host_out[slot].iter_mut() {
+            let src = slots.device[slot][id.0].as_ref().expect("allocated");
+            queued.push(coordinator.queue_download(src, host)?);
+        }
+        Ok(())
+    }
+
+    fn compute(
+        &mut self,
+        coordinator: &mut AsyncCoordinator,
+        slot: usize,
+        after: &[OperationId],
+    ) -> Result<()> {
+        let start = take_timing(coordinator)?;
+        let end = take_timing(coordinator)?;
+        let buffers = &mut self.slots.device[slot];
+        let (stages, n) = (self.stages, self.elements);
+        coordinator.queue_compute_with(after, |stream| {
+            start.record(stream)?;
+            for &id in self.order {
+                let stage = &stages[id.0];
+                let _range = driver::nvtx::range(&stage.name);
+                stream.launch(&stage.kernel, stage.config, &stage_args(stage, buffers, n))?;
+            }
+            end.record(stream)
+        })?;
+        self.timing.pending.push((start, end));
+        Ok(())
     }
 }
 

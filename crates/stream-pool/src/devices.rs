@@ -1,9 +1,9 @@
 //! One stream pool per device, behind one handle.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kinds::{AllocationStrategy, StreamPurpose};
 use crate::pool::StreamPool;
-use driver::{Context, Stream};
+use driver::{Context, PerDevice, Stream};
 use std::sync::Arc;
 
 /// A [`StreamPool`] for each device, by ordinal: the handle multi-GPU code
@@ -35,7 +35,7 @@ use std::sync::Arc;
 /// # }
 /// ```
 pub struct DevicePools {
-    pools: Vec<Arc<StreamPool>>,
+    pools: PerDevice<Arc<StreamPool>>,
 }
 
 impl DevicePools {
@@ -52,31 +52,15 @@ impl DevicePools {
         size_per_device: usize,
         strategy: AllocationStrategy,
     ) -> Result<Self> {
-        let pools = contexts
-            .iter()
-            .enumerate()
-            .map(|(index, ctx)| {
-                if ctx.ordinal() != index as i32 {
-                    return Err(Error::UnknownDevice {
-                        ordinal: ctx.ordinal(),
-                        count: index,
-                    });
-                }
-                StreamPool::new_with_strategy(ctx, size_per_device, strategy).map(Arc::new)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let pools = PerDevice::try_new(contexts, |ctx| {
+            StreamPool::new_with_strategy(ctx, size_per_device, strategy).map(Arc::new)
+        })?;
         Ok(Self { pools })
     }
 
-    /// The pool of device `ordinal`, or [`Error::UnknownDevice`].
+    /// The pool of device `ordinal`, or [`crate::Error::UnknownDevice`].
     pub fn for_device(&self, ordinal: i32) -> Result<&Arc<StreamPool>> {
-        usize::try_from(ordinal)
-            .ok()
-            .and_then(|index| self.pools.get(index))
-            .ok_or(Error::UnknownDevice {
-                ordinal,
-                count: self.pools.len(),
-            })
+        Ok(self.pools.get(ordinal)?)
     }
 
     /// The stream that carries peer copies into device `ordinal`: its pool's

@@ -97,6 +97,13 @@ impl Error {
     }
 }
 
+/// A device the [`crate::DevicePools`] has no pool for.
+impl From<driver::UnknownDevice> for Error {
+    fn from(driver::UnknownDevice { ordinal, count }: driver::UnknownDevice) -> Self {
+        Self::UnknownDevice { ordinal, count }
+    }
+}
+
 impl From<engine::Error> for Error {
     /// The graph's errors in this crate's terms: a driver failure (also one
     /// inside an operation's work) is [`Error::Driver`], a stream cycle
