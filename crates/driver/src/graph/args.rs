@@ -3,16 +3,16 @@
 //! from or to ([`HostSlot`]), host-callback nodes, and the keep-alive list
 //! ([`Resources`]) that every executable instance holds.
 
-use crate::callback::panic_message;
-use crate::context::HostFnGuard;
-use crate::error::Result;
-use crate::launch::{ArgValue, KernelArg};
-use crate::memory::sealed::HostUse;
-use crate::memory::{
+use crate::features::launch::{ArgValue, KernelArg};
+use crate::features::module::Kernel;
+use crate::ground::error::Result;
+use crate::objects::callback::panic_message;
+use crate::objects::context::HostFnGuard;
+use crate::objects::memory::sealed::HostUse;
+use crate::objects::memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceUse, PinnedBuffer, device_bytes,
 };
-use crate::metrics::Counters;
-use crate::module::Kernel;
+use crate::objects::metrics::Counters;
 use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;

@@ -3,12 +3,12 @@
 //! buffers a graph owns.
 
 use super::args::{HostSlot, Resources};
-use crate::capture_gate::EnqueueGate;
-use crate::context::Context;
-use crate::enqueue::Use;
-use crate::error::{Error, Result};
-use crate::memory::{DeviceCopy, PinnedBuffer};
-use crate::stream::Stream;
+use crate::enqueue::gate::EnqueueGate;
+use crate::enqueue::protocol::Use;
+use crate::ground::error::{Error, Result};
+use crate::objects::context::Context;
+use crate::objects::memory::{DeviceCopy, PinnedBuffer};
+use crate::objects::stream::Stream;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use sys::{CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo};

@@ -1,0 +1,18 @@
+//! The features: what users do with streams, built on the enqueue protocol.
+//!
+//! Copies, memsets and prefetches ([`copy`]), launches ([`launch`]) and
+//! kernel declarations ([`declare`]), loaded modules ([`module`]), run-time
+//! compilation with NVRTC ([`program`]), futures ([`future`]) and interop with
+//! other Rust CUDA libraries (`interop`).
+//!
+//! What it may import: every layer below (the ground, the objects, the
+//! enqueue protocol) and other features. Nothing below imports a feature.
+
+pub(crate) mod copy;
+pub(crate) mod declare;
+pub(crate) mod future;
+#[cfg(any(feature = "cudarc", feature = "cust"))]
+pub mod interop;
+pub(crate) mod launch;
+pub(crate) mod module;
+pub(crate) mod program;

@@ -1,0 +1,13 @@
+//! The ground floor: what every other file stands on.
+//!
+//! The loaded function table and the choice of driver ([`select`]), the
+//! result layer that turns one driver call into a `Result` ([`result`]), and
+//! the crate's one error type ([`error`]).
+//!
+//! What it may import: `sys`, `soft_driver` and the standard library. Nothing
+//! here names a context, a stream or anything built on them, so any file
+//! above can use these without pulling the rest of the crate along.
+
+pub(crate) mod error;
+pub mod result;
+pub(crate) mod select;
