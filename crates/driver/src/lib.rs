@@ -140,6 +140,7 @@ pub mod nvtx;
 mod objects;
 pub mod order;
 mod reactor;
+mod settings;
 
 // The modules that the order tracker, the reactor and graph capture name by
 // their old paths, until those files move into their layers.
@@ -150,6 +151,7 @@ use objects::{context, event, event_pool, memory, stream};
 #[cfg(any(feature = "cudarc", feature = "cust"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "cudarc", feature = "cust"))))]
 pub use features::interop;
+pub use ground::arch::Arch;
 pub use ground::result;
 
 pub use enqueue::external::{BufferUse, PreparedWork};
@@ -161,16 +163,14 @@ pub use features::declare::{
     Declared, DeclaredKernel, KernelDecl, LaunchDims, Thread, Twin, TwinArgs,
 };
 pub use features::future::{Completion, CopyFuture};
-pub use features::launch::{ArgKind, KernelArg, LaunchConfig};
+pub use features::launch::{KernelArg, LaunchConfig};
 pub use features::module::{Kernel, Module, ModuleImage};
-pub use features::program::{
-    Arch, CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program,
-};
+pub use features::program::{CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};
 pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
+pub use ground::arg_kind::ArgKind;
 pub use ground::error::{Error, Result};
 pub use ground::select::{
-    DRIVER_ENV, DRIVER_SETTING, DRIVER_SETTINGS, DriverChoice, DriverKind, LoadedDriver, check_env,
-    driver, select,
+    DRIVER_ENV, DRIVER_SETTING, DriverChoice, DriverKind, LoadedDriver, driver, select,
 };
 pub use objects::callback::panic_message;
 pub use objects::completion_trail::{CompletionTrail, TrailSearch};
@@ -189,6 +189,7 @@ pub use objects::priority::{PriorityRange, StreamPriority};
 pub use objects::stream::{Stream, WorkObserver};
 pub use order::{ORDERING_SETTING, OrderPolicy, OrderStats, Race, RaceOp};
 pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
+pub use settings::{DRIVER_SETTINGS, check_env};
 pub use soft_driver::{KernelTwin, TwinSpec};
 /// The raw bindings this crate is built on, for interop and raw calls.
 pub use sys;

@@ -5,6 +5,7 @@
 //! async-std, smol, `futures::executor::block_on`, a hand-written one).
 
 use crate::ground::error::{Error, Result};
+use crate::objects::completion_trail::CompletionTrail;
 use crate::objects::context::Context;
 use crate::objects::event::Event;
 use crate::objects::memory::{DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory};
@@ -343,6 +344,23 @@ impl Stream {
 
     fn check_callback_free(&self) -> Result<()> {
         self.context().bind()
+    }
+}
+
+impl<T> CompletionTrail<T> {
+    /// Block until the GPU has passed entry `index` (0 is the oldest), and
+    /// so every entry before it, through the context's reactor
+    /// ([`Event::wait_async`], [`Completion::wait`]). An index past the
+    /// newest waits for the newest; an empty trail returns at once.
+    pub fn wait_for<'a>(
+        &'a self,
+        index: usize,
+        event_of: impl Fn(&'a T) -> Option<&'a Event>,
+    ) -> Result<()> {
+        match self.event_to_wait_for(index, event_of) {
+            Some(event) => Completion::wait(event.wait_async()?),
+            None => Ok(()),
+        }
     }
 }
 

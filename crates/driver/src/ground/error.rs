@@ -2,7 +2,7 @@
 
 use sys::{DriverError, LoadError};
 
-use crate::features::launch::ArgKind;
+use crate::ground::arg_kind::ArgKind;
 use sys::signature::{InvalidSignature, Param, Scalar};
 
 /// Everything the safe driver layer can fail with.
@@ -322,7 +322,7 @@ pub enum Error {
         /// The program's name.
         program: String,
         /// The architecture compiled for.
-        arch: crate::Arch,
+        arch: crate::ground::arch::Arch,
         /// NVRTC's log.
         log: String,
     },
@@ -330,7 +330,7 @@ pub enum Error {
     #[error("NVRTC {nvrtc} cannot target {arch}; it supports {supported}")]
     UnsupportedArch {
         /// The architecture asked for.
-        arch: crate::Arch,
+        arch: crate::ground::arch::Arch,
         /// NVRTC's version.
         nvrtc: String,
         /// The architectures it supports.

@@ -8,6 +8,8 @@
 //! here names a context, a stream or anything built on them, so any file
 //! above can use these without pulling the rest of the crate along.
 
+pub(crate) mod arch;
+pub(crate) mod arg_kind;
 pub(crate) mod error;
 pub mod result;
 pub(crate) mod select;

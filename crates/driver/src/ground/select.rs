@@ -20,47 +20,6 @@ pub const DRIVER_SETTING: sys::env::Setting = sys::env::Setting {
     about: "the driver: cuda, soft or auto (the GPU when one answers)",
 };
 
-/// Every setting this crate reads from the environment, with the software
-/// driver's: [`DRIVER_SETTING`], `CUDA_STREAMS_SOFT_DEVICES`,
-/// `CUDA_STREAMS_SOFT_CAPACITY_MB`, `CUDA_STREAMS_SOFT_SHUFFLE` and
-/// [`crate::ORDERING_SETTING`].
-///
-/// ```
-/// use cuda_streams_driver::DRIVER_SETTINGS;
-/// let names: Vec<_> = DRIVER_SETTINGS.iter().map(|s| s.name).collect();
-/// assert_eq!(
-///     names,
-///     [
-///         "CUDA_STREAMS_DRIVER",
-///         "CUDA_STREAMS_SOFT_DEVICES",
-///         "CUDA_STREAMS_SOFT_CAPACITY_MB",
-///         "CUDA_STREAMS_SOFT_SHUFFLE",
-///         "CUDA_STREAMS_ORDERING",
-///     ]
-/// );
-/// ```
-pub const DRIVER_SETTINGS: [sys::env::Setting; 5] = [
-    DRIVER_SETTING,
-    soft_driver::DEVICES_SETTING,
-    soft_driver::CAPACITY_SETTING,
-    soft_driver::SHUFFLE_SETTING,
-    crate::ORDERING_SETTING,
-];
-
-/// Check every setting in [`DRIVER_SETTINGS`], whichever driver would be
-/// selected: the first bad value is an error naming its variable.
-///
-/// ```
-/// // Unset or valid in the doctest's environment.
-/// cuda_streams_driver::check_env().unwrap();
-/// ```
-pub fn check_env() -> Result<()> {
-    DriverChoice::from_env()?;
-    soft_driver::check_env()?;
-    crate::order::policy_from_env()?;
-    Ok(())
-}
-
 /// Which implementation fills the function table.
 ///
 /// ```

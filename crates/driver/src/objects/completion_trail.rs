@@ -16,13 +16,12 @@
 //!   look.
 //!
 //! Waiting for an entry goes through the context's reactor
-//! ([`Completion::wait`]), never a sleep loop.
+//! ([`CompletionTrail::wait_for`], with the futures), never a sleep loop.
 //!
 //! The engine's retirement, the profiler's timelines, the pipeline's timing
 //! events, the stream pool's callbacks and [`Stream::timed`](crate::Stream::timed)
 //! all keep one of these.
 
-use crate::features::future::Completion;
 use crate::ground::error::Result;
 use crate::objects::event::Event;
 use std::cell::Cell;
@@ -253,35 +252,23 @@ impl<T> CompletionTrail<T> {
         self.entries.drain(..)
     }
 
-    /// Block until the GPU has passed entry `index` (0 is the oldest), and
-    /// so every entry before it, through the context's reactor
-    /// ([`Event::wait_async`], [`Completion::wait`]). An index past the
-    /// newest waits for the newest; an empty trail returns at once.
-    pub fn wait_for<'a>(
+    /// The event to wait on for entry `index` (0 is the oldest) and every
+    /// entry before it: that entry's, or the newest before it that has one
+    /// (an entry without an event counts as passed). An index past the
+    /// newest means the newest; `None` when there is nothing to wait for.
+    /// The wait itself goes through the reactor, a layer up
+    /// ([`CompletionTrail::wait_for`]).
+    pub(crate) fn event_to_wait_for<'a>(
         &'a self,
         index: usize,
         event_of: impl Fn(&'a T) -> Option<&'a Event>,
-    ) -> Result<()> {
-        let Some(last) = self.entries.len().checked_sub(1) else {
-            return Ok(());
-        };
-        // An entry without an event counts as passed; those before it may
-        // still have theirs.
-        let waited = self
-            .entries
+    ) -> Option<&'a Event> {
+        let last = self.entries.len().checked_sub(1)?;
+        self.entries
             .range(..=index.min(last))
             .rev()
-            .find_map(&event_of);
-        match waited {
-            Some(event) => wait_event(event),
-            None => Ok(()),
-        }
+            .find_map(&event_of)
     }
-}
-
-/// Block until `event` completes, through its context's reactor.
-fn wait_event(event: &Event) -> Result<()> {
-    Completion::wait(event.wait_async()?)
 }
 
 impl<T> Extend<T> for CompletionTrail<T> {

@@ -54,6 +54,7 @@ pub(crate) mod parse;
 pub use cache::{CACHE_ENV, CACHE_SETTING};
 
 use crate::features::module::Module;
+use crate::ground::arch::Arch;
 use crate::ground::error::{Error, Result};
 use crate::ground::select::DriverKind;
 use crate::objects::context::Context;
@@ -64,42 +65,11 @@ use std::sync::{Arc, OnceLock};
 use sys::nvrtc::Nvrtc;
 use sys::nvrtc::bindings::nvrtcProgram;
 
-/// A GPU architecture: a compute capability.
-///
-/// ```
-/// use cuda_streams_driver::Arch;
-/// assert_eq!(Arch::new(9, 0).to_string(), "sm_90");
-/// assert_eq!(Arch::new(12, 0).number(), 120);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Arch {
-    /// Major version.
-    pub major: u32,
-    /// Minor version.
-    pub minor: u32,
-}
-
 impl Arch {
-    /// Compute capability `major.minor`.
-    pub const fn new(major: u32, minor: u32) -> Self {
-        Self { major, minor }
-    }
-
     /// The context's device's compute capability.
     pub fn of(ctx: &Context) -> Self {
         let (major, minor) = ctx.info().compute_capability;
         Self { major, minor }
-    }
-
-    /// `major * 10 + minor`, as NVRTC lists architectures.
-    pub const fn number(self) -> u32 {
-        self.major * 10 + self.minor
-    }
-}
-
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sm_{}", self.number())
     }
 }
 
