@@ -152,10 +152,11 @@ use objects::{context, event, event_pool, memory, stream};
 #[cfg_attr(docsrs, doc(cfg(any(feature = "cudarc", feature = "cust"))))]
 pub use features::interop;
 pub use ground::arch::Arch;
-pub use ground::result;
+pub use objects::result;
 
 pub use enqueue::external::{BufferUse, PreparedWork};
 pub use enqueue::gate::EnqueueGate;
+pub use features::callback::panic_message;
 pub use features::copy::check_len;
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
 /// twin (the software driver's).
@@ -172,7 +173,6 @@ pub use ground::error::{Error, Result};
 pub use ground::select::{
     DRIVER_ENV, DRIVER_SETTING, DriverChoice, DriverKind, LoadedDriver, driver, select,
 };
-pub use objects::callback::panic_message;
 pub use objects::completion_trail::{CompletionTrail, TrailSearch};
 pub use objects::context::{Context, DeviceInfo, in_stream_callback};
 pub use objects::event::{Event, EventFlags};

@@ -46,7 +46,7 @@ pub struct EnqueueGate<'a> {
     stream: u64,
     /// Told when the gate goes, after the enqueue's driver calls: the
     /// stream's latest mark no longer covers its end (`latest_mark.rs`).
-    latest: &'a crate::enqueue::latest_mark::LatestMark,
+    latest: &'a crate::objects::latest_mark::LatestMark,
 }
 
 impl Drop for EnqueueGate<'_> {

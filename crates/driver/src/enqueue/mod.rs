@@ -14,7 +14,6 @@
 
 pub(crate) mod external;
 pub(crate) mod gate;
-pub(crate) mod latest_mark;
 pub(crate) mod protocol;
 
 // Graph capture names the protocol's use type by its old path until it moves.

@@ -8,6 +8,7 @@
 //! What it may import: every layer below (the ground, the objects, the
 //! enqueue protocol) and other features. Nothing below imports a feature.
 
+pub(crate) mod callback;
 pub(crate) mod copy;
 pub(crate) mod declare;
 pub(crate) mod future;

@@ -3,10 +3,10 @@
 //! from or to ([`HostSlot`]), host-callback nodes, and the keep-alive list
 //! ([`Resources`]) that every executable instance holds.
 
+use crate::features::callback::panic_message;
 use crate::features::launch::{ArgValue, KernelArg};
 use crate::features::module::Kernel;
 use crate::ground::error::Result;
-use crate::objects::callback::panic_message;
 use crate::objects::context::HostFnGuard;
 use crate::objects::memory::sealed::HostUse;
 use crate::objects::memory::{

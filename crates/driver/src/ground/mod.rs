@@ -11,5 +11,4 @@
 pub(crate) mod arch;
 pub(crate) mod arg_kind;
 pub(crate) mod error;
-pub mod result;
 pub(crate) mod select;

@@ -11,14 +11,15 @@
 //! work on a stream is the enqueue protocol's job, one layer up; an object
 //! holds the state that protocol keeps on it, but does not run it.
 
-pub(crate) mod callback;
 pub(crate) mod completion_trail;
 pub(crate) mod context;
 pub(crate) mod event;
 pub(crate) mod event_pool;
 pub(crate) mod joins;
+pub(crate) mod latest_mark;
 pub(crate) mod memory;
 pub(crate) mod metrics;
 pub(crate) mod per_device;
 pub(crate) mod priority;
+pub mod result;
 pub(crate) mod stream;

@@ -50,7 +50,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// once). The contents are whatever the memory held.
     pub fn new(ctx: &Arc<Context>, len: usize) -> Result<Self> {
         let bytes = byte_size::<T>("DeviceBuffer", len)?;
-        let ptr = crate::ground::result::mem_alloc(ctx, bytes)?;
+        let ptr = crate::objects::result::mem_alloc(ctx, bytes)?;
         Ok(Self {
             ctx: Arc::clone(ctx),
             home: None,
@@ -68,7 +68,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         // Captured, the allocation would become a node of the graph.
         let _gate = stream.enqueue_gate("DeviceBuffer::new_async")?;
         let ctx = stream.context();
-        let ptr = crate::ground::result::mem_alloc_async(stream, bytes)?;
+        let ptr = crate::objects::result::mem_alloc_async(stream, bytes)?;
         stream.counters.allocated(bytes);
         Ok(Self {
             ctx: Arc::clone(ctx),

@@ -1,5 +1,5 @@
 //! [`MemPool`]: the device's default memory pool, which stream-ordered
-//! allocations ([`crate::ground::result::mem_alloc_async`],
+//! allocations ([`crate::objects::result::mem_alloc_async`],
 //! [`crate::DeviceBuffer::new_async`]) come from, with its attributes and
 //! trimming as safe calls.
 

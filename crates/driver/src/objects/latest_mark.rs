@@ -349,9 +349,9 @@ mod tests {
             (
                 "a stream-ordered allocation",
                 Box::new(|_, _| {
-                    let ptr = crate::ground::result::mem_alloc_async(&main, 256).unwrap();
+                    let ptr = crate::objects::result::mem_alloc_async(&main, 256).unwrap();
                     // SAFETY: just allocated on `main`, never used, freed once.
-                    unsafe { crate::ground::result::mem_free_async(&other, ptr) }.unwrap();
+                    unsafe { crate::objects::result::mem_free_async(&other, ptr) }.unwrap();
                 }),
             ),
             (
