@@ -22,20 +22,10 @@
 //! one wait is `begin_capture`'s, for the enqueues in flight; a
 //! [`crate::WorkObserver`] runs inside one, so it may not begin a capture.
 
+use crate::enqueue::observers;
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
-use std::cell::Cell;
-use std::sync::{RwLock, RwLockReadGuard, TryLockError};
-
-thread_local! {
-    /// How many work observers this thread is inside (each inside an enqueue).
-    static OBSERVING: Cell<u32> = const { Cell::new(0) };
-}
-
-/// The per-stream lock: shared by enqueues, exclusive for a stream entering
-/// a capture.
-#[derive(Default)]
-pub(crate) struct CaptureGate(RwLock<()>);
+use std::sync::{RwLockReadGuard, TryLockError};
 
 /// Proof that a stream is not capturing and cannot begin to while this
 /// lives ([`Stream::enqueue_gate`]). Work enqueued on the stream meanwhile
@@ -118,7 +108,7 @@ impl Stream {
         operation: &'static str,
         enter: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
-        if OBSERVING.with(Cell::get) > 0 {
+        if observers::inside_one() {
             // The enqueue this observer runs inside holds a gate (maybe this
             // one) until the observer returns.
             return Err(Error::CaptureInsideEnqueue {
@@ -137,22 +127,5 @@ impl Stream {
             operation,
             stream: self.id(),
         }
-    }
-}
-
-/// Marks the calling thread as running a [`crate::WorkObserver`] (inside an
-/// enqueue) until dropped.
-pub(crate) struct ObservingGuard(());
-
-impl ObservingGuard {
-    pub(crate) fn enter() -> Self {
-        OBSERVING.with(|depth| depth.set(depth.get() + 1));
-        Self(())
-    }
-}
-
-impl Drop for ObservingGuard {
-    fn drop(&mut self) {
-        OBSERVING.with(|depth| depth.set(depth.get().saturating_sub(1)));
     }
 }

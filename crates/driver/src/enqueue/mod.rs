@@ -14,6 +14,7 @@
 
 pub(crate) mod external;
 pub(crate) mod gate;
+pub(crate) mod observers;
 pub(crate) mod protocol;
 
 // Graph capture names the protocol's use type by its old path until it moves.

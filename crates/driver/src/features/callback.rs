@@ -86,27 +86,6 @@ impl Stream {
     }
 }
 
-impl Stream {
-    /// [`crate::Error::CallbackPanicked`] for the panics not reported yet of
-    /// this stream's callbacks numbered up to `through` (`u64::MAX`: all),
-    /// so each panic is reported once.
-    pub(crate) fn report_callback_panics(&self, through: u64) -> Result<()> {
-        report_panics(&self.counters, self.id(), through)
-    }
-}
-
-/// [`Stream::report_callback_panics`] from the stream's counters and id.
-pub(crate) fn report_panics(counters: &Counters, stream: u64, through: u64) -> Result<()> {
-    match counters.take_panics_through(through) {
-        None => Ok(()),
-        Some((count, message)) => Err(crate::Error::CallbackPanicked {
-            stream,
-            count,
-            message,
-        }),
-    }
-}
-
 /// The `CUhostFn` every callback goes through. Never unwinds into the driver.
 unsafe extern "C" fn trampoline(user_data: *mut c_void) {
     // SAFETY: `user_data` is the `Payload` leaked by `add_callback`, handed to

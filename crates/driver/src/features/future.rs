@@ -199,11 +199,7 @@ impl Future for Completion {
                 Some(CUresult::CUDA_SUCCESS) => {
                     crate::order::completed(self.point.take());
                     match &self.callbacks {
-                        Some(c) => crate::features::callback::report_panics(
-                            &c.counters,
-                            c.stream,
-                            c.through,
-                        ),
+                        Some(c) => c.counters.report_panics(c.stream, c.through),
                         None => Ok(()),
                     }
                 }

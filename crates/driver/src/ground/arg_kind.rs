@@ -5,7 +5,7 @@
 use std::fmt;
 use sys::signature::Scalar;
 
-/// What a [`KernelArg`] is, for signature checks and error messages.
+/// What a [`KernelArg`](crate::KernelArg) is, for signature checks and error messages.
 ///
 /// ```
 /// use cuda_streams_driver::{ArgKind, Context, DeviceBuffer, KernelArg, Stream};
@@ -32,7 +32,7 @@ pub enum ArgKind {
         /// Whether the kernel may write it.
         writable: bool,
     },
-    /// A raw device pointer ([`KernelArg::raw_pointer`]): unchecked launches only.
+    /// A raw device pointer ([`KernelArg::raw_pointer`](crate::KernelArg::raw_pointer)): unchecked launches only.
     RawPointer,
 }
 

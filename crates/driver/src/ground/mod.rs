@@ -1,8 +1,8 @@
 //! The ground floor: what every other file stands on.
 //!
-//! The loaded function table and the choice of driver ([`select`]), the
-//! result layer that turns one driver call into a `Result` ([`result`]), and
-//! the crate's one error type ([`error`]).
+//! The loaded function table and the choice of driver ([`select`]), and the
+//! crate's one error type ([`error`]) with the plain values its messages
+//! name ([`arch`], [`arg_kind`]).
 //!
 //! What it may import: `sys`, `soft_driver` and the standard library. Nothing
 //! here names a context, a stream or anything built on them, so any file

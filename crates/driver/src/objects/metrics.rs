@@ -1,5 +1,6 @@
 //! Per-stream counters kept by the stream's own methods with relaxed atomics.
 
+use crate::ground::error::{Error, Result};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -165,6 +166,20 @@ impl Counters {
             }),
         }
         self.callback_panics.fetch_add(1, Relaxed);
+    }
+
+    /// [`crate::Error::CallbackPanicked`], naming `stream`, for the panics
+    /// not reported yet of the callbacks numbered up to `through`
+    /// (`u64::MAX`: all), so each panic is reported once.
+    pub(crate) fn report_panics(&self, stream: u64, through: u64) -> Result<()> {
+        match self.take_panics_through(through) {
+            None => Ok(()),
+            Some((count, message)) => Err(Error::CallbackPanicked {
+                stream,
+                count,
+                message,
+            }),
+        }
     }
 
     /// The panics not reported yet of the callbacks numbered up to

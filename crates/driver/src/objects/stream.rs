@@ -3,7 +3,6 @@
 //! Copies live in `copy.rs`, callbacks in `callback.rs`, kernel launches in
 //! `launch.rs`; this file holds the handle itself.
 
-use crate::enqueue::gate::CaptureGate;
 use crate::ground::error::{Error, Result};
 use crate::objects::completion_trail::{CompletionTrail, TrailSearch};
 use crate::objects::context::Context;
@@ -55,13 +54,14 @@ pub struct Stream {
     pub(crate) pool: std::sync::OnceLock<Arc<EventPool>>,
     /// The id of the capture this stream takes part in (0: none).
     pub(crate) capture: AtomicU64,
-    /// Orders enqueues against the stream entering a capture (`capture_gate.rs`).
+    /// Orders enqueues against the stream entering a capture (the enqueue
+    /// protocol's gate, `enqueue/gate.rs`).
     pub(crate) gate: CaptureGate,
     /// Told before the next work item ([`Stream::observe_next_work`]).
-    observers: Mutex<Vec<Arc<dyn WorkObserver>>>,
+    pub(crate) observers: Mutex<Vec<Arc<dyn WorkObserver>>>,
     /// Whether `observers` may be non-empty: the only cost on the enqueue
     /// path while nothing observes the stream.
-    observed: AtomicBool,
+    pub(crate) observed: AtomicBool,
     /// Its clock for the stream-order tracker (`order/`).
     pub(crate) order: crate::order::StreamOrder,
     /// Its enqueue count and latest mark (`latest_mark.rs`).
@@ -74,6 +74,12 @@ pub struct Stream {
     /// see `interop`): dropped after this stream, never used.
     _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
+
+/// The per-stream lock of the enqueue protocol's capture gate
+/// (`enqueue/gate.rs`): shared by enqueues, exclusive for a stream entering
+/// a capture.
+#[derive(Default)]
+pub(crate) struct CaptureGate(pub(crate) std::sync::RwLock<()>);
 
 /// Told when a piece of work is about to be enqueued on a stream: after the
 /// waits that order it (on its buffers' allocations and on other streams'
@@ -461,42 +467,11 @@ impl Stream {
         self.observed.store(true, Ordering::Release);
     }
 
-    /// Tell the observers waiting for the next work item (see
-    /// [`WorkObserver`]): called by every work-enqueueing path, after its
-    /// waits and before its driver call.
-    #[inline]
-    pub(crate) fn before_work(&self) {
-        if self.observed.load(Ordering::Acquire) {
-            self.notify_observers();
-        }
-    }
-
-    #[cold]
-    fn notify_observers(&self) {
-        let (first, rest) = {
-            let mut observers = self.observers.lock().unwrap_or_else(|p| p.into_inner());
-            self.observed.store(false, Ordering::Release);
-            // The usual single observer leaves the list's buffer in place
-            // for the next one (no allocation per observed work item).
-            let first = (!observers.is_empty()).then(|| observers.remove(0));
-            let rest = if observers.is_empty() {
-                Vec::new()
-            } else {
-                std::mem::take(&mut *observers)
-            };
-            (first, rest)
-        };
-        // Called without the lock: an observer may ask to observe again.
-        // Inside an enqueue, so no observer may begin a capture.
-        let _observing = crate::enqueue::gate::ObservingGuard::enter();
-        for observer in first.into_iter().chain(rest) {
-            let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                observer.before_work(self)
-            }));
-            if called.is_err() {
-                tracing::warn!("a work observer on stream {} panicked (caught)", self.id);
-            }
-        }
+    /// [`crate::Error::CallbackPanicked`] for the panics not reported yet of
+    /// this stream's callbacks numbered up to `through` (`u64::MAX`: all),
+    /// so each panic is reported once.
+    pub(crate) fn report_callback_panics(&self, through: u64) -> Result<()> {
+        self.counters.report_panics(self.id, through)
     }
 
     /// Count a kernel launch made outside this crate's API.
