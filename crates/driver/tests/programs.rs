@@ -722,6 +722,32 @@ __global__ void mangled(unsigned int n, int* y) {}
     }
 }
 
+/// A cached image that was damaged on disk is not loaded: NVRTC compiles
+/// the program again, and the entry is rewritten.
+#[test]
+fn a_damaged_cache_entry_is_compiled_again() {
+    let compiler = fake::compiler();
+    let dir = cache_dir("damaged");
+    let program = Program::new(SOURCE).name("programs.cu").cache_dir(&dir);
+    let arch = Arch::new(9, 0);
+    let cold = program.compile_with(&compiler, arch).unwrap();
+    let entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let mut bytes = std::fs::read(&entries[0]).unwrap();
+    let last = bytes.len() - 2;
+    bytes[last] ^= 0x20; // a byte of the image
+    std::fs::write(&entries[0], &bytes).unwrap();
+
+    let again = program.compile_with(&compiler, arch).unwrap();
+    assert!(!again.from_cache(), "a damaged entry was used");
+    assert_eq!(again.image(), cold.image());
+    assert!(program.compile_with(&compiler, arch).unwrap().from_cache());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn without_a_cache_every_compile_calls_nvrtc() {
     let compiler = fake::compiler();
