@@ -55,7 +55,9 @@ struct Setup {
 fn setup() -> Option<Setup> {
     let ctx = Context::new(0).expect("a context");
     let stream = Stream::new(&ctx).expect("a stream");
-    let module = match Program::new(SOURCE).name("bench_fill.cu").compile_for(&ctx) {
+    // SAFETY: fill writes out[i] for i < n only.
+    let program = unsafe { Program::new(SOURCE).name("bench_fill.cu").declare::<Fill>() };
+    let module = match program.compile_for(&ctx) {
         Ok(module) => module,
         Err(err) => {
             println!("SKIP programs launch: {err}");

@@ -23,6 +23,10 @@
 //! NVRTC (the run-time compiler) too: [`nvrtc`] has its types, its table
 //! ([`nvrtc::Nvrtc`]), opened from `libnvrtc.so.13` at run time, and its errors.
 //!
+//! All four are opened by one mechanism: a [`Library`] says which names and
+//! paths to try (and which setting names a file), and a failure is one
+//! [`LoadError`] that names what was tried and how to fix it.
+//!
 //! [`env`](mod@env) reads the settings every crate takes from environment variables,
 //! with one parser and one kind of error.
 //!
@@ -58,5 +62,5 @@ pub mod signature;
 pub use bindings::*;
 pub use driver_table::{Driver, SYMBOLS};
 pub use error_names::error_name;
-pub use load::LoadError;
+pub use load::{LIBCUDA, Library, LoadError, SettingUse};
 pub use result::DriverError;

@@ -37,7 +37,7 @@ pub fn func_get_param_info() -> Option<FuncGetParamInfo> {
         // SAFETY: as in `Driver::load`: opening libcuda runs its initialisers,
         // which are designed to run in any process that dlopens it (and it is
         // already open where the driver is in use).
-        let (_, library) = unsafe { crate::load::open_first(crate::load::LIBRARY_NAMES) }.ok()?;
+        let (_, library) = unsafe { crate::LIBCUDA.open(crate::LIBCUDA.candidates()) }.ok()?;
         let address = crate::load::symbol_address(&library, "cuFuncGetParamInfo");
         // Never unloaded, as `Driver::load` never unloads it.
         std::mem::forget(library);

@@ -11,6 +11,13 @@
 //! installed (`Compiler::global`), the syntax-error and architecture cases run
 //! against it too; where it is not, the fallback error is checked instead.
 //!
+//! Declaring a kernel on a program is the one `unsafe` promise (what its
+//! body touches); its signature is checked by the compiler: with NVRTC an
+//! assertion of its exact type is compiled with the source, so a macro that
+//! changes a parameter's type (`#define float double`) is refused before any
+//! launch, on a GPU by NVRTC and on the software driver by refusing a
+//! declaration that depends on a macro.
+//!
 //! A twin that panics fails its context as a kernel fault does on a GPU
 //! (sticky): every test here takes `serial()`, and that one resets the
 //! software driver's faults when it ends.
@@ -75,21 +82,37 @@ kernel! {
     });
 }
 
-/// The module of `SOURCE` on the selected driver, or `None` (said why) on a
-/// GPU without NVRTC.
-fn module(ctx: &Arc<Context>) -> Option<Arc<cuda_streams_driver::Module>> {
-    match Program::new(SOURCE)
-        .name("programs.cu")
-        .no_cache()
-        .compile_for(ctx)
-    {
-        Ok(module) => Some(module),
+/// `SOURCE` as a program, `scale` and `cursed` declared.
+fn program() -> Program {
+    // SAFETY: scale and cursed touch y[i] for i < n only (SOURCE above).
+    unsafe {
+        Program::new(SOURCE)
+            .name("programs.cu")
+            .no_cache()
+            .declare::<Scale>()
+            .declare::<Cursed>()
+    }
+}
+
+/// The result of compiling `program`, or `None` (said why) on a GPU
+/// without NVRTC.
+fn compiled(
+    ctx: &Arc<Context>,
+    program: &Program,
+) -> Option<cuda_streams_driver::Result<Arc<cuda_streams_driver::Module>>> {
+    match program.compile_for(ctx) {
         Err(Error::NvrtcUnavailable { reason }) if ctx.is_gpu() => {
             eprintln!("skipped: compiling on a GPU needs NVRTC: {reason}");
             None
         }
-        Err(err) => panic!("compiling the test source: {err}"),
+        result => Some(result),
     }
+}
+
+/// The module of `SOURCE` on the selected driver, or `None` (said why) on a
+/// GPU without NVRTC.
+fn module(ctx: &Arc<Context>) -> Option<Arc<cuda_streams_driver::Module>> {
+    compiled(ctx, &program()).map(|module| module.expect("compiling the test source"))
 }
 
 /// The context still works: a declared launch runs and gives the right values.
@@ -132,7 +155,9 @@ fn a_declaration_that_differs_from_the_source_is_refused_naming_the_parameter() 
     let ctx = ctx();
     let Some(module) = module(&ctx) else { return };
 
-    let err = module.kernel::<ScaleWithDouble>().unwrap_err();
+    // SAFETY: as `program()`; the declaration is refused before any launch.
+    let wrong = unsafe { program().declare::<ScaleWithDouble>() };
+    let err = compiled(&ctx, &wrong).unwrap().unwrap_err();
     assert!(
         matches!(
             err,
@@ -147,7 +172,9 @@ fn a_declaration_that_differs_from_the_source_is_refused_naming_the_parameter() 
     assert!(text.contains("parameter 1 (`a`)"), "{text}");
     assert!(text.contains("programs.cu"), "{text}");
 
-    let err = module.kernel::<ScaleReadOnly>().unwrap_err();
+    // SAFETY: as above.
+    let read_only = unsafe { program().declare::<ScaleReadOnly>() };
+    let err = compiled(&ctx, &read_only).unwrap().unwrap_err();
     let text = err.to_string();
     assert!(text.contains("parameter 2 (`y`)"), "{text}");
 
@@ -160,7 +187,9 @@ fn an_unknown_kernel_name_is_refused_naming_it_and_the_kernels_there_are() {
     let ctx = ctx();
     let Some(module) = module(&ctx) else { return };
 
-    let err = module.kernel::<Missing>().unwrap_err();
+    // SAFETY: refused before any launch: the source has no `missing`.
+    let missing = unsafe { program().declare::<Missing>() };
+    let err = compiled(&ctx, &missing).unwrap().unwrap_err();
     let text = err.to_string();
     assert!(text.contains("`missing`"), "{text}");
     assert!(text.contains("scale, cursed"), "{text}");
@@ -235,6 +264,111 @@ fn a_twin_that_panics_is_caught_and_fails_its_launch() {
     // it is cleared (on a GPU: a new context), the same module works.
     drop(_reset);
     still_usable(&ctx, &module);
+}
+
+kernel! {
+    /// `fill(n, y)`: `y[i] = 1` for `i < n`, declared with `f32`.
+    pub struct Fill: fn fill(n: u64, y: &mut [f32; n]);
+    twin = per_thread(|t, n, y| {
+        if (t.global_x() as u64) < n {
+            y[t.global_x()] = 1.0;
+        }
+    });
+}
+
+/// `fill` whose `float` a macro makes `double`: as declared (`f32`), the
+/// kernel would write 8n bytes into a buffer of 4n.
+const FLOAT_IS_DOUBLE: &str = r#"
+#define float double
+extern "C" __global__ void fill(unsigned long long n, float* y) {
+    unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 1;
+}
+"#;
+
+/// The same kernel, written plainly.
+const FILL: &str = r#"
+extern "C" __global__ void fill(unsigned long long n, float* y) {
+    unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 1;
+}
+"#;
+
+fn fill_program(source: &str) -> Program {
+    // SAFETY: fill writes y[i] for i < n only.
+    unsafe {
+        Program::new(source)
+            .name("fill.cu")
+            .no_cache()
+            .declare::<Fill>()
+    }
+}
+
+/// Issue 41: the parameter list reads `float`, the compiler sees `double`.
+/// Refused when the program is compiled, naming the kernel; on a GPU by
+/// NVRTC's check of the declared type (both types named), on the software
+/// driver because the declaration depends on a macro.
+#[test]
+fn a_macro_that_changes_a_declared_type_is_refused_before_any_launch() {
+    let _serial = serial();
+    let ctx = ctx();
+    let Some(result) = compiled(&ctx, &fill_program(FLOAT_IS_DOUBLE)) else {
+        return;
+    };
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, Error::DeclarationMismatch { kernel: "fill", .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("fill.cu"), "{text}");
+    if ctx.is_gpu() {
+        assert!(
+            text.contains("void (*)(unsigned long long, double *)")
+                && text.contains("void (*)(unsigned long long, float*)"),
+            "{text}"
+        );
+    } else {
+        assert!(text.contains("macro `float`"), "{text}");
+    }
+    // The same macro as an option.
+    let option = fill_program(FILL).options(["-Dfloat=double"]);
+    let Some(result) = compiled(&ctx, &option) else {
+        return;
+    };
+    assert!(
+        matches!(
+            result.unwrap_err(),
+            Error::DeclarationMismatch { kernel: "fill", .. } | Error::Compile { .. }
+        ),
+        "an option that redefines float is refused"
+    );
+    // Written plainly, the same declaration compiles and launches.
+    let module = compiled(&ctx, &fill_program(FILL)).unwrap().unwrap();
+    let fill: Fill = module.kernel().unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut y = DeviceBuffer::from_slice(&stream, &[0.0f32; 5]).unwrap();
+    fill.launch(&stream, LaunchConfig::for_num_elems(4), 4, &mut y)
+        .unwrap();
+    assert_eq!(y.to_vec(&stream).unwrap(), [1.0, 1.0, 1.0, 1.0, 0.0]);
+}
+
+/// Only a kernel declared on its program (the `unsafe` promise) comes out
+/// of a module compiled from source.
+#[test]
+fn a_kernel_not_declared_on_its_program_is_refused() {
+    let _serial = serial();
+    let ctx = ctx();
+    let undeclared = Program::new(FILL).name("fill.cu").no_cache();
+    let Some(result) = compiled(&ctx, &undeclared) else {
+        return;
+    };
+    let err = result.unwrap().kernel::<Fill>().unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("`fill`") && text.contains("declare::<Fill>()"),
+        "{text}"
+    );
 }
 
 /// Compile errors and the cache, against a fake NVRTC that records its calls.
@@ -345,6 +479,10 @@ mod fake {
             fake.log = CString::new(SYNTAX_ERROR_LOG).unwrap();
             return nvrtcResult::NVRTC_ERROR_COMPILATION;
         }
+        if let Some(log) = refused_assertion(&fake.source) {
+            fake.log = CString::new(log).unwrap();
+            return nvrtcResult::NVRTC_ERROR_COMPILATION;
+        }
         fake.image = format!("// fake image of {} bytes of source\n\0", fake.source.len()).into();
         nvrtcResult::NVRTC_SUCCESS
     }
@@ -385,6 +523,29 @@ mod fake {
             .find(|e| e.as_c_str() == expression);
         // The fake "lowers" a name to itself, kept alive by the program.
         put(out, kept.map_or(std::ptr::null(), |e| e.as_ptr()))
+    }
+
+    /// What NVRTC 13.0 logs (seen on an H200) when `#define float double`
+    /// changes `fill`'s type under its declaration's assertion: the line is
+    /// found from the appended text, as the real compiler reports it.
+    fn refused_assertion(source: &str) -> Option<String> {
+        if !source.contains("#define float double") {
+            return None;
+        }
+        let (_, appended) = source.split_once("#line 1 \"cuda-streams-declarations\"\n")?;
+        let line = appended
+            .lines()
+            .position(|l| l.contains("decltype(&fill)"))?
+            + 1;
+        Some(format!(
+            "cuda-streams-declarations(15): error: static assertion failed with \"cuda-streams: a \
+             kernel's declaration (D, from Rust) differs from its __global__ function (S) after \
+             preprocessing\"\n          detected during instantiation of class \
+             \"__cuda_streams_check<__cuda_streams_K, __cuda_streams_D, __cuda_streams_S> [with \
+             __cuda_streams_K=__cuda_streams_kernel_fill, __cuda_streams_D=void (*)(unsigned long \
+             long, float *), __cuda_streams_S=void (*)(unsigned long long, double *)]\" at line \
+             {line}\n\n1 error detected in the compilation of \"fill.cu\".\n"
+        ))
     }
 
     /// A compiler over the fake table.
@@ -448,6 +609,142 @@ fn a_cache_hit_calls_no_nvrtc_entry_point() {
     assert!(!other.compile_with(&compiler, arch).unwrap().from_cache());
     let other_arch = program.compile_with(&compiler, Arch::new(8, 0)).unwrap();
     assert!(!other_arch.from_cache());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The compiler is given the declarations' assertions and the name
+/// expression that proves they were compiled; its refusal of one comes back
+/// as that kernel's declaration error, with both types.
+#[test]
+fn the_compiler_is_given_each_declarations_type_and_its_refusal_names_the_kernel() {
+    let compiler = fake::compiler();
+    let compiled = fill_program(FILL)
+        .compile_with(&compiler, Arch::new(9, 0))
+        .unwrap();
+    // The proof's name expression is not one of the program's.
+    assert_eq!(
+        compiled.lowered_name("__cuda_streams_declarations_checked"),
+        None
+    );
+    assert!(fake::calls().contains(&"nvrtcAddNameExpression"));
+
+    let err = fill_program(FLOAT_IS_DOUBLE)
+        .compile_with(&compiler, Arch::new(9, 0))
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::DeclarationMismatch { kernel: "fill", .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("NVRTC, after preprocessing, gives `fill` the type void (*)(unsigned long long, double *), but the declaration says void (*)(unsigned long long, float*)"),
+        "{text}"
+    );
+    // Without declarations nothing is appended, and nothing is refused.
+    Program::new(FLOAT_IS_DOUBLE)
+        .no_cache()
+        .compile_with(&compiler, Arch::new(9, 0))
+        .unwrap();
+}
+
+/// With the real NVRTC, where installed (no GPU needed): declarations that
+/// match after preprocessing compile, in every spelling the check accepts
+/// (`size_t`, `__restrict__`, top-level `const`, templates, mangled
+/// names), and `#define float double` is refused naming both types.
+#[test]
+fn real_nvrtc_checks_each_declared_type_after_preprocessing() {
+    let compiler = match Compiler::global() {
+        Ok(compiler) => compiler,
+        Err(err) => {
+            eprintln!("skipped: NVRTC is not installed: {err}");
+            return;
+        }
+    };
+    kernel! {
+        pub struct Spellings: fn spellings(n: u64, a: i64, x: &[f32; n], y: &mut [f32; n], c: &mut [u64; 1]);
+    }
+    kernel! {
+        pub struct ScaleF64: fn "scale<double>"(n: u64, a: f64, y: &mut [f64; n]);
+    }
+    kernel! {
+        pub struct Mangled: fn mangled(n: u32, y: &mut [i32; n]);
+    }
+    const SPELLINGS: &str = r#"
+typedef float real;
+extern "C" __global__ void spellings(size_t n, long a, const real* const __restrict__ x,
+                                     float* __restrict__ y, unsigned long* c) {}
+template <typename T> __global__ void scale(unsigned long long n, T a, T* y) {}
+__global__ void mangled(unsigned int n, int* y) {}
+"#;
+    // SAFETY: the kernels' bodies are empty.
+    let program = unsafe {
+        Program::new(SPELLINGS)
+            .name("spellings.cu")
+            .no_cache()
+            .name_expression("scale<double>")
+            .name_expression("mangled")
+            .declare::<Spellings>()
+            .declare::<ScaleF64>()
+            .declare::<Mangled>()
+    };
+    let compiled = program.compile_with(compiler, Arch::new(9, 0)).unwrap();
+    assert!(compiled.lowered_name("scale<double>").is_some());
+
+    let err = fill_program(FLOAT_IS_DOUBLE)
+        .compile_with(compiler, Arch::new(9, 0))
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, Error::DeclarationMismatch { kernel: "fill", .. })
+            && text.contains("double *")
+            && text.contains("float*"),
+        "{text}"
+    );
+    // `scale<float>` with `#define float double`: the name expression and
+    // the assertion both read `float` as the source's macros leave it.
+    kernel! {
+        pub struct ScaleF32: fn "scale<float>"(n: u64, a: f32, y: &mut [f32; n]);
+    }
+    // SAFETY: the body is empty.
+    let templated = unsafe {
+        Program::new("#define float double\ntemplate <typename T> __global__ void scale(unsigned long long n, T a, T* y) {}\n")
+            .no_cache()
+            .name_expression("scale<float>")
+            .declare::<ScaleF32>()
+    };
+    match templated.compile_with(compiler, Arch::new(9, 0)) {
+        // Checked and lowered as the real `float`: consistent.
+        Ok(compiled) => assert_eq!(
+            compiled.lowered_name("scale<float>"),
+            Some("_Z5scaleIfEvyT_PS0_")
+        ),
+        Err(err) => assert!(matches!(err, Error::DeclarationMismatch { .. }), "{err:?}"),
+    }
+}
+
+/// A cached image that was damaged on disk is not loaded: NVRTC compiles
+/// the program again, and the entry is rewritten.
+#[test]
+fn a_damaged_cache_entry_is_compiled_again() {
+    let compiler = fake::compiler();
+    let dir = cache_dir("damaged");
+    let program = Program::new(SOURCE).name("programs.cu").cache_dir(&dir);
+    let arch = Arch::new(9, 0);
+    let cold = program.compile_with(&compiler, arch).unwrap();
+    let entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let mut bytes = std::fs::read(&entries[0]).unwrap();
+    let last = bytes.len() - 2;
+    bytes[last] ^= 0x20; // a byte of the image
+    std::fs::write(&entries[0], &bytes).unwrap();
+
+    let again = program.compile_with(&compiler, arch).unwrap();
+    assert!(!again.from_cache(), "a damaged entry was used");
+    assert_eq!(again.image(), cold.image());
+    assert!(program.compile_with(&compiler, arch).unwrap().from_cache());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

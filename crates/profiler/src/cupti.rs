@@ -21,9 +21,9 @@ use driver::sys::CUcontext;
 use driver::sys::cupti::bindings::{
     CUpti_Activity, CUpti_ActivityAPI, CUpti_ActivityFlag, CUpti_ActivityKernel10,
     CUpti_ActivityKind, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
-    CUpti_driver_api_trace_cbid as Cbid, CUptiResult,
+    CUpti_driver_api_trace_cbid as Cbid,
 };
-use driver::sys::cupti::{Cupti, CuptiError};
+use driver::sys::cupti::{Cupti, CuptiError, result};
 use driver::{Context, Stream};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -107,17 +107,17 @@ fn collector() -> Result<&'static Collector, String> {
     COLLECTOR
         .get_or_init(|| {
             let cupti = Cupti::load().map_err(|e| e.to_string())?;
-            // SAFETY: both callbacks have the signatures CUPTI declares, never
-            // unwind (they catch panics) and make no driver calls.
-            let status = unsafe {
-                (cupti.cuptiActivityRegisterCallbacks)(
+            // SAFETY: `buffer_requested` hands out 8-byte aligned buffers of
+            // the size it reports, which stay alive until `buffer_completed`
+            // frees them; both catch panics and make no driver calls.
+            unsafe {
+                result::activity_register_callbacks(
+                    &cupti,
                     Some(buffer_requested),
                     Some(buffer_completed),
                 )
-            };
-            cupti
-                .check(status)
-                .map_err(|e| format!("cuptiActivityRegisterCallbacks failed: {e}"))?;
+            }
+            .map_err(|e| e.to_string())?;
             Ok(Collector {
                 cupti,
                 records: Mutex::new(Records::default()),
@@ -195,10 +195,16 @@ impl Collector {
         loop {
             // SAFETY: `buffer`/`valid` describe CUPTI's records; `record` is
             // the previous record CUPTI returned (or null to start).
-            let status =
-                unsafe { (self.cupti.cuptiActivityGetNextRecord)(buffer, valid, &mut record) };
-            if status != CUptiResult::CUPTI_SUCCESS || record.is_null() {
-                break;
+            match unsafe { result::activity_get_next_record(&self.cupti, buffer, valid, record) } {
+                Ok(Some(next)) => record = next.as_ptr(),
+                Ok(None) => break,
+                Err(err) => {
+                    // The rest of this buffer cannot be read.
+                    tracing::warn!(
+                        "reading CUPTI's records: {err}; the buffer's remaining records are lost"
+                    );
+                    break;
+                }
             }
             // SAFETY: every record begins with its kind, and a record of a
             // kind is at least as long as that kind's 13.0 struct (newer
@@ -273,39 +279,26 @@ impl Collector {
 
     /// CUPTI's clock, in ns.
     fn now(&self) -> u64 {
-        let mut ts = 0u64;
-        // SAFETY: cuptiGetTimestamp writes one u64 into a valid pointer.
-        let status = unsafe { (self.cupti.cuptiGetTimestamp)(&mut ts) };
-        if status == CUptiResult::CUPTI_SUCCESS {
-            ts
-        } else {
-            0
-        }
+        // CUPTI's clock fails only without CUPTI, which a collector has.
+        result::get_timestamp(&self.cupti).unwrap_or(0)
     }
 
     /// Deliver every buffer CUPTI holds (blocking; the callback runs before
     /// this returns). No lock of ours may be held: the callback takes it.
     fn flush(&self) -> Result<(), CuptiError> {
-        // SAFETY: a plain call with a flag value cupti.h defines.
-        let status = unsafe {
-            (self.cupti.cuptiActivityFlushAll)(
-                CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED.0,
-            )
-        };
-        self.cupti.check(status)
+        result::activity_flush_all(
+            &self.cupti,
+            CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED,
+        )
     }
 
     fn set_kinds(&self, enable: bool) -> Result<(), CuptiError> {
         for kind in KINDS {
-            // SAFETY: plain calls with kinds cupti.h defines.
-            let status = unsafe {
-                if enable {
-                    (self.cupti.cuptiActivityEnable)(kind)
-                } else {
-                    (self.cupti.cuptiActivityDisable)(kind)
-                }
-            };
-            self.cupti.check(status)?;
+            if enable {
+                result::activity_enable(&self.cupti, kind)?;
+            } else {
+                result::activity_disable(&self.cupti, kind)?;
+            }
         }
         Ok(())
     }
@@ -350,21 +343,19 @@ impl CuptiBackend {
             *users += 1;
         }
         let context = ctx.as_raw();
-        let mut context_id = 0u32;
-        // SAFETY: `context` is a live context (the caller's); one u32 out-pointer.
-        let status = unsafe { (collector.cupti.cuptiGetContextId)(context, &mut context_id) };
+        // SAFETY: `context` is a live context of libcuda (the caller's, on
+        // the CUDA driver: checked above).
+        let context_id = unsafe { result::get_context_id(&collector.cupti, context) };
         let backend = Self {
             collector,
             context,
-            context_id,
+            context_id: context_id.as_ref().map_or(0, |id| *id),
             base_ts: collector.now(),
             host_base: Instant::now(),
             unattributed: AtomicU64::new(0),
         };
-        collector
-            .cupti
-            .check(status)
-            .map_err(|e| format!("cuptiGetContextId failed: {e}"))?;
+        // On failure, dropping `backend` gives its use of the collector back.
+        context_id.map_err(|e| e.to_string())?;
         Ok(backend)
     }
 
@@ -376,19 +367,21 @@ impl CuptiBackend {
 
     /// Watch `stream`'s records from now on; `None` if CUPTI cannot name it.
     pub(crate) fn watch(&self, stream: &Stream) -> Option<(StreamKey, WatchId)> {
-        let mut id = 0u32;
         // SAFETY: the stream and the context are alive (the caller holds the
-        // stream, the profiler the context); one u32 out-pointer.
-        let status = unsafe {
-            (self.collector.cupti.cuptiGetStreamIdEx)(self.context, stream.as_raw(), 0, &mut id)
+        // stream, the profiler the context), both of libcuda.
+        let id = unsafe {
+            result::get_stream_id_ex(&self.collector.cupti, self.context, stream.as_raw())
         };
-        if let Err(err) = self.collector.cupti.check(status) {
-            tracing::warn!(
-                "CUPTI cannot name stream {}: {err}; its scopes stay empty",
-                stream.id()
-            );
-            return None;
-        }
+        let id = match id {
+            Ok(id) => id,
+            Err(err) => {
+                tracing::warn!(
+                    "CUPTI cannot name stream {}: {err}; its scopes stay empty",
+                    stream.id()
+                );
+                return None;
+            }
+        };
         let key = (self.context_id, id);
         let mut records = self.collector.lock();
         let watch = records.next_watch;

@@ -2,7 +2,9 @@
 //! are: [`bindings`] (the CUPTI types the profiler's CUPTI backend needs:
 //! activity records, result codes, driver callback ids; generated and
 //! committed), [`Cupti`] (one function pointer per entry point used, filled
-//! from `libcupti.so.13` by [`Cupti::load`]) and [`CuptiError`].
+//! from `libcupti.so.13` by [`Cupti::load`]) and [`result`] (one checked
+//! call per entry point, failing with a [`CuptiError`] that names the call):
+//! the profiler calls CUPTI through [`result`] only.
 
 /// The bindgen output for `cuda-sys/cupti_wrapper.h` (types only).
 #[allow(
@@ -18,13 +20,14 @@
 )]
 #[rustfmt::skip]
 pub mod bindings;
+pub mod result;
 #[rustfmt::skip]
 mod table;
 
+pub use result::CuptiError;
 pub use table::{Cupti, SYMBOLS};
 
-use bindings::CUptiResult;
-use std::ffi::CStr;
+use crate::load::{Library, LoadError, SettingUse};
 
 /// The environment variable naming the CUPTI library to open instead of the
 /// default search.
@@ -38,10 +41,39 @@ pub const LIBRARY_SETTING: crate::env::Setting = crate::env::Setting {
     about: "the libcupti.so.13 to open (a failure to load names it)",
 };
 
-/// The library names tried, in order, when [`LIBRARY_ENV`] is unset: the
-/// versioned soname and the development symlink on the loader path, then the
-/// places a CUDA 13 toolkit installs CUPTI (not on the loader path by default).
-const LIBRARY_NAMES: [&str; 5] = [
+/// CUPTI as [`Cupti::load`] looks for it: only the file
+/// `CUDA_STREAMS_CUPTI_LIBRARY` names, when set; else the versioned soname
+/// and the development symlink on the loader path, then the places a CUDA 13
+/// toolkit installs CUPTI (not on the loader path by default).
+///
+/// ```
+/// use cuda_streams_sys::{LoadError, cupti::{Cupti, LIBRARY}};
+/// assert_eq!(LIBRARY.search_paths()[0], "libcupti.so.13");
+/// // Loading never panics; without CUPTI it says what was tried.
+/// match Cupti::load() {
+///     Ok(cupti) => println!("loaded {cupti:?}"),
+///     Err(err @ LoadError::LibraryNotFound { .. }) => {
+///         assert!(err.to_string().contains("CUDA_STREAMS_CUPTI_LIBRARY"));
+///     }
+///     Err(other) => eprintln!("{other}"),
+/// }
+/// ```
+pub static LIBRARY: Library = Library {
+    name: "CUPTI",
+    setting: Some(LIBRARY_SETTING),
+    setting_use: SettingUse::Instead,
+    described: "the CUPTI library",
+    entry_points: "CUPTI entry point(s)",
+    install: "CUPTI ships with the CUDA toolkit (extras/CUPTI/lib64 or targets/<arch>/lib) and \
+              in the nvidia-cuda-cupti wheel; set CUDA_STREAMS_CUPTI_LIBRARY to the path of \
+              libcupti.so.13",
+    update: "It is older than CUDA 13.0's CUPTI; install CUDA 13's CUPTI and name it in \
+             CUDA_STREAMS_CUPTI_LIBRARY",
+    search: || SEARCH.map(String::from).to_vec(),
+};
+
+/// [`LIBRARY`]'s search, in order.
+const SEARCH: [&str; 5] = [
     "libcupti.so.13",
     "libcupti.so",
     "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
@@ -49,156 +81,35 @@ const LIBRARY_NAMES: [&str; 5] = [
     "/usr/local/cuda-13.0/targets/x86_64-linux/lib/libcupti.so.13",
 ];
 
-/// Why CUPTI could not be loaded.
-///
-/// ```
-/// use cuda_streams_sys::cupti::{Cupti, CuptiLoadError};
-/// // Loading never panics; without CUPTI it says what was tried.
-/// match Cupti::load() {
-///     Ok(cupti) => println!("loaded {cupti:?}"),
-///     Err(err @ CuptiLoadError::LibraryNotFound { .. }) => {
-///         assert!(err.to_string().contains("CUDA_STREAMS_CUPTI_LIBRARY"));
-///     }
-///     Err(other) => eprintln!("{other}"),
-/// }
-/// ```
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CuptiLoadError {
-    /// No CUPTI library could be opened.
-    #[error(
-        "the CUPTI library could not be opened (tried {}). CUPTI ships with the CUDA toolkit \
-         (extras/CUPTI/lib64 or targets/<arch>/lib) and in the nvidia-cuda-cupti wheel; \
-         set CUDA_STREAMS_CUPTI_LIBRARY to the path of libcupti.so.13",
-        tried.iter().map(|(name, why)| format!("{name}: {why}")).collect::<Vec<_>>().join("; ")
-    )]
-    LibraryNotFound {
-        /// Each name tried and why opening it failed.
-        tried: Vec<(String, String)>,
-    },
-    /// The library opened but lacks entry points the backend needs.
-    #[error(
-        "{library} lacks {} CUPTI entry point(s): {}; it is older than CUDA 13.0's CUPTI",
-        missing.len(),
-        missing.join(", ")
-    )]
-    MissingSymbols {
-        /// The library that was opened.
-        library: String,
-        /// Every symbol that was looked for and not found.
-        missing: Vec<&'static str>,
-    },
-}
-
 impl Cupti {
     /// Open CUPTI and resolve every entry point: the library named by
     /// `CUDA_STREAMS_CUPTI_LIBRARY` if set, else `libcupti.so.13`,
-    /// `libcupti.so`, then the CUDA toolkit's usual install paths.
+    /// `libcupti.so`, then the CUDA toolkit's usual install paths
+    /// ([`LIBRARY`]).
     ///
     /// Never panics and never links CUPTI at build time: a missing library or
-    /// missing symbols are a [`CuptiLoadError`] naming what was tried. The
+    /// missing symbols are a [`LoadError`] naming what was tried. The
     /// library stays loaded for the rest of the process (CUPTI's callbacks and
     /// threads must never outlive it), so the table is `'static`.
-    pub fn load() -> Result<Cupti, CuptiLoadError> {
-        match std::env::var(LIBRARY_ENV) {
-            Ok(path) if !path.is_empty() => Self::from_library_names(&[path.as_str()]),
-            _ => Self::from_library_names(&LIBRARY_NAMES),
-        }
+    pub fn load() -> Result<Cupti, LoadError> {
+        // SAFETY: opening libcupti runs its initialisers, which are designed
+        // to run in any process that links or dlopens it. Each symbol is
+        // looked up by the name cupti.h declares, so its type is the one the
+        // bindings give it.
+        unsafe { LIBRARY.load(|resolve| Cupti::from_resolver(resolve)) }
     }
 
     /// Open CUPTI from `path` (a path or a library name) only.
-    pub fn load_from(path: &str) -> Result<Cupti, CuptiLoadError> {
-        Self::from_library_names(&[path])
-    }
-
-    /// Open the first of `names` that opens and resolve every entry point.
-    fn from_library_names(names: &[&str]) -> Result<Cupti, CuptiLoadError> {
-        let names = names.iter().map(|name| name.to_string());
-        // SAFETY: opening libcupti runs its initialisers, which are designed
-        // to run in any process that links or dlopens it.
-        let (name, library) = unsafe { crate::load::open_first(names) }
-            .map_err(|tried| CuptiLoadError::LibraryNotFound { tried })?;
-        // SAFETY: each symbol is looked up by the name cupti.h declares, so its
-        // type is the one the bindings give it; the library is leaked below, so
-        // the addresses stay valid forever.
-        let table =
-            unsafe { Cupti::from_resolver(|symbol| crate::load::symbol_address(&library, symbol)) }
-                .map_err(|missing| CuptiLoadError::MissingSymbols {
-                    library: name,
-                    missing,
-                })?;
-        // CUPTI keeps threads and callbacks into this process: never unload it.
-        std::mem::forget(library);
-        Ok(table)
+    pub fn load_from(path: &str) -> Result<Cupti, LoadError> {
+        // SAFETY: as in `load`, for the file the caller names as CUPTI.
+        unsafe { LIBRARY.load_from([path.into()], |resolve| Cupti::from_resolver(resolve)) }
     }
 
     /// The number of entry points in the table.
     pub const fn entry_point_count() -> usize {
         SYMBOLS.len()
     }
-
-    /// `status` as a `Result`, the error carrying CUPTI's own description.
-    pub fn check(&self, status: CUptiResult) -> Result<(), CuptiError> {
-        if status == CUptiResult::CUPTI_SUCCESS {
-            return Ok(());
-        }
-        let mut text: *const std::os::raw::c_char = std::ptr::null();
-        // SAFETY: cuptiGetResultString writes a pointer to a static string (or
-        // nothing) into `text`, a valid out-pointer.
-        let described = unsafe { (self.cuptiGetResultString)(status, &mut text) };
-        let description = if described == CUptiResult::CUPTI_SUCCESS && !text.is_null() {
-            // SAFETY: CUPTI returned a NUL-terminated string with static lifetime.
-            Some(
-                unsafe { CStr::from_ptr(text) }
-                    .to_string_lossy()
-                    .into_owned(),
-            )
-        } else {
-            None
-        };
-        Err(CuptiError {
-            code: status.0,
-            description,
-        })
-    }
 }
-
-/// A CUPTI call that did not return `CUPTI_SUCCESS`.
-///
-/// ```
-/// use cuda_streams_sys::cupti::CuptiError;
-/// let err = CuptiError::new(1, None);
-/// assert_eq!(err.code(), 1);
-/// assert_eq!(err.to_string(), "CUPTI error 1");
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CuptiError {
-    code: u32,
-    description: Option<String>,
-}
-
-impl CuptiError {
-    /// An error for the raw `CUptiResult` value `code`.
-    pub fn new(code: u32, description: Option<String>) -> Self {
-        Self { code, description }
-    }
-
-    /// The raw `CUptiResult` value.
-    pub fn code(&self) -> u32 {
-        self.code
-    }
-}
-
-impl std::fmt::Display for CuptiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.description {
-            Some(text) => write!(f, "{text} (CUPTI error {})", self.code),
-            None => write!(f, "CUPTI error {}", self.code),
-        }
-    }
-}
-
-impl std::error::Error for CuptiError {}
 
 impl std::fmt::Debug for Cupti {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -223,12 +134,10 @@ mod tests {
 
     #[test]
     fn a_library_that_is_not_there_is_an_error_naming_it() {
-        let err = Cupti::from_library_names(&["/nonexistent/libcupti.so.13"]).unwrap_err();
+        let err = Cupti::load_from("/nonexistent/libcupti.so.13").unwrap_err();
         let text = err.to_string();
-        assert!(
-            matches!(err, CuptiLoadError::LibraryNotFound { .. }),
-            "{text}"
-        );
+        assert!(matches!(err, LoadError::LibraryNotFound { .. }), "{text}");
+        assert_eq!(err.library().name, "CUPTI");
         assert!(text.contains("/nonexistent/libcupti.so.13"), "{text}");
         assert!(text.contains(LIBRARY_ENV), "{text}");
     }

@@ -2,16 +2,18 @@
 //! [`bindings`] (types and constants of `nccl.h`, generated and committed),
 //! [`Nccl`] (one function pointer per entry point used, filled from
 //! `libnccl.so.2` by [`Nccl::load`] or by the software NCCL), and
-//! [`NcclError`] (`ncclResult_t` to `Result`).
+//! [`result`] (one checked wrapper per entry point the collectives call,
+//! failing with an [`NcclError`] that names the call).
 //!
 //! ```
-//! use cuda_streams_sys::nccl::{Nccl, NcclLoadError, ncclResult_t};
+//! use cuda_streams_sys::LoadError;
+//! use cuda_streams_sys::nccl::{Nccl, ncclResult_t};
 //! let err = ncclResult_t::ncclInvalidArgument.result().unwrap_err();
 //! assert_eq!(err.name(), "ncclInvalidArgument");
 //! // Loading never panics: a machine without NCCL gets an error saying so.
 //! match Nccl::load() {
 //!     Ok(nccl) => println!("loaded {nccl:?}"),
-//!     Err(NcclLoadError::LibraryNotFound { tried }) => assert!(tried.iter().any(|(name, _)| *name == "libnccl.so.2")),
+//!     Err(LoadError::LibraryNotFound { tried, .. }) => assert!(tried.iter().any(|(name, _)| name == "libnccl.so.2")),
 //!     Err(other) => eprintln!("{other}"),
 //! }
 //! ```
@@ -29,17 +31,16 @@
 )]
 #[rustfmt::skip]
 pub mod bindings;
+pub mod result;
 #[rustfmt::skip]
 mod table;
 
 pub use bindings::*;
+pub use result::{NcclError, Progress};
 pub use table::{Nccl, SYMBOLS};
 
+use crate::load::{Library, LoadError, SettingUse};
 use std::fmt;
-
-/// The library names tried, after `CUDA_STREAMS_NCCL_LIBRARY`: the soname
-/// NCCL installs, then the development symlink.
-const LIBRARY_NAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 
 /// The environment variable naming a `libnccl.so.2` to load first (a pip
 /// wheel's, say: `.../site-packages/nvidia/nccl/lib/libnccl.so.2`).
@@ -53,37 +54,31 @@ pub const LIBRARY_SETTING: crate::env::Setting = crate::env::Setting {
     about: "the libnccl.so.2 to open (a failure to load names it)",
 };
 
-/// Why NCCL could not be loaded. The message says what was looked for and
-/// how to fix it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum NcclLoadError {
-    /// No NCCL library could be opened.
-    #[error(
-        "the NCCL library could not be opened (tried {}). Install NCCL 2.28 or newer \
-         (`pip install nvidia-nccl-cu13` puts libnccl.so.2 under site-packages/nvidia/nccl/lib) \
-         and put its directory on the loader path (LD_LIBRARY_PATH), or name the file in \
-         CUDA_STREAMS_NCCL_LIBRARY; on a machine without a GPU, set CUDA_STREAMS_DRIVER=soft \
-         to use the software NCCL",
-        tried.iter().map(|(name, why)| format!("{name}: {why}")).collect::<Vec<_>>().join("; ")
-    )]
-    LibraryNotFound {
-        /// Each name tried and why opening it failed.
-        tried: Vec<(String, String)>,
+/// NCCL as [`Nccl::load`] looks for it: the file `CUDA_STREAMS_NCCL_LIBRARY`
+/// names, then `libnccl.so.2` and `libnccl.so` on the loader path, then the
+/// `nvidia-nccl-cu*` wheel's in the Python environments found.
+pub static LIBRARY: Library = Library {
+    name: "NCCL",
+    setting: Some(LIBRARY_SETTING),
+    setting_use: SettingUse::First,
+    described: "the NCCL library",
+    entry_points: "NCCL entry point(s)",
+    install: "Install NCCL 2.28 or newer \
+              (`pip install nvidia-nccl-cu13` puts libnccl.so.2 under site-packages/nvidia/nccl/lib) \
+              and put its directory on the loader path (LD_LIBRARY_PATH), or name the file in \
+              CUDA_STREAMS_NCCL_LIBRARY; on a machine without a GPU, set CUDA_STREAMS_DRIVER=soft \
+              to use the software NCCL",
+    update: "It is older than NCCL 2.28; update it, or name a newer one in \
+             CUDA_STREAMS_NCCL_LIBRARY",
+    search: || {
+        let mut names: Vec<String> = SONAMES.map(String::from).to_vec();
+        names.extend(wheel_libraries());
+        names
     },
-    /// The library opened but lacks entry points this workspace needs.
-    #[error(
-        "{library} lacks {} NCCL entry point(s): {}. It is older than NCCL 2.28; update it",
-        missing.len(),
-        missing.join(", ")
-    )]
-    MissingSymbols {
-        /// The library that was opened.
-        library: String,
-        /// Every symbol looked for and not found.
-        missing: Vec<&'static str>,
-    },
-}
+};
+
+/// The soname NCCL installs, then the development symlink.
+const SONAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 
 /// `libnccl.so.2` of the `nvidia-nccl-cu*` wheels (which PyTorch installs) in
 /// the usual Python environments: the virtual or conda environment in use,
@@ -125,31 +120,15 @@ fn wheel_libraries() -> Vec<String> {
 impl Nccl {
     /// Open NCCL (`CUDA_STREAMS_NCCL_LIBRARY`, then `libnccl.so.2` and
     /// `libnccl.so` on the loader path, then the `nvidia-nccl-cu*` wheel's in
-    /// the Python environments found) and resolve every entry point. Never
-    /// panics; the library stays loaded for the rest of the process.
-    pub fn load() -> Result<Nccl, NcclLoadError> {
-        let mut names: Vec<String> = Vec::new();
-        if let Some(path) = std::env::var_os(LIBRARY_ENV) {
-            names.push(path.to_string_lossy().into_owned());
-        }
-        names.extend(LIBRARY_NAMES.iter().map(|name| name.to_string()));
-        names.extend(wheel_libraries());
+    /// the Python environments found: [`LIBRARY`]) and resolve every entry
+    /// point. Never panics; the library stays loaded for the rest of the
+    /// process.
+    pub fn load() -> Result<Nccl, LoadError> {
         // SAFETY: opening libnccl runs its initialisers, which are made to
-        // run in any process that links or dlopens it.
-        let (name, library) = unsafe { crate::load::open_first(names) }
-            .map_err(|tried| NcclLoadError::LibraryNotFound { tried })?;
-        // SAFETY: each symbol is looked up by the name nccl.h declares, so its
-        // type is the one the bindings give it (NCCL keeps its ABI within a
-        // major version); the library is leaked below, so the addresses stay
-        // valid for the rest of the process.
-        let table =
-            unsafe { Nccl::from_resolver(|symbol| crate::load::symbol_address(&library, symbol)) }
-                .map_err(|missing| NcclLoadError::MissingSymbols {
-                    library: name,
-                    missing,
-                })?;
-        std::mem::forget(library);
-        Ok(table)
+        // run in any process that links or dlopens it. Each symbol is looked
+        // up by the name nccl.h declares, so its type is the one the bindings
+        // give it (NCCL keeps its ABI within a major version).
+        unsafe { LIBRARY.load(|resolve| Nccl::from_resolver(resolve)) }
     }
 }
 
@@ -158,65 +137,6 @@ impl fmt::Debug for Nccl {
         f.debug_struct("Nccl")
             .field("entry_points", &SYMBOLS.len())
             .finish_non_exhaustive()
-    }
-}
-
-/// An NCCL call that did not return `ncclSuccess`.
-///
-/// ```
-/// use cuda_streams_sys::nccl::ncclResult_t;
-/// let err = ncclResult_t::ncclInvalidUsage.result().unwrap_err();
-/// assert_eq!(err.to_string(), "ncclInvalidUsage (5)");
-/// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct NcclError {
-    code: ncclResult_t,
-}
-
-impl NcclError {
-    /// The raw `ncclResult_t`.
-    pub const fn code(&self) -> ncclResult_t {
-        self.code
-    }
-
-    /// The name `nccl.h` gives the code.
-    pub fn name(&self) -> &'static str {
-        match self.code {
-            ncclResult_t::ncclSuccess => "ncclSuccess",
-            ncclResult_t::ncclUnhandledCudaError => "ncclUnhandledCudaError",
-            ncclResult_t::ncclSystemError => "ncclSystemError",
-            ncclResult_t::ncclInternalError => "ncclInternalError",
-            ncclResult_t::ncclInvalidArgument => "ncclInvalidArgument",
-            ncclResult_t::ncclInvalidUsage => "ncclInvalidUsage",
-            ncclResult_t::ncclRemoteError => "ncclRemoteError",
-            ncclResult_t::ncclInProgress => "ncclInProgress",
-            _ => "ncclUnknownResult",
-        }
-    }
-}
-
-impl fmt::Display for NcclError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.name(), self.code.0)
-    }
-}
-
-impl fmt::Debug for NcclError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl std::error::Error for NcclError {}
-
-impl ncclResult_t {
-    /// `Ok(())` for `ncclSuccess`, otherwise the error with its name.
-    pub fn result(self) -> Result<(), NcclError> {
-        if self == ncclResult_t::ncclSuccess {
-            Ok(())
-        } else {
-            Err(NcclError { code: self })
-        }
     }
 }
 

@@ -28,6 +28,7 @@ mod table;
 
 pub use table::{Nvrtc, SYMBOLS};
 
+use crate::load::{Library, LoadError, SettingUse};
 use bindings::nvrtcResult;
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
@@ -60,14 +61,16 @@ const TOOLKIT_PATHS: [&str; 4] = [
 /// the wheel is 13.x).
 const WHEEL_DIRS: [&str; 2] = ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"];
 
-/// Why NVRTC could not be loaded.
+/// NVRTC as [`Nvrtc::load`] looks for it: only the file
+/// `CUDA_STREAMS_NVRTC_LIBRARY` names, when set; else
+/// [`Nvrtc::search_paths`].
 ///
 /// ```
-/// use cuda_streams_sys::nvrtc::{Nvrtc, NvrtcLoadError};
+/// use cuda_streams_sys::{LoadError, nvrtc::Nvrtc};
 /// // Loading never panics; without NVRTC it says what was tried and what to install.
 /// match Nvrtc::load() {
 ///     Ok(nvrtc) => println!("loaded {nvrtc:?}"),
-///     Err(err @ NvrtcLoadError::LibraryNotFound { .. }) => {
+///     Err(err @ LoadError::LibraryNotFound { .. }) => {
 ///         let text = err.to_string();
 ///         assert!(text.contains("pip install nvidia-cuda-nvrtc"), "{text}");
 ///         assert!(text.contains("CUDA_STREAMS_NVRTC_LIBRARY"), "{text}");
@@ -75,34 +78,19 @@ const WHEEL_DIRS: [&str; 2] = ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"];
 ///     Err(other) => eprintln!("{other}"),
 /// }
 /// ```
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum NvrtcLoadError {
-    /// No NVRTC library could be opened.
-    #[error(
-        "NVRTC, the CUDA run-time compiler, could not be opened (tried {}). Install it with \
-         the CUDA 13 toolkit (cuda-nvrtc-13-0, into /usr/local/cuda/lib64) or with \
-         `pip install nvidia-cuda-nvrtc==13.0.*` into the active Python environment, or \
-         set CUDA_STREAMS_NVRTC_LIBRARY to the path of libnvrtc.so.13",
-        tried.iter().map(|(name, why)| format!("{name}: {why}")).collect::<Vec<_>>().join("; ")
-    )]
-    LibraryNotFound {
-        /// Each name tried and why opening it failed.
-        tried: Vec<(String, String)>,
-    },
-    /// The library opened but lacks entry points `Program` needs.
-    #[error(
-        "{library} lacks {} NVRTC entry point(s): {}; it is older than CUDA 13.0's NVRTC",
-        missing.len(),
-        missing.join(", ")
-    )]
-    MissingSymbols {
-        /// The library that was opened.
-        library: String,
-        /// Every symbol that was looked for and not found.
-        missing: Vec<&'static str>,
-    },
-}
+pub static LIBRARY: Library = Library {
+    name: "NVRTC",
+    setting: Some(LIBRARY_SETTING),
+    setting_use: SettingUse::Instead,
+    described: "NVRTC (the CUDA run-time compiler)",
+    entry_points: "NVRTC entry point(s)",
+    install: "Install it with the CUDA 13 toolkit (cuda-nvrtc-13-0, into /usr/local/cuda/lib64) \
+              or with `pip install nvidia-cuda-nvrtc==13.0.*` into the active Python \
+              environment, or set CUDA_STREAMS_NVRTC_LIBRARY to the path of libnvrtc.so.13",
+    update: "It is older than CUDA 13.0's NVRTC; install CUDA 13's NVRTC and name it in \
+             CUDA_STREAMS_NVRTC_LIBRARY",
+    search: Nvrtc::search_paths,
+};
 
 impl Nvrtc {
     /// Open NVRTC and resolve every entry point: the library named by
@@ -113,19 +101,21 @@ impl Nvrtc {
     /// [`Nvrtc::search_paths`]).
     ///
     /// Never panics and never links NVRTC at build time: a missing library or
-    /// missing symbols are an [`NvrtcLoadError`] naming what was tried. The
+    /// missing symbols are a [`LoadError`] naming what was tried. The
     /// library stays loaded for the rest of the process, so the table is
     /// `'static`.
-    pub fn load() -> Result<Nvrtc, NvrtcLoadError> {
-        match std::env::var(LIBRARY_ENV) {
-            Ok(path) if !path.is_empty() => Self::from_library_names(&[path]),
-            _ => Self::from_library_names(&Self::search_paths()),
-        }
+    pub fn load() -> Result<Nvrtc, LoadError> {
+        // SAFETY: opening libnvrtc runs its initialisers, which are designed
+        // to run in any process that links or dlopens it. Each symbol is
+        // looked up by the name nvrtc.h declares, so its type is the one the
+        // bindings give it.
+        unsafe { LIBRARY.load(|resolve| Nvrtc::from_resolver(resolve)) }
     }
 
     /// Open NVRTC from `path` (a path or a library name) only.
-    pub fn load_from(path: &str) -> Result<Nvrtc, NvrtcLoadError> {
-        Self::from_library_names(&[path.to_string()])
+    pub fn load_from(path: &str) -> Result<Nvrtc, LoadError> {
+        // SAFETY: as in `load`, for the file the caller names as NVRTC.
+        unsafe { LIBRARY.load_from([path.into()], |resolve| Nvrtc::from_resolver(resolve)) }
     }
 
     /// What [`Nvrtc::load`] tries, in order, when `CUDA_STREAMS_NVRTC_LIBRARY`
@@ -167,26 +157,6 @@ impl Nvrtc {
             }
         }
         paths
-    }
-
-    /// Open the first of `names` that opens and resolve every entry point.
-    fn from_library_names(names: &[String]) -> Result<Nvrtc, NvrtcLoadError> {
-        // SAFETY: opening libnvrtc runs its initialisers, which are designed
-        // to run in any process that links or dlopens it.
-        let (name, library) = unsafe { crate::load::open_first(names.iter().cloned()) }
-            .map_err(|tried| NvrtcLoadError::LibraryNotFound { tried })?;
-        // SAFETY: each symbol is looked up by the name nvrtc.h declares, so its
-        // type is the one the bindings give it; the library is leaked below, so
-        // the addresses stay valid forever.
-        let table =
-            unsafe { Nvrtc::from_resolver(|symbol| crate::load::symbol_address(&library, symbol)) }
-                .map_err(|missing| NvrtcLoadError::MissingSymbols {
-                    library: name,
-                    missing,
-                })?;
-        // Programs and strings NVRTC handed out must never outlive it.
-        std::mem::forget(library);
-        Ok(table)
     }
 
     /// The number of entry points in the table.
@@ -285,6 +255,7 @@ mod tests {
         assert!(text.contains("/nonexistent/libnvrtc.so.13"), "{text}");
         assert!(text.contains("nvidia-cuda-nvrtc"), "{text}");
         assert!(text.contains("CUDA_STREAMS_NVRTC_LIBRARY"), "{text}");
+        assert_eq!(err.library().name, "NVRTC");
     }
 
     #[test]

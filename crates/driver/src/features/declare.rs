@@ -3,10 +3,16 @@
 //!
 //! A declaration gives the parameter list that checked launches and the
 //! software driver's pointer checks read, a typed launcher, and the twin the
-//! software driver runs. Where the declaration comes from decides whether it
-//! is trusted:
-//! - a module compiled from source ([`crate::Program`]) compares it with the
-//!   source's `__global__` function ([`crate::Module::kernel`]): safe;
+//! software driver runs. Where the declaration comes from decides what is
+//! checked and what is promised:
+//! - a kernel of a source compiled at run time is declared on its program
+//!   with the `unsafe` [`Program::declare`](crate::Program::declare): the
+//!   compiler checks the signature (an assertion of the kernel's exact type,
+//!   after preprocessing), and the caller promises what no compiler can
+//!   check, that the body touches only the elements the declaration gives
+//!   it; [`crate::Module::kernel`] then gives it safely;
+//! - the kernels crate's images come declared (their bodies reviewed and
+//!   tested under memcheck), so their kernels need no promise from the user;
 //! - a binary image declares it through the `unsafe`
 //!   [`ModuleImage::declared`](crate::ModuleImage::declared), or a kernel of
 //!   a binary is given one with the `unsafe`

@@ -282,11 +282,12 @@ impl Module {
     /// The kernel `K` declares ([`kernel!`](crate::kernel!)), with its
     /// declaration checked and attached, ready for `K`'s typed launcher.
     ///
-    /// - A module compiled from source ([`crate::Program`]): the declaration
-    ///   is compared with the source's `__global__` function (parameter
-    ///   count, scalar types, pointer element types, `const` for read-only)
-    ///   and a mismatch is an [`Error::DeclarationMismatch`] naming the
-    ///   parameter.
+    /// - A module compiled from source ([`crate::Program`]): `K` must have
+    ///   been declared on the program ([`crate::Program::declare`], where the
+    ///   user promises what the kernel's body touches, and the compiler
+    ///   checks the signature); otherwise an [`Error::DeclarationMismatch`]
+    ///   says so. The declaration is compared with the source's `__global__`
+    ///   function once more, for the symbol to look up.
     /// - A declared image ([`ModuleImage::declared`]): the image must declare
     ///   the kernel with the same parameters.
     /// - Bare bytes: nothing to check against, so
@@ -302,6 +303,20 @@ impl Module {
         let decl = K::DECL;
         validate_decl(&decl)?;
         let symbol = match &self.source {
+            Some(source) if !source.is_declared(&decl) => {
+                return Err(source.mismatch(
+                    decl.name,
+                    format!(
+                        "it was not declared on the Program it was compiled from: declare it \
+                         before compiling, with `unsafe {{ program.declare::<{}>() }}`, whose \
+                         `# Safety` says what the kernel's body must not touch",
+                        std::any::type_name::<K>()
+                            .rsplit("::")
+                            .next()
+                            .unwrap_or("K")
+                    ),
+                ));
+            }
             Some(source) => source.check(decl.name, decl.params)?,
             None => match self.image.signature(decl.name) {
                 Some(params) if params == decl.params => decl.name.to_string(),

@@ -1,23 +1,26 @@
 //! Run-time compilation of CUDA C++ with NVRTC, loaded at run time.
 //!
-//! [`Program`] holds a source and how to compile it; [`Program::compile_for`]
+//! [`Program`] holds a source, the kernels declared in it
+//! ([`Program::declare`]) and how to compile it; [`Program::compile_for`]
 //! makes a [`Module`](crate::Module) for a context:
 //! - on a GPU, NVRTC compiles the source for the context's compute
 //!   capability (or [`Program::arch`]), to a cubin or PTX
-//!   ([`Program::output`]); a compile error carries NVRTC's log; images are
+//!   ([`Program::output`]), with an assertion of each declared kernel's
+//!   exact type appended, so the compiler itself checks every declaration
+//!   after preprocessing; a compile error carries NVRTC's log; images are
 //!   cached on disk (see [`CACHE_ENV`]), and a cache hit calls no NVRTC
 //!   entry point;
 //! - on the software driver there is nothing to compile for: the module is
-//!   made from the kernels' declarations and their safe CPU twins, and the
-//!   source is still read, so that every declaration is checked against its
-//!   `__global__` function exactly as on a GPU. NVRTC is not needed, and a
-//!   C++ error the parameter lists do not show is found only by NVRTC
+//!   made from the kernels' declarations and their safe CPU twins. The
+//!   source's parameter lists are read and every declaration compared with
+//!   its `__global__` function, and one that depends on a macro is refused
+//!   (only a compiler could check it). A C++ error is found only by NVRTC
 //!   ([`Program::compile`] runs it anywhere it is installed).
 //!
-//! Either way [`Module::kernel`](crate::Module::kernel) compares a
-//! declaration ([`crate::kernel!`]) with the source's parameter list and
-//! refuses one that differs, naming the parameter: that check is what
-//! makes the declaration safe.
+//! Declaring a kernel on a program is `unsafe`, once: the signature is
+//! checked, but what the kernel's body does with its pointers is the user's
+//! promise. [`Module::kernel`](crate::Module::kernel) then gives only
+//! declared kernels, and every launch of them is safe and checked.
 //!
 //! ```
 //! use cuda_streams_driver::{Context, DeviceBuffer, LaunchConfig, Program, Stream, kernel};
@@ -39,7 +42,9 @@
 //! # fn main() -> cuda_streams_driver::Result<()> {
 //! let ctx = Context::new(0)?;
 //! let stream = Stream::new(&ctx)?;
-//! let module = Program::new(SOURCE).name("scale.cu").compile_for(&ctx)?;
+//! // SAFETY: scale touches y[i] for i < n only.
+//! let program = unsafe { Program::new(SOURCE).name("scale.cu").declare::<Scale>() };
+//! let module = program.compile_for(&ctx)?;
 //! let scale: Scale = module.kernel()?;
 //! let mut y = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0, 3.0])?;
 //! scale.launch(&stream, LaunchConfig::for_num_elems(3), 3, 2.0, &mut y)?;
@@ -48,22 +53,22 @@
 //! # }
 //! ```
 
+mod assertion;
 mod cache;
+mod nvrtc;
 pub(crate) mod parse;
 
 pub use cache::{CACHE_ENV, CACHE_SETTING};
+pub use nvrtc::Compiler;
 
+use crate::features::declare::{DeclaredKernel, KernelDecl};
 use crate::features::module::Module;
 use crate::ground::arch::Arch;
 use crate::ground::error::{Error, Result};
 use crate::ground::select::DriverKind;
 use crate::objects::context::Context;
-use std::ffi::{CStr, CString, c_char};
-use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
-use sys::nvrtc::Nvrtc;
-use sys::nvrtc::bindings::nvrtcProgram;
+use std::sync::Arc;
 
 impl Arch {
     /// The context's device's compute capability.
@@ -83,92 +88,6 @@ pub enum Output {
     /// PTX for the virtual architecture (`compute_XY`), which the driver
     /// JIT-compiles at load, also on newer GPUs.
     Ptx,
-}
-
-/// NVRTC, loaded, with its version and the architectures it can target.
-///
-/// ```
-/// use cuda_streams_driver::Compiler;
-/// match Compiler::global() {
-///     Ok(nvrtc) => assert!(nvrtc.version().0 >= 13),
-///     // This machine has no NVRTC: the error says what to install.
-///     Err(err) => assert!(err.to_string().contains("nvidia-cuda-nvrtc"), "{err}"),
-/// }
-/// ```
-pub struct Compiler {
-    table: Nvrtc,
-    version: (i32, i32),
-    archs: Vec<i32>,
-}
-
-impl Compiler {
-    /// NVRTC as [`Nvrtc::load`] finds it, loaded once per process.
-    pub fn global() -> Result<&'static Compiler> {
-        static GLOBAL: OnceLock<std::result::Result<Compiler, String>> = OnceLock::new();
-        GLOBAL
-            .get_or_init(|| {
-                let table = Nvrtc::load().map_err(|err| err.to_string())?;
-                // SAFETY: the table was filled from libnvrtc by its own names.
-                unsafe { Compiler::from_table(table) }.map_err(|err| err.to_string())
-            })
-            .as_ref()
-            .map_err(|reason| Error::NvrtcUnavailable {
-                reason: reason.clone(),
-            })
-    }
-
-    /// A compiler over `table`; asks it for its version and architectures.
-    ///
-    /// # Safety
-    /// Every function in `table` must behave as the NVRTC entry point of its
-    /// name (as a table from [`Nvrtc::load`] does).
-    pub unsafe fn from_table(table: Nvrtc) -> Result<Self> {
-        let nvrtc_call = |call: &'static str, source| Error::NvrtcCall { call, source };
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: two valid out-pointers.
-        let status = unsafe { (table.nvrtcVersion)(&mut major, &mut minor) };
-        table
-            .check(status)
-            .map_err(|e| nvrtc_call("nvrtcVersion", e))?;
-        let mut count = 0;
-        // SAFETY: a valid out-pointer.
-        let status = unsafe { (table.nvrtcGetNumSupportedArchs)(&mut count) };
-        table
-            .check(status)
-            .map_err(|e| nvrtc_call("nvrtcGetNumSupportedArchs", e))?;
-        let mut archs = vec![0; usize::try_from(count).unwrap_or(0)];
-        if !archs.is_empty() {
-            // SAFETY: room for the `count` ints NVRTC said it writes.
-            let status = unsafe { (table.nvrtcGetSupportedArchs)(archs.as_mut_ptr()) };
-            table
-                .check(status)
-                .map_err(|e| nvrtc_call("nvrtcGetSupportedArchs", e))?;
-        }
-        Ok(Self {
-            table,
-            version: (major, minor),
-            archs,
-        })
-    }
-
-    /// NVRTC's version (major, minor).
-    pub fn version(&self) -> (i32, i32) {
-        self.version
-    }
-
-    /// The architectures it can target, as `major * 10 + minor`.
-    pub fn supported_archs(&self) -> &[i32] {
-        &self.archs
-    }
-}
-
-impl fmt::Debug for Compiler {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Compiler")
-            .field("version", &self.version)
-            .field("archs", &self.archs)
-            .finish()
-    }
 }
 
 /// Whether and where to cache.
@@ -195,6 +114,10 @@ pub struct Program {
     name: String,
     options: Vec<String>,
     name_expressions: Vec<String>,
+    /// The kernels declared with [`Program::declare`]: each one's type is
+    /// asserted to the compiler, and only these come out of
+    /// [`Module::kernel`].
+    declarations: Vec<KernelDecl>,
     output: Output,
     arch: Option<Arch>,
     cache: Cache,
@@ -209,6 +132,7 @@ impl Program {
             name: "program.cu".into(),
             options: Vec::new(),
             name_expressions: Vec::new(),
+            declarations: Vec::new(),
             output: Output::Cubin,
             arch: None,
             cache: Cache::FromEnv,
@@ -238,6 +162,65 @@ impl Program {
     pub fn name_expression(mut self, expression: impl Into<String>) -> Self {
         self.name_expressions.push(expression.into());
         self
+    }
+
+    /// Declare the kernel `K` describes ([`kernel!`](crate::kernel!)) as a
+    /// kernel of this program, so that [`Module::kernel`] gives it, with
+    /// safe, checked launches, from the compiled module.
+    ///
+    /// The declaration's signature is checked, not trusted: when NVRTC
+    /// compiles the program, an assertion of the kernel's exact function
+    /// type is appended to the source, so the compiler compares the
+    /// declaration with the `__global__` function after preprocessing
+    /// (macros, typedefs, templates, included types), and a difference is an
+    /// [`Error::DeclarationMismatch`] naming the kernel and both types. The
+    /// source's parameter list is also read beforehand, for a message that
+    /// names the parameter (and, on the software driver, where there is no
+    /// compiler, a declaration that depends on a macro is refused).
+    ///
+    /// What no compiler can check is what the kernel's body does with the
+    /// pointers it is given. That is the promise this call makes, once per
+    /// kernel and program; every launch after it is safe and checked.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Error, Program, kernel};
+    /// kernel! {
+    ///     pub struct Fill: fn fill(n: u64, y: &mut [f32; n]);
+    ///     twin = per_thread(|t, n, y| if (t.global_x() as u64) < n { y[t.global_x()] = 1.0 });
+    /// }
+    /// const SOURCE: &str = r#"
+    /// #define float double
+    /// extern "C" __global__ void fill(unsigned long long n, float* y) {
+    ///     unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x;
+    ///     if (i < n) y[i] = 1;
+    /// }"#;
+    /// let ctx = Context::new(0).unwrap();
+    /// // SAFETY: fill writes y[i] for i < n only, and reads nothing else.
+    /// let program = unsafe { Program::new(SOURCE).name("fill.cu").declare::<Fill>() };
+    /// // `float` is `double` here: the kernel would write 8n bytes into a
+    /// // buffer of n f32s. The declaration is refused before any launch.
+    /// match program.compile_for(&ctx) {
+    ///     Err(Error::DeclarationMismatch { kernel: "fill", .. }) => {}
+    ///     Err(Error::NvrtcUnavailable { .. }) if ctx.is_gpu() => {}
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// ```
+    ///
+    /// # Safety
+    /// The body of kernel `K::DECL.name` in this program, as compiled with
+    /// its options, touches only the elements the declaration gives it:
+    /// through each pointer parameter, only elements `0..count` of the
+    /// declared count (another parameter's value, or a number), and writes
+    /// only through pointers declared `&mut [T; count]`. The parameters'
+    /// types are checked by the compiler (on a GPU) and need no promise.
+    pub unsafe fn declare<K: DeclaredKernel>(mut self) -> Self {
+        self.declarations.push(K::DECL);
+        self
+    }
+
+    /// The kernels declared with [`Program::declare`].
+    pub fn declarations(&self) -> &[KernelDecl] {
+        &self.declarations
     }
 
     /// Cubin (the default) or PTX.
@@ -289,23 +272,45 @@ impl Program {
     }
 
     /// Compile, or take the image from the cache, for the context, and load
-    /// it. On a GPU, NVRTC compiles the source for the context's compute
-    /// capability (or [`Program::arch`]), or the image comes from the disk
-    /// cache ([`CACHE_ENV`]), and a compile error carries NVRTC's log. On the
-    /// software driver nothing is compiled: the module is made from the
-    /// declarations' CPU twins, and the source is still read so that
-    /// [`Module::kernel`] checks each declaration against its `__global__`
-    /// function exactly as on a GPU.
+    /// it. Each declaration ([`Program::declare`]) is first compared with the
+    /// source's parameter list. On a GPU, NVRTC compiles the source for the
+    /// context's compute capability (or [`Program::arch`]), asserting each
+    /// declared kernel's type, or the image comes from the disk cache
+    /// ([`CACHE_ENV`]); a compile error carries NVRTC's log. On the software
+    /// driver nothing is compiled: the module is made from the declarations'
+    /// CPU twins, and a declaration that depends on a macro of the source or
+    /// the options is refused, since only a compiler could check it.
     pub fn compile_for(&self, ctx: &Arc<Context>) -> Result<Arc<Module>> {
-        let kernels = parse::kernels(&self.source);
         let info = SourceInfo {
             program: self.name.clone(),
-            kernels,
+            kernels: parse::kernels(&self.source),
             name_expressions: self.name_expressions.clone(),
             lowered: Vec::new(),
+            declared: self.declarations.clone(),
         };
+        for decl in &self.declarations {
+            info.check(decl.name, decl.params)?;
+        }
         match ctx.kind() {
-            DriverKind::Soft => Module::from_declarations(ctx, info),
+            DriverKind::Soft => {
+                let macros = parse::macros(&self.source, &self.options);
+                for decl in &self.declarations {
+                    if let Some(name) =
+                        parse::macro_in_declaration(decl.name, &info.kernels, &macros)
+                    {
+                        return Err(info.mismatch(
+                            decl.name,
+                            format!(
+                                "its declaration depends on the macro `{name}` (defined by the \
+                                 source or an option), which only NVRTC can expand; the software \
+                                 driver has no compiler to check it, so it refuses what it cannot \
+                                 read"
+                            ),
+                        ));
+                    }
+                }
+                Module::from_declarations(ctx, info)
+            }
             DriverKind::Cuda => {
                 let arch = self.arch.unwrap_or_else(|| Arch::of(ctx));
                 let compiled = self.compile(arch)?;
@@ -326,13 +331,13 @@ impl Program {
 
     /// [`Program::compile`] with a given compiler.
     pub fn compile_with(&self, compiler: &Compiler, arch: Arch) -> Result<CompiledProgram> {
-        if !compiler.archs.contains(&(arch.number() as i32)) {
-            let (major, minor) = compiler.version;
+        if !compiler.supported_archs().contains(&(arch.number() as i32)) {
+            let (major, minor) = compiler.version();
             return Err(Error::UnsupportedArch {
                 arch,
                 nvrtc: format!("{major}.{minor}"),
                 supported: compiler
-                    .archs
+                    .supported_archs()
                     .iter()
                     .map(|a| format!("sm_{a}"))
                     .collect::<Vec<_>>()
@@ -345,9 +350,14 @@ impl Program {
         };
         let mut options = self.options.clone();
         options.push(arch_option);
+        let checked = self.checked_source()?;
         let key = format!(
             "nvrtc {}.{}\noutput {:?}\noptions {options:?}\nnames {:?}\nsource\n{}",
-            compiler.version.0, compiler.version.1, self.output, self.name_expressions, self.source
+            compiler.version().0,
+            compiler.version().1,
+            self.output,
+            checked.expressions,
+            checked.source
         );
         let dir = self.cache_location();
         if let Some(entry) = dir.as_deref().and_then(|dir| cache::load(dir, &key)) {
@@ -361,7 +371,7 @@ impl Program {
                 from_cache: true,
             });
         }
-        let (image, log, lowered) = self.run_nvrtc(compiler, &options, arch)?;
+        let (image, log, lowered) = self.run_nvrtc(compiler, &checked, &options, arch)?;
         let entry = cache::Entry {
             image,
             log,
@@ -380,168 +390,74 @@ impl Program {
         })
     }
 
-    /// One NVRTC compilation: the image (PTX with its NUL), the log and the
-    /// lowered names.
-    #[allow(clippy::type_complexity, reason = "private, named in the doc")]
-    fn run_nvrtc(
-        &self,
-        compiler: &Compiler,
-        options: &[String],
-        arch: Arch,
-    ) -> Result<(Vec<u8>, String, Vec<(String, String)>)> {
-        let table = &compiler.table;
-        let call = |call: &'static str, status| {
-            table
-                .check(status)
-                .map_err(|source| Error::NvrtcCall { call, source })
-        };
-        let nul = |what: &str, text: &str| {
-            CString::new(text).map_err(|_| Error::InvalidName {
-                name: format!("{what} {text:?} (contains a NUL byte)"),
-            })
-        };
-        let source = nul("source of", &self.name).and_then(|_| nul("source", &self.source))?;
-        let name = nul("program name", &self.name)?;
-        let options: Vec<CString> = options
-            .iter()
-            .map(|o| nul("option", o))
-            .collect::<Result<_>>()?;
-        let expressions: Vec<CString> = self
-            .name_expressions
-            .iter()
-            .map(|e| nul("name expression", e))
-            .collect::<Result<_>>()?;
-        let mut program: nvrtcProgram = std::ptr::null_mut();
-        // SAFETY: NUL-terminated source and name; no headers.
-        let status = unsafe {
-            (table.nvrtcCreateProgram)(
-                &mut program,
-                source.as_ptr(),
-                name.as_ptr(),
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        };
-        call("nvrtcCreateProgram", status)?;
-        let guard = ProgramGuard { table, program };
-        for expression in &expressions {
-            // SAFETY: a live program and a NUL-terminated expression.
-            let status = unsafe { (table.nvrtcAddNameExpression)(program, expression.as_ptr()) };
-            call("nvrtcAddNameExpression", status)?;
-        }
-        let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
-        // SAFETY: a live program and `option_ptrs.len()` NUL-terminated options.
-        let compiled = unsafe {
-            (table.nvrtcCompileProgram)(program, option_ptrs.len() as i32, option_ptrs.as_ptr())
-        };
-        let log = guard.log()?;
-        if compiled == sys::nvrtc::bindings::nvrtcResult::NVRTC_ERROR_COMPILATION {
-            return Err(Error::Compile {
-                program: self.name.clone(),
-                arch,
-                log,
+    /// The source NVRTC compiles: the program's, followed by the assertions
+    /// of its declarations, and the name expressions with the one that
+    /// proves the assertions were compiled.
+    fn checked_source(&self) -> Result<CheckedSource> {
+        if self.declarations.is_empty() {
+            return Ok(CheckedSource {
+                source: self.source.to_string(),
+                expressions: self.name_expressions.clone(),
+                lines: Vec::new(),
             });
         }
-        call("nvrtcCompileProgram", compiled)?;
-        let image = guard.output(self.output)?;
-        let mut lowered = Vec::new();
-        for (text, expression) in self.name_expressions.iter().zip(&expressions) {
-            let mut name: *const c_char = std::ptr::null();
-            // SAFETY: a live, compiled program; the expression was added.
-            let status =
-                unsafe { (table.nvrtcGetLoweredName)(program, expression.as_ptr(), &mut name) };
-            call("nvrtcGetLoweredName", status)?;
-            if !name.is_null() {
-                // SAFETY: NVRTC returns a NUL-terminated string owned by the
-                // program, alive until it is destroyed (after this copy).
-                let name = unsafe { CStr::from_ptr(name) }
-                    .to_string_lossy()
-                    .into_owned();
-                lowered.push((text.clone(), name));
+        for decl in &self.declarations {
+            if !assertion::valid_name(decl.name) {
+                return Err(Error::DeclarationMismatch {
+                    kernel: decl.name,
+                    program: self.name.clone(),
+                    reason: "the declared name is no C++ name or name expression the compiler \
+                             can be asked about (letters, digits, `_`, `::`, `<…>`, `,`, `*`, \
+                             `&` and spaces only)"
+                        .into(),
+                });
             }
         }
-        drop(guard);
-        Ok((image, log, lowered))
-    }
-}
-
-/// Destroys an NVRTC program on every path out of a compilation.
-struct ProgramGuard<'a> {
-    table: &'a Nvrtc,
-    program: nvrtcProgram,
-}
-
-impl ProgramGuard<'_> {
-    /// Read a size, then that many bytes, with a pair of entry points.
-    fn bytes(
-        &self,
-        size_call: (
-            &'static str,
-            unsafe extern "C" fn(nvrtcProgram, *mut usize) -> sys::nvrtc::bindings::nvrtcResult,
-        ),
-        data_call: (
-            &'static str,
-            unsafe extern "C" fn(nvrtcProgram, *mut c_char) -> sys::nvrtc::bindings::nvrtcResult,
-        ),
-    ) -> Result<Vec<u8>> {
-        let mut size = 0usize;
-        // SAFETY: a live program and a valid out-pointer.
-        let status = unsafe { (size_call.1)(self.program, &mut size) };
-        self.table
-            .check(status)
-            .map_err(|source| Error::NvrtcCall {
-                call: size_call.0,
-                source,
-            })?;
-        let mut bytes = vec![0u8; size];
-        if size > 0 {
-            // SAFETY: room for the `size` bytes NVRTC reported.
-            let status = unsafe { (data_call.1)(self.program, bytes.as_mut_ptr().cast()) };
-            self.table
-                .check(status)
-                .map_err(|source| Error::NvrtcCall {
-                    call: data_call.0,
-                    source,
-                })?;
-        }
-        Ok(bytes)
+        let appended = assertion::append(&self.declarations);
+        let mut expressions = self.name_expressions.clone();
+        expressions.push(assertion::SENTINEL.to_string());
+        Ok(CheckedSource {
+            source: format!("{}{}", self.source, appended.text),
+            expressions,
+            lines: appended.lines,
+        })
     }
 
-    fn log(&self) -> Result<String> {
-        let mut log = self.bytes(
-            ("nvrtcGetProgramLogSize", self.table.nvrtcGetProgramLogSize),
-            ("nvrtcGetProgramLog", self.table.nvrtcGetProgramLog),
-        )?;
-        while log.last() == Some(&0) {
-            log.pop();
-        }
-        Ok(String::from_utf8_lossy(&log).into_owned())
-    }
-
-    fn output(&self, output: Output) -> Result<Vec<u8>> {
-        match output {
-            Output::Ptx => self.bytes(
-                ("nvrtcGetPTXSize", self.table.nvrtcGetPTXSize),
-                ("nvrtcGetPTX", self.table.nvrtcGetPTX),
+    /// A compile error as the declaration it refused, when the log says
+    /// the compiler refused one of the assertions.
+    fn declaration_error(&self, checked: &CheckedSource, log: &str) -> Option<Error> {
+        let (decl, failure) = self
+            .declarations
+            .iter()
+            .zip(&checked.lines)
+            .find_map(|(decl, line)| Some((decl, assertion::failure(log, *line)?)))?;
+        let declared = assertion::function_type(decl.params);
+        let reason = match &failure.source_type {
+            Some(source) => format!(
+                "NVRTC, after preprocessing, gives `{}` the type {source}, but the declaration \
+                 says {declared}",
+                decl.name
             ),
-            Output::Cubin => self.bytes(
-                ("nvrtcGetCUBINSize", self.table.nvrtcGetCUBINSize),
-                ("nvrtcGetCUBIN", self.table.nvrtcGetCUBIN),
+            None => format!(
+                "NVRTC could not confirm that `{}` has the declared type {declared}: {}",
+                decl.name,
+                failure.lines.join(" / ")
             ),
-        }
+        };
+        Some(Error::DeclarationMismatch {
+            kernel: decl.name,
+            program: self.name.clone(),
+            reason,
+        })
     }
 }
 
-impl Drop for ProgramGuard<'_> {
-    fn drop(&mut self) {
-        // SAFETY: the program was created by nvrtcCreateProgram and is
-        // destroyed once.
-        let status = unsafe { (self.table.nvrtcDestroyProgram)(&mut self.program) };
-        if let Err(err) = self.table.check(status) {
-            tracing::warn!("nvrtcDestroyProgram failed: {err}");
-        }
-    }
+/// What NVRTC is given for a program: its source with the declarations'
+/// assertions, the name expressions, and the assertions' lines.
+struct CheckedSource {
+    source: String,
+    expressions: Vec<String>,
+    lines: Vec<u32>,
 }
 
 /// What NVRTC made of a [`Program`] (or what the cache kept of it).
@@ -608,9 +524,28 @@ pub(crate) struct SourceInfo {
     pub(crate) kernels: Vec<parse::SourceKernel>,
     pub(crate) name_expressions: Vec<String>,
     pub(crate) lowered: Vec<(String, String)>,
+    /// The declarations made with [`Program::declare`], the only ones
+    /// [`Module::kernel`] gives.
+    pub(crate) declared: Vec<KernelDecl>,
 }
 
 impl SourceInfo {
+    pub(crate) fn mismatch(&self, kernel: &'static str, reason: String) -> Error {
+        Error::DeclarationMismatch {
+            kernel,
+            program: self.program.clone(),
+            reason,
+        }
+    }
+
+    /// Whether `decl` was declared on the program (its name and parameters:
+    /// what the promise of [`Program::declare`] is about).
+    pub(crate) fn is_declared(&self, decl: &KernelDecl) -> bool {
+        self.declared
+            .iter()
+            .any(|d| d.name == decl.name && d.params == decl.params)
+    }
+
     /// Check a declaration against the source; `Ok` gives the symbol to
     /// look up (the `extern "C"` name, or the name expression's lowered
     /// name; on the software driver the declared name itself).
@@ -619,11 +554,7 @@ impl SourceInfo {
         name: &'static str,
         params: &[sys::signature::Param],
     ) -> Result<String> {
-        let mismatch = |reason: String| Error::DeclarationMismatch {
-            kernel: name,
-            program: self.program.clone(),
-            reason,
-        };
+        let mismatch = |reason: String| self.mismatch(name, reason);
         parse::check(name, params, &self.kernels).map_err(mismatch)?;
         let (base, _) = parse::split_name_expression(name);
         let extern_c = self

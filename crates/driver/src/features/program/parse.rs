@@ -349,6 +349,73 @@ pub(crate) fn split_name_expression(expression: &str) -> (&str, Vec<String>) {
     (base, args)
 }
 
+/// The macros `source` defines (`#define NAME …`, continued lines joined),
+/// and those an NVRTC option defines (`-DNAME=…`, `--define-macro=NAME`).
+/// Read line by line, so a `#define` inside a comment counts too: the
+/// answer is used to refuse, never to accept.
+pub(crate) fn macros(source: &str, options: &[String]) -> Vec<String> {
+    let mut names = Vec::new();
+    let logical = source.replace("\\\r\n", " ").replace("\\\n", " ");
+    for line in logical.lines() {
+        let Some(rest) = line.trim_start().strip_prefix('#') else {
+            continue;
+        };
+        let Some(rest) = rest.trim_start().strip_prefix("define") else {
+            continue;
+        };
+        if rest.starts_with(|c: char| c.is_whitespace()) {
+            names.push(leading_identifier(rest.trim_start()));
+        }
+    }
+    let mut options = options.iter().map(String::as_str);
+    while let Some(option) = options.next() {
+        let definition = match option {
+            "-D" | "--define-macro" => options.next().unwrap_or(""),
+            _ => match option
+                .strip_prefix("--define-macro=")
+                .or_else(|| option.strip_prefix("-D"))
+            {
+                Some(definition) => definition,
+                None => continue,
+            },
+        };
+        names.push(leading_identifier(definition));
+    }
+    names.retain(|name| !name.is_empty());
+    names
+}
+
+fn leading_identifier(text: &str) -> String {
+    text.chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// A macro among `macros` that the declaration of `name` depends on: the
+/// kernel's name, a template argument, or a word of its parameter list.
+/// Only the compiler, after preprocessing, can check such a declaration.
+pub(crate) fn macro_in_declaration(
+    name: &str,
+    kernels: &[SourceKernel],
+    macros: &[String],
+) -> Option<String> {
+    let (base, args) = split_name_expression(name);
+    let kernel = kernels.iter().find(|k| k.name == base);
+    let params = kernel
+        .into_iter()
+        .flat_map(|k| k.params.iter().flat_map(|(_, words)| words.iter()));
+    let words = std::iter::once(base.to_string())
+        .chain(args.iter().flat_map(|a| {
+            a.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        }))
+        .chain(params.cloned());
+    words
+        .into_iter()
+        .find(|word| macros.iter().any(|m| m == word))
+}
+
 /// Compare `params`, declared for kernel `name` (an `extern "C"` name or a
 /// name expression), with the source's kernels; the error names the
 /// parameter that differs.
@@ -573,5 +640,35 @@ mod tests {
             write(Scalar::U32),
         ];
         check("hist", &hist, &found).unwrap();
+    }
+
+    #[test]
+    fn macros_the_source_or_the_options_define_are_found_in_a_declaration() {
+        let source = "#include <x.h>\n  #  define float double\n#define LONG \\\n  1\n#undef X\n\
+                      #define\tF(x) x\nextern \"C\" __global__ void fill(unsigned long long n, float* y) {}\n\
+                      extern \"C\" __global__ void plain(int* y) {}\n";
+        let options = [
+            "-DREAL=double".to_string(),
+            "-D".into(),
+            "N".into(),
+            "--define-macro=M".into(),
+            "-O3".into(),
+        ];
+        let found = macros(source, &options);
+        assert_eq!(found, ["float", "LONG", "F", "REAL", "N", "M"]);
+        let kernels = kernels(source);
+        assert_eq!(
+            macro_in_declaration("fill", &kernels, &found).as_deref(),
+            Some("float")
+        );
+        assert_eq!(macro_in_declaration("plain", &kernels, &found), None);
+        assert_eq!(
+            macro_in_declaration("plain", &kernels, &["plain".to_string()]).as_deref(),
+            Some("plain")
+        );
+        assert_eq!(
+            macro_in_declaration("scale<REAL>", &kernels, &found).as_deref(),
+            Some("REAL")
+        );
     }
 }
