@@ -2,7 +2,9 @@
 //! NCCL collective, another library's kernel), given the same ordering and
 //! tracking as this crate's own copies and launches.
 //!
-//! The rule that makes it sound is the one `enqueue.rs` follows: an
+//! It is the enqueue protocol's external case (`protocol.rs`), immediate
+//! ([`Stream::enqueue_external`]) or deferred ([`Stream::prepare_uses`]).
+//! The rule that makes it sound is the one every enqueue follows: an
 //! operation's step in the stream order is taken when its accesses are
 //! checked, and stays *in flight* (left out of every event record, host wait
 //! and `auto` wait on the stream) until the driver call that enqueues the
@@ -20,12 +22,10 @@
 //! orders nothing that did not happen; at worst the step's recorded access
 //! makes a later access on another stream a race that was not one.
 
-use crate::enqueue::gate::EnqueueGate;
-use crate::enqueue::protocol::Use;
+use crate::enqueue::protocol::{Pending, Use, Work};
 use crate::ground::error::{Error, Result};
 use crate::objects::memory::{DeviceMemory, DeviceMemoryMut};
 use crate::objects::stream::Stream;
-use crate::order::{self, InFlight, OrderPolicy};
 
 /// A buffer that work enqueued outside this crate (an NCCL collective, a
 /// library's kernel) uses on a stream, for [`Stream::enqueue_external`]
@@ -111,14 +111,22 @@ impl<'a> BufferUse<'a> {
 /// ```
 #[must_use = "the work's step stays in flight until `enqueued()` (or drop, if nothing was enqueued)"]
 pub struct PreparedWork<'a> {
-    stream: &'a Stream,
-    uses: &'a [BufferUse<'a>],
-    // Declared before the gate: the step lands before the stream may begin
-    // a capture.
-    in_flight: InFlight<'a>,
-    // Holds the stream out of captures from the check through the tracking
-    // (`capture_gate.rs`); also what makes this `!Send`.
-    _gate: EnqueueGate<'a>,
+    /// The protocol's deferred case (`protocol.rs`): checked, stepped, gated.
+    pending: Pending<'a, BufferUses<'a>>,
+}
+
+/// The uses of external work, as the protocol takes them.
+#[derive(Clone, Copy)]
+struct BufferUses<'a>(&'a [BufferUse<'a>]);
+
+impl<'a> IntoIterator for BufferUses<'a> {
+    type Item = Use<'a>;
+    type IntoIter =
+        std::iter::Map<std::slice::Iter<'a, BufferUse<'a>>, fn(&BufferUse<'a>) -> Use<'a>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|used| used.0)
+    }
 }
 
 impl PreparedWork<'_> {
@@ -128,29 +136,20 @@ impl PreparedWork<'_> {
     /// for it. Every use is tracked even when one fails (that one waits for
     /// the stream first); the first failure is returned.
     pub fn enqueued(self) -> Result<()> {
-        let PreparedWork {
-            stream,
-            uses,
-            in_flight,
-            _gate,
-        } = self;
-        // Landed before the tracking: the use events recorded below must
-        // cover this step.
-        drop(in_flight);
-        track(stream, uses)
+        self.pending.enqueued()
     }
 
     /// The stream the work goes on.
     pub fn stream(&self) -> &Stream {
-        self.stream
+        self.pending.stream()
     }
 }
 
 impl std::fmt::Debug for PreparedWork<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PreparedWork")
-            .field("stream", &self.stream.id())
-            .field("uses", &self.uses.len())
+            .field("stream", &self.stream().id())
+            .field("uses", &self.pending.uses().0.len())
             .finish()
     }
 }
@@ -163,11 +162,12 @@ impl Stream {
     /// checked to belong to it ([`Error::DeviceMismatch`] otherwise) and
     /// the stream ordered after whatever made it valid (a stream-ordered
     /// allocation on another stream); the uses are checked against the
-    /// context's [`OrderPolicy`] as one operation ("external work": with
-    /// `Check` an unordered conflicting use is refused before `enqueue`
-    /// runs, with `Auto` the stream is made to wait). The work's step in the
-    /// stream order stays in flight until `enqueue` returns; then the
-    /// buffers are tracked so that frees and host access wait for it.
+    /// context's [`OrderPolicy`](crate::OrderPolicy) as one operation
+    /// ("external work": with `Check` an unordered conflicting use is
+    /// refused before `enqueue` runs, with `Auto` the stream is made to
+    /// wait). The work's step in the stream order stays in flight until
+    /// `enqueue` returns; then the buffers are tracked so that frees and
+    /// host access wait for it.
     ///
     /// The buffers are tracked even when `enqueue` fails (it may have
     /// enqueued part of its work: an unneeded wait costs less than a free
@@ -204,27 +204,8 @@ impl Stream {
     /// with [`Stream::enqueue_gate`]); keep it only from the check to the
     /// enqueue.
     pub fn prepare_uses<'a>(&'a self, uses: &'a [BufferUse<'a>]) -> Result<PreparedWork<'a>> {
-        crate::objects::context::refuse_inside_callback()?;
-        let gate = self.enqueue_gate("external work")?;
-        self.check_uses(uses)?;
-        for used in uses {
-            if let Use::Device(buffer, _) | Use::Extent(buffer, ..) = used.0 {
-                buffer.before_use(self)?;
-            }
-        }
-        let policy = self.context().order.policy();
-        let in_flight = if policy == OrderPolicy::Off {
-            InFlight::NONE
-        } else {
-            let touches: order::Touches = uses.iter().map(|u| u.0.touch()).collect();
-            order::before_enqueue(self, "external work", &touches, policy)?
-        };
-        Ok(PreparedWork {
-            stream: self,
-            uses,
-            in_flight,
-            _gate: gate,
-        })
+        let pending = self.prepare_enqueue(BufferUses(uses), Work::External)?;
+        Ok(PreparedWork { pending })
     }
 
     /// `Ok` when every buffer of `uses` belongs to this stream's context;
@@ -240,19 +221,4 @@ impl Stream {
         }
         Ok(())
     }
-}
-
-/// Remember each use of external work just enqueued on `stream`.
-fn track(stream: &Stream, uses: &[BufferUse<'_>]) -> Result<()> {
-    let mut result = Ok(());
-    for used in uses {
-        let tracked = match used.0 {
-            Use::Device(buffer, write)
-            | Use::Peer(buffer, write)
-            | Use::Extent(buffer, write, ..) => buffer.after_use(stream, write),
-            Use::Host(buffer, write) => buffer.after_host_use(stream, write),
-        };
-        result = result.and(tracked);
-    }
-    result
 }

@@ -1,12 +1,14 @@
 //! The enqueue protocol: the one way work gets onto a stream.
 //!
 //! One call takes the work as a closure and does, in one place, the capture
-//! gate ([`gate`]), the context bind, the order check and step, the
-//! observers, the driver call, the counters, the use tracking and the
-//! stream's latest mark ([`latest_mark`]) ([`protocol`]). Work that runs
-//! outside this crate's calls (a collective's NCCL call, work deferred
-//! across an NCCL group) goes through the same protocol as a case it knows
-//! ([`external`]).
+//! gate ([`gate`]), the context bind, the buffers' checks, the order check
+//! and step, the observers ([`observers`]), the driver call, the counters,
+//! the use tracking and the end of the stream's latest mark
+//! ([`protocol`]). The kinds of work differ only where the protocol's
+//! `Work` says so: this crate's copies, memsets, launches, callbacks and
+//! graph launches are its immediate case; work that another library
+//! enqueues (an NCCL collective, a foreign kernel) its external case, now
+//! or deferred ([`external`]).
 //!
 //! What it may import: the ground and the objects. The features above
 //! (copies, launches, graphs, futures, interop) call into it; it never names

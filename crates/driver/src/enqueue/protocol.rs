@@ -1,12 +1,35 @@
-//! The protocol every operation on buffers follows (copies, memsets,
-//! prefetches, kernel launches), so that no buffer is freed, or handed to the
-//! host, while a stream may still use it.
+//! The protocol every piece of work follows onto a stream, written once:
+//!
+//! 1. the capture gate (`gate.rs`): the stream is held out of captures from
+//!    here until the uses are tracked, so eager work never lands in a graph
+//!    that keeps none of its resources;
+//! 2. the context bind (this crate's own work; external work is bound right
+//!    before its enqueue, and deferred work by its caller);
+//! 3. the buffers' checks (each of the stream's context) and their
+//!    `before_use` (the stream waits for a stream-ordered allocation);
+//! 4. the order check and step (`order/`): the work's accesses checked
+//!    against the context's policy as one operation, its step kept in
+//!    flight until the work is on the stream;
+//! 5. the observers (`observers.rs`), right before the driver call;
+//! 6. the call;
+//! 7. the step lands, the counters count, and every use is tracked so that
+//!    frees and host access wait for the work; the gate goes, and with it
+//!    the stream's latest mark (`latest_mark.rs`) stops covering the end.
+//!
+//! [`Stream::prepare_enqueue`] does steps 1 to 4 and returns a [`Pending`];
+//! [`Pending::call`] does 5 to 7 around a driver call, and
+//! [`Pending::enqueued`] does 7 for work that another library put on the
+//! stream (now, or later: a deferred enqueue, such as collectives enqueued
+//! at `ncclGroupEnd`, holds the `Pending` until then). What differs between
+//! kinds of work is said once, by [`Work`].
 
+use crate::enqueue::gate::EnqueueGate;
 use crate::ground::error::Result;
+use crate::objects::context::refuse_inside_callback;
 use crate::objects::memory::DeviceUse;
 use crate::objects::memory::sealed::HostUse;
 use crate::objects::stream::Stream;
-use crate::order::{self, OrderPolicy, Touch};
+use crate::order::{self, InFlight, OrderPolicy, Touch};
 use sys::{CUresult, CUstream, Driver};
 
 /// A buffer an operation uses, and whether the operation may write it.
@@ -48,9 +71,22 @@ impl Use<'_> {
             write,
         }
     }
+
+    /// Remember the use on `stream`, just enqueued, so that frees and host
+    /// access wait for it.
+    #[inline]
+    fn track(self, stream: &Stream) -> Result<()> {
+        match self {
+            Use::Device(buffer, write)
+            | Use::Peer(buffer, write)
+            | Use::Extent(buffer, write, ..) => buffer.after_use(stream, write),
+            Use::Host(buffer, write) => buffer.after_host_use(stream, write),
+        }
+    }
 }
 
-/// What an operation adds to the stream's counters.
+/// What a piece of work is to the protocol: everything the kinds of work
+/// do differently is answered here.
 #[derive(Clone, Copy)]
 pub(crate) enum Work {
     /// A copy or prefetch of this many bytes.
@@ -59,85 +95,245 @@ pub(crate) enum Work {
     Operation,
     /// A kernel launch.
     KernelLaunch,
+    /// A host callback: no buffers, so no step of its own.
+    Callback,
+    /// A replay of an executable graph of this many nodes: one step with
+    /// the graph's whole access set. Its host buffers are checked to be of
+    /// the stream's context too.
+    GraphLaunch(usize),
+    /// A graph's upload: it runs none of the graph's work, so no step, no
+    /// count and nothing tracked; the stream is still ordered after the
+    /// buffers' allocations.
+    GraphUpload,
+    /// Work made outside this crate (an NCCL collective, another library's
+    /// kernel): not counted, no observer told. Its context is made current
+    /// right before it is enqueued (or by whoever enqueues it later), not
+    /// here: several may be prepared at once, on several devices.
+    External,
+}
+
+impl Work {
+    /// Named in the refusal while the stream captures.
+    fn refused_as(self) -> &'static str {
+        match self {
+            Work::Callback => "Stream::add_callback",
+            Work::GraphLaunch(_) => "GraphExec::launch",
+            Work::GraphUpload => "GraphExec::upload",
+            Work::External => "external work",
+            Work::Transfer(_) | Work::Operation | Work::KernelLaunch => {
+                "enqueueing work (use the Capture's methods)"
+            }
+        }
+    }
+
+    /// The operation the order tracker names in a race; `None`: no step.
+    fn step<'a>(self, mut uses: impl Iterator<Item = Use<'a>>) -> Option<&'static str> {
+        Some(match self {
+            Work::KernelLaunch => "kernel launch",
+            Work::Operation => "memset",
+            Work::Transfer(_) if uses.any(|u| matches!(u, Use::Peer(..))) => "peer copy",
+            Work::Transfer(_) => "copy",
+            Work::GraphLaunch(_) => "graph launch",
+            Work::External => "external work",
+            Work::Callback | Work::GraphUpload => return None,
+        })
+    }
+
+    /// Whether it is this crate's own work, bound before its buffers are
+    /// checked (external work is bound by whoever enqueues it).
+    fn binds(self) -> bool {
+        !matches!(self, Work::External)
+    }
+
+    /// Whether the stream's observers are told before its driver call.
+    fn observed(self) -> bool {
+        !matches!(self, Work::External | Work::GraphUpload)
+    }
+
+    /// Whether its uses are tracked once it is on the stream.
+    fn tracks(self) -> bool {
+        !matches!(self, Work::GraphUpload)
+    }
+
+    /// Count it in the stream's metrics, once it is on the stream.
+    #[inline]
+    fn count(self, stream: &Stream) {
+        let counters = &stream.counters;
+        match self {
+            Work::Transfer(bytes) => counters.transfer(bytes),
+            Work::Operation => counters.operation(),
+            Work::KernelLaunch => counters.kernel_launch(),
+            Work::Callback => counters.callback(),
+            Work::GraphLaunch(nodes) => counters.graph_launch(nodes),
+            Work::GraphUpload | Work::External => {}
+        }
+    }
+}
+
+/// Work checked and given its step on a stream, whose enqueue is to come:
+/// while this lives the stream cannot begin a capture and the step is in
+/// flight (no event recorded on the stream, host wait or `auto` wait covers
+/// it). [`Pending::call`] or [`Pending::enqueued`] finishes it; dropped
+/// without either (nothing was enqueued), the step lands as it is and no
+/// buffer is tracked.
+pub(crate) struct Pending<'s, U> {
+    stream: &'s Stream,
+    uses: U,
+    work: Work,
+    // Declared before the gate: the step lands before the stream may begin
+    // a capture.
+    in_flight: InFlight<'s>,
+    // Held from the check through the tracking; also what makes this
+    // `!Send` (the step is counted on the thread that took it).
+    _gate: EnqueueGate<'s>,
 }
 
 impl Stream {
-    /// Bind the context, order this stream after the allocation of each device
-    /// buffer in `uses`, tell the stream's [`crate::WorkObserver`]s, enqueue with `call` (given the driver table and this
-    /// stream's handle) and count it as `work`; then track every use so that
-    /// frees and host access wait for the operation.
+    /// Steps 1 to 4 of the protocol (see the module's docs) for `work` using
+    /// `uses`: the gate, the bind, the buffers' checks and `before_use`,
+    /// the order check and step.
     ///
-    /// Nothing is tracked when enqueueing fails. Every use is tracked even when
-    /// an earlier one fails (a failed one has waited for the stream), and the
-    /// first failure is returned.
-    pub(crate) fn enqueue_tracked<'a>(
-        &self,
-        uses: impl IntoIterator<Item = Use<'a>> + Clone,
+    /// Every buffer's context is checked before any `before_use` enqueues a
+    /// wait, so refused work leaves nothing on the stream.
+    #[inline]
+    pub(crate) fn prepare_enqueue<'s, 'u, U>(
+        &'s self,
+        uses: U,
         work: Work,
-        call: impl FnOnce(&Driver, CUstream) -> CUresult,
-    ) -> Result<()> {
-        // Captured work must keep its buffers alive for every replay, which
-        // this protocol does not do: captures go through `Capture`. The gate
-        // keeps a capture from beginning before the uses are tracked.
-        let _gate = self.enqueue_gate("enqueueing work (use the Capture's methods)")?;
-        self.context().bind()?;
+    ) -> Result<Pending<'s, U>>
+    where
+        U: IntoIterator<Item = Use<'u>> + Clone,
+    {
+        if !work.binds() {
+            // Nothing below binds first, and a callback may not call the
+            // driver at all.
+            refuse_inside_callback()?;
+        }
+        let gate = self.enqueue_gate(work.refused_as())?;
+        if work.binds() {
+            self.context().bind()?;
+        }
+        let check_hosts = matches!(work, Work::GraphLaunch(_) | Work::GraphUpload);
         for used in uses.clone() {
             match used {
+                // Checked here, not left to each implementation: memory of
+                // another context is never handed to this stream's driver.
                 Use::Device(buffer, _) | Use::Extent(buffer, ..) => {
-                    // Checked here, not left to each implementation: memory of
-                    // another context is never handed to this stream's driver.
-                    self.check_context_id("a buffer", buffer.use_context_id())?;
-                    buffer.before_use(self)?;
+                    self.check_context_id("a buffer", buffer.use_context_id())?
                 }
-                Use::Peer(buffer, _) => buffer.before_use(self)?,
+                Use::Host(buffer, _) if check_hosts => {
+                    self.check_context_id("a host buffer", buffer.host_context_id())?
+                }
+                Use::Peer(..) | Use::Host(..) => {}
+            }
+        }
+        for used in uses.clone() {
+            match used {
+                Use::Device(buffer, _) | Use::Extent(buffer, ..) | Use::Peer(buffer, _) => {
+                    buffer.before_use(self)?
+                }
                 Use::Host(..) => {}
             }
         }
         // After the waits above (which order the stream after allocations),
         // before the driver sees the work: the one branch `off` costs.
         let policy = self.context().order.policy();
-        let in_flight = if policy == OrderPolicy::Off {
-            order::InFlight::NONE
-        } else {
-            let what = match work {
-                Work::KernelLaunch => "kernel launch",
-                Work::Operation => "memset",
-                Work::Transfer(_)
-                    if uses.clone().into_iter().any(|u| matches!(u, Use::Peer(..))) =>
-                {
-                    "peer copy"
-                }
-                Work::Transfer(_) => "copy",
-            };
-            // Pushed one by one: `collect` into a `SmallVec` costs several
-            // times more for the one or two uses of most operations.
-            let mut touches = order::Touches::new();
-            for used in uses.clone() {
-                touches.push(used.touch());
-            }
-            order::before_enqueue(self, what, &touches, policy)?
+        let step = match policy {
+            OrderPolicy::Off => None,
+            _ => work.step(uses.clone().into_iter()),
         };
-        // An observer (the profiler) marks where the work itself starts.
-        self.before_work();
-        self.context()
-            .check(call(self.context().driver(), self.as_raw()))?;
-        // Queued: the use events recorded below must cover this step.
-        drop(in_flight);
-        match work {
-            Work::Transfer(bytes) => self.counters.transfer(bytes),
-            Work::Operation => self.counters.operation(),
-            Work::KernelLaunch => self.counters.kernel_launch(),
+        let in_flight = match step {
+            Some(what) => {
+                // Pushed one by one: `collect` into a `SmallVec` costs several
+                // times more for the one or two uses of most operations.
+                let mut touches = order::Touches::new();
+                for used in uses.clone() {
+                    touches.push(used.touch());
+                }
+                order::before_enqueue(self, what, &touches, policy)?
+            }
+            None => InFlight::NONE,
+        };
+        Ok(Pending {
+            stream: self,
+            uses,
+            work,
+            in_flight,
+            _gate: gate,
+        })
+    }
+
+    /// The whole protocol for one of this crate's operations: prepared
+    /// ([`Stream::prepare_enqueue`]), then enqueued with `call` (given the
+    /// driver table and this stream's handle) ([`Pending::call`]).
+    ///
+    /// Nothing is tracked when enqueueing fails. Every use is tracked even
+    /// when an earlier one fails (a failed one has waited for the stream),
+    /// and the first failure is returned.
+    #[inline]
+    pub(crate) fn enqueue_tracked<'u>(
+        &self,
+        uses: impl IntoIterator<Item = Use<'u>> + Clone,
+        work: Work,
+        call: impl FnOnce(&Driver, CUstream) -> CUresult,
+    ) -> Result<()> {
+        self.prepare_enqueue(uses, work)?.call(call)
+    }
+}
+
+impl<'s, 'u, U> Pending<'s, U>
+where
+    U: IntoIterator<Item = Use<'u>> + Clone,
+{
+    /// Steps 5 to 7: tell the observers, enqueue with `call`, then
+    /// [`Pending::enqueued`]. When the call fails, the step lands, nothing
+    /// is counted or tracked, and its error is returned.
+    #[inline]
+    pub(crate) fn call(self, call: impl FnOnce(&Driver, CUstream) -> CUresult) -> Result<()> {
+        let stream = self.stream;
+        if self.work.observed() {
+            // An observer (the profiler) marks where the work itself starts.
+            stream.before_work();
         }
+        let ctx = stream.context();
+        ctx.check(call(ctx.driver(), stream.as_raw()))?;
+        self.enqueued()
+    }
+
+    /// Step 7, for work now on the stream: the step lands (records taken
+    /// from now on cover it), the work is counted, and every use is
+    /// tracked so that frees and host access wait for it. Every use is
+    /// tracked even when one fails (that one waits for the stream first);
+    /// the first failure is returned.
+    #[inline]
+    pub(crate) fn enqueued(self) -> Result<()> {
+        let Pending {
+            stream,
+            uses,
+            work,
+            in_flight,
+            _gate,
+        } = self;
+        // Landed before the tracking: the use events recorded below must
+        // cover this step.
+        drop(in_flight);
+        work.count(stream);
         let mut result = Ok(());
-        for used in uses {
-            let tracked = match used {
-                Use::Device(buffer, write)
-                | Use::Peer(buffer, write)
-                | Use::Extent(buffer, write, ..) => buffer.after_use(self, write),
-                Use::Host(buffer, write) => buffer.after_host_use(self, write),
-            };
-            result = result.and(tracked);
+        if work.tracks() {
+            for used in uses {
+                result = result.and(used.track(stream));
+            }
         }
         result
+    }
+
+    /// The stream the work goes on.
+    pub(crate) fn stream(&self) -> &'s Stream {
+        self.stream
+    }
+
+    /// The uses it will track.
+    pub(crate) fn uses(&self) -> &U {
+        &self.uses
     }
 }

@@ -1,5 +1,6 @@
 //! Host callbacks: a Rust closure run when the stream reaches it (`cuLaunchHostFunc`).
 
+use crate::enqueue::protocol::Work;
 use crate::ground::error::Result;
 use crate::objects::context::HostFnGuard;
 use crate::objects::metrics::Counters;
@@ -8,6 +9,7 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use sys::CUresult;
 
 /// What the trampoline receives: the closure and where to count a panic.
 struct Payload {
@@ -58,31 +60,28 @@ impl Stream {
     {
         // A captured callback would run on every replay, but this payload
         // is freed by its first run: captures take `Capture::add_callback`.
-        // The gate keeps a capture from beginning before the driver call: the
-        // trampoline frees the payload when it runs, so it must run once.
-        let _gate = self.enqueue_gate("Stream::add_callback")?;
-        let ctx = self.context();
-        ctx.bind()?;
-        self.before_work();
-        let payload = Box::into_raw(Box::new(Payload {
-            f: Box::new(f),
-            counters: Arc::clone(&self.counters),
-            stream_id: self.id(),
-            seq: self.counters.next_callback_seq(),
-        }));
-        // SAFETY: the stream is live; `trampoline` matches CUhostFn and takes
-        // ownership of `payload` when (and only when) the driver runs it.
-        let code = unsafe {
-            (ctx.driver().cuLaunchHostFunc)(self.as_raw(), Some(trampoline), payload.cast())
-        };
-        if let Err(err) = ctx.check(code) {
-            // SAFETY: the driver refused the callback, so it will never run and
-            // the payload is still ours, from Box::into_raw above.
-            drop(unsafe { Box::from_raw(payload) });
-            return Err(err);
-        }
-        self.counters.callback();
-        Ok(())
+        // The protocol's gate keeps a capture from beginning before the
+        // driver call: the trampoline frees the payload when it runs, so it
+        // must run once.
+        self.enqueue_tracked(std::iter::empty(), Work::Callback, |driver, stream| {
+            let payload = Box::into_raw(Box::new(Payload {
+                f: Box::new(f),
+                counters: Arc::clone(&self.counters),
+                stream_id: self.id(),
+                seq: self.counters.next_callback_seq(),
+            }));
+            // SAFETY: the stream is live; `trampoline` matches CUhostFn and
+            // takes ownership of `payload` when (and only when) the driver
+            // runs it.
+            let code =
+                unsafe { (driver.cuLaunchHostFunc)(stream, Some(trampoline), payload.cast()) };
+            if code != CUresult::CUDA_SUCCESS {
+                // SAFETY: the driver refused the callback, so it will never
+                // run and the payload is still ours, from Box::into_raw above.
+                drop(unsafe { Box::from_raw(payload) });
+            }
+            code
+        })
     }
 }
 

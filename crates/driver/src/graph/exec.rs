@@ -3,15 +3,14 @@
 //! buffers a graph owns.
 
 use super::args::{HostSlot, Resources};
-use crate::enqueue::gate::EnqueueGate;
-use crate::enqueue::protocol::Use;
+use crate::enqueue::protocol::{Pending, Use, Work};
 use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
 use crate::objects::memory::{DeviceCopy, PinnedBuffer};
 use crate::objects::stream::Stream;
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use sys::{CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo};
+use sys::{CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUresult};
 
 /// A captured graph: instantiate it to replay it ([`Graph::instantiate`]).
 /// It keeps alive the buffers, kernels and callbacks its nodes use.
@@ -152,34 +151,23 @@ impl GraphExec {
     /// runs after the work enqueued on `stream` before, and the work
     /// enqueued after waits for all of it.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        let (_gate, in_flight) = self.before_launch(stream, "GraphExec::launch", true)?;
-        {
+        // One operation with the graph's whole access set; a profiler scope
+        // around it is one scope, the whole replay.
+        let pending = self.prepare(stream, Work::GraphLaunch(self.nodes))?;
+        pending.call(|driver, raw| {
             let mut launched = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
-            // A profiler scope around the launch starts here: one scope, the
-            // whole replay.
-            stream.before_work();
             // SAFETY: a live executable graph and a live stream of its
             // context; its buffers are alive (held by `resources`) and
-            // ordered after their allocations on `stream` (above).
-            let code = unsafe { (self.ctx.driver().cuGraphLaunch)(self.raw, stream.as_raw()) };
-            self.ctx.check(code)?;
-            // Queued: the use events recorded below must cover this step.
-            drop(in_flight);
-            if !self.resources.callbacks.is_empty()
+            // ordered after their allocations on `stream` (prepared).
+            let code = unsafe { (driver.cuGraphLaunch)(self.raw, raw) };
+            if code == CUresult::CUDA_SUCCESS
+                && !self.resources.callbacks.is_empty()
                 && !launched.iter().any(|s| s.id() == stream.id())
             {
                 launched.push(stream.to_arc());
             }
-        }
-        stream.counters.graph_launch(self.nodes);
-        let mut result = Ok(());
-        for (memory, write) in &self.resources.buffers {
-            result = result.and(memory.as_use().after_use(stream, *write));
-        }
-        for (memory, write) in &self.resources.hosts {
-            result = result.and(memory.as_host().after_host_use(stream, *write));
-        }
-        result
+            code
+        })
     }
 
     /// Upload the graph to the device ahead of its first launch
@@ -187,48 +175,33 @@ impl GraphExec {
     /// costs no more than later ones.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         // An upload runs none of the graph's work: nothing for the tracker.
-        let (_gate, _in_flight) = self.before_launch(stream, "GraphExec::upload", false)?;
-        let _turn = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: a live executable graph and a live stream of its context.
-        let code = unsafe { (self.ctx.driver().cuGraphUpload)(self.raw, stream.as_raw()) };
-        self.ctx.check(code)
+        let pending = self.prepare(stream, Work::GraphUpload)?;
+        pending.call(|driver, raw| {
+            let _turn = self.launched_on.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: a live executable graph and a live stream of its context.
+            unsafe { (driver.cuGraphUpload)(self.raw, raw) }
+        })
     }
 
-    /// Checks and orders a launch on `stream`; the gate it returns is held
-    /// until the launch's uses are tracked, the step until the driver call
-    /// returned. With `runs` the graph's work runs (a launch, not an
-    /// upload): one operation with its whole access set for the tracker.
-    fn before_launch<'s>(
-        &self,
+    /// The enqueue protocol's graph case, up to the driver call: the graph
+    /// and its buffers checked against `stream`, the stream ordered after
+    /// the buffers' allocations, and (for a launch) one step with the
+    /// graph's whole access set. Launches of one instance take turns
+    /// (`launched_on`, held across the driver call).
+    fn prepare<'s>(
+        &'s self,
         stream: &'s Stream,
-        operation: &'static str,
-        runs: bool,
-    ) -> Result<(EnqueueGate<'s>, crate::order::InFlight<'s>)> {
+        work: Work,
+    ) -> Result<Pending<'s, impl IntoIterator<Item = Use<'s>> + Clone + 's>> {
         // Launched into a capture it would become a child graph, whose
-        // resources nothing would keep.
-        let gate = stream.enqueue_gate(operation)?;
+        // resources nothing would keep: the protocol's gate refuses that.
         stream.check_context("the executable graph", &self.ctx)?;
-        self.ctx.bind()?;
-        for (memory, _) in &self.resources.buffers {
-            stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
-            memory.as_use().before_use(stream)?;
-        }
-        for (memory, _) in &self.resources.hosts {
-            stream.check_context_id("a host buffer", memory.as_host().host_context_id())?;
-        }
-        // One operation with the graph's whole access set.
-        let policy = self.ctx.order.policy();
-        if policy == crate::order::OrderPolicy::Off || !runs {
-            return Ok((gate, crate::order::InFlight::NONE));
-        }
         let devices = self.resources.buffers.iter();
         let hosts = self.resources.hosts.iter();
-        let touches: crate::order::Touches = devices
-            .map(|(memory, write)| Use::Device(memory.as_use(), *write).touch())
-            .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write).touch()))
-            .collect();
-        let in_flight = crate::order::before_enqueue(stream, "graph launch", &touches, policy)?;
-        Ok((gate, in_flight))
+        let uses = devices
+            .map(|(memory, write)| Use::Device(memory.as_use(), *write))
+            .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write)));
+        stream.prepare_enqueue(uses, work)
     }
 
     /// Replace the parameters of every node with those of `graph`
