@@ -3,7 +3,6 @@
 use crate::features::declare::{DeclaredKernel, KernelDecl};
 use crate::features::program::SourceInfo;
 use crate::ground::error::{Error, Result};
-use crate::ground::select::DriverKind;
 use crate::objects::context::Context;
 use std::ffi::CString;
 use std::fmt;
@@ -178,7 +177,7 @@ impl Module {
                 source,
             })?;
         }
-        if ctx.kind() == DriverKind::Soft && !declared.kernels.is_empty() {
+        if ctx.loaded_driver().runs_twins() && !declared.kernels.is_empty() {
             let module = Self::soft_module(ctx, declared, None)?;
             for kernel in declared.kernels {
                 if let Some(twin) = kernel.twin {
@@ -188,7 +187,7 @@ impl Module {
             return Ok(module);
         }
         let aligned =
-            (ctx.kind() == DriverKind::Cuda && needs_copy(image)).then(|| aligned_copy(image));
+            (!ctx.loaded_driver().runs_twins() && needs_copy(image)).then(|| aligned_copy(image));
         let data = match &aligned {
             Some(words) => words.as_ptr().cast::<std::ffi::c_void>(),
             None => image.as_ptr().cast(),
@@ -219,7 +218,7 @@ impl Module {
             return Err(Error::ModuleLoad {
                 bytes,
                 source,
-                detail: load_detail(ctx.kind()),
+                detail: ctx.loaded_driver().last_error_detail(),
             });
         }
         Ok(Arc::new(Self {
@@ -361,21 +360,18 @@ impl Module {
     /// Look up `symbol` (defining the twin first on the software driver)
     /// and give it the declaration's signature.
     fn attach(self: &Arc<Self>, decl: &KernelDecl, symbol: &str) -> Result<Kernel> {
-        if self.ctx.kind() == DriverKind::Soft && self.image.bytes.len() <= 1 {
+        let twins = self.ctx.loaded_driver().runs_twins();
+        if twins && self.image.bytes.len() <= 1 {
             let twin = decl.twin.ok_or_else(|| Error::NoTwin {
                 kernel: decl.name.to_string(),
             })?;
             soft_driver::define_kernel(self.raw, decl.name, decl.params, twin)?;
         }
-        let lookup = if self.ctx.kind() == DriverKind::Soft {
-            decl.name
-        } else {
-            symbol
-        };
+        // Twins are defined under their declared names; a binary's kernels
+        // under their (maybe lowered) symbols.
+        let lookup = if twins { decl.name } else { symbol };
         let mut kernel = self.function(lookup)?;
-        if self.ctx.kind() == DriverKind::Cuda
-            && let Some(param_info) = sys::optional::func_get_param_info()
-        {
+        if !twins && let Some(param_info) = sys::optional::func_get_param_info() {
             let raw = kernel.raw;
             let size = |index: usize| {
                 let (mut offset, mut size) = (0usize, 0usize);
@@ -418,7 +414,7 @@ impl Module {
                 .kernels
                 .iter()
                 .any(|k| k.name == name && k.twin.is_none());
-            if self.ctx.kind() == DriverKind::Soft && declared_without_twin {
+            if self.ctx.loaded_driver().runs_twins() && declared_without_twin {
                 return Err(Error::NoTwin {
                     kernel: name.to_string(),
                 });
@@ -426,7 +422,11 @@ impl Module {
             return Err(Error::FunctionNotFound {
                 name: name.to_string(),
                 source,
-                detail: load_detail(self.ctx.kind()).map(String::into_boxed_str),
+                detail: self
+                    .ctx
+                    .loaded_driver()
+                    .last_error_detail()
+                    .map(String::into_boxed_str),
             });
         }
         Ok(Kernel {
@@ -644,13 +644,6 @@ fn check_param_sizes(
         ));
     }
     Ok(())
-}
-
-fn load_detail(kind: DriverKind) -> Option<String> {
-    match kind {
-        DriverKind::Soft => soft_driver::last_error_detail(),
-        DriverKind::Cuda => None,
-    }
 }
 
 #[cfg(test)]

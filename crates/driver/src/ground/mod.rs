@@ -1,6 +1,7 @@
 //! The ground floor: what every other file stands on.
 //!
-//! The loaded function table and the choice of driver ([`select`]), and the
+//! The loaded function table and the choice of driver ([`select`]), the one
+//! place where the two drivers' answers differ (`seam`), and the
 //! crate's one error type ([`error`]) with the plain values its messages
 //! name ([`arch`], [`arg_kind`]).
 //!
@@ -11,4 +12,5 @@
 pub(crate) mod arch;
 pub(crate) mod arg_kind;
 pub(crate) mod error;
+mod seam;
 pub(crate) mod select;

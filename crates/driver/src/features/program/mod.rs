@@ -65,7 +65,6 @@ use crate::features::declare::{DeclaredKernel, KernelDecl};
 use crate::features::module::Module;
 use crate::ground::arch::Arch;
 use crate::ground::error::{Error, Result};
-use crate::ground::select::DriverKind;
 use crate::objects::context::Context;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -291,35 +290,30 @@ impl Program {
         for decl in &self.declarations {
             info.check(decl.name, decl.params)?;
         }
-        match ctx.kind() {
-            DriverKind::Soft => {
-                let macros = parse::macros(&self.source, &self.options);
-                for decl in &self.declarations {
-                    if let Some(name) =
-                        parse::macro_in_declaration(decl.name, &info.kernels, &macros)
-                    {
-                        return Err(info.mismatch(
-                            decl.name,
-                            format!(
-                                "its declaration depends on the macro `{name}` (defined by the \
-                                 source or an option), which only NVRTC can expand; the software \
-                                 driver has no compiler to check it, so it refuses what it cannot \
-                                 read"
-                            ),
-                        ));
-                    }
+        if ctx.loaded_driver().runs_twins() {
+            let macros = parse::macros(&self.source, &self.options);
+            for decl in &self.declarations {
+                if let Some(name) = parse::macro_in_declaration(decl.name, &info.kernels, &macros) {
+                    return Err(info.mismatch(
+                        decl.name,
+                        format!(
+                            "its declaration depends on the macro `{name}` (defined by the \
+                             source or an option), which only NVRTC can expand; the software \
+                             driver has no compiler to check it, so it refuses what it cannot \
+                             read"
+                        ),
+                    ));
                 }
-                Module::from_declarations(ctx, info)
             }
-            DriverKind::Cuda => {
-                let arch = self.arch.unwrap_or_else(|| Arch::of(ctx));
-                let compiled = self.compile(arch)?;
-                let info = SourceInfo {
-                    lowered: compiled.lowered.clone(),
-                    ..info
-                };
-                Module::load_compiled(ctx, &compiled.image, info)
-            }
+            Module::from_declarations(ctx, info)
+        } else {
+            let arch = self.arch.unwrap_or_else(|| Arch::of(ctx));
+            let compiled = self.compile(arch)?;
+            let info = SourceInfo {
+                lowered: compiled.lowered.clone(),
+                ..info
+            };
+            Module::load_compiled(ctx, &compiled.image, info)
         }
     }
 
