@@ -160,10 +160,9 @@ pub use features::callback::panic_message;
 pub use features::copy::check_len;
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
 /// twin (the software driver's).
-pub use features::declare::{
-    Declared, DeclaredKernel, KernelDecl, LaunchDims, Thread, Twin, TwinArgs,
-};
+pub use features::declare::{Declared, DeclaredKernel, LaunchDims, Thread, Twin, TwinArgs};
 pub use features::future::{Completion, CopyFuture};
+pub use features::kernel_decl::KernelDecl;
 pub use features::launch::{KernelArg, LaunchConfig};
 pub use features::module::{Kernel, Module, ModuleImage};
 pub use features::program::{CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};

@@ -19,27 +19,15 @@
 //!   [`Module::kernel_unchecked`](crate::Module::kernel_unchecked): the one
 //!   promise the library cannot check.
 
+use crate::features::kernel_decl::{KernelDecl, validate_decl};
 use crate::features::launch::{KernelArg, LaunchConfig};
-use crate::features::module::Kernel;
-use crate::ground::error::Result;
+use crate::features::module::{Kernel, Module};
+use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
 pub use soft_driver::{LaunchDims, Thread, Twin, TwinArgs};
 use std::fmt;
 use std::marker::PhantomData;
-use sys::signature::Param;
-
-/// A kernel's declaration as data: its name (the `extern "C"` symbol or a
-/// name expression such as `scale<float>`), its parameters, and its safe
-/// CPU twin, if it has one. [`kernel!`](crate::kernel!) makes these.
-#[derive(Clone, Copy, Debug)]
-pub struct KernelDecl {
-    /// The kernel's name.
-    pub name: &'static str,
-    /// Its parameters, in order.
-    pub params: &'static [Param],
-    /// Its CPU twin, which the software driver runs.
-    pub twin: Option<Twin>,
-}
+use std::sync::Arc;
 
 /// A type made by [`kernel!`](crate::kernel!): the declaration, and a typed
 /// launcher around a [`Kernel`].
@@ -348,4 +336,88 @@ macro_rules! kernel {
     (@take $args:ident write $e:ident) => { $args.slice_mut::<$e>() };
     (@reborrow write $n:ident) => { &mut *$n };
     (@reborrow $k:ident $n:ident) => { $n };
+}
+
+/// How a module gives a declared kernel: found, checked against what the
+/// module knows of it (its program's source, or its image's declarations),
+/// and wrapped in the declaration's typed launcher.
+impl Module {
+    /// The kernel `K` declares ([`kernel!`](crate::kernel!)), with its
+    /// declaration checked and attached, ready for `K`'s typed launcher.
+    ///
+    /// - A module compiled from source ([`crate::Program`]): `K` must have
+    ///   been declared on the program ([`crate::Program::declare`], where the
+    ///   user promises what the kernel's body touches, and the compiler
+    ///   checks the signature); otherwise an [`Error::DeclarationMismatch`]
+    ///   says so. The declaration is compared with the source's `__global__`
+    ///   function once more, for the symbol to look up.
+    /// - A declared image ([`ModuleImage::declared`](crate::ModuleImage::declared)): the image must declare
+    ///   the kernel with the same parameters.
+    /// - Bare bytes: nothing to check against, so
+    ///   [`Error::UncheckableDeclaration`]; the `unsafe`
+    ///   [`Module::kernel_unchecked`] takes the declaration on trust.
+    ///
+    /// On a GPU whose driver reports parameter sizes (`cuFuncGetParamInfo`,
+    /// CUDA 12.4 and later) the kernel's parameter count and sizes in the
+    /// binary are compared with the declaration too. On the software driver
+    /// the kernel runs as the declaration's twin; a declaration without one
+    /// is an [`Error::NoTwin`] saying how to add it.
+    pub fn kernel<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
+        let decl = K::DECL;
+        validate_decl(&decl)?;
+        let symbol = match &self.source {
+            Some(source) if !source.is_declared(&decl) => {
+                return Err(source.mismatch(
+                    decl.name,
+                    format!(
+                        "it was not declared on the Program it was compiled from: declare it \
+                         before compiling, with `unsafe {{ program.declare::<{}>() }}`, whose \
+                         `# Safety` says what the kernel's body must not touch",
+                        std::any::type_name::<K>()
+                            .rsplit("::")
+                            .next()
+                            .unwrap_or("K")
+                    ),
+                ));
+            }
+            Some(source) => source.check(decl.name, decl.params)?,
+            None => match self.image.signature(decl.name) {
+                Some(params) if params == decl.params => decl.name.to_string(),
+                Some(params) => {
+                    return Err(Error::DeclarationMismatch {
+                        kernel: decl.name,
+                        program: "its image".into(),
+                        reason: format!(
+                            "the image declares {params:?}, the declaration {:?}",
+                            decl.params
+                        ),
+                    });
+                }
+                None => {
+                    return Err(Error::UncheckableDeclaration {
+                        kernel: decl.name.to_string(),
+                    });
+                }
+            },
+        };
+        self.attach(&decl, &symbol).map(K::from_kernel)
+    }
+
+    /// The kernel `K` declares, with the declaration taken on trust: for
+    /// kernels of binaries that declare nothing. On a GPU whose driver
+    /// reports parameter sizes (`cuFuncGetParamInfo`, CUDA 12.4 and later)
+    /// the count and sizes are compared all the same, and a difference is an
+    /// [`Error::DeclarationMismatch`]; what sizes cannot show (`f32` for
+    /// `u32`, a slice's extent) stays the caller's promise. On the software
+    /// driver the declaration's twin runs, so there the declaration is the
+    /// kernel.
+    ///
+    /// # Safety
+    /// The declaration's parameters are the kernel's own, as
+    /// [`ModuleImage::declared`](crate::ModuleImage::declared) requires.
+    pub unsafe fn kernel_unchecked<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
+        let decl = K::DECL;
+        validate_decl(&decl)?;
+        self.attach(&decl, decl.name).map(K::from_kernel)
+    }
 }

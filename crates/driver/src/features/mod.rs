@@ -14,6 +14,7 @@ pub(crate) mod declare;
 pub(crate) mod future;
 #[cfg(any(feature = "cudarc", feature = "cust"))]
 pub mod interop;
+pub(crate) mod kernel_decl;
 pub(crate) mod launch;
 pub(crate) mod module;
 pub(crate) mod program;

@@ -1,7 +1,7 @@
 //! Loaded kernel images and the functions in them.
 
-use crate::features::declare::{DeclaredKernel, KernelDecl};
-use crate::features::program::SourceInfo;
+use crate::features::kernel_decl::KernelDecl;
+use crate::features::program::source_info::SourceInfo;
 use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
 use std::ffi::CString;
@@ -136,10 +136,10 @@ pub struct Module {
     ctx: Arc<Context>,
     raw: CUmodule,
     /// The image it was loaded from, with the signatures it declares.
-    image: ModuleImage,
+    pub(crate) image: ModuleImage,
     /// The source it was compiled from, whose parameter lists declarations
     /// are checked against.
-    source: Option<SourceInfo>,
+    pub(crate) source: Option<SourceInfo>,
 }
 
 // SAFETY: module handles may be used from any thread; `Module` only passes it
@@ -273,93 +273,9 @@ impl Module {
         }
     }
 
-    /// The CUDA source as NVRTC compiles it: [`Program::compile_for`](crate::Program::compile_for).
-    pub fn from_cuda_source(ctx: &Arc<Context>, program: &crate::Program) -> Result<Arc<Self>> {
-        program.compile_for(ctx)
-    }
-
-    /// The kernel `K` declares ([`kernel!`](crate::kernel!)), with its
-    /// declaration checked and attached, ready for `K`'s typed launcher.
-    ///
-    /// - A module compiled from source ([`crate::Program`]): `K` must have
-    ///   been declared on the program ([`crate::Program::declare`], where the
-    ///   user promises what the kernel's body touches, and the compiler
-    ///   checks the signature); otherwise an [`Error::DeclarationMismatch`]
-    ///   says so. The declaration is compared with the source's `__global__`
-    ///   function once more, for the symbol to look up.
-    /// - A declared image ([`ModuleImage::declared`]): the image must declare
-    ///   the kernel with the same parameters.
-    /// - Bare bytes: nothing to check against, so
-    ///   [`Error::UncheckableDeclaration`]; the `unsafe`
-    ///   [`Module::kernel_unchecked`] takes the declaration on trust.
-    ///
-    /// On a GPU whose driver reports parameter sizes (`cuFuncGetParamInfo`,
-    /// CUDA 12.4 and later) the kernel's parameter count and sizes in the
-    /// binary are compared with the declaration too. On the software driver
-    /// the kernel runs as the declaration's twin; a declaration without one
-    /// is an [`Error::NoTwin`] saying how to add it.
-    pub fn kernel<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
-        let decl = K::DECL;
-        validate_decl(&decl)?;
-        let symbol = match &self.source {
-            Some(source) if !source.is_declared(&decl) => {
-                return Err(source.mismatch(
-                    decl.name,
-                    format!(
-                        "it was not declared on the Program it was compiled from: declare it \
-                         before compiling, with `unsafe {{ program.declare::<{}>() }}`, whose \
-                         `# Safety` says what the kernel's body must not touch",
-                        std::any::type_name::<K>()
-                            .rsplit("::")
-                            .next()
-                            .unwrap_or("K")
-                    ),
-                ));
-            }
-            Some(source) => source.check(decl.name, decl.params)?,
-            None => match self.image.signature(decl.name) {
-                Some(params) if params == decl.params => decl.name.to_string(),
-                Some(params) => {
-                    return Err(Error::DeclarationMismatch {
-                        kernel: decl.name,
-                        program: "its image".into(),
-                        reason: format!(
-                            "the image declares {params:?}, the declaration {:?}",
-                            decl.params
-                        ),
-                    });
-                }
-                None => {
-                    return Err(Error::UncheckableDeclaration {
-                        kernel: decl.name.to_string(),
-                    });
-                }
-            },
-        };
-        self.attach(&decl, &symbol).map(K::from_kernel)
-    }
-
-    /// The kernel `K` declares, with the declaration taken on trust: for
-    /// kernels of binaries that declare nothing. On a GPU whose driver
-    /// reports parameter sizes (`cuFuncGetParamInfo`, CUDA 12.4 and later)
-    /// the count and sizes are compared all the same, and a difference is an
-    /// [`Error::DeclarationMismatch`]; what sizes cannot show (`f32` for
-    /// `u32`, a slice's extent) stays the caller's promise. On the software
-    /// driver the declaration's twin runs, so there the declaration is the
-    /// kernel.
-    ///
-    /// # Safety
-    /// The declaration's parameters are the kernel's own, as
-    /// [`ModuleImage::declared`] requires.
-    pub unsafe fn kernel_unchecked<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
-        let decl = K::DECL;
-        validate_decl(&decl)?;
-        self.attach(&decl, decl.name).map(K::from_kernel)
-    }
-
     /// Look up `symbol` (defining the twin first on the software driver)
     /// and give it the declaration's signature.
-    fn attach(self: &Arc<Self>, decl: &KernelDecl, symbol: &str) -> Result<Kernel> {
+    pub(crate) fn attach(self: &Arc<Self>, decl: &KernelDecl, symbol: &str) -> Result<Kernel> {
         let twins = self.ctx.loaded_driver().runs_twins();
         if twins && self.image.bytes.len() <= 1 {
             let twin = decl.twin.ok_or_else(|| Error::NoTwin {
@@ -583,14 +499,6 @@ impl fmt::Debug for Kernel {
             .field("signature", &self.signature)
             .finish()
     }
-}
-
-/// A declaration's parameters must be checkable.
-fn validate_decl(decl: &KernelDecl) -> Result<()> {
-    signature::validate(decl.params).map_err(|source| Error::InvalidSignature {
-        kernel: decl.name.to_string(),
-        source,
-    })
 }
 
 /// Fatbin and ELF (cubin) images are binary; anything else is taken as PTX text.

@@ -22,7 +22,7 @@
 //! taken as `unsigned long long` and `long long` where they are 8 bytes, and
 //! a pointee's `volatile` is ignored; nothing else is.
 
-use crate::features::declare::KernelDecl;
+use crate::features::kernel_decl::KernelDecl;
 use sys::signature::{Access, Param, Scalar};
 
 /// The file name the appended text reports its errors under.
