@@ -36,7 +36,7 @@ pub struct EnqueueGate<'a> {
     stream: u64,
     /// Told when the gate goes, after the enqueue's driver calls: the
     /// stream's latest mark no longer covers its end (`latest_mark.rs`).
-    latest: &'a crate::objects::latest_mark::LatestMark,
+    latest: &'a crate::objects::mark_state::LatestMark,
 }
 
 impl Drop for EnqueueGate<'_> {

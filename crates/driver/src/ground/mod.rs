@@ -1,7 +1,8 @@
 //! The ground floor: what every other file stands on.
 //!
 //! The loaded function table and the choice of driver ([`select`]), the one
-//! place where the two drivers' answers differ (`seam`), and the
+//! place where the two drivers' answers differ (`seam`), the driver calls
+//! that need no context ([`driver_calls`]), and the
 //! crate's one error type ([`error`]) with the plain values its messages
 //! name ([`arch`], [`arg_kind`]).
 //!
@@ -11,6 +12,7 @@
 
 pub(crate) mod arch;
 pub(crate) mod arg_kind;
+pub(crate) mod driver_calls;
 pub(crate) mod error;
 mod seam;
 pub(crate) mod select;

@@ -180,7 +180,7 @@ impl Context {
 
     /// How many devices `driver` reports (`cuInit`, `cuDeviceGetCount`).
     pub fn device_count_with(driver: LoadedDriver) -> Result<i32> {
-        crate::objects::result::device_count(driver)
+        crate::ground::driver_calls::device_count(driver)
     }
 
     /// The primary context of every device of the selected driver, by ordinal.

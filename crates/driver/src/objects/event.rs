@@ -2,7 +2,6 @@
 
 use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
-use crate::objects::stream::Stream;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,8 +58,9 @@ impl EventFlags {
 }
 
 /// A CUDA event. Record it on a stream, then query it, wait for it on the host
-/// ([`Event::synchronize`]) or on another stream ([`Stream::wait_event`]).
-/// Re-recording moves it to the stream's current end, so events can be pooled.
+/// ([`Event::synchronize`]) or on another stream
+/// ([`Stream::wait_event`](crate::Stream::wait_event)). Re-recording moves
+/// it to the stream's current end, so events can be pooled.
 ///
 /// ```
 /// use cuda_streams_driver::{Context, Event, EventFlags, Stream};
@@ -77,14 +77,14 @@ impl EventFlags {
 /// assert!(elapsed > std::time::Duration::ZERO);
 /// ```
 pub struct Event {
-    ctx: Arc<Context>,
-    raw: CUevent,
+    pub(crate) ctx: Arc<Context>,
+    pub(crate) raw: CUevent,
     flags: EventFlags,
-    recorded: AtomicBool,
+    pub(crate) recorded: AtomicBool,
     /// Bumped after every record's driver call (and before one by
     /// [`Event::record_alone`]): a stream's latest mark is reused only while
     /// this is unchanged since its record (`latest_mark.rs`).
-    records: std::sync::atomic::AtomicU64,
+    pub(crate) records: std::sync::atomic::AtomicU64,
     /// The (even) count of `records` at the start of the latest host wait or
     /// query that found the event complete: while `records` still reads
     /// the same, no record was made since and the event is complete
@@ -92,7 +92,7 @@ pub struct Event {
     seen_complete: std::sync::atomic::AtomicU64,
     /// The capture the latest record was made in (0: none): such an event
     /// is an edge of a graph, not a point in a stream.
-    captured_in: std::sync::atomic::AtomicU64,
+    pub(crate) captured_in: std::sync::atomic::AtomicU64,
     /// Its latest record's clock, for the stream-order tracker.
     pub(crate) order: crate::order::EventOrder,
 }
@@ -131,81 +131,6 @@ impl Event {
     /// A timing event.
     pub fn timing(ctx: &Arc<Context>) -> Result<Self> {
         Self::new(ctx, EventFlags::TIMING)
-    }
-
-    /// Mark the current end of `stream`; the event completes when the stream
-    /// gets there. May be called again to move the mark.
-    pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.record_counted(stream, false)
-    }
-
-    /// [`Event::record`], counting it in the record count, which is even
-    /// while no record is in progress (`latest_mark.rs` reuses a mark only
-    /// while the count is what it was right after the mark's record). A
-    /// record bumps the count before its driver call and again after it, so
-    /// a fork that checks a mark while its event is being recorded again
-    /// elsewhere sees the count moved and records its own. `exclusive`: the
-    /// caller holds the event's only handle ([`UniqueEvent`](crate::UniqueEvent)),
-    /// so no record can overlap this one and one bump of two after the call
-    /// keeps the count even.
-    pub(crate) fn record_counted(&self, stream: &Stream, exclusive: bool) -> Result<()> {
-        self.record_at(stream, exclusive).map(drop)
-    }
-
-    /// [`Event::record_counted`], handing back the point this thread kept
-    /// of the stream when the tracker wrote the record from it: for a
-    /// caller holding the event's only handle, what a wait for this record
-    /// learns, readable where it is kept (`order::learn_kept`).
-    #[inline]
-    pub(crate) fn record_at(
-        &self,
-        stream: &Stream,
-        exclusive: bool,
-    ) -> Result<Option<crate::order::KeptPoint>> {
-        stream.check_context("the event", &self.ctx)?;
-        self.ctx.bind()?;
-        // Before the driver call: what another thread queues meanwhile is
-        // not covered by the record.
-        let point = crate::order::record_point(stream);
-        if !exclusive {
-            self.records.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: both handles are live (owned by `self` and `stream`); the context is current.
-        let code = unsafe { (self.ctx.driver().cuEventRecord)(self.raw, stream.as_raw()) };
-        // Counted even when the call failed: the count stays even, and a
-        // mark kept before is given up (the event's state is unknown).
-        if exclusive {
-            // No other thread can reach the event: a load and a store, no
-            // atomic read-modify-write (it becomes shared through an `Arc`
-            // or a lock, which publish the store).
-            let count = self.records.load(Ordering::Relaxed);
-            self.records.store(count + 2, Ordering::Release);
-        } else {
-            self.records.fetch_add(1, Ordering::SeqCst);
-        }
-        self.ctx.check(code)?;
-        self.recorded.store(true, Ordering::Relaxed);
-        self.captured_in
-            .store(stream.capture_id(), Ordering::Release);
-        let from_kept = crate::order::recorded(self, point.as_ref(), exclusive);
-        Ok(match point {
-            Some(crate::order::Point::Kept(kept)) if from_kept => Some(kept),
-            _ => None,
-        })
-    }
-
-    /// Record on `stream`, and say whether no other record of this event
-    /// overlapped this one: `Some(count)` when so, `count` being
-    /// [`Event::record_count`] right after it. Any later record changes the
-    /// count (before its driver call), so while it is unchanged this record
-    /// is the event's latest.
-    pub(crate) fn record_alone(&self, stream: &Stream) -> Result<Option<u64>> {
-        let before = self.records.load(Ordering::SeqCst);
-        self.record(stream)?;
-        let after = self.records.load(Ordering::SeqCst);
-        // Alone: no record was in progress when ours began (an odd count),
-        // and none began since (ours are the two bumps).
-        Ok((before.is_multiple_of(2) && after == before + 2).then_some(after))
     }
 
     /// A record of this event begins elsewhere: its first bump, as
@@ -389,26 +314,5 @@ impl fmt::Debug for Event {
             .field("flags", &self.flags)
             .field("recorded", &self.is_recorded())
             .finish()
-    }
-}
-
-#[cfg(all(test, any(feature = "cudarc", feature = "cust")))]
-mod tests {
-    use crate::{Context, Event, Stream};
-
-    /// A raw record (interop's) counts as a record: what a host wait saw
-    /// before no longer stands, and the count stays even.
-    #[test]
-    fn a_raw_record_is_counted_and_unsees_the_wait_before_it() {
-        let ctx = Context::new(0).unwrap();
-        let stream = Stream::new(&ctx).unwrap();
-        let event = Event::plain(&ctx).unwrap();
-        event.record(&stream).unwrap();
-        event.synchronize().unwrap();
-        assert!(event.is_known_complete());
-        let before = event.record_count();
-        event.count_raw_record();
-        assert_eq!(event.record_count(), before + 2);
-        assert!(!event.is_known_complete(), "a wait before a newer record");
     }
 }

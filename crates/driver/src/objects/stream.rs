@@ -65,7 +65,7 @@ pub struct Stream {
     /// Its clock for the stream-order tracker (`order/`).
     pub(crate) order: crate::order::StreamOrder,
     /// Its enqueue count and latest mark (`latest_mark.rs`).
-    pub(crate) latest: crate::objects::latest_mark::LatestMark,
+    pub(crate) latest: crate::objects::mark_state::LatestMark,
     /// Created by this crate ([`Stream::new`] and kin) and never lent to
     /// another library ([`Stream::lent_out`]): nothing enqueues on it
     /// unseen, so it may keep a latest mark.
