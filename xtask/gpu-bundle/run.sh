@@ -63,6 +63,8 @@ if [ -f "$here/payload.tar.xz" ]; then
   here="$unpacked"
 fi
 export CUDA_STREAMS_DRIVER="$driver"
+# NCCL is loaded only once NVLink SHARP is chosen; off unless the caller chose.
+export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
 # Tests whose premise a sanitizer's instrumentation changes skip, saying so.
 export CUDA_STREAMS_SANITIZER="$sanitize"
 # The facade's `examples` test runs the example binaries from here.

@@ -1,5 +1,7 @@
 //! `cuda-streams bench`: a quick run of the key ratios, each side measured in
 //! this run with the benches' method (median of batches), printed as a table.
+//! On the software driver it says that the figures only show the code runs:
+//! they time CPU threads standing in for a GPU.
 //! The careful numbers are the criterion benches (`cargo bench -p
 //! cuda-streams-benches`, `cargo xtask bench-report`).
 
@@ -23,11 +25,21 @@ pub(crate) struct BenchArgs {
     json: bool,
 }
 
+/// What the software driver's figures mean: it runs the work on the host's
+/// CPU threads, so they time its stand-in, not a GPU or the library's cost
+/// beside NVIDIA's driver.
+const SOFTWARE_FIGURES: &str = "the software driver runs the work on CPU threads: these figures only show that the code runs, not how fast it is on a GPU (run it where a GPU answers for figures that mean something)";
+
+/// What the figures mean on a GPU.
+const GPU_FIGURES: &str = "measured on the GPU, both sides in this run";
+
 /// The `--json` output.
 #[derive(Serialize)]
 struct Report {
     driver: &'static str,
     device: String,
+    /// What the figures mean: on the software driver, nothing about speed.
+    figures: &'static str,
     /// What the ratio means, for a reader of the JSON alone.
     ratio: &'static str,
     measurements: Vec<Measurement>,
@@ -48,11 +60,20 @@ pub(crate) fn run(args: &BenchArgs) -> BenchResult<()> {
     let started = Instant::now();
     let ctx = Context::new(0)?;
     let driver = if ctx.is_gpu() { "CUDA" } else { "software" };
+    let figures = if ctx.is_gpu() {
+        GPU_FIGURES
+    } else {
+        SOFTWARE_FIGURES
+    };
     if !args.json {
         println!(
-            "cuda-streams bench on {} ({driver} driver); medians of batches, both sides in this run\n",
+            "cuda-streams bench on {} ({driver} driver); medians of batches, both sides in this run",
             ctx.info().name,
         );
+        if !ctx.is_gpu() {
+            println!("note: {figures}");
+        }
+        println!();
     }
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
@@ -65,6 +86,7 @@ pub(crate) fn run(args: &BenchArgs) -> BenchResult<()> {
         let report = Report {
             driver,
             device: ctx.info().name.clone(),
+            figures,
             ratio: "baseline_ns / ours_ns (above 1: ours is faster)",
             measurements: rows
                 .iter()
@@ -85,6 +107,9 @@ pub(crate) fn run(args: &BenchArgs) -> BenchResult<()> {
         }
         print_table(&rows);
         println!("\nratio = baseline / ours (above 1: ours is faster); {seconds:.1} s in all");
+        if !ctx.is_gpu() {
+            println!("software driver: the ratios say nothing about a GPU; see the note above");
+        }
     }
     Ok(())
 }

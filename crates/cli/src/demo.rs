@@ -1,17 +1,19 @@
 //! `cuda-streams demo`: a triple-buffered pipeline and an operation DAG on
-//! whichever driver is selected, profiled with GPU-timed scopes; prints the
-//! profiler's report and the overlap the pipeline achieved, and writes a
-//! Chrome trace (stream tracks and the allocator's memory tracks) for
-//! Perfetto. Results are checked against the CPU reference on a sample of
+//! whichever driver is selected, profiled with timed scopes. It prints what
+//! ran, what the pipeline's streams overlapped (the profiler's summary of
+//! them, with its one overlap figure) and where the timeline was written
+//! (a Chrome trace with stream tracks and the allocator's memory tracks, for
+//! Perfetto). Results are checked against the CPU reference on a sample of
 //! each step (every element with `--verify-all`); a wrong one makes the
-//! command fail.
+//! command fail. `--verbose` adds the engine's diagnostics of the DAG and
+//! the profiler's full report.
 
 use crate::progress::Progress;
 use crate::{dag, steps};
 use cuda_streams::prelude::*;
 use std::error::Error;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub(crate) type DemoResult<T> = Result<T, Box<dyn Error>>;
 
@@ -64,6 +66,11 @@ pub(crate) struct DemoArgs {
     /// Where to write the Chrome trace (open it in https://ui.perfetto.dev).
     #[arg(long, value_name = "PATH", default_value = "trace.json")]
     trace: PathBuf,
+    /// Also print the engine's diagnostics of the DAG (its host time per
+    /// operation beside the engine bench's shape, run here) and the
+    /// profiler's full report of every stream, operation by operation.
+    #[arg(long, short)]
+    verbose: bool,
 }
 
 pub(crate) fn run(args: &DemoArgs) -> DemoResult<()> {
@@ -94,17 +101,41 @@ pub(crate) fn run(args: &DemoArgs) -> DemoResult<()> {
     let bar = progress.phase("pipeline", sizes.steps);
     let pipeline = steps::run(&ctx, &profiler, &sizes, iterations, args.verify_all, &bar)?;
     progress.phase_done(&bar, &pipeline.summary);
-    // Only the pipeline's streams are on the timeline yet.
-    let overlap = Overlap::of(
-        &profiler.get_comprehensive_report(),
-        steps::WARM_UP.min(sizes.steps)..sizes.steps,
-    );
+    // Only the pipeline's timed steps are on the timeline yet: this report
+    // is what the pipeline overlapped, and its one overlap figure.
+    let timed_steps = steps::WARM_UP.min(sizes.steps)..sizes.steps;
+    let overlap = profiler.get_comprehensive_report();
     let bar = progress.phase("DAG", sizes.dag_rounds as u64);
     let dag = dag::run(&pool, &allocator, &profiler, &sizes, args.verify_all, &bar)?;
     progress.phase_done(&bar, &dag.summary);
+    if args.verbose {
+        println!("{}", dag.diagnostics);
+    }
 
+    if overlap.total_streams == 0 {
+        println!(
+            "\nwhat overlapped: not measured (the first {} steps are warm-up; run more with --steps)",
+            steps::WARM_UP
+        );
+    } else {
+        println!(
+            "\nwhat overlapped: the pipeline's streams over steps {}..{} (each step uploads one batch, computes the one before and downloads the one before that)\n{}",
+            timed_steps.start,
+            timed_steps.end,
+            overlap.summary()
+        );
+    }
     let report = profiler.get_comprehensive_report();
-    println!("\n{report}");
+    if args.verbose {
+        // Each stream's own lines: the report's summary line would give a
+        // second busy share, over the whole run with the gap between the
+        // two parts, beside the pipeline's.
+        println!("every stream, the DAG's included, operation by operation:");
+        for stream in &report.streams {
+            // Its text ends with a newline.
+            print!("\n{stream}");
+        }
+    }
     std::fs::write(&args.trace, profiler.to_chrome_trace()?)
         .map_err(|e| format!("cannot write {}: {e}", args.trace.display()))?;
     if profiler.error_count() > 0 {
@@ -115,11 +146,15 @@ pub(crate) fn run(args: &DemoArgs) -> DemoResult<()> {
         .into());
     }
     println!(
-        "trace: {} ({} streams and the allocator's memory; open it in https://ui.perfetto.dev)",
+        "timeline: {} ({} streams, the DAG's included, and the allocator's memory; open it in https://ui.perfetto.dev){}",
         args.trace.display(),
-        report.total_streams
+        report.total_streams,
+        if args.verbose {
+            ""
+        } else {
+            "; --verbose prints every stream's operations and the engine's diagnostics"
+        }
     );
-    println!("{overlap}");
     println!(
         "demo finished in {:.2} s; every result checked ({} pipeline steps and {} DAG rounds, {})",
         started.elapsed().as_secs_f64(),
@@ -132,56 +167,4 @@ pub(crate) fn run(args: &DemoArgs) -> DemoResult<()> {
         }
     );
     Ok(())
-}
-
-/// How busy the GPU was over the pipeline's span, from the profiler's GPU
-/// timings: the time at least one stream had timed work running, over the
-/// time from the first timed work's start to the last one's end.
-struct Overlap {
-    busy: Duration,
-    span: Duration,
-    /// The time two or more streams were busy at once.
-    overlapped: Duration,
-    /// The steps timed (the warm-up is not).
-    steps: std::ops::Range<u64>,
-}
-
-impl Overlap {
-    fn of(report: &ComprehensiveReport, steps: std::ops::Range<u64>) -> Self {
-        let idle = report.concurrency.first().copied().unwrap_or_default();
-        let overlapped = report.concurrency.iter().skip(2).sum();
-        Overlap {
-            busy: report.wall_span.saturating_sub(idle),
-            span: report.wall_span,
-            overlapped,
-            steps,
-        }
-    }
-
-    fn fraction(&self) -> f64 {
-        self.busy.as_secs_f64() / self.span.as_secs_f64().max(f64::MIN_POSITIVE)
-    }
-}
-
-impl std::fmt::Display for Overlap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.span.is_zero() {
-            return write!(
-                f,
-                "pipeline overlap: not measured (the first {} steps are warm-up; run more with --steps)",
-                steps::WARM_UP
-            );
-        }
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        write!(
-            f,
-            "pipeline overlap: GPU busy {:.1} ms of its {:.1} ms span ({:.0}%) over steps {}..{}, two or more streams at once for {:.1} ms (GPU timings from the profiler)",
-            ms(self.busy),
-            ms(self.span),
-            self.fraction() * 100.0,
-            self.steps.start,
-            self.steps.end,
-            ms(self.overlapped)
-        )
-    }
 }

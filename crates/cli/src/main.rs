@@ -49,14 +49,17 @@ enum Command {
     /// memory, copy engines, stream priorities, peer access.
     #[command(after_help = ENVIRONMENT)]
     Info,
-    /// A triple-buffered pipeline and an operation DAG, profiled on the GPU
-    /// timeline, every result checked against the CPU (a sample of each, or
-    /// every element with --verify-all); prints the report and the overlap
-    /// achieved, and writes a Chrome trace for https://ui.perfetto.dev.
+    /// A triple-buffered pipeline and an operation DAG, profiled on the
+    /// stream timeline, every result checked against the CPU (a sample of
+    /// each, or every element with --verify-all); prints what ran, what the
+    /// pipeline's streams overlapped, and writes the timeline as a Chrome
+    /// trace for https://ui.perfetto.dev (--verbose: the engine's
+    /// diagnostics and every stream's operations).
     #[command(after_help = ENVIRONMENT)]
     Demo(demo::DemoArgs),
     /// A quick run of the key ratios: ours against the driver baseline, both
     /// measured in this run (the careful figures are the criterion benches).
+    /// On the software driver they only show that the code runs.
     #[command(after_help = ENVIRONMENT)]
     Bench(bench::BenchArgs),
     /// Print a completion script for a shell, e.g.

@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::group::{Kind, Op, Shape, Uses};
 use crate::meeting::Meeting;
+use crate::one_process::explain_join_failure;
 use crate::table::{check, for_context};
 use crate::types::{NcclType, ReduceOp, UniqueId};
 use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
@@ -171,7 +172,7 @@ impl Communicator {
             .and_then(|()| check(nccl, "ncclCommInitRank", std::ptr::null_mut(), code));
         if let Err(err) = made {
             meeting.unjoin(rank);
-            return Err(err);
+            return Err(explain_join_failure(ctx, id, rank, err));
         }
         // Every rank has joined NCCL, so every rank of this process has
         // joined the meeting.
@@ -238,7 +239,7 @@ impl Communicator {
         });
         if let Err(err) = made {
             meeting.unjoin(rank);
-            return Err(err);
+            return Err(explain_join_failure(ctx, id, rank, err));
         }
         // From here the communicator is destroyed (or aborted) on every
         // path, which tells the meeting.

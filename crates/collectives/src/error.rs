@@ -261,6 +261,51 @@ pub enum Error {
         /// Ranks still missing (for rank 0), or 1 (rank 0 itself).
         missing: usize,
     },
+    /// The other end of a launch store connection did not prove that it
+    /// holds this job's launch secret: another job's store, a stranger, or
+    /// a rank with another `CUDA_STREAMS_LAUNCH_TOKEN`. Nothing secret was
+    /// sent to it.
+    #[error(
+        "rank {rank}: the launch store at {addr} {why}; it is not this job's rank 0 (another \
+         job's store, or something else on the port) or the ranks hold different secrets: give \
+         every rank the same CUDA_STREAMS_LAUNCH_TOKEN (this rank's secret comes from {secret})"
+    )]
+    StoreAuth {
+        /// The rank.
+        rank: usize,
+        /// The store's address.
+        addr: String,
+        /// What the other end did, e.g. "answered with a proof that does not match".
+        why: String,
+        /// Where this rank's secret came from (a variable's name).
+        secret: String,
+    },
+    /// Another process has claimed this rank at rank 0's store already.
+    #[error(
+        "rank {rank}: another process has claimed rank {rank} at the launch store {addr} \
+         already; each rank must be launched once (check RANK in every process)"
+    )]
+    RankClaimed {
+        /// The rank claimed twice.
+        rank: usize,
+        /// The store's address.
+        addr: String,
+    },
+    /// Ranks in different processes on the software driver: the software
+    /// NCCL spans the threads of one process, so they can never meet.
+    #[error(
+        "rank {rank}: the software NCCL spans the threads of one process, but this \
+         communicator's ranks are in processes {here} and {other}; on the software driver run \
+         the ranks as threads of one process (Launch::from_vars), or run on GPUs"
+    )]
+    SoftNcclAcrossProcesses {
+        /// The rank that found out.
+        rank: usize,
+        /// This process.
+        here: u32,
+        /// The other rank's process (for an id, the process that made it).
+        other: u32,
+    },
     /// Rank 0's world size differs from this rank's.
     #[error("rank {rank} was launched with WORLD_SIZE={ours}, but rank 0 with {rank0}")]
     WorldSizeMismatch {

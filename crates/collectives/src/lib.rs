@@ -30,9 +30,10 @@
 //! NCCL is loaded at run time (`libnccl.so.2`, or `CUDA_STREAMS_NCCL_LIBRARY`);
 //! a machine without it gets [`Error::Load`] saying what to install. On the
 //! software driver the software NCCL ([`soft_driver::nccl`]) does the
-//! collectives, so every path runs in tests. On GPUs the crate sets
-//! `NCCL_NVLS_ENABLE=0` (unless set) before loading NCCL: NVLink SHARP
-//! multicast is off.
+//! collectives, so every path runs in tests. On GPUs NCCL is loaded only
+//! once [`NVLS_ENABLE`] (`NCCL_NVLS_ENABLE`) is set: `0` keeps NVLink
+//! SHARP multicast off. NCCL reads it from the environment, which a running
+//! program cannot change soundly, so it is set before the program starts.
 //!
 //! ```
 //! use cuda_streams_collectives::{Communicator, Group, ReduceOp};
@@ -71,6 +72,7 @@ mod error;
 mod group;
 mod launch;
 mod meeting;
+mod one_process;
 mod table;
 mod types;
 
@@ -85,5 +87,9 @@ pub use captured::CapturedCollectives;
 pub use communicator::Communicator;
 pub use error::{Error, Result};
 pub use group::Group;
-pub use launch::{LAUNCH_TIMEOUT, LOCAL_RANK, Launch, MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE};
+pub use launch::{
+    LAUNCH_INSECURE, LAUNCH_TIMEOUT, LAUNCH_TOKEN, LOCAL_RANK, Launch, LaunchSecret, MASTER_ADDR,
+    MASTER_PORT, RANK, Store, WORLD_SIZE,
+};
+pub use table::NVLS_ENABLE;
 pub use types::{NcclType, ReduceOp, UniqueId};

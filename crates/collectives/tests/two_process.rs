@@ -6,13 +6,14 @@
 //! On GPUs rank 1 is a second process (this test binary again, running the
 //! ignored `rank_one` test). The software NCCL spans the threads of one
 //! process only, so on the software driver rank 1 is a thread; the id still
-//! travels through the socket.
+//! travels through the socket. Two processes on the software driver fail at
+//! once, each saying that the software NCCL spans one process.
 
 use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
-use cuda_streams_collectives::{Communicator, ReduceOp, UniqueId};
+use cuda_streams_collectives::{Communicator, Error, Launch, ReduceOp, Store, UniqueId};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where rank 1 finds rank 0, set for the child process.
 const ADDR_ENV: &str = "CUDA_STREAMS_TEST_RANK0_ADDR";
@@ -90,4 +91,86 @@ fn two_ranks_meet_through_a_unique_id_sent_over_tcp() {
     if let Some(thread) = thread {
         thread.join().unwrap();
     }
+}
+
+fn soft_vars(rank: usize, port: &str) -> [(&'static str, String); 6] {
+    [
+        ("RANK", rank.to_string()),
+        // One device does: the ranks never get as far as using it.
+        ("LOCAL_RANK", "0".into()),
+        ("WORLD_SIZE", "2".into()),
+        ("MASTER_PORT", port.into()),
+        ("CUDA_STREAMS_LAUNCH_TIMEOUT_S", "60".into()),
+        ("CUDA_STREAMS_LAUNCH_TOKEN", "two-process-test".into()),
+    ]
+}
+
+#[test]
+#[ignore = "rank 1 of software_nccl_ranks_in_two_processes_both_fail_at_once, run by it in a child process"]
+fn soft_rank_one() {
+    let start = Instant::now();
+    let err = Communicator::from_env().unwrap_err();
+    assert!(
+        matches!(err, Error::SoftNcclAcrossProcesses { rank: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("one process"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn software_nccl_ranks_in_two_processes_both_fail_at_once() {
+    if Context::new(0).unwrap().is_gpu() {
+        eprintln!("skipped: the software NCCL's limit; on GPUs the two-process tests run NCCL");
+        return;
+    }
+    let store = Store::bind("127.0.0.1:0").unwrap();
+    let port = store.port().to_string();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "soft_rank_one", "--ignored", "--nocapture"])
+        .envs(soft_vars(1, &port))
+        .spawn()
+        .unwrap();
+    let vars = soft_vars(0, &port);
+    let launch =
+        Launch::from_vars(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
+    let start = Instant::now();
+    let err = Communicator::from_launch_with_store(&launch, store).unwrap_err();
+    let waited = start.elapsed();
+    let status = child.wait().unwrap();
+    assert!(
+        matches!(err, Error::SoftNcclAcrossProcesses { rank: 0, other, .. } if other == child.id()),
+        "{err}"
+    );
+    // Well before the 60 s deadline: neither waits in the software NCCL.
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
+    assert!(status.success(), "rank 1's process: {status}");
+}
+
+#[test]
+fn a_software_nccl_id_from_another_process_is_refused_when_joining() {
+    let ctx = Context::new(0).unwrap();
+    if ctx.is_gpu() {
+        eprintln!("skipped: the software NCCL's limit");
+        return;
+    }
+    let mut bytes = UniqueId::new().unwrap().to_bytes();
+    // Where the software NCCL keeps the process that made the id.
+    let other = std::process::id().wrapping_add(1);
+    bytes[24..28].copy_from_slice(&other.to_le_bytes());
+    let id = UniqueId::from_bytes(&bytes).unwrap();
+    let err = Communicator::init_rank(&ctx, 2, &id, 0).unwrap_err();
+    assert!(
+        matches!(err, Error::SoftNcclAcrossProcesses { rank: 0, other: o, .. } if o == other),
+        "{err}"
+    );
+    let err = Communicator::init_rank_within(&ctx, 2, &id, 1, Duration::from_secs(60)).unwrap_err();
+    assert!(
+        matches!(err, Error::SoftNcclAcrossProcesses { rank: 1, .. }),
+        "{err}"
+    );
 }

@@ -461,7 +461,7 @@ impl StreamProfiler {
             .iter()
             .map(|slot| self.report_slot(slot, true))
             .collect();
-        ComprehensiveReport::build(parts, self.error_count())
+        ComprehensiveReport::build(parts, self.error_count(), self.timed_by_gpu())
     }
 
     /// Write the timeline as Chrome Trace Event Format JSON (open it in
@@ -613,7 +613,13 @@ impl StreamProfiler {
             .iter()
             .map(|s| (s.name.to_string(), s.skipped(slot.id)))
             .collect();
-        StreamReport::build(slot.id, &state, counts, &skipped)
+        StreamReport::build(slot.id, &state, counts, &skipped, self.timed_by_gpu())
+    }
+
+    /// Whether the times come from a GPU: the software driver's timing
+    /// events read the host's clock.
+    fn timed_by_gpu(&self) -> bool {
+        self.shared.pool.context().is_gpu()
     }
 }
 

@@ -96,7 +96,9 @@ pub struct StreamReport {
     pub operations: BTreeMap<String, OperationStats>,
     /// Kernel launches on the stream while profiling was enabled: those made
     /// through the driver layer (from the stream's metrics) plus those given
-    /// to `record_kernel_launch`.
+    /// to `record_kernel_launch`. A stream dropped before the report counts
+    /// up to the end of its last scope: the profiler holds it weakly and
+    /// reads its counters as each scope closes.
     pub kernel_launches: u64,
     /// Memory transfers, counted the same way.
     pub memory_transfers: u64,
@@ -110,6 +112,11 @@ pub struct StreamReport {
     /// Timed operations whose end the GPU had not reached when the report was
     /// made (only when resolving failed; normally 0).
     pub unresolved: u64,
+    /// Whether a GPU timed the operations. `false` on the software driver,
+    /// whose timing events read the host's clock while CPU threads run the
+    /// work: its times show the order and overlap of the work, not how long
+    /// it takes on a GPU, and the text report does not call them GPU time.
+    pub timed_by_gpu: bool,
 }
 
 /// All streams together ([`crate::StreamProfiler::get_comprehensive_report`]).
@@ -149,7 +156,10 @@ pub struct ComprehensiveReport {
     pub wall_span: Duration,
     /// Sum of the streams' busy times over the wall span: 1.0 when streams
     /// took turns, up to the number of streams when all ran side by side
-    /// the whole time. 0 when nothing was timed.
+    /// the whole time. 0 when nothing was timed. The text report gives
+    /// [`busy_fraction`](Self::busy_fraction) instead, a share that cannot
+    /// exceed 100%; [`concurrency`](Self::concurrency) says how the busy
+    /// time divides by the number of streams busy at once.
     pub overlap_efficiency: f64,
     /// `concurrency[k]`: time within the wall span with exactly `k` streams
     /// busy (`concurrency[0]` is time with none busy).
@@ -159,6 +169,8 @@ pub struct ComprehensiveReport {
     /// Errors met while recording (e.g. a scope whose end could not be
     /// recorded); see [`crate::StreamProfiler::error_count`].
     pub errors: u64,
+    /// Whether a GPU timed the operations ([`StreamReport::timed_by_gpu`]).
+    pub timed_by_gpu: bool,
 }
 
 impl StreamReport {
@@ -168,6 +180,7 @@ impl StreamReport {
         state: &StreamState,
         counts: Counts,
         skipped: &[(String, u64)],
+        timed_by_gpu: bool,
     ) -> (Self, Vec<(u64, u64)>) {
         let mut by_name: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for op in &state.timed {
@@ -204,6 +217,7 @@ impl StreamReport {
             graph_launches: counts.graph_launches,
             graph_nodes: counts.graph_nodes,
             unresolved: state.pending_len() as u64,
+            timed_by_gpu,
         };
         (report, busy)
     }
@@ -211,7 +225,11 @@ impl StreamReport {
 
 impl ComprehensiveReport {
     /// Combine stream reports with each stream's merged busy intervals.
-    pub(crate) fn build(mut parts: Vec<(StreamReport, Vec<(u64, u64)>)>, errors: u64) -> Self {
+    pub(crate) fn build(
+        mut parts: Vec<(StreamReport, Vec<(u64, u64)>)>,
+        errors: u64,
+        timed_by_gpu: bool,
+    ) -> Self {
         parts.sort_by_key(|(report, _)| report.stream_id);
         let busy: Vec<Vec<(u64, u64)>> = parts.iter().map(|(_, b)| b.clone()).collect();
         let streams: Vec<StreamReport> = parts.into_iter().map(|(r, _)| r).collect();
@@ -236,7 +254,25 @@ impl ComprehensiveReport {
             concurrency,
             streams,
             errors,
+            timed_by_gpu,
         }
+    }
+
+    /// The share of the wall span in which at least one stream was busy:
+    /// 1.0 when some stream always had timed work running, 0 when nothing
+    /// was timed. This is the report's one overlap figure: how well the
+    /// streams kept the device busy between them.
+    ///
+    /// ```
+    /// use cuda_streams_profiler::ComprehensiveReport;
+    /// assert_eq!(ComprehensiveReport::default().busy_fraction(), 0.0);
+    /// ```
+    pub fn busy_fraction(&self) -> f64 {
+        if self.wall_span.is_zero() {
+            return 0.0;
+        }
+        let idle = self.concurrency.first().copied().unwrap_or_default();
+        self.wall_span.saturating_sub(idle).as_secs_f64() / self.wall_span.as_secs_f64()
     }
 
     /// The report of stream `id`, if it was profiled.

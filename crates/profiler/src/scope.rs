@@ -110,14 +110,16 @@ impl Open<'_> {
             depth,
             _nvtx,
         } = self;
-        match start {
+        let closed = match start {
             ScopeStart::Events(cell) => slot.close(stream, name, cell, depth),
             ScopeStart::Cupti(opened) => {
                 let closed = profiler.cupti_now();
                 slot.close_cupti(name, opened, closed, depth);
                 Ok(())
             }
-        }
+        };
+        slot.scope_closed(stream);
+        closed
     }
 }
 

@@ -214,6 +214,17 @@ impl StreamSlot {
         state.push(name, start, end, depth, clock)
     }
 
+    /// A scope on `stream` closed: keep its counters as they are now. The
+    /// slot holds the stream weakly, so a stream dropped before the report
+    /// (a pipeline's, with the pipeline) is counted up to here rather than
+    /// as of the last report, which may be before its work began. Read under
+    /// the state's lock, as the report reads them, so that scopes closing on
+    /// several threads leave the newest snapshot.
+    pub(crate) fn scope_closed(&self, stream: &Stream) {
+        let mut state = self.lock();
+        state.last_metrics = stream.metrics();
+    }
+
     /// The stream's metrics now, or the last seen if it was dropped.
     pub(crate) fn current_metrics(&self, state: &mut StreamState) -> StreamMetrics {
         if let Some(stream) = self.stream.upgrade() {

@@ -267,3 +267,40 @@ fn sampling_times_every_nth_scope_and_counts_them_all() {
         r#"sampler "never": one scope in 0 cannot be timed; every must be at least 1"#
     );
 }
+
+/// A stream dropped before the report (a pipeline's, dropped with the
+/// pipeline) keeps the launches and transfers of its scopes: the profiler
+/// holds streams weakly, so it reads their counters as each scope closes.
+#[test]
+fn a_stream_dropped_before_the_report_keeps_its_counts() {
+    let ctx = ctx();
+    let fill_kernel = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let host = PinnedBuffer::from_slice(&ctx, &[1.5f32; 256]).unwrap();
+    let profiler = StreamProfiler::new(&ctx).unwrap();
+    profiler.enable();
+    let id = {
+        let stream = Stream::new(&ctx).unwrap();
+        let mut buf = DeviceBuffer::<f32>::new_async(&stream, 256).unwrap();
+        for i in 0..3 {
+            let _step = profiler.scope(&stream, "step").unwrap();
+            stream.copy_from_host_async(&mut buf, &host).unwrap();
+            fill(&stream, &fill_kernel, i as f32, &mut buf);
+        }
+        stream.synchronize().unwrap();
+        stream.id()
+    };
+    let report = profiler.get_comprehensive_report();
+    let stream = report
+        .stream(id)
+        .expect("a dropped stream is still reported");
+    assert_eq!(stream.operations["step"].count, 3, "{report}");
+    assert_eq!(
+        (
+            stream.kernel_launches,
+            stream.memory_transfers,
+            stream.bytes_transferred
+        ),
+        (3, 3, 3 * 1024),
+        "{report}"
+    );
+}

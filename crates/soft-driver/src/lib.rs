@@ -96,7 +96,7 @@ pub use modules::{
     KernelTwin, LaunchDims, RegisterError, TwinSpec, define_kernel, module_from_declarations,
     register_image, registered_signature,
 };
-pub use nccl::{NCCL_VERSION, nccl};
+pub use nccl::{NCCL_VERSION, nccl, nccl_unique_id_process};
 pub use shuffle::{SHUFFLE_ENV, SHUFFLE_SETTING, shuffle_seed};
 /// The raw bindings the table is made of (and the kernel-signature vocabulary).
 pub use sys;

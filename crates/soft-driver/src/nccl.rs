@@ -241,13 +241,44 @@ unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> R {
     R::ncclSuccess
 }
 
+/// What a software NCCL unique id starts with.
+const ID_TAG: &[u8; 9] = b"soft-nccl";
+/// Where a software NCCL unique id holds the process that made it (after
+/// the tag and the id's number).
+const ID_PID: std::ops::Range<usize> = 24..28;
+
+/// The process that made `id` with the software NCCL's `ncclGetUniqueId`,
+/// or `None` for bytes the software NCCL did not make.
+///
+/// The software NCCL spans the threads of one process: a rank that joins a
+/// communicator with an id of another process is refused
+/// (`ncclInvalidUsage`) instead of waiting forever for ranks it cannot
+/// meet.
+///
+/// ```
+/// use cuda_streams_soft_driver::{nccl, nccl_unique_id_process};
+/// let mut id = Default::default();
+/// // SAFETY: writes one id through a valid pointer.
+/// let code = unsafe { (nccl().ncclGetUniqueId)(&mut id) };
+/// assert_eq!(code.0, 0);
+/// let bytes: [u8; 128] = id.internal.map(|c| c as u8);
+/// assert_eq!(nccl_unique_id_process(&bytes), Some(std::process::id()));
+/// assert_eq!(nccl_unique_id_process(&[7; 128]), None);
+/// ```
+pub fn nccl_unique_id_process(id: &[u8; 128]) -> Option<u32> {
+    if !id.starts_with(ID_TAG) {
+        return None;
+    }
+    let pid: [u8; 4] = id[ID_PID].try_into().ok()?;
+    Some(u32::from_le_bytes(pid))
+}
+
 unsafe extern "C" fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> R {
     if uniqueId.is_null() {
         return fail(R::ncclInvalidArgument, "ncclGetUniqueId: uniqueId is null");
     }
     let mut id = ncclUniqueId::default();
-    let tag = b"soft-nccl";
-    for (slot, byte) in id.internal.iter_mut().zip(tag) {
+    for (slot, byte) in id.internal.iter_mut().zip(ID_TAG) {
         *slot = *byte as c_char;
     }
     let number = (mint() as u64).to_le_bytes();
@@ -323,6 +354,20 @@ unsafe fn join(
     }
     let device = current_device()?;
     let key: [u8; 128] = id.internal.map(|c| c as u8);
+    // Ranks of another process can never join this process's cliques:
+    // refuse at once rather than wait for them forever.
+    if let Some(maker) = nccl_unique_id_process(&key)
+        && maker != std::process::id()
+    {
+        return Err(fail(
+            R::ncclInvalidUsage,
+            format!(
+                "ncclCommInitRank: this unique id was made by process {maker}, but the \
+                 software NCCL spans the threads of one process (this is process {})",
+                std::process::id()
+            ),
+        ));
+    }
     let mut forming = lock(forming());
     let clique = forming
         .entry(key)
