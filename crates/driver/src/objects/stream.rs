@@ -1,7 +1,8 @@
 //! Streams: in-order queues of GPU work, with priorities and counters.
 //!
-//! Copies live in `copy.rs`, callbacks in `callback.rs`, kernel launches in
-//! `launch.rs`; this file holds the handle itself.
+//! Copies, callbacks and kernel launches are features (`features/copy.rs`,
+//! `callback.rs`, `launch.rs`), enqueued through the enqueue protocol
+//! (`enqueue/`); this file holds the handle itself.
 
 use crate::ground::error::{Error, Result};
 use crate::objects::completion_trail::{CompletionTrail, TrailSearch};
