@@ -12,8 +12,10 @@
 //! the graph). A launch of the finished graph is then one operation with
 //! the graph's whole access set, checked as eager work is.
 
+use super::check::race;
+use super::label::current_label;
 use super::tracker::{Access, Shadow};
-use super::{OrderPolicy, Race, Touch, current_label, race};
+use super::{OrderPolicy, Race, Touch};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use smallvec::SmallVec;

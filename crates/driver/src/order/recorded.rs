@@ -13,7 +13,7 @@
 //! to a mutex beside, read under the same sequence.
 
 use super::clock::{Agent, Clock, Flat, INLINE};
-use super::counted;
+use super::stats::counted;
 
 #[cfg(all(test, loom))]
 use loom::sync::{
