@@ -13,9 +13,12 @@
 //! the graph's whole access set, checked as eager work is.
 
 use super::check::race;
+use super::clock::Clock;
 use super::label::current_label;
+use super::policy::OrderPolicy;
+use super::report::Race;
+use super::touch::Touch;
 use super::tracker::{Access, Shadow};
-use super::{OrderPolicy, Race, Touch};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use smallvec::SmallVec;
@@ -57,7 +60,7 @@ impl CaptureOrder {
         let clock = stream
             .order
             .captured()
-            .unwrap_or_else(|| super::Clock::new(stream.id()));
+            .unwrap_or_else(|| Clock::new(stream.id()));
         for &touch in touches {
             let (lo, hi) = touch.range();
             let shadow = &self.shadow;

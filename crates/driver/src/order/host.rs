@@ -79,9 +79,9 @@ pub(crate) fn completed(point: Option<Clock>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::policy::OrderPolicy;
     use super::super::tests::{buffer, streams, under};
     use crate::error::Error;
-    use crate::order::OrderPolicy;
 
     /// The host's knowledge orders what it saw complete, and nothing after
     /// it: a write enqueued after the host's wait is still unordered.

@@ -4,7 +4,6 @@
 //! engine's completion event) to take without locking the stream again.
 
 use super::clock::{self, Clock};
-use super::stream_state::StreamState;
 use crate::stream::Stream;
 use std::sync::atomic::Ordering;
 
@@ -14,7 +13,7 @@ use std::sync::atomic::Ordering;
 /// the step (its buffers' use events, the engine's completion event) to
 /// take without locking the stream again.
 ///
-/// Valid while nothing locked the stream since ([`StreamOrder::changes`]
+/// Valid while nothing locked the stream since ([`StreamOrder::changes`](super::StreamOrder::changes)
 /// unmoved: no other step, wait or capture changed its clock), and once
 /// the step has landed (its driver call returned): then the stream's
 /// snapshot would be this point or know more (steps of other threads that
@@ -35,9 +34,9 @@ pub(crate) struct KeptPoint {
 /// no destructor, so an access is a load of the thread's base, no state
 /// check.
 pub(super) struct ThisThread {
-    /// Steps of this thread in flight, on any stream (each [`InFlight`]
+    /// Steps of this thread in flight, on any stream (each [`InFlight`](super::InFlight)
     /// alive): a point taken meanwhile does not wait for other threads'
-    /// steps ([`StreamOrder::landed_above_in_flight`]).
+    /// steps ([`StreamOrder::landed_above_in_flight`](super::StreamOrder::landed_above_in_flight)).
     pub(super) steps_in_flight: std::cell::Cell<u32>,
     /// The point kept ([`KeptPoint`]).
     pub(super) kept: std::cell::Cell<KeptPoint>,
@@ -46,7 +45,7 @@ pub(super) struct ThisThread {
     /// Reached only through [`ThisThread::clock`] and
     /// [`ThisThread::clock_mut`] (no borrow flag to check and set at each).
     clock: std::cell::UnsafeCell<clock::Flat>,
-    /// Whether [`labelled`] set a label on this thread: an operation
+    /// Whether [`labelled`](super::labelled) set a label on this thread: an operation
     /// without one (the common case) reads no other thread-local.
     pub(super) labelled: std::cell::Cell<bool>,
 }
@@ -85,21 +84,21 @@ thread_local! {
     };
 }
 
-/// Keep the point of `stream` after its step `step` (just taken, `state`
-/// locked), for [`kept_point`] once the step lands. Nothing is kept of a
+/// Keep the point of `stream` after its step `step` (just taken, its
+/// `clock` read under the stream's lock), for [`kept_point`] once the step lands. Nothing is kept of a
 /// clock too large to keep inline.
 ///
 /// `under_another`: another step of the stream (below this one) was in
 /// flight when this one was taken. Then the point right after this step
 /// would leave this step out: none is kept, and a record after it takes
 /// its point the general way, which waits for that step to land
-/// ([`StreamOrder::settled`]).
+/// ([`StreamOrder::settled`](super::StreamOrder::settled)).
 /// Also counts the step in flight on this thread (the same thread-local).
 #[inline]
-pub(super) fn keep_point(stream: &Stream, state: &StreamState, step: u32, under_another: bool) {
+pub(super) fn keep_point(stream: &Stream, clock: &Clock, step: u32, under_another: bool) {
     THIS_THREAD.with(|this| {
         this.steps_in_flight.set(this.steps_in_flight.get() + 1);
-        let kept = !under_another && this.clock_mut(|kept| kept.set(&state.clock, step));
+        let kept = !under_another && this.clock_mut(|kept| kept.set(clock, step));
         this.kept.set(if kept {
             KeptPoint {
                 stream: stream.id(),
@@ -158,7 +157,7 @@ pub(super) fn still_kept(kept: &KeptPoint) -> bool {
 }
 
 /// `clock` learns the point `kept`, which a record waited for was written
-/// from ([`recorded`]), read where this thread keeps it; nothing if it no
+/// from ([`recorded`](super::record_and_wait::recorded)), read where this thread keeps it; nothing if it no
 /// longer does (knowing less is always true).
 #[inline]
 pub(super) fn learn_kept(clock: &mut Clock, kept: &KeptPoint) -> bool {
@@ -167,9 +166,14 @@ pub(super) fn learn_kept(clock: &mut Clock, kept: &KeptPoint) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::check::before_enqueue;
+    use super::super::context_state::forget;
+    use super::super::in_flight::InFlight;
+    use super::super::policy::OrderPolicy;
+    use super::super::record_and_wait::record_point;
     use super::super::tests::{locks, streams, under, write_of_4_bytes};
+    use super::super::touch::Touch;
     use super::*;
-    use crate::order::{InFlight, OrderPolicy, Touch, before_enqueue, forget, record_point};
 
     /// A step taken while an earlier one is in flight in another slot
     /// than the first (the first slot freed meanwhile) keeps no point: a

@@ -15,9 +15,9 @@ thread_local! {
 }
 
 /// Run `f` with `label` naming the operations it enqueues on this thread, in
-/// the reports of [`OrderPolicy::Check`] and [`OrderPolicy::Report`] (the
+/// the reports of [`OrderPolicy::Check`](super::OrderPolicy::Check) and [`OrderPolicy::Report`](super::OrderPolicy::Report) (the
 /// engine labels each operation this way). Costs nothing while every
-/// context's policy is [`OrderPolicy::Off`].
+/// context's policy is [`OrderPolicy::Off`](super::OrderPolicy::Off).
 ///
 /// ```
 /// use cuda_streams_driver::{order, Context, DeviceBuffer, Stream};
@@ -63,10 +63,10 @@ pub(super) fn current_label() -> Option<Arc<str>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::policy::OrderPolicy;
     use super::super::tests::under;
     use super::*;
     use crate::error::Error;
-    use crate::order::OrderPolicy;
     use crate::stream::Stream;
 
     /// A label shared with the operation before it is the same label; a

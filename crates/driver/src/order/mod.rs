@@ -21,17 +21,29 @@
 //!
 //! # The files
 //!
-//! From the bottom up: `clock` (vector clocks), `report` ([`Race`]),
-//! `stats` ([`OrderStats`]), `touch` (the bytes an operation touches) and
-//! `tracker` (the accesses recorded per byte range) know nothing of the
-//! rest. `recorded` is an event's latest record; `policy` the context's
-//! [`OrderPolicy`]; `context_state` and `stream_state` what the tracker
-//! keeps per context and per stream; `kept` what it keeps per thread;
-//! `host` what the host has seen complete; `label` the names in reports.
-//! The entry points sit on top: `check` (before each enqueue), `step` (an
-//! operation's step taken), `in_flight` (until its driver call returns),
-//! `repair` (`Auto`'s waits), `record_and_wait` (an event recorded and
-//! waited for) and `capture` (the order within a graph being captured).
+//! From the entry points down; a file imports only files below it.
+//!
+//! - `capture`: the order within a graph being captured;
+//! - `check`: the check before each enqueue (`before_enqueue`), the general
+//!   way for races and memory of several contexts, and the race reports;
+//! - `repair`: `Auto`'s waits for the streams an operation races with,
+//!   through their marks ([`offer_mark`]);
+//! - `step`: an operation's access recorded and its stream's step taken;
+//! - `record_and_wait`: what an event's record covers, and what a wait for
+//!   it teaches;
+//! - `host`: the host's clock, what any thread has seen complete;
+//! - `in_flight`: a step whose driver call is being made;
+//! - `stream_state`: per stream, its clock, its steps in flight and the
+//!   points taken of it;
+//! - `context_state`: per context, its policy and its shadow;
+//! - `label`: the names operations carry into reports ([`labelled`]);
+//! - `kept`: what the tracker keeps per thread, above all the point an
+//!   enqueue kept for the records right after it;
+//! - `tracker`: the accesses recorded per byte range (the shadow);
+//! - `recorded`: an event's latest record, read without a lock;
+//! - `policy` ([`OrderPolicy`], where it comes from, what a switch keeps),
+//!   `stats` ([`OrderStats`]), `touch` (the bytes an operation touches),
+//!   `report` ([`Race`]) and `clock` (vector clocks).
 
 mod capture;
 mod check;

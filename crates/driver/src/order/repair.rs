@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// `Auto`'s repair of an operation on memory of its stream's own context,
-/// which [`record_or_races`] found racing with `races` (per stream, the
+/// which [`record_or_races`](super::step::record_or_races) found racing with `races` (per stream, the
 /// latest step raced with; `held` still locked since): wait for each
 /// stream it races with, then record it as the stream's next step,
 /// returned in flight. When no access was recorded meanwhile and the waits
@@ -195,7 +195,7 @@ struct WaitFor {
 /// `step`, through one event: `earlier`'s last mark when that still covers
 /// the step (nothing recorded), else a fresh mark of everything enqueued on
 /// `earlier` so far, kept as its last mark. The wait teaches `stream` what
-/// the event's record knew ([`waited`]).
+/// the event's record knew ([`waited`](super::waited)).
 pub(super) fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Result<()> {
     // An earlier wait of this repair (for another stream's mark, which knew
     // of this one) may have covered the step already.
@@ -231,10 +231,10 @@ pub(super) fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Resul
 /// a fresh mark of everything enqueued on `earlier` so far.
 ///
 /// Both records are made as the event's only holder
-/// ([`Event::record_counted`] exclusive): no atomic read-modify-write on
+/// ([`Event::record_counted`](crate::event::Event::record_counted) exclusive): no atomic read-modify-write on
 /// the event, where a shared record takes three. With the event, the point
 /// kept by this thread that a record made here was written from, if it
-/// was ([`recorded`]).
+/// was ([`recorded`](super::record_and_wait::recorded)).
 fn mark_covering(
     earlier: &Stream,
     step: u32,
@@ -308,10 +308,11 @@ pub fn offer_mark(stream: &Stream, event: &Arc<crate::event_pool::PooledEvent>) 
 
 #[cfg(test)]
 mod tests {
+    use super::super::check::before_enqueue;
+    use super::super::context_state::forget;
     use super::super::tests::{buffer, locks, streams, under};
     use super::*;
     use crate::error::Error;
-    use crate::order::{before_enqueue, forget};
     use std::cell::RefCell;
 
     /// `Auto` forks one write into four readers with one mark of the

@@ -26,6 +26,6 @@ pub(super) fn counted() {
 pub struct OrderStats {
     /// Races found (refused, reported or repaired).
     pub reports: u64,
-    /// Waits inserted by [`OrderPolicy::Auto`].
+    /// Waits inserted by [`OrderPolicy::Auto`](super::OrderPolicy::Auto).
     pub inserted_waits: u64,
 }

@@ -113,7 +113,7 @@ pub(super) fn commit_step<'s>(
     state.clock.own += 1;
     let step = state.clock.own;
     let (slot, under_another) = stream.order.fly(state, step);
-    keep_point(stream, state, step, under_another);
+    keep_point(stream, &state.clock, step, under_another);
     InFlight(Some((stream, step, slot)))
 }
 

@@ -30,12 +30,12 @@ pub(crate) struct StreamOrder {
     /// Steps in flight ([`StreamState::in_flight`]) held outside the lock,
     /// so that the end of a driver call releases its step with one store
     /// instead of a lock. 0 is a free slot (steps start at 1). Only the
-    /// holder of `state` fills a slot, and only the step's [`InFlight`]
+    /// holder of `state` fills a slot, and only the step's [`InFlight`](super::InFlight)
     /// empties it; a fourth concurrent enqueue on one stream goes to
     /// `in_flight` under the lock.
     pub(super) flying: [AtomicU32; FLYING],
     /// Bumped by every lock of `state`: a point kept by this thread
-    /// ([`KeptPoint`]) is the stream's as long as this has not moved.
+    /// ([`KeptPoint`](super::KeptPoint)) is the stream's as long as this has not moved.
     pub(super) changes: AtomicU64,
 }
 
@@ -134,7 +134,7 @@ pub(super) struct StreamState {
     /// `Auto`'s last mark on this stream and what it covers: other streams
     /// ordered after a step it covers wait for it instead of a fresh record
     /// (a fork of one stream into several records once). Outside captures.
-    /// The event's own record says what it covers ([`EventOrder::covers`]).
+    /// The event's own record says what it covers ([`EventOrder::covers`](super::recorded::Recorded::covers)).
     pub(super) mark: Option<Arc<crate::event_pool::PooledEvent>>,
     /// The contexts whose shadows know this stream by its id.
     /// A `Vec` (one allocation per stream): read at every operation,
@@ -335,6 +335,15 @@ impl StreamOrder {
         (slot, others)
     }
 
+    /// A step kept in [`StreamState::in_flight`] was queued.
+    #[cold]
+    pub(super) fn land(&self, step: u32) {
+        let mut state = self.lock();
+        if let Some(i) = state.in_flight.iter().position(|s| *s == step) {
+            state.in_flight.swap_remove(i);
+        }
+    }
+
     /// The stream joins a capture (it began one, or was forked in): its
     /// clock within the graph starts from nothing (a fork's wait, captured
     /// next, is the graph's first edge into it).
@@ -383,23 +392,15 @@ impl StreamState {
     }
 }
 
-impl StreamOrder {
-    /// A step kept in [`StreamState::in_flight`] was queued.
-    #[cold]
-    pub(super) fn land(&self, step: u32) {
-        let mut state = self.lock();
-        if let Some(i) = state.in_flight.iter().position(|s| *s == step) {
-            state.in_flight.swap_remove(i);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::check::before_enqueue;
+    use super::super::context_state::forget;
+    use super::super::policy::OrderPolicy;
     use super::super::tests::{buffer, streams, under, write_of_4_bytes};
+    use super::super::touch::Touch;
     use super::*;
     use crate::error::Error;
-    use crate::order::{OrderPolicy, Touch, before_enqueue, forget};
     use std::sync::atomic::AtomicBool;
 
     /// The stream a point waiting for a step in flight below a landed one

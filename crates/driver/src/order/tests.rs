@@ -1,7 +1,7 @@
 //! What the tests of the tracker share: device 0's context under a policy,
 //! streams, buffers, and the count of the tracker's locks.
 
-use super::OrderPolicy;
+use super::policy::OrderPolicy;
 use super::stats::LOCKS;
 use super::touch::Touch;
 use crate::context::Context;
