@@ -132,7 +132,8 @@ impl Capture {
     }
 
     /// A process-unique id of this capture (never 0): what
-    /// [`HostSlot`](super::HostSlot)s and the engine's captured operation ids name.
+    /// [`HostSlot`](super::HostSlot)s and the engine's captured operation ids
+    /// name.
     pub fn id(&self) -> u64 {
         self.id
     }

@@ -5,9 +5,10 @@ use super::kept::land_kept;
 use crate::stream::Stream;
 use std::sync::atomic::Ordering;
 
-/// A step checked and recorded by [`before_enqueue`](super::before_enqueue) whose driver call is
-/// being made: keep it until the call returns (or fails). The slot of
-/// [`StreamOrder::flying`](super::StreamOrder::flying) holding the step, or `None` when it is in
+/// A step checked and recorded by [`before_enqueue`](super::before_enqueue)
+/// whose driver call is being made: keep it until the call returns (or fails).
+/// The slot of [`StreamOrder::flying`](super::StreamOrder::flying) holding the
+/// step, or `None` when it is in
 /// [`StreamState::in_flight`](super::stream_state::StreamState::in_flight).
 #[must_use = "the step is in flight until this is dropped, after the driver call"]
 pub(crate) struct InFlight<'s>(pub(super) Option<(&'s Stream, u32, Option<u8>)>);

@@ -13,13 +13,13 @@ use std::sync::atomic::Ordering;
 /// the step (its buffers' use events, the engine's completion event) to
 /// take without locking the stream again.
 ///
-/// Valid while nothing locked the stream since ([`StreamOrder::changes`](super::StreamOrder::changes)
-/// unmoved: no other step, wait or capture changed its clock), and once
-/// the step has landed (its driver call returned): then the stream's
-/// snapshot would be this point or know more (steps of other threads that
-/// were in flight under this one may have landed meanwhile, which a record
-/// may leave out: it knows less, never more, than the driver queued
-/// before it).
+/// Valid while nothing locked the stream since
+/// ([`StreamOrder::changes`](super::StreamOrder::changes) unmoved: no other
+/// step, wait or capture changed its clock), and once the step has landed (its
+/// driver call returned): then the stream's snapshot would be this point or
+/// know more (steps of other threads that were in flight under this one may
+/// have landed meanwhile, which a record may leave out: it knows less, never
+/// more, than the driver queued before it).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct KeptPoint {
     pub(super) stream: u64,
@@ -34,9 +34,10 @@ pub(crate) struct KeptPoint {
 /// no destructor, so an access is a load of the thread's base, no state
 /// check.
 pub(super) struct ThisThread {
-    /// Steps of this thread in flight, on any stream (each [`InFlight`](super::InFlight)
-    /// alive): a point taken meanwhile does not wait for other threads'
-    /// steps ([`StreamOrder::landed_above_in_flight`](super::StreamOrder::landed_above_in_flight)).
+    /// Steps of this thread in flight, on any stream (each
+    /// [`InFlight`](super::InFlight) alive): a point taken meanwhile does not
+    /// wait for other threads' steps
+    /// ([`StreamOrder::landed_above_in_flight`](super::StreamOrder::landed_above_in_flight)).
     pub(super) steps_in_flight: std::cell::Cell<u32>,
     /// The point kept ([`KeptPoint`]).
     pub(super) kept: std::cell::Cell<KeptPoint>,
@@ -45,8 +46,8 @@ pub(super) struct ThisThread {
     /// Reached only through [`ThisThread::clock`] and
     /// [`ThisThread::clock_mut`] (no borrow flag to check and set at each).
     clock: std::cell::UnsafeCell<clock::Flat>,
-    /// Whether [`labelled`](super::labelled) set a label on this thread: an operation
-    /// without one (the common case) reads no other thread-local.
+    /// Whether [`labelled`](super::labelled) set a label on this thread: an
+    /// operation without one (the common case) reads no other thread-local.
     pub(super) labelled: std::cell::Cell<bool>,
 }
 
@@ -84,9 +85,9 @@ thread_local! {
     };
 }
 
-/// Keep the point of `stream` after its step `step` (just taken, its
-/// `clock` read under the stream's lock), for [`kept_point`] once the step lands. Nothing is kept of a
-/// clock too large to keep inline.
+/// Keep the point of `stream` after its step `step` (just taken, its `clock`
+/// read under the stream's lock), for [`kept_point`] once the step lands.
+/// Nothing is kept of a clock too large to keep inline.
 ///
 /// `under_another`: another step of the stream (below this one) was in
 /// flight when this one was taken. Then the point right after this step
@@ -156,9 +157,9 @@ pub(super) fn still_kept(kept: &KeptPoint) -> bool {
     THIS_THREAD.with(|this| still_kept_by(this, kept))
 }
 
-/// `clock` learns the point `kept`, which a record waited for was written
-/// from ([`recorded`](super::record_and_wait::recorded)), read where this thread keeps it; nothing if it no
-/// longer does (knowing less is always true).
+/// `clock` learns the point `kept`, which a record waited for was written from
+/// ([`recorded`](super::record_and_wait::recorded)), read where this thread
+/// keeps it; nothing if it no longer does (knowing less is always true).
 #[inline]
 pub(super) fn learn_kept(clock: &mut Clock, kept: &KeptPoint) -> bool {
     THIS_THREAD.with(|this| still_kept_by(this, kept) && this.clock(|flat| clock.learn_flat(flat)))

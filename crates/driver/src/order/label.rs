@@ -15,9 +15,10 @@ thread_local! {
 }
 
 /// Run `f` with `label` naming the operations it enqueues on this thread, in
-/// the reports of [`OrderPolicy::Check`](super::OrderPolicy::Check) and [`OrderPolicy::Report`](super::OrderPolicy::Report) (the
-/// engine labels each operation this way). Costs nothing while every
-/// context's policy is [`OrderPolicy::Off`](super::OrderPolicy::Off).
+/// the reports of [`OrderPolicy::Check`](super::OrderPolicy::Check) and
+/// [`OrderPolicy::Report`](super::OrderPolicy::Report) (the engine labels each
+/// operation this way). Costs nothing while every context's policy is
+/// [`OrderPolicy::Off`](super::OrderPolicy::Off).
 ///
 /// ```
 /// use cuda_streams_driver::{order, Context, DeviceBuffer, Stream};

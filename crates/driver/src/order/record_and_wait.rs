@@ -54,12 +54,13 @@ impl Point {
     }
 }
 
-/// `event` was recorded at `point` ([`record_point`]); `exclusive`: the
-/// caller holds the event's only handle, so no other record can overlap
-/// this one ([`Event::record_counted`]). Whether the record was written
-/// from the kept point of `point`: while this thread keeps it
-/// ([`learn_kept`](super::kept::learn_kept)), it is what the record says. (A flag, not the point:
-/// most callers drop it, and a point handed back costs a copy each.)
+/// `event` was recorded at `point` ([`record_point`]); `exclusive`: the caller
+/// holds the event's only handle, so no other record can overlap this one
+/// ([`Event::record_counted`]). Whether the record was written from the kept
+/// point of `point`: while this thread keeps it
+/// ([`learn_kept`](super::kept::learn_kept)), it is what the record says. (A
+/// flag, not the point: most callers drop it, and a point handed back costs a
+/// copy each.)
 #[inline]
 pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) -> bool {
     // By reference: under `Off` (`None`) nothing is moved.

@@ -17,15 +17,14 @@ use crate::stream::Stream;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
-/// `Auto`'s repair of an operation on memory of its stream's own context,
-/// which [`record_or_races`](super::step::record_or_races) found racing with `races` (per stream, the
-/// latest step raced with; `held` still locked since): wait for each
-/// stream it races with, then record it as the stream's next step,
+/// `Auto`'s repair of an operation on memory of its stream's own context, which
+/// [`record_or_races`](super::step::record_or_races) found racing with `races`
+/// (per stream, the latest step raced with; `held` still locked since): wait
+/// for each stream it races with, then record it as the stream's next step,
 /// returned in flight. When no access was recorded meanwhile and the waits
-/// cover every race found, nothing is looked up again; otherwise it is
-/// checked again. `None` leaves the operation to the general way (a stream
-/// gone, a wait that fell short: a step still in flight on another
-/// thread).
+/// cover every race found, nothing is looked up again; otherwise it is checked
+/// again. `None` leaves the operation to the general way (a stream gone, a wait
+/// that fell short: a step still in flight on another thread).
 ///
 /// One list, of the streams to wait for, holds all it carries from one
 /// lock to the next (a mark taken out, the event to put back, one to let
@@ -231,10 +230,10 @@ pub(super) fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Resul
 /// a fresh mark of everything enqueued on `earlier` so far.
 ///
 /// Both records are made as the event's only holder
-/// ([`Event::record_counted`](crate::event::Event::record_counted) exclusive): no atomic read-modify-write on
-/// the event, where a shared record takes three. With the event, the point
-/// kept by this thread that a record made here was written from, if it
-/// was ([`recorded`](super::record_and_wait::recorded)).
+/// ([`Event::record_counted`](crate::event::Event::record_counted) exclusive):
+/// no atomic read-modify-write on the event, where a shared record takes three.
+/// With the event, the point kept by this thread that a record made here was
+/// written from, if it was ([`recorded`](super::record_and_wait::recorded)).
 fn mark_covering(
     earlier: &Stream,
     step: u32,

@@ -27,15 +27,16 @@ pub(crate) struct StreamOrder {
     home: Arc<Context>,
     /// Read and written only while `home`'s shadow is locked.
     state: std::cell::UnsafeCell<StreamState>,
-    /// Steps in flight ([`StreamState::in_flight`]) held outside the lock,
-    /// so that the end of a driver call releases its step with one store
-    /// instead of a lock. 0 is a free slot (steps start at 1). Only the
-    /// holder of `state` fills a slot, and only the step's [`InFlight`](super::InFlight)
+    /// Steps in flight ([`StreamState::in_flight`]) held outside the lock, so
+    /// that the end of a driver call releases its step with one store instead
+    /// of a lock. 0 is a free slot (steps start at 1). Only the holder of
+    /// `state` fills a slot, and only the step's [`InFlight`](super::InFlight)
     /// empties it; a fourth concurrent enqueue on one stream goes to
     /// `in_flight` under the lock.
     pub(super) flying: [AtomicU32; FLYING],
     /// Bumped by every lock of `state`: a point kept by this thread
-    /// ([`KeptPoint`](super::KeptPoint)) is the stream's as long as this has not moved.
+    /// ([`KeptPoint`](super::KeptPoint)) is the stream's as long as this has
+    /// not moved.
     pub(super) changes: AtomicU64,
 }
 
@@ -132,9 +133,10 @@ pub(super) struct StreamState {
     /// `Vec` is read with no branch on where its items are.
     pub(super) in_flight: Vec<u32>,
     /// `Auto`'s last mark on this stream and what it covers: other streams
-    /// ordered after a step it covers wait for it instead of a fresh record
-    /// (a fork of one stream into several records once). Outside captures.
-    /// The event's own record says what it covers ([`EventOrder::covers`](super::recorded::Recorded::covers)).
+    /// ordered after a step it covers wait for it instead of a fresh record (a
+    /// fork of one stream into several records once). Outside captures. The
+    /// event's own record says what it covers
+    /// ([`EventOrder::covers`](super::recorded::Recorded::covers)).
     pub(super) mark: Option<Arc<crate::event_pool::PooledEvent>>,
     /// The contexts whose shadows know this stream by its id.
     /// A `Vec` (one allocation per stream): read at every operation,

@@ -30,7 +30,8 @@ pub enum WakeMode {
     HostFn,
 }
 
-/// The reactor's waiting policy, set with [`Reactor::set_config`](super::Reactor::set_config).
+/// The reactor's waiting policy, set with
+/// [`Reactor::set_config`](super::Reactor::set_config).
 ///
 /// ```
 /// use cuda_streams_driver::{ReactorConfig, WakeMode};

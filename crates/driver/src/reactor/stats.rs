@@ -1,6 +1,7 @@
 //! What the reactor tells: its counters ([`ReactorStats`]).
 
-/// Counters of a context's reactor, from [`Reactor::stats`](super::Reactor::stats).
+/// Counters of a context's reactor, from
+/// [`Reactor::stats`](super::Reactor::stats).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReactorStats {
