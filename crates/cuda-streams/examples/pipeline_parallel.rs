@@ -135,13 +135,14 @@ fn main() -> Result<(), cuda_streams::Error> {
     if Context::new(0)?.is_gpu() {
         // One process per GPU, as torchrun starts them: this one is stage 0,
         // a child is stage 1.
+        let vars0 = vars(0, port);
+        let launch = Launch::from_vars(|k| vars0.get(k).cloned())?;
         let exe = std::env::current_exe().expect("this example's path");
         let mut child = std::process::Command::new(&exe)
             .envs(vars(1, port))
             .spawn()
             .expect("starting stage 1");
-        let vars = vars(0, port);
-        let ours = stage(&Launch::from_vars(|k| vars.get(k).cloned())?, Some(store));
+        let ours = stage(&launch, Some(store));
         if ours.is_err() {
             // Its peer would wait for stage 0 until its deadline.
             let _ = child.kill();
