@@ -14,6 +14,9 @@ names="${3:?bench names}"
 shift 3
 mkdir -p "$logs"
 export CUDA_STREAMS_DRIVER="${CUDA_STREAMS_DRIVER:-cuda}"
+# NVLink multicast stays off on the shared hosts (the collectives refuse to
+# load NCCL without a choice made here).
+export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
 ours="${TMPDIR:-/tmp}/cuda-streams-bundle"
 if [ ! -d "$ours/benches" ]; then
   rm -rf "$ours" && mkdir -p "$ours"

@@ -16,7 +16,7 @@
 //!
 //! `cargo run -p cuda-streams --example pipeline_parallel`
 
-use cuda_streams::collectives::{Communicator, Launch};
+use cuda_streams::collectives::{Communicator, Launch, Store};
 use cuda_streams::kernels::typed::Elementwise;
 use cuda_streams::prelude::*;
 use std::collections::HashMap;
@@ -34,8 +34,9 @@ fn output(m: usize) -> f32 {
     3.0 * activation(m) + 1.0
 }
 
-/// One stage's whole life, from its launch.
-fn stage(launch: &Launch) -> Result<(), cuda_streams::Error> {
+/// One stage's whole life, from its launch; rank 0 publishes NCCL's id at
+/// `store` when it was bound already (to a port the OS chose).
+fn stage(launch: &Launch, store: Option<Store>) -> Result<(), cuda_streams::Error> {
     if launch.world_size != 2 {
         eprintln!(
             "pipeline_parallel has two stages: launch it with 2 ranks, not {}",
@@ -43,7 +44,10 @@ fn stage(launch: &Launch) -> Result<(), cuda_streams::Error> {
         );
         std::process::exit(2);
     }
-    let comm = Communicator::from_launch(launch)?;
+    let comm = match store {
+        Some(store) => Communicator::from_launch_with_store(launch, store)?,
+        None => Communicator::from_launch(launch)?,
+    };
     let (rank, ctx) = (comm.rank(), comm.context());
     let stream = Stream::new(ctx)?;
     let kernels = Elementwise::load(ctx)?;
@@ -117,43 +121,48 @@ fn vars(rank: usize, port: u16) -> HashMap<String, String> {
 
 fn main() -> Result<(), cuda_streams::Error> {
     if launched() {
-        return stage(&Launch::from_env()?);
+        return stage(&Launch::from_env()?, None);
     }
     let devices = Context::device_count()?;
     if devices < 2 {
         println!("pipeline_parallel needs two devices; the driver reports {devices}");
         return Ok(());
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free local port")
-        .port();
+    // Rank 0's store is bound first, to a port the OS picks, and that port
+    // is handed on: no other program can take it in between.
+    let store = Store::bind("127.0.0.1:0")?;
+    let port = store.port();
     if Context::new(0)?.is_gpu() {
-        // One process per GPU, as torchrun starts them.
+        // One process per GPU, as torchrun starts them: this one is stage 0,
+        // a child is stage 1.
+        let vars0 = vars(0, port);
+        let launch = Launch::from_vars(|k| vars0.get(k).cloned())?;
         let exe = std::env::current_exe().expect("this example's path");
-        let children: Vec<_> = (0..2)
-            .map(|rank| {
-                std::process::Command::new(&exe)
-                    .envs(vars(rank, port))
-                    .spawn()
-                    .expect("starting a stage")
-            })
-            .collect();
-        for (rank, mut child) in children.into_iter().enumerate() {
-            let status = child.wait().expect("waiting for a stage");
-            assert!(status.success(), "stage {rank}'s process: {status}");
+        let mut child = std::process::Command::new(&exe)
+            .envs(vars(1, port))
+            .spawn()
+            .expect("starting stage 1");
+        let ours = stage(&launch, Some(store));
+        if ours.is_err() {
+            // Its peer would wait for stage 0 until its deadline.
+            let _ = child.kill();
         }
+        let status = child.wait().expect("waiting for stage 1");
+        ours?;
+        assert!(status.success(), "stage 1's process: {status}");
         return Ok(());
     }
     // The software NCCL spans threads: one per stage. A stage that fails
     // ends the process: its peer would wait for it forever, as an NCCL
     // peer of a dead process does.
+    let mut store = Some(store);
     std::thread::scope(|s| {
         for rank in 0..2 {
+            let store = if rank == 0 { store.take() } else { None };
             s.spawn(move || {
                 let vars = vars(rank, port);
-                let run = || stage(&Launch::from_vars(|k| vars.get(k).cloned())?);
-                match std::panic::catch_unwind(run) {
+                let run = || stage(&Launch::from_vars(|k| vars.get(k).cloned())?, store);
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(Ok(())) => {}
                     Ok(Err(err)) => {
                         eprintln!("stage {rank} failed: {err}");

@@ -26,11 +26,13 @@
 //! - `args`: what a graph keeps alive ([`GraphArg`], [`HostSlot`], the
 //!   host-callback nodes and the keep-alive list);
 //! - `capture`: [`Capture`], the second enqueue API, used while a stream
-//!   captures;
+//!   captures: its life (begun, forked, joined, ended);
+//! - `capture_nodes`: the nodes a [`Capture`] records, one method each;
 //! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed.
 
 mod args;
 mod capture;
+mod capture_nodes;
 mod exec;
 
 pub use args::{GraphArg, HostSlot};

@@ -31,7 +31,7 @@ impl Event {
     /// [`Event::record_counted`], handing back the point this thread kept
     /// of the stream when the tracker wrote the record from it: for a
     /// caller holding the event's only handle, what a wait for this record
-    /// learns, readable where it is kept (`order::learn_kept`).
+    /// learns, readable where it is kept (`order::kept::learn_kept`).
     #[inline]
     pub(crate) fn record_at(
         &self,

@@ -12,8 +12,13 @@
 //! the graph). A launch of the finished graph is then one operation with
 //! the graph's whole access set, checked as eager work is.
 
+use super::check::race;
+use super::clock::Clock;
+use super::label::current_label;
+use super::policy::OrderPolicy;
+use super::report::Race;
+use super::touch::Touch;
 use super::tracker::{Access, Shadow};
-use super::{OrderPolicy, Race, Touch, current_label, race};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use smallvec::SmallVec;
@@ -55,7 +60,7 @@ impl CaptureOrder {
         let clock = stream
             .order
             .captured()
-            .unwrap_or_else(|| super::Clock::new(stream.id()));
+            .unwrap_or_else(|| Clock::new(stream.id()));
         for &touch in touches {
             let (lo, hi) = touch.range();
             let shadow = &self.shadow;

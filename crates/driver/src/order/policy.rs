@@ -10,10 +10,13 @@
 //! On a GPU an unordered pair gives a wrong result, not undefined behaviour
 //! in the host program, so every policy is accepted and `Off` is the default.
 
-use super::{Context, EVER_ON};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::select::DriverKind;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once any context turns tracking on: until then, labels cost nothing.
+pub(super) static EVER_ON: AtomicBool = AtomicBool::new(false);
 
 /// What a context does with two conflicting accesses (a write and another
 /// access to the same bytes, on different streams) that have no order

@@ -13,7 +13,7 @@
 //! to a mutex beside, read under the same sequence.
 
 use super::clock::{Agent, Clock, Flat, INLINE};
-use super::counted;
+use super::stats::counted;
 
 #[cfg(all(test, loom))]
 use loom::sync::{
@@ -114,7 +114,7 @@ impl Recorded {
     }
 
     /// [`Recorded::set`] at the eager point this thread kept, written from
-    /// where it is kept (`super::ThisThread::clock`).
+    /// where it is kept ([`ThisThread::clock`](super::kept::ThisThread::clock)).
     pub(crate) fn set_flat(&self, flat: &Flat, exclusive: bool) {
         let seq = self.begin(exclusive);
         self.write(seq, flat.parts(), RECORDED);

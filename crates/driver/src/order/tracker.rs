@@ -8,8 +8,9 @@
 //! and updates it in place, allocating nothing; an ordered index of the
 //! segments' bounds serves the ranges that are not one whole segment.
 
-use super::Touch;
 use super::clock::{Agent, Knows};
+use super::stats::OrderStats;
+use super::touch::Touch;
 use crate::stream::Stream;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -106,7 +107,7 @@ pub(crate) struct Shadow {
     /// Races found and waits inserted in this context: counted under the
     /// lock every operation takes anyway, rather than by atomic
     /// read-modify-writes of their own.
-    pub(crate) stats: super::OrderStats,
+    pub(crate) stats: OrderStats,
 }
 
 impl Shadow {

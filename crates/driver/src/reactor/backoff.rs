@@ -13,7 +13,7 @@
 //! events bench's 3 ms waits) see the
 //! short parks only, exactly as before.
 
-use super::ReactorConfig;
+use super::config::ReactorConfig;
 use std::time::Duration;
 
 /// A long park is at most this share (1/128) of how long the youngest wait

@@ -24,242 +24,43 @@
 //! (`mem::forget`) leaks only its slot, never soundness: futures hold no
 //! memory the GPU writes except the reactor's own slots, which live as long
 //! as the context.
+//!
+//! # The files
+//!
+//! This file is [`Reactor`], the handle that registers, polls and cancels
+//! waits. `slots`: the slot table and the rest of the reactor's state,
+//! under one lock. `thread`: the thread's rounds over the watched slots and
+//! its waits between them, with `backoff` (how long it parks) and `predict`
+//! (when a wait is due). `config` ([`WakeMode`], [`ReactorConfig`]) and
+//! `stats` ([`ReactorStats`]): what the reactor is told, and what it tells.
 
 mod backoff;
+mod config;
 mod predict;
+mod slots;
+mod stats;
+mod thread;
+
+pub use config::{ReactorConfig, WakeMode};
+pub use stats::ReactorStats;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use backoff::Backoff;
-use predict::{WaitPredictor, Window};
+use predict::WaitPredictor;
+use slots::{
+    Chunk, MAX_WATCH_STREAMS, SLOTS_PER_CHUNK, Shared, Slot, SlotState, State, WatchStream,
+};
 use std::ffi::c_void;
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
-use std::thread::{JoinHandle, Thread};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use sys::{
     CU_MEMHOSTALLOC_DEVICEMAP, CUcontext, CUdeviceptr, CUevent, CUevent_flags, CUresult, CUstream,
     CUstream_flags, Driver,
 };
-
-/// Slots per chunk of mapped pinned memory (16 KiB).
-const SLOTS_PER_CHUNK: usize = 4096;
-/// Streams the reactor creates to watch events of streams it does not know.
-const MAX_WATCH_STREAMS: usize = 8;
-
-/// How the reactor thread waits while waits are pending.
-///
-/// Latency and CPU pull against each other; `benches/benches/futures.rs`
-/// measures every mode against busy polling (see `docs/async.md`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive] // more mechanisms may come (e.g. blocking-sync events)
-pub enum WakeMode {
-    /// Spin for [`ReactorConfig::spin`] after each new wait or completion,
-    /// then park with a back-off from [`ReactorConfig::min_park`] doubling to
-    /// [`ReactorConfig::max_park`]; once every such wait has been pending
-    /// for long, on to [`ReactorConfig::long_park`]. The default.
-    ///
-    /// With [`ReactorConfig::predict`] (on by default), a wait on a stream
-    /// or event whose recent waits the reactor has seen is instead parked
-    /// through until shortly before it is due, and spun on only around
-    /// that moment; one that runs late falls back to the back-off.
-    #[default]
-    Adaptive,
-    /// Spin for as long as any wait is pending: the lowest latency, one core
-    /// busy while waiting.
-    Spin,
-    /// Park until a host function (`cuLaunchHostFunc`) enqueued after each
-    /// flag wakes the thread: no CPU while waiting, the latency of the
-    /// driver's callback thread.
-    HostFn,
-}
-
-/// The reactor's waiting policy, set with [`Reactor::set_config`].
-///
-/// ```
-/// use cuda_streams_driver::{ReactorConfig, WakeMode};
-/// let quiet = ReactorConfig::default().with_mode(WakeMode::HostFn);
-/// assert_eq!(quiet.mode, WakeMode::HostFn);
-/// assert!(ReactorConfig::default().min_park <= ReactorConfig::default().max_park);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct ReactorConfig {
-    /// How the thread waits.
-    pub mode: WakeMode,
-    /// [`WakeMode::Adaptive`]: how long to spin after activity.
-    pub spin: Duration,
-    /// [`WakeMode::Adaptive`]: the first park after spinning.
-    pub min_park: Duration,
-    /// [`WakeMode::Adaptive`]: the longest park while a wait is young.
-    pub max_park: Duration,
-    /// [`WakeMode::Adaptive`]: the longest park once every pending wait
-    /// has been pending long. Past `max_park` the park keeps doubling, but
-    /// never beyond a 128th of how long the youngest wait has been pending,
-    /// so it delays a wait by under 0.8% of its length, and waits shorter
-    /// than 128 × `max_park` never see it. Default 1 ms: a wait pending for
-    /// seconds wakes the thread about 1000 times a second instead of 31 000.
-    /// At or under `max_park`, the back-off stops at `max_park`.
-    pub long_park: Duration,
-    /// How often pending waits' events are queried for errors (and for
-    /// completion, should a flag be missed).
-    pub error_check: Duration,
-    /// [`WakeMode::Adaptive`]: learn how long waits on each stream (or
-    /// event) take, and spin only around the moment the next one is due.
-    pub predict: bool,
-}
-
-impl Default for ReactorConfig {
-    fn default() -> Self {
-        Self {
-            mode: WakeMode::Adaptive,
-            // Chosen by the H200's numbers (docs/async.md): 8-32 µs parks
-            // keep the reactor thread at 0.19 of a core while a wait is
-            // pending; 4-16 µs cost 0.31 for no lower latency (a parked
-            // executor's wake-up dominates).
-            spin: Duration::from_micros(10),
-            min_park: Duration::from_micros(8),
-            max_park: Duration::from_micros(32),
-            // Also the error check's period: a longer park would check less.
-            long_park: Duration::from_millis(1),
-            error_check: Duration::from_millis(1),
-            predict: true,
-        }
-    }
-}
-
-impl ReactorConfig {
-    /// The same policy with `mode`.
-    pub const fn with_mode(self, mode: WakeMode) -> Self {
-        Self { mode, ..self }
-    }
-
-    /// The same policy with [`ReactorConfig::predict`] set to `predict`.
-    pub const fn with_prediction(self, predict: bool) -> Self {
-        Self { predict, ..self }
-    }
-}
-
-/// Counters of a context's reactor, from [`Reactor::stats`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReactorStats {
-    /// Waits whose future is still waiting.
-    pub pending: usize,
-    /// Slots not free: pending, completed but not yet collected by their
-    /// future, and cancelled ones whose write has not landed yet.
-    pub slots_in_use: usize,
-    /// Slots allocated (mapped pinned memory, grown in chunks of 4096).
-    pub slot_capacity: usize,
-    /// Waits completed (successfully or with an error).
-    pub completed: u64,
-    /// Waits that completed with an error.
-    pub failed: u64,
-    /// Futures dropped before their wait completed.
-    pub cancelled: u64,
-    /// Streams created to watch events.
-    pub watch_streams: usize,
-    /// Rounds the thread made over the pending slots.
-    pub scans: u64,
-    /// Times the thread parked with a timeout while slots were watched:
-    /// each ends in a wake-up (its timeout, a new wait, a host function).
-    /// Spinning rounds are not parks; see `scans`.
-    pub parks: u64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SlotState {
-    Free,
-    /// A future waits.
-    Pending,
-    /// Its future was dropped; the write may still land.
-    Cancelled,
-    /// Finished with this code; the future has not collected it yet.
-    Done(CUresult),
-}
-
-struct Slot {
-    seq: u32,
-    state: SlotState,
-    waker: Option<Waker>,
-    /// Recorded after the flag write: its query carries the stream's error.
-    event: CUevent,
-    /// The watch stream this wait uses, if any.
-    watch: Option<usize>,
-    /// When the flag write was enqueued.
-    registered: Instant,
-    /// The stream or event waited on, for [`WaitPredictor`].
-    key: usize,
-    /// When to watch it closely, if its key has a history.
-    window: Option<Window>,
-}
-
-struct Chunk {
-    host: *mut u32,
-    device: CUdeviceptr,
-}
-
-struct WatchStream {
-    raw: CUstream,
-    pending: usize,
-}
-
-struct State {
-    chunks: Vec<Chunk>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    /// Slots the thread watches: pending and cancelled.
-    watched: Vec<u32>,
-    spare_events: Vec<CUevent>,
-    watch_streams: Vec<WatchStream>,
-    config: ReactorConfig,
-    predictor: WaitPredictor,
-    /// Set by new waits, so the thread spins again.
-    activity: bool,
-    shutdown: bool,
-    thread: Option<(Thread, JoinHandle<()>)>,
-    stats: ReactorStats,
-}
-
-struct Shared {
-    driver: &'static Driver,
-    ctx: CUcontext,
-    state: Mutex<State>,
-}
-
-// SAFETY: the raw pointers (slot memory, events, streams, the context) are
-// only handed to the thread-safe driver or read atomically, always under the
-// Mutex or through atomics; the slot memory lives until `shutdown`.
-unsafe impl Send for Shared {}
-// SAFETY: as above.
-unsafe impl Sync for Shared {}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn flag(state: &State, slot: u32) -> &AtomicU32 {
-        let (chunk, offset) = (
-            slot as usize / SLOTS_PER_CHUNK,
-            slot as usize % SLOTS_PER_CHUNK,
-        );
-        // SAFETY: the chunk holds SLOTS_PER_CHUNK aligned u32s of mapped pinned
-        // memory that stay allocated while `state` exists; the GPU (or the
-        // software driver) only writes them with 4-byte stores, and we only
-        // read them atomically.
-        unsafe { AtomicU32::from_ptr(state.chunks[chunk].host.add(offset)) }
-    }
-
-    fn kick(state: &State) {
-        if let Some((thread, _)) = &state.thread {
-            thread.unpark();
-        }
-    }
-}
+use thread::{run, wake_reactor};
 
 /// A context's reactor: the thread and slots behind every future of this
 /// crate. Get it with [`Context::reactor`]; it starts on the first wait.
@@ -666,219 +467,4 @@ fn create_event(ctx: &Context) -> Result<CUevent> {
     // SAFETY: writes one handle through a valid pointer; the context is current.
     ctx.check(unsafe { (ctx.driver().cuEventCreate)(&mut event, flags) })?;
     Ok(event)
-}
-
-/// The host function of [`WakeMode::HostFn`]: unpark the reactor thread.
-unsafe extern "C" fn wake_reactor(data: *mut c_void) {
-    // SAFETY: `data` is the Arc leaked by `register`, handed over exactly once.
-    let shared = unsafe { Arc::from_raw(data as *const Shared) };
-    let _ = catch_unwind(AssertUnwindSafe(|| Shared::kick(&shared.lock())));
-}
-
-/// Shorten timer slack so that parks of a few microseconds last about that
-/// long (Linux rounds sleeps of ordinary threads up by 50 µs by default).
-fn tighten_timer_slack() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_TIMERSLACK takes an integer and affects this thread only.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
-    }
-}
-
-/// The reactor thread.
-fn run(shared: &Shared) {
-    tighten_timer_slack();
-    // SAFETY: the context outlives the thread (its Drop joins it first).
-    let bound = unsafe { (shared.driver.cuCtxSetCurrent)(shared.ctx) };
-    if bound != CUresult::CUDA_SUCCESS {
-        tracing::error!(?bound, "the reactor thread could not bind its context");
-    }
-    let mut last_activity = Instant::now();
-    let mut last_check = Instant::now();
-    let mut backoff = Backoff::default();
-    let mut wakers = Vec::new();
-    loop {
-        let next = {
-            let mut state = shared.lock();
-            if state.shutdown {
-                return;
-            }
-            let now = Instant::now();
-            let check_events = now.duration_since(last_check) >= state.config.error_check;
-            if check_events {
-                last_check = now;
-            }
-            let plan = scan(shared, &mut state, now, check_events, &mut wakers);
-            if plan.finished || std::mem::take(&mut state.activity) {
-                last_activity = now;
-                backoff.reset(&state.config);
-            }
-            let next = next_wait(&state.config, &plan, now, last_activity, &mut backoff);
-            if let Next::Park(_) = next {
-                state.stats.parks += 1;
-            }
-            next
-        };
-        for waker in wakers.drain(..) {
-            // A waker is user code (an executor's); it must not take the
-            // reactor down.
-            if catch_unwind(AssertUnwindSafe(|| waker.wake())).is_err() {
-                tracing::error!("a waker panicked; the reactor goes on");
-            }
-        }
-        match next {
-            Next::Sleep => {
-                std::thread::park();
-                last_activity = Instant::now();
-            }
-            Next::Spin => std::hint::spin_loop(),
-            Next::Park(timeout) => std::thread::park_timeout(timeout),
-        }
-    }
-}
-
-/// How the thread waits before its next round.
-enum Next {
-    /// Nothing is watched: until a new wait unparks it.
-    Sleep,
-    /// Look again at once.
-    Spin,
-    /// Until this timeout, or an unpark.
-    Park(Duration),
-}
-
-fn next_wait(
-    config: &ReactorConfig,
-    plan: &Plan,
-    now: Instant,
-    last_activity: Instant,
-    backoff: &mut Backoff,
-) -> Next {
-    if !plan.watching {
-        return Next::Sleep;
-    }
-    match config.mode {
-        WakeMode::Spin => Next::Spin,
-        WakeMode::Adaptive if plan.due_now => Next::Spin,
-        WakeMode::Adaptive
-            if plan.youngest_unforeseen.is_some()
-                && now.duration_since(last_activity) < config.spin =>
-        {
-            Next::Spin
-        }
-        WakeMode::Adaptive => {
-            // Waits with no history (or past their window) set the
-            // back-off; foreseen ones only cut a park short so that
-            // the thread is awake when their window opens.
-            let mut timeout = match plan.youngest_unforeseen {
-                Some(youngest) => backoff.park(config, youngest),
-                None => config.error_check,
-            };
-            if let Some(next) = plan.next_window {
-                timeout = timeout.min(next.saturating_duration_since(now));
-            }
-            Next::Park(timeout)
-        }
-        // The host function wakes us; the timeout only serves the
-        // error checks (a faulted stream may run no host function).
-        WakeMode::HostFn => Next::Park(config.error_check),
-    }
-}
-
-/// What one round over the watched slots found, and so how to wait next.
-#[derive(Default)]
-struct Plan {
-    /// Some wait finished.
-    finished: bool,
-    /// Slots are still watched.
-    watching: bool,
-    /// A pending wait is inside its window: spin.
-    due_now: bool,
-    /// How long the youngest pending wait with no window (or past it) has
-    /// been pending; if any, the thread backs off.
-    youngest_unforeseen: Option<Duration>,
-    /// The earliest window still to open.
-    next_window: Option<Instant>,
-}
-
-/// One round over the watched slots. Returns whether any finished.
-fn scan(
-    shared: &Shared,
-    state: &mut State,
-    now: Instant,
-    check_events: bool,
-    wakers: &mut Vec<Waker>,
-) -> Plan {
-    state.stats.scans += 1;
-    let mut plan = Plan::default();
-    let mut i = 0;
-    while i < state.watched.len() {
-        let slot = state.watched[i];
-        let seq = state.slots[slot as usize].seq;
-        let landed = Shared::flag(state, slot).load(Ordering::Acquire) == seq;
-        let outcome = if landed {
-            Some(CUresult::CUDA_SUCCESS)
-        } else if check_events && !state.slots[slot as usize].event.is_null() {
-            // SAFETY: a live event owned by the reactor; the context is current.
-            match unsafe { (shared.driver.cuEventQuery)(state.slots[slot as usize].event) } {
-                CUresult::CUDA_ERROR_NOT_READY => None,
-                // Complete after the write: the write is done too.
-                CUresult::CUDA_SUCCESS => Some(CUresult::CUDA_SUCCESS),
-                error => Some(error),
-            }
-        } else {
-            None
-        };
-        let Some(code) = outcome else {
-            let entry = &state.slots[slot as usize];
-            if entry.state == SlotState::Pending {
-                match entry.window {
-                    Some(window) if now < entry.registered + window.start => {
-                        let opens = entry.registered + window.start;
-                        plan.next_window = Some(plan.next_window.map_or(opens, |t| t.min(opens)));
-                    }
-                    Some(window) if now <= entry.registered + window.end => plan.due_now = true,
-                    _ => {
-                        let age = now.duration_since(entry.registered);
-                        plan.youngest_unforeseen =
-                            Some(plan.youngest_unforeseen.map_or(age, |y| y.min(age)));
-                    }
-                }
-            }
-            i += 1;
-            continue;
-        };
-        plan.finished = true;
-        state.watched.swap_remove(i);
-        if let Some(index) = state.slots[slot as usize].watch.take() {
-            state.watch_streams[index].pending -= 1;
-        }
-        let entry = &mut state.slots[slot as usize];
-        match entry.state {
-            SlotState::Pending => {
-                if landed {
-                    let (key, length) = (entry.key, now.duration_since(entry.registered));
-                    state.predictor.observe(key, length);
-                }
-                let entry = &mut state.slots[slot as usize];
-                entry.state = SlotState::Done(code);
-                wakers.extend(entry.waker.take());
-                state.stats.completed += 1;
-                if code != CUresult::CUDA_SUCCESS {
-                    state.stats.failed += 1;
-                }
-            }
-            SlotState::Cancelled => {
-                entry.state = SlotState::Free;
-                let event = std::mem::replace(&mut entry.event, std::ptr::null_mut());
-                if !event.is_null() {
-                    state.spare_events.push(event);
-                }
-                state.free.push(slot);
-            }
-            SlotState::Free | SlotState::Done(_) => {}
-        }
-    }
-    plan.watching = !state.watched.is_empty();
-    plan
 }
