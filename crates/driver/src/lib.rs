@@ -134,20 +134,12 @@ mod ordering_docs {}
 pub mod borrow_rules;
 mod enqueue;
 mod features;
-mod graph;
 mod ground;
 pub mod nvtx;
 mod objects;
-pub mod order;
-mod reactor;
 mod settings;
 
-// The modules that the order tracker, the reactor and graph capture name by
-// their old paths, until those files move into their layers.
-use features::{launch, module};
-use ground::{error, select};
-use objects::{context, event, event_pool, memory, stream};
-
+pub use enqueue::order;
 #[cfg(any(feature = "cudarc", feature = "cust"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "cudarc", feature = "cust"))))]
 pub use features::interop;
@@ -162,11 +154,12 @@ pub use features::copy::check_len;
 /// twin (the software driver's).
 pub use features::declare::{Declared, DeclaredKernel, LaunchDims, Thread, Twin, TwinArgs};
 pub use features::future::{Completion, CopyFuture};
+pub use features::graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
 pub use features::kernel_decl::KernelDecl;
 pub use features::launch::{KernelArg, LaunchConfig};
 pub use features::module::{Kernel, Module, ModuleImage};
 pub use features::program::{CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};
-pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
+pub use features::reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use ground::arg_kind::ArgKind;
 pub use ground::error::{Error, Result};
 pub use ground::select::{
@@ -187,7 +180,6 @@ pub use objects::per_device::{PerDevice, UnknownDevice};
 pub use objects::priority::{PriorityRange, StreamPriority};
 pub use objects::stream::{Stream, WorkObserver};
 pub use order::{ORDERING_SETTING, OrderPolicy, OrderStats, Race, RaceOp};
-pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use settings::{DRIVER_SETTINGS, check_env};
 pub use soft_driver::{KernelTwin, TwinSpec};
 /// The raw bindings this crate is built on, for interop and raw calls.

@@ -28,7 +28,7 @@ pub const DRIVER_SETTINGS: [sys::env::Setting; 5] = [
     soft_driver::DEVICES_SETTING,
     soft_driver::CAPACITY_SETTING,
     soft_driver::SHUFFLE_SETTING,
-    crate::order::ORDERING_SETTING,
+    crate::enqueue::order::ORDERING_SETTING,
 ];
 
 /// Check every setting in [`DRIVER_SETTINGS`], whichever driver would be
@@ -41,6 +41,6 @@ pub const DRIVER_SETTINGS: [sys::env::Setting; 5] = [
 pub fn check_env() -> Result<()> {
     crate::ground::select::DriverChoice::from_env()?;
     soft_driver::check_env()?;
-    crate::order::policy_from_env()?;
+    crate::enqueue::order::policy_from_env()?;
     Ok(())
 }

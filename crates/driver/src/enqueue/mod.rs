@@ -17,7 +17,5 @@
 pub(crate) mod external;
 pub(crate) mod gate;
 pub(crate) mod observers;
+pub mod order;
 pub(crate) mod protocol;
-
-// Graph capture names the protocol's use type by its old path until it moves.
-pub(crate) use protocol::Use;

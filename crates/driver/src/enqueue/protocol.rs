@@ -24,12 +24,12 @@
 //! kinds of work is said once, by [`Work`].
 
 use crate::enqueue::gate::EnqueueGate;
+use crate::enqueue::order::{self, InFlight, OrderPolicy, Touch};
 use crate::ground::error::Result;
 use crate::objects::context::refuse_inside_callback;
 use crate::objects::memory::DeviceUse;
 use crate::objects::memory::sealed::HostUse;
 use crate::objects::stream::Stream;
-use crate::order::{self, InFlight, OrderPolicy, Touch};
 use sys::{CUresult, CUstream, Driver};
 
 /// A buffer an operation uses, and whether the operation may write it.

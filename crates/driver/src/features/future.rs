@@ -4,6 +4,7 @@
 //! They depend on `std::task` only, so any executor polls them (tokio,
 //! async-std, smol, `futures::executor::block_on`, a hand-written one).
 
+use crate::features::reactor::{Target, Ticket};
 use crate::ground::error::{Error, Result};
 use crate::objects::completion_trail::CompletionTrail;
 use crate::objects::context::Context;
@@ -11,7 +12,6 @@ use crate::objects::event::Event;
 use crate::objects::memory::{DeviceCopy, DeviceMemory, DeviceMemoryMut, HostMemory};
 use crate::objects::metrics::Counters;
 use crate::objects::stream::Stream;
-use crate::reactor::{Target, Ticket};
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -61,7 +61,7 @@ pub struct Completion {
     /// point, whose panics it reports (see [`Stream::add_callback`]).
     callbacks: Option<Callbacks>,
     /// What the host learns when it resolves (the stream-order tracker).
-    point: Option<crate::order::Clock>,
+    point: Option<crate::enqueue::order::Clock>,
 }
 
 /// The callbacks a [`Completion`] answers for.
@@ -86,7 +86,7 @@ impl Completion {
         ctx: &Arc<Context>,
         target: Target,
         callbacks: Option<Callbacks>,
-        point: Option<crate::order::Clock>,
+        point: Option<crate::enqueue::order::Clock>,
     ) -> Result<Self> {
         ctx.bind()?;
         let ticket = ctx.reactor().register(ctx, target)?;
@@ -197,7 +197,7 @@ impl Future for Completion {
                 // The GPU's error first; a panic not reported by it stays
                 // for the next check.
                 Some(CUresult::CUDA_SUCCESS) => {
-                    crate::order::completed(self.point.take());
+                    crate::enqueue::order::completed(self.point.take());
                     match &self.callbacks {
                         Some(c) => c.counters.report_panics(c.stream, c.through),
                         None => Ok(()),
@@ -293,7 +293,7 @@ impl Stream {
             self.context(),
             Target::Stream(self.as_raw()),
             Some(callbacks),
-            crate::order::stream_point(self),
+            crate::enqueue::order::stream_point(self),
         )
     }
 
@@ -375,7 +375,7 @@ impl Event {
             self.context(),
             Target::Event(self.as_raw()),
             None,
-            crate::order::event_point(self),
+            crate::enqueue::order::event_point(self),
         )
     }
 }

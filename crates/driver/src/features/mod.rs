@@ -12,9 +12,11 @@ pub(crate) mod callback;
 pub(crate) mod copy;
 pub(crate) mod declare;
 pub(crate) mod future;
+pub(crate) mod graph;
 #[cfg(any(feature = "cudarc", feature = "cust"))]
 pub mod interop;
 pub(crate) mod kernel_decl;
 pub(crate) mod launch;
 pub(crate) mod module;
 pub(crate) mod program;
+pub(crate) mod reactor;

@@ -46,7 +46,7 @@ pub enum Error {
     /// [`crate::OrderPolicy`] is `Check` (or `Auto` could not repair it).
     /// Nothing was enqueued.
     #[error("{0}")]
-    UnorderedAccess(Box<crate::order::Race>),
+    UnorderedAccess(Box<crate::enqueue::order::Race>),
     /// An [`OrderPolicy`](crate::OrderPolicy) the driver in use does not
     /// accept: the software driver refuses `Off` and `Report`, under which
     /// two stream workers could touch the same host memory at once (a data
@@ -66,7 +66,7 @@ pub enum Error {
     ///     assert!(err.to_string().starts_with("ordering policy report is refused on the software driver"));
     /// }
     /// ```
-    #[error("{}", crate::order::refusal_message(.policy, .driver, .from_env))]
+    #[error("{}", crate::enqueue::order::refusal_message(.policy, .driver, .from_env))]
     OrderPolicyRefused {
         /// The policy asked for.
         policy: crate::OrderPolicy,

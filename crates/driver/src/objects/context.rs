@@ -113,7 +113,7 @@ pub struct Context {
     id: u64,
     info: DeviceInfo,
     /// Wakes the futures of this context; started on the first wait.
-    reactor: std::sync::OnceLock<crate::reactor::Reactor>,
+    reactor: std::sync::OnceLock<crate::features::reactor::Reactor>,
     /// The shared event pool, while anyone holds it (a strong reference here
     /// would be a cycle: pooled events hold their context).
     event_pool: std::sync::Mutex<std::sync::Weak<crate::objects::event_pool::EventPool>>,
@@ -122,7 +122,7 @@ pub struct Context {
     /// Stream captures open in this context ([`crate::Capture`]).
     pub(crate) captures: std::sync::atomic::AtomicUsize,
     /// The stream-order policy and the accesses to this context's memory.
-    pub(crate) order: crate::order::ContextOrder,
+    pub(crate) order: crate::enqueue::order::ContextOrder,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (that is what
@@ -304,7 +304,7 @@ impl Context {
         // On the software driver two stream workers never race on the same
         // host memory: `CUDA_STREAMS_ORDERING` asking for a policy that lets
         // them is refused before anything is made.
-        let policy = crate::order::initial_policy(driver.kind)?;
+        let policy = crate::enqueue::order::initial_policy(driver.kind)?;
         let check = |code: CUresult| table.check(code).map_err(Error::from);
         // SAFETY: cuInit takes flags (0) and no pointers.
         check(unsafe { (table.cuInit)(0) })?;
@@ -331,7 +331,7 @@ impl Context {
             event_pool: std::sync::Mutex::default(),
             peers: Mutex::default(),
             captures: std::sync::atomic::AtomicUsize::new(0),
-            order: crate::order::ContextOrder::new(policy),
+            order: crate::enqueue::order::ContextOrder::new(policy),
         };
         ctx.bind()?;
         ctx.info = ctx.query_info(ordinal)?;
@@ -502,9 +502,9 @@ impl Context {
 
     /// The reactor that wakes this context's futures (its thread starts on
     /// the first wait).
-    pub fn reactor(&self) -> &crate::reactor::Reactor {
+    pub fn reactor(&self) -> &crate::features::reactor::Reactor {
         self.reactor
-            .get_or_init(|| crate::reactor::Reactor::new(self.driver.table, self.raw))
+            .get_or_init(|| crate::features::reactor::Reactor::new(self.driver.table, self.raw))
     }
 
     /// The device's description, queried once at creation.
@@ -639,7 +639,7 @@ struct Release {
     raw: CUcontext,
     id: u64,
     /// Shut down once the context's work (and so every flag write) is done.
-    reactor: Option<crate::reactor::Reactor>,
+    reactor: Option<crate::features::reactor::Reactor>,
 }
 
 // SAFETY: a context handle may be used from any thread (see `Context`); the

@@ -94,7 +94,7 @@ pub struct Event {
     /// is an edge of a graph, not a point in a stream.
     pub(crate) captured_in: std::sync::atomic::AtomicU64,
     /// Its latest record's clock, for the stream-order tracker.
-    pub(crate) order: crate::order::EventOrder,
+    pub(crate) order: crate::enqueue::order::EventOrder,
 }
 
 // SAFETY: CUDA event handles may be used from any thread; the only other state
@@ -119,7 +119,7 @@ impl Event {
             records: std::sync::atomic::AtomicU64::new(0),
             seen_complete: std::sync::atomic::AtomicU64::new(0),
             captured_in: std::sync::atomic::AtomicU64::new(0),
-            order: crate::order::EventOrder::default(),
+            order: crate::enqueue::order::EventOrder::default(),
         })
     }
 
@@ -165,11 +165,11 @@ impl Event {
     /// the latest record complete already ([`is_known_complete`](Self::is_known_complete)).
     pub fn query(&self) -> Result<bool> {
         self.refuse_if_captured("Event::query")?;
-        let point = crate::order::event_point(self);
+        let point = crate::enqueue::order::event_point(self);
         if self.is_known_complete() {
             // What the wait or query that saw it taught, taught again (this
             // thread's host may not have learnt it).
-            crate::order::completed(point);
+            crate::enqueue::order::completed(point);
             return Ok(true);
         }
         self.ctx.bind()?;
@@ -178,7 +178,7 @@ impl Event {
         let code = unsafe { (self.ctx.driver().cuEventQuery)(self.raw) };
         let done = self.ctx.check_ready(code)?;
         if done {
-            crate::order::completed(point);
+            crate::enqueue::order::completed(point);
             self.saw_complete(count);
         }
         Ok(done)
@@ -188,12 +188,12 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         self.refuse_if_captured("Event::synchronize")?;
         self.ctx.bind()?;
-        let point = crate::order::event_point(self);
+        let point = crate::enqueue::order::event_point(self);
         let count = self.record_count();
         // SAFETY: the handle is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuEventSynchronize)(self.raw) };
         self.ctx.check(code)?;
-        crate::order::completed(point);
+        crate::enqueue::order::completed(point);
         self.saw_complete(count);
         Ok(())
     }

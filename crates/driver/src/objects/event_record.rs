@@ -37,12 +37,12 @@ impl Event {
         &self,
         stream: &Stream,
         exclusive: bool,
-    ) -> Result<Option<crate::order::KeptPoint>> {
+    ) -> Result<Option<crate::enqueue::order::KeptPoint>> {
         stream.check_context("the event", &self.ctx)?;
         self.ctx.bind()?;
         // Before the driver call: what another thread queues meanwhile is
         // not covered by the record.
-        let point = crate::order::record_point(stream);
+        let point = crate::enqueue::order::record_point(stream);
         if !exclusive {
             self.records.fetch_add(1, Ordering::SeqCst);
         }
@@ -63,9 +63,9 @@ impl Event {
         self.recorded.store(true, Ordering::Relaxed);
         self.captured_in
             .store(stream.capture_id(), Ordering::Release);
-        let from_kept = crate::order::recorded(self, point.as_ref(), exclusive);
+        let from_kept = crate::enqueue::order::recorded(self, point.as_ref(), exclusive);
         Ok(match point {
-            Some(crate::order::Point::Kept(kept)) if from_kept => Some(kept),
+            Some(crate::enqueue::order::Point::Kept(kept)) if from_kept => Some(kept),
             _ => None,
         })
     }

@@ -64,7 +64,7 @@ pub struct Stream {
     /// path while nothing observes the stream.
     pub(crate) observed: AtomicBool,
     /// Its clock for the stream-order tracker (`order/`).
-    pub(crate) order: crate::order::StreamOrder,
+    pub(crate) order: crate::enqueue::order::StreamOrder,
     /// Its enqueue count and latest mark (`latest_mark.rs`).
     pub(crate) latest: crate::objects::mark_state::LatestMark,
     /// Created by this crate ([`Stream::new`] and kin) and never lent to
@@ -186,7 +186,7 @@ impl Stream {
             raw,
             owned,
             id,
-            order: crate::order::StreamOrder::new(id, ctx),
+            order: crate::enqueue::order::StreamOrder::new(id, ctx),
             counters: Arc::default(),
             timings: Mutex::default(),
             pool: std::sync::OnceLock::new(),
@@ -259,12 +259,12 @@ impl Stream {
     pub fn query(&self) -> Result<bool> {
         self.refuse_if_capturing("Stream::query")?;
         self.ctx.bind()?;
-        let point = crate::order::stream_point(self);
+        let point = crate::enqueue::order::stream_point(self);
         // SAFETY: the stream is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuStreamQuery)(self.raw) };
         let done = self.ctx.check_ready(code)?;
         if done {
-            crate::order::completed(point);
+            crate::enqueue::order::completed(point);
         }
         Ok(done)
     }
@@ -275,11 +275,11 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         self.refuse_if_capturing("Stream::synchronize")?;
         self.ctx.bind()?;
-        let point = crate::order::stream_point(self);
+        let point = crate::enqueue::order::stream_point(self);
         // SAFETY: the stream is live; the context is current.
         let code = unsafe { (self.ctx.driver().cuStreamSynchronize)(self.raw) };
         self.ctx.check(code)?;
-        crate::order::completed(point);
+        crate::enqueue::order::completed(point);
         self.harvest_timings();
         // A callback that panicked fails the synchronize, once.
         self.report_callback_panics(u64::MAX)
@@ -311,7 +311,7 @@ impl Stream {
     /// ```
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.wait_event_unlearned(event)?;
-        crate::order::waited(self, event);
+        crate::enqueue::order::waited(self, event);
         Ok(())
     }
 

@@ -174,7 +174,7 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         // Freed after every use (stream-ordered below): the next owner of the
         // address starts afresh.
-        crate::order::forget(&self.ctx, self.ptr, self.size_in_bytes());
+        crate::enqueue::order::forget(&self.ctx, self.ptr, self.size_in_bytes());
         if let Err(err) = self.ctx.bind() {
             tracing::warn!(
                 "leaking device buffer {:#x} ({} bytes): {err}",

@@ -92,7 +92,7 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
         // Freed after every use (waited for below): the next owner of the
         // address starts afresh.
-        crate::order::forget(&self.ctx, self.ptr.as_ptr() as u64, self.size_in_bytes());
+        crate::enqueue::order::forget(&self.ctx, self.ptr.as_ptr() as u64, self.size_in_bytes());
         if let Err(err) = self.tracker.wait_host(&self.ctx, true) {
             // Freeing memory a copy may still touch would be worse than a leak.
             tracing::warn!(

@@ -121,7 +121,7 @@ impl<T: DeviceCopy> Drop for UnifiedBuffer<T> {
     fn drop(&mut self) {
         // Freed after every use (waited for below): the next owner of the
         // address starts afresh.
-        crate::order::forget(&self.ctx, self.ptr, self.size_in_bytes());
+        crate::enqueue::order::forget(&self.ctx, self.ptr, self.size_in_bytes());
         if let Err(err) = self.tracker.wait_host(&self.ctx, true) {
             tracing::warn!(
                 "leaking unified buffer {:#x} ({} bytes): {err}",

@@ -19,8 +19,8 @@ use super::policy::OrderPolicy;
 use super::report::Race;
 use super::touch::Touch;
 use super::tracker::{Access, Shadow};
-use crate::error::{Error, Result};
-use crate::stream::Stream;
+use crate::ground::error::{Error, Result};
+use crate::objects::stream::Stream;
 use smallvec::SmallVec;
 use std::sync::Arc;
 

@@ -6,9 +6,9 @@
 
 use super::args::{HostNode, Resources};
 use super::exec::Graph;
-use crate::error::{Error, Result};
-use crate::order::{CaptureOrder, Touches};
-use crate::stream::Stream;
+use crate::enqueue::order::{CaptureOrder, Touches};
+use crate::ground::error::{Error, Result};
+use crate::objects::stream::Stream;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 use super::policy::{EVER_ON, OrderPolicy};
 use super::stats::{OrderStats, counted};
 use super::tracker::Shadow;
-use crate::context::Context;
+use crate::objects::context::Context;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 

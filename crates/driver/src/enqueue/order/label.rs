@@ -67,8 +67,8 @@ mod tests {
     use super::super::policy::OrderPolicy;
     use super::super::tests::under;
     use super::*;
-    use crate::error::Error;
-    use crate::stream::Stream;
+    use crate::ground::error::Error;
+    use crate::objects::stream::Stream;
 
     /// A label shared with the operation before it is the same label; a
     /// different one is not taken for it.

@@ -44,8 +44,8 @@ mod thread;
 pub use config::{ReactorConfig, WakeMode};
 pub use stats::ReactorStats;
 
-use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::ground::error::{Error, Result};
+use crate::objects::context::Context;
 use predict::WaitPredictor;
 use slots::{
     Chunk, MAX_WATCH_STREAMS, SLOTS_PER_CHUNK, Shared, Slot, SlotState, State, WatchStream,

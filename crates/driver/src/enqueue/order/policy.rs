@@ -10,9 +10,9 @@
 //! On a GPU an unordered pair gives a wrong result, not undefined behaviour
 //! in the host program, so every policy is accepted and `Off` is the default.
 
-use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::select::DriverKind;
+use crate::ground::error::{Error, Result};
+use crate::ground::select::DriverKind;
+use crate::objects::context::Context;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set once any context turns tracking on: until then, labels cost nothing.

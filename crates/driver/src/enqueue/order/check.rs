@@ -14,9 +14,9 @@ use super::step::{commit_step, join, next_access, note_race, record_if_ordered, 
 use super::stream_state::{Held, StreamState};
 use super::touch::Touch;
 use super::tracker::{self, Access, Shadow};
-use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::stream::Stream;
+use crate::ground::error::{Error, Result};
+use crate::objects::context::Context;
+use crate::objects::stream::Stream;
 use smallvec::SmallVec;
 use std::sync::{Arc, MutexGuard, Weak};
 
@@ -132,7 +132,7 @@ fn check_and_repair<'s>(
     let mut others: SmallVec<[Arc<Context>; 1]> = SmallVec::new();
     for &touch in touches {
         if touch.ctx != home.id() && !others.iter().any(|c| c.id() == touch.ctx) {
-            match crate::context::by_id(touch.ctx) {
+            match crate::objects::context::by_id(touch.ctx) {
                 Some(ctx) => others.push(ctx),
                 // A context nobody holds any more: its memory is gone.
                 None => return Ok(InFlight(None)),
@@ -264,7 +264,7 @@ fn first_race(stream: &Stream, what: &'static str, touches: &[Touch]) -> Error {
         let shadow = if touch.ctx == home.id() {
             Some(Arc::clone(home))
         } else {
-            crate::context::by_id(touch.ctx)
+            crate::objects::context::by_id(touch.ctx)
         };
         let Some(ctx) = shadow else { continue };
         let (lo, hi) = touch.range();

@@ -4,7 +4,7 @@
 //! engine's completion event) to take without locking the stream again.
 
 use super::clock::{self, Clock};
-use crate::stream::Stream;
+use crate::objects::stream::Stream;
 use std::sync::atomic::Ordering;
 
 /// Which point of a stream the thread that enqueued its latest step keeps

@@ -9,7 +9,7 @@ use super::label::current_label;
 use super::stream_state::StreamState;
 use super::touch::Touch;
 use super::tracker::{Access, Shadow};
-use crate::stream::Stream;
+use crate::objects::stream::Stream;
 use smallvec::SmallVec;
 
 /// The access `stream`'s next step would make.

@@ -2,7 +2,7 @@
 //! ([`InFlight`]).
 
 use super::kept::land_kept;
-use crate::stream::Stream;
+use crate::objects::stream::Stream;
 use std::sync::atomic::Ordering;
 
 /// A step checked and recorded by [`before_enqueue`](super::before_enqueue)

@@ -11,7 +11,7 @@ pub struct RaceOp {
     /// work through [`crate::Stream::prepare_uses`]).
     pub what: &'static str,
     /// The label it was enqueued under (an engine operation's label), if any
-    /// ([`crate::order::labelled`]).
+    /// ([`crate::enqueue::order::labelled`]).
     pub label: Option<String>,
     /// The [`crate::Stream::id`] of its stream.
     pub stream: u64,

@@ -6,14 +6,14 @@
 
 use super::args::{ArgInner, GraphArg, HostNode, HostSlot, Kept, KeptHost, host_node_trampoline};
 use super::capture::Capture;
-use crate::enqueue::Use;
-use crate::error::{Error, Result};
-use crate::launch::{KernelArg, LaunchConfig, launch_raw};
-use crate::memory::sealed::HostUse;
-use crate::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, HostMemory, PinnedBuffer};
-use crate::module::Kernel;
-use crate::order::Touches;
-use crate::stream::Stream;
+use crate::enqueue::order::Touches;
+use crate::enqueue::protocol::Use;
+use crate::features::launch::{KernelArg, LaunchConfig, launch_raw};
+use crate::features::module::Kernel;
+use crate::ground::error::{Error, Result};
+use crate::objects::memory::sealed::HostUse;
+use crate::objects::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, HostMemory, PinnedBuffer};
+use crate::objects::stream::Stream;
 use std::any::Any;
 use std::ffi::c_void;
 use std::marker::PhantomData;

@@ -6,9 +6,9 @@
 use super::clock::{Clock, Past, Vc};
 use super::kept::THIS_THREAD;
 use super::tracker::Shadow;
-use crate::context::Context;
-use crate::event_pool::PooledEvent;
-use crate::stream::Stream;
+use crate::objects::context::Context;
+use crate::objects::event_pool::PooledEvent;
+use crate::objects::stream::Stream;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard};
 
@@ -137,7 +137,7 @@ pub(super) struct StreamState {
     /// fork of one stream into several records once). Outside captures. The
     /// event's own record says what it covers
     /// ([`EventOrder::covers`](super::recorded::Recorded::covers)).
-    pub(super) mark: Option<Arc<crate::event_pool::PooledEvent>>,
+    pub(super) mark: Option<Arc<crate::objects::event_pool::PooledEvent>>,
     /// The contexts whose shadows know this stream by its id.
     /// A `Vec` (one allocation per stream): read at every operation,
     /// where a `SmallVec` would branch on where its items are.
@@ -402,7 +402,7 @@ mod tests {
     use super::super::tests::{buffer, streams, under, write_of_4_bytes};
     use super::super::touch::Touch;
     use super::*;
-    use crate::error::Error;
+    use crate::ground::error::Error;
     use std::sync::atomic::AtomicBool;
 
     /// The stream a point waiting for a step in flight below a landed one

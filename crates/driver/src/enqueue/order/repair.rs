@@ -11,9 +11,9 @@ use super::step::{commit_step, record_if_ordered};
 use super::stream_state::Held;
 use super::touch::Touch;
 use super::tracker::Access;
-use crate::error::Result;
-use crate::event_pool::PooledEvent;
-use crate::stream::Stream;
+use crate::ground::error::Result;
+use crate::objects::event_pool::PooledEvent;
+use crate::objects::stream::Stream;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -230,7 +230,7 @@ pub(super) fn order_after(stream: &Stream, earlier: &Stream, step: u32) -> Resul
 /// a fresh mark of everything enqueued on `earlier` so far.
 ///
 /// Both records are made as the event's only holder
-/// ([`Event::record_counted`](crate::event::Event::record_counted) exclusive):
+/// ([`Event::record_counted`](crate::objects::event::Event::record_counted) exclusive):
 /// no atomic read-modify-write on the event, where a shared record takes three.
 /// With the event, the point kept by this thread that a record made here was
 /// written from, if it was ([`recorded`](super::record_and_wait::recorded)).
@@ -292,7 +292,7 @@ fn put_back_mark(
 /// let done = Arc::new(stream.mark().unwrap());
 /// order::offer_mark(&stream, &done);
 /// ```
-pub fn offer_mark(stream: &Stream, event: &Arc<crate::event_pool::PooledEvent>) {
+pub fn offer_mark(stream: &Stream, event: &Arc<crate::objects::event_pool::PooledEvent>) {
     if stream.context().order.policy() != OrderPolicy::Auto {
         return;
     }
@@ -311,7 +311,7 @@ mod tests {
     use super::super::context_state::forget;
     use super::super::tests::{buffer, locks, streams, under};
     use super::*;
-    use crate::error::Error;
+    use crate::ground::error::Error;
     use std::cell::RefCell;
 
     /// `Auto` forks one write into four readers with one mark of the

@@ -5,8 +5,8 @@
 use super::clock::{Clock, Vc};
 use super::stats::counted;
 use super::stream_state::StreamState;
-use crate::event::Event;
-use crate::stream::Stream;
+use crate::objects::event::Event;
+use crate::objects::stream::Stream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -81,7 +81,7 @@ pub(crate) fn completed(point: Option<Clock>) {
 mod tests {
     use super::super::policy::OrderPolicy;
     use super::super::tests::{buffer, streams, under};
-    use crate::error::Error;
+    use crate::ground::error::Error;
 
     /// The host's knowledge orders what it saw complete, and nothing after
     /// it: a write enqueued after the host's wait is still unordered.

@@ -7,8 +7,8 @@ use super::clock::{self, Clock};
 use super::kept::still_kept;
 use super::kept::{KeptPoint, THIS_THREAD, kept_point, still_kept_by};
 use super::stream_state::StreamState;
-use crate::event::Event;
-use crate::stream::Stream;
+use crate::objects::event::Event;
+use crate::objects::stream::Stream;
 
 /// What a record of an event on `stream` will cover, taken just before the
 /// driver records it (work queued after this point is not covered).

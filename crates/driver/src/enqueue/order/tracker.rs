@@ -11,7 +11,7 @@
 use super::clock::{Agent, Knows};
 use super::stats::OrderStats;
 use super::touch::Touch;
-use crate::stream::Stream;
+use crate::objects::stream::Stream;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Weak};
@@ -434,7 +434,7 @@ fn update(segment: &mut Segment, write: bool, access: &Access, clock: &impl Know
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::order::clock::Clock;
+    use crate::enqueue::order::clock::Clock;
 
     fn access(agent: Agent, counter: u32) -> Access {
         Access {

@@ -4,8 +4,8 @@
 use super::policy::OrderPolicy;
 use super::stats::LOCKS;
 use super::touch::Touch;
-use crate::context::Context;
-use crate::stream::Stream;
+use crate::objects::context::Context;
+use crate::objects::stream::Stream;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Held by the tests that set the policy of device 0's context, which
