@@ -61,7 +61,7 @@ pub struct Completion {
     /// point, whose panics it reports (see [`Stream::add_callback`]).
     callbacks: Option<Callbacks>,
     /// What the host learns when it resolves (the stream-order tracker).
-    point: Option<crate::enqueue::order::Clock>,
+    point: Option<crate::enqueue::order::VectorClock>,
 }
 
 /// The callbacks a [`Completion`] answers for.
@@ -86,7 +86,7 @@ impl Completion {
         ctx: &Arc<Context>,
         target: Target,
         callbacks: Option<Callbacks>,
-        point: Option<crate::enqueue::order::Clock>,
+        point: Option<crate::enqueue::order::VectorClock>,
     ) -> Result<Self> {
         ctx.bind()?;
         let ticket = ctx.reactor().register(ctx, target)?;

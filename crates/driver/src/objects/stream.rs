@@ -64,7 +64,7 @@ pub struct Stream {
     /// path while nothing observes the stream.
     pub(crate) observed: AtomicBool,
     /// Its clock for the stream-order tracker (`order/`).
-    pub(crate) order: crate::enqueue::order::StreamOrder,
+    pub(crate) order: crate::enqueue::order::TrackedStream,
     /// Its enqueue count and latest mark (`latest_mark.rs`).
     pub(crate) latest: crate::objects::mark_state::LatestMark,
     /// Created by this crate ([`Stream::new`] and kin) and never lent to
@@ -186,7 +186,7 @@ impl Stream {
             raw,
             owned,
             id,
-            order: crate::enqueue::order::StreamOrder::new(id, ctx),
+            order: crate::enqueue::order::TrackedStream::new(id, ctx),
             counters: Arc::default(),
             timings: Mutex::default(),
             pool: std::sync::OnceLock::new(),

@@ -13,7 +13,7 @@
 //! the graph's whole access set, checked as eager work is.
 
 use super::check::race;
-use super::clock::Clock;
+use super::clock::VectorClock;
 use super::label::current_label;
 use super::policy::OrderPolicy;
 use super::report::Race;
@@ -60,7 +60,7 @@ impl CaptureOrder {
         let clock = stream
             .order
             .captured()
-            .unwrap_or_else(|| Clock::new(stream.id()));
+            .unwrap_or_else(|| VectorClock::new(stream.id()));
         for &touch in touches {
             let (lo, hi) = touch.range();
             let shadow = &self.shadow;

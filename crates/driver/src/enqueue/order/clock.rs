@@ -245,13 +245,13 @@ impl Vc {
 
 /// A stream's clock, or a snapshot of one (an event's record).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Clock {
+pub(crate) struct VectorClock {
     pub(crate) agent: Agent,
     pub(crate) own: u32,
     pub(crate) others: Vc,
 }
 
-impl Clock {
+impl VectorClock {
     pub(crate) fn new(agent: Agent) -> Self {
         Self {
             agent,
@@ -274,7 +274,7 @@ impl Clock {
     /// Learn everything `snapshot` knows; whether anything was new (then the
     /// own counter has risen too).
     #[inline(always)]
-    pub(crate) fn learn(&mut self, snapshot: &Clock) -> bool {
+    pub(crate) fn learn(&mut self, snapshot: &VectorClock) -> bool {
         if snapshot.agent == self.agent {
             return false;
         }
@@ -287,7 +287,7 @@ impl Clock {
         }
     }
 
-    /// [`Clock::learn`] of a point kept as plain data (`Flat`), read where
+    /// [`VectorClock::learn`] of a point kept as plain data (`Flat`), read where
     /// it is kept.
     #[inline(always)]
     pub(crate) fn learn_flat(&mut self, flat: &Flat) -> bool {
@@ -301,11 +301,11 @@ impl Clock {
         }
     }
 
-    /// [`Clock::learn`] of a snapshot naming a stream this clock does not
+    /// [`VectorClock::learn`] of a snapshot naming a stream this clock does not
     /// know of yet, or of spilled clocks: a raise and a join.
     #[cold]
     #[inline(never)]
-    fn learn_new(&mut self, snapshot: &Clock) -> bool {
+    fn learn_new(&mut self, snapshot: &VectorClock) -> bool {
         if self.knows(snapshot.agent, snapshot.own) {
             // Knowing (agent, own) means knowing all it knew then.
             return false;
@@ -318,13 +318,13 @@ impl Clock {
     }
 }
 
-impl Clock {
-    /// [`Clock::learn`] of a snapshot (its agent, own counter and inline
+impl VectorClock {
+    /// [`VectorClock::learn`] of a snapshot (its agent, own counter and inline
     /// entries) in its steady state, in one pass over each clock's entries:
     /// this clock inline, and the snapshot naming no stream it does not
     /// know of already (`None` otherwise, with the snapshot's own entry
     /// and the own counter unchanged, and some other entries maybe raised
-    /// to the snapshot's: [`Clock::learn_new`] learns the rest).
+    /// to the snapshot's: [`VectorClock::learn_new`] learns the rest).
     /// `learning_in_place_agrees_with_raising_and_joining` fails if the
     /// own entry is raised before a stream this clock lacks is found.
     #[inline(always)]
@@ -404,7 +404,7 @@ impl Flat {
     /// clock's entries are inline (they are unless it learned of more than
     /// [`INLINE`] streams); whether they were (else it is as it was).
     #[inline]
-    pub(crate) fn set(&mut self, clock: &Clock, own: u32) -> bool {
+    pub(crate) fn set(&mut self, clock: &VectorClock, own: u32) -> bool {
         let others = &clock.others;
         if others.spill.is_some() {
             return false;
@@ -449,8 +449,8 @@ impl Flat {
     }
 
     /// The clock again.
-    pub(crate) fn clock(&self) -> Clock {
-        Clock {
+    pub(crate) fn clock(&self) -> VectorClock {
+        VectorClock {
             agent: self.agent,
             own: self.own,
             others: Vc {
@@ -471,10 +471,10 @@ pub(crate) trait Knows {
     fn knows(&self, agent: Agent, counter: u32) -> bool;
 }
 
-impl Knows for Clock {
+impl Knows for VectorClock {
     #[inline(always)]
     fn knows(&self, agent: Agent, counter: u32) -> bool {
-        Clock::knows(self, agent, counter)
+        VectorClock::knows(self, agent, counter)
     }
 }
 
@@ -484,7 +484,7 @@ impl Knows for Clock {
 /// held it would copy all of them at every event record.
 #[derive(Clone, Copy)]
 pub(crate) struct Past<'a> {
-    pub(crate) clock: &'a Clock,
+    pub(crate) clock: &'a VectorClock,
     pub(crate) host: &'a Vc,
 }
 
@@ -498,13 +498,13 @@ impl Knows for Past<'_> {
 impl Vc {
     /// Learn everything `clock` knows (the host saw its point complete);
     /// whether anything was new.
-    pub(crate) fn learn(&mut self, clock: &Clock) -> bool {
+    pub(crate) fn learn(&mut self, clock: &VectorClock) -> bool {
         let raised = self.raise(clock.agent, clock.own);
         self.join(&clock.others) | raised
     }
 
     /// Whether this vector knows everything `clock` knows.
-    pub(crate) fn covers(&self, clock: &Clock) -> bool {
+    pub(crate) fn covers(&self, clock: &VectorClock) -> bool {
         if self.get(clock.agent) < clock.own {
             return false;
         }
@@ -560,7 +560,7 @@ mod tests {
     /// snapshot, and points already known.
     #[test]
     fn learning_in_place_agrees_with_raising_and_joining() {
-        let reference = |mut clock: Clock, snapshot: &Clock| {
+        let reference = |mut clock: VectorClock, snapshot: &VectorClock| {
             if snapshot.agent == clock.agent || clock.knows(snapshot.agent, snapshot.own) {
                 return (clock, false);
             }
@@ -586,10 +586,10 @@ mod tests {
                         }
                         vc
                     };
-                    let mut clock = Clock::new(learner);
+                    let mut clock = VectorClock::new(learner);
                     clock.own = 5;
                     clock.others = entries(mine, learner);
-                    let mut snapshot = Clock::new(3);
+                    let mut snapshot = VectorClock::new(3);
                     snapshot.own = 2;
                     snapshot.others = entries(theirs, 3);
                     let (expected, grew) = reference(clock.clone(), &snapshot);
@@ -608,7 +608,11 @@ mod tests {
 
     #[test]
     fn learning_is_transitive_and_skips_what_is_known() {
-        let (mut a, mut b, mut c) = (Clock::new(1), Clock::new(2), Clock::new(3));
+        let (mut a, mut b, mut c) = (
+            VectorClock::new(1),
+            VectorClock::new(2),
+            VectorClock::new(3),
+        );
         a.own = 5;
         assert!(b.learn(&a));
         assert!(b.knows(1, 5) && !b.knows(1, 6));
@@ -628,7 +632,7 @@ mod tests {
         assert!(!host.covers(&c));
         assert!(host.learn(&c));
         assert!(host.covers(&c) && !host.learn(&c));
-        let d = Clock::new(4);
+        let d = VectorClock::new(4);
         let past = Past {
             clock: &d,
             host: &host,

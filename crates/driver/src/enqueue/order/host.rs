@@ -2,7 +2,7 @@
 //! event synchronized, a query that answered "done", a future that
 //! resolved), which each stream takes in at its next enqueue.
 
-use super::clock::{Clock, Vc};
+use super::clock::{Vc, VectorClock};
 use super::stats::counted;
 use super::stream_state::StreamState;
 use crate::objects::event::Event;
@@ -35,7 +35,7 @@ static HOST: std::sync::LazyLock<Mutex<Arc<Vc>>> = std::sync::LazyLock::new(Mute
 /// Bumped whenever `HOST` learns something.
 static HOST_VERSION: AtomicU64 = AtomicU64::new(0);
 
-fn host_learns(clock: &Clock) {
+fn host_learns(clock: &VectorClock) {
     counted();
     let mut host = HOST.lock().unwrap_or_else(|p| p.into_inner());
     if !host.covers(clock) {
@@ -47,7 +47,7 @@ fn host_learns(clock: &Clock) {
 /// The host is about to wait for (or query) everything enqueued on
 /// `stream` so far: what it would learn, taken before the wait.
 #[inline]
-pub(crate) fn stream_point(stream: &Stream) -> Option<Clock> {
+pub(crate) fn stream_point(stream: &Stream) -> Option<VectorClock> {
     stream
         .context()
         .order
@@ -57,7 +57,7 @@ pub(crate) fn stream_point(stream: &Stream) -> Option<Clock> {
 
 /// The host is about to wait for `event`: what it would learn.
 #[inline]
-pub(crate) fn event_point(event: &Event) -> Option<Clock> {
+pub(crate) fn event_point(event: &Event) -> Option<VectorClock> {
     if event.context().order.is_on() {
         // A captured record teaches the host nothing about eager work.
         event
@@ -71,7 +71,7 @@ pub(crate) fn event_point(event: &Event) -> Option<Clock> {
 
 /// The host saw `point` complete.
 #[inline]
-pub(crate) fn completed(point: Option<Clock>) {
+pub(crate) fn completed(point: Option<VectorClock>) {
     if let Some(point) = point {
         host_learns(&point);
     }

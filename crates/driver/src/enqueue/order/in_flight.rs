@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 /// A step checked and recorded by [`before_enqueue`](super::before_enqueue)
 /// whose driver call is being made: keep it until the call returns (or fails).
-/// The slot of [`StreamOrder::flying`](super::StreamOrder::flying) holding the
+/// The slot of [`TrackedStream::flying`](super::TrackedStream::flying) holding the
 /// step, or `None` when it is in
 /// [`StreamState::in_flight`](super::stream_state::StreamState::in_flight).
 #[must_use = "the step is in flight until this is dropped, after the driver call"]
@@ -22,7 +22,7 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         match self.0 {
             // Release: the driver call returned before the slot is seen
-            // free ([`StreamOrder::snapshot_of`]). No lock: only this
+            // free ([`TrackedStream::snapshot_of`]). No lock: only this
             // empties the slot, and only a lock holder fills a free one.
             Some((stream, step, Some(slot))) => {
                 stream.order.flying[usize::from(slot)].store(0, Ordering::Release);

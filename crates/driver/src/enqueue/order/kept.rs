@@ -3,7 +3,7 @@
 //! for the records right after the step (its buffers' use events, the
 //! engine's completion event) to take without locking the stream again.
 
-use super::clock::{self, Clock};
+use super::clock::{self, VectorClock};
 use crate::objects::stream::Stream;
 use std::sync::atomic::Ordering;
 
@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 /// take without locking the stream again.
 ///
 /// Valid while nothing locked the stream since
-/// ([`StreamOrder::changes`](super::StreamOrder::changes) unmoved: no other
+/// ([`TrackedStream::changes`](super::TrackedStream::changes) unmoved: no other
 /// step, wait or capture changed its clock), and once the step has landed (its
 /// driver call returned): then the stream's snapshot would be this point or
 /// know more (steps of other threads that were in flight under this one may
@@ -37,7 +37,7 @@ pub(super) struct ThisThread {
     /// Steps of this thread in flight, on any stream (each
     /// [`InFlight`](super::InFlight) alive): a point taken meanwhile does not
     /// wait for other threads' steps
-    /// ([`StreamOrder::landed_above_in_flight`](super::StreamOrder::landed_above_in_flight)).
+    /// ([`TrackedStream::landed_above_in_flight`](super::TrackedStream::landed_above_in_flight)).
     pub(super) steps_in_flight: std::cell::Cell<u32>,
     /// The point kept ([`KeptPoint`]).
     pub(super) kept: std::cell::Cell<KeptPoint>,
@@ -93,10 +93,10 @@ thread_local! {
 /// flight when this one was taken. Then the point right after this step
 /// would leave this step out: none is kept, and a record after it takes
 /// its point the general way, which waits for that step to land
-/// ([`StreamOrder::settled`](super::StreamOrder::settled)).
+/// ([`TrackedStream::settled`](super::TrackedStream::settled)).
 /// Also counts the step in flight on this thread (the same thread-local).
 #[inline]
-pub(super) fn keep_point(stream: &Stream, clock: &Clock, step: u32, under_another: bool) {
+pub(super) fn keep_point(stream: &Stream, clock: &VectorClock, step: u32, under_another: bool) {
     THIS_THREAD.with(|this| {
         this.steps_in_flight.set(this.steps_in_flight.get() + 1);
         let kept = !under_another && this.clock_mut(|kept| kept.set(clock, step));
@@ -161,7 +161,7 @@ pub(super) fn still_kept(kept: &KeptPoint) -> bool {
 /// ([`recorded`](super::record_and_wait::recorded)), read where this thread
 /// keeps it; nothing if it no longer does (knowing less is always true).
 #[inline]
-pub(super) fn learn_kept(clock: &mut Clock, kept: &KeptPoint) -> bool {
+pub(super) fn learn_kept(clock: &mut VectorClock, kept: &KeptPoint) -> bool {
     THIS_THREAD.with(|this| still_kept_by(this, kept) && this.clock(|flat| clock.learn_flat(flat)))
 }
 

@@ -68,7 +68,7 @@ mod tracker;
 
 pub(crate) use capture::CaptureOrder;
 pub(crate) use check::before_enqueue;
-pub(crate) use clock::Clock;
+pub(crate) use clock::VectorClock;
 pub(crate) use context_state::{ContextOrder, forget};
 pub(crate) use host::{completed, event_point, stream_point};
 pub(crate) use in_flight::InFlight;
@@ -81,5 +81,5 @@ pub(crate) use recorded::EventOrder;
 pub use repair::offer_mark;
 pub use report::{Race, RaceOp};
 pub use stats::OrderStats;
-pub(crate) use stream_state::StreamOrder;
+pub(crate) use stream_state::TrackedStream;
 pub(crate) use touch::{Touch, Touches};

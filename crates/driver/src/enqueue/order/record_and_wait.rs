@@ -2,7 +2,7 @@
 //! record covers ([`record_point`], [`recorded`]), and what a wait for the
 //! record teaches the waiting stream ([`waited`]).
 
-use super::clock::{self, Clock};
+use super::clock::{self, VectorClock};
 #[cfg(test)]
 use super::kept::still_kept;
 use super::kept::{KeptPoint, THIS_THREAD, kept_point, still_kept_by};
@@ -36,14 +36,14 @@ pub(crate) enum Point {
     /// first (an eager point).
     Kept(KeptPoint),
     /// A clock taken from the stream, and whether it was captured.
-    Taken(Clock, bool),
+    Taken(VectorClock, bool),
 }
 
 impl Point {
     /// The clock and whether it was captured (for tests: the kept point
     /// copied out).
     #[cfg(test)]
-    pub(super) fn taken(self) -> (Clock, bool) {
+    pub(super) fn taken(self) -> (VectorClock, bool) {
         match self {
             Point::Taken(clock, captured) => (clock, captured),
             Point::Kept(kept) => {
@@ -79,7 +79,9 @@ pub(crate) fn recorded(event: &Event, point: Option<&Point>, exclusive: bool) ->
                 // of its enqueues runs inside a record's driver call, so
                 // this does not happen): a record that knows nothing of
                 // the stream is true of any point of it.
-                event.order.set(&Clock::new(kept.stream), false, exclusive);
+                event
+                    .order
+                    .set(&VectorClock::new(kept.stream), false, exclusive);
                 false
             }
         }),
@@ -111,7 +113,7 @@ pub(crate) fn waited(stream: &Stream, event: &Event) {
 #[inline(never)]
 fn waited_spilled(stream: &Stream, event: &Event) {
     {
-        let mut snapshot = Clock::new(0);
+        let mut snapshot = VectorClock::new(0);
         let Some(captured) = event.order.read_into(&mut snapshot) else {
             return;
         };
@@ -126,7 +128,7 @@ fn waited_spilled(stream: &Stream, event: &Event) {
 /// its own for an eager record; `None` for a mix, which
 /// `Stream::wait_event` refuses before it gets here.
 #[inline(always)]
-fn taught_by_wait(state: &mut StreamState, captured: bool) -> Option<&mut Clock> {
+fn taught_by_wait(state: &mut StreamState, captured: bool) -> Option<&mut VectorClock> {
     match (&mut state.captured, captured) {
         (Some(within), true) => Some(within),
         (None, false) => Some(&mut state.clock),

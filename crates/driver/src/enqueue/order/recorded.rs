@@ -12,7 +12,7 @@
 //! large for that (a stream that learned of more than seven others) goes
 //! to a mutex beside, read under the same sequence.
 
-use super::clock::{Agent, Clock, Flat, INLINE};
+use super::clock::{Agent, Flat, INLINE, VectorClock};
 use super::stats::counted;
 
 #[cfg(all(test, loom))]
@@ -59,7 +59,7 @@ pub(crate) struct Recorded {
     /// how many.
     entries: [Entry; INLINE],
     /// The clock of a record whose entries do not fit inline.
-    spilled: Mutex<Option<Box<Clock>>>,
+    spilled: Mutex<Option<Box<VectorClock>>>,
 }
 
 /// One entry of a recorded clock: another stream, and its step known.
@@ -102,7 +102,7 @@ impl Recorded {
     /// The event was recorded at `clock` (`captured`: in a capture), the
     /// point [`super::record_point`] took. `exclusive`: by the holder of
     /// the event's only handle, so no other record can overlap this one.
-    pub(crate) fn set(&self, clock: &Clock, captured: bool, exclusive: bool) {
+    pub(crate) fn set(&self, clock: &VectorClock, captured: bool, exclusive: bool) {
         let seq = self.begin(exclusive);
         let flags = RECORDED | if captured { CAPTURED } else { 0 };
         match clock.others.inline() {
@@ -186,7 +186,7 @@ impl Recorded {
     /// of line, so the common write stays small.
     #[cold]
     #[inline(never)]
-    fn write_spilled(&self, seq: u64, clock: &Clock, flags: u64) {
+    fn write_spilled(&self, seq: u64, clock: &VectorClock, flags: u64) {
         counted();
         let mut spilled = self.spilled.lock().unwrap_or_else(|p| p.into_inner());
         *spilled = Some(Box::new(clock.clone()));
@@ -197,15 +197,15 @@ impl Recorded {
 
     /// The latest record's clock, and whether it was captured; `None`
     /// before the first record.
-    pub(crate) fn get(&self) -> Option<(Clock, bool)> {
-        let mut clock = Clock::new(0);
+    pub(crate) fn get(&self) -> Option<(VectorClock, bool)> {
+        let mut clock = VectorClock::new(0);
         self.read_into(&mut clock).map(|captured| (clock, captured))
     }
 
     /// Read the latest record's clock into `out`; whether it was captured,
     /// `None` (and `out` as it was) before the first record.
     #[inline]
-    pub(crate) fn read_into(&self, out: &mut Clock) -> Option<bool> {
+    pub(crate) fn read_into(&self, out: &mut VectorClock) -> Option<bool> {
         self.read(|head, this| {
             if head & RECORDED == 0 {
                 return None;
@@ -295,14 +295,14 @@ mod loom_tests {
     use super::*;
     use loom::sync::Arc;
 
-    fn clock(agent: Agent, own: u32, other: (Agent, u32)) -> Clock {
-        let mut clock = Clock::new(agent);
+    fn clock(agent: Agent, own: u32, other: (Agent, u32)) -> VectorClock {
+        let mut clock = VectorClock::new(agent);
         clock.own = own;
         clock.others.raise(other.0, other.1);
         clock
     }
 
-    fn same(a: &Clock, b: &Clock) -> bool {
+    fn same(a: &VectorClock, b: &VectorClock) -> bool {
         a.agent == b.agent && a.own == b.own && a.others == b.others
     }
 
@@ -375,14 +375,14 @@ mod tests {
     fn a_record_comes_back_whole_inline_or_spilled() {
         let order = EventOrder::default();
         assert!(order.get().is_none() && !order.covers(0, 0));
-        let mut small = Clock::new(3);
+        let mut small = VectorClock::new(3);
         small.own = 4;
         small.others.raise(1, 2);
         order.set(&small, false, false);
         let (got, captured) = order.get().unwrap();
         assert!(!captured && got.agent == 3 && got.own == 4 && got.others == small.others);
         assert!(order.covers(3, 4) && !order.covers(3, 5) && !order.covers(1, 1));
-        let mut large = Clock::new(5);
+        let mut large = VectorClock::new(5);
         large.own = 6;
         for agent in 10..30 {
             large.others.raise(agent, agent as u32);
@@ -399,7 +399,7 @@ mod tests {
         assert_eq!(order.get().unwrap().0.others, small.others);
         // Written from a kept point, at its own counter, eager, whole: one
         // entry fewer than the record before it.
-        let mut kept = Clock::new(7);
+        let mut kept = VectorClock::new(7);
         kept.own = 3;
         let mut flat = Flat::EMPTY;
         assert!(flat.set(&kept, 9));
@@ -417,7 +417,7 @@ mod tests {
     fn reads_racing_records_see_whole_records() {
         let order = EventOrder::default();
         let record = |agent: Agent| {
-            let mut clock = Clock::new(agent);
+            let mut clock = VectorClock::new(agent);
             clock.own = agent as u32;
             for other in 0..agent % 10 {
                 clock.others.raise(100 + other, agent as u32);

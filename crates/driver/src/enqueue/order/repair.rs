@@ -3,7 +3,7 @@
 //! only by its only holder; [`offer_mark`] lends the engine's) or a fresh
 //! one.
 
-use super::clock::{Clock, Knows, Past};
+use super::clock::{Knows, Past, VectorClock};
 use super::in_flight::InFlight;
 use super::kept::{KeptPoint, learn_kept};
 use super::policy::OrderPolicy;
@@ -77,7 +77,7 @@ pub(super) fn repair<'s>(
     // What the eager record waited for knows, learnt under the lock taken
     // below (a stream learns eager records only, as `waited` does); with
     // several waits, `knows` gathers what they all knew.
-    let mut snapshot = Clock::new(0);
+    let mut snapshot = VectorClock::new(0);
     let mut learnt = false;
     let mut kept = None;
     let mut waits = 0;

@@ -3,7 +3,7 @@
 //! record or a host wait covers), which wait for other threads' steps below
 //! one that landed.
 
-use super::clock::{Clock, Past, Vc};
+use super::clock::{Past, Vc, VectorClock};
 use super::kept::THIS_THREAD;
 use super::tracker::Shadow;
 use crate::objects::context::Context;
@@ -16,12 +16,12 @@ use std::sync::{Arc, MutexGuard};
 ///
 /// The state is guarded by its context's shadow lock, not a lock of its
 /// own: an operation checks its accesses and takes its step under the one
-/// lock ([`StreamOrder::lock`] gives both), which is what most of `check`'s
+/// lock ([`TrackedStream::lock`] gives both), which is what most of `check`'s
 /// cost per operation was (an uncontended lock and unlock are two atomic
 /// read-modify-writes). Records, waits and host waits of the streams of
 /// one context share that lock too; they lock nothing else of the tracker
 /// but the event.
-pub(crate) struct StreamOrder {
+pub(crate) struct TrackedStream {
     /// The context whose shadow lock guards `state`: the stream's own, for
     /// its whole life (so the same lock every time).
     home: Arc<Context>,
@@ -40,11 +40,11 @@ pub(crate) struct StreamOrder {
     pub(super) changes: AtomicU64,
 }
 
-// SAFETY: `state` is only reached through `StreamOrder::lock`, which holds
+// SAFETY: `state` is only reached through `TrackedStream::lock`, which holds
 // the shadow lock of `home` (never changed) while the reference it hands
 // out lives, so no two threads touch it at once; everything in it is
 // `Send`. The other fields are atomics and an `Arc`.
-unsafe impl Sync for StreamOrder {}
+unsafe impl Sync for TrackedStream {}
 
 /// A stream's state, borrowed under its context's shadow lock, which this
 /// holds (and gives out too, for the operation's check and record).
@@ -61,7 +61,7 @@ impl Held<'_> {
     #[inline]
     pub(super) fn split(&mut self) -> (&mut StreamState, &mut Shadow) {
         // SAFETY: `state` points into the stream this borrows, whose state
-        // `shadow`'s lock guards ([`StreamOrder::lock`]); `&mut self` makes
+        // `shadow`'s lock guards ([`TrackedStream::lock`]); `&mut self` makes
         // this the only reference for its length.
         (unsafe { self.state.as_mut() }, &mut self.shadow)
     }
@@ -74,7 +74,7 @@ impl Held<'_> {
 
     /// The state of `other`, another stream of the same context, which
     /// this lock guards too; `None` for a stream of another context. Its
-    /// kept points stay valid ([`StreamOrder::changes`] is not bumped):
+    /// kept points stay valid ([`TrackedStream::changes`] is not bumped):
     /// only its mark may be touched this way, never its clock.
     #[inline]
     pub(super) fn mark_of(&mut self, other: &Stream) -> Option<&mut Option<Arc<PooledEvent>>> {
@@ -106,25 +106,25 @@ impl std::ops::DerefMut for Held<'_> {
     }
 }
 
-/// Slots of [`StreamOrder::flying`]: more than the threads that enqueue on
+/// Slots of [`TrackedStream::flying`]: more than the threads that enqueue on
 /// one stream at once in any program seen so far.
 const FLYING: usize = 3;
 
 /// How long a point waits at most for other threads' steps in flight below
-/// one that landed ([`StreamOrder::settled`]): many driver calls' worth.
+/// one that landed ([`TrackedStream::settled`]): many driver calls' worth.
 const SETTLE_FOR: std::time::Duration = std::time::Duration::from_millis(5);
 
 pub(super) struct StreamState {
-    pub(super) clock: Clock,
+    pub(super) clock: VectorClock,
     /// What the host had seen complete at this stream's latest enqueue
     /// (shared with `HOST` until it learns more), and its version.
     pub(super) host: Arc<Vc>,
     pub(super) host_seen: u64,
     /// While the stream takes part in a capture: its clock within the
     /// graph (the capture's records and waits move it, not `clock`).
-    pub(super) captured: Option<Clock>,
+    pub(super) captured: Option<VectorClock>,
     /// Steps checked and recorded whose driver call has not returned yet,
-    /// beyond those in [`StreamOrder::flying`] (rare). Two threads may
+    /// beyond those in [`TrackedStream::flying`] (rare). Two threads may
     /// enqueue on one stream at once (the enqueue gate is shared), and the
     /// driver may queue their work in the other order than their steps: a
     /// snapshot (an event record, a host wait) knows only the steps below
@@ -144,13 +144,13 @@ pub(super) struct StreamState {
     pub(super) joined: Vec<u64>,
 }
 
-impl StreamOrder {
+impl TrackedStream {
     /// The order of stream `id`, a stream of `ctx`.
     pub(crate) fn new(id: u64, ctx: &Arc<Context>) -> Self {
         Self {
             home: Arc::clone(ctx),
             state: std::cell::UnsafeCell::new(StreamState {
-                clock: Clock::new(id),
+                clock: VectorClock::new(id),
                 host: Arc::default(),
                 host_seen: 0,
                 captured: None,
@@ -184,15 +184,15 @@ impl StreamOrder {
 
     /// What a point taken now (an event recorded, the host waiting) knows
     /// of this stream: every step whose driver call has returned
-    /// ([`StreamOrder::settled`]).
-    pub(super) fn snapshot(&self) -> Clock {
+    /// ([`TrackedStream::settled`]).
+    pub(super) fn snapshot(&self) -> VectorClock {
         self.snapshot_settling(self.lock())
     }
 
-    /// [`StreamOrder::snapshot`] from the state locked (`state`), which it
-    /// lets go of if it has to wait ([`StreamOrder::settled`]).
+    /// [`TrackedStream::snapshot`] from the state locked (`state`), which it
+    /// lets go of if it has to wait ([`TrackedStream::settled`]).
     #[inline]
-    pub(super) fn snapshot_settling(&self, state: Held<'_>) -> Clock {
+    pub(super) fn snapshot_settling(&self, state: Held<'_>) -> VectorClock {
         match self.landed_above_in_flight(&state) {
             None => self.snapshot_of(&state),
             Some(landed) => {
@@ -210,7 +210,7 @@ impl StreamOrder {
     /// would leave out that landed step, which the driver has queued: a
     /// thread that enqueued it, then recorded an event or forked, would be
     /// told its own work is unordered. The point waits for the steps below
-    /// instead ([`StreamOrder::settled`]). A thread with a step in flight
+    /// instead ([`TrackedStream::settled`]). A thread with a step in flight
     /// of its own (a work observer recording inside an enqueue) never
     /// waits, so no two points wait for each other's steps.
     #[inline]
@@ -246,7 +246,7 @@ impl StreamOrder {
     /// profiler's, say), which would otherwise never return.
     #[cold]
     #[inline(never)]
-    fn settled(&self, landed: u32) -> Clock {
+    fn settled(&self, landed: u32) -> VectorClock {
         let started = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
@@ -276,9 +276,9 @@ impl StreamOrder {
         }
     }
 
-    /// [`StreamOrder::snapshot`] with the state locked.
+    /// [`TrackedStream::snapshot`] with the state locked.
     #[inline]
-    fn snapshot_of(&self, state: &StreamState) -> Clock {
+    fn snapshot_of(&self, state: &StreamState) -> VectorClock {
         let mut clock = state.clock.clone();
         if let Some(lowest) = self.lowest_in_flight(state) {
             clock.own = clock.own.min(lowest - 1);
@@ -351,7 +351,7 @@ impl StreamOrder {
     /// next, is the graph's first edge into it).
     pub(crate) fn enter_capture(&self) {
         let mut state = self.lock();
-        state.captured = Some(Clock::new(state.clock.agent));
+        state.captured = Some(VectorClock::new(state.clock.agent));
         // Back to its pool once the lock is released.
         let mark = state.mark.take();
         drop(state);
@@ -368,15 +368,17 @@ impl StreamOrder {
     }
 
     /// Its clock within the graph being captured (`None` outside one).
-    pub(super) fn captured(&self) -> Option<Clock> {
+    pub(super) fn captured(&self) -> Option<VectorClock> {
         self.lock().captured.clone()
     }
 
     /// A node was captured: the next step within the graph.
-    pub(super) fn captured_step(&self) -> Clock {
+    pub(super) fn captured_step(&self) -> VectorClock {
         let mut state = self.lock();
         let agent = state.clock.agent;
-        let clock = state.captured.get_or_insert_with(|| Clock::new(agent));
+        let clock = state
+            .captured
+            .get_or_insert_with(|| VectorClock::new(agent));
         clock.own += 1;
         clock.clone()
     }
@@ -406,7 +408,7 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     /// The stream a point waiting for a step in flight below a landed one
-    /// last looked at ([`StreamOrder::settled`]).
+    /// last looked at ([`TrackedStream::settled`]).
     static SETTLING: AtomicU64 = AtomicU64::new(0);
 
     pub(super) fn settling(stream: u64) {

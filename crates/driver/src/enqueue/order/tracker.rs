@@ -434,7 +434,7 @@ fn update(segment: &mut Segment, write: bool, access: &Access, clock: &impl Know
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::enqueue::order::clock::Clock;
+    use crate::enqueue::order::clock::VectorClock;
 
     fn access(agent: Agent, counter: u32) -> Access {
         Access {
@@ -446,7 +446,7 @@ mod tests {
         }
     }
 
-    fn count(shadow: &Shadow, lo: u64, hi: u64, write: bool, clock: &Clock) -> usize {
+    fn count(shadow: &Shadow, lo: u64, hi: u64, write: bool, clock: &VectorClock) -> usize {
         let mut n = 0;
         shadow.conflicts(lo, hi, write, clock, |_| n += 1);
         n
@@ -455,10 +455,10 @@ mod tests {
     #[test]
     fn conflicts_need_overlap_a_write_and_no_order() {
         let mut shadow = Shadow::default();
-        let mut a = Clock::new(1);
+        let mut a = VectorClock::new(1);
         a.own = 1;
         shadow.record(100, 200, true, &access(1, 1), &a);
-        let b = Clock::new(2);
+        let b = VectorClock::new(2);
         assert_eq!(
             count(&shadow, 150, 250, false, &b),
             1,
@@ -467,12 +467,12 @@ mod tests {
         assert_eq!(count(&shadow, 200, 300, true, &b), 0, "no overlap");
         assert_eq!(count(&shadow, 0, 101, true, &b), 1, "one byte is enough");
         assert_eq!(count(&shadow, 100, 200, true, &a), 0, "same stream");
-        let mut ordered = Clock::new(2);
+        let mut ordered = VectorClock::new(2);
         ordered.learn(&a);
         assert_eq!(count(&shadow, 100, 200, true, &ordered), 0, "ordered");
         // Reads of two streams do not conflict with each other, only with a write.
         shadow.record(100, 200, false, &access(2, 1), &ordered);
-        let c = Clock::new(3);
+        let c = VectorClock::new(3);
         assert_eq!(count(&shadow, 100, 200, false, &c), 1, "only the write");
         assert_eq!(
             count(&shadow, 100, 200, true, &c),
@@ -511,7 +511,7 @@ mod tests {
     #[test]
     fn the_exact_segment_path_finds_what_the_general_path_finds() {
         let mut shadow = Shadow::default();
-        let (mut a, mut b) = (Clock::new(1), Clock::new(2));
+        let (mut a, mut b) = (VectorClock::new(1), VectorClock::new(2));
         a.own = 1;
         shadow.record(0, 64, true, &access(1, 1), &a);
         b.own = 1;
@@ -562,7 +562,7 @@ mod tests {
     #[test]
     fn the_exact_path_records_no_range_when_a_later_one_races() {
         let mut shadow = Shadow::default();
-        let (mut a, mut b) = (Clock::new(1), Clock::new(2));
+        let (mut a, mut b) = (VectorClock::new(1), VectorClock::new(2));
         a.own = 1;
         b.own = 1;
         // `src` written by stream 1, `dst` by stream 2 (its own).
@@ -629,13 +629,13 @@ mod tests {
     #[test]
     fn partial_ranges_split_and_forget_removes() {
         let mut shadow = Shadow::default();
-        let mut a = Clock::new(1);
+        let mut a = VectorClock::new(1);
         a.own = 1;
         shadow.record(0, 100, true, &access(1, 1), &a);
         shadow.record(40, 60, true, &access(1, 1), &a);
         shadow.record(90, 120, false, &access(1, 1), &a);
         assert_eq!(shadow.segments(), 5); // 0-40, 40-60, 60-90, 90-100, 100-120
-        let b = Clock::new(2);
+        let b = VectorClock::new(2);
         let mut ranges = Vec::new();
         shadow.conflicts(30, 110, false, &b, |c| ranges.push((c.from, c.to)));
         ranges.sort();
