@@ -10,6 +10,10 @@
 //! enqueues (an NCCL collective, a foreign kernel) its external case, now
 //! or deferred ([`external`]).
 //!
+//! The stream-order tracker ([`order`]) is the protocol's: the protocol runs
+//! its check and step. Its per-context, per-stream and per-event state is
+//! held by the objects, which therefore name its state types.
+//!
 //! What it may import: the ground and the objects. The features above
 //! (copies, launches, graphs, futures, interop) call into it; it never names
 //! them.

@@ -2,11 +2,13 @@
 //!
 //! Copies, memsets and prefetches ([`copy`]), launches ([`launch`]) and
 //! kernel declarations ([`declare`]), loaded modules ([`module`]), run-time
-//! compilation with NVRTC ([`program`]), futures ([`future`]) and interop with
-//! other Rust CUDA libraries (`interop`).
+//! compilation with NVRTC ([`program`]), host callbacks ([`callback`]),
+//! graphs ([`graph`]), futures ([`future`]) and the reactor that wakes them
+//! ([`reactor`]), and interop with other Rust CUDA libraries (`interop`).
 //!
 //! What it may import: every layer below (the ground, the objects, the
-//! enqueue protocol) and other features. Nothing below imports a feature.
+//! enqueue protocol) and other features. Nothing below imports a feature,
+//! but for the context, which holds its reactor.
 
 pub(crate) mod callback;
 pub(crate) mod copy;
