@@ -46,7 +46,7 @@ pub enum Error {
     /// [`crate::OrderPolicy`] is `Check` (or `Auto` could not repair it).
     /// Nothing was enqueued.
     #[error("{0}")]
-    UnorderedAccess(Box<crate::enqueue::order::Race>),
+    UnorderedAccess(Box<crate::ground::race::Race>),
     /// An [`OrderPolicy`](crate::OrderPolicy) the driver in use does not
     /// accept: the software driver refuses `Off` and `Report`, under which
     /// two stream workers could touch the same host memory at once (a data

@@ -1,5 +1,6 @@
 //! What a report says: two operations, the bytes they share, and the edge
-//! that would order them.
+//! that would order them. Plain data that the stream-order tracker fills
+//! in, so the error that carries a race stands on the ground with it.
 
 use std::fmt;
 
@@ -11,7 +12,7 @@ pub struct RaceOp {
     /// work through [`crate::Stream::prepare_uses`]).
     pub what: &'static str,
     /// The label it was enqueued under (an engine operation's label), if any
-    /// ([`crate::enqueue::order::labelled`]).
+    /// ([`crate::order::labelled`]).
     pub label: Option<String>,
     /// The [`crate::Stream::id`] of its stream.
     pub stream: u64,
