@@ -132,71 +132,55 @@
 mod ordering_docs {}
 
 pub mod borrow_rules;
-mod callback;
-mod capture_gate;
-mod completion_trail;
-mod context;
-mod copy;
-mod declare;
 mod enqueue;
-mod error;
-mod event;
-mod event_pool;
-mod external;
-mod future;
-mod graph;
+mod features;
+mod ground;
+pub mod nvtx;
+mod objects;
+mod settings;
+
+pub use enqueue::order;
 #[cfg(any(feature = "cudarc", feature = "cust"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "cudarc", feature = "cust"))))]
-pub mod interop;
-mod latest_mark;
-mod launch;
-mod memory;
-mod metrics;
-mod module;
-pub mod nvtx;
-pub mod order;
-mod ordering;
-mod per_device;
-mod priority;
-mod program;
-mod reactor;
-pub mod result;
-mod select;
-mod stream;
+pub use features::interop;
+pub use ground::arch::Arch;
+pub use objects::result;
 
-pub use callback::panic_message;
-pub use capture_gate::EnqueueGate;
-pub use completion_trail::{CompletionTrail, TrailSearch};
-pub use context::{Context, DeviceInfo, in_stream_callback};
-pub use copy::check_len;
+pub use enqueue::external::{BufferUse, PreparedWork};
+pub use enqueue::gate::EnqueueGate;
+pub use features::callback::panic_message;
+pub use features::copy::check_len;
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
 /// twin (the software driver's).
-pub use declare::{Declared, DeclaredKernel, KernelDecl, LaunchDims, Thread, Twin, TwinArgs};
-pub use error::{Error, Result};
-pub use event::{Event, EventFlags};
-pub use event_pool::{
+pub use features::declare::{Declared, DeclaredKernel, LaunchDims, Thread, Twin, TwinArgs};
+pub use features::future::{Completion, CopyFuture};
+pub use features::graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
+pub use features::kernel_decl::KernelDecl;
+pub use features::launch::{KernelArg, LaunchConfig};
+pub use features::module::{Kernel, Module, ModuleImage};
+pub use features::program::{CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};
+pub use features::reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
+pub use ground::arg_kind::ArgKind;
+pub use ground::error::{Error, Result};
+pub use ground::select::{
+    DRIVER_ENV, DRIVER_SETTING, DriverChoice, DriverKind, LoadedDriver, driver, select,
+};
+pub use objects::completion_trail::{CompletionTrail, TrailSearch};
+pub use objects::context::{Context, DeviceInfo, in_stream_callback};
+pub use objects::event::{Event, EventFlags};
+pub use objects::event_pool::{
     EventPool, EventPoolBuilder, EventPoolUtilization, LocalShelf, PooledEvent, UniqueEvent,
 };
-pub use external::{BufferUse, PreparedWork};
-pub use future::{Completion, CopyFuture};
-pub use graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
-pub use launch::{ArgKind, KernelArg, LaunchConfig};
-pub use memory::{
+pub use objects::memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, DeviceSlice, DeviceSliceMut,
     DeviceView, HostMemory, MemPool, PinnedBuffer, SharedDeviceSlice, UnifiedBuffer,
 };
-pub use metrics::StreamMetrics;
-pub use module::{Kernel, Module, ModuleImage};
+pub use objects::metrics::StreamMetrics;
+pub use objects::per_device::{PerDevice, UnknownDevice};
+pub use objects::priority::{PriorityRange, StreamPriority};
+pub use objects::stream::{Stream, WorkObserver};
 pub use order::{ORDERING_SETTING, OrderPolicy, OrderStats, Race, RaceOp};
-pub use per_device::{PerDevice, UnknownDevice};
-pub use priority::{PriorityRange, StreamPriority};
-pub use program::{Arch, CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};
-pub use reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
-pub use select::{
-    DRIVER_ENV, DRIVER_SETTING, DRIVER_SETTINGS, DriverChoice, DriverKind, LoadedDriver, check_env,
-    driver, select,
-};
+pub use settings::{DRIVER_SETTINGS, check_env};
 pub use soft_driver::{KernelTwin, TwinSpec};
-pub use stream::{Stream, WorkObserver};
 /// The raw bindings this crate is built on, for interop and raw calls.
 pub use sys;

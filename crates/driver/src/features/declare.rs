@@ -1,0 +1,423 @@
+//! Kernel declarations: a kernel's Rust signature stated once, with its CPU
+//! twin, by [`kernel!`](crate::kernel!).
+//!
+//! A declaration gives the parameter list that checked launches and the
+//! software driver's pointer checks read, a typed launcher, and the twin the
+//! software driver runs. Where the declaration comes from decides what is
+//! checked and what is promised:
+//! - a kernel of a source compiled at run time is declared on its program
+//!   with the `unsafe` [`Program::declare`](crate::Program::declare): the
+//!   compiler checks the signature (an assertion of the kernel's exact type,
+//!   after preprocessing), and the caller promises what no compiler can
+//!   check, that the body touches only the elements the declaration gives
+//!   it; [`crate::Module::kernel`] then gives it safely;
+//! - the kernels crate's images come declared (their bodies reviewed and
+//!   tested under memcheck), so their kernels need no promise from the user;
+//! - a binary image declares it through the `unsafe`
+//!   [`ModuleImage::declared`](crate::ModuleImage::declared), or a kernel of
+//!   a binary is given one with the `unsafe`
+//!   [`Module::kernel_unchecked`](crate::Module::kernel_unchecked): the one
+//!   promise the library cannot check.
+
+use crate::features::kernel_decl::{KernelDecl, validate_decl};
+use crate::features::launch::{KernelArg, LaunchConfig};
+use crate::features::module::{Kernel, Module};
+use crate::ground::error::{Error, Result};
+use crate::objects::stream::Stream;
+pub use soft_driver::{LaunchDims, Thread, Twin, TwinArgs};
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// A type made by [`kernel!`](crate::kernel!): the declaration, and a typed
+/// launcher around a [`Kernel`].
+pub trait DeclaredKernel: Sized {
+    /// The declaration.
+    const DECL: KernelDecl;
+
+    /// Wrap a kernel. Launches through the wrapper are checked against the
+    /// kernel's own signature, so wrapping one that does not match (or has
+    /// none) makes launches fail, never unsound.
+    fn from_kernel(kernel: Kernel) -> Self;
+
+    /// The kernel.
+    fn kernel(&self) -> &Kernel;
+}
+
+/// The kernel inside a type made by [`kernel!`](crate::kernel!), with
+/// whether its signature is `K`'s declaration, found once when it is wrapped
+/// (a kernel's signature never changes, and only [`Declared::new`] makes
+/// one of these).
+///
+/// That lets the typed launcher check its arguments against `K::DECL`, a
+/// constant: inlined into the launcher, where each argument's type is known
+/// too, the check folds down to the length comparisons and nothing else.
+/// A kernel whose signature is not the declaration's launches through
+/// [`Stream::launch`], checked against its own signature, as before.
+///
+/// ```
+/// use cuda_streams_driver::{Context, Declared, DeclaredKernel, DeviceBuffer, LaunchConfig, Module, Stream};
+/// use kernels::FillF32;
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
+/// let mut out = DeviceBuffer::<f32>::new_async(&stream, 4).unwrap();
+/// let fill: FillF32 = module.kernel().unwrap();
+/// fill.launch(&stream, LaunchConfig::for_num_elems(4), 4, 2.5, &mut out).unwrap();
+/// assert_eq!(out.to_vec(&stream).unwrap(), [2.5; 4]);
+/// // fill_u32 wrapped as fill_f32: the signatures differ, the launch is refused.
+/// let wrong = FillF32::from_kernel(module.function("fill_u32").unwrap());
+/// let err = wrong.launch(&stream, LaunchConfig::for_num_elems(4), 4, 2.5, &mut out).unwrap_err();
+/// assert!(err.to_string().contains("fill_u32"), "{err}");
+/// ```
+pub struct Declared<K> {
+    kernel: Kernel,
+    /// `kernel.signature() == Some(K::DECL.params)`.
+    matches: bool,
+    decl: PhantomData<fn() -> K>,
+}
+
+impl<K: DeclaredKernel> Declared<K> {
+    /// Wrap `kernel`, noting whether its signature is `K`'s declaration.
+    pub fn new(kernel: Kernel) -> Self {
+        let matches = kernel.signature() == Some(K::DECL.params);
+        Self {
+            kernel,
+            matches,
+            decl: PhantomData,
+        }
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// Launch on `stream`, checking `args` against the signature: against
+    /// `K::DECL.params` when the kernel's signature is the declaration (a
+    /// constant the check folds against), otherwise as
+    /// [`Stream::launch`] does. Either way every check of a checked launch
+    /// runs; the typed launchers of [`kernel!`](crate::kernel!) call this.
+    #[inline]
+    pub fn launch(&self, stream: &Stream, cfg: LaunchConfig, args: &[KernelArg<'_>]) -> Result<()> {
+        if self.matches {
+            // SAFETY: `K::DECL.params` is the kernel's signature (`matches`,
+            // found when wrapped; neither changes afterwards).
+            unsafe { stream.launch_against(&self.kernel, K::DECL.params, cfg, args) }
+        } else {
+            stream.launch(&self.kernel, cfg, args)
+        }
+    }
+}
+
+impl<K> Clone for Declared<K> {
+    fn clone(&self) -> Self {
+        Self {
+            kernel: self.kernel.clone(),
+            matches: self.matches,
+            decl: PhantomData,
+        }
+    }
+}
+
+impl<K> fmt::Debug for Declared<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Declared")
+            .field("kernel", &self.kernel)
+            .field("matches", &self.matches)
+            .finish()
+    }
+}
+
+/// Declare a kernel once: its name, its Rust signature and, optionally, its
+/// CPU twin. Generates a type with the [`KernelDecl`]
+/// ([`DeclaredKernel::DECL`]) and a typed `launch`.
+///
+/// Parameters are written as Rust types:
+/// - `a: f32`: a scalar of exactly that type (`u8`, `u32`, `i32`, `u64`,
+///   `i64`, `f32`, `f64`), `float a` in CUDA;
+/// - `x: &[f32; n]`: a read-only buffer (`const float* x`) of which the
+///   kernel reads `n` elements, `n` being an integer parameter;
+/// - `y: &mut [f32; n]`: a buffer the kernel may write (`float* y`);
+/// - `bins: &mut [u32; 256]`: a fixed element count.
+///
+/// The launcher takes the scalars by value and the buffers as
+/// `&impl DeviceMemory<Elem = T>` / `&mut impl DeviceMemoryMut<Elem = T>`,
+/// so it compiles only with the right types, and checks every count
+/// against the buffers' lengths before the driver sees the launch.
+///
+/// A twin is `twin = per_thread(|thread, args…| …)`, run for every thread
+/// of the grid in turn (a [`Thread`] gives `blockIdx`/`threadIdx`), or
+/// `twin = per_grid(|dims, args…| …)`, run once (for kernels that share
+/// work through shared memory or atomics). Arguments come as the scalars
+/// and as `&[T]` / `&mut [T]` of the declared lengths.
+///
+/// ```
+/// use cuda_streams_driver::kernel;
+/// use cuda_streams_driver::{DeclaredKernel, sys::signature::Param};
+/// kernel! {
+///     /// `y = a * x + y`
+///     pub struct Saxpy: fn saxpy(n: u64, a: f32, x: &[f32; n], y: &mut [f32; n]);
+///     twin = per_thread(|t, n, a, x, y| {
+///         let i = t.global_x();
+///         if (i as u64) < n {
+///             y[i] = a.mul_add(x[i], y[i]);
+///         }
+///     });
+/// }
+/// assert_eq!(Saxpy::DECL.name, "saxpy");
+/// assert_eq!(Saxpy::DECL.params.iter().map(Param::size).sum::<usize>(), 28);
+/// assert!(Saxpy::DECL.twin.is_some());
+/// ```
+///
+/// A count that names no parameter does not compile:
+///
+/// ```compile_fail
+/// cuda_streams_driver::kernel! {
+///     pub struct Bad: fn bad(n: u64, x: &[f32; m]);
+/// }
+/// const _: &[cuda_streams_driver::sys::signature::Param] =
+///     <Bad as cuda_streams_driver::DeclaredKernel>::DECL.params;
+/// ```
+#[macro_export]
+macro_rules! kernel {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $ty:ident : fn $name:ident ( $($params:tt)* ) ;
+        $(twin = $kind:ident ( $twin:expr ) ;)?
+    ) => {
+        $crate::kernel!(@parse
+            [$(#[$meta])*] [$vis] [$ty] [stringify!($name)] [$($kind ($twin))?]
+            {} {} {} {} {} ; $($params)*
+        );
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $ty:ident : fn $name:literal ( $($params:tt)* ) ;
+        $(twin = $kind:ident ( $twin:expr ) ;)?
+    ) => {
+        $crate::kernel!(@parse
+            [$(#[$meta])*] [$vis] [$ty] [$name] [$($kind ($twin))?]
+            {} {} {} {} {} ; $($params)*
+        );
+    };
+    // The muncher: names, launcher parameters, twin argument types, twin
+    // extraction (name, kind, type) and `Param`s.
+    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt
+        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} ;
+        $n:ident : &mut [$e:ident ; $c:tt] $(, $($rest:tt)*)?
+    ) => {
+        $crate::kernel!(@parse $head $vis $ty $name $twin
+            {$($names)* stringify!($n),}
+            {$($launch)* $n: &mut impl $crate::DeviceMemoryMut<Elem = $e>,}
+            {$($tys)* &mut [$e],}
+            {$($extract)* [$n write $e]}
+            {$($p)* [write $e $c]}
+            ; $($($rest)*)?
+        );
+    };
+    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt
+        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} ;
+        $n:ident : & [$e:ident ; $c:tt] $(, $($rest:tt)*)?
+    ) => {
+        $crate::kernel!(@parse $head $vis $ty $name $twin
+            {$($names)* stringify!($n),}
+            {$($launch)* $n: &impl $crate::DeviceMemory<Elem = $e>,}
+            {$($tys)* &[$e],}
+            {$($extract)* [$n read $e]}
+            {$($p)* [read $e $c]}
+            ; $($($rest)*)?
+        );
+    };
+    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt
+        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} ;
+        $n:ident : $e:ident $(, $($rest:tt)*)?
+    ) => {
+        $crate::kernel!(@parse $head $vis $ty $name $twin
+            {$($names)* stringify!($n),}
+            {$($launch)* $n: $e,}
+            {$($tys)* $e,}
+            {$($extract)* [$n scalar $e]}
+            {$($p)* [scalar $e _]}
+            ; $($($rest)*)?
+        );
+    };
+    (@parse [$($meta:tt)*] [$vis:vis] [$ty:ident] [$name:expr] [$($kind:ident ($twin:expr))?]
+        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$([$xn:ident $xk:ident $xe:ident])*} {$([$pk:ident $pe:ident $pc:tt])*} ;
+    ) => {
+        $($meta)*
+        #[derive(Clone, Debug)]
+        $vis struct $ty {
+            kernel: $crate::Declared<$ty>,
+        }
+
+        impl $crate::DeclaredKernel for $ty {
+            const DECL: $crate::KernelDecl = {
+                const NAMES: &[&str] = &[$($names)*];
+                const PARAMS: &[$crate::sys::signature::Param] =
+                    &[$($crate::kernel!(@param NAMES $pk $pe $pc)),*];
+                $crate::KernelDecl {
+                    name: $name,
+                    params: PARAMS,
+                    twin: $crate::kernel!(@twin [$($xn $xk $xe)*] [$($tys)*] $($kind ($twin))?),
+                }
+            };
+
+            fn from_kernel(kernel: $crate::Kernel) -> Self {
+                Self { kernel: $crate::Declared::new(kernel) }
+            }
+
+            fn kernel(&self) -> &$crate::Kernel {
+                self.kernel.kernel()
+            }
+        }
+
+        impl $ty {
+            /// Launch on `stream` with `config`, after checking every
+            /// buffer against the counts the declaration gives it.
+            #[allow(clippy::too_many_arguments, dead_code)]
+            #[inline]
+            $vis fn launch(
+                &self,
+                stream: &$crate::Stream,
+                config: $crate::LaunchConfig,
+                $($launch)*
+            ) -> $crate::Result<()> {
+                self.kernel.launch(stream, config, &[$($crate::KernelArg::from($xn)),*])
+            }
+        }
+    };
+    (@param $names:ident scalar $e:ident _) => {
+        $crate::sys::signature::Param::Scalar(<$e as $crate::sys::signature::ScalarType>::SCALAR)
+    };
+    (@param $names:ident read $e:ident $c:tt) => {
+        $crate::sys::signature::Param::Pointer {
+            elem: <$e as $crate::sys::signature::ScalarType>::SCALAR,
+            access: $crate::sys::signature::Access::Read,
+            extent: $crate::kernel!(@extent $names $c),
+        }
+    };
+    (@param $names:ident write $e:ident $c:tt) => {
+        $crate::sys::signature::Param::Pointer {
+            elem: <$e as $crate::sys::signature::ScalarType>::SCALAR,
+            access: $crate::sys::signature::Access::Write,
+            extent: $crate::kernel!(@extent $names $c),
+        }
+    };
+    (@extent $names:ident $c:ident) => {
+        $crate::sys::signature::Extent::Arg(
+            $crate::sys::signature::index_of($names, stringify!($c)),
+        )
+    };
+    (@extent $names:ident $c:literal) => {
+        $crate::sys::signature::Extent::Elements($c)
+    };
+    (@twin $x:tt $tys:tt) => { None };
+    (@twin [$($xn:ident $xk:ident $xe:ident)*] [$($tys:tt)*] per_thread ($twin:expr)) => {{
+        fn adapter(dims: &$crate::LaunchDims, args: &mut $crate::TwinArgs<'_>) {
+            let user: fn($crate::Thread, $($tys)*) = $twin;
+            $( let $xn = $crate::kernel!(@take args $xk $xe); )*
+            for thread in dims.threads() {
+                user(thread, $($crate::kernel!(@reborrow $xk $xn)),*);
+            }
+        }
+        Some(adapter as $crate::Twin)
+    }};
+    (@twin [$($xn:ident $xk:ident $xe:ident)*] [$($tys:tt)*] per_grid ($twin:expr)) => {{
+        fn adapter(dims: &$crate::LaunchDims, args: &mut $crate::TwinArgs<'_>) {
+            let user: fn(&$crate::LaunchDims, $($tys)*) = $twin;
+            $( let $xn = $crate::kernel!(@take args $xk $xe); )*
+            user(dims, $($xn),*);
+        }
+        Some(adapter as $crate::Twin)
+    }};
+    (@take $args:ident scalar $e:ident) => { $args.scalar::<$e>() };
+    (@take $args:ident read $e:ident) => { $args.slice::<$e>() };
+    (@take $args:ident write $e:ident) => { $args.slice_mut::<$e>() };
+    (@reborrow write $n:ident) => { &mut *$n };
+    (@reborrow $k:ident $n:ident) => { $n };
+}
+
+/// How a module gives a declared kernel: found, checked against what the
+/// module knows of it (its program's source, or its image's declarations),
+/// and wrapped in the declaration's typed launcher.
+impl Module {
+    /// The kernel `K` declares ([`kernel!`](crate::kernel!)), with its
+    /// declaration checked and attached, ready for `K`'s typed launcher.
+    ///
+    /// - A module compiled from source ([`crate::Program`]): `K` must have
+    ///   been declared on the program ([`crate::Program::declare`], where the
+    ///   user promises what the kernel's body touches, and the compiler
+    ///   checks the signature); otherwise an [`Error::DeclarationMismatch`]
+    ///   says so. The declaration is compared with the source's `__global__`
+    ///   function once more, for the symbol to look up.
+    /// - A declared image ([`ModuleImage::declared`](crate::ModuleImage::declared)): the image must declare
+    ///   the kernel with the same parameters.
+    /// - Bare bytes: nothing to check against, so
+    ///   [`Error::UncheckableDeclaration`]; the `unsafe`
+    ///   [`Module::kernel_unchecked`] takes the declaration on trust.
+    ///
+    /// On a GPU whose driver reports parameter sizes (`cuFuncGetParamInfo`,
+    /// CUDA 12.4 and later) the kernel's parameter count and sizes in the
+    /// binary are compared with the declaration too. On the software driver
+    /// the kernel runs as the declaration's twin; a declaration without one
+    /// is an [`Error::NoTwin`] saying how to add it.
+    pub fn kernel<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
+        let decl = K::DECL;
+        validate_decl(&decl)?;
+        let symbol = match &self.source {
+            Some(source) if !source.is_declared(&decl) => {
+                return Err(source.mismatch(
+                    decl.name,
+                    format!(
+                        "it was not declared on the Program it was compiled from: declare it \
+                         before compiling, with `unsafe {{ program.declare::<{}>() }}`, whose \
+                         `# Safety` says what the kernel's body must not touch",
+                        std::any::type_name::<K>()
+                            .rsplit("::")
+                            .next()
+                            .unwrap_or("K")
+                    ),
+                ));
+            }
+            Some(source) => source.check(decl.name, decl.params)?,
+            None => match self.image.signature(decl.name) {
+                Some(params) if params == decl.params => decl.name.to_string(),
+                Some(params) => {
+                    return Err(Error::DeclarationMismatch {
+                        kernel: decl.name,
+                        program: "its image".into(),
+                        reason: format!(
+                            "the image declares {params:?}, the declaration {:?}",
+                            decl.params
+                        ),
+                    });
+                }
+                None => {
+                    return Err(Error::UncheckableDeclaration {
+                        kernel: decl.name.to_string(),
+                    });
+                }
+            },
+        };
+        self.attach(&decl, &symbol).map(K::from_kernel)
+    }
+
+    /// The kernel `K` declares, with the declaration taken on trust: for
+    /// kernels of binaries that declare nothing. On a GPU whose driver
+    /// reports parameter sizes (`cuFuncGetParamInfo`, CUDA 12.4 and later)
+    /// the count and sizes are compared all the same, and a difference is an
+    /// [`Error::DeclarationMismatch`]; what sizes cannot show (`f32` for
+    /// `u32`, a slice's extent) stays the caller's promise. On the software
+    /// driver the declaration's twin runs, so there the declaration is the
+    /// kernel.
+    ///
+    /// # Safety
+    /// The declaration's parameters are the kernel's own, as
+    /// [`ModuleImage::declared`](crate::ModuleImage::declared) requires.
+    pub unsafe fn kernel_unchecked<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
+        let decl = K::DECL;
+        validate_decl(&decl)?;
+        self.attach(&decl, decl.name).map(K::from_kernel)
+    }
+}

@@ -1,0 +1,24 @@
+//! The features: what users do with streams, built on the enqueue protocol.
+//!
+//! Copies, memsets and prefetches ([`copy`]), launches ([`launch`]) and
+//! kernel declarations ([`declare`]), loaded modules ([`module`]), run-time
+//! compilation with NVRTC ([`program`]), host callbacks ([`callback`]),
+//! graphs ([`graph`]), futures ([`future`]) and the reactor that wakes them
+//! ([`reactor`]), and interop with other Rust CUDA libraries (`interop`).
+//!
+//! What it may import: every layer below (the ground, the objects, the
+//! enqueue protocol) and other features. Nothing below imports a feature,
+//! but for the context, which holds its reactor.
+
+pub(crate) mod callback;
+pub(crate) mod copy;
+pub(crate) mod declare;
+pub(crate) mod future;
+pub(crate) mod graph;
+#[cfg(any(feature = "cudarc", feature = "cust"))]
+pub mod interop;
+pub(crate) mod kernel_decl;
+pub(crate) mod launch;
+pub(crate) mod module;
+pub(crate) mod program;
+pub(crate) mod reactor;

@@ -1,0 +1,525 @@
+//! The driver layer's error type.
+
+use sys::{DriverError, LoadError};
+
+use crate::ground::arg_kind::ArgKind;
+use sys::signature::{InvalidSignature, Param, Scalar};
+
+/// Everything the safe driver layer can fail with.
+///
+/// Messages name the values involved:
+///
+/// ```
+/// use cuda_streams_driver::{Context, DeviceBuffer, Error, Stream};
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let err = DeviceBuffer::<f32>::new_async(&stream, 0).unwrap_err();
+/// assert!(matches!(err, Error::ZeroSize { len: 0, .. }));
+/// assert_eq!(err.to_string(), "allocation of 0 bytes: a DeviceBuffer of 0 element(s) of 4 byte(s)");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A driver call failed.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// `CUDA_STREAMS_DRIVER=cuda` (or an explicit request for the GPU) and the
+    /// CUDA driver could not be loaded.
+    #[error("the CUDA driver was requested but could not be loaded: {0}")]
+    Load(#[from] LoadError),
+    /// The CUDA driver loaded but reports no usable device.
+    #[error("the CUDA driver was requested but found no usable device: {0}")]
+    NoDevice(DriverError),
+    /// `CUDA_STREAMS_DRIVER` holds something other than `cuda`, `soft` or `auto`.
+    #[error("CUDA_STREAMS_DRIVER={value:?} is not one of `cuda`, `soft`, `auto`")]
+    InvalidDriverChoice {
+        /// The value found in the environment.
+        value: String,
+    },
+    /// An environment variable the driver reads (or the software driver's:
+    /// `CUDA_STREAMS_SOFT_DEVICES`, `CUDA_STREAMS_SOFT_CAPACITY_MB`) holds a
+    /// value that cannot be used; the message names it.
+    #[error(transparent)]
+    InvalidEnv(#[from] sys::env::EnvError),
+    /// Two operations on different streams touch the same bytes, one
+    /// writing, with no order between them; the context's
+    /// [`crate::OrderPolicy`] is `Check` (or `Auto` could not repair it).
+    /// Nothing was enqueued.
+    #[error("{0}")]
+    UnorderedAccess(Box<crate::ground::race::Race>),
+    /// An [`OrderPolicy`](crate::OrderPolicy) the driver in use does not
+    /// accept: the software driver refuses `Off` and `Report`, under which
+    /// two stream workers could touch the same host memory at once (a data
+    /// race). From [`Context::set_ordering`](crate::Context::set_ordering)
+    /// (the policy stays as it was), or from making a context when
+    /// `CUDA_STREAMS_ORDERING` asks for it (`from_env` holds its value).
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DriverKind, Error, OrderPolicy};
+    /// let ctx = Context::new(0).unwrap();
+    /// if ctx.kind() == DriverKind::Soft {
+    ///     let err = ctx.set_ordering(OrderPolicy::Report).unwrap_err();
+    ///     assert!(matches!(
+    ///         err,
+    ///         Error::OrderPolicyRefused { policy: OrderPolicy::Report, driver: DriverKind::Soft, from_env: None }
+    ///     ));
+    ///     assert!(err.to_string().starts_with("ordering policy report is refused on the software driver"));
+    /// }
+    /// ```
+    #[error("{}", crate::enqueue::order::refusal_message(.policy, .driver, .from_env))]
+    OrderPolicyRefused {
+        /// The policy asked for.
+        policy: crate::OrderPolicy,
+        /// The driver that refuses it.
+        driver: crate::DriverKind,
+        /// `CUDA_STREAMS_ORDERING`'s value, as written, when the policy
+        /// came from there.
+        from_env: Option<String>,
+    },
+    /// Selecting the driver failed earlier in this process (the message of that failure).
+    #[error("driver selection failed: {0}")]
+    Selection(String),
+    /// A device ordinal outside `0..count`.
+    #[error("device {ordinal} does not exist: the driver reports {count} device(s)")]
+    InvalidDevice {
+        /// The ordinal asked for.
+        ordinal: i32,
+        /// How many devices the driver reports.
+        count: i32,
+    },
+    /// An [`EventPool`](crate::EventPool) would need more events of one kind
+    /// than its cap allows.
+    #[error("event pool exhausted: all {cap} {kind} event(s) allowed by the cap are in use")]
+    EventPoolExhausted {
+        /// `regular` or `timing`.
+        kind: &'static str,
+        /// The cap on events of that kind.
+        cap: usize,
+    },
+    /// An [`EventPool`](crate::EventPool) asked to create more events up
+    /// front than its cap allows.
+    #[error("event pool cap {cap} is below the {requested} {kind} event(s) requested up front")]
+    EventPoolCapBelowInitial {
+        /// `regular` or `timing`.
+        kind: &'static str,
+        /// How many were requested up front.
+        requested: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// A raw stream priority outside the device's range.
+    #[error(
+        "stream priority {value} is outside the device's range {greatest} (greatest) ..= {least} (least)"
+    )]
+    InvalidPriority {
+        /// The priority asked for.
+        value: i32,
+        /// The least priority (numerically largest).
+        least: i32,
+        /// The greatest priority (numerically smallest).
+        greatest: i32,
+    },
+    /// An allocation of zero elements (or of a zero-sized type).
+    #[error("allocation of 0 bytes: a {what} of {len} element(s) of {elem_size} byte(s)")]
+    ZeroSize {
+        /// What was being allocated, e.g. `DeviceBuffer<f32>`.
+        what: &'static str,
+        /// The number of elements asked for.
+        len: usize,
+        /// The size of one element.
+        elem_size: usize,
+    },
+    /// An allocation whose size in bytes does not fit in `usize`.
+    #[error("allocation of {len} elements of {elem_size} bytes overflows usize ({what})")]
+    SizeOverflow {
+        /// What was being allocated.
+        what: &'static str,
+        /// The number of elements asked for.
+        len: usize,
+        /// The size of one element.
+        elem_size: usize,
+    },
+    /// A copy between regions of different lengths.
+    #[error(
+        "{operation}: the destination holds {expected} element(s) but the source holds {actual}"
+    )]
+    SizeMismatch {
+        /// The operation, e.g. `copy_from_host_async`.
+        operation: &'static str,
+        /// The destination's length in elements.
+        expected: usize,
+        /// The source's length in elements.
+        actual: usize,
+    },
+    /// `memset_u32_async` on a region whose size is not a multiple of 4 bytes.
+    #[error("memset_u32_async on {bytes} bytes: the size must be a multiple of 4")]
+    MisalignedMemset {
+        /// The region's size in bytes.
+        bytes: usize,
+    },
+    /// Objects from two different contexts were combined.
+    #[error("{what} belongs to context {found}, but the stream belongs to context {expected}")]
+    ContextMismatch {
+        /// The object that does not match.
+        what: &'static str,
+        /// The stream's context id.
+        expected: u64,
+        /// The object's context id.
+        found: u64,
+    },
+    /// Memory, an event or a kernel of one device used on a stream of another,
+    /// where the operation needs them on the stream's own device.
+    #[error(
+        "{what} belongs to device {found_device} (context {found}), but the stream belongs to \
+         device {stream_device} (context {expected}); move data between devices with \
+         Stream::copy_peer_async"
+    )]
+    DeviceMismatch {
+        /// The object that does not match.
+        what: &'static str,
+        /// The stream's device ordinal.
+        stream_device: i32,
+        /// The object's device ordinal.
+        found_device: i32,
+        /// The stream's context id.
+        expected: u64,
+        /// The object's context id.
+        found: u64,
+    },
+    /// Peer access between two devices that cannot be peers.
+    #[error(
+        "device {from} cannot access the memory of device {to} (cuDeviceCanAccessPeer says no)"
+    )]
+    PeerAccessUnsupported {
+        /// The device that would access.
+        from: i32,
+        /// The device whose memory it would access.
+        to: i32,
+    },
+    /// A launch configuration the hardware cannot run.
+    #[error("invalid launch configuration: {reason}")]
+    InvalidLaunchConfig {
+        /// What is wrong, naming the value.
+        reason: String,
+    },
+    /// A kernel launched with the wrong number of arguments.
+    #[error("kernel `{kernel}` takes {expected} argument(s) but {actual} were given")]
+    ArgumentCount {
+        /// The kernel's name.
+        kernel: String,
+        /// The count its signature declares.
+        expected: usize,
+        /// The count given.
+        actual: usize,
+    },
+    /// A kernel argument that is not what its parameter declares.
+    #[error("kernel `{kernel}` argument {index}: expected {expected} but got {actual}")]
+    ArgumentMismatch {
+        /// The kernel's name.
+        kernel: String,
+        /// The argument's position, from 0.
+        index: usize,
+        /// What the signature declares.
+        expected: Param,
+        /// What was given.
+        actual: ArgKind,
+    },
+    /// A buffer shorter than the elements the kernel is told to touch.
+    #[error(
+        "kernel `{kernel}` argument {index}: the kernel touches {elements} element(s) of {elem} but the buffer holds {bytes} bytes"
+    )]
+    ArgumentTooShort {
+        /// The kernel's name.
+        kernel: String,
+        /// The buffer argument's position, from 0.
+        index: usize,
+        /// The elements the kernel would touch.
+        elements: u64,
+        /// Their type.
+        elem: Scalar,
+        /// The buffer's size in bytes.
+        bytes: usize,
+    },
+    /// An object of another CUDA library (cudarc) that cannot be used with
+    /// this one: another context, the software driver, a per-thread stream.
+    #[error("interop: {reason}")]
+    Interop {
+        /// What does not match, naming both sides.
+        reason: String,
+    },
+    /// A [`crate::DeviceMemory`] implementation's use hook failed for a
+    /// reason of its own (not a driver error).
+    #[error("a buffer could not be used on the stream: {reason}")]
+    MemoryHook {
+        /// What went wrong, from the implementation.
+        reason: String,
+    },
+    /// A checked launch of a kernel without a declared signature.
+    #[error(
+        "kernel `{kernel}` has no declared signature, so its arguments cannot be checked: load it from an image that declares it (`Module::load(&ctx, &kernels::ELEMENTWISE)`, or the unsafe `ModuleImage::declared`), declare one with the unsafe `Kernel::with_signature`, or launch with the unsafe `Stream::launch_unchecked`"
+    )]
+    UncheckedKernel {
+        /// The kernel's name.
+        kernel: String,
+    },
+    /// A signature whose pointer extents do not name integer parameters.
+    #[error("kernel `{kernel}`: invalid signature: {source}")]
+    InvalidSignature {
+        /// The kernel's name.
+        kernel: String,
+        /// What is wrong.
+        #[source]
+        source: InvalidSignature,
+    },
+    /// The software driver refused the CPU twins of a declared image: one of
+    /// its kernels is already registered there with other parameters.
+    #[error("the software driver refused the image's CPU twins: {0}")]
+    Twins(#[from] soft_driver::RegisterError),
+    /// Loading a module image failed.
+    #[error("loading a module image of {bytes} bytes failed: {source}{}", detail_suffix(.detail))]
+    ModuleLoad {
+        /// The image's size.
+        bytes: usize,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+        /// More detail from the software driver, when it has any.
+        detail: Option<String>,
+    },
+    /// A module image that is empty.
+    #[error("a module image of 0 bytes cannot be loaded")]
+    EmptyImage,
+    /// Looking up a kernel by name failed.
+    #[error("kernel `{name}` not found in the module: {source}{}", detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    FunctionNotFound {
+        /// The name looked up.
+        name: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+        /// The software driver's explanation, when it gives one (boxed to
+        /// keep the error small).
+        detail: Option<Box<str>>,
+    },
+    /// NVRTC, needed to compile CUDA source on a GPU, could not be loaded.
+    #[error("run-time compilation needs NVRTC: {reason}")]
+    NvrtcUnavailable {
+        /// Why it could not be loaded: what was tried and what to install.
+        reason: String,
+    },
+    /// An NVRTC call other than the compilation itself failed.
+    #[error("{call} failed: {source}")]
+    NvrtcCall {
+        /// The entry point.
+        call: &'static str,
+        /// NVRTC's error.
+        #[source]
+        source: sys::nvrtc::NvrtcError,
+    },
+    /// The source did not compile; the log is NVRTC's.
+    #[error("compiling {program} for {arch} failed:\n{log}")]
+    Compile {
+        /// The program's name.
+        program: String,
+        /// The architecture compiled for.
+        arch: crate::ground::arch::Arch,
+        /// NVRTC's log.
+        log: String,
+    },
+    /// NVRTC cannot compile for the architecture asked for.
+    #[error("NVRTC {nvrtc} cannot target {arch}; it supports {supported}")]
+    UnsupportedArch {
+        /// The architecture asked for.
+        arch: crate::ground::arch::Arch,
+        /// NVRTC's version.
+        nvrtc: String,
+        /// The architectures it supports.
+        supported: String,
+    },
+    /// A kernel's declaration differs from the source (or image) it was
+    /// checked against; the reason names the parameter.
+    #[error("the declaration of kernel `{kernel}` does not match {program}: {reason}")]
+    DeclarationMismatch {
+        /// The kernel's declared name.
+        kernel: &'static str,
+        /// The program (or image) checked against.
+        program: String,
+        /// What differs.
+        reason: String,
+    },
+    /// A declaration that nothing in the module can confirm.
+    #[error(
+        "kernel `{kernel}`: its module is bare bytes that declare nothing, so its declaration \
+         cannot be checked; compile it from source (Program), load the image with \
+         ModuleImage::declared, or take the declaration on trust with the unsafe \
+         Module::kernel_unchecked"
+    )]
+    UncheckableDeclaration {
+        /// The kernel.
+        kernel: String,
+    },
+    /// The software driver runs kernels as the CPU twins of their
+    /// declarations, and this one has none.
+    #[error(
+        "kernel `{kernel}` has no CPU twin, so the software driver cannot run it: add \
+         `twin = per_thread(|thread, args..| ..);` or `twin = per_grid(|dims, args..| ..);` to \
+         its kernel! declaration (docs/kernels.md), or run on a GPU (CUDA_STREAMS_DRIVER=cuda)"
+    )]
+    NoTwin {
+        /// The kernel.
+        kernel: String,
+    },
+    /// A kernel name containing a NUL byte.
+    #[error("kernel name {name:?} contains a NUL byte")]
+    InvalidName {
+        /// The name given.
+        name: String,
+    },
+    /// `Event::elapsed` on an event created without timing.
+    #[error(
+        "elapsed time needs two timing events, but the {which} event was created without timing"
+    )]
+    NotTimingEvent {
+        /// `start` or `end`.
+        which: &'static str,
+    },
+    /// `Event::elapsed` on an event that was never recorded.
+    #[error("elapsed time needs recorded events, but the {which} event was never recorded")]
+    EventNotRecorded {
+        /// `start` or `end`.
+        which: &'static str,
+    },
+    /// Callbacks on a stream panicked (the panics were caught).
+    #[error("{count} callback(s) on stream {stream} panicked; the last said: {message}")]
+    CallbackPanicked {
+        /// The stream's id.
+        stream: u64,
+        /// How many panicked since the last check.
+        count: u64,
+        /// The last panic's message.
+        message: String,
+    },
+    /// A driver call from inside a stream callback, which CUDA forbids.
+    #[error(
+        "{operation} was called from inside a stream callback; CUDA forbids driver calls there"
+    )]
+    InsideCallback {
+        /// What was attempted.
+        operation: &'static str,
+    },
+    /// A call that is not allowed on a stream while it is being captured into
+    /// a graph. The capture is left as it was and stays usable.
+    #[error(
+        "{operation} on stream {stream} is not allowed while the stream is being captured into a graph (end the capture first, or enqueue through the Capture); the capture is still usable"
+    )]
+    StreamCapturing {
+        /// What was attempted.
+        operation: &'static str,
+        /// The stream's id.
+        stream: u64,
+    },
+    /// A capture begun (or a stream forked into one) from a
+    /// [`crate::WorkObserver`], which runs inside an enqueue: the capture
+    /// would have to wait for the enqueue it interrupts.
+    #[error(
+        "{operation} on stream {stream} was called from a WorkObserver, inside an enqueue; begin the capture after the enqueue returns"
+    )]
+    CaptureInsideEnqueue {
+        /// What was attempted.
+        operation: &'static str,
+        /// The stream that would have entered the capture.
+        stream: u64,
+    },
+    /// A context-wide call while a capture is open in the context.
+    #[error(
+        "{operation} is not allowed while {captures} stream capture(s) are open in the context; the captures are still usable"
+    )]
+    ContextCapturing {
+        /// What was attempted.
+        operation: &'static str,
+        /// How many captures are open.
+        captures: usize,
+    },
+    /// Waiting on the host for an event recorded during a capture.
+    #[error(
+        "{operation} on an event last recorded during stream capture {capture}: such an event marks a point in a graph, not in a stream; record it outside the capture"
+    )]
+    CapturedEvent {
+        /// What was attempted.
+        operation: &'static str,
+        /// The capture's id.
+        capture: u64,
+    },
+    /// A dependency that would cross a capture's boundary, or a stream used
+    /// with a capture it does not take part in.
+    #[error("{reason}")]
+    CaptureIsolation {
+        /// What crosses the boundary, naming the streams and captures.
+        reason: String,
+    },
+    /// Ending a capture with a stream forked into it whose work was not
+    /// joined back into the stream that began it.
+    #[error(
+        "stream {stream} was forked into the capture begun on stream {origin} but its work was not joined back (Capture::join); the capture is still open"
+    )]
+    CaptureUnjoined {
+        /// The unjoined stream's id.
+        stream: u64,
+        /// The stream that began the capture.
+        origin: u64,
+    },
+    /// A capture that was already ended.
+    #[error("the capture begun on stream {origin} has already ended")]
+    CaptureEnded {
+        /// The stream that began the capture.
+        origin: u64,
+    },
+    /// An executable graph could not be updated in place from a graph.
+    #[error("the executable graph cannot be updated in place ({result}): {source}")]
+    GraphUpdate {
+        /// The driver's update result, e.g. `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`.
+        result: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// Host access to a graph's own host buffer that is not safe now.
+    #[error("the graph's host buffer cannot be reached: {reason}")]
+    GraphHostAccess {
+        /// Why, naming the slot or what still shares it.
+        reason: String,
+    },
+    /// The context's reactor thread (which wakes futures) could not start.
+    #[error("the reactor thread that wakes futures could not start: {0}")]
+    ReactorThread(String),
+    /// A sub-range of a buffer that is empty or does not fit it
+    /// (`DeviceBuffer::slice`).
+    #[error("slice {range} of a buffer of {len} element(s): {reason}")]
+    SliceOutOfRange {
+        /// The range asked for, as `start..end`.
+        range: String,
+        /// The buffer's (or view's) length in elements.
+        len: usize,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A memory pool attribute that cuda.h 13.0 does not define: its size,
+    /// and so the memory the driver would write, is unknown.
+    #[error(
+        "memory pool attribute {attribute} is not one of cuda.h 13.0's (CU_MEMPOOL_ATTR_*): its size is unknown"
+    )]
+    UnknownPoolAttribute {
+        /// The attribute's value.
+        attribute: u32,
+    },
+}
+
+fn detail_suffix(detail: &Option<String>) -> String {
+    match detail {
+        Some(detail) => format!(" ({detail})"),
+        None => String::new(),
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,21 @@
+//! The ground floor: what every other file stands on.
+//!
+//! The loaded function table and the choice of driver ([`select`]), the one
+//! place where the two drivers' answers differ (`seam`), the driver calls
+//! that need no context ([`driver_calls`]), and the
+//! crate's one error type ([`error`]) with the plain values its messages
+//! name ([`arch`], [`arg_kind`], [`race`]).
+//!
+//! What it may import: `sys`, `soft_driver` and the standard library. Nothing
+//! here names a context, a stream or anything built on them, so any file
+//! above can use these without pulling the rest of the crate along. One
+//! exception stands: the error that refuses an order policy names the
+//! policy, whose type the tracker defines (`crate::order::OrderPolicy`).
+
+pub(crate) mod arch;
+pub(crate) mod arg_kind;
+pub(crate) mod driver_calls;
+pub(crate) mod error;
+pub(crate) mod race;
+mod seam;
+pub(crate) mod select;

@@ -1,0 +1,33 @@
+//! The one seam between the two drivers: the questions whose answers differ
+//! between NVIDIA's driver and the software driver, asked of a
+//! [`LoadedDriver`] by name instead of by matching on its
+//! [`DriverKind`](crate::DriverKind) wherever they come up.
+//!
+//! Everything else runs the same on both: the software driver implements
+//! the same function table. What it does not have is a GPU's binary
+//! format: its kernels are CPU twins, defined from their declarations.
+
+use crate::ground::select::{DriverKind, LoadedDriver};
+
+impl LoadedDriver {
+    /// Whether kernels run as CPU twins defined from their declarations
+    /// (the software driver) rather than from a binary the driver loads:
+    /// a module is then built from its declarations, a kernel is found by
+    /// its declared name, and a declaration without a twin cannot run.
+    pub(crate) fn runs_twins(&self) -> bool {
+        match self.kind {
+            DriverKind::Soft => true,
+            DriverKind::Cuda => false,
+        }
+    }
+
+    /// What the driver can say about its last failure on this thread beyond
+    /// the `CUresult` (the software driver names the check that failed;
+    /// NVIDIA's driver says nothing more).
+    pub(crate) fn last_error_detail(&self) -> Option<String> {
+        match self.kind {
+            DriverKind::Soft => soft_driver::last_error_detail(),
+            DriverKind::Cuda => None,
+        }
+    }
+}

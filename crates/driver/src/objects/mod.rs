@@ -1,0 +1,29 @@
+//! The objects: the driver's things, each owning what it created.
+//!
+//! Contexts and devices ([`context`]), stream priorities ([`priority`]),
+//! streams ([`stream`]), the waits, forks and joins between them
+//! ([`joins`]) and each stream's latest mark ([`latest_mark`]), events and
+//! their pool ([`event`], [`event_pool`]), memory ([`memory`]), the
+//! completion trail ([`completion_trail`]), per-stream counters
+//! ([`metrics`]), a value per device ([`per_device`]) and the result layer
+//! ([`result`]: one checked wrapper per raw call on a context or stream).
+//!
+//! What it may import: the ground ([`crate::ground`]) and each other. Putting
+//! work on a stream is the enqueue protocol's job, one layer up: a stream
+//! holds the state that protocol keeps on it (its gate's lock, its
+//! observers, its latest mark), but does not run it.
+
+pub(crate) mod completion_trail;
+pub(crate) mod context;
+pub(crate) mod event;
+pub(crate) mod event_pool;
+mod event_record;
+pub(crate) mod joins;
+pub(crate) mod latest_mark;
+pub(crate) mod mark_state;
+pub(crate) mod memory;
+pub(crate) mod metrics;
+pub(crate) mod per_device;
+pub(crate) mod priority;
+pub mod result;
+pub(crate) mod stream;
