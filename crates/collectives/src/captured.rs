@@ -6,9 +6,12 @@
 //! any captured work, and the graph keeps them and the communicator alive
 //! while it or an instance of it exists (see [`Capture::record_external`]).
 
-use crate::communicator::{Communicator, check_len, shape};
+use crate::collective::{check_len, shape};
+use crate::communicator::Communicator;
 use crate::error::{Error, Result};
-use crate::group::{Kind, Op, record};
+use crate::issue::record;
+use crate::rank_call::Op;
+use crate::shape::Kind;
 use crate::types::{NcclType, ReduceOp};
 use driver::{Capture, DeviceBuffer, DeviceMemory, GraphArg, Stream};
 use std::sync::Arc;

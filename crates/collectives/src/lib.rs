@@ -66,13 +66,18 @@
 #[doc = include_str!("../../../docs/multi-gpu.md")]
 mod docs_examples {}
 
+mod calls;
 mod captured;
+mod collective;
 mod communicator;
 mod error;
 mod group;
+mod issue;
 mod launch;
 mod meeting;
 mod one_process;
+mod rank_call;
+mod shape;
 mod table;
 mod types;
 
