@@ -3,12 +3,12 @@
 use crate::error::{Error, Result};
 use crate::meeting::Meeting;
 use crate::one_process::explain_join_failure;
-use crate::table::{check, for_context};
+use crate::table::for_context;
 use crate::types::UniqueId;
 use driver::Context;
 use std::fmt;
 use std::sync::Arc;
-use sys::nccl::{Nccl, ncclComm_t, ncclConfig_t, ncclResult_t};
+use sys::nccl::{Nccl, Progress, ncclComm_t, ncclConfig_t, ncclResult_t, result};
 
 /// One rank of an NCCL communicator, on one device.
 ///
@@ -93,16 +93,11 @@ impl Communicator {
             ordinals.push(ctx.ordinal());
         }
         let nccl = for_context(first)?;
-        let mut raw = vec![std::ptr::null_mut(); contexts.len()];
         first.bind()?;
-        // SAFETY: `raw` holds one slot per device and `ordinals` one ordinal
-        // per device, as ncclCommInitAll reads and writes them.
-        let code = unsafe {
-            (nccl.ncclCommInitAll)(raw.as_mut_ptr(), raw.len() as i32, ordinals.as_ptr())
-        };
+        let raw = result::comm_init_all(nccl, &ordinals);
         // NCCL switches devices while it initialises: resynchronise the cache.
         first.force_bind()?;
-        check(nccl, "ncclCommInitAll", std::ptr::null_mut(), code)?;
+        let raw = raw?;
         let meeting = Meeting::all_local(contexts.len());
         tracing::debug!(
             ranks = contexts.len(),
@@ -158,21 +153,21 @@ impl Communicator {
             return Err(Error::InvalidRank { rank, nranks });
         }
         let nccl = for_context(ctx)?;
-        let mut raw = std::ptr::null_mut();
         ctx.bind()?;
         // Before the NCCL call, which returns once every rank has made it.
         let meeting = Meeting::join(id.to_bytes(), nranks, rank);
-        // SAFETY: writes one communicator through a valid pointer; the id is
-        // passed by value as nccl.h declares.
-        let code = unsafe { (nccl.ncclCommInitRank)(&mut raw, nranks as i32, id.0, rank as i32) };
+        let made = result::comm_init_rank(nccl, nranks as i32, id.0, rank as i32);
         let made = ctx
             .force_bind()
             .map_err(Error::from)
-            .and_then(|()| check(nccl, "ncclCommInitRank", std::ptr::null_mut(), code));
-        if let Err(err) = made {
-            meeting.unjoin(rank);
-            return Err(explain_join_failure(ctx, id, rank, err));
-        }
+            .and_then(|()| made.map_err(Error::from));
+        let raw = match made {
+            Ok(raw) => raw,
+            Err(err) => {
+                meeting.unjoin(rank);
+                return Err(explain_join_failure(ctx, id, rank, err));
+            }
+        };
         // Every rank has joined NCCL, so every rank of this process has
         // joined the meeting.
         let alone_here = meeting.local_ranks() < 2;
@@ -218,28 +213,27 @@ impl Communicator {
         }
         let nccl = for_context(ctx)?;
         let mut config = nonblocking_config();
-        let mut raw = std::ptr::null_mut();
         ctx.bind()?;
         let start = std::time::Instant::now();
         // Before the NCCL call, which completes once every rank has made it.
         let meeting = Meeting::join(id.to_bytes(), nranks, rank);
-        // SAFETY: writes one communicator through a valid pointer; the config
-        // is initialised as NCCL_CONFIG_INITIALIZER does, and read only
-        // during the call.
-        let code = unsafe {
-            (nccl.ncclCommInitRankConfig)(&mut raw, nranks as i32, id.0, rank as i32, &mut config)
+        // SAFETY: the config is initialised as NCCL_CONFIG_INITIALIZER does,
+        // with null strings.
+        let made = unsafe {
+            result::comm_init_rank_config(nccl, nranks as i32, id.0, rank as i32, &mut config)
         };
-        let made = ctx.force_bind().map_err(Error::from).and_then(|()| {
-            if code == ncclResult_t::ncclInProgress {
-                Ok(())
-            } else {
-                check(nccl, "ncclCommInitRankConfig", std::ptr::null_mut(), code)
+        // In progress or done, the communicator is polled below.
+        let made = ctx
+            .force_bind()
+            .map_err(Error::from)
+            .and_then(|()| made.map(Progress::into_inner).map_err(Error::from));
+        let raw = match made {
+            Ok(raw) => raw,
+            Err(err) => {
+                meeting.unjoin(rank);
+                return Err(explain_join_failure(ctx, id, rank, err));
             }
-        });
-        if let Err(err) = made {
-            meeting.unjoin(rank);
-            return Err(explain_join_failure(ctx, id, rank, err));
-        }
+        };
         // From here the communicator is destroyed (or aborted) on every
         // path, which tells the meeting.
         let mut comm = Communicator {
@@ -259,16 +253,16 @@ impl Communicator {
         // threads and offers no way to wait for it.
         let mut pause = std::time::Duration::from_micros(50);
         loop {
-            match comm.state()? {
-                ncclResult_t::ncclSuccess => {
+            match comm.progress()? {
+                Progress::Done(()) => {
                     comm.alone_here = comm.meeting.local_ranks() < 2;
                     return Ok(comm);
                 }
-                ncclResult_t::ncclInProgress if start.elapsed() < timeout => {
+                Progress::InProgress(()) if start.elapsed() < timeout => {
                     std::thread::sleep(pause.min(timeout.saturating_sub(start.elapsed())));
                     pause = (pause * 2).min(std::time::Duration::from_millis(10));
                 }
-                ncclResult_t::ncclInProgress => {
+                Progress::InProgress(()) => {
                     let waited = start.elapsed();
                     if let Err(err) = comm.abort() {
                         tracing::warn!(rank, "aborting a communicator that timed out: {err}");
@@ -279,38 +273,44 @@ impl Communicator {
                         waited,
                     });
                 }
-                other => {
-                    // An error (success returned above): say which.
-                    check(nccl, "ncclCommInitRankConfig", comm.raw, other)?;
-                    comm.alone_here = comm.meeting.local_ranks() < 2;
-                    return Ok(comm);
-                }
             }
         }
     }
 
     /// `ncclCommGetAsyncError`'s answer.
     fn state(&self) -> Result<ncclResult_t> {
-        let mut state = ncclResult_t::ncclSuccess;
-        // SAFETY: a live communicator; writes one result.
-        let code = unsafe { (self.nccl.ncclCommGetAsyncError)(self.raw, &mut state) };
-        check(self.nccl, "ncclCommGetAsyncError", self.raw, code)?;
-        Ok(state)
+        // SAFETY: a live communicator: `raw` is null only once `abort` has
+        // consumed `self`.
+        Ok(unsafe { result::comm_get_async_error(self.nccl, self.raw) }?)
     }
 
-    /// For a non-blocking communicator, a call's `ncclInProgress` becomes
-    /// its outcome once NCCL has finished it; anything else passes through.
-    pub(crate) fn settle(&self, code: ncclResult_t) -> ncclResult_t {
-        if self.blocking || code != ncclResult_t::ncclInProgress {
-            return code;
+    /// Whether the communicator's calls (its making, for a non-blocking
+    /// one) have finished: an asynchronous error is [`Error::Async`].
+    fn progress(&self) -> Result<Progress> {
+        match self.state()? {
+            ncclResult_t::ncclInProgress => Ok(Progress::InProgress(())),
+            state => state
+                .result()
+                .map(Progress::Done)
+                .map_err(|source| Error::Async {
+                    rank: self.rank,
+                    source,
+                }),
         }
-        loop {
-            match self.state() {
-                Ok(ncclResult_t::ncclInProgress) => std::thread::yield_now(),
-                Ok(state) => return state,
-                Err(_) => return ncclResult_t::ncclInternalError,
-            }
+    }
+
+    /// A call that a non-blocking communicator left in progress
+    /// (`ncclInProgress`), waited for: its outcome, polled with
+    /// `ncclCommGetAsyncError`, as NCCL asks. A blocking communicator's
+    /// calls never answer in progress; for one, this returns at once.
+    pub(crate) fn settle(&self) -> Result<()> {
+        if self.blocking {
+            return Ok(());
         }
+        while self.progress()?.is_in_progress() {
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     /// This rank's number, from 0.
@@ -347,11 +347,7 @@ impl Communicator {
     /// `Ok` unless a collective of this communicator failed after it was
     /// enqueued (`ncclCommGetAsyncError`).
     pub fn async_error(&self) -> Result<()> {
-        let mut error = sys::nccl::ncclResult_t::ncclSuccess;
-        // SAFETY: a live communicator; writes one result.
-        let code = unsafe { (self.nccl.ncclCommGetAsyncError)(self.raw, &mut error) };
-        check(self.nccl, "ncclCommGetAsyncError", self.raw, code)?;
-        error.result().map_err(|source| Error::Async {
+        self.state()?.result().map_err(|source| Error::Async {
             rank: self.rank,
             source,
         })
@@ -380,8 +376,7 @@ impl Communicator {
         let raw = std::mem::replace(&mut handle.raw, std::ptr::null_mut());
         // SAFETY: a live communicator, no graph holds it (the handle was
         // ours alone), aborted once (the handle's Drop skips null).
-        let code = unsafe { (self.nccl.ncclCommAbort)(raw) };
-        check(self.nccl, "ncclCommAbort", std::ptr::null_mut(), code)
+        Ok(unsafe { result::comm_abort(self.nccl, raw) }?)
     }
 
     /// What a graph holds to keep this rank's communicator alive.
@@ -461,9 +456,8 @@ impl Drop for Handle {
         }
         // SAFETY: a live communicator, destroyed once: the last holder of
         // its handle is gone, so no call or replay can use it after.
-        let code = unsafe { (self.nccl.ncclCommDestroy)(self.raw) };
-        if let Err(err) = code.result() {
-            tracing::error!(rank = self.rank, "ncclCommDestroy: {err}");
+        if let Err(err) = unsafe { result::comm_destroy(self.nccl, self.raw) } {
+            tracing::error!(rank = self.rank, "{err}");
         }
         // NCCL may switch devices while it tears down.
         if let Err(err) = self.ctx.force_bind() {

@@ -21,17 +21,11 @@ pub enum Error {
     /// NCCL could not be loaded.
     #[error("{0}")]
     Load(String),
-    /// An NCCL call failed.
-    #[error("{call} failed: {source}{}", detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
-    Nccl {
-        /// The NCCL function.
-        call: &'static str,
-        /// Its result.
-        #[source]
-        source: NcclError,
-        /// `ncclGetLastError`, when it says anything.
-        detail: Option<String>,
-    },
+    /// An NCCL call failed: the error names the call
+    /// ([`NcclError::call`]), its result and what `ncclGetLastError` said
+    /// ([`NcclError::detail`]).
+    #[error(transparent)]
+    Nccl(#[from] NcclError),
     /// A communicator over no devices.
     #[error("a communicator needs at least one device")]
     NoDevices,

@@ -5,11 +5,11 @@ use crate::error::{Error, Result};
 use crate::meeting::Meeting;
 use crate::rank_call::Op;
 use crate::shape::Shape;
-use crate::table::check;
 use driver::{Capture, Context, GraphArg, PreparedWork};
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use sys::nccl::{Progress, result};
 
 /// Check a call of several ops (an all-to-all, a gather) against the other
 /// ranks in this process, then issue them in one NCCL group.
@@ -103,43 +103,41 @@ fn issue_all(ops: &[Op<'_>], issue: Issue) -> Result<(Handed, Result<()>)> {
     let nccl = first.comm.nccl();
     // Each op handed to NCCL, and whether NCCL took it.
     let mut handed = Handed::with_capacity(ops.len());
-    let mut result = Ok(());
+    let mut outcome = Ok(());
     match issue {
         Issue::Alone => {
             for op in ops {
                 let issued = op.issue(false);
                 handed.push(issued.is_ok());
-                result = result.and(issued);
+                outcome = outcome.and(issued);
             }
         }
         Issue::Grouped => {
-            // SAFETY: no arguments.
-            let code = unsafe { (nccl.ncclGroupStart)() };
-            check(nccl, "ncclGroupStart", std::ptr::null_mut(), code)?;
+            result::group_start(nccl)?;
             for op in ops {
                 let issued = op.issue(true);
                 handed.push(issued.is_ok());
                 if issued.is_err() {
-                    result = issued;
+                    outcome = issued;
                     break;
                 }
             }
-            // SAFETY: no arguments; closes the group opened above.
-            let mut code = unsafe { (nccl.ncclGroupEnd)() };
-            // Non-blocking communicators finish the group's launches in the
-            // background: wait until each has.
-            if code == sys::nccl::ncclResult_t::ncclInProgress {
-                for (op, _) in ops.iter().zip(&handed).filter(|(_, ok)| **ok) {
-                    code = op.comm.settle(sys::nccl::ncclResult_t::ncclInProgress);
-                    if code != sys::nccl::ncclResult_t::ncclSuccess {
-                        break;
-                    }
-                }
-            }
-            result = result.and(check(nccl, "ncclGroupEnd", std::ptr::null_mut(), code));
+            // Closes the group opened above, whatever failed inside it.
+            let ended = match result::group_end(nccl) {
+                Ok(Progress::Done(())) => Ok(()),
+                // Non-blocking communicators finish the group's launches in
+                // the background: wait until each has.
+                Ok(Progress::InProgress(())) => ops
+                    .iter()
+                    .zip(&handed)
+                    .filter(|(_, took)| **took)
+                    .try_for_each(|(op, _)| op.comm.settle()),
+                Err(err) => Err(Error::from(err)),
+            };
+            outcome = outcome.and(ended);
         }
     }
-    Ok((handed, result))
+    Ok((handed, outcome))
 }
 
 /// Capture `ops`, all of one rank and stream, into `capture` (one NCCL

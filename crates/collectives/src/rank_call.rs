@@ -5,12 +5,11 @@ use crate::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::issue::{Issue, Meet, launch};
 use crate::shape::{Kind, Shape};
-use crate::table::check;
 use crate::types::ReduceOp;
 use driver::{BufferUse, Context, PreparedWork, Stream};
 use std::ffi::c_void;
 use sys::CUdeviceptr;
-use sys::nccl::ncclRedOp_t;
+use sys::nccl::{Progress, ncclRedOp_t, result};
 
 /// The buffers one op lends (none, one or two), inline: an op costs no
 /// allocation. `Copy` and without `Drop` (unlike a `SmallVec`, whose `Drop`
@@ -191,45 +190,34 @@ impl<'a> Op<'a> {
         // to NCCL, whatever fails after; the stream is not capturing
         // (checked by `launch` just before), so the work runs now. Captured
         // (`record`), the graph keeps every buffer and the communicator
-        // alive for all its replays, and orders the buffers at each.
-        let (call, code) = unsafe {
+        // alive for all its replays, and orders the buffers at each. The
+        // communicator is live: the op borrows it.
+        let issued = unsafe {
             match self.shape.kind {
-                Kind::AllReduce => (
-                    "ncclAllReduce",
-                    (nccl.ncclAllReduce)(send, recv, count, dtype, op, comm, stream),
-                ),
-                Kind::Broadcast => (
-                    "ncclBroadcast",
-                    (nccl.ncclBroadcast)(send, recv, count, dtype, root, comm, stream),
-                ),
-                Kind::Reduce => (
-                    "ncclReduce",
-                    (nccl.ncclReduce)(send, recv, count, dtype, op, root, comm, stream),
-                ),
-                Kind::AllGather => (
-                    "ncclAllGather",
-                    (nccl.ncclAllGather)(send, recv, count, dtype, comm, stream),
-                ),
-                Kind::ReduceScatter => (
-                    "ncclReduceScatter",
-                    (nccl.ncclReduceScatter)(send, recv, count, dtype, op, comm, stream),
-                ),
-                Kind::Send => (
-                    "ncclSend",
-                    (nccl.ncclSend)(send, count, dtype, root, comm, stream),
-                ),
-                Kind::Recv => (
-                    "ncclRecv",
-                    (nccl.ncclRecv)(recv, count, dtype, root, comm, stream),
-                ),
+                Kind::AllReduce => {
+                    result::all_reduce(nccl, send, recv, count, dtype, op, comm, stream)
+                }
+                Kind::Broadcast => {
+                    result::broadcast(nccl, send, recv, count, dtype, root, comm, stream)
+                }
+                Kind::Reduce => {
+                    result::reduce(nccl, send, recv, count, dtype, op, root, comm, stream)
+                }
+                Kind::AllGather => result::all_gather(nccl, send, recv, count, dtype, comm, stream),
+                Kind::ReduceScatter => {
+                    result::reduce_scatter(nccl, send, recv, count, dtype, op, comm, stream)
+                }
+                Kind::Send => result::send(nccl, send, count, dtype, root, comm, stream),
+                Kind::Recv => result::recv(nccl, recv, count, dtype, root, comm, stream),
             }
-        };
-        // Inside a group a non-blocking communicator's call settles at the
-        // group's end.
-        if code == sys::nccl::ncclResult_t::ncclInProgress && in_group {
-            return Ok(());
+        }?;
+        match issued {
+            Progress::Done(()) => Ok(()),
+            // Inside a group a non-blocking communicator's call settles at
+            // the group's end.
+            Progress::InProgress(()) if in_group => Ok(()),
+            Progress::InProgress(()) => self.comm.settle(),
         }
-        check(nccl, call, comm, self.comm.settle(code))
     }
 
     /// After the call (and the group's end): the step lands, and frees and
