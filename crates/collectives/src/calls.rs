@@ -1,9 +1,7 @@
-//! The collectives as methods of a [`Communicator`], each run alone.
+//! The collectives as methods of a [`Communicator`], each run alone: the
+//! seed-shaped calls, one-line views on [`Collective`].
 
-use crate::collective::{
-    all_gather_op, all_reduce_in_place_op, all_reduce_op, all_to_all_ops, broadcast_in_place_op,
-    broadcast_op, gather_ops, recv_op, reduce_op, reduce_scatter_op, scatter_ops, send_op,
-};
+use crate::collective::Collective;
 use crate::communicator::Communicator;
 use crate::error::Result;
 use crate::types::{NcclType, ReduceOp};
@@ -37,7 +35,7 @@ impl Communicator {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        all_reduce_op(self, stream, send, recv, op)?.run_alone()
+        Collective::all_reduce(self, stream, send, recv, op)?.run()
     }
 
     /// [`Communicator::all_reduce`] with `buffer` as both send and receive buffer.
@@ -51,7 +49,7 @@ impl Communicator {
         T: NcclType,
         D: DeviceMemoryMut<Elem = T>,
     {
-        all_reduce_in_place_op(self, stream, buffer, op)?.run_alone()
+        Collective::all_reduce_in_place(self, stream, buffer, op)?.run()
     }
 
     /// The root's `send` into every rank's `recv` (`send` is read on the
@@ -68,7 +66,7 @@ impl Communicator {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        broadcast_op(self, stream, send, recv, root)?.run_alone()
+        Collective::broadcast(self, stream, send, recv, root)?.run()
     }
 
     /// The root's `buffer` into every rank's `buffer`.
@@ -82,7 +80,7 @@ impl Communicator {
         T: NcclType,
         D: DeviceMemoryMut<Elem = T>,
     {
-        broadcast_in_place_op(self, stream, buffer, root)?.run_alone()
+        Collective::broadcast_in_place(self, stream, buffer, root)?.run()
     }
 
     /// Every rank's `send` combined by `op` into the root's `recv` (other
@@ -100,7 +98,7 @@ impl Communicator {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        reduce_op(self, stream, send, recv, op, root)?.run_alone()
+        Collective::reduce(self, stream, send, recv, op, root)?.run()
     }
 
     /// Every rank's `send` side by side, in rank order, in every rank's
@@ -111,7 +109,7 @@ impl Communicator {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        all_gather_op(self, stream, send, recv)?.run_alone()
+        Collective::all_gather(self, stream, send, recv)?.run()
     }
 
     /// Every rank's `send` (`size()` times `recv`'s length) combined by
@@ -128,7 +126,7 @@ impl Communicator {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        reduce_scatter_op(self, stream, send, recv, op)?.run_alone()
+        Collective::reduce_scatter(self, stream, send, recv, op)?.run()
     }
 
     /// Send `send` to rank `peer` (`ncclSend`), which receives it with
@@ -167,7 +165,7 @@ impl Communicator {
         T: NcclType,
         S: DeviceMemory<Elem = T>,
     {
-        send_op(self, stream, send, peer)?.run_alone()
+        Collective::send(self, stream, send, peer)?.run()
     }
 
     /// Receive into `recv` what rank `peer` sends (`ncclRecv`); see
@@ -177,7 +175,7 @@ impl Communicator {
         T: NcclType,
         D: DeviceMemoryMut<Elem = T>,
     {
-        recv_op(self, stream, recv, peer)?.run_alone()
+        Collective::recv(self, stream, recv, peer)?.run()
     }
 
     /// Every rank sends the `p`-th of `size()` equal chunks of `send` to
@@ -218,7 +216,7 @@ impl Communicator {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        crate::issue::run_grouped(all_to_all_ops(self, stream, send, recv)?)
+        Collective::all_to_all(self, stream, send, recv)?.run()
     }
 
     /// Every rank's `send` into the root's `recv`, side by side in rank
@@ -236,7 +234,7 @@ impl Communicator {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        crate::issue::run_grouped(gather_ops(self, stream, send, recv, root)?)
+        Collective::gather(self, stream, send, recv, root)?.run()
     }
 
     /// The root's `send`, cut into `size()` equal chunks, one to each
@@ -255,6 +253,6 @@ impl Communicator {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        crate::issue::run_grouped(scatter_ops(self, stream, send, recv, root)?)
+        Collective::scatter(self, stream, send, recv, root)?.run()
     }
 }

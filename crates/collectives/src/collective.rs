@@ -1,13 +1,294 @@
 //! Every collective this crate offers, defined once: its lengths checked
-//! and cut into the NCCL calls of one rank.
+//! and cut into the NCCL calls of one rank ([`Collective`]). The methods of
+//! [`Communicator`] and [`crate::Group`] are one-line views on it.
 
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
-use crate::rank_call::{Op, Uses};
+use crate::issue::{Grouping, Meet, issue};
+use crate::rank_call::{RankCall, Uses};
 use crate::shape::{Kind, Shape};
 use crate::types::{NcclType, ReduceOp};
-use driver::{BufferUse, DeviceMemory, DeviceMemoryMut, Stream};
+use driver::{BufferUse, Context, DeviceMemory, DeviceMemoryMut, Stream};
+use smallvec::{SmallVec, smallvec};
 
+/// One rank's part of one collective: its arguments checked against the
+/// communicator (devices, lengths, root or peer), its buffers borrowed
+/// until it has run. Run it alone ([`Collective::run`], which is what
+/// [`Communicator::all_reduce`] and its siblings do) or with others in a
+/// [`crate::Group`] ([`crate::Group::add`]).
+///
+/// ```
+/// use cuda_streams_collectives::{Collective, Communicator, ReduceOp};
+/// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+/// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+/// let ctx = Context::new(0)?;
+/// let comm = Communicator::all_devices(&[ctx.clone()])?.remove(0);
+/// let stream = Stream::new(&ctx)?;
+/// let mut grads = DeviceBuffer::from_slice(&stream, &[2.0f32; 4])?;
+/// let sum = Collective::all_reduce_in_place(&comm, &stream, &mut grads, ReduceOp::Sum)?;
+/// sum.run()?; // the same as comm.all_reduce_in_place(&stream, &mut grads, ReduceOp::Sum)
+/// assert_eq!(grads.to_vec(&stream)?, [2.0; 4]); // one rank: itself
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a collective does nothing until it is run or added to a group"]
+pub struct Collective<'a> {
+    /// Its NCCL calls: one, or the sends and receives it is made of.
+    pub(crate) calls: SmallVec<[RankCall<'a>; 1]>,
+    /// Made of several calls (an all-to-all, a gather, a scatter), which
+    /// NCCL needs grouped even when the collective runs alone.
+    grouping: Grouping,
+}
+
+impl<'a> Collective<'a> {
+    fn alone(call: RankCall<'a>) -> Self {
+        Self {
+            calls: smallvec![call],
+            grouping: Grouping::Alone,
+        }
+    }
+
+    fn grouped(calls: SmallVec<[RankCall<'a>; 1]>) -> Self {
+        Self {
+            calls,
+            grouping: Grouping::Grouped,
+        }
+    }
+
+    /// Run it now, checked against the other ranks of the communicator in
+    /// this process first (see [`Communicator`]).
+    pub fn run(self) -> Result<()> {
+        issue(&self.calls, self.grouping, Meet::Yes, Context::force_bind)
+    }
+
+    /// [`Communicator::all_reduce`].
+    pub fn all_reduce<T, S, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        op: ReduceOp,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        between(comm, stream, send, recv, Kind::AllReduce, Some(op), 0).map(Self::alone)
+    }
+
+    /// [`Communicator::all_reduce_in_place`].
+    pub fn all_reduce_in_place<T, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        buffer: &'a mut D,
+        op: ReduceOp,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        in_place(comm, stream, buffer, Kind::AllReduce, Some(op), 0).map(Self::alone)
+    }
+
+    /// [`Communicator::broadcast`].
+    pub fn broadcast<T, S, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        root: usize,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        between(comm, stream, send, recv, Kind::Broadcast, None, root).map(Self::alone)
+    }
+
+    /// [`Communicator::broadcast_in_place`].
+    pub fn broadcast_in_place<T, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        buffer: &'a mut D,
+        root: usize,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        in_place(comm, stream, buffer, Kind::Broadcast, None, root).map(Self::alone)
+    }
+
+    /// [`Communicator::reduce`].
+    pub fn reduce<T, S, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        between(comm, stream, send, recv, Kind::Reduce, Some(op), root).map(Self::alone)
+    }
+
+    /// [`Communicator::all_gather`].
+    pub fn all_gather<T, S, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        between(comm, stream, send, recv, Kind::AllGather, None, 0).map(Self::alone)
+    }
+
+    /// [`Communicator::reduce_scatter`].
+    pub fn reduce_scatter<T, S, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+        op: ReduceOp,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        between(comm, stream, send, recv, Kind::ReduceScatter, Some(op), 0).map(Self::alone)
+    }
+
+    /// [`Communicator::send`].
+    pub fn send<T, S>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        peer: usize,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+    {
+        let (ptr, count) = (send.device_ptr(), send.device_len());
+        let uses = Uses::One([BufferUse::read(send)]);
+        part::<T>(comm, stream, Kind::Send, ptr, 0..count, peer, uses).map(Self::alone)
+    }
+
+    /// [`Communicator::recv`].
+    pub fn recv<T, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        recv: &'a mut D,
+        peer: usize,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        let (ptr, count) = (recv.device_ptr(), recv.device_len());
+        let uses = Uses::One([BufferUse::write(recv)]);
+        part::<T>(comm, stream, Kind::Recv, ptr, 0..count, peer, uses).map(Self::alone)
+    }
+
+    /// [`Communicator::all_to_all`]: a send and a receive per rank.
+    pub fn all_to_all<T, S, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: &'a mut D,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        let chunk = all_to_all_chunk(comm, send.device_len(), recv.device_len())?;
+        let (s, r) = (send.device_ptr(), recv.device_ptr());
+        let mut send_use = Some(BufferUse::read(send));
+        let mut recv_use = Some(BufferUse::write(recv));
+        let mut calls = SmallVec::with_capacity(2 * comm.size());
+        for peer in 0..comm.size() {
+            let elems = peer * chunk..(peer + 1) * chunk;
+            let uses = Uses::from_option(send_use.take());
+            calls.push(part::<T>(
+                comm,
+                stream,
+                Kind::Send,
+                s,
+                elems.clone(),
+                peer,
+                uses,
+            )?);
+            let uses = Uses::from_option(recv_use.take());
+            calls.push(part::<T>(comm, stream, Kind::Recv, r, elems, peer, uses)?);
+        }
+        Ok(Self::grouped(calls))
+    }
+
+    /// [`Communicator::gather`]: the root receives a part from every rank,
+    /// every rank sends its part to the root.
+    pub fn gather<T, S, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: &'a S,
+        recv: Option<&'a mut D>,
+        root: usize,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        let count = send.device_len();
+        let whole = recv.map(|recv| (recv.device_ptr(), recv.device_len(), BufferUse::write(recv)));
+        let mut calls = root_side::<T>(comm, stream, "gather", Kind::Recv, root, count, whole)?;
+        calls.push(Self::send(comm, stream, send, root)?.calls.remove(0));
+        Ok(Self::grouped(calls))
+    }
+
+    /// [`Communicator::scatter`]: the root sends a part to every rank,
+    /// every rank receives its part from the root.
+    pub fn scatter<T, S, D>(
+        comm: &'a Communicator,
+        stream: &'a Stream,
+        send: Option<&'a S>,
+        recv: &'a mut D,
+        root: usize,
+    ) -> Result<Self>
+    where
+        T: NcclType,
+        S: DeviceMemory<Elem = T>,
+        D: DeviceMemoryMut<Elem = T>,
+    {
+        let count = recv.device_len();
+        let whole = send.map(|send| (send.device_ptr(), send.device_len(), BufferUse::read(send)));
+        let mut calls = root_side::<T>(comm, stream, "scatter", Kind::Send, root, count, whole)?;
+        calls.push(Self::recv(comm, stream, recv, root)?.calls.remove(0));
+        Ok(Self::grouped(calls))
+    }
+}
+
+impl std::fmt::Debug for Collective<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collective")
+            .field("calls", &self.calls.len())
+            .finish()
+    }
+}
+
+/// `Err` naming the collective, rank and buffer unless a buffer holds the
+/// `expected` elements.
 pub(crate) fn check_len(
     comm: &Communicator,
     collective: &'static str,
@@ -28,6 +309,28 @@ pub(crate) fn check_len(
     }
 }
 
+/// The elements each rank gets of an all-to-all's buffers of `send_len`
+/// and `recv_len` elements, which must be equal and a multiple of the
+/// communicator's size.
+pub(crate) fn all_to_all_chunk(
+    comm: &Communicator,
+    send_len: usize,
+    recv_len: usize,
+) -> Result<usize> {
+    let n = comm.size();
+    if !send_len.is_multiple_of(n) {
+        return Err(Error::CountMismatch {
+            collective: "all_to_all",
+            rank: comm.rank(),
+            buffer: "send buffer",
+            expected: send_len.next_multiple_of(n),
+            actual: send_len,
+        });
+    }
+    check_len(comm, "all_to_all", "receive buffer", send_len, recv_len)?;
+    Ok(send_len / n)
+}
+
 pub(crate) fn shape<T: NcclType>(
     kind: Kind,
     count: usize,
@@ -44,24 +347,64 @@ pub(crate) fn shape<T: NcclType>(
     }
 }
 
-/// A collective reading `send` and writing `recv`; `shape` names it and its
-/// count, `bytes` is what it moves (for the stream's counters).
+/// The elements per rank NCCL counts for a collective of `kind` (one of
+/// AllReduce, Broadcast, Reduce, AllGather, ReduceScatter) between buffers
+/// of `send_len` and `recv_len` elements, and the elements it moves: `Err`
+/// naming the buffer whose length does not fit the other's.
+pub(crate) fn count_between(
+    comm: &Communicator,
+    kind: Kind,
+    send_len: usize,
+    recv_len: usize,
+) -> Result<(usize, usize)> {
+    let whole = |count: usize| count.saturating_mul(comm.size());
+    // (count, the buffer checked, its length needed, its length, moved)
+    let (count, buffer, expected, actual, moved) = match kind {
+        Kind::AllReduce | Kind::Reduce => {
+            (send_len, "receive buffer", send_len, recv_len, send_len)
+        }
+        Kind::Broadcast => (recv_len, "send buffer", recv_len, send_len, recv_len),
+        Kind::AllGather => (
+            send_len,
+            "receive buffer",
+            whole(send_len),
+            recv_len,
+            whole(send_len),
+        ),
+        Kind::ReduceScatter => (
+            recv_len,
+            "send buffer",
+            whole(recv_len),
+            send_len,
+            whole(recv_len),
+        ),
+        // One buffer each, cut by `part`.
+        Kind::Send | Kind::Recv => (send_len.max(recv_len), "", 0, 0, send_len.max(recv_len)),
+    };
+    check_len(comm, kind.name(), buffer, expected, actual)?;
+    Ok((count, moved))
+}
+
+/// A collective of `kind` reading `send` and writing `recv`.
 fn between<'a, T, S, D>(
     comm: &'a Communicator,
     stream: &'a Stream,
     send: &'a S,
     recv: &'a mut D,
-    shape: Shape,
-    bytes: usize,
-) -> Result<Op<'a>>
+    kind: Kind,
+    op: Option<ReduceOp>,
+    root: usize,
+) -> Result<RankCall<'a>>
 where
     T: NcclType,
     S: DeviceMemory<Elem = T>,
     D: DeviceMemoryMut<Elem = T>,
 {
+    let (count, moved) = count_between(comm, kind, send.device_len(), recv.device_len())?;
+    let shape = shape::<T>(kind, count, op, root);
     let (s, r) = (send.device_ptr(), recv.device_ptr());
     let uses = Uses::Two([BufferUse::read(send), BufferUse::write(recv)]);
-    Op::new(comm, stream, shape, s, r, uses, bytes)
+    RankCall::new(comm, stream, shape, s, r, uses, moved * size_of::<T>())
 }
 
 /// A collective over one buffer, in place.
@@ -72,7 +415,7 @@ fn in_place<'a, T, D>(
     kind: Kind,
     op: Option<ReduceOp>,
     root: usize,
-) -> Result<Op<'a>>
+) -> Result<RankCall<'a>>
 where
     T: NcclType,
     D: DeviceMemoryMut<Elem = T>,
@@ -81,181 +424,12 @@ where
     let ptr = buffer.device_ptr();
     let uses = Uses::One([BufferUse::write(buffer)]);
     let shape = shape::<T>(kind, count, op, root);
-    Op::new(comm, stream, shape, ptr, ptr, uses, count * size_of::<T>())
+    RankCall::new(comm, stream, shape, ptr, ptr, uses, count * size_of::<T>())
 }
 
-pub(crate) fn all_reduce_op<'a, T, S, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    send: &'a S,
-    recv: &'a mut D,
-    op: ReduceOp,
-) -> Result<Op<'a>>
-where
-    T: NcclType,
-    S: DeviceMemory<Elem = T>,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    let count = send.device_len();
-    check_len(
-        comm,
-        "all_reduce",
-        "receive buffer",
-        count,
-        recv.device_len(),
-    )?;
-    let shape = shape::<T>(Kind::AllReduce, count, Some(op), 0);
-    between(comm, stream, send, recv, shape, count * size_of::<T>())
-}
-
-pub(crate) fn all_reduce_in_place_op<'a, T, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    buffer: &'a mut D,
-    op: ReduceOp,
-) -> Result<Op<'a>>
-where
-    T: NcclType,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    in_place(comm, stream, buffer, Kind::AllReduce, Some(op), 0)
-}
-
-pub(crate) fn broadcast_op<'a, T, S, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    send: &'a S,
-    recv: &'a mut D,
-    root: usize,
-) -> Result<Op<'a>>
-where
-    T: NcclType,
-    S: DeviceMemory<Elem = T>,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    let count = recv.device_len();
-    check_len(comm, "broadcast", "send buffer", count, send.device_len())?;
-    let shape = shape::<T>(Kind::Broadcast, count, None, root);
-    between(comm, stream, send, recv, shape, count * size_of::<T>())
-}
-
-pub(crate) fn broadcast_in_place_op<'a, T, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    buffer: &'a mut D,
-    root: usize,
-) -> Result<Op<'a>>
-where
-    T: NcclType,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    in_place(comm, stream, buffer, Kind::Broadcast, None, root)
-}
-
-pub(crate) fn reduce_op<'a, T, S, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    send: &'a S,
-    recv: &'a mut D,
-    op: ReduceOp,
-    root: usize,
-) -> Result<Op<'a>>
-where
-    T: NcclType,
-    S: DeviceMemory<Elem = T>,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    let count = send.device_len();
-    check_len(comm, "reduce", "receive buffer", count, recv.device_len())?;
-    let shape = shape::<T>(Kind::Reduce, count, Some(op), root);
-    between(comm, stream, send, recv, shape, count * size_of::<T>())
-}
-
-pub(crate) fn all_gather_op<'a, T, S, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    send: &'a S,
-    recv: &'a mut D,
-) -> Result<Op<'a>>
-where
-    T: NcclType,
-    S: DeviceMemory<Elem = T>,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    let count = send.device_len();
-    let whole = count.saturating_mul(comm.size());
-    check_len(
-        comm,
-        "all_gather",
-        "receive buffer",
-        whole,
-        recv.device_len(),
-    )?;
-    let shape = shape::<T>(Kind::AllGather, count, None, 0);
-    between(comm, stream, send, recv, shape, whole * size_of::<T>())
-}
-
-pub(crate) fn reduce_scatter_op<'a, T, S, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    send: &'a S,
-    recv: &'a mut D,
-    op: ReduceOp,
-) -> Result<Op<'a>>
-where
-    T: NcclType,
-    S: DeviceMemory<Elem = T>,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    let count = recv.device_len();
-    let whole = count.saturating_mul(comm.size());
-    check_len(
-        comm,
-        "reduce_scatter",
-        "send buffer",
-        whole,
-        send.device_len(),
-    )?;
-    let shape = shape::<T>(Kind::ReduceScatter, count, Some(op), 0);
-    between(comm, stream, send, recv, shape, whole * size_of::<T>())
-}
-
-pub(crate) fn send_op<'a, T, S>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    send: &'a S,
-    peer: usize,
-) -> Result<Op<'a>>
-where
-    T: NcclType,
-    S: DeviceMemory<Elem = T>,
-{
-    let count = send.device_len();
-    let ptr = send.device_ptr();
-    let shape = shape::<T>(Kind::Send, count, None, peer);
-    let uses = Uses::One([BufferUse::read(send)]);
-    Op::new(comm, stream, shape, ptr, 0, uses, count * size_of::<T>())
-}
-
-pub(crate) fn recv_op<'a, T, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    recv: &'a mut D,
-    peer: usize,
-) -> Result<Op<'a>>
-where
-    T: NcclType,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    let count = recv.device_len();
-    let ptr = recv.device_ptr();
-    let shape = shape::<T>(Kind::Recv, count, None, peer);
-    let uses = Uses::One([BufferUse::write(recv)]);
-    Op::new(comm, stream, shape, 0, ptr, uses, count * size_of::<T>())
-}
-
-/// One send or receive of the elements `elems` of a buffer
-/// whose use another op of the same call carries (`uses`, or none).
+/// One send or receive of the elements `elems` of a buffer at `base`,
+/// lending the buffer uses `uses` (a part whose buffer another part of the
+/// same collective lends lends none).
 fn part<'a, T: NcclType>(
     comm: &'a Communicator,
     stream: &'a Stream,
@@ -264,7 +438,7 @@ fn part<'a, T: NcclType>(
     elems: std::ops::Range<usize>,
     peer: usize,
     uses: Uses<'a>,
-) -> Result<Op<'a>> {
+) -> Result<RankCall<'a>> {
     let count = elems.len();
     let ptr = base + (elems.start * size_of::<T>()) as sys::CUdeviceptr;
     let shape = shape::<T>(kind, count, None, peer);
@@ -273,7 +447,7 @@ fn part<'a, T: NcclType>(
     } else {
         (0, ptr)
     };
-    Op::new(
+    RankCall::new(
         comm,
         stream,
         shape,
@@ -284,167 +458,54 @@ fn part<'a, T: NcclType>(
     )
 }
 
-fn check_root(comm: &Communicator, root: usize) -> Result<()> {
-    if root < comm.size() {
-        Ok(())
-    } else {
-        Err(Error::InvalidRoot {
+/// The root's side of a gather (`kind` is `Recv`) or scatter (`Send`) of
+/// `count` elements per rank: one part of the root's `whole` buffer (its
+/// pointer, length and use) per peer, the buffer's use lent once (by the
+/// first part). Other ranks have no side: none.
+fn root_side<'a, T: NcclType>(
+    comm: &'a Communicator,
+    stream: &'a Stream,
+    operation: &'static str,
+    kind: Kind,
+    root: usize,
+    count: usize,
+    whole: Option<(sys::CUdeviceptr, usize, BufferUse<'a>)>,
+) -> Result<SmallVec<[RankCall<'a>; 1]>> {
+    if root >= comm.size() {
+        return Err(Error::InvalidRoot {
             root,
             nranks: comm.size(),
-        })
-    }
-}
-
-pub(crate) fn all_to_all_ops<'a, T, S, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    send: &'a S,
-    recv: &'a mut D,
-) -> Result<Vec<Op<'a>>>
-where
-    T: NcclType,
-    S: DeviceMemory<Elem = T>,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    let n = comm.size();
-    let len = send.device_len();
-    if !len.is_multiple_of(n) {
-        return Err(Error::CountMismatch {
-            collective: "all_to_all",
-            rank: comm.rank(),
-            buffer: "send buffer",
-            expected: len.next_multiple_of(n),
-            actual: len,
         });
     }
-    check_len(comm, "all_to_all", "receive buffer", len, recv.device_len())?;
-    let chunk = len / n;
-    let (s, r) = (send.device_ptr(), recv.device_ptr());
-    let mut send_use = Some(BufferUse::read(send));
-    let mut recv_use = Some(BufferUse::write(recv));
-    let mut ops = Vec::with_capacity(2 * n);
-    for peer in 0..n {
-        let uses = Uses::from_option(send_use.take());
-        ops.push(part::<T>(
-            comm,
-            stream,
-            Kind::Send,
-            s,
-            peer * chunk..(peer + 1) * chunk,
-            peer,
-            uses,
-        )?);
-        let uses = Uses::from_option(recv_use.take());
-        ops.push(part::<T>(
-            comm,
-            stream,
-            Kind::Recv,
-            r,
-            peer * chunk..(peer + 1) * chunk,
-            peer,
-            uses,
-        )?);
+    let mut calls = SmallVec::new();
+    if comm.rank() != root {
+        return Ok(calls);
     }
-    Ok(ops)
-}
-
-/// The root's side of a gather (`Kind::Recv`) or scatter (`Kind::Send`):
-/// one part of `count` elements of the root's buffer at `base` per peer,
-/// the buffer's use tracked once (by the first part).
-fn root_parts<'a, T: NcclType>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    kind: Kind,
-    base: sys::CUdeviceptr,
-    count: usize,
-    whole_use: BufferUse<'a>,
-    ops: &mut Vec<Op<'a>>,
-) -> Result<()> {
+    let buffer = if kind == Kind::Recv {
+        "receive buffer"
+    } else {
+        "send buffer"
+    };
+    let Some((base, len, whole_use)) = whole else {
+        return Err(Error::MissingBuffer {
+            operation,
+            rank: comm.rank(),
+            buffer,
+        });
+    };
+    check_len(
+        comm,
+        operation,
+        buffer,
+        count.saturating_mul(comm.size()),
+        len,
+    )?;
+    calls.reserve(comm.size() + 1);
     let mut pending = Some(whole_use);
     for peer in 0..comm.size() {
         let uses = Uses::from_option(pending.take());
         let elems = peer * count..(peer + 1) * count;
-        ops.push(part::<T>(comm, stream, kind, base, elems, peer, uses)?);
+        calls.push(part::<T>(comm, stream, kind, base, elems, peer, uses)?);
     }
-    Ok(())
-}
-
-pub(crate) fn gather_ops<'a, T, S, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    send: &'a S,
-    recv: Option<&'a mut D>,
-    root: usize,
-) -> Result<Vec<Op<'a>>>
-where
-    T: NcclType,
-    S: DeviceMemory<Elem = T>,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    check_root(comm, root)?;
-    let count = send.device_len();
-    let mut ops = Vec::with_capacity(comm.size() + 1);
-    if comm.rank() == root {
-        let whole = count.saturating_mul(comm.size());
-        let Some(recv) = recv else {
-            return Err(Error::MissingBuffer {
-                operation: "gather",
-                rank: comm.rank(),
-                buffer: "receive buffer",
-            });
-        };
-        check_len(comm, "gather", "receive buffer", whole, recv.device_len())?;
-        let r = recv.device_ptr();
-        root_parts::<T>(
-            comm,
-            stream,
-            Kind::Recv,
-            r,
-            count,
-            BufferUse::write(recv),
-            &mut ops,
-        )?;
-    }
-    ops.push(send_op(comm, stream, send, root)?);
-    Ok(ops)
-}
-
-pub(crate) fn scatter_ops<'a, T, S, D>(
-    comm: &'a Communicator,
-    stream: &'a Stream,
-    send: Option<&'a S>,
-    recv: &'a mut D,
-    root: usize,
-) -> Result<Vec<Op<'a>>>
-where
-    T: NcclType,
-    S: DeviceMemory<Elem = T>,
-    D: DeviceMemoryMut<Elem = T>,
-{
-    check_root(comm, root)?;
-    let count = recv.device_len();
-    let mut ops = Vec::with_capacity(comm.size() + 1);
-    if comm.rank() == root {
-        let whole = count.saturating_mul(comm.size());
-        let Some(send) = send else {
-            return Err(Error::MissingBuffer {
-                operation: "scatter",
-                rank: comm.rank(),
-                buffer: "send buffer",
-            });
-        };
-        check_len(comm, "scatter", "send buffer", whole, send.device_len())?;
-        let s = send.device_ptr();
-        root_parts::<T>(
-            comm,
-            stream,
-            Kind::Send,
-            s,
-            count,
-            BufferUse::read(send),
-            &mut ops,
-        )?;
-    }
-    ops.push(recv_op(comm, stream, recv, root)?);
-    Ok(ops)
+    Ok(calls)
 }

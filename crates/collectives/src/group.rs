@@ -1,14 +1,11 @@
 //! Groups of collectives, issued together.
 
-use crate::collective::{
-    all_gather_op, all_reduce_in_place_op, all_reduce_op, all_to_all_ops, broadcast_in_place_op,
-    broadcast_op, gather_ops, recv_op, reduce_op, reduce_scatter_op, scatter_ops, send_op,
-};
+use crate::collective::Collective;
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
-use crate::issue::{Issue, Meet, launch, whole_round_agrees};
+use crate::issue::{Grouping, Meet, issue, whole_round_agrees};
 use crate::meeting::Meeting;
-use crate::rank_call::Op;
+use crate::rank_call::RankCall;
 use crate::shape::Kind;
 use crate::types::{NcclType, ReduceOp};
 use driver::{Context, DeviceMemory, DeviceMemoryMut, Stream};
@@ -52,13 +49,44 @@ use std::sync::Arc;
 #[must_use = "a group issues its collectives only at `end()`"]
 #[derive(Default)]
 pub struct Group<'a> {
-    pub(crate) ops: Vec<Op<'a>>,
+    pub(crate) ops: Vec<RankCall<'a>>,
 }
 
 impl<'a> Group<'a> {
     /// An empty group.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Add `collective` to the group. The methods below are this, for each
+    /// kind of collective: `group.all_reduce(comm, ..)` is
+    /// `group.add(Collective::all_reduce(comm, ..)?)`.
+    ///
+    /// ```
+    /// use cuda_streams_collectives::{Collective, Communicator, Group, ReduceOp};
+    /// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
+    /// # fn main() -> Result<(), cuda_streams_collectives::Error> {
+    /// let contexts = Context::all()?;
+    /// let comms = Communicator::all_devices(&contexts)?;
+    /// let streams = contexts.iter().map(Stream::new).collect::<Result<Vec<_>, _>>()?;
+    /// let mut buffers = streams
+    ///     .iter()
+    ///     .map(|s| DeviceBuffer::from_slice(s, &[1u32; 4]))
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let mut group = Group::new();
+    /// for ((comm, stream), buffer) in comms.iter().zip(&streams).zip(&mut buffers) {
+    ///     group.add(Collective::all_reduce_in_place(comm, stream, buffer, ReduceOp::Sum)?);
+    /// }
+    /// assert_eq!(group.len(), comms.len());
+    /// group.end()?;
+    /// for (stream, buffer) in streams.iter().zip(&buffers) {
+    ///     assert_eq!(buffer.to_vec(stream)?, [comms.len() as u32; 4]);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add(&mut self, collective: Collective<'a>) {
+        self.ops.extend(collective.calls);
     }
 
     /// [`Communicator::all_reduce`] in the group.
@@ -75,7 +103,7 @@ impl<'a> Group<'a> {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops.push(all_reduce_op(comm, stream, send, recv, op)?);
+        self.add(Collective::all_reduce(comm, stream, send, recv, op)?);
         Ok(())
     }
 
@@ -91,8 +119,7 @@ impl<'a> Group<'a> {
         T: NcclType,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops
-            .push(all_reduce_in_place_op(comm, stream, buffer, op)?);
+        self.add(Collective::all_reduce_in_place(comm, stream, buffer, op)?);
         Ok(())
     }
 
@@ -110,7 +137,7 @@ impl<'a> Group<'a> {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops.push(broadcast_op(comm, stream, send, recv, root)?);
+        self.add(Collective::broadcast(comm, stream, send, recv, root)?);
         Ok(())
     }
 
@@ -126,8 +153,7 @@ impl<'a> Group<'a> {
         T: NcclType,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops
-            .push(broadcast_in_place_op(comm, stream, buffer, root)?);
+        self.add(Collective::broadcast_in_place(comm, stream, buffer, root)?);
         Ok(())
     }
 
@@ -146,8 +172,7 @@ impl<'a> Group<'a> {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops
-            .push(reduce_op(comm, stream, send, recv, op, root)?);
+        self.add(Collective::reduce(comm, stream, send, recv, op, root)?);
         Ok(())
     }
 
@@ -164,7 +189,7 @@ impl<'a> Group<'a> {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops.push(all_gather_op(comm, stream, send, recv)?);
+        self.add(Collective::all_gather(comm, stream, send, recv)?);
         Ok(())
     }
 
@@ -182,8 +207,7 @@ impl<'a> Group<'a> {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops
-            .push(reduce_scatter_op(comm, stream, send, recv, op)?);
+        self.add(Collective::reduce_scatter(comm, stream, send, recv, op)?);
         Ok(())
     }
 
@@ -199,7 +223,7 @@ impl<'a> Group<'a> {
         T: NcclType,
         S: DeviceMemory<Elem = T>,
     {
-        self.ops.push(send_op(comm, stream, send, peer)?);
+        self.add(Collective::send(comm, stream, send, peer)?);
         Ok(())
     }
 
@@ -215,7 +239,7 @@ impl<'a> Group<'a> {
         T: NcclType,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops.push(recv_op(comm, stream, recv, peer)?);
+        self.add(Collective::recv(comm, stream, recv, peer)?);
         Ok(())
     }
 
@@ -233,7 +257,7 @@ impl<'a> Group<'a> {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops.extend(all_to_all_ops(comm, stream, send, recv)?);
+        self.add(Collective::all_to_all(comm, stream, send, recv)?);
         Ok(())
     }
 
@@ -251,7 +275,7 @@ impl<'a> Group<'a> {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops.extend(gather_ops(comm, stream, send, recv, root)?);
+        self.add(Collective::gather(comm, stream, send, recv, root)?);
         Ok(())
     }
 
@@ -269,8 +293,7 @@ impl<'a> Group<'a> {
         S: DeviceMemory<Elem = T>,
         D: DeviceMemoryMut<Elem = T>,
     {
-        self.ops
-            .extend(scatter_ops(comm, stream, send, recv, root)?);
+        self.add(Collective::scatter(comm, stream, send, recv, root)?);
         Ok(())
     }
 
@@ -291,7 +314,7 @@ impl<'a> Group<'a> {
     /// is returned.
     pub fn end(self) -> Result<()> {
         let meet = self.check_ranks()?;
-        launch(&self.ops, Issue::Grouped, meet, Context::force_bind)
+        issue(&self.ops, Grouping::Grouped, meet, Context::force_bind)
     }
 
     /// [`Group::end`] as operations of `graph`: one operation per stream the
@@ -365,7 +388,7 @@ impl<'a> Group<'a> {
         }
         // After `begin_operation`'s waits: the collectives' uses are checked
         // with what those waits ordered.
-        let issued = launch(&self.ops, Issue::Grouped, meet, Context::force_bind);
+        let issued = issue(&self.ops, Grouping::Grouped, meet, Context::force_bind);
         // Completed even when a call failed: what was enqueued stays
         // ordered before the dependants.
         let mut completed = Ok(());
@@ -380,7 +403,7 @@ impl<'a> Group<'a> {
     /// all, so a rank left out would never come), no stream is capturing,
     /// and the ranks in this group agree among themselves. Whether they
     /// must still meet the other threads' calls for their other ranks
-    /// (`launch` does, once every op has its step).
+    /// (`issue` does, once every op has its step).
     fn check_ranks(&self) -> Result<Meet> {
         if whole_round_agrees(&self.ops) {
             return Ok(Meet::No);
@@ -448,7 +471,7 @@ impl<'a> Group<'a> {
             }
         }
         // Refused before anything is registered or met (a snapshot:
-        // `launch` takes the gates for the calls themselves).
+        // `issue` takes the gates for the calls themselves).
         for op in &self.ops {
             drop(op.gate()?);
         }

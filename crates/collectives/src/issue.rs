@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::meeting::Meeting;
-use crate::rank_call::Op;
+use crate::rank_call::RankCall;
 use crate::shape::Shape;
 use driver::{Capture, Context, GraphArg, PreparedWork};
 use smallvec::SmallVec;
@@ -11,13 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use sys::nccl::{Progress, result};
 
-/// Check a call of several ops (an all-to-all, a gather) against the other
-/// ranks in this process, then issue them in one NCCL group.
-pub(crate) fn run_grouped(ops: Vec<Op<'_>>) -> Result<()> {
-    launch(&ops, Issue::Grouped, Meet::Yes, Context::force_bind)
-}
-
-/// Whether `launch` meets the other ranks in this process before the calls
+/// Whether `issue` meets the other ranks in this process before the calls
 /// (`No`: the caller has established that they agree).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Meet {
@@ -28,9 +22,9 @@ pub(crate) enum Meet {
 /// Whether NCCL took each op of a call (most calls hold a few).
 type Handed = SmallVec<[bool; 8]>;
 
-/// Whether `launch` wraps its calls in `ncclGroupStart`/`ncclGroupEnd`.
+/// Whether `issue` wraps its calls in `ncclGroupStart`/`ncclGroupEnd`.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Issue {
+pub(crate) enum Grouping {
     Alone,
     Grouped,
 }
@@ -54,9 +48,9 @@ pub(crate) enum Issue {
 ///
 /// `rebind` makes the first op's context current again after NCCL, which
 /// switches devices as it launches (`Context::force_bind`).
-pub(crate) fn launch(
-    ops: &[Op<'_>],
-    issue: Issue,
+pub(crate) fn issue(
+    ops: &[RankCall<'_>],
+    grouping: Grouping,
     meet_first: Meet,
     rebind: impl FnOnce(&Context) -> driver::Result<()>,
 ) -> Result<()> {
@@ -80,7 +74,7 @@ pub(crate) fn launch(
     if meet_first == Meet::Yes {
         meet(ops)?;
     }
-    let (handed, result) = issue_all(ops, issue)?;
+    let (handed, result) = issue_all(ops, grouping)?;
     // Not `?`: the calls are enqueued, and must be tracked first.
     let mut result = result;
     let rebound = rebind(first.comm.context()).map_err(Error::from);
@@ -96,7 +90,7 @@ pub(crate) fn launch(
 /// The NCCL calls of `ops` (one alone, or a group): whether NCCL took
 /// each op handed to it, and the first error. `Err` only when the group
 /// could not be opened (nothing was handed over).
-fn issue_all(ops: &[Op<'_>], issue: Issue) -> Result<(Handed, Result<()>)> {
+fn issue_all(ops: &[RankCall<'_>], grouping: Grouping) -> Result<(Handed, Result<()>)> {
     let Some(first) = ops.first() else {
         return Ok((Handed::new(), Ok(())));
     };
@@ -104,15 +98,15 @@ fn issue_all(ops: &[Op<'_>], issue: Issue) -> Result<(Handed, Result<()>)> {
     // Each op handed to NCCL, and whether NCCL took it.
     let mut handed = Handed::with_capacity(ops.len());
     let mut outcome = Ok(());
-    match issue {
-        Issue::Alone => {
+    match grouping {
+        Grouping::Alone => {
             for op in ops {
                 let issued = op.issue(false);
                 handed.push(issued.is_ok());
                 outcome = outcome.and(issued);
             }
         }
-        Issue::Grouped => {
+        Grouping::Grouped => {
             result::group_start(nccl)?;
             for op in ops {
                 let issued = op.issue(true);
@@ -145,7 +139,7 @@ fn issue_all(ops: &[Op<'_>], issue: Issue) -> Result<(Handed, Result<()>)> {
 /// checked against the other ranks in this process, then recorded with `args`' buffers and the communicator
 /// kept alive by the graph. Nothing is tracked now: each replay orders the
 /// buffers.
-pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -> Result<()> {
+pub(crate) fn record(ops: &[RankCall<'_>], capture: &mut Capture, args: &[GraphArg]) -> Result<()> {
     let Some(first) = ops.first() else {
         return Ok(());
     };
@@ -153,10 +147,10 @@ pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -
         ops.iter()
             .all(|op| std::ptr::eq(op.comm, first.comm) && op.stream.id() == first.stream.id())
     );
-    let issue = if ops.len() > 1 {
-        Issue::Grouped
+    let grouping = if ops.len() > 1 {
+        Grouping::Grouped
     } else {
-        Issue::Alone
+        Grouping::Alone
     };
     // SAFETY: NCCL enqueues the calls on the ops' one stream, which the
     // capture checks is in it; they touch the buffers the ops' pointers
@@ -168,7 +162,7 @@ pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -
             // meets the other ranks and then makes no NCCL call would leave
             // theirs unmatched.
             meet(ops)?;
-            let (_, result) = issue_all(ops, issue)?;
+            let (_, result) = issue_all(ops, grouping)?;
             let rebound = first.comm.context().force_bind().map_err(Error::from);
             result.and(rebound)
         })
@@ -184,7 +178,7 @@ pub(crate) fn record(ops: &[Op<'_>], capture: &mut Capture, args: &[GraphArg]) -
 /// each, and a `Communicator` is not `Sync`), so there is no one to meet.
 /// `false` sends the ops down the general path, which also names any
 /// disagreement.
-pub(crate) fn whole_round_agrees(ops: &[Op<'_>]) -> bool {
+pub(crate) fn whole_round_agrees(ops: &[RankCall<'_>]) -> bool {
     let Some(first) = ops.first() else {
         return false;
     };
@@ -210,7 +204,7 @@ pub(crate) fn whole_round_agrees(ops: &[Op<'_>]) -> bool {
 /// ranks in this process, and wait for every verdict. Every meeting is
 /// posted to before any is waited on, so calls that each hold ranks of
 /// several communicators cannot wait for each other in a circle.
-fn meet(ops: &[Op<'_>]) -> Result<()> {
+fn meet(ops: &[RankCall<'_>]) -> Result<()> {
     // The common case of one rank per process costs one branch per op: no
     // lock, no allocation.
     if ops.iter().all(|op| op.comm.alone_here) {
@@ -308,7 +302,7 @@ mod tests {
     /// A failure after NCCL has the calls still tracks each of them: send
     /// buffers dropped at once on their home streams are freed only after
     /// the held collectives read them. The failure is injected into
-    /// `launch`'s rebinding: on the software driver `cuCtxSetCurrent` fails
+    /// `issue`'s rebinding: on the software driver `cuCtxSetCurrent` fails
     /// only inside a stream callback (where `bind` refuses first) or for a
     /// context no longer alive (the communicator holds its context), so no
     /// public call provokes it.
@@ -349,7 +343,7 @@ mod tests {
                 operation: "rebinding (injected)",
             })
         };
-        let err = launch(&group.ops, Issue::Grouped, Meet::No, injected).unwrap_err();
+        let err = issue(&group.ops, Grouping::Grouped, Meet::No, injected).unwrap_err();
         assert!(err.to_string().contains("injected"), "{err}");
         drop(group);
         drop(send);

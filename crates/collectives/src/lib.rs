@@ -89,6 +89,7 @@ pub use engine;
 pub use soft_driver;
 
 pub use captured::CapturedCollectives;
+pub use collective::Collective;
 pub use communicator::Communicator;
 pub use error::{Error, Result};
 pub use group::Group;

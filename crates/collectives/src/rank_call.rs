@@ -3,10 +3,10 @@
 
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
-use crate::issue::{Issue, Meet, launch};
+
 use crate::shape::{Kind, Shape};
 use crate::types::ReduceOp;
-use driver::{BufferUse, Context, PreparedWork, Stream};
+use driver::{BufferUse, PreparedWork, Stream};
 use std::ffi::c_void;
 use sys::CUdeviceptr;
 use sys::nccl::{Progress, ncclRedOp_t, result};
@@ -37,8 +37,8 @@ impl<'a> Uses<'a> {
 }
 
 /// One collective of one rank: its arguments checked, ready to be ordered
-/// on its stream and issued (`launch`).
-pub(crate) struct Op<'a> {
+/// on its stream and issued (`issue`).
+pub(crate) struct RankCall<'a> {
     pub(crate) comm: &'a Communicator,
     pub(crate) stream: &'a Stream,
     pub(crate) shape: Shape,
@@ -48,11 +48,11 @@ pub(crate) struct Op<'a> {
     bytes: usize,
 }
 
-impl<'a> Op<'a> {
+impl<'a> RankCall<'a> {
     /// Check what can be checked locally (the stream's device and capture,
     /// the root, each buffer's device). Nothing is enqueued and the stream
     /// order is not consulted yet: NCCL puts a group's collectives on their
-    /// streams only at `ncclGroupEnd`, so `launch` checks the buffers' uses
+    /// streams only at `ncclGroupEnd`, so `issue` checks the buffers' uses
     /// and gives the collective its step in the stream order right before.
     pub(crate) fn new(
         comm: &'a Communicator,
@@ -65,13 +65,13 @@ impl<'a> Op<'a> {
     ) -> Result<Self> {
         let op = Self::checked(comm, stream, shape, send, recv, uses, bytes)?;
         // Refused at the call, not only at the group's end (a snapshot:
-        // `launch` holds the gate from the check through the tracking).
+        // `issue` holds the gate from the check through the tracking).
         drop(op.gate()?);
         stream.check_uses(op.uses.as_slice())?;
         Ok(op)
     }
 
-    /// An op to capture into a graph: checked like [`Op::new`]'s, with no
+    /// An op to capture into a graph: checked like [`RankCall::new`]'s, with no
     /// uses (the graph keeps the buffers and orders them at each replay).
     pub(crate) fn captured(
         comm: &'a Communicator,
@@ -150,7 +150,7 @@ impl<'a> Op<'a> {
     /// it after the buffers' allocations, check the uses against the stream
     /// order and take the collective's step, which stays in flight (no
     /// event recorded on the stream covers it) until NCCL has put the work
-    /// on the stream ([`Op::finish`]).
+    /// on the stream ([`RankCall::finish`]).
     pub(crate) fn prepare(&self) -> Result<PreparedWork<'_>> {
         self.stream
             .prepare_uses(self.uses.as_slice())
@@ -186,9 +186,9 @@ impl<'a> Op<'a> {
         // communicator's device (checked by `check_uses` and `prepare_uses`,
         // or by `Capture::record_external`). Eager, it stays alive until the
         // stream has passed the collective: the op borrows it until it is
-        // tracked on the stream, which `launch` does for every call it hands
+        // tracked on the stream, which `issue` does for every call it hands
         // to NCCL, whatever fails after; the stream is not capturing
-        // (checked by `launch` just before), so the work runs now. Captured
+        // (checked by `issue` just before), so the work runs now. Captured
         // (`record`), the graph keeps every buffer and the communicator
         // alive for all its replays, and orders the buffers at each. The
         // communicator is live: the op borrows it.
@@ -227,12 +227,5 @@ impl<'a> Op<'a> {
             self.stream.record_memory_transfer(self.bytes);
         }
         prepared.enqueued().map_err(Error::from)
-    }
-
-    /// Check against the other ranks in this process, then issue and track
-    /// a collective outside any group.
-    pub(crate) fn run_alone(self) -> Result<()> {
-        let ops = std::slice::from_ref(&self);
-        launch(ops, Issue::Alone, Meet::Yes, Context::force_bind)
     }
 }
