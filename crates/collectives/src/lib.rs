@@ -73,10 +73,10 @@ mod communicator;
 mod error;
 mod group;
 mod issue;
-mod launch;
 mod meeting;
 mod one_process;
 mod rank_call;
+mod rendezvous;
 mod shape;
 mod table;
 mod types;
@@ -93,7 +93,7 @@ pub use collective::Collective;
 pub use communicator::Communicator;
 pub use error::{Error, Result};
 pub use group::Group;
-pub use launch::{
+pub use rendezvous::{
     LAUNCH_INSECURE, LAUNCH_TIMEOUT, LAUNCH_TOKEN, LOCAL_RANK, Launch, LaunchSecret, MASTER_ADDR,
     MASTER_PORT, RANK, Store, WORLD_SIZE,
 };
