@@ -223,7 +223,7 @@ pub enum Error {
         buffer: &'static str,
     },
     /// A launch variable that is missing or invalid
-    /// ([`crate::Launch::from_env`]).
+    /// ([`crate::Rendezvous::from_env`]).
     #[error(transparent)]
     Env(#[from] sys::env::EnvError),
     /// The TCP store that hands out the unique id failed.
@@ -290,7 +290,7 @@ pub enum Error {
     #[error(
         "rank {rank}: the software NCCL spans the threads of one process, but this \
          communicator's ranks are in processes {here} and {other}; on the software driver run \
-         the ranks as threads of one process (Launch::from_vars), or run on GPUs"
+         the ranks as threads of one process (Rendezvous::from_vars), or run on GPUs"
     )]
     SoftNcclAcrossProcesses {
         /// The rank that found out.

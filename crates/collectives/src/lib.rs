@@ -93,9 +93,11 @@ pub use collective::Collective;
 pub use communicator::Communicator;
 pub use error::{Error, Result};
 pub use group::Group;
+#[allow(deprecated, reason = "the old name, kept for users' code")]
+pub use rendezvous::Launch;
 pub use rendezvous::{
-    LAUNCH_INSECURE, LAUNCH_TIMEOUT, LAUNCH_TOKEN, LOCAL_RANK, Launch, LaunchSecret, MASTER_ADDR,
-    MASTER_PORT, RANK, Store, WORLD_SIZE,
+    LAUNCH_INSECURE, LAUNCH_TIMEOUT, LAUNCH_TOKEN, LOCAL_RANK, LaunchSecret, MASTER_ADDR,
+    MASTER_PORT, RANK, Rendezvous, Store, WORLD_SIZE,
 };
 pub use table::NVLS_ENABLE;
 pub use types::{NcclType, ReduceOp, UniqueId};
