@@ -6,9 +6,12 @@
 //! any captured work, and the graph keeps them and the communicator alive
 //! while it or an instance of it exists (see [`Capture::record_external`]).
 
-use crate::communicator::{Communicator, check_len, shape};
-use crate::error::{Error, Result};
-use crate::group::{Kind, Op, record};
+use crate::collective::{all_to_all_chunk, count_between, shape};
+use crate::communicator::Communicator;
+use crate::error::Result;
+use crate::issue::record;
+use crate::rank_call::RankCall;
+use crate::shape::Kind;
 use crate::types::{NcclType, ReduceOp};
 use driver::{Capture, DeviceBuffer, DeviceMemory, GraphArg, Stream};
 use std::sync::Arc;
@@ -77,17 +80,11 @@ impl CapturedCollectives<'_> {
         T: NcclType,
         S: DeviceMemory<Elem = T> + Send + Sync + 'static,
     {
-        let count = send.device_len();
-        check_len(
-            self.comm,
-            "all_reduce",
-            "receive buffer",
-            count,
-            recv.device_len(),
-        )?;
-        let shape = shape::<T>(Kind::AllReduce, count, Some(op), 0);
+        let kind = Kind::AllReduce;
+        let (count, moved) = count_between(self.comm, kind, send.device_len(), recv.device_len())?;
+        let shape = shape::<T>(kind, count, Some(op), 0);
         let (s, r) = (send.device_ptr(), recv.device_ptr());
-        let op = Op::captured(self.comm, stream, shape, s, r, count * size_of::<T>())?;
+        let op = RankCall::captured(self.comm, stream, shape, s, r, moved * size_of::<T>())?;
         let args = [GraphArg::read(send), GraphArg::write(recv)];
         record(&[op], self.capture, &args)
     }
@@ -102,7 +99,7 @@ impl CapturedCollectives<'_> {
         let count = buffer.device_len();
         let shape = shape::<T>(Kind::AllReduce, count, Some(op), 0);
         let ptr = buffer.device_ptr();
-        let op = Op::captured(self.comm, stream, shape, ptr, ptr, count * size_of::<T>())?;
+        let op = RankCall::captured(self.comm, stream, shape, ptr, ptr, count * size_of::<T>())?;
         record(&[op], self.capture, &[GraphArg::write(buffer)])
     }
 
@@ -115,7 +112,7 @@ impl CapturedCollectives<'_> {
         let count = send.device_len();
         let shape = shape::<T>(Kind::Send, count, None, peer);
         let ptr = send.device_ptr();
-        let op = Op::captured(self.comm, stream, shape, ptr, 0, count * size_of::<T>())?;
+        let op = RankCall::captured(self.comm, stream, shape, ptr, 0, count * size_of::<T>())?;
         record(&[op], self.capture, &[GraphArg::read(send)])
     }
 
@@ -129,7 +126,7 @@ impl CapturedCollectives<'_> {
         let count = recv.device_len();
         let shape = shape::<T>(Kind::Recv, count, None, peer);
         let ptr = recv.device_ptr();
-        let op = Op::captured(self.comm, stream, shape, 0, ptr, count * size_of::<T>())?;
+        let op = RankCall::captured(self.comm, stream, shape, 0, ptr, count * size_of::<T>())?;
         record(&[op], self.capture, &[GraphArg::write(recv)])
     }
 
@@ -146,31 +143,14 @@ impl CapturedCollectives<'_> {
         S: DeviceMemory<Elem = T> + Send + Sync + 'static,
     {
         let n = self.comm.size();
-        let len = send.device_len();
-        if !len.is_multiple_of(n) {
-            return Err(Error::CountMismatch {
-                collective: "all_to_all",
-                rank: self.comm.rank(),
-                buffer: "send buffer",
-                expected: len.next_multiple_of(n),
-                actual: len,
-            });
-        }
-        check_len(
-            self.comm,
-            "all_to_all",
-            "receive buffer",
-            len,
-            recv.device_len(),
-        )?;
-        let chunk = len / n;
+        let chunk = all_to_all_chunk(self.comm, send.device_len(), recv.device_len())?;
         let bytes = chunk * size_of::<T>();
         let (s, r) = (send.device_ptr(), recv.device_ptr());
         let mut ops = Vec::with_capacity(2 * n);
         for peer in 0..n {
             let offset = (peer * bytes) as sys::CUdeviceptr;
             let send_shape = shape::<T>(Kind::Send, chunk, None, peer);
-            ops.push(Op::captured(
+            ops.push(RankCall::captured(
                 self.comm,
                 stream,
                 send_shape,
@@ -179,7 +159,7 @@ impl CapturedCollectives<'_> {
                 bytes,
             )?);
             let recv_shape = shape::<T>(Kind::Recv, chunk, None, peer);
-            ops.push(Op::captured(
+            ops.push(RankCall::captured(
                 self.comm,
                 stream,
                 recv_shape,

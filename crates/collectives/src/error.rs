@@ -21,17 +21,11 @@ pub enum Error {
     /// NCCL could not be loaded.
     #[error("{0}")]
     Load(String),
-    /// An NCCL call failed.
-    #[error("{call} failed: {source}{}", detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
-    Nccl {
-        /// The NCCL function.
-        call: &'static str,
-        /// Its result.
-        #[source]
-        source: NcclError,
-        /// `ncclGetLastError`, when it says anything.
-        detail: Option<String>,
-    },
+    /// An NCCL call failed: the error names the call
+    /// ([`NcclError::call`]), its result and what `ncclGetLastError` said
+    /// ([`NcclError::detail`]).
+    #[error(transparent)]
+    Nccl(#[from] NcclError),
     /// A communicator over no devices.
     #[error("a communicator needs at least one device")]
     NoDevices,
@@ -229,7 +223,7 @@ pub enum Error {
         buffer: &'static str,
     },
     /// A launch variable that is missing or invalid
-    /// ([`crate::Launch::from_env`]).
+    /// ([`crate::Rendezvous::from_env`]).
     #[error(transparent)]
     Env(#[from] sys::env::EnvError),
     /// The TCP store that hands out the unique id failed.
@@ -296,7 +290,7 @@ pub enum Error {
     #[error(
         "rank {rank}: the software NCCL spans the threads of one process, but this \
          communicator's ranks are in processes {here} and {other}; on the software driver run \
-         the ranks as threads of one process (Launch::from_vars), or run on GPUs"
+         the ranks as threads of one process (Rendezvous::from_vars), or run on GPUs"
     )]
     SoftNcclAcrossProcesses {
         /// The rank that found out.

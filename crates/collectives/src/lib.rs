@@ -66,13 +66,18 @@
 #[doc = include_str!("../../../docs/multi-gpu.md")]
 mod docs_examples {}
 
+mod calls;
 mod captured;
+mod collective;
 mod communicator;
 mod error;
 mod group;
-mod launch;
+mod issue;
 mod meeting;
 mod one_process;
+mod rank_call;
+mod rendezvous;
+mod shape;
 mod table;
 mod types;
 
@@ -84,12 +89,15 @@ pub use engine;
 pub use soft_driver;
 
 pub use captured::CapturedCollectives;
+pub use collective::Collective;
 pub use communicator::Communicator;
 pub use error::{Error, Result};
 pub use group::Group;
-pub use launch::{
-    LAUNCH_INSECURE, LAUNCH_TIMEOUT, LAUNCH_TOKEN, LOCAL_RANK, Launch, LaunchSecret, MASTER_ADDR,
-    MASTER_PORT, RANK, Store, WORLD_SIZE,
+#[allow(deprecated, reason = "the old name, kept for users' code")]
+pub use rendezvous::Launch;
+pub use rendezvous::{
+    LAUNCH_INSECURE, LAUNCH_TIMEOUT, LAUNCH_TOKEN, LOCAL_RANK, LaunchSecret, MASTER_ADDR,
+    MASTER_PORT, RANK, Rendezvous, Store, WORLD_SIZE,
 };
 pub use table::NVLS_ENABLE;
 pub use types::{NcclType, ReduceOp, UniqueId};

@@ -30,7 +30,7 @@
 //! Ranks in other processes cannot be compared; NCCL runs their collectives
 //! unchecked.
 
-use crate::group::{Kind, Shape};
+use crate::shape::{Kind, Shape};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 

@@ -3,10 +3,9 @@
 
 use crate::error::{Error, Result};
 use driver::{Context, DriverKind};
-use std::ffi::CStr;
 use std::sync::OnceLock;
 use sys::env::Setting;
-use sys::nccl::{Nccl, ncclComm_t, ncclResult_t};
+use sys::nccl::Nccl;
 
 /// The NCCL table for contexts of `kind`.
 pub(crate) fn nccl(kind: DriverKind) -> Result<&'static Nccl> {
@@ -68,32 +67,6 @@ fn nvls_choice(found: Option<sys::env::Found>) -> Result<u8, sys::env::EnvError>
         });
     };
     found.parse_int::<u8>(0..=2)
-}
-
-/// `ncclResult_t` to this crate's error, with `ncclGetLastError` as detail.
-pub(crate) fn check(
-    nccl: &Nccl,
-    call: &'static str,
-    comm: ncclComm_t,
-    code: ncclResult_t,
-) -> Result<()> {
-    code.result().map_err(|source| {
-        // SAFETY: ncclGetLastError takes any communicator (or null) and
-        // returns a NUL-terminated string owned by NCCL, or null.
-        let text = unsafe { (nccl.ncclGetLastError)(comm) };
-        let detail = if text.is_null() {
-            None
-        } else {
-            // SAFETY: non-null, NUL-terminated, valid until NCCL's next call.
-            let text = unsafe { CStr::from_ptr(text) };
-            Some(text.to_string_lossy().into_owned()).filter(|d| !d.is_empty())
-        };
-        Error::Nccl {
-            call,
-            source,
-            detail,
-        }
-    })
 }
 
 #[cfg(test)]

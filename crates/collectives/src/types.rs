@@ -74,11 +74,7 @@ impl UniqueId {
     /// A fresh id from the selected driver's NCCL.
     pub fn new() -> Result<Self> {
         let nccl = crate::table::nccl(driver::driver()?.kind)?;
-        let mut id = ncclUniqueId::default();
-        // SAFETY: writes one ncclUniqueId through a valid pointer.
-        let code = unsafe { (nccl.ncclGetUniqueId)(&mut id) };
-        crate::table::check(nccl, "ncclGetUniqueId", std::ptr::null_mut(), code)?;
-        Ok(Self(id))
+        Ok(Self(sys::nccl::result::get_unique_id(nccl)?))
     }
 
     /// The id's 128 bytes, to send to the other ranks.

@@ -9,11 +9,13 @@
 //! test with the variables set), one per device: the launch `torchrun`
 //! makes. The software NCCL spans the threads
 //! of one process, so on the software driver each rank is a thread reading
-//! its own variables (`Launch::from_vars`); the id still travels through
+//! its own variables (`Rendezvous::from_vars`); the id still travels through
 //! the store.
 
 use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
-use cuda_streams_collectives::{Communicator, Error, Group, Launch, LaunchSecret, ReduceOp, Store};
+use cuda_streams_collectives::{
+    Communicator, Error, Group, LaunchSecret, ReduceOp, Rendezvous, Store,
+};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -32,8 +34,8 @@ fn vars(rank: usize, n: usize, port: u16) -> HashMap<String, String> {
     .collect()
 }
 
-fn launch(vars: &HashMap<String, String>) -> Launch {
-    Launch::from_vars(|k| vars.get(k).cloned()).unwrap()
+fn launch(vars: &HashMap<String, String>) -> Rendezvous {
+    Rendezvous::from_vars(|k| vars.get(k).cloned()).unwrap()
 }
 
 /// Child processes, killed when dropped unless waited for: a rank that
@@ -50,7 +52,7 @@ impl Drop for Children {
 }
 
 /// One rank's whole life, from its communicator.
-fn rank_main(comm: Communicator, launch: &Launch) {
+fn rank_main(comm: Communicator, launch: &Rendezvous) {
     let (rank, n) = (comm.rank(), comm.size());
     assert_eq!((rank, n), (launch.rank, launch.world_size));
     assert_eq!(comm.context().ordinal() as usize, launch.local_rank);
@@ -90,7 +92,7 @@ fn rank_main(comm: Communicator, launch: &Launch) {
 #[test]
 #[ignore = "one rank of every_rank_launched_from_the_environment, run by it in a child process"]
 fn env_rank() {
-    let launch = Launch::from_env().unwrap();
+    let launch = Rendezvous::from_env().unwrap();
     rank_main(Communicator::from_launch(&launch).unwrap(), &launch);
 }
 
@@ -233,7 +235,7 @@ fn the_secret_comes_from_the_token_or_the_job_id_and_off_loopback_is_required() 
             .collect();
         vars.entry("MASTER_ADDR".into())
             .or_insert("10.1.2.3".into());
-        Launch::from_vars(|k| vars.get(k).cloned())
+        Rendezvous::from_vars(|k| vars.get(k).cloned())
     };
     let refused = with(&[]).unwrap_err().to_string();
     assert!(refused.contains("CUDA_STREAMS_LAUNCH_TOKEN"), "{refused}");
@@ -282,13 +284,13 @@ fn the_launchers_names_are_read_and_bad_values_named() {
         }
         .map(String::from)
     };
-    let launch = Launch::from_vars(slurm).unwrap();
+    let launch = Rendezvous::from_vars(slurm).unwrap();
     assert_eq!(
         (launch.rank, launch.world_size, launch.local_rank),
         (3, 4, 1)
     );
     assert_eq!(launch.store_addr(), "node7:1234");
-    let missing = Launch::from_vars(|_| None).unwrap_err();
+    let missing = Rendezvous::from_vars(|_| None).unwrap_err();
     assert!(missing.to_string().contains("WORLD_SIZE"), "{missing}");
     let bad_port = |k: &str| {
         match k {
@@ -299,6 +301,23 @@ fn the_launchers_names_are_read_and_bad_values_named() {
         }
         .map(String::from)
     };
-    let err = Launch::from_vars(bad_port).unwrap_err();
+    let err = Rendezvous::from_vars(bad_port).unwrap_err();
     assert!(err.to_string().contains("MASTER_PORT=\"http\""), "{err}");
+}
+
+/// Code that names the type by its old name, `Launch`, keeps compiling: it
+/// is `Rendezvous`.
+#[test]
+#[allow(deprecated)]
+fn the_old_name_launch_is_the_rendezvous() {
+    let vars = |name: &str| match name {
+        "RANK" => Some("0".to_string()),
+        "WORLD_SIZE" => Some("1".to_string()),
+        _ => None,
+    };
+    let old: cuda_streams_collectives::Launch =
+        cuda_streams_collectives::Launch::from_vars(vars).unwrap();
+    let new: Rendezvous = old.clone();
+    assert_eq!((new.rank, new.world_size), (0, 1));
+    assert_eq!(new, Rendezvous::from_vars(vars).unwrap());
 }

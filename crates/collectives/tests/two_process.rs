@@ -10,7 +10,7 @@
 //! once, each saying that the software NCCL spans one process.
 
 use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
-use cuda_streams_collectives::{Communicator, Error, Launch, ReduceOp, Store, UniqueId};
+use cuda_streams_collectives::{Communicator, Error, ReduceOp, Rendezvous, Store, UniqueId};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -137,7 +137,8 @@ fn software_nccl_ranks_in_two_processes_both_fail_at_once() {
         .unwrap();
     let vars = soft_vars(0, &port);
     let launch =
-        Launch::from_vars(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
+        Rendezvous::from_vars(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+            .unwrap();
     let start = Instant::now();
     let err = Communicator::from_launch_with_store(&launch, store).unwrap_err();
     let waited = start.elapsed();

@@ -12,11 +12,11 @@
 //! those variables set (the socket transport between hosts is this run with
 //! `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`); on the software driver, whose
 //! NCCL spans the threads of one process, two threads, each reading its
-//! own variables (`Launch::from_vars`).
+//! own variables (`Rendezvous::from_vars`).
 //!
 //! `cargo run -p cuda-streams --example pipeline_parallel`
 
-use cuda_streams::collectives::{Communicator, Launch, Store};
+use cuda_streams::collectives::{Communicator, Rendezvous, Store};
 use cuda_streams::kernels::typed::Elementwise;
 use cuda_streams::prelude::*;
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ fn output(m: usize) -> f32 {
 
 /// One stage's whole life, from its launch; rank 0 publishes NCCL's id at
 /// `store` when it was bound already (to a port the OS chose).
-fn stage(launch: &Launch, store: Option<Store>) -> Result<(), cuda_streams::Error> {
+fn stage(launch: &Rendezvous, store: Option<Store>) -> Result<(), cuda_streams::Error> {
     if launch.world_size != 2 {
         eprintln!(
             "pipeline_parallel has two stages: launch it with 2 ranks, not {}",
@@ -121,7 +121,7 @@ fn vars(rank: usize, port: u16) -> HashMap<String, String> {
 
 fn main() -> Result<(), cuda_streams::Error> {
     if launched() {
-        return stage(&Launch::from_env()?, None);
+        return stage(&Rendezvous::from_env()?, None);
     }
     let devices = Context::device_count()?;
     if devices < 2 {
@@ -136,7 +136,7 @@ fn main() -> Result<(), cuda_streams::Error> {
         // One process per GPU, as torchrun starts them: this one is stage 0,
         // a child is stage 1.
         let vars0 = vars(0, port);
-        let launch = Launch::from_vars(|k| vars0.get(k).cloned())?;
+        let launch = Rendezvous::from_vars(|k| vars0.get(k).cloned())?;
         let exe = std::env::current_exe().expect("this example's path");
         let mut child = std::process::Command::new(&exe)
             .envs(vars(1, port))
@@ -161,7 +161,7 @@ fn main() -> Result<(), cuda_streams::Error> {
             let store = if rank == 0 { store.take() } else { None };
             s.spawn(move || {
                 let vars = vars(rank, port);
-                let run = || stage(&Launch::from_vars(|k| vars.get(k).cloned())?, store);
+                let run = || stage(&Rendezvous::from_vars(|k| vars.get(k).cloned())?, store);
                 match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                     Ok(Ok(())) => {}
                     Ok(Err(err)) => {

@@ -22,7 +22,7 @@ type WaitGraph = DiGraphMap<u64, (), RandomState>;
 
 /// The standing dependencies of one [`OperationGraph`].
 #[derive(Default)]
-pub(crate) struct StreamOrder(Mutex<Standing>);
+pub(crate) struct StandingWaits(Mutex<Standing>);
 
 #[derive(Default)]
 struct Standing {
@@ -31,7 +31,7 @@ struct Standing {
     streams: HashMap<u64, Arc<Stream>>,
 }
 
-impl StreamOrder {
+impl StandingWaits {
     fn lock(&self) -> MutexGuard<'_, Standing> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }

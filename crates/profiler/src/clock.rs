@@ -29,7 +29,7 @@ pub(crate) struct Mark {
     ns: AtomicU64,
     /// The host's clock just before the event was recorded: the GPU cannot
     /// have reached it earlier, which calibrates host times onto the GPU
-    /// timeline ([`Clock::host_to_gpu`]).
+    /// timeline ([`GpuTimebase::host_to_gpu`]).
     pub(crate) host: Instant,
 }
 
@@ -65,7 +65,7 @@ impl Mark {
 /// the GPU timeline: the work cannot have started before that, so a scope
 /// whose start boundary is shared with an earlier one (the GPU may have
 /// passed it and sat idle since) starts no earlier than there.
-pub(crate) struct Clock {
+pub(crate) struct GpuTimebase {
     base: Event,
     /// The host's clock just before the base was recorded.
     host_base: Instant,
@@ -78,7 +78,7 @@ pub(crate) struct Clock {
     recent: Mutex<Option<Arc<Mark>>>,
 }
 
-impl Clock {
+impl GpuTimebase {
     /// Record the base on a fresh (idle) stream and wait for it, so that every
     /// event recorded afterwards on any stream completes after it.
     pub(crate) fn start(ctx: &Arc<Context>) -> Result<Self> {
@@ -161,7 +161,7 @@ pub(crate) struct Shared {
     pub(crate) pool: Arc<EventPool>,
     /// Times come from CUPTI's records instead of events when set.
     pub(crate) cupti: Option<CuptiBackend>,
-    clock: OnceLock<Clock>,
+    clock: OnceLock<GpuTimebase>,
     clock_init: Mutex<()>,
 }
 
@@ -176,12 +176,12 @@ impl Shared {
     }
 
     /// The clock, if something started it.
-    pub(crate) fn started_clock(&self) -> Option<&Clock> {
+    pub(crate) fn started_clock(&self) -> Option<&GpuTimebase> {
         self.clock.get()
     }
 
     /// The base of the timeline, recorded when first needed.
-    pub(crate) fn clock(&self) -> Result<&Clock> {
+    pub(crate) fn clock(&self) -> Result<&GpuTimebase> {
         if let Some(clock) = self.clock.get() {
             return Ok(clock);
         }
@@ -189,7 +189,7 @@ impl Shared {
         if let Some(clock) = self.clock.get() {
             return Ok(clock);
         }
-        let clock = Clock::start(self.pool.context())?;
+        let clock = GpuTimebase::start(self.pool.context())?;
         Ok(self.clock.get_or_init(|| clock))
     }
 }

@@ -1,6 +1,6 @@
 //! `StreamProfiler`: the entry point.
 
-use crate::clock::{Clock, Shared};
+use crate::clock::{GpuTimebase, Shared};
 use crate::cupti::CuptiBackend;
 use crate::error::{Error, Result};
 use crate::memory::{MemoryLog, MemorySample};
@@ -538,12 +538,12 @@ impl StreamProfiler {
     }
 
     /// The base of the timeline, recorded when first needed.
-    pub(crate) fn clock(&self) -> Result<&Clock> {
+    pub(crate) fn clock(&self) -> Result<&GpuTimebase> {
         self.shared.clock()
     }
 
     /// The clock if it was started.
-    fn shared_clock(&self) -> Option<&Clock> {
+    fn shared_clock(&self) -> Option<&GpuTimebase> {
         self.shared.started_clock()
     }
 

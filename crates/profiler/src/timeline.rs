@@ -1,7 +1,7 @@
 //! One stream's timeline: marks recorded on it, operations waiting for the GPU
 //! to pass their marks, operations with resolved GPU times, and the work counts.
 
-use crate::clock::{Clock, Mark, Shared};
+use crate::clock::{GpuTimebase, Mark, Shared};
 use crate::cupti::{ClosedScope, StreamKey, WatchId};
 use crate::error::{Error, Result};
 use driver::{CompletionTrail, Stream, StreamMetrics, TrailSearch, WorkObserver};
@@ -328,7 +328,7 @@ impl StreamState {
         &mut self,
         stream: &Stream,
         shared: &Shared,
-        clock: &Clock,
+        clock: &GpuTimebase,
     ) -> Result<Arc<Mark>> {
         let ops = stream.operation_count();
         if let Some(tail) = &self.tail
@@ -347,7 +347,7 @@ impl StreamState {
         stream: &Stream,
         ops: u64,
         shared: &Shared,
-        clock: &Clock,
+        clock: &GpuTimebase,
     ) -> Result<Arc<Mark>> {
         let pool = &shared.pool;
         let event = match pool.acquire_event(true) {
@@ -378,7 +378,7 @@ impl StreamState {
         start: Start,
         end: Arc<Mark>,
         depth: u32,
-        clock: &Clock,
+        clock: &GpuTimebase,
     ) -> Result<()> {
         self.pending.push(PendingOp {
             name,
@@ -399,7 +399,7 @@ impl StreamState {
     /// Turn the operations the GPU has finished into `TimedOp`s and give their
     /// events back. With `block`, first wait for the last one (the host waits,
     /// through the reactor; the stream does not).
-    pub(crate) fn resolve(&mut self, clock: &Clock, block: bool) -> Result<()> {
+    pub(crate) fn resolve(&mut self, clock: &GpuTimebase, block: bool) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -445,7 +445,7 @@ impl StreamState {
         Ok(())
     }
 
-    fn resolve_mark(&mut self, clock: &Clock, mark: &Arc<Mark>) -> Result<u64> {
+    fn resolve_mark(&mut self, clock: &GpuTimebase, mark: &Arc<Mark>) -> Result<u64> {
         let ns = clock.resolve(mark, self.anchor.as_ref())?;
         if self.anchor.as_ref().is_none_or(|a| mark.seq > a.seq) {
             self.anchor = Some(Arc::clone(mark));

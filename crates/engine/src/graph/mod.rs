@@ -19,7 +19,7 @@ use driver::{Context, Stream};
 use driver::{EventPool, PooledEvent, UniqueEvent};
 use metrics::Counters;
 use smallvec::SmallVec;
-use stamp::{Clock, Stamp};
+use stamp::{Stamp, StampOrigin};
 use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,7 +81,7 @@ struct Meta {
 }
 
 /// One live operation.
-struct Op {
+struct OpNode {
     meta: Meta,
     /// [`Stream::id`] of its stream.
     stream_id: u64,
@@ -110,7 +110,7 @@ struct SeedOp {
     done: Option<Arc<AtomicBool>>,
 }
 
-impl Op {
+impl OpNode {
     /// Whether the completion host function has run (only a seed operation
     /// with callbacks has one).
     #[inline]
@@ -171,9 +171,9 @@ pub struct OperationGraph {
     /// close a cycle that neither check saw.
     edge_lock: Mutex<()>,
     /// Standing stream dependencies (`crate::streams`).
-    pub(crate) stream_order: crate::streams::StreamOrder,
+    pub(crate) stream_order: crate::streams::StandingWaits,
     /// Where operations' creation times come from.
-    clock: Clock,
+    clock: StampOrigin,
 }
 
 impl OperationGraph {
@@ -193,7 +193,7 @@ impl OperationGraph {
             counters: Arc::new(Counters::default()),
             edge_lock: Mutex::new(()),
             stream_order: Default::default(),
-            clock: Clock::new(),
+            clock: StampOrigin::new(),
         }
     }
 
@@ -230,7 +230,7 @@ impl OperationGraph {
                 operation: table.abandon_next(),
                 dependency,
             }),
-            None => Ok(table.issue(Op {
+            None => Ok(table.issue(OpNode {
                 meta: Meta {
                     operation_type,
                     priority,
@@ -444,7 +444,7 @@ impl OperationGraph {
             // this event rather than recording one of its own.
             driver::order::offer_mark(stream, &event);
             let begun_at = table.tick();
-            let id = table.issue(Op {
+            let id = table.issue(OpNode {
                 meta: Meta {
                     operation_type: meta.kind,
                     priority: meta.priority,

@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-/// A moment on the graph's [`Clock`].
+/// A moment measured from the graph's [`StampOrigin`].
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Stamp {
     /// A time stamp counter reading.
@@ -32,15 +32,15 @@ pub(super) enum Stamp {
 /// The graph's clock: an `Instant` and, where usable, the time stamp counter
 /// read at the same moment.
 #[derive(Debug)]
-pub(super) struct Clock {
+pub(super) struct StampOrigin {
     origin: Instant,
     /// The counter at `origin`; `None` where it cannot be used.
     origin_ticks: Option<u64>,
 }
 
-impl Clock {
+impl StampOrigin {
     pub(super) fn new() -> Self {
-        Clock {
+        StampOrigin {
             origin_ticks: counter::usable().then(counter::read),
             origin: Instant::now(),
         }
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_stamp_reads_back_between_the_instants_around_it() {
-        let clock = Clock::new();
+        let clock = StampOrigin::new();
         for _ in 0..3 {
             let before = Instant::now();
             let stamp = clock.now();
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn stamps_read_back_in_order() {
-        let clock = Clock::new();
+        let clock = StampOrigin::new();
         let stamps: Vec<Stamp> = (0..100).map(|_| clock.now()).collect();
         let instants: Vec<Instant> = stamps.iter().map(|&s| clock.instant(s)).collect();
         // Converted at different moments, each within ns of the truth

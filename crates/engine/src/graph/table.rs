@@ -12,7 +12,7 @@
 //! behind GPU work that does not finish) would keep every slot after it in
 //! the ring: past [`RING_LIMIT`] slots it moves to a side map instead.
 
-use super::Op;
+use super::OpNode;
 use super::hash::IdBuild;
 use crate::error::{Error, Result};
 use crate::operation::OperationId;
@@ -55,7 +55,7 @@ pub(super) struct Released {
 
 /// One id of the ring.
 enum Slot {
-    Live(Op),
+    Live(OpNode),
     /// Retired, moved to the side map, or issued to a registration that failed.
     Gone,
 }
@@ -78,7 +78,7 @@ pub(super) struct Table {
     base: u64,
     ring: VecDeque<Slot>,
     /// Live operations that outgrew the ring.
-    old: HashMap<u64, Op, IdBuild>,
+    old: HashMap<u64, OpNode, IdBuild>,
     next_id: u64,
     begin_clock: u64,
     /// Ids issued to registrations that failed: unknown, not retired.
@@ -134,7 +134,7 @@ impl Table {
 impl Table {
     /// Issue the next id to `op`.
     #[inline]
-    pub(super) fn issue(&mut self, op: Op) -> OperationId {
+    pub(super) fn issue(&mut self, op: OpNode) -> OperationId {
         let id = OperationId(self.next_id);
         self.next_id += 1;
         self.ring.push_back(Slot::Live(op));
@@ -179,7 +179,7 @@ impl Table {
     }
 
     #[inline]
-    pub(super) fn get(&self, id: OperationId) -> Option<&Op> {
+    pub(super) fn get(&self, id: OperationId) -> Option<&OpNode> {
         if id.0 < self.base {
             return self.old.get(&id.0);
         }
@@ -190,7 +190,7 @@ impl Table {
     }
 
     #[inline]
-    pub(super) fn get_mut(&mut self, id: OperationId) -> Option<&mut Op> {
+    pub(super) fn get_mut(&mut self, id: OperationId) -> Option<&mut OpNode> {
         if id.0 < self.base {
             return self.old.get_mut(&id.0);
         }
@@ -201,7 +201,7 @@ impl Table {
     }
 
     /// The live operation `id`, for `call`; a retired one was completed.
-    pub(super) fn live_mut(&mut self, id: OperationId, call: &'static str) -> Result<&mut Op> {
+    pub(super) fn live_mut(&mut self, id: OperationId, call: &'static str) -> Result<&mut OpNode> {
         if self.get(id).is_none() {
             return Err(match self.is_known(id) {
                 true => Error::AlreadyCompleted { operation: id },
@@ -269,7 +269,7 @@ impl Table {
     }
 
     /// The live operations, with their ids.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (OperationId, &Op)> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (OperationId, &OpNode)> + '_ {
         let ring = self
             .ring
             .iter()

@@ -4,7 +4,7 @@
 
 use super::auth::{LaunchSecret, nonce};
 use super::store::{CLAIM, CLIENT_HELLO, MAGIC, SERVER_HELLO};
-use super::{Launch, Store};
+use super::{Rendezvous, Store};
 use crate::error::Error;
 use crate::types::UniqueId;
 use std::io::{Read, Write};
@@ -15,7 +15,7 @@ fn id() -> UniqueId {
     UniqueId::from_bytes(&std::array::from_fn::<u8, 128, _>(|i| i as u8 ^ 0xa5)).unwrap()
 }
 
-fn launch(rank: usize, world: usize, port: u16, token: &str, timeout_s: f64) -> Launch {
+fn launch(rank: usize, world: usize, port: u16, token: &str, timeout_s: f64) -> Rendezvous {
     let vars = |name: &str| match name {
         "RANK" => Some(rank.to_string()),
         "WORLD_SIZE" => Some(world.to_string()),
@@ -25,7 +25,7 @@ fn launch(rank: usize, world: usize, port: u16, token: &str, timeout_s: f64) -> 
         "CUDA_STREAMS_LAUNCH_TOKEN" => Some(token.into()),
         _ => None,
     };
-    Launch::from_vars(vars).unwrap()
+    Rendezvous::from_vars(vars).unwrap()
 }
 
 fn bound_store() -> (Store, u16) {

@@ -83,10 +83,12 @@ pub const LAUNCH_INSECURE: Setting = Setting {
 /// order: ranks of one job share them, other jobs do not.
 const JOB_IDS: [&str; 2] = ["TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
 
-/// One process's place in a launch, as the launcher's variables say.
+/// One process's place in a rendezvous of ranks (PyTorch's word): its rank,
+/// the world's size, its device and where rank 0's store is, as the
+/// launcher's variables say (torchrun, Slurm, Open MPI).
 ///
 /// ```
-/// use cuda_streams_collectives::Launch;
+/// use cuda_streams_collectives::Rendezvous;
 /// let vars = |name: &str| match name {
 ///     "OMPI_COMM_WORLD_RANK" => Some("1".to_string()),
 ///     "OMPI_COMM_WORLD_SIZE" => Some("2".to_string()),
@@ -95,21 +97,21 @@ const JOB_IDS: [&str; 2] = ["TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
 ///     "CUDA_STREAMS_LAUNCH_TOKEN" => Some("3f9a61c0d2e4b587".to_string()),
 ///     _ => None,
 /// };
-/// let launch = Launch::from_vars(vars).unwrap();
+/// let launch = Rendezvous::from_vars(vars).unwrap();
 /// assert_eq!((launch.rank, launch.world_size, launch.local_rank), (1, 2, 1));
 /// assert_eq!((launch.master_addr.as_str(), launch.master_port), ("10.0.0.1", 29500));
 /// assert_eq!(launch.secret.source(), "CUDA_STREAMS_LAUNCH_TOKEN");
 /// // Off loopback, a launch without a secret is refused, naming the way out.
 /// let open = |name: &str| vars(name).filter(|_| name != "CUDA_STREAMS_LAUNCH_TOKEN");
-/// let err = Launch::from_vars(open).unwrap_err();
+/// let err = Rendezvous::from_vars(open).unwrap_err();
 /// assert!(err.to_string().contains("CUDA_STREAMS_LAUNCH_TOKEN"), "{err}");
 /// // A rank outside the world names the variable and the value.
 /// let bad = |name: &str| match name { "RANK" => Some("2".into()), "WORLD_SIZE" => Some("2".into()), _ => None };
-/// let err = Launch::from_vars(bad).unwrap_err();
+/// let err = Rendezvous::from_vars(bad).unwrap_err();
 /// assert!(err.to_string().contains("RANK=\"2\""), "{err}");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Launch {
+pub struct Rendezvous {
     /// This process's rank, `0..world_size`.
     pub rank: usize,
     /// How many ranks there are.
@@ -127,7 +129,11 @@ pub struct Launch {
     pub secret: LaunchSecret,
 }
 
-impl Launch {
+/// The old name of [`Rendezvous`], which read like a kernel launch.
+#[deprecated(since = "0.1.0", note = "renamed `Rendezvous`")]
+pub type Launch = Rendezvous;
+
+impl Rendezvous {
     /// Read the process environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
     /// `MASTER_ADDR`, `MASTER_PORT`, or Open MPI's and Slurm's names; the
     /// secret from `CUDA_STREAMS_LAUNCH_TOKEN`, `TORCHELASTIC_RUN_ID` or
@@ -141,7 +147,7 @@ impl Launch {
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
-    /// [`Launch::from_env`] with the variables read through `vars` (for
+    /// [`Rendezvous::from_env`] with the variables read through `vars` (for
     /// ranks that are threads of one process, and for tests).
     pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let required = |setting: &Setting| -> std::result::Result<sys::env::Found, EnvError> {

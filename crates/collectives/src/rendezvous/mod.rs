@@ -1,4 +1,4 @@
-//! Launching across processes and hosts the way `torchrun`, `mpirun` and
+//! The rendezvous of ranks across processes and hosts, the way `torchrun`, `mpirun` and
 //! `srun` do: each process reads its rank from the environment, rank 0
 //! publishes NCCL's unique id over a small TCP store at
 //! `MASTER_ADDR:MASTER_PORT`, and the others fetch it after both sides
@@ -12,9 +12,11 @@ mod store;
 mod tests;
 
 pub use auth::LaunchSecret;
+#[allow(deprecated, reason = "the old name, kept for users' code")]
+pub use env::Launch;
 pub use env::{
-    LAUNCH_INSECURE, LAUNCH_TIMEOUT, LAUNCH_TOKEN, LOCAL_RANK, Launch, MASTER_ADDR, MASTER_PORT,
-    RANK, WORLD_SIZE,
+    LAUNCH_INSECURE, LAUNCH_TIMEOUT, LAUNCH_TOKEN, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, RANK,
+    Rendezvous, WORLD_SIZE,
 };
 pub use store::Store;
 
@@ -26,7 +28,7 @@ use std::time::Instant;
 
 impl Communicator {
     /// This process's rank of the communicator its launcher describes
-    /// ([`Launch::from_env`]), on device `LOCAL_RANK`: rank 0 makes NCCL's
+    /// ([`Rendezvous::from_env`]), on device `LOCAL_RANK`: rank 0 makes NCCL's
     /// unique id and publishes it at `MASTER_ADDR:MASTER_PORT`, the others
     /// fetch it, every rank joins.
     ///
@@ -40,10 +42,10 @@ impl Communicator {
     ///
     /// The software NCCL spans the threads of one process: on the software
     /// driver the ranks are threads, each with its own variables
-    /// ([`Communicator::from_launch`] with [`Launch::from_vars`]); ranks in
+    /// ([`Communicator::from_launch`] with [`Rendezvous::from_vars`]); ranks in
     /// two processes get [`Error::SoftNcclAcrossProcesses`].
     pub fn from_env() -> Result<Communicator> {
-        Self::from_launch(&Launch::from_env()?)
+        Self::from_launch(&Rendezvous::from_env()?)
     }
 
     /// [`Communicator::from_env`] for the rank `launch` describes. Rank 0
@@ -52,7 +54,7 @@ impl Communicator {
     /// [`Communicator::from_launch_with_store`].
     ///
     /// ```
-    /// use cuda_streams_collectives::{Communicator, Launch, Store};
+    /// use cuda_streams_collectives::{Communicator, Rendezvous, Store};
     /// use cuda_streams_collectives::driver::{Context, DeviceBuffer, Stream};
     /// use cuda_streams_collectives::ReduceOp;
     /// let n = Context::device_count().unwrap() as usize;
@@ -76,15 +78,15 @@ impl Communicator {
     /// std::thread::scope(|s| {
     ///     for rank in 1..n {
     ///         s.spawn(move || {
-    ///             let launch = Launch::from_vars(vars(rank)).unwrap();
+    ///             let launch = Rendezvous::from_vars(vars(rank)).unwrap();
     ///             rank_main(Communicator::from_launch(&launch).unwrap());
     ///         });
     ///     }
-    ///     let launch = Launch::from_vars(vars(0)).unwrap();
+    ///     let launch = Rendezvous::from_vars(vars(0)).unwrap();
     ///     rank_main(Communicator::from_launch_with_store(&launch, store).unwrap());
     /// });
     /// ```
-    pub fn from_launch(launch: &Launch) -> Result<Communicator> {
+    pub fn from_launch(launch: &Rendezvous) -> Result<Communicator> {
         let deadline = Instant::now() + launch.timeout;
         let store = if launch.rank == 0 && launch.world_size > 1 {
             Some(Store::bind(&launch.store_addr())?)
@@ -98,7 +100,7 @@ impl Communicator {
     /// `store` (bound already, e.g. to port 0, whose port the other ranks
     /// were given) instead of binding `MASTER_ADDR:MASTER_PORT`. A `launch`
     /// of another rank is [`Error::InvalidRank`].
-    pub fn from_launch_with_store(launch: &Launch, store: Store) -> Result<Communicator> {
+    pub fn from_launch_with_store(launch: &Rendezvous, store: Store) -> Result<Communicator> {
         if launch.rank != 0 {
             return Err(Error::InvalidRank {
                 rank: launch.rank,
@@ -111,7 +113,7 @@ impl Communicator {
 
 /// Meet the other ranks (rank 0 through `store`) and join NCCL, all by
 /// `deadline`.
-fn join(launch: &Launch, store: Option<Store>, deadline: Instant) -> Result<Communicator> {
+fn join(launch: &Rendezvous, store: Option<Store>, deadline: Instant) -> Result<Communicator> {
     let ordinal = i32::try_from(launch.local_rank).unwrap_or(i32::MAX);
     let ctx = Context::new(ordinal)?;
     // The software NCCL cannot join ranks of two processes: find out at the

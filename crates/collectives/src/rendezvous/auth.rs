@@ -18,7 +18,7 @@ pub(crate) const MAC: usize = 32;
 /// The secret a job's ranks share, which each side of the launch store
 /// proves it holds before the store sends anything about the job.
 ///
-/// [`crate::Launch::from_vars`] takes it from `CUDA_STREAMS_LAUNCH_TOKEN`,
+/// [`crate::Rendezvous::from_vars`] takes it from `CUDA_STREAMS_LAUNCH_TOKEN`,
 /// else from the launcher's job id (`TORCHELASTIC_RUN_ID`, `SLURM_JOB_ID`);
 /// on a loopback `MASTER_ADDR`, or with `CUDA_STREAMS_LAUNCH_INSECURE=1`,
 /// a job without either uses a public secret (see

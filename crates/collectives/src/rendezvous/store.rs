@@ -15,7 +15,7 @@
 //!    `mac("verdict", cn, sn, status, world, pid, id)`.
 
 use super::auth::{LaunchSecret, MAC, NONCE, nonce};
-use super::env::Launch;
+use super::env::Rendezvous;
 use crate::error::{Error, Result};
 use crate::types::UniqueId;
 use std::collections::HashMap;
@@ -67,7 +67,7 @@ impl Status {
 /// take the port in between.
 ///
 /// ```
-/// use cuda_streams_collectives::{Launch, Store, UniqueId};
+/// use cuda_streams_collectives::{Rendezvous, Store, UniqueId};
 /// let store = Store::bind("127.0.0.1:0").unwrap();
 /// let port = store.port();
 /// let vars = move |rank: usize| {
@@ -81,8 +81,8 @@ impl Status {
 /// };
 /// let id = UniqueId::new().unwrap();
 /// let fetched = std::thread::scope(|s| {
-///     let rank1 = s.spawn(|| Launch::from_vars(vars(1)).unwrap().fetch_unique_id());
-///     store.publish(&Launch::from_vars(vars(0)).unwrap(), &id).unwrap();
+///     let rank1 = s.spawn(|| Rendezvous::from_vars(vars(1)).unwrap().fetch_unique_id());
+///     store.publish(&Rendezvous::from_vars(vars(0)).unwrap(), &id).unwrap();
 ///     rank1.join().unwrap().unwrap()
 /// });
 /// assert_eq!(fetched, id);
@@ -154,7 +154,7 @@ impl Store {
     /// `launch.timeout`: [`Error::StoreTimeout`] when not every rank came
     /// in time. Connections that do not prove they hold `launch.secret`, or
     /// claim a rank already served, are dropped and logged, never counted.
-    pub fn publish(self, launch: &Launch, id: &UniqueId) -> Result<()> {
+    pub fn publish(self, launch: &Rendezvous, id: &UniqueId) -> Result<()> {
         self.serve(launch, id, Instant::now() + launch.timeout)
             .map(drop)
     }
@@ -163,7 +163,7 @@ impl Store {
     /// is in.
     pub(crate) fn serve(
         self,
-        launch: &Launch,
+        launch: &Rendezvous,
         id: &UniqueId,
         deadline: Instant,
     ) -> Result<Vec<Served>> {
@@ -352,18 +352,18 @@ enum Attempt {
     Fail(Error),
 }
 
-impl Launch {
+impl Rendezvous {
     /// Fetch NCCL's unique id from rank 0's store (a rank other than 0),
     /// retrying until rank 0 listens or `timeout` has passed.
     ///
-    /// Nothing is sent before rank 0 proves it holds [`Launch::secret`]: a
+    /// Nothing is sent before rank 0 proves it holds [`Rendezvous::secret`]: a
     /// program that holds the port without it gets a nonce, and this rank
     /// [`Error::StoreAuth`].
     pub fn fetch_unique_id(&self) -> Result<UniqueId> {
         self.fetch(Instant::now() + self.timeout).map(|f| f.id)
     }
 
-    /// [`Launch::fetch_unique_id`] until `deadline`, with rank 0's process.
+    /// [`Rendezvous::fetch_unique_id`] until `deadline`, with rank 0's process.
     pub(crate) fn fetch(&self, deadline: Instant) -> Result<Fetched> {
         let addr = self.store_addr();
         let start = Instant::now();
