@@ -4,6 +4,7 @@
 //! (or beyond the slots, under the lock), take a point; then, without the
 //! lock, make the driver call and empty the slot.
 //!
+//! Points are taken after each enqueue and each landing, under the lock.
 //! Checked, from the protocol on [`FlyingSlots`]:
 //! - a slot is never handed to a step while another step holds it (each
 //!   slot's holder is written in a loom cell by the filler and cleared by
@@ -76,7 +77,8 @@ impl Model {
         (step, slot)
     }
 
-    /// The driver call returns, then `InFlight`'s drop.
+    /// The driver call returns, then `InFlight`'s drop; then a point (an
+    /// event recorded after the operation).
     fn land(&self, (step, slot): Flying) {
         // SAFETY: loom checks this access against the points' reads.
         self.returned[step as usize].with_mut(|returned| unsafe { *returned = true });
@@ -92,6 +94,7 @@ impl Model {
             }
             None => self.lock.lock().unwrap().beyond.retain(|&b| b != step),
         }
+        self.check_point(&self.lock.lock().unwrap());
     }
 
     /// A point taken now (an event record): the steps below the lowest in
