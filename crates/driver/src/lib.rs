@@ -184,3 +184,7 @@ pub use settings::{DRIVER_SETTINGS, check_env};
 pub use soft_driver::{KernelTwin, TwinSpec};
 /// The raw bindings this crate is built on, for interop and raw calls.
 pub use sys;
+
+/// The loom shim's cell (`loom_shim!`), named from the crates that expand it.
+#[doc(hidden)]
+pub use ground::sync::StdCell as __LoomShimCell;

@@ -32,7 +32,11 @@ mod planner;
 mod rotation;
 mod stage;
 mod staging;
-mod sync;
+/// The atomics the triple buffer's state protocol uses: the workspace's loom
+/// shim, loom's only when this crate's own tests run under `--cfg loom`.
+mod sync {
+    driver::loom_shim!(pub(crate));
+}
 mod triple_buffer;
 
 pub use batch_upload::BatchUploader;

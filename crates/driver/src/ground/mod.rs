@@ -4,7 +4,8 @@
 //! place where the two drivers' answers differ (`seam`), the driver calls
 //! that need no context ([`driver_calls`]), and the
 //! crate's one error type ([`error`]) with the plain values its messages
-//! name ([`arch`], [`arg_kind`], [`race`]).
+//! name ([`arch`], [`arg_kind`], [`race`]), and the loom shim
+//! that the atomic protocols are built from ([`sync`]).
 //!
 //! What it may import: `sys`, `soft_driver` and the standard library. Nothing
 //! here names a context, a stream or anything built on them, so any file
@@ -19,3 +20,4 @@ pub(crate) mod error;
 pub(crate) mod race;
 mod seam;
 pub(crate) mod select;
+pub(crate) mod sync;

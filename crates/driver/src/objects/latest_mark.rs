@@ -140,14 +140,9 @@ impl Stream {
     /// trimming what it holds, such as the engine's
     /// `OperationGraph::retire_completed`.
     pub fn forget_latest_mark(&self) {
-        // The slot is held for a few instructions at a time: retry until
-        // it is free, so that the mark is surely gone.
-        let forgotten = loop {
-            match self.latest.kept.try_with(Option::take) {
-                Some(forgotten) => break forgotten,
-                None => std::thread::yield_now(),
-            }
-        };
+        // The slot is held for a few instructions at a time: `take` retries
+        // until it is free, so that the mark is surely gone.
+        let forgotten = self.latest.kept.take();
         // Back to its pool once the slot is free.
         drop(forgotten);
     }

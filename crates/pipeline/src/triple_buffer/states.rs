@@ -5,7 +5,7 @@
 //! pairs it with the buffers.
 
 use super::SlotState;
-use crate::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use crate::sync::{AtomicU8, AtomicU64, Ordering};
 
 /// Set in a slot's byte while a guard owns the slot's current stage.
 pub(super) const HELD: u8 = 0x80;

@@ -3,7 +3,6 @@
 
 use super::kept::land_kept;
 use crate::objects::stream::Stream;
-use std::sync::atomic::Ordering;
 
 /// A step checked and recorded by [`before_enqueue`](super::before_enqueue)
 /// whose driver call is being made: keep it until the call returns (or fails).
@@ -21,11 +20,11 @@ impl InFlight<'_> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         match self.0 {
-            // Release: the driver call returned before the slot is seen
-            // free ([`TrackedStream::snapshot_of`]). No lock: only this
-            // empties the slot, and only a lock holder fills a free one.
+            // The driver call returned before the slot is seen free
+            // ([`TrackedStream::snapshot_of`]). No lock: only this empties
+            // the slot, and only a lock holder fills a free one.
             Some((stream, step, Some(slot))) => {
-                stream.order.flying[usize::from(slot)].store(0, Ordering::Release);
+                stream.order.flying.empty(slot);
                 land_kept(stream, step, true);
             }
             // Under the lock, which makes a kept point stale anyway.

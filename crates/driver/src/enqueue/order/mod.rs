@@ -49,6 +49,7 @@ mod capture;
 mod check;
 mod clock;
 mod context_state;
+mod flying;
 mod host;
 mod in_flight;
 mod kept;

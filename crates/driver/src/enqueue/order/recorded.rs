@@ -15,16 +15,7 @@
 use super::clock::{Agent, Flat, INLINE, VectorClock};
 use super::stats::counted;
 
-#[cfg(all(test, loom))]
-use loom::sync::{
-    Mutex,
-    atomic::{AtomicU32, AtomicU64, Ordering, fence},
-};
-#[cfg(not(all(test, loom)))]
-use std::sync::{
-    Mutex,
-    atomic::{AtomicU32, AtomicU64, Ordering, fence},
-};
+use crate::ground::sync::{AtomicU32, AtomicU64, Mutex, Ordering, fence, spin_loop, yield_now};
 
 /// `head`'s flags, above the own counter (bits 0..32) and the number of
 /// inline entries (bits 32..40).
@@ -81,20 +72,13 @@ impl Default for Recorded {
 /// stores) to finish.
 #[inline]
 fn back_off(tries: &mut u32) {
-    #[cfg(all(test, loom))]
-    {
-        let _ = tries;
-        loom::thread::yield_now();
-    }
-    #[cfg(not(all(test, loom)))]
-    {
-        *tries += 1;
-        if *tries < 64 {
-            std::hint::spin_loop();
-        } else {
-            // The writer was preempted: let it run.
-            std::thread::yield_now();
-        }
+    // Under loom both yield to the model's other threads.
+    *tries += 1;
+    if *tries < 64 {
+        spin_loop();
+    } else {
+        // The writer was preempted: let it run.
+        yield_now();
     }
 }
 

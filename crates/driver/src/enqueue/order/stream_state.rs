@@ -4,12 +4,13 @@
 //! one that landed.
 
 use super::clock::{Past, Vc, VectorClock};
+use super::flying::FlyingSlots;
 use super::kept::THIS_THREAD;
 use super::tracker::Shadow;
 use crate::objects::context::Context;
 use crate::objects::event_pool::PooledEvent;
 use crate::objects::stream::Stream;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard};
 
 /// Per stream: its clock, and the host knowledge it has taken in.
@@ -29,11 +30,10 @@ pub(crate) struct TrackedStream {
     state: std::cell::UnsafeCell<StreamState>,
     /// Steps in flight ([`StreamState::in_flight`]) held outside the lock, so
     /// that the end of a driver call releases its step with one store instead
-    /// of a lock. 0 is a free slot (steps start at 1). Only the holder of
-    /// `state` fills a slot, and only the step's [`InFlight`](super::InFlight)
-    /// empties it; a fourth concurrent enqueue on one stream goes to
-    /// `in_flight` under the lock.
-    pub(super) flying: [AtomicU32; FLYING],
+    /// of a lock. Only the holder of `state` fills a slot, and only the step's
+    /// [`InFlight`](super::InFlight) empties it; a fourth concurrent enqueue
+    /// on one stream goes to `in_flight` under the lock.
+    pub(super) flying: FlyingSlots,
     /// Bumped by every lock of `state`: a point kept by this thread
     /// ([`KeptPoint`](super::KeptPoint)) is the stream's as long as this has
     /// not moved.
@@ -105,10 +105,6 @@ impl std::ops::DerefMut for Held<'_> {
         self.split().0
     }
 }
-
-/// Slots of [`TrackedStream::flying`]: more than the threads that enqueue on
-/// one stream at once in any program seen so far.
-const FLYING: usize = 3;
 
 /// How long a point waits at most for other threads' steps in flight below
 /// one that landed ([`TrackedStream::settled`]): many driver calls' worth.
@@ -229,10 +225,7 @@ impl TrackedStream {
 
     /// Whether `step` is in flight, with the state locked.
     fn is_in_flight(&self, state: &StreamState, step: u32) -> bool {
-        self.flying
-            .iter()
-            .any(|s| s.load(Ordering::Acquire) == step)
-            || state.in_flight.contains(&step)
+        self.flying.holds(step) || state.in_flight.contains(&step)
     }
 
     /// The point of a record or host wait once no step below `landed` is in
@@ -289,20 +282,11 @@ impl TrackedStream {
     /// The lowest step in flight, with the state locked.
     #[inline]
     fn lowest_in_flight(&self, state: &StreamState) -> Option<u32> {
-        // Acquire: a slot seen free was emptied after its driver call
-        // returned, so whatever the caller queues next is queued after it.
-        // A free slot (0) reads as the highest step: one `min` per slot.
-        let slots = self
-            .flying
-            .iter()
-            .map(|s| s.load(Ordering::Acquire).wrapping_sub(1))
-            .fold(u32::MAX, u32::min);
-        let lowest = match state.in_flight.iter().min() {
-            Some(&beyond) => slots.min(beyond.wrapping_sub(1)),
+        let slots = self.flying.lowest();
+        match state.in_flight.iter().min() {
+            Some(&beyond) => Some(slots.map_or(beyond, |s| s.min(beyond))),
             None => slots,
-        };
-        // Steps start at 1, so no step reads as `u32::MAX` here.
-        (lowest != u32::MAX).then(|| lowest + 1)
+        }
     }
 
     /// Put `step`, the stream's newest, in flight (with `state` locked):
@@ -311,30 +295,11 @@ impl TrackedStream {
     /// (every such step is below it). One look at each slot.
     #[inline]
     pub(super) fn fly(&self, state: &mut StreamState, step: u32) -> (Option<u8>, bool) {
-        // Acquire, as in `lowest_in_flight`. Slots are filled only under
-        // the lock, so one seen free stays free until filled below; one
-        // seen busy that was just emptied only costs the fallback. Each
-        // slot loaded once, with no loop: the common case (all free) is a
-        // few instructions.
-        let [a, b, c] = &self.flying;
-        let slots = [
-            a.load(Ordering::Acquire),
-            b.load(Ordering::Acquire),
-            c.load(Ordering::Acquire),
-        ];
-        let others = !state.in_flight.is_empty() || (slots[0] | slots[1] | slots[2]) != 0;
-        let free = slots.iter().position(|&s| s == 0);
-        let slot = match free {
-            Some(i) => {
-                self.flying[i].store(step, Ordering::Relaxed);
-                Some(i as u8)
-            }
-            None => {
-                state.in_flight.push(step);
-                None
-            }
-        };
-        (slot, others)
+        let (slot, busy) = self.flying.fill(step);
+        if slot.is_none() {
+            state.in_flight.push(step);
+        }
+        (slot, busy || !state.in_flight.is_empty())
     }
 
     /// A step kept in [`StreamState::in_flight`] was queued.
@@ -400,6 +365,7 @@ impl StreamState {
 mod tests {
     use super::super::check::before_enqueue;
     use super::super::context_state::forget;
+    use super::super::flying::FLYING;
     use super::super::policy::OrderPolicy;
     use super::super::tests::{buffer, streams, under, write_of_4_bytes};
     use super::super::touch::Touch;

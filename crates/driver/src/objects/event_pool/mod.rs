@@ -10,7 +10,6 @@
 mod builder;
 mod local_shelf;
 mod shelf;
-mod sync;
 mod thread_shelf;
 mod unique;
 

@@ -4,8 +4,8 @@
 //! (`loom_tests`, `RUSTFLAGS="--cfg loom"`, see docs/testing.md) without a
 //! driver behind it.
 
-use super::sync::{AtomicUsize, Mutex, MutexGuard, Ordering};
 use crate::ground::error::{Error, Result};
+use crate::ground::sync::{AtomicUsize, Mutex, MutexGuard, Ordering};
 use std::sync::PoisonError;
 
 pub(super) struct Shelf<E> {
