@@ -153,7 +153,7 @@ impl Library {
         (self.search)()
     }
 
-    /// What [`Library::load`] tries, in order: the setting's file (when set
+    /// What loading the library tries, in order: the setting's file (when set
     /// and not empty) instead of or before the search.
     pub fn candidates(&self) -> Vec<OsString> {
         self.candidates_with(|var| std::env::var_os(var))

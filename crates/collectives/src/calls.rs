@@ -138,8 +138,8 @@ impl Communicator {
     /// together in a [`crate::Group`], as NCCL requires, so no pair waits
     /// for another. When the peer lives in this process, the call waits
     /// until the peer has posted its receive and checks that the two agree
-    /// ([`Error::PeerMismatch`]); a peer outside `0..size()` is
-    /// [`Error::InvalidPeer`].
+    /// ([`Error::PeerMismatch`](crate::Error::PeerMismatch)); a peer outside `0..size()` is
+    /// [`Error::InvalidPeer`](crate::Error::InvalidPeer).
     ///
     /// ```
     /// use cuda_streams_collectives::{Communicator, Group};

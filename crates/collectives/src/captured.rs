@@ -21,7 +21,7 @@ use std::sync::Arc;
 ///
 /// Each call is checked like the eager one (devices, lengths, peers), and
 /// against the other ranks of the communicator in this process, which must
-/// capture the same collectives ([`Error::RanksDisagree`] otherwise, also
+/// capture the same collectives ([`Error::RanksDisagree`](crate::Error::RanksDisagree) otherwise, also
 /// when one captures what another runs eagerly). Then it is recorded on a
 /// stream of the capture, and runs at every replay. NCCL's rules for
 /// captured collectives hold: capture a communicator's collectives from one

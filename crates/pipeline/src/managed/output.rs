@@ -5,20 +5,20 @@ use crate::error::Result;
 use driver::{DeviceCopy, PinnedBuffer};
 use std::fmt;
 
-/// One step's result, from [`ManagedGpuContext::triple_buffered_step`] and
-/// [`ManagedGpuContext::finish_steps`]: the step kernel's output buffer,
+/// One step's result, from [`ManagedGpuContext::triple_buffered_step`](crate::ManagedGpuContext::triple_buffered_step) and
+/// [`ManagedGpuContext::finish_steps`](crate::ManagedGpuContext::finish_steps): the step kernel's output buffer,
 /// downloaded.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct StepResult<T> {
     /// The step it belongs to (0 for the first call).
     pub step: u64,
-    /// The step kernel's output ([`ManagedGpuContext::OUTPUT`]), downloaded.
+    /// The step kernel's output ([`ManagedGpuContext::OUTPUT`](crate::ManagedGpuContext::OUTPUT)), downloaded.
     pub output: Vec<T>,
 }
 
 /// One step's result read in place, from
-/// [`ManagedGpuContext::step_in_place`]: the pinned buffer the GPU
+/// [`ManagedGpuContext::step_in_place`](crate::ManagedGpuContext::step_in_place): the pinned buffer the GPU
 /// downloaded into, borrowed until the next step.
 pub struct StepOutput<'a, T: DeviceCopy = f32> {
     pub(super) step: u64,
