@@ -175,7 +175,7 @@ pub use objects::memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, DeviceSlice, DeviceSliceMut,
     DeviceView, HostMemory, MemPool, PinnedBuffer, SharedDeviceSlice, UnifiedBuffer,
 };
-pub use objects::metrics::StreamMetrics;
+pub use objects::metrics::{StreamCounters, StreamMetrics};
 pub use objects::per_device::{PerDevice, UnknownDevice};
 pub use objects::priority::{PriorityRange, StreamPriority};
 pub use objects::stream::{Stream, WorkObserver};

@@ -214,7 +214,7 @@ impl StreamProfiler {
         if !self.enabled.swap(true, Ordering::AcqRel) {
             for slot in self.all_slots() {
                 let mut state = slot.lock();
-                let now = slot.current_metrics(&mut state);
+                let now = slot.current_metrics();
                 state.start_counting(now);
             }
         }
@@ -227,7 +227,7 @@ impl StreamProfiler {
         if self.enabled.swap(false, Ordering::AcqRel) {
             for slot in self.all_slots() {
                 let mut state = slot.lock();
-                let now = slot.current_metrics(&mut state);
+                let now = slot.current_metrics();
                 state.stop_counting(&now);
             }
         }
@@ -603,8 +603,8 @@ impl StreamProfiler {
         if resolve && let Err(err) = self.resolve_slot(slot) {
             tracing::warn!("resolving stream {}'s timings: {err}", slot.id);
         }
-        let mut state = slot.lock();
-        let now = slot.current_metrics(&mut state);
+        let state = slot.lock();
+        let now = slot.current_metrics();
         let counts = state.counts(&now);
         let skipped: Vec<(String, u64)> = self
             .samplers

@@ -110,16 +110,14 @@ impl Open<'_> {
             depth,
             _nvtx,
         } = self;
-        let closed = match start {
+        match start {
             ScopeStart::Events(cell) => slot.close(stream, name, cell, depth),
             ScopeStart::Cupti(opened) => {
                 let closed = profiler.cupti_now();
                 slot.close_cupti(name, opened, closed, depth);
                 Ok(())
             }
-        };
-        slot.scope_closed(stream);
-        closed
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::clock::{GpuTimebase, Mark, Shared};
 use crate::cupti::{ClosedScope, StreamKey, WatchId};
 use crate::error::{Error, Result};
-use driver::{CompletionTrail, Stream, StreamMetrics, TrailSearch, WorkObserver};
+use driver::{CompletionTrail, Stream, StreamCounters, StreamMetrics, TrailSearch, WorkObserver};
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -94,6 +94,8 @@ impl Counts {
 pub(crate) struct StreamSlot {
     pub(crate) id: u64,
     pub(crate) stream: Weak<Stream>,
+    /// The stream's counters, which outlive it.
+    counters: StreamCounters,
     shared: Arc<Shared>,
     /// The stream as CUPTI names it, with the CUPTI backend.
     pub(crate) cupti_key: Option<(StreamKey, WatchId)>,
@@ -114,12 +116,12 @@ impl StreamSlot {
         Self {
             id: stream.id(),
             stream: Arc::downgrade(stream),
+            counters: stream.counters(),
             shared: Arc::clone(shared),
             cupti_key: shared.cupti.as_ref().and_then(|b| b.watch(stream)),
             state: Mutex::new(StreamState {
                 resolve_at: RESOLVE_BATCH,
-                baseline: counting.then(|| metrics.clone()),
-                last_metrics: metrics,
+                baseline: counting.then_some(metrics),
                 ..StreamState::default()
             }),
         }
@@ -214,23 +216,13 @@ impl StreamSlot {
         state.push(name, start, end, depth, clock)
     }
 
-    /// A scope on `stream` closed: keep its counters as they are now. The
-    /// slot holds the stream weakly, so a stream dropped before the report
-    /// (a pipeline's, with the pipeline) is counted up to here rather than
-    /// as of the last report, which may be before its work began. Read under
-    /// the state's lock, as the report reads them, so that scopes closing on
-    /// several threads leave the newest snapshot.
-    pub(crate) fn scope_closed(&self, stream: &Stream) {
-        let mut state = self.lock();
-        state.last_metrics = stream.metrics();
-    }
-
-    /// The stream's metrics now, or the last seen if it was dropped.
-    pub(crate) fn current_metrics(&self, state: &mut StreamState) -> StreamMetrics {
-        if let Some(stream) = self.stream.upgrade() {
-            state.last_metrics = stream.metrics();
+    /// The stream's metrics now; once it is dropped, its counters as it
+    /// left them (they are shared with it, so nothing it did is lost).
+    pub(crate) fn current_metrics(&self) -> StreamMetrics {
+        match self.stream.upgrade() {
+            Some(stream) => stream.metrics(),
+            None => self.counters.metrics(),
         }
-        state.last_metrics.clone()
     }
 }
 
@@ -318,7 +310,6 @@ pub(crate) struct StreamState {
     /// The stream's counters when the current enabled period began (`None`
     /// while disabled).
     baseline: Option<StreamMetrics>,
-    last_metrics: StreamMetrics,
 }
 
 impl StreamState {

@@ -248,3 +248,45 @@ impl Counters {
         }
     }
 }
+
+/// A stream's counters, shared with the stream: readable after the stream is
+/// dropped (a profiler that holds streams weakly still reports the work of
+/// one that is gone, all of it).
+///
+/// ```
+/// use cuda_streams_driver::{Context, Stream};
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// let counters = stream.counters();
+/// stream.record_kernel_launch();
+/// drop(stream);
+/// assert_eq!(counters.metrics().kernel_launches, 1);
+/// ```
+#[derive(Clone)]
+pub struct StreamCounters {
+    stream_id: u64,
+    counters: std::sync::Arc<Counters>,
+}
+
+impl StreamCounters {
+    pub(crate) fn new(stream_id: u64, counters: std::sync::Arc<Counters>) -> Self {
+        Self {
+            stream_id,
+            counters,
+        }
+    }
+
+    /// The counters now. Timing sections are folded in by
+    /// [`Stream::metrics`](crate::Stream::metrics) only, while the stream lives.
+    pub fn metrics(&self) -> StreamMetrics {
+        self.counters.snapshot(self.stream_id)
+    }
+}
+
+impl std::fmt::Debug for StreamCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamCounters")
+            .field("stream_id", &self.stream_id)
+            .finish_non_exhaustive()
+    }
+}

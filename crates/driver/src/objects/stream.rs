@@ -428,6 +428,11 @@ impl Stream {
         self.counters.snapshot(self.id)
     }
 
+    /// The stream's counters as a handle that outlives the stream.
+    pub fn counters(&self) -> crate::StreamCounters {
+        crate::StreamCounters::new(self.id, Arc::clone(&self.counters))
+    }
+
     /// How many operations were enqueued so far: [`StreamMetrics::operations_count`]
     /// without the rest of the snapshot (one atomic load).
     pub fn operation_count(&self) -> u64 {
