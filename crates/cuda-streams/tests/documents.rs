@@ -25,6 +25,10 @@ const DOCUMENTS: &[(&str, &str)] = &[
         "docs/benchmarks.md",
         include_str!("../../../docs/benchmarks.md"),
     ),
+    (
+        "docs/engine-measurements.md",
+        include_str!("../../../docs/engine-measurements.md"),
+    ),
     ("docs/engine.md", include_str!("../../../docs/engine.md")),
     (
         "docs/event-coord.md",
@@ -39,6 +43,10 @@ const DOCUMENTS: &[(&str, &str)] = &[
     (
         "docs/multi-gpu.md",
         include_str!("../../../docs/multi-gpu.md"),
+    ),
+    (
+        "docs/ordering-measurements.md",
+        include_str!("../../../docs/ordering-measurements.md"),
     ),
     (
         "docs/ordering.md",
