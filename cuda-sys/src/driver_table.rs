@@ -199,6 +199,14 @@ pub struct Driver {
         p: *mut ::std::os::raw::c_void,
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult,
+    /// `cuMemHostRegister_v2`
+    pub cuMemHostRegister: unsafe extern "C" fn(
+        p: *mut ::std::os::raw::c_void,
+        bytesize: usize,
+        Flags: ::std::os::raw::c_uint,
+    ) -> CUresult,
+    /// `cuMemHostUnregister`
+    pub cuMemHostUnregister: unsafe extern "C" fn(p: *mut ::std::os::raw::c_void) -> CUresult,
     /// `cuMemAllocManaged`
     pub cuMemAllocManaged: unsafe extern "C" fn(
         dptr: *mut CUdeviceptr,
@@ -338,7 +346,7 @@ pub struct Driver {
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 67usize] = [
+pub const SYMBOLS: [(&str, &str); 69usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -383,6 +391,8 @@ pub const SYMBOLS: [(&str, &str); 67usize] = [
     ("cuMemHostAlloc", "cuMemHostAlloc"),
     ("cuMemFreeHost", "cuMemFreeHost"),
     ("cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2"),
+    ("cuMemHostRegister", "cuMemHostRegister_v2"),
+    ("cuMemHostUnregister", "cuMemHostUnregister"),
     ("cuMemAllocManaged", "cuMemAllocManaged"),
     ("cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2"),
     ("cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2"),
@@ -474,6 +484,8 @@ impl Driver {
         let cuMemHostAlloc = resolve("cuMemHostAlloc");
         let cuMemFreeHost = resolve("cuMemFreeHost");
         let cuMemHostGetDevicePointer = resolve("cuMemHostGetDevicePointer_v2");
+        let cuMemHostRegister = resolve("cuMemHostRegister_v2");
+        let cuMemHostUnregister = resolve("cuMemHostUnregister");
         let cuMemAllocManaged = resolve("cuMemAllocManaged");
         let cuMemcpyHtoDAsync = resolve("cuMemcpyHtoDAsync_v2");
         let cuMemcpyDtoHAsync = resolve("cuMemcpyDtoHAsync_v2");
@@ -771,6 +783,18 @@ impl Driver {
                         Flags: ::std::os::raw::c_uint,
                     ) -> CUresult,
                 >(cuMemHostGetDevicePointer),
+                cuMemHostRegister: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        p: *mut ::std::os::raw::c_void,
+                        bytesize: usize,
+                        Flags: ::std::os::raw::c_uint,
+                    ) -> CUresult,
+                >(cuMemHostRegister),
+                cuMemHostUnregister: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(p: *mut ::std::os::raw::c_void) -> CUresult,
+                >(cuMemHostUnregister),
                 cuMemAllocManaged: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

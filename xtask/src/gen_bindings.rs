@@ -66,6 +66,8 @@ const ENTRY_POINTS: &[&str] = &[
     "cuMemHostAlloc",
     "cuMemFreeHost",
     "cuMemHostGetDevicePointer",
+    "cuMemHostRegister",
+    "cuMemHostUnregister",
     "cuMemAllocManaged",
     "cuMemcpyHtoDAsync",
     "cuMemcpyDtoHAsync",

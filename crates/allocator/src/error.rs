@@ -108,6 +108,28 @@ pub enum Error {
         /// How many devices have one.
         count: usize,
     },
+    /// A [`crate::HostPool`] request that found no reusable block and would
+    /// take the pool past its cap. Nothing changed; blocks still waiting for
+    /// a stream become reusable once it passes their uses.
+    #[error(
+        "pinned host pool: a block of {class} bytes (for {requested}) would take the pool past \
+         its cap of {cap} bytes ({reserved} reserved, {in_use} in use); {}",
+        describe_holder(holder)
+    )]
+    HostPoolFull {
+        /// The bytes asked for.
+        requested: usize,
+        /// The size class that would serve them (`usize::MAX` when rounding overflows).
+        class: usize,
+        /// The pool's cap.
+        cap: usize,
+        /// Bytes the pool holds.
+        reserved: usize,
+        /// Bytes in blocks handed out.
+        in_use: usize,
+        /// The stream holding the most dropped blocks not yet reusable.
+        holder: Option<HostHolder>,
+    },
 }
 
 /// A device the [`crate::DeviceAllocators`] has no allocator for.
@@ -120,6 +142,29 @@ impl From<driver::UnknownDevice> for Error {
 impl From<driver::sys::DriverError> for Error {
     fn from(err: driver::sys::DriverError) -> Self {
         Self::Driver(err.into())
+    }
+}
+
+/// A stream that holds dropped [`crate::HostPool`] blocks: they wait for
+/// its uses before they can be reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostHolder {
+    /// The stream's id.
+    pub stream: u64,
+    /// How many dropped blocks wait for it.
+    pub blocks: usize,
+    /// Their bytes.
+    pub bytes: usize,
+}
+
+fn describe_holder(holder: &Option<HostHolder>) -> String {
+    match holder {
+        Some(h) => format!(
+            "stream {} holds {} dropped block(s) ({} bytes) it has not passed yet: \
+             synchronize it, or raise the cap",
+            h.stream, h.blocks, h.bytes
+        ),
+        None => "every block is in use: drop some, or raise the cap".to_string(),
     }
 }
 

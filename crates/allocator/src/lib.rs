@@ -65,6 +65,7 @@ mod devices;
 mod driver_pool;
 mod error;
 mod hash;
+mod host_pool;
 mod last_slot;
 mod observer;
 mod shared;
@@ -80,7 +81,10 @@ pub use dependency::StreamDependency;
 pub use devices::DeviceAllocators;
 /// The safe driver layer this crate builds on (streams, contexts, events).
 pub use driver;
-pub use error::{Error, Result};
+pub use error::{Error, HostHolder, Result};
+pub use host_pool::{
+    HOST_MIN_STEP, HostBlock, HostPool, HostPoolBuilder, HostPoolStats, host_size_class,
+};
 pub use observer::{MemoryEvent, MemoryEventKind, MemoryObserver};
 pub use size::{
     BLOCK_GRANULE, MEDIUM_LIMIT, MEDIUM_SEGMENT, SEGMENT_GRANULE, SMALL_LIMIT, SMALL_SEGMENT,

@@ -71,6 +71,7 @@ mod event;
 pub mod faults;
 mod graph;
 mod handles;
+mod host_register;
 mod memory;
 mod modules;
 mod nccl;
@@ -136,6 +137,7 @@ pub fn driver() -> &'static Driver {
     use errors::*;
     use event::*;
     use graph::*;
+    use host_register::*;
     use modules::*;
     use pool::*;
     use stream_api::*;
@@ -185,6 +187,8 @@ pub fn driver() -> &'static Driver {
         cuMemHostAlloc,
         cuMemFreeHost,
         cuMemHostGetDevicePointer,
+        cuMemHostRegister,
+        cuMemHostUnregister,
         cuMemAllocManaged,
         cuMemcpyHtoDAsync,
         cuMemcpyDtoHAsync,

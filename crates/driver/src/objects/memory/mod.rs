@@ -86,14 +86,18 @@ macro_rules! host_side {
 
 mod device;
 mod pinned;
+mod pinned_region;
 mod pool;
+mod registered;
 mod slice;
 mod tracker;
 mod unified;
 
 pub use device::DeviceBuffer;
 pub use pinned::PinnedBuffer;
+pub use pinned_region::{PinnedRegion, RegionOwner, ReturnedRegion, StreamUse, region_bytes};
 pub use pool::MemPool;
+pub use registered::HostRegistered;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceView, SharedDeviceSlice};
 pub use unified::UnifiedBuffer;
 

@@ -137,6 +137,20 @@ impl UseTracker {
         true
     }
 
+    /// Hand over the event of each stream whose recorded uses may still be
+    /// running, with the stream's id, and forget every use: for an owner
+    /// that waits for them later instead of on the host now (a pool that
+    /// reuses the memory once each event has completed).
+    pub(crate) fn take_pending(&self) -> Vec<(u64, PooledEvent)> {
+        let mut inner = self.lock();
+        inner.ready = None;
+        std::mem::take(&mut inner.uses)
+            .into_iter()
+            .filter(|u| u.pending > Pending::Idle)
+            .map(|u| (u.stream, u.event))
+            .collect()
+    }
+
     /// Give the events back to their pool (the owner calls this last, from
     /// its Drop; no driver call).
     pub(crate) fn release_events(&self) {
