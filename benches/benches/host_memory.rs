@@ -66,7 +66,10 @@ fn pool_hit() {
     );
     figure("host pool hit (allocate+free) median", ours, "ns");
     let stats = pool.stats();
-    assert_eq!(stats.misses, 1, "every allocation after the first is a hit: {stats}");
+    assert_eq!(
+        stats.misses, 1,
+        "every allocation after the first is a hit: {stats}"
+    );
 }
 
 fn gbps(bytes: usize, time: Duration) -> f64 {
@@ -143,10 +146,26 @@ fn uploads() {
         ns(raw_time),
     );
     let mib = bytes >> 20;
-    figure(&format!("H2D raw pinned, {mib} MiB copies"), gbps(bytes, raw_time), "GB/s");
-    figure(&format!("H2D host pool block, {mib} MiB copies"), gbps(bytes, pool_time), "GB/s");
-    figure(&format!("H2D registered, {mib} MiB copies"), gbps(bytes, registered_time), "GB/s");
-    figure(&format!("H2D pageable, {mib} MiB copies"), gbps(bytes, pageable_time), "GB/s");
+    figure(
+        &format!("H2D raw pinned, {mib} MiB copies"),
+        gbps(bytes, raw_time),
+        "GB/s",
+    );
+    figure(
+        &format!("H2D host pool block, {mib} MiB copies"),
+        gbps(bytes, pool_time),
+        "GB/s",
+    );
+    figure(
+        &format!("H2D registered, {mib} MiB copies"),
+        gbps(bytes, registered_time),
+        "GB/s",
+    );
+    figure(
+        &format!("H2D pageable, {mib} MiB copies"),
+        gbps(bytes, pageable_time),
+        "GB/s",
+    );
     figure(
         &format!("cuMemHostRegister+Unregister of {mib} MiB"),
         registering.as_secs_f64() * 1e6,

@@ -35,7 +35,11 @@ fn a_block_is_reused_only_after_every_stream_passed_its_use() {
         a.synchronize().unwrap();
         // `a` has passed its copy; `b` has not.
         let third = pool.allocate::<u32>(LEN).unwrap();
-        assert_ne!(third.as_ptr(), used, "handed out while stream b still copies it");
+        assert_ne!(
+            third.as_ptr(),
+            used,
+            "handed out while stream b still copies it"
+        );
         let holder = pool.heaviest_holder().expect("b holds the block");
         assert_eq!((holder.stream, holder.blocks), (b.id(), 1));
         drop((second, third));
@@ -74,7 +78,10 @@ fn past_the_cap_the_error_names_the_stream_holding_the_blocks() {
         let holder = holder.expect("a stream holds the blocks");
         assert_eq!((holder.stream, holder.blocks), (stuck.id(), 2));
         let text = err.to_string();
-        assert!(text.contains(&format!("stream {} holds 2", stuck.id())), "{text}");
+        assert!(
+            text.contains(&format!("stream {} holds 2", stuck.id())),
+            "{text}"
+        );
         assert!(pool.stats().reserved_bytes <= 2 * class);
     }
     gate.open();
@@ -82,7 +89,11 @@ fn past_the_cap_the_error_names_the_stream_holding_the_blocks() {
     // Passed: the blocks are reusable and the pool did not grow.
     let again = pool.allocate::<u32>(LEN).unwrap();
     let stats = pool.stats();
-    assert_eq!((stats.reserved_bytes, stats.misses), (2 * class, 2), "{stats}");
+    assert_eq!(
+        (stats.reserved_bytes, stats.misses),
+        (2 * class, 2),
+        "{stats}"
+    );
     drop(again);
 }
 
@@ -121,7 +132,10 @@ fn trim_frees_idle_blocks_only() {
         assert_eq!(pool.stats().cached_bytes, classes);
         assert_eq!(pool.trim(0), classes, "only idle blocks go");
         let stats = pool.stats();
-        assert_eq!((stats.reserved_bytes, stats.pending_bytes), (busy_class, busy_class));
+        assert_eq!(
+            (stats.reserved_bytes, stats.pending_bytes),
+            (busy_class, busy_class)
+        );
     }
     gate.open();
     stream.synchronize().unwrap();
@@ -184,8 +198,14 @@ fn zero_and_overflowing_requests_are_refused_naming_the_size() {
     let err = pool.allocate::<u32>(0).unwrap_err();
     assert!(err.to_string().contains("0 bytes"), "{err}");
     let err = pool.allocate::<u64>(usize::MAX / 4).unwrap_err();
-    assert!(err.to_string().contains(&(usize::MAX / 4).to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&(usize::MAX / 4).to_string()),
+        "{err}"
+    );
     let err = pool.allocate::<u8>(usize::MAX - 1).unwrap_err();
-    assert!(matches!(err, Error::HostPoolFull { .. } | Error::Driver(_)), "{err}");
+    assert!(
+        matches!(err, Error::HostPoolFull { .. } | Error::Driver(_)),
+        "{err}"
+    );
     assert_eq!(pool.stats().reserved_bytes, 0);
 }

@@ -1,0 +1,94 @@
+//! `HostRegistered`: a user's own memory as a copy source and destination,
+//! registered while borrowed; dropping it waits for its copies; the driver's
+//! refusals (empty, already registered) come back as errors. The borrow rules
+//! themselves are proved by `compile_fail/registered_*.rs`.
+
+mod support;
+
+use cuda_streams_driver::{DeviceBuffer, Error, HostRegistered, Stream};
+use std::time::Duration;
+use support::{Gate, ctx};
+
+#[test]
+fn registered_memory_round_trips_through_the_device() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut data: Vec<u32> = (0..4096).collect();
+    let mut device = DeviceBuffer::<u32>::new_async(&stream, data.len()).unwrap();
+    let len = HostRegistered::scope(&ctx, &mut data, |registered| {
+        stream.copy_from_host_async(&mut device, registered)?;
+        // Writing waits for the copy that reads the old values.
+        registered.as_mut_slice()?.fill(0);
+        stream.memset_u32_async(&mut device, 5).unwrap();
+        stream.copy_to_host_async(registered, &device)?;
+        assert_eq!(registered.as_slice()?, &[5u32; 4096][..]);
+        Ok::<_, Error>(registered.len())
+    })
+    .unwrap()
+    .unwrap();
+    assert_eq!(len, 4096);
+    assert!(data.iter().all(|&v| v == 5));
+}
+
+#[test]
+fn the_scope_waits_for_copies_into_the_memory_before_it_ends() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let device = DeviceBuffer::from_slice(&stream, &[7u32; 1024]).unwrap();
+    let mut data = vec![0u32; 1024];
+    // The gate opens by itself; until then the copy cannot run. Had the
+    // scope not waited for it, `data` would still be zeros afterwards.
+    let gate = Gate::close_within(&stream, Duration::from_millis(300));
+    HostRegistered::scope(&ctx, &mut data, |registered| {
+        stream.copy_to_host_async(registered, &device).unwrap();
+    })
+    .unwrap();
+    assert!(
+        data.iter().all(|&v| v == 7),
+        "the scope ended before the copy"
+    );
+    drop(gate);
+}
+
+#[test]
+fn new_and_drop_register_and_unregister() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut data = vec![3u8; 10_000];
+    let mut device = DeviceBuffer::<u8>::new_async(&stream, data.len()).unwrap();
+    {
+        // SAFETY: dropped at the end of this block, before `data` is used again.
+        let registered = unsafe { HostRegistered::new(&ctx, &mut data) }.unwrap();
+        stream
+            .copy_from_host_async(&mut device, &registered)
+            .unwrap();
+    }
+    assert_eq!(device.to_vec(&stream).unwrap(), vec![3u8; 10_000]);
+    // Unregistered by the drop: the same memory registers again.
+    HostRegistered::scope(&ctx, &mut data, |r| assert_eq!(r.size_in_bytes(), 10_000)).unwrap();
+}
+
+#[test]
+fn empty_and_doubly_registered_memory_is_refused() {
+    let ctx = ctx();
+    let mut empty: Vec<f32> = Vec::new();
+    let err = HostRegistered::scope(&ctx, &mut empty, |_| ()).unwrap_err();
+    assert!(matches!(err, Error::ZeroSize { len: 0, .. }), "{err}");
+    assert!(err.to_string().contains("HostRegistered"), "{err}");
+
+    if ctx.is_gpu() {
+        eprintln!(
+            "skipped on the GPU: page sharing between registrations is the software driver's model"
+        );
+        return;
+    }
+    // Two halves of one small Vec share a page: the second registration is
+    // refused, as a GPU driver refuses memory it has already registered.
+    let mut data = vec![0u8; 256];
+    let (front, back) = data.split_at_mut(128);
+    HostRegistered::scope(&ctx, front, |_| {
+        let err = HostRegistered::scope(&ctx, &mut *back, |_| ()).unwrap_err();
+        assert!(err.to_string().contains("ALREADY_REGISTERED"), "{err}");
+    })
+    .unwrap();
+}
