@@ -52,8 +52,11 @@ pub struct HostRegistered<'a, T: DeviceCopy> {
     tracker: UseTracker,
     /// The user's memory, borrowed mutably for `'a`. Invariant in `'a`, so
     /// the registration of one scope cannot be swapped for another's.
-    _borrow: PhantomData<(&'a mut [T], fn(&'a ()) -> &'a ())>,
+    _borrow: PhantomData<(&'a mut [T], Invariant<'a>)>,
 }
+
+/// A marker invariant in `'a` (a function both taking and returning it).
+type Invariant<'a> = fn(&'a ()) -> &'a ();
 
 // SAFETY: the value holds the only borrow of the memory (`&'a mut [T]` is
 // Send for `T: Send`), and the tracker is Send + Sync.
