@@ -56,9 +56,10 @@ mod tests {
         }
     }
 
+    // The eight classes above 4 KiB up to and including 8 KiB.
     #[test]
     fn eight_classes_per_power_of_two() {
-        let classes: std::collections::BTreeSet<usize> = (4096..8192)
+        let classes: std::collections::BTreeSet<usize> = (4097..=8192)
             .map(|bytes| host_size_class(bytes).unwrap())
             .collect();
         let expected: Vec<usize> = (1..=8).map(|k| 4096 + 512 * k).collect();
@@ -83,6 +84,6 @@ mod tests {
             Some(HOST_MIN_STEP * 9)
         );
         assert_eq!(host_size_class(usize::MAX), None);
-        assert_eq!(host_size_class((1 << 63) + 1), None);
+        assert_eq!(host_size_class((1 << 63) + 1), Some((1 << 63) + (1 << 60)));
     }
 }
