@@ -92,3 +92,8 @@ pub use size::{
 pub use snapshot::{BlockSnapshot, BlockState, MemorySnapshot, SegmentSnapshot, StreamSnapshot};
 pub use stats::{AllocatorStats, StreamStats};
 pub use view::{AllocationView, AllocationViewMut};
+
+/// The examples of `docs/host-memory.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/host-memory.md")]
+pub struct HostMemoryGuide;

@@ -56,8 +56,8 @@
 //! ```
 
 pub use driver::{
-    Context, DeviceBuffer, DriverKind, Event, Kernel, KernelArg, LaunchConfig, Module,
-    PinnedBuffer, Program, Stream, StreamPriority, UnifiedBuffer, kernel,
+    Context, DeviceBuffer, DriverKind, Event, HostRegistered, Kernel, KernelArg, LaunchConfig,
+    Module, PinnedBuffer, Program, Stream, StreamPriority, UnifiedBuffer, kernel,
 };
 
 #[cfg(feature = "pool")]
@@ -79,7 +79,7 @@ pub use engine::{
 
 #[cfg(feature = "allocator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "allocator")))]
-pub use allocator::{Allocation, StreamOrderedAllocator};
+pub use allocator::{Allocation, HostPool, StreamOrderedAllocator};
 
 #[cfg(feature = "profiler")]
 #[cfg_attr(docsrs, doc(cfg(feature = "profiler")))]

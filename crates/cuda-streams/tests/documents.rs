@@ -39,6 +39,10 @@ const DOCUMENTS: &[(&str, &str)] = &[
         include_str!("../../../docs/glossary.md"),
     ),
     ("docs/graphs.md", include_str!("../../../docs/graphs.md")),
+    (
+        "docs/host-memory.md",
+        include_str!("../../../docs/host-memory.md"),
+    ),
     ("docs/kernels.md", include_str!("../../../docs/kernels.md")),
     (
         "docs/multi-gpu.md",

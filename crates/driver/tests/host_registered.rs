@@ -2,15 +2,19 @@
 //! registered while borrowed; dropping it waits for its copies; the driver's
 //! refusals (empty, already registered) come back as errors. The borrow rules
 //! themselves are proved by `compile_fail/registered_*.rs`.
+//!
+//! Each test holds `serial()`: two tests' buffers may share a page, and two
+//! registrations may not.
 
 mod support;
 
 use cuda_streams_driver::{DeviceBuffer, Error, HostRegistered, Stream};
 use std::time::Duration;
-use support::{Gate, ctx};
+use support::{Gate, ctx, serial};
 
 #[test]
 fn registered_memory_round_trips_through_the_device() {
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let mut data: Vec<u32> = (0..4096).collect();
@@ -32,6 +36,7 @@ fn registered_memory_round_trips_through_the_device() {
 
 #[test]
 fn the_scope_waits_for_copies_into_the_memory_before_it_ends() {
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let device = DeviceBuffer::from_slice(&stream, &[7u32; 1024]).unwrap();
@@ -52,6 +57,7 @@ fn the_scope_waits_for_copies_into_the_memory_before_it_ends() {
 
 #[test]
 fn new_and_drop_register_and_unregister() {
+    let _serial = serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let mut data = vec![3u8; 10_000];
@@ -70,6 +76,7 @@ fn new_and_drop_register_and_unregister() {
 
 #[test]
 fn empty_and_doubly_registered_memory_is_refused() {
+    let _serial = serial();
     let ctx = ctx();
     let mut empty: Vec<f32> = Vec::new();
     let err = HostRegistered::scope(&ctx, &mut empty, |_| ()).unwrap_err();
