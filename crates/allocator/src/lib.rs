@@ -50,6 +50,11 @@
 //!
 //! See `docs/allocator.md` for a guide and when to pick which backend.
 //!
+//! For host memory, [`HostPool`] keeps page-locked blocks the same way: a
+//! dropped block is reused once every stream that used it has passed that
+//! use, in size classes that waste at most an eighth, under a cap whose
+//! error names the stream holding the most blocks (`docs/host-memory.md`).
+//!
 //! This crate uses `unsafe` for raw driver calls the safe driver layer does not
 //! offer for memory it does not own (`cuMemAlloc`/`cuMemFree` of segments,
 //! `cuMemAllocAsync`/`cuMemFreeAsync`, the pool's attributes, memsets and copies

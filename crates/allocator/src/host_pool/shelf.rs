@@ -119,12 +119,7 @@ impl Shelf {
     /// `cuMemHostAlloc` of `class` bytes, zeroed (the block's values are
     /// read as `T` by the first owner).
     fn driver_alloc(&self, class: usize) -> Result<u64> {
-        self.ctx.bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: writes one pointer through a valid pointer; flags 0; the
-        // context is current.
-        let code = unsafe { (self.ctx.driver().cuMemHostAlloc)(&mut raw, class, 0) };
-        self.ctx.driver().check(code)?;
+        let raw = driver::result::mem_host_alloc(&self.ctx, class)?;
         if raw.is_null() {
             return Err(driver::sys::DriverError::new(
                 driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
@@ -156,10 +151,10 @@ impl Shelf {
                 entry.remove();
             }
             st.cached_bytes -= class;
-            // SAFETY: from cuMemHostAlloc, freed once: the block was cached,
+            // SAFETY: from mem_host_alloc, freed once: the block was cached,
             // so no block hands it out and every stream use has completed.
-            let code = unsafe { (self.ctx.driver().cuMemFreeHost)(address as *mut _) };
-            if let Err(err) = self.ctx.driver().check(code) {
+            if let Err(err) = unsafe { driver::result::mem_free_host(&self.ctx, address as *mut _) }
+            {
                 tracing::warn!("freeing a pinned host pool block {address:#x}: {err}");
             }
             st.reserved -= class;
@@ -324,10 +319,9 @@ impl Drop for Shelf {
             }
         }
         for address in addresses {
-            // SAFETY: from cuMemHostAlloc, freed once; no block is live (each
+            // SAFETY: from mem_host_alloc, freed once; no block is live (each
             // held a reference to this state) and every stream use is done.
-            let code = unsafe { (ctx.driver().cuMemFreeHost)(address as *mut _) };
-            if let Err(err) = ctx.driver().check(code) {
+            if let Err(err) = unsafe { driver::result::mem_free_host(&ctx, address as *mut _) } {
                 tracing::warn!("freeing a pinned host pool block {address:#x}: {err}");
             }
         }

@@ -51,6 +51,28 @@ pub unsafe fn mem_free(ctx: &Context, ptr: CUdeviceptr) -> Result<()> {
     ctx.check(unsafe { (ctx.driver().cuMemFree)(ptr) })
 }
 
+/// `bytes` of page-locked host memory from `cuMemHostAlloc` (flags 0),
+/// uninitialised. Free it with [`mem_free_host`].
+pub fn mem_host_alloc(ctx: &Context, bytes: usize) -> Result<*mut std::ffi::c_void> {
+    ctx.bind()?;
+    let mut ptr = std::ptr::null_mut();
+    // SAFETY: writes one pointer through a valid pointer; flags 0; the
+    // context is current.
+    ctx.check(unsafe { (ctx.driver().cuMemHostAlloc)(&mut ptr, bytes, 0) })?;
+    Ok(ptr)
+}
+
+/// Give back memory from [`mem_host_alloc`] (`cuMemFreeHost`).
+///
+/// # Safety
+/// `ptr` came from [`mem_host_alloc`] on `ctx`, is freed once, and no work
+/// that can still run (on any stream) uses it.
+pub unsafe fn mem_free_host(ctx: &Context, ptr: *mut std::ffi::c_void) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: the caller's contract.
+    ctx.check(unsafe { (ctx.driver().cuMemFreeHost)(ptr) })
+}
+
 /// `bytes` of device memory from the device's default pool, in stream order
 /// on `stream` (`cuMemAllocAsync`): usable by work enqueued on `stream`
 /// after this call. While `stream` captures, the driver records the
