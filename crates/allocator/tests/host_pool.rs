@@ -276,3 +276,46 @@ fn blocks_piling_up_behind_a_stream_are_warned_about_once_naming_it() {
         );
     }
 }
+
+/// Many threads, each uploading batches from pool blocks on its own stream
+/// and dropping each block while its copy may still run. Had a block gone to
+/// another thread before the copy read it, that thread's fill would show up
+/// in this thread's device buffer.
+#[test]
+fn threads_sharing_a_pool_never_get_a_block_a_copy_still_reads() {
+    let _serial = serial();
+    let ctx = ctx();
+    let pool = Arc::new(HostPool::new(&ctx).unwrap());
+    const THREADS: u32 = 8;
+    const STEPS: u32 = 60;
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (ctx, pool) = (Arc::clone(&ctx), Arc::clone(&pool));
+            scope.spawn(move || {
+                let stream = Stream::new(&ctx).unwrap();
+                let mut device = DeviceBuffer::<u32>::new_async(&stream, LEN).unwrap();
+                for step in 0..STEPS {
+                    let tag = thread * 1000 + step;
+                    let mut block = pool.allocate::<u32>(LEN).unwrap();
+                    block.as_mut_slice().unwrap().fill(tag);
+                    stream.copy_from_host_async(&mut device, &block).unwrap();
+                    drop(block);
+                    let back = device.to_vec(&stream).unwrap();
+                    assert!(
+                        back.iter().all(|&v| v == tag),
+                        "thread {thread} step {step}"
+                    );
+                }
+            });
+        }
+    });
+    let stats = pool.stats();
+    assert_eq!((stats.in_use_bytes, stats.pending_bytes), (0, 0), "{stats}");
+    assert_eq!(stats.hits + stats.misses, u64::from(THREADS * STEPS));
+    let class = host_size_class(LEN * 4).unwrap();
+    // At most one block per thread in use and one waiting per thread.
+    assert!(
+        stats.reserved_bytes <= 2 * THREADS as usize * class,
+        "{stats}"
+    );
+}
