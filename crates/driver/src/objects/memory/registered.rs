@@ -90,7 +90,10 @@ impl<'a, T: DeviceCopy> HostRegistered<'a, T> {
     /// # Safety
     /// The value must be dropped (not leaked with `std::mem::forget`, an
     /// `Rc` cycle or the like) before `'a` ends: its `Drop` is what waits
-    /// for the copies still reading or writing `data`.
+    /// for the copies still reading or writing `data`. Nor may it take the
+    /// place of the registration a [`HostRegistered::scope`] lends
+    /// (`std::mem::swap`, `std::mem::replace`): that one's `Drop` must run
+    /// at the end of its scope.
     pub unsafe fn new(ctx: &Arc<Context>, data: &'a mut [T]) -> Result<Self> {
         let bytes = std::mem::size_of_val(data);
         if bytes == 0 {
