@@ -108,6 +108,17 @@ pub enum Error {
         /// How many devices have one.
         count: usize,
     },
+    /// A [`crate::HostPool`] request for a type aligned more strictly than
+    /// the driver aligns host blocks (256 bytes).
+    #[error(
+        "pinned host pool: {type_name} needs {align}-byte alignment; blocks are aligned to 256 bytes"
+    )]
+    HostAlignment {
+        /// The element type.
+        type_name: &'static str,
+        /// Its alignment.
+        align: usize,
+    },
     /// A [`crate::HostPool`] request that found no reusable block and would
     /// take the pool past its cap. Nothing changed; blocks still waiting for
     /// a stream become reusable once it passes their uses.

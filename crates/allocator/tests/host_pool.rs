@@ -319,3 +319,22 @@ fn threads_sharing_a_pool_never_get_a_block_a_copy_still_reads() {
         "{stats}"
     );
 }
+
+#[test]
+fn types_aligned_past_a_block_are_refused_naming_the_type() {
+    let _serial = serial();
+    let ctx = ctx();
+    let pool = HostPool::new(&ctx).unwrap();
+    #[derive(Clone, Copy)]
+    #[repr(C, align(4096))]
+    struct Page([u8; 4096]);
+    // SAFETY: bytes only; every bit pattern is valid, no pointers.
+    unsafe impl cuda_streams_allocator::driver::DeviceCopy for Page {}
+    let err = pool.allocate::<Page>(1).unwrap_err();
+    assert!(
+        matches!(err, Error::HostAlignment { align: 4096, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("Page"), "{err}");
+    assert_eq!(pool.stats().reserved_bytes, 0);
+}

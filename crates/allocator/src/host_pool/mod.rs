@@ -25,6 +25,10 @@ use std::sync::Arc;
 /// last user left.
 pub type HostBlock<T> = PinnedRegion<T>;
 
+/// What every host block's address is a multiple of: `cuMemHostAlloc`
+/// returns page-aligned memory, the software driver 256-byte aligned.
+const BLOCK_ALIGN: usize = 256;
+
 /// Cap on the reserved bytes when the builder sets none and the machine's
 /// memory cannot be read.
 const FALLBACK_CAP: usize = 64 << 30;
@@ -119,6 +123,13 @@ impl HostPool {
     /// past the cap, [`Error::HostPoolFull`].
     pub fn allocate<T: DeviceCopy>(&self, len: usize) -> Result<HostBlock<T>> {
         let bytes = driver::region_bytes::<T>(len)?;
+        let align = std::mem::align_of::<T>();
+        if align > BLOCK_ALIGN {
+            return Err(Error::HostAlignment {
+                type_name: std::any::type_name::<T>(),
+                align,
+            });
+        }
         let class = host_size_class(bytes).ok_or(Error::HostPoolFull {
             requested: bytes,
             class: usize::MAX,
@@ -130,7 +141,8 @@ impl HostPool {
         let address = self.shelf.take(class, bytes)?;
         let owner: Arc<dyn RegionOwner> = self.shelf.clone();
         // SAFETY: `address` is a block of `class >= bytes` bytes from
-        // cuMemHostAlloc in this context (page-aligned, so aligned for `T`),
+        // cuMemHostAlloc in this context (aligned to BLOCK_ALIGN, checked
+        // above to be enough for `T`),
         // zeroed when new and since written only with `DeviceCopy` values
         // (valid for any bits); it is free of every stream (cached blocks
         // are, by `collect_finished`) and handed to no one else until the
