@@ -136,8 +136,12 @@ pub(crate) fn require() -> Result<CUdevice, CUresult> {
 
 /// The device of the current context, if one is current and retained.
 fn current_device() -> Option<CUdevice> {
-    let dev = device_of(CURRENT.with(Cell::get))?;
-    (primary(dev).retained.load(Ordering::Acquire) > 0).then_some(dev)
+    let ctx = CURRENT.with(Cell::get);
+    match device_of(ctx) {
+        Some(dev) => (primary(dev).retained.load(Ordering::Acquire) > 0).then_some(dev),
+        // A green context's handle stands for its device while it lives.
+        None => crate::green::device_of_context(ctx),
+    }
 }
 
 /// `CUDA_ERROR_INVALID_DEVICE` unless `dev` is a device ordinal.
@@ -165,6 +169,7 @@ pub(crate) fn check_context(ctx: CUcontext) -> Result<CUdevice, CUresult> {
     }
     match device_of(ctx as usize) {
         Some(dev) if primary(dev).retained.load(Ordering::Acquire) > 0 => Ok(dev),
+        None if let Some(dev) = crate::green::device_of_context(ctx as usize) => Ok(dev),
         _ => Err(fail(
             CUresult::CUDA_ERROR_INVALID_CONTEXT,
             format!("{:#x} is not a live context", ctx as usize),
