@@ -61,10 +61,29 @@ pub struct GreenContexts {
         hStream: CUstream,
         phCtx: *mut CUgreenCtx,
     ) -> CUresult,
+    /// `cuLibraryLoadData`
+    pub cuLibraryLoadData: unsafe extern "C" fn(
+        library: *mut CUlibrary,
+        code: *const ::std::os::raw::c_void,
+        jitOptions: *mut CUjit_option,
+        jitOptionsValues: *mut *mut ::std::os::raw::c_void,
+        numJitOptions: ::std::os::raw::c_uint,
+        libraryOptions: *mut CUlibraryOption,
+        libraryOptionValues: *mut *mut ::std::os::raw::c_void,
+        numLibraryOptions: ::std::os::raw::c_uint,
+    ) -> CUresult,
+    /// `cuLibraryGetKernel`
+    pub cuLibraryGetKernel: unsafe extern "C" fn(
+        pKernel: *mut CUkernel,
+        library: CUlibrary,
+        name: *const ::std::os::raw::c_char,
+    ) -> CUresult,
+    /// `cuLibraryUnload`
+    pub cuLibraryUnload: unsafe extern "C" fn(library: CUlibrary) -> CUresult,
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 9usize] = [
+pub const SYMBOLS: [(&str, &str); 12usize] = [
     ("cuDeviceGetDevResource", "cuDeviceGetDevResource"),
     ("cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount"),
     ("cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc"),
@@ -74,6 +93,9 @@ pub const SYMBOLS: [(&str, &str); 9usize] = [
     ("cuGreenCtxGetDevResource", "cuGreenCtxGetDevResource"),
     ("cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate"),
     ("cuStreamGetGreenCtx", "cuStreamGetGreenCtx"),
+    ("cuLibraryLoadData", "cuLibraryLoadData"),
+    ("cuLibraryGetKernel", "cuLibraryGetKernel"),
+    ("cuLibraryUnload", "cuLibraryUnload"),
 ];
 impl GreenContexts {
     /// Build the table from a symbol resolver.
@@ -107,6 +129,9 @@ impl GreenContexts {
         let cuGreenCtxGetDevResource = resolve("cuGreenCtxGetDevResource");
         let cuGreenCtxStreamCreate = resolve("cuGreenCtxStreamCreate");
         let cuStreamGetGreenCtx = resolve("cuStreamGetGreenCtx");
+        let cuLibraryLoadData = resolve("cuLibraryLoadData");
+        let cuLibraryGetKernel = resolve("cuLibraryGetKernel");
+        let cuLibraryUnload = resolve("cuLibraryUnload");
         if !missing.is_empty() {
             return Err(missing);
         }
@@ -186,6 +211,31 @@ impl GreenContexts {
                         phCtx: *mut CUgreenCtx,
                     ) -> CUresult,
                 >(cuStreamGetGreenCtx),
+                cuLibraryLoadData: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        library: *mut CUlibrary,
+                        code: *const ::std::os::raw::c_void,
+                        jitOptions: *mut CUjit_option,
+                        jitOptionsValues: *mut *mut ::std::os::raw::c_void,
+                        numJitOptions: ::std::os::raw::c_uint,
+                        libraryOptions: *mut CUlibraryOption,
+                        libraryOptionValues: *mut *mut ::std::os::raw::c_void,
+                        numLibraryOptions: ::std::os::raw::c_uint,
+                    ) -> CUresult,
+                >(cuLibraryLoadData),
+                cuLibraryGetKernel: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        pKernel: *mut CUkernel,
+                        library: CUlibrary,
+                        name: *const ::std::os::raw::c_char,
+                    ) -> CUresult,
+                >(cuLibraryGetKernel),
+                cuLibraryUnload: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(library: CUlibrary) -> CUresult,
+                >(cuLibraryUnload),
             }
         })
     }

@@ -14,6 +14,10 @@
 //! context also has a context handle (`cuCtxFromGreenCtx`) that may be made
 //! current; it stands for its device, as the primary context does.
 //!
+//! Context-less kernels (`cuLibrary*`, in the same table because partitions
+//! need them on a GPU) fail with `CUDA_ERROR_NOT_SUPPORTED`: kernels here are
+//! CPU twins, and a module's function runs on any stream of its device.
+//!
 //! The SM count here is a model of an H200's, independent of the
 //! `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT` the device reports (the host's
 //! parallelism, which sizes launches).
@@ -23,11 +27,12 @@ use crate::errors::{Status, code, fail, write_out};
 use crate::handles::{Registry, lock, mint};
 use crate::stream::{STREAMS, Stream};
 use std::collections::HashMap;
-use std::ffi::{c_int, c_uint};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Mutex;
 use sys::{
     CUcontext, CUdevResource, CUdevResourceDesc, CUdevResourceType, CUdevSmResource, CUdevice,
-    CUgreenCtx, CUgreenCtxCreate_flags, CUresult, CUstream, CUstream_flags,
+    CUgreenCtx, CUgreenCtxCreate_flags, CUjit_option, CUkernel, CUlibrary, CUlibraryOption,
+    CUresult, CUstream, CUstream_flags,
 };
 
 /// The SMs of each software device: an H200's 132.
@@ -324,6 +329,38 @@ pub(crate) unsafe extern "C" fn cuStreamGetGreenCtx(
     })())
 }
 
+/// Why the library calls fail here: kernels are CPU twins, registered with
+/// their module in the device's one context, and a green context's stream
+/// runs them as it is (the driver crate loads no library on this driver).
+const NO_LIBRARIES: &str = "the software driver runs kernels as CPU twins of their module and \
+                            loads no libraries (cuLibrary*); launch the module's function on \
+                            the green context's stream";
+
+pub(crate) unsafe extern "C" fn cuLibraryLoadData(
+    _library: *mut CUlibrary,
+    _code: *const c_void,
+    _jitOptions: *mut CUjit_option,
+    _jitOptionsValues: *mut *mut c_void,
+    _numJitOptions: c_uint,
+    _libraryOptions: *mut CUlibraryOption,
+    _libraryOptionValues: *mut *mut c_void,
+    _numLibraryOptions: c_uint,
+) -> CUresult {
+    fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, NO_LIBRARIES)
+}
+
+pub(crate) unsafe extern "C" fn cuLibraryGetKernel(
+    _pKernel: *mut CUkernel,
+    _library: CUlibrary,
+    _name: *const c_char,
+) -> CUresult {
+    fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, NO_LIBRARIES)
+}
+
+pub(crate) unsafe extern "C" fn cuLibraryUnload(_library: CUlibrary) -> CUresult {
+    fail(CUresult::CUDA_ERROR_INVALID_HANDLE, NO_LIBRARIES)
+}
+
 /// The software driver's green-context table: every entry point of
 /// [`sys::GreenContexts`], on the software devices.
 pub(crate) static TABLE: sys::GreenContexts = sys::GreenContexts {
@@ -336,6 +373,9 @@ pub(crate) static TABLE: sys::GreenContexts = sys::GreenContexts {
     cuGreenCtxGetDevResource,
     cuGreenCtxStreamCreate,
     cuStreamGetGreenCtx,
+    cuLibraryLoadData,
+    cuLibraryGetKernel,
+    cuLibraryUnload,
 };
 
 #[cfg(test)]
