@@ -176,6 +176,7 @@ pub use objects::memory::{
     DeviceView, HostMemory, MemPool, PinnedBuffer, SharedDeviceSlice, UnifiedBuffer,
 };
 pub use objects::metrics::{StreamCounters, StreamMetrics};
+pub use objects::partition::{Partition, Partitions, Sms};
 pub use objects::per_device::{PerDevice, UnknownDevice};
 pub use objects::priority::{PriorityRange, StreamPriority};
 pub use objects::stream::{Stream, WorkObserver};

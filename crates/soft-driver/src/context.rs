@@ -114,6 +114,11 @@ pub(crate) fn not_in_host_function(call: &str) -> Status {
     }
 }
 
+/// The handle of the context current on this thread (0: none).
+pub(crate) fn current_handle() -> usize {
+    CURRENT.with(Cell::get)
+}
+
 /// The primary context of `dev` (a checked ordinal).
 fn primary(dev: CUdevice) -> &'static Primary {
     &primaries()[dev as usize]

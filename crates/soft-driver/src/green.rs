@@ -12,7 +12,10 @@
 //! another (nor for the device's other streams) unless an event orders it:
 //! on a GPU the partitions' SMs are disjoint, here the workers are. A green
 //! context also has a context handle (`cuCtxFromGreenCtx`) that may be made
-//! current; it stands for its device, as the primary context does.
+//! current; it stands for its device, as the primary context does, and
+//! `cuCtxSynchronize` there waits for the green context's streams only (in
+//! the primary context, for the primary context's only), as on a GPU, where
+//! each is a context of its own.
 //!
 //! Context-less kernels (`cuLibrary*`, in the same table because partitions
 //! need them on a GPU) fail with `CUDA_ERROR_NOT_SUPPORTED`: kernels here are
@@ -65,6 +68,28 @@ pub(crate) fn device_of_context(ctx: usize) -> Option<CUdevice> {
         .iter()
         .find(|green| green.context == ctx)
         .map(|green| green.device)
+}
+
+/// The green context (its handle) whose context is current on this thread,
+/// or 0 when a primary context (or none) is.
+pub(crate) fn current_green() -> usize {
+    let current = crate::context::current_handle();
+    if current == 0 {
+        return 0;
+    }
+    GREENS
+        .entries()
+        .into_iter()
+        .find(|(_, green)| green.context == current)
+        .map_or(0, |(handle, _)| handle)
+}
+
+/// The green context (its handle) stream `stream` was made in, or 0.
+pub(crate) fn green_of_stream(stream: usize) -> usize {
+    lock(&STREAM_GREEN)
+        .as_ref()
+        .and_then(|map| map.get(&stream).copied())
+        .unwrap_or(0)
 }
 
 /// An SM resource of `sms` SMs.
@@ -320,10 +345,7 @@ pub(crate) unsafe extern "C" fn cuStreamGetGreenCtx(
 ) -> CUresult {
     code((|| {
         let stream = crate::stream::resolve(hStream)?;
-        let green = lock(&STREAM_GREEN)
-            .as_ref()
-            .and_then(|map| map.get(&stream.handle).copied())
-            .unwrap_or(0);
+        let green = green_of_stream(stream.handle);
         // SAFETY: null or writable per the API.
         unsafe { write_out(phCtx, green as CUgreenCtx) }
     })())

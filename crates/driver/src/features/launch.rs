@@ -434,25 +434,42 @@ impl Stream {
                 }
                 None => Use::Device(buffer.memory, buffer.writable),
             });
+        let function = self.function_for(kernel)?;
         self.enqueue_tracked(uses, Work::KernelLaunch, |driver, stream| {
             // SAFETY: buffer arguments stay allocated until the stream passes
-            // the launch (tracked); what the arguments mean to the kernel is
-            // the caller's contract.
-            unsafe { launch_raw(driver, stream, kernel, config, args) }
+            // the launch (tracked); the function is the kernel's for this
+            // stream, alive while the kernel and the stream are; what the
+            // arguments mean to the kernel is the caller's contract.
+            unsafe { launch_raw(driver, stream, function, config, args) }
         })
+    }
+
+    /// The handle `cuLaunchKernel` takes for `kernel` on this stream: the
+    /// kernel's own, or on a partition's stream on a GPU, the same kernel
+    /// loaded for the partition (`Partition::library_kernel`), because a
+    /// module's function runs only in the context it was loaded in.
+    pub(crate) fn function_for(&self, kernel: &Kernel) -> Result<sys::CUfunction> {
+        match self.partition() {
+            Some(partition) if !self.context().loaded_driver().runs_twins() => {
+                partition.library_kernel(kernel.module().image.bytes(), kernel.name())
+            }
+            _ => Ok(kernel.as_raw()),
+        }
     }
 }
 
-/// `cuLaunchKernel` with `args` laid out as `kernelParams`.
+/// `cuLaunchKernel` of `function` with `args` laid out as `kernelParams`.
 ///
 /// # Safety
 /// `stream` is a live stream of the kernel's context, current on this thread;
-/// the arguments are what the kernel's parameters are, and the memory they
-/// point at stays allocated for as long as the launch may run.
+/// `function` is the kernel's handle for that stream
+/// ([`Stream::function_for`]), alive for the call; the arguments are what
+/// the kernel's parameters are, and the memory they point at stays
+/// allocated for as long as the launch may run.
 pub(crate) unsafe fn launch_raw(
     driver: &sys::Driver,
     stream: sys::CUstream,
-    kernel: &Kernel,
+    function: sys::CUfunction,
     config: LaunchConfig,
     args: &[KernelArg<'_>],
 ) -> sys::CUresult {
@@ -477,11 +494,11 @@ pub(crate) unsafe fn launch_raw(
         let (bx, by, bz) = config.block_dim;
         {
             // SAFETY: `params[i]` points at argument i's value inside `args`, alive
-            // for this call (the driver copies them); the kernel's handle is
-            // kept alive by `kernel`; the rest is the caller's contract.
+            // for this call (the driver copies them); the function is alive
+            // (the caller's contract); the rest is the caller's contract too.
             unsafe {
                 (driver.cuLaunchKernel)(
-                    kernel.as_raw(),
+                    function,
                     gx,
                     gy,
                     gz,

@@ -512,6 +512,45 @@ pub enum Error {
         /// The attribute's value.
         attribute: u32,
     },
+    /// The driver lacks the entry points SM partitions (green contexts) need.
+    #[error(
+        "SM partitions (green contexts) need a CUDA 12.4 driver or later; this driver \
+         (version {driver_version}) lacks {}",
+        .missing.join(", ")
+    )]
+    PartitionsUnsupported {
+        /// The driver's version, as `cuDriverGetVersion` numbers it (12040 is 12.4).
+        driver_version: i32,
+        /// The entry points it lacks.
+        missing: Vec<&'static str>,
+    },
+    /// A partition asked for zero SMs.
+    #[error("partition {index} asks for 0 SMs: a partition needs at least one")]
+    PartitionOfZeroSms {
+        /// Its place in the request.
+        index: usize,
+    },
+    /// A partition asked for more SMs than the device has left.
+    #[error(
+        "partition {index} asks for {requested} SMs ({rounded} after rounding up to the \
+         granularity of {granularity}), but device {device} has {available} of its {total} SMs left"
+    )]
+    PartitionTooLarge {
+        /// Its place in the request.
+        index: usize,
+        /// The SMs asked for.
+        requested: u32,
+        /// The SMs it would get: `requested` rounded up to the granularity.
+        rounded: u32,
+        /// The device's SM granularity (8 on Hopper).
+        granularity: u32,
+        /// The SMs left after the partitions before it.
+        available: u32,
+        /// The device's SMs.
+        total: u32,
+        /// The device's ordinal.
+        device: i32,
+    },
 }
 
 fn detail_suffix(detail: &Option<String>) -> String {

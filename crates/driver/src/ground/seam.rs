@@ -30,4 +30,23 @@ impl LoadedDriver {
             DriverKind::Cuda => None,
         }
     }
+
+    /// The entry points of SM partitions (green contexts): the software
+    /// driver's own, or libcuda's where it has every one (CUDA 12.4 and
+    /// later); otherwise the error names the driver's version and what it
+    /// lacks. Never a fallback to a context without partitions.
+    pub(crate) fn green_contexts(&self) -> crate::Result<&'static sys::GreenContexts> {
+        match self.kind {
+            DriverKind::Soft => Ok(soft_driver::green_contexts()),
+            DriverKind::Cuda => sys::optional::green_contexts().map_err(|missing| {
+                let mut driver_version = 0;
+                // SAFETY: writes one int through a valid pointer.
+                unsafe { (self.table.cuDriverGetVersion)(&mut driver_version) };
+                crate::Error::PartitionsUnsupported {
+                    driver_version,
+                    missing: missing.to_vec(),
+                }
+            }),
+        }
+    }
 }
