@@ -34,8 +34,18 @@ impl LoadedDriver {
     /// The entry points of SM partitions (green contexts): the software
     /// driver's own, or libcuda's where it has every one (CUDA 12.4 and
     /// later); otherwise the error names the driver's version and what it
-    /// lacks. Never a fallback to a context without partitions.
-    pub(crate) fn green_contexts(&self) -> crate::Result<&'static sys::GreenContexts> {
+    /// lacks. Never a fallback to a context without partitions. The safe
+    /// API is [`Context::partition`](crate::Context::partition); this is for
+    /// raw calls (benches, interop).
+    ///
+    /// ```
+    /// let driver = cuda_streams_driver::driver().unwrap();
+    /// match driver.green_contexts() {
+    ///     Ok(green) => println!("partitions: {:p}", green.cuGreenCtxCreate),
+    ///     Err(err) => println!("no partitions here: {err}"),
+    /// }
+    /// ```
+    pub fn green_contexts(&self) -> crate::Result<&'static sys::GreenContexts> {
         match self.kind {
             DriverKind::Soft => Ok(soft_driver::green_contexts()),
             DriverKind::Cuda => sys::optional::green_contexts().map_err(|missing| {
