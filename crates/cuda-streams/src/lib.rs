@@ -171,7 +171,8 @@ pub use events;
 #[cfg_attr(docsrs, doc(cfg(feature = "kernels")))]
 pub use kernels;
 
-/// The README's example, compiled and run as a doc test.
+/// The README's example, compiled and run as a doc test, with warnings
+/// denied: a user who pastes it sees none.
 #[cfg(all(
     doctest,
     feature = "pool",
@@ -179,6 +180,7 @@ pub use kernels;
     feature = "pipeline",
     feature = "kernels"
 ))]
+#[doc(test(attr(deny(warnings))))]
 #[doc = include_str!("../../../README.md")]
 pub struct Readme;
 
