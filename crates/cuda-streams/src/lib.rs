@@ -196,6 +196,12 @@ pub struct EngineGuide;
 #[doc = include_str!("../../../docs/graphs.md")]
 pub struct GraphsGuide;
 
+/// The examples of `docs/partitions.md` (SM partitions and the QoS pool),
+/// run as doc tests.
+#[cfg(all(doctest, feature = "pool", feature = "kernels"))]
+#[doc = include_str!("../../../docs/partitions.md")]
+pub struct PartitionsGuide;
+
 /// The examples of `docs/kernels.md` (your own kernels), run as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/kernels.md")]
