@@ -3,14 +3,19 @@
 //! their partition alive, kernels launched in any partition, memory of
 //! another device refused, and the ordering between partitions: a stream of
 //! one partition does not wait for another partition's work, unless an event
-//! orders it (shown with gates, not timing).
+//! orders it (shown with gates, not timing), and a graph captured on a
+//! partition's stream that replays after the partition's handles are gone.
+//! Every test holds the serial lock: a capture elsewhere in the process
+//! would refuse the context-wide calls the others make.
 
 mod support;
 
 use cuda_streams_driver::{
-    Context, DeviceBuffer, Error, Kernel, KernelArg, LaunchConfig, Sms, Stream, StreamPriority,
+    Context, DeviceBuffer, Error, GraphArg, Kernel, KernelArg, LaunchConfig, Sms, Stream,
+    StreamPriority,
 };
-use support::{GATE_LIMIT, Gate, kernel};
+use std::sync::Arc;
+use support::{GATE_LIMIT, Gate, kernel, serial};
 
 /// The `fill_f32` kernel of `stream`'s device.
 fn fill_kernel(stream: &Stream) -> Kernel {
@@ -33,6 +38,7 @@ fn fill_with(fill: &Kernel, stream: &Stream, value: f32, out: &mut DeviceBuffer<
 
 #[test]
 fn partitions_report_the_sms_granted_after_rounding_and_the_remainder() {
+    let _serial = serial();
     let ctx = support::ctx();
     let (total, granularity) = ctx.partitionable_sms().unwrap();
     let split = ctx
@@ -54,6 +60,7 @@ fn partitions_report_the_sms_granted_after_rounding_and_the_remainder() {
 
 #[test]
 fn zero_sms_and_more_sms_than_are_left_are_errors_naming_the_partition() {
+    let _serial = serial();
     let ctx = support::ctx();
     let (total, granularity) = ctx.partitionable_sms().unwrap();
     let err = ctx.partition(&[Sms(8), Sms(0)]).unwrap_err();
@@ -100,6 +107,7 @@ fn zero_sms_and_more_sms_than_are_left_are_errors_naming_the_partition() {
 
 #[test]
 fn streams_keep_their_partition_alive_and_launch_kernels_there() {
+    let _serial = serial();
     let ctx = support::ctx();
     let (_, granularity) = ctx.partitionable_sms().unwrap();
     let split = ctx.partition(&[Sms(granularity)]).unwrap();
@@ -128,6 +136,7 @@ fn streams_keep_their_partition_alive_and_launch_kernels_there() {
 
 #[test]
 fn a_raw_priority_outside_the_range_is_refused() {
+    let _serial = serial();
     let ctx = support::ctx();
     let split = ctx.partition(&[Sms(1)]).unwrap();
     let range = ctx.priority_range();
@@ -143,6 +152,7 @@ fn a_raw_priority_outside_the_range_is_refused() {
 
 #[test]
 fn a_partitions_stream_does_not_wait_for_another_partitions_work() {
+    let _serial = serial();
     let ctx = support::ctx();
     let split = ctx.partition(&[Sms(1), Sms(1)]).unwrap();
     let busy = split.partitions[0].stream(StreamPriority::Low).unwrap();
@@ -168,6 +178,7 @@ fn a_partitions_stream_does_not_wait_for_another_partitions_work() {
 
 #[test]
 fn an_event_orders_one_partitions_stream_after_anothers() {
+    let _serial = serial();
     let ctx = support::ctx();
     let split = ctx.partition(&[Sms(1)]).unwrap();
     let first = split.partitions[0].stream(StreamPriority::Normal).unwrap();
@@ -199,6 +210,7 @@ fn an_event_orders_one_partitions_stream_after_anothers() {
 
 #[test]
 fn memory_of_another_device_on_a_partitions_stream_is_an_error_naming_both() {
+    let _serial = serial();
     if Context::device_count().unwrap() < 2 {
         eprintln!("skipped: needs two devices");
         return;
@@ -229,6 +241,7 @@ fn memory_of_another_device_on_a_partitions_stream_is_an_error_naming_both() {
 
 #[test]
 fn a_driver_without_partitions_is_named_with_the_version_needed() {
+    let _serial = serial();
     let err = Error::PartitionsUnsupported {
         driver_version: 12020,
         missing: vec!["cuGreenCtxCreate", "cuGreenCtxStreamCreate"],
@@ -242,4 +255,38 @@ fn a_driver_without_partitions_is_named_with_the_version_needed() {
         text.contains("cuGreenCtxCreate, cuGreenCtxStreamCreate"),
         "{text}"
     );
+}
+
+#[test]
+fn a_graph_captured_in_a_partition_replays_after_its_handles_are_gone() {
+    let _serial = serial();
+    let ctx = support::ctx();
+    let split = ctx.partition(&[Sms(1)]).unwrap();
+    let stream = split.partitions[0].stream(StreamPriority::High).unwrap();
+    let fill = fill_kernel(&stream);
+    let out = Arc::new(DeviceBuffer::<f32>::new(&ctx, 64).unwrap());
+    let mut capture = stream.begin_capture().unwrap();
+    let args = [GraphArg::from(64u64), 9.0f32.into(), GraphArg::write(&out)];
+    capture
+        .launch(&stream, &fill, LaunchConfig::for_num_elems(64), &args)
+        .unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    let raw = split.partitions[0].as_raw();
+    drop((stream, split));
+    // The graph keeps the partition (and on a GPU its copy of the kernel).
+    let green = ctx.loaded_driver().green_contexts().unwrap();
+    let alive = || {
+        let mut resource = cuda_streams_driver::sys::CUdevResource::default();
+        let sm = cuda_streams_driver::sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM;
+        // SAFETY: writes one resource to a local; the handle is live if the
+        // graph keeps it, which is what is asserted (a stale one would be
+        // an error on the software driver, which the GPU run never reaches
+        // unless this assertion is already failing).
+        let code = unsafe { (green.cuGreenCtxGetDevResource)(raw, &mut resource, sm) };
+        code == cuda_streams_driver::sys::CUresult::CUDA_SUCCESS
+    };
+    assert!(alive(), "the graph keeps its partition's green context");
+    let other = Stream::new(&ctx).unwrap();
+    exec.launch(&other).unwrap();
+    assert_eq!(out.to_vec(&other).unwrap(), vec![9.0; 64]);
 }

@@ -242,6 +242,12 @@ impl Partition {
         &self.0.ctx
     }
 
+    /// What keeps this partition (and the libraries its launches use) alive,
+    /// for a captured graph whose replays launch its kernels.
+    pub(crate) fn keep_alive(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        self.0.clone()
+    }
+
     /// The raw green context, for interop. It stays valid while this
     /// partition or a stream made in it lives.
     pub fn as_raw(&self) -> CUgreenCtx {

@@ -79,6 +79,10 @@ impl Capture {
             ctx.check(code)?;
             capture.resources.add_args(args);
             capture.resources.add_kernel(kernel);
+            if let Some(partition) = stream.partition() {
+                // The replays launch the partition's copy of the kernel.
+                capture.resources.add_external(partition.keep_alive());
+            }
             capture.worked_on(stream);
             Ok(())
         })
