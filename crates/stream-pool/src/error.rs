@@ -219,3 +219,16 @@ mod tests {
         assert!(text.starts_with("2 of 4 streams failed: stream 2: bad input; stream 5: "));
     }
 }
+
+/// `?` on a call of the stream pool inside work that returns a driver `Result`
+/// (the closure of an operation graph's operation): a driver failure comes
+/// back as itself, anything else as [`driver::Error::Other`], which keeps
+/// it whole.
+impl From<Error> for driver::Error {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Driver(error) => error,
+            other => driver::Error::other(other),
+        }
+    }
+}
