@@ -60,10 +60,12 @@ mod trace;
 /// The allocator whose memory a profiler can put on its timeline
 /// ([`StreamProfiler::track_memory`]).
 pub use allocator;
-pub use display::{format_bytes, format_duration};
 /// The safe driver layer this crate builds on (contexts, streams, buffers),
 /// so examples can name it through this crate.
 pub use driver;
+/// How reports print byte counts and durations (the driver layer's, shared
+/// by every crate's reports).
+pub use driver::{format_bytes, format_duration};
 pub use error::{Error, Result};
 pub use profiler::{BACKEND_ENV, BACKEND_SETTING, Backend, StreamProfiler};
 pub use report::{ComprehensiveReport, OperationStats, StreamReport};

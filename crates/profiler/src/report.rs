@@ -23,6 +23,10 @@ use std::time::Duration;
 /// let ms = Duration::from_millis;
 /// assert_eq!((stats.count, stats.total, stats.mean), (3, ms(6), ms(2)));
 /// assert_eq!((stats.min, stats.p50, stats.p99, stats.max), (ms(1), ms(2), ms(3), ms(3)));
+/// assert_eq!(
+///     stats.to_string(),
+///     "3 × 2.000 ms mean (total 6.000 ms; min 1.000 ms, p50 2.000 ms, p99 3.000 ms, max 3.000 ms)",
+/// );
 /// # Ok(())
 /// # }
 /// ```
@@ -284,5 +288,24 @@ impl ComprehensiveReport {
 impl TimedOp {
     pub(crate) fn interval(&self) -> (u64, u64) {
         (self.start_ns, self.end_ns)
+    }
+}
+
+impl std::fmt::Display for OperationStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use driver::format_duration as d;
+        write!(f, "{} × {} mean", self.count, d(self.mean))?;
+        if self.timed != self.count {
+            write!(f, " ({} timed)", self.timed)?;
+        }
+        write!(
+            f,
+            " (total {}; min {}, p50 {}, p99 {}, max {})",
+            d(self.total),
+            d(self.min),
+            d(self.p50),
+            d(self.p99),
+            d(self.max)
+        )
     }
 }
