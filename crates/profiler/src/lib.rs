@@ -48,6 +48,7 @@ mod clock;
 mod cupti;
 mod display;
 mod error;
+mod graph;
 mod memory;
 mod profiler;
 mod report;
@@ -66,6 +67,9 @@ pub use driver;
 /// How reports print byte counts and durations (the driver layer's, shared
 /// by every crate's reports).
 pub use driver::{format_bytes, format_duration};
+/// The operation graph a profiler can observe (`OperationGraph::observe`:
+/// every operation timed under its label).
+pub use engine;
 pub use error::{Error, Result};
 pub use profiler::{BACKEND_ENV, BACKEND_SETTING, Backend, StreamProfiler};
 pub use report::{ComprehensiveReport, OperationStats, StreamReport};
