@@ -261,6 +261,9 @@ impl fmt::Display for ComprehensiveReport {
             s.write_summary(f)?;
             s.write_operations(f, "  ")?;
         }
+        if let Some(memory) = &self.memory {
+            write!(f, "\n{memory}")?;
+        }
         Ok(())
     }
 }

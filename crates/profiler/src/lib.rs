@@ -50,6 +50,7 @@ mod display;
 mod error;
 mod graph;
 mod memory;
+mod memory_report;
 mod profiler;
 mod report;
 mod sampler;
@@ -71,6 +72,7 @@ pub use driver::{format_bytes, format_duration};
 /// every operation timed under its label).
 pub use engine;
 pub use error::{Error, Result};
+pub use memory_report::{MemoryReport, StreamMemory};
 pub use profiler::{BACKEND_ENV, BACKEND_SETTING, Backend, StreamProfiler};
 pub use report::{ComprehensiveReport, OperationStats, StreamReport};
 pub use sampler::Sampler;

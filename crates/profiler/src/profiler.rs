@@ -394,6 +394,7 @@ impl StreamProfiler {
             self.clock()?;
         }
         allocator.add_observer(self.memory.observer());
+        self.memory.tracking.store(true, Ordering::Relaxed);
         Ok(())
     }
 
@@ -456,7 +457,12 @@ impl StreamProfiler {
             .iter()
             .map(|slot| self.report_slot(slot, true))
             .collect();
-        ComprehensiveReport::build(parts, self.error_count(), self.timed_by_gpu())
+        ComprehensiveReport::build(
+            parts,
+            self.error_count(),
+            self.timed_by_gpu(),
+            self.memory.report(),
+        )
     }
 
     /// Write the timeline as Chrome Trace Event Format JSON (open it in

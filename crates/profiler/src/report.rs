@@ -175,6 +175,9 @@ pub struct ComprehensiveReport {
     pub errors: u64,
     /// Whether a GPU timed the operations ([`StreamReport::timed_by_gpu`]).
     pub timed_by_gpu: bool,
+    /// The tracked allocators' memory while profiling was enabled: `Some`
+    /// once [`crate::StreamProfiler::track_memory`] was called.
+    pub memory: Option<crate::MemoryReport>,
 }
 
 impl StreamReport {
@@ -233,6 +236,7 @@ impl ComprehensiveReport {
         mut parts: Vec<(StreamReport, Vec<(u64, u64)>)>,
         errors: u64,
         timed_by_gpu: bool,
+        memory: Option<crate::MemoryReport>,
     ) -> Self {
         parts.sort_by_key(|(report, _)| report.stream_id);
         let busy: Vec<Vec<(u64, u64)>> = parts.iter().map(|(_, b)| b.clone()).collect();
@@ -259,6 +263,7 @@ impl ComprehensiveReport {
             streams,
             errors,
             timed_by_gpu,
+            memory,
         }
     }
 
