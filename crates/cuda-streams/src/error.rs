@@ -23,7 +23,7 @@
 ///     let stream = Stream::new(ctx)?;
 ///     let graph = OperationGraph::for_context(ctx);
 ///     let missing = OperationId(42);
-///     graph.op(&stream).after(&[missing]).run(|_| Ok(()))?;
+///     graph.op(&stream).after(&[missing]).run(|_| Ok(()))?.wait()?;
 ///     Ok(())
 /// }
 /// let err = depend_on_nothing(&Context::new(0)?).unwrap_err();
