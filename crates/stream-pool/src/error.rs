@@ -179,6 +179,19 @@ impl fmt::Display for FailureList<'_> {
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `?` on a call of the stream pool inside work that returns a driver `Result`
+/// (the closure of an operation graph's operation): a driver failure comes
+/// back as itself, anything else as [`driver::Error::Other`], which keeps
+/// it whole.
+impl From<Error> for driver::Error {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Driver(error) => error,
+            other => driver::Error::other(other),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,18 +230,5 @@ mod tests {
         };
         let text = parallel.to_string();
         assert!(text.starts_with("2 of 4 streams failed: stream 2: bad input; stream 5: "));
-    }
-}
-
-/// `?` on a call of the stream pool inside work that returns a driver `Result`
-/// (the closure of an operation graph's operation): a driver failure comes
-/// back as itself, anything else as [`driver::Error::Other`], which keeps
-/// it whole.
-impl From<Error> for driver::Error {
-    fn from(error: Error) -> Self {
-        match error {
-            Error::Driver(error) => error,
-            other => driver::Error::other(other),
-        }
     }
 }
