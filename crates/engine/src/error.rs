@@ -68,7 +68,9 @@ pub enum Error {
         operation: crate::OperationId,
         /// Its label.
         label: String,
-        /// What its work returned.
+        /// What its work returned. Another crate's error that `?` carried
+        /// out of the work is [`driver::Error::Other`]:
+        /// `source.downcast_ref::<E>()` gives it back as its own type.
         #[source]
         source: driver::Error,
     },
