@@ -557,4 +557,20 @@ impl Error {
             _ => None,
         }
     }
+
+    /// The error [`Error::Other`] carries, taken out, if it is an `E`;
+    /// otherwise this error as it was.
+    ///
+    /// ```
+    /// use cuda_streams_driver::Error;
+    /// let parse = "x".parse::<u32>().unwrap_err();
+    /// assert_eq!(Error::other(parse.clone()).downcast::<std::num::ParseIntError>().ok(), Some(parse));
+    /// assert!(matches!(Error::EmptyImage.downcast::<std::num::ParseIntError>(), Err(Error::EmptyImage)));
+    /// ```
+    pub fn downcast<E: std::error::Error + 'static>(self) -> std::result::Result<E, Error> {
+        match self {
+            Error::Other(error) => error.downcast::<E>().map(|e| *e).map_err(Error::Other),
+            other => Err(other),
+        }
+    }
 }
