@@ -23,7 +23,7 @@
 ///     let stream = Stream::new(ctx)?;
 ///     let graph = OperationGraph::for_context(ctx);
 ///     let missing = OperationId(42);
-///     graph.op(&stream).after(&[missing]).run(|_| Ok(()))?;
+///     graph.op(&stream).after(&[missing]).run(|_| Ok(()))?.wait()?;
 ///     Ok(())
 /// }
 /// let err = depend_on_nothing(&Context::new(0)?).unwrap_err();
@@ -67,3 +67,20 @@ pub enum Error {
 
 /// `Result` with the facade's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `?` on a call of any crate behind the facade inside work that returns a driver `Result`
+/// (the closure of an operation graph's operation): a driver failure comes
+/// back as itself, anything else as [`driver::Error::Other`], which keeps
+/// it whole.
+impl From<Error> for driver::Error {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Driver(error) => error,
+            #[allow(
+                unreachable_patterns,
+                reason = "without the features that add variants, `Driver` is the only one"
+            )]
+            other => driver::Error::other(other),
+        }
+    }
+}

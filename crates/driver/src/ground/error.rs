@@ -512,6 +512,15 @@ pub enum Error {
         /// The attribute's value.
         attribute: u32,
     },
+    /// An error of a crate built on this one (the allocator's, the
+    /// profiler's, the facade's `cuda_streams::Error`...), carried where a
+    /// driver `Result` is expected: the work of an operation graph's
+    /// operation returns one, and `?` on another crate's call inside it
+    /// lands here. Each such crate converts its error with `From`; a driver
+    /// failure it wraps comes back as itself, not as this. The error keeps
+    /// its type ([`Error::downcast_ref`]) and its source chain.
+    #[error("{0}")]
+    Other(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
 fn detail_suffix(detail: &Option<String>) -> String {
@@ -523,3 +532,45 @@ fn detail_suffix(detail: &Option<String>) -> String {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Carry another crate's error as [`Error::Other`], so it can go where a
+    /// driver `Result` is expected (the crates above implement `From` with
+    /// this).
+    ///
+    /// ```
+    /// use cuda_streams_driver::Error;
+    /// let parse = "x".parse::<u32>().unwrap_err();
+    /// let err = Error::other(parse.clone());
+    /// assert_eq!(err.to_string(), parse.to_string());
+    /// assert_eq!(err.downcast_ref::<std::num::ParseIntError>(), Some(&parse));
+    /// assert!(std::error::Error::source(&err).is_some());
+    /// ```
+    pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Error {
+        Error::Other(error.into())
+    }
+
+    /// The error [`Error::Other`] carries, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Other(error) => error.downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+
+    /// The error [`Error::Other`] carries, taken out, if it is an `E`;
+    /// otherwise this error as it was.
+    ///
+    /// ```
+    /// use cuda_streams_driver::Error;
+    /// let parse = "x".parse::<u32>().unwrap_err();
+    /// assert_eq!(Error::other(parse.clone()).downcast::<std::num::ParseIntError>().ok(), Some(parse));
+    /// assert!(matches!(Error::EmptyImage.downcast::<std::num::ParseIntError>(), Err(Error::EmptyImage)));
+    /// ```
+    pub fn downcast<E: std::error::Error + 'static>(self) -> std::result::Result<E, Error> {
+        match self {
+            Error::Other(error) => error.downcast::<E>().map(|e| *e).map_err(Error::Other),
+            other => Err(other),
+        }
+    }
+}
