@@ -63,6 +63,7 @@ mod graph;
 mod op;
 mod operation;
 mod parallel;
+mod race_hint;
 mod source;
 mod streams;
 
