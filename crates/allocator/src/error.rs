@@ -27,7 +27,9 @@ pub enum Error {
     #[error(transparent)]
     Driver(#[from] driver::Error),
     /// A request for zero bytes. Nothing was allocated and nothing changed.
-    #[error("allocation of 0 bytes on stream {stream}: ask for at least one byte")]
+    #[error(
+        "an allocation of 0 bytes on stream {stream} would be empty: zero-length buffers are refused (docs/architecture.md#empty-buffers)"
+    )]
     ZeroSize {
         /// The stream's id.
         stream: u64,

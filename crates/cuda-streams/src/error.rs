@@ -16,7 +16,7 @@
 /// assert_eq!(upload_and_plan(&[1.0, 2.0]).unwrap(), 4);
 /// let err = upload_and_plan(&[]).unwrap_err();
 /// assert!(matches!(err, cuda_streams::Error::Driver(_)), "{err}");
-/// assert!(err.to_string().contains("0 bytes"), "{err}");
+/// assert!(err.to_string().contains("zero-length buffers are refused"), "{err}");
 ///
 /// // The operation graph's errors (and so event coordination's) are `Engine`.
 /// fn depend_on_nothing(ctx: &std::sync::Arc<Context>) -> Result<(), cuda_streams::Error> {

@@ -62,7 +62,7 @@ pub enum Error {
     /// Work enqueued by an operation built with
     /// [`OperationGraph::op`](crate::OperationGraph::op) failed; the operation
     /// was completed anyway, so nothing waits on it forever.
-    #[error("{operation} ({label:?}) failed: {source}")]
+    #[error("{}", crate::race_hint::failed(.operation, .label, .source))]
     OperationFailed {
         /// The operation.
         operation: crate::OperationId,
@@ -87,7 +87,7 @@ pub enum Error {
     },
     /// Work of a captured operation ([`crate::CaptureOpBuilder::run`])
     /// failed; the operation was not captured.
-    #[error("{operation} ({label:?}) failed: {source}")]
+    #[error("{}", crate::race_hint::failed(.operation, .label, .source))]
     CapturedOperationFailed {
         /// The operation.
         operation: crate::CaptureOpId,

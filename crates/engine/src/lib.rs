@@ -64,6 +64,7 @@ mod observe;
 mod op;
 mod operation;
 mod parallel;
+mod race_hint;
 mod source;
 mod streams;
 

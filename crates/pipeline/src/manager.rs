@@ -191,7 +191,11 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     /// ```
     pub fn new_typed(coordinator: AsyncCoordinator, elements: usize) -> Result<Self> {
         if elements == 0 {
-            return Err(Error::InvalidConfig("a pipeline of 0 elements".into()));
+            return Err(Error::InvalidConfig(
+                "a pipeline of 0 elements would be empty: zero-length buffers are refused \
+                 (docs/architecture.md#empty-buffers)"
+                    .into(),
+            ));
         }
         Ok(Self {
             rotation: Rotation::new(coordinator),
