@@ -165,6 +165,7 @@ pub use ground::error::{Error, Result};
 pub use ground::select::{
     DRIVER_ENV, DRIVER_SETTING, DriverChoice, DriverKind, LoadedDriver, driver, select,
 };
+pub use ground::units::{format_bytes, format_duration};
 pub use objects::completion_trail::{CompletionTrail, TrailSearch};
 pub use objects::context::{Context, DeviceInfo, in_stream_callback};
 pub use objects::event::{Event, EventFlags};

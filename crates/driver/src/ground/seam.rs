@@ -7,7 +7,9 @@
 //! the same function table. What it does not have is a GPU's binary
 //! format: its kernels are CPU twins, defined from their declarations.
 
+use crate::ground::error::{Error, Result};
 use crate::ground::select::{DriverKind, LoadedDriver};
+use sys::CUresult;
 
 impl LoadedDriver {
     /// Whether kernels run as CPU twins defined from their declarations
@@ -28,6 +30,25 @@ impl LoadedDriver {
         match self.kind {
             DriverKind::Soft => soft_driver::last_error_detail(),
             DriverKind::Cuda => None,
+        }
+    }
+
+    /// `CUresult` to this crate's `Result`, with the driver's description,
+    /// and for a failure of the work itself (a launch that failed, an illegal
+    /// address) what the driver can say about it: on the software driver the
+    /// CPU twin that panicked and the panic's message, so the returned error
+    /// says what the GPU's `CUDA_ERROR_LAUNCH_FAILED` cannot.
+    pub(crate) fn check(&self, code: CUresult) -> Result<()> {
+        let Err(source) = self.table.check(code) else {
+            return Ok(());
+        };
+        let work_failed = matches!(
+            source.code(),
+            CUresult::CUDA_ERROR_LAUNCH_FAILED | CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+        );
+        match self.last_error_detail() {
+            Some(detail) if work_failed => Err(Error::WorkFailed { source, detail }),
+            _ => Err(Error::Driver(source)),
         }
     }
 
