@@ -158,7 +158,7 @@ fn a_partitions_stream_does_not_wait_for_another_partitions_work() {
     let busy = split.partitions[0].stream(StreamPriority::Low).unwrap();
     let urgent = split.partitions[1].stream(StreamPriority::High).unwrap();
     let mut out = DeviceBuffer::<f32>::new_async(&urgent, 64).unwrap();
-    // Loaded before the gate: a module's unload waits for its context.
+    // Loaded before the gate: a module's unload waits for the whole context.
     let kernel = fill_kernel(&urgent);
     // The busy partition holds until the gate opens (or its limit passes).
     let gate = Gate::close_within(&busy, GATE_LIMIT);
@@ -189,10 +189,12 @@ fn an_event_orders_one_partitions_stream_after_anothers() {
         .stream(StreamPriority::Normal)
         .unwrap();
     let mut out = DeviceBuffer::<f32>::new_async(&first, 64).unwrap();
+    // Loaded before the gate: a module's unload waits for the whole context.
+    let kernel = fill_kernel(&first);
     let gate = Gate::close_within(&first, GATE_LIMIT);
-    fill(&first, 1.0, &mut out);
+    fill_with(&kernel, &first, 1.0, &mut out);
     then.wait_event(&first.record_event().unwrap()).unwrap();
-    fill(&then, 3.0, &mut out);
+    fill_with(&kernel, &then, 3.0, &mut out);
     let done = then.record_event().unwrap();
     if gate.still_held() {
         assert!(

@@ -14,8 +14,8 @@
 //! context also has a context handle (`cuCtxFromGreenCtx`) that may be made
 //! current; it stands for its device, as the primary context does, and
 //! `cuCtxSynchronize` there waits for the green context's streams only (in
-//! the primary context, for the primary context's only), as on a GPU, where
-//! each is a context of its own.
+//! the primary context, for every stream of the device, green contexts'
+//! included), as CUDA documents.
 //!
 //! Context-less kernels (`cuLibrary*`, in the same table because partitions
 //! need them on a GPU) fail with `CUDA_ERROR_NOT_SUPPORTED`: kernels here are

@@ -323,13 +323,14 @@ pub(crate) fn resolve(handle: CUstream) -> Result<Arc<Stream>, CUresult> {
 }
 
 /// Wait for the work submitted so far to every stream of `device` in the
-/// current context (`cuCtxSynchronize`): its primary context's streams, or a
-/// green context's own. A context never waits for another's streams, so a
-/// partition's work does not hold up the rest of the device.
+/// current context (`cuCtxSynchronize`): in the primary context, every
+/// stream of the device, its green contexts' too (as CUDA documents); in a
+/// green context, that green context's streams only.
 pub(crate) fn synchronize_all(device: i32) {
     let current = crate::green::current_green();
-    let in_current =
-        |s: &Arc<Stream>| s.device == device && crate::green::green_of_stream(s.handle) == current;
+    let in_current = |s: &Arc<Stream>| {
+        s.device == device && (current == 0 || crate::green::green_of_stream(s.handle) == current)
+    };
     for stream in LIVE.all().into_iter().filter(in_current) {
         let ticket = {
             let state = stream.state();
