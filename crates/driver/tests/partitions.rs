@@ -15,6 +15,7 @@ use cuda_streams_driver::{
     StreamPriority,
 };
 use std::sync::Arc;
+use std::time::Duration;
 use support::{GATE_LIMIT, Gate, kernel, serial};
 
 /// The `fill_f32` kernel of `stream`'s device.
@@ -188,26 +189,29 @@ fn an_event_orders_one_partitions_stream_after_anothers() {
         .expect("SMs are left")
         .stream(StreamPriority::Normal)
         .unwrap();
-    let mut out = DeviceBuffer::<f32>::new_async(&first, 64).unwrap();
+    // A buffer for each stream, homed there: only the event orders them
+    // (a shared buffer's own tracking would order the second use as well).
+    let mut a = DeviceBuffer::<f32>::new_async(&first, 64).unwrap();
+    let mut b = DeviceBuffer::<f32>::new_async(&then, 64).unwrap();
     // Loaded before the gate: a module's unload waits for the whole context.
     let kernel = fill_kernel(&first);
-    let gate = Gate::close_within(&first, GATE_LIMIT);
-    fill_with(&kernel, &first, 1.0, &mut out);
+    then.synchronize().unwrap();
+    // The gate opens itself: nothing here opens it.
+    let gate = Gate::close_within(&first, Duration::from_millis(500));
+    fill_with(&kernel, &first, 1.0, &mut a);
     then.wait_event(&first.record_event().unwrap()).unwrap();
-    fill_with(&kernel, &then, 3.0, &mut out);
-    let done = then.record_event().unwrap();
-    if gate.still_held() {
-        assert!(
-            !done.query().unwrap(),
-            "the event did not hold the second partition"
-        );
-    }
-    gate.open();
-    assert_eq!(
-        out.to_vec(&then).unwrap(),
-        vec![3.0; 64],
-        "the second fill ran last"
+    fill_with(&kernel, &then, 3.0, &mut b);
+    // Returns once `then` is done: if the event orders it, only after
+    // `first` passed its gate and its fill; without the event, at once,
+    // while `first` is still held.
+    then.synchronize().unwrap();
+    assert!(
+        first.query().unwrap(),
+        "the second partition finished while the first was held: the event did not order it"
     );
+    drop(gate);
+    assert_eq!(b.to_vec(&then).unwrap(), vec![3.0; 64]);
+    assert_eq!(a.to_vec(&first).unwrap(), vec![1.0; 64]);
 }
 
 #[test]
