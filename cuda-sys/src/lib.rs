@@ -30,6 +30,11 @@
 //! [`env`](mod@env) reads the settings every crate takes from environment variables,
 //! with one parser and one kind of error.
 //!
+//! SM partitions (green contexts, CUDA 12.4 and later) have a table of their
+//! own, [`GreenContexts`], because older drivers lack them: loading
+//! [`Driver`] never needs them, and [`optional::green_contexts`] says which
+//! are missing.
+//!
 //! This crate is `unsafe` by nature: every entry point is a foreign function.
 
 /// The bindgen output for `cuda-sys/wrapper.h` (types and constants only).
@@ -52,6 +57,8 @@ mod driver_table;
 pub mod env;
 #[rustfmt::skip]
 mod error_names;
+#[rustfmt::skip]
+mod green_table;
 mod load;
 pub mod nccl;
 pub mod nvrtc;
@@ -62,5 +69,6 @@ pub mod signature;
 pub use bindings::*;
 pub use driver_table::{Driver, SYMBOLS};
 pub use error_names::error_name;
+pub use green_table::{GreenContexts, SYMBOLS as GREEN_SYMBOLS};
 pub use load::{LIBCUDA, Library, LoadError, SettingUse};
 pub use result::DriverError;

@@ -7,6 +7,7 @@
 //! libcuda: the software driver never has them). Callers use one only with
 //! handles of the real driver, whose library this is.
 
+use crate::GreenContexts;
 use crate::bindings::{CUfunction, CUresult};
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -49,4 +50,47 @@ pub fn func_get_param_info() -> Option<FuncGetParamInfo> {
         // address stays valid.
         Some(unsafe { std::mem::transmute::<*const c_void, FuncGetParamInfo>(address) })
     })
+}
+
+/// The CUDA version whose driver first has every entry point of
+/// [`GreenContexts`] (SM partitions), as `cuDriverGetVersion` numbers it.
+pub const GREEN_CONTEXTS_SINCE: i32 = 12040;
+
+/// The green-context entry points of libcuda, where the driver has all of
+/// them; otherwise the symbols it lacks (every one when there is no libcuda).
+/// Loaded once, together: a driver with some of them is treated as one
+/// without, so no call can reach a missing entry point.
+///
+/// ```
+/// let green = cuda_streams_sys::optional::green_contexts();
+/// if cuda_streams_sys::Driver::load().is_err() {
+///     // No libcuda here: every symbol is missing, and named.
+///     assert!(green.err().unwrap().contains(&"cuGreenCtxCreate"));
+/// }
+/// ```
+pub fn green_contexts() -> Result<&'static GreenContexts, &'static [&'static str]> {
+    static RESOLVED: OnceLock<Result<GreenContexts, Vec<&'static str>>> = OnceLock::new();
+    let resolved = RESOLVED.get_or_init(|| {
+        let all = || {
+            crate::GREEN_SYMBOLS
+                .iter()
+                .map(|&(_, symbol)| symbol)
+                .collect()
+        };
+        // SAFETY: as in `Driver::load`: opening libcuda runs its initialisers,
+        // which are designed to run in any process that dlopens it.
+        let Ok((_, library)) = (unsafe { crate::LIBCUDA.open(crate::LIBCUDA.candidates()) }) else {
+            return Err(all());
+        };
+        // SAFETY: every symbol resolved is the cuda.h function of that name,
+        // whose signature the generated table copies; the library is never
+        // unloaded (forgotten below), so the addresses stay valid.
+        let table = unsafe {
+            GreenContexts::from_resolver(|symbol| crate::load::symbol_address(&library, symbol))
+        };
+        // Never unloaded, as `Driver::load` never unloads it.
+        std::mem::forget(library);
+        table
+    });
+    resolved.as_ref().map_err(Vec::as_slice)
 }

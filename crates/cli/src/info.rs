@@ -112,6 +112,7 @@ fn print_device(loaded: &LoadedDriver, info: &DeviceInfo) {
 fn settings() -> Vec<Setting> {
     let mut all = driver::DRIVER_SETTINGS.to_vec();
     all.push(pool::POOL_SIZE_SETTING);
+    all.push(pool::URGENT_SMS_SETTING);
     all.extend(pipeline::PLANNER_SETTINGS);
     all.push(profiler::BACKEND_SETTING);
     all.push(driver::CACHE_SETTING);
@@ -136,6 +137,9 @@ fn check_settings() -> Vec<Box<dyn Error>> {
         }
         Ok(None) => {}
         Err(err) => problems.push(err.into()),
+    }
+    if let Err(err) = pool::QosSettings::from_env() {
+        problems.push(err.into());
     }
     if let Err(err) = pipeline::PlannerConfig::from_env() {
         problems.push(err.into());

@@ -9,6 +9,7 @@ mod dag;
 mod demo;
 mod info;
 mod progress;
+mod qos;
 mod steps;
 
 use clap::error::ErrorKind;
@@ -62,6 +63,12 @@ enum Command {
     /// On the software driver they only show that the code runs.
     #[command(after_help = ENVIRONMENT)]
     Bench(bench::BenchArgs),
+    /// Urgent kernels under a saturating background: p50/p99 with stream
+    /// priorities only and with SMs kept for them (an SM partition, sized
+    /// by --urgent-sms or CUDA_STREAMS_URGENT_SMS), and the background's
+    /// throughput in both. On the software driver it only shows the code runs.
+    #[command(after_help = ENVIRONMENT)]
+    Qos(qos::QosArgs),
     /// Print a completion script for a shell, e.g.
     /// `cuda-streams completions bash > /etc/bash_completion.d/cuda-streams`.
     Completions {
@@ -77,6 +84,7 @@ impl Command {
             Command::Info => "info",
             Command::Demo(_) => "demo",
             Command::Bench(_) => "bench",
+            Command::Qos(_) => "qos",
             Command::Completions { .. } => "completions",
         }
     }
@@ -175,6 +183,7 @@ fn main() -> ExitCode {
         Command::Info => info::run(),
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Qos(args) => qos::run(&args),
         Command::Completions { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "cuda-streams", &mut std::io::stdout());

@@ -77,7 +77,7 @@ fn help_lists_every_command_and_each_has_its_own() {
         .expect("the CLI runs");
     assert!(output.status.success(), "{}", text(&output.stderr));
     let help = text(&output.stdout);
-    for command in ["info", "demo", "bench", "completions"] {
+    for command in ["info", "demo", "bench", "qos", "completions"] {
         assert!(help.contains(command), "{command} missing from:\n{help}");
     }
     assert!(help.contains("CUDA_STREAMS_DRIVER"), "{help}");
@@ -254,6 +254,7 @@ const SETTING_NAMES: &[&str] = &[
     "CUDA_STREAMS_SOFT_DEVICES",
     "CUDA_STREAMS_SOFT_CAPACITY_MB",
     "CUDA_STREAMS_POOL_SIZE",
+    "CUDA_STREAMS_URGENT_SMS",
     "CUDA_STREAMS_MIN_BATCH_SIZE",
     "MIN_BATCH_SIZE_FOR_STREAMS",
     "CUDA_STREAMS_MIN_BATCH_MB",

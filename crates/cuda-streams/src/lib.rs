@@ -136,6 +136,9 @@
 //! modules that are enabled.
 
 #![forbid(unsafe_code)]
+// Every doc test here (the README's example, the guides' examples) is code a
+// user pastes: it must compile without a warning.
+#![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
@@ -177,6 +180,8 @@ pub use kernels;
     doctest,
     feature = "pool",
     feature = "events",
+    feature = "allocator",
+    feature = "profiler",
     feature = "pipeline",
     feature = "kernels"
 ))]
@@ -195,6 +200,12 @@ pub struct EngineGuide;
 #[cfg(all(doctest, feature = "engine", feature = "kernels"))]
 #[doc = include_str!("../../../docs/graphs.md")]
 pub struct GraphsGuide;
+
+/// The examples of `docs/partitions.md` (SM partitions and the QoS pool),
+/// run as doc tests.
+#[cfg(all(doctest, feature = "pool", feature = "kernels"))]
+#[doc = include_str!("../../../docs/partitions.md")]
+pub struct PartitionsGuide;
 
 /// The examples of `docs/kernels.md` (your own kernels), run as doc tests.
 #[cfg(doctest)]

@@ -57,6 +57,10 @@ const DOCUMENTS: &[(&str, &str)] = &[
         include_str!("../../../docs/ordering.md"),
     ),
     (
+        "docs/partitions.md",
+        include_str!("../../../docs/partitions.md"),
+    ),
+    (
         "docs/pipeline.md",
         include_str!("../../../docs/pipeline.md"),
     ),

@@ -165,6 +165,7 @@ pub use ground::error::{Error, Result};
 pub use ground::select::{
     DRIVER_ENV, DRIVER_SETTING, DriverChoice, DriverKind, LoadedDriver, driver, select,
 };
+pub use ground::units::{format_bytes, format_duration};
 pub use objects::completion_trail::{CompletionTrail, TrailSearch};
 pub use objects::context::{Context, DeviceInfo, in_stream_callback};
 pub use objects::event::{Event, EventFlags};
@@ -177,6 +178,7 @@ pub use objects::memory::{
     ReturnedRegion, SharedDeviceSlice, StreamUse, UnifiedBuffer, region_bytes,
 };
 pub use objects::metrics::{StreamCounters, StreamMetrics};
+pub use objects::partition::{Partition, Partitions, Sms};
 pub use objects::per_device::{PerDevice, UnknownDevice};
 pub use objects::priority::{PriorityRange, StreamPriority};
 pub use objects::stream::{Stream, WorkObserver};

@@ -114,6 +114,11 @@ pub(crate) fn not_in_host_function(call: &str) -> Status {
     }
 }
 
+/// The handle of the context current on this thread (0: none).
+pub(crate) fn current_handle() -> usize {
+    CURRENT.with(Cell::get)
+}
+
 /// The primary context of `dev` (a checked ordinal).
 fn primary(dev: CUdevice) -> &'static Primary {
     &primaries()[dev as usize]
@@ -136,8 +141,12 @@ pub(crate) fn require() -> Result<CUdevice, CUresult> {
 
 /// The device of the current context, if one is current and retained.
 fn current_device() -> Option<CUdevice> {
-    let dev = device_of(CURRENT.with(Cell::get))?;
-    (primary(dev).retained.load(Ordering::Acquire) > 0).then_some(dev)
+    let ctx = CURRENT.with(Cell::get);
+    match device_of(ctx) {
+        Some(dev) => (primary(dev).retained.load(Ordering::Acquire) > 0).then_some(dev),
+        // A green context's handle stands for its device while it lives.
+        None => crate::green::device_of_context(ctx),
+    }
 }
 
 /// `CUDA_ERROR_INVALID_DEVICE` unless `dev` is a device ordinal.
@@ -165,6 +174,7 @@ pub(crate) fn check_context(ctx: CUcontext) -> Result<CUdevice, CUresult> {
     }
     match device_of(ctx as usize) {
         Some(dev) if primary(dev).retained.load(Ordering::Acquire) > 0 => Ok(dev),
+        None if let Some(dev) = crate::green::device_of_context(ctx as usize) => Ok(dev),
         _ => Err(fail(
             CUresult::CUDA_ERROR_INVALID_CONTEXT,
             format!("{:#x} is not a live context", ctx as usize),
@@ -259,10 +269,12 @@ pub(crate) unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUre
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .map_err(|_| CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         if before == 1 {
-            // The context is gone: so is its peer access, both ways.
+            // The context is gone: so is its peer access, both ways, and
+            // its sticky error (a new context starts clean, as on a GPU).
             if let Some(peers) = lock(&PEERS).as_mut() {
                 peers.retain(|&(from, to)| from != dev && to != dev);
             }
+            crate::faults::forget_context(dev);
         }
         Ok(())
     })())

@@ -68,6 +68,15 @@ impl<T> Registry<T> {
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
     }
 
+    /// Every registered object with its handle (a snapshot).
+    pub(crate) fn entries(&self) -> Vec<(usize, Arc<T>)> {
+        let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        objects
+            .as_ref()
+            .map(|map| map.iter().map(|(&h, o)| (h, Arc::clone(o))).collect())
+            .unwrap_or_default()
+    }
+
     /// Every registered object (a snapshot).
     pub(crate) fn all(&self) -> Vec<Arc<T>> {
         let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());

@@ -28,6 +28,10 @@
 //! - a **software NCCL** ([`nccl`]): communicators over the software devices,
 //!   collectives done by the ranks' stream workers over host memory, in
 //!   stream order;
+//! - **SM partitions** (green contexts, [`green_contexts`]): [`SM_COUNT`] SMs
+//!   per device, split in steps of [`SM_GRANULARITY`]; a green context's
+//!   streams have workers of their own, so one partition's work never waits
+//!   for another's unless an event orders it;
 //! - a **host function** that calls the driver is refused
 //!   (`CUDA_ERROR_NOT_PERMITTED`, counted by [`refused_in_host_functions`]), as
 //!   CUDA may refuse it.
@@ -70,6 +74,7 @@ mod errors;
 mod event;
 pub mod faults;
 mod graph;
+mod green;
 mod handles;
 mod host_register;
 mod memory;
@@ -89,6 +94,7 @@ pub use device::{
     device_count,
 };
 pub use errors::last_error_detail;
+pub use green::{SM_COUNT, SM_GRANULARITY};
 pub use memory::{
     ALIGNMENT, CAPACITY_ENV, CAPACITY_SETTING, DEFAULT_CAPACITY, capacity, device_capacity,
     device_memory_in_use, memory_in_use, set_capacity, set_device_capacity,
@@ -214,4 +220,26 @@ pub fn driver() -> &'static Driver {
         cuGetErrorString,
     };
     &TABLE
+}
+
+/// The software driver's green-context table: every entry point of
+/// [`sys::GreenContexts`] (SM partitions), on the software devices.
+///
+/// ```
+/// use cuda_streams_soft_driver as soft;
+/// use cuda_streams_soft_driver::sys::{CUdevResource, CUdevResourceType, CUresult};
+/// let green = soft::green_contexts();
+/// let (mut all, mut part, mut rest) = (CUdevResource::default(), CUdevResource::default(), CUdevResource::default());
+/// let mut groups = 1;
+/// // SAFETY: every pointer passed is a valid local.
+/// unsafe {
+///     let sm = CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM;
+///     assert_eq!((green.cuDeviceGetDevResource)(0, &mut all, sm), CUresult::CUDA_SUCCESS);
+///     // 12 SMs asked, 16 granted: the granularity is 8.
+///     assert_eq!((green.cuDevSmResourceSplitByCount)(&mut part, &mut groups, &all, &mut rest, 0, 12), CUresult::CUDA_SUCCESS);
+///     assert_eq!((groups, part.__bindgen_anon_1.sm.smCount, rest.__bindgen_anon_1.sm.smCount), (1, 16, soft::SM_COUNT - 16));
+/// }
+/// ```
+pub fn green_contexts() -> &'static sys::GreenContexts {
+    &green::TABLE
 }

@@ -322,10 +322,16 @@ pub(crate) fn resolve(handle: CUstream) -> Result<Arc<Stream>, CUresult> {
     }
 }
 
-/// Wait for the work submitted so far to every stream of `device`
-/// (`cuCtxSynchronize`).
+/// Wait for the work submitted so far to every stream of `device` in the
+/// current context (`cuCtxSynchronize`): in the primary context, every
+/// stream of the device, its green contexts' too (as CUDA documents); in a
+/// green context, that green context's streams only.
 pub(crate) fn synchronize_all(device: i32) {
-    for stream in LIVE.all().into_iter().filter(|s| s.device == device) {
+    let current = crate::green::current_green();
+    let in_current = |s: &Arc<Stream>| {
+        s.device == device && (current == 0 || crate::green::green_of_stream(s.handle) == current)
+    };
+    for stream in LIVE.all().into_iter().filter(in_current) {
         let ticket = {
             let state = stream.state();
             if state.capture.is_some() {

@@ -54,6 +54,9 @@
 //!   graph's parallel node (every error collected) and each completion
 //!   callback a host-function operation that fires at GPU time. Builder
 //!   operations mix with all of them.
+//! - [`QosPool`]: streams by [`ServiceClass`] (urgent, normal, background),
+//!   urgent ones on an SM partition of their own (`CUDA_STREAMS_URGENT_SMS`,
+//!   [`urgent_sms_for`] to size it from a target latency).
 //! - [`Error`]: one enum; driver failures wrapped.
 //!
 //! The guide, with the specification's examples in this API, is
@@ -70,6 +73,7 @@ mod layout;
 mod live;
 mod metrics;
 mod pool;
+mod qos;
 mod tuning;
 
 /// The safe driver layer this crate builds on (`Context`, `Stream`, ...).
@@ -92,6 +96,10 @@ pub use kinds::{AllocationStrategy, OperationType, StreamPurpose, WorkloadType};
 pub use layout::ClassSplit;
 pub use metrics::PoolMetrics;
 pub use pool::StreamPool;
+pub use qos::{
+    DEFAULT_URGENT_SMS, QosPool, QosSettings, ServiceClass, URGENT_SMS_ENV, URGENT_SMS_SETTING,
+    urgent_sms_for,
+};
 pub use tuning::ConfigChange;
 
 /// The guide's examples (`docs/stream-pool.md`), compiled and run as doc tests.

@@ -344,7 +344,7 @@ impl Stream {
     /// };
     /// refused(&[4u32.into(), 2.5f32.into(), (&mut out).into()], "expected u64");
     /// refused(&[4u64.into(), 2.5.into(), (&mut out).into()], "expected f32");
-    /// refused(&[5u64.into(), 2.5f32.into(), (&mut out).into()], "holds 16 bytes");
+    /// refused(&[5u64.into(), 2.5f32.into(), (&mut out).into()], "holds 4 element(s)");
     /// refused(&[4u64.into(), 2.5f32.into(), (&out).into()], "lent as &");
     /// ```
     pub fn launch(
@@ -434,25 +434,59 @@ impl Stream {
                 }
                 None => Use::Device(buffer.memory, buffer.writable),
             });
+        let function = self.function_for(kernel)?;
         self.enqueue_tracked(uses, Work::KernelLaunch, |driver, stream| {
             // SAFETY: buffer arguments stay allocated until the stream passes
-            // the launch (tracked); what the arguments mean to the kernel is
-            // the caller's contract.
-            unsafe { launch_raw(driver, stream, kernel, config, args) }
+            // the launch (tracked); the function is the kernel's for this
+            // stream, alive while the kernel and the stream are; what the
+            // arguments mean to the kernel is the caller's contract.
+            unsafe { launch_raw(driver, stream, function, config, args) }
         })
+        .map_err(|err| name_the_racing_argument(err, kernel, args))
+    }
+
+    /// The handle `cuLaunchKernel` takes for `kernel` on this stream: the
+    /// kernel's own, or on a partition's stream on a GPU, the same kernel
+    /// loaded for the partition (`Partition::library_kernel`), because a
+    /// module's function runs only in the context it was loaded in.
+    pub(crate) fn function_for(&self, kernel: &Kernel) -> Result<sys::CUfunction> {
+        match self.partition() {
+            Some(partition) if !self.context().loaded_driver().runs_twins() => {
+                partition.library_kernel(kernel.module().image.bytes(), kernel.name())
+            }
+            _ => Ok(kernel.as_raw()),
+        }
     }
 }
 
-/// `cuLaunchKernel` with `args` laid out as `kernelParams`.
+/// A race found for a launch names the kernel, and the argument whose
+/// buffer starts where the racing bytes' buffer does: the tracker knows
+/// addresses, the launch knows what they were passed as.
+#[cold]
+fn name_the_racing_argument(err: Error, kernel: &Kernel, args: &[KernelArg<'_>]) -> Error {
+    let Error::UnorderedAccess(mut race) = err else {
+        return err;
+    };
+    race.later.kernel = Some(kernel.name().to_string());
+    race.later.argument = args.iter().position(|arg| {
+        arg.buffer
+            .is_some_and(|buffer| buffer.memory.use_bytes().0 == race.buffer)
+    });
+    Error::UnorderedAccess(race)
+}
+
+/// `cuLaunchKernel` of `function` with `args` laid out as `kernelParams`.
 ///
 /// # Safety
 /// `stream` is a live stream of the kernel's context, current on this thread;
-/// the arguments are what the kernel's parameters are, and the memory they
-/// point at stays allocated for as long as the launch may run.
+/// `function` is the kernel's handle for that stream
+/// ([`Stream::function_for`]), alive for the call; the arguments are what
+/// the kernel's parameters are, and the memory they point at stays
+/// allocated for as long as the launch may run.
 pub(crate) unsafe fn launch_raw(
     driver: &sys::Driver,
     stream: sys::CUstream,
-    kernel: &Kernel,
+    function: sys::CUfunction,
     config: LaunchConfig,
     args: &[KernelArg<'_>],
 ) -> sys::CUresult {
@@ -477,11 +511,11 @@ pub(crate) unsafe fn launch_raw(
         let (bx, by, bz) = config.block_dim;
         {
             // SAFETY: `params[i]` points at argument i's value inside `args`, alive
-            // for this call (the driver copies them); the kernel's handle is
-            // kept alive by `kernel`; the rest is the caller's contract.
+            // for this call (the driver copies them); the function is alive
+            // (the caller's contract); the rest is the caller's contract too.
             unsafe {
                 (driver.cuLaunchKernel)(
-                    kernel.as_raw(),
+                    function,
                     gx,
                     gy,
                     gz,

@@ -5,7 +5,8 @@
 //! that need no context ([`driver_calls`]), and the
 //! crate's one error type ([`error`]) with the plain values its messages
 //! name ([`arch`], [`arg_kind`], [`race`]), and the loom shim
-//! that the atomic protocols are built from ([`sync`]).
+//! that the atomic protocols are built from ([`sync`]), and how byte counts
+//! and durations print ([`units`]).
 //!
 //! What it may import: `sys`, `soft_driver` and the standard library. Nothing
 //! here names a context, a stream or anything built on them, so any file
@@ -21,3 +22,4 @@ pub(crate) mod race;
 mod seam;
 pub(crate) mod select;
 pub(crate) mod sync;
+pub(crate) mod units;

@@ -7,7 +7,9 @@
 //! the same function table. What it does not have is a GPU's binary
 //! format: its kernels are CPU twins, defined from their declarations.
 
+use crate::ground::error::{Error, Result};
 use crate::ground::select::{DriverKind, LoadedDriver};
+use sys::CUresult;
 
 impl LoadedDriver {
     /// Whether kernels run as CPU twins defined from their declarations
@@ -28,6 +30,54 @@ impl LoadedDriver {
         match self.kind {
             DriverKind::Soft => soft_driver::last_error_detail(),
             DriverKind::Cuda => None,
+        }
+    }
+
+    /// `CUresult` to this crate's `Result`, with the driver's description,
+    /// and for a failure of the work itself (a launch that failed, an illegal
+    /// address) what the driver can say about it: on the software driver the
+    /// CPU twin that panicked and the panic's message, so the returned error
+    /// says what the GPU's `CUDA_ERROR_LAUNCH_FAILED` cannot.
+    pub(crate) fn check(&self, code: CUresult) -> Result<()> {
+        let Err(source) = self.table.check(code) else {
+            return Ok(());
+        };
+        let work_failed = matches!(
+            source.code(),
+            CUresult::CUDA_ERROR_LAUNCH_FAILED | CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+        );
+        match self.last_error_detail() {
+            Some(detail) if work_failed => Err(Error::WorkFailed { source, detail }),
+            _ => Err(Error::Driver(source)),
+        }
+    }
+
+    /// The entry points of SM partitions (green contexts): the software
+    /// driver's own, or libcuda's where it has every one (CUDA 12.4 and
+    /// later); otherwise the error names the driver's version and what it
+    /// lacks. Never a fallback to a context without partitions. The safe
+    /// API is [`Context::partition`](crate::Context::partition); this is for
+    /// raw calls (benches, interop).
+    ///
+    /// ```
+    /// let driver = cuda_streams_driver::driver().unwrap();
+    /// match driver.green_contexts() {
+    ///     Ok(green) => println!("partitions: {:p}", green.cuGreenCtxCreate),
+    ///     Err(err) => println!("no partitions here: {err}"),
+    /// }
+    /// ```
+    pub fn green_contexts(&self) -> crate::Result<&'static sys::GreenContexts> {
+        match self.kind {
+            DriverKind::Soft => Ok(soft_driver::green_contexts()),
+            DriverKind::Cuda => sys::optional::green_contexts().map_err(|missing| {
+                let mut driver_version = 0;
+                // SAFETY: writes one int through a valid pointer.
+                unsafe { (self.table.cuDriverGetVersion)(&mut driver_version) };
+                crate::Error::PartitionsUnsupported {
+                    driver_version,
+                    missing: missing.to_vec(),
+                }
+            }),
         }
     }
 }

@@ -4,7 +4,8 @@
 //! streams ([`stream`]), the waits, forks and joins between them
 //! ([`joins`]) and each stream's latest mark ([`latest_mark`]), events and
 //! their pool ([`event`], [`event_pool`]), memory ([`memory`]), the
-//! completion trail ([`completion_trail`]), per-stream counters
+//! completion trail ([`completion_trail`]), SM partitions and their streams
+//! ([`partition`]), per-stream counters
 //! ([`metrics`]), a value per device ([`per_device`]) and the result layer
 //! ([`result`]: one checked wrapper per raw call on a context or stream).
 //!
@@ -23,6 +24,7 @@ pub(crate) mod latest_mark;
 pub(crate) mod mark_state;
 pub(crate) mod memory;
 pub(crate) mod metrics;
+pub(crate) mod partition;
 pub(crate) mod per_device;
 pub(crate) mod priority;
 pub mod result;

@@ -72,8 +72,9 @@ pub struct Stream {
     /// unseen, so it may keep a latest mark.
     made_here: AtomicBool,
     /// What keeps a borrowed handle valid (another library's stream object,
-    /// see `interop`): dropped after this stream, never used.
-    _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// see `interop`, or the SM partition a stream was made in): dropped
+    /// after this stream.
+    owner: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// The per-stream lock of the enqueue protocol's capture gate
@@ -196,8 +197,28 @@ impl Stream {
             observed: AtomicBool::new(false),
             latest: Default::default(),
             made_here: AtomicBool::new(made_here),
-            _owner: owner,
+            owner,
         })
+    }
+
+    /// A stream this crate created in `raw`'s SM partition, which `owner`
+    /// keeps alive (`objects/partition.rs`).
+    ///
+    /// # Safety
+    /// `raw` is a stream of `ctx`'s device, owned by the returned `Stream`,
+    /// valid while `owner` lives.
+    pub(crate) unsafe fn in_partition(
+        ctx: &Arc<Context>,
+        raw: CUstream,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::build(ctx, raw, true, Some(owner), true) }
+    }
+
+    /// What keeps this stream's handle valid, if it is a `T`.
+    pub(crate) fn owner<T: 'static>(&self) -> Option<&T> {
+        self.owner.as_ref()?.downcast_ref()
     }
 
     /// Whether this crate created the stream (see `made_here`).

@@ -69,13 +69,20 @@ impl Capture {
             let lent: Vec<KernelArg<'_>> = args.iter().map(GraphArg::arg).collect();
             let ctx = stream.context();
             ctx.bind()?;
-            // SAFETY: a live stream of the current context; the buffers are
-            // kept alive by the graph's resources (pushed below) for every
-            // replay; the arguments' meaning is the caller's contract.
-            let code = unsafe { launch_raw(ctx.driver(), stream.as_raw(), kernel, config, &lent) };
+            let function = stream.function_for(kernel)?;
+            // SAFETY: a live stream of the current context and the kernel's
+            // function for it; the buffers are kept alive by the graph's
+            // resources (pushed below) for every replay; the arguments'
+            // meaning is the caller's contract.
+            let code =
+                unsafe { launch_raw(ctx.driver(), stream.as_raw(), function, config, &lent) };
             ctx.check(code)?;
             capture.resources.add_args(args);
             capture.resources.add_kernel(kernel);
+            if let Some(partition) = stream.partition() {
+                // The replays launch the partition's copy of the kernel.
+                capture.resources.add_external(partition.keep_alive());
+            }
             capture.worked_on(stream);
             Ok(())
         })

@@ -1,0 +1,508 @@
+//! SM partitions: green contexts (`cuGreenCtx*`, `cuDevSmResourceSplitByCount`).
+//!
+//! Each software device has [`SM_COUNT`] SMs, split in steps of
+//! [`SM_GRANULARITY`] as a Hopper GPU splits them: a split asks for at least
+//! `minCount` SMs per group, and each group gets `minCount` rounded up to the
+//! granularity. A resource is only a count (the device's, a group's or a
+//! remainder's); a descriptor made of one resource and a green context made
+//! of a descriptor carry that count, which `cuGreenCtxGetDevResource` reports.
+//!
+//! A green context's streams are ordinary streams of its device, each with
+//! its own worker thread, so work in one partition never waits for work in
+//! another (nor for the device's other streams) unless an event orders it:
+//! on a GPU the partitions' SMs are disjoint, here the workers are. A green
+//! context also has a context handle (`cuCtxFromGreenCtx`) that may be made
+//! current; it stands for its device, as the primary context does, and
+//! `cuCtxSynchronize` there waits for the green context's streams only (in
+//! the primary context, for every stream of the device, green contexts'
+//! included), as CUDA documents.
+//!
+//! Context-less kernels (`cuLibrary*`, in the same table because partitions
+//! need them on a GPU) fail with `CUDA_ERROR_NOT_SUPPORTED`: kernels here are
+//! CPU twins, and a module's function runs on any stream of its device.
+//!
+//! The SM count here is a model of an H200's, independent of the
+//! `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT` the device reports (the host's
+//! parallelism, which sizes launches).
+
+use crate::context::{GREATEST_PRIORITY, LEAST_PRIORITY, check_device};
+use crate::errors::{Status, code, fail, write_out};
+use crate::handles::{Registry, lock, mint};
+use crate::stream::{STREAMS, Stream};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::Mutex;
+use sys::{
+    CUcontext, CUdevResource, CUdevResourceDesc, CUdevResourceType, CUdevSmResource, CUdevice,
+    CUgreenCtx, CUgreenCtxCreate_flags, CUjit_option, CUkernel, CUlibrary, CUlibraryOption,
+    CUresult, CUstream, CUstream_flags,
+};
+
+/// The SMs of each software device: an H200's 132.
+pub const SM_COUNT: u32 = 132;
+/// The step in which SMs are split (`minSmPartitionSize` and
+/// `smCoscheduledAlignment`): 8, as on Hopper.
+pub const SM_GRANULARITY: u32 = 8;
+
+/// A descriptor (`cuDevResourceGenerateDesc`): the SMs it describes.
+struct Desc {
+    sms: u32,
+}
+
+/// A green context: its device, its SMs and its context handle.
+struct Green {
+    device: CUdevice,
+    sms: u32,
+    context: usize,
+}
+
+static DESCS: Registry<Desc> = Registry::new();
+static GREENS: Registry<Green> = Registry::new();
+/// The green context of each stream made by `cuGreenCtxStreamCreate`.
+static STREAM_GREEN: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+/// The device of a live green context whose context handle is `ctx`.
+pub(crate) fn device_of_context(ctx: usize) -> Option<CUdevice> {
+    GREENS
+        .all()
+        .iter()
+        .find(|green| green.context == ctx)
+        .map(|green| green.device)
+}
+
+/// The green context (its handle) whose context is current on this thread,
+/// or 0 when a primary context (or none) is.
+pub(crate) fn current_green() -> usize {
+    let current = crate::context::current_handle();
+    if current == 0 {
+        return 0;
+    }
+    GREENS
+        .entries()
+        .into_iter()
+        .find(|(_, green)| green.context == current)
+        .map_or(0, |(handle, _)| handle)
+}
+
+/// The green context (its handle) stream `stream` was made in, or 0.
+pub(crate) fn green_of_stream(stream: usize) -> usize {
+    lock(&STREAM_GREEN)
+        .as_ref()
+        .and_then(|map| map.get(&stream).copied())
+        .unwrap_or(0)
+}
+
+/// An SM resource of `sms` SMs.
+fn sm_resource(sms: u32) -> CUdevResource {
+    let mut resource = CUdevResource {
+        type_: CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
+        ..Default::default()
+    };
+    resource.__bindgen_anon_1.sm = CUdevSmResource {
+        smCount: sms,
+        minSmPartitionSize: SM_GRANULARITY,
+        smCoscheduledAlignment: SM_GRANULARITY,
+    };
+    resource
+}
+
+/// The SM count of `resource`, which must be an SM resource of at most
+/// [`SM_COUNT`] SMs.
+///
+/// # Safety
+/// `resource` is null or valid for a read.
+unsafe fn sms_of(resource: *const CUdevResource, call: &str) -> Result<u32, CUresult> {
+    if resource.is_null() {
+        return Err(fail(
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!("{call}: the resource is null"),
+        ));
+    }
+    // SAFETY: non-null, readable per the caller's contract.
+    let resource = unsafe { &*resource };
+    if resource.type_ != CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM {
+        return Err(fail(
+            CUresult::CUDA_ERROR_INVALID_RESOURCE_TYPE,
+            format!(
+                "{call}: resource type {} is not an SM resource",
+                resource.type_.0
+            ),
+        ));
+    }
+    // SAFETY: an SM resource's union holds `sm`; any bits are a valid u32.
+    let sms = unsafe { resource.__bindgen_anon_1.sm.smCount };
+    if sms > SM_COUNT {
+        return Err(fail(
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!("{call}: a resource of {sms} SMs, more than a device's {SM_COUNT}"),
+        ));
+    }
+    Ok(sms)
+}
+
+fn check_type(type_: CUdevResourceType, call: &str) -> Status {
+    if type_ == CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM {
+        Ok(())
+    } else {
+        Err(fail(
+            CUresult::CUDA_ERROR_INVALID_RESOURCE_TYPE,
+            format!("{call}: only SM resources exist, not type {}", type_.0),
+        ))
+    }
+}
+
+pub(crate) unsafe extern "C" fn cuDeviceGetDevResource(
+    device: CUdevice,
+    resource: *mut CUdevResource,
+    type_: CUdevResourceType,
+) -> CUresult {
+    code((|| {
+        check_device(device)?;
+        check_type(type_, "cuDeviceGetDevResource")?;
+        // SAFETY: null or writable per the API.
+        unsafe { write_out(resource, sm_resource(SM_COUNT)) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuDevSmResourceSplitByCount(
+    result: *mut CUdevResource,
+    nbGroups: *mut c_uint,
+    input: *const CUdevResource,
+    remaining: *mut CUdevResource,
+    useFlags: c_uint,
+    minCount: c_uint,
+) -> CUresult {
+    const CALL: &str = "cuDevSmResourceSplitByCount";
+    code((|| {
+        // SAFETY: null or readable per the API.
+        let available = unsafe { sms_of(input, CALL) }?;
+        if nbGroups.is_null() || useFlags > 3 || minCount > available {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!(
+                    "{CALL}: minCount {minCount} of {available} SMs, flags {useFlags:#x}, \
+                     nbGroups {}",
+                    if nbGroups.is_null() { "null" } else { "given" }
+                ),
+            ));
+        }
+        // Each group gets minCount rounded up to the granularity (at least one step).
+        let per_group = minCount.max(1).div_ceil(SM_GRANULARITY) * SM_GRANULARITY;
+        let possible = available / per_group;
+        // SAFETY: non-null, readable per the API.
+        let asked = unsafe { nbGroups.read() };
+        let groups = if result.is_null() {
+            possible
+        } else {
+            asked.min(possible)
+        };
+        if !result.is_null() {
+            if groups == 0 {
+                return Err(fail(
+                    CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
+                    format!("{CALL}: no group of {per_group} SMs fits in {available}"),
+                ));
+            }
+            for i in 0..groups as usize {
+                // SAFETY: `result` holds `asked` >= `groups` elements per the API.
+                unsafe { result.add(i).write(sm_resource(per_group)) };
+            }
+        }
+        if !remaining.is_null() {
+            // SAFETY: non-null, writable per the API.
+            unsafe { remaining.write(sm_resource(available - groups * per_group)) };
+        }
+        // SAFETY: non-null, writable per the API.
+        unsafe { nbGroups.write(groups) };
+        Ok(())
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuDevResourceGenerateDesc(
+    phDesc: *mut CUdevResourceDesc,
+    resources: *mut CUdevResource,
+    nbResources: c_uint,
+) -> CUresult {
+    const CALL: &str = "cuDevResourceGenerateDesc";
+    code((|| {
+        if nbResources != 1 {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!(
+                    "{CALL}: {nbResources} resources; the software driver takes one SM resource"
+                ),
+            ));
+        }
+        // SAFETY: null or readable per the API.
+        let sms = unsafe { sms_of(resources, CALL) }?;
+        if sms == 0 {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
+                format!("{CALL}: a resource of 0 SMs"),
+            ));
+        }
+        let handle = DESCS.insert(std::sync::Arc::new(Desc { sms }));
+        // SAFETY: null or writable per the API.
+        unsafe { write_out(phDesc, handle as CUdevResourceDesc) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuGreenCtxCreate(
+    phCtx: *mut CUgreenCtx,
+    desc: CUdevResourceDesc,
+    dev: CUdevice,
+    flags: c_uint,
+) -> CUresult {
+    code((|| {
+        crate::context::not_in_host_function("cuGreenCtxCreate")?;
+        check_device(dev)?;
+        if flags != CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM.0 {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!(
+                    "cuGreenCtxCreate: flags {flags:#x}; CU_GREEN_CTX_DEFAULT_STREAM is required"
+                ),
+            ));
+        }
+        let sms = DESCS.get(desc as usize)?.sms;
+        let green = Green {
+            device: dev,
+            sms,
+            context: mint(),
+        };
+        let handle = GREENS.insert(std::sync::Arc::new(green));
+        // SAFETY: null or writable per the API.
+        unsafe { write_out(phCtx, handle as CUgreenCtx) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuGreenCtxDestroy(hCtx: CUgreenCtx) -> CUresult {
+    code((|| {
+        crate::context::not_in_host_function("cuGreenCtxDestroy")?;
+        GREENS.remove(hCtx as usize)?;
+        Ok(())
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuCtxFromGreenCtx(
+    pContext: *mut CUcontext,
+    hCtx: CUgreenCtx,
+) -> CUresult {
+    code((|| {
+        let green = GREENS.get(hCtx as usize)?;
+        // SAFETY: null or writable per the API.
+        unsafe { write_out(pContext, green.context as CUcontext) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuGreenCtxGetDevResource(
+    hCtx: CUgreenCtx,
+    resource: *mut CUdevResource,
+    type_: CUdevResourceType,
+) -> CUresult {
+    code((|| {
+        let green = GREENS.get(hCtx as usize)?;
+        check_type(type_, "cuGreenCtxGetDevResource")?;
+        // SAFETY: null or writable per the API.
+        unsafe { write_out(resource, sm_resource(green.sms)) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuGreenCtxStreamCreate(
+    phStream: *mut CUstream,
+    greenCtx: CUgreenCtx,
+    flags: c_uint,
+    priority: c_int,
+) -> CUresult {
+    code((|| {
+        crate::context::not_in_host_function("cuGreenCtxStreamCreate")?;
+        let green = GREENS.get(greenCtx as usize)?;
+        crate::faults::check_context(green.device)?;
+        if phStream.is_null() || flags != CUstream_flags::CU_STREAM_NON_BLOCKING.0 {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!(
+                    "cuGreenCtxStreamCreate: flags {flags:#x}; CU_STREAM_NON_BLOCKING is required"
+                ),
+            ));
+        }
+        // Out-of-range priorities are clamped, as CUDA does.
+        let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
+        let handle = mint();
+        let stream = Stream::spawn(handle, flags, priority, green.device)?;
+        STREAMS.insert_at(handle, stream);
+        lock(&STREAM_GREEN)
+            .get_or_insert_with(HashMap::new)
+            .insert(handle, greenCtx as usize);
+        // SAFETY: checked non-null above; writable per the API.
+        unsafe { write_out(phStream, handle as CUstream) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuStreamGetGreenCtx(
+    hStream: CUstream,
+    phCtx: *mut CUgreenCtx,
+) -> CUresult {
+    code((|| {
+        let stream = crate::stream::resolve(hStream)?;
+        let green = green_of_stream(stream.handle);
+        // SAFETY: null or writable per the API.
+        unsafe { write_out(phCtx, green as CUgreenCtx) }
+    })())
+}
+
+/// Why the library calls fail here: kernels are CPU twins, registered with
+/// their module in the device's one context, and a green context's stream
+/// runs them as it is (the driver crate loads no library on this driver).
+const NO_LIBRARIES: &str = "the software driver runs kernels as CPU twins of their module and \
+                            loads no libraries (cuLibrary*); launch the module's function on \
+                            the green context's stream";
+
+pub(crate) unsafe extern "C" fn cuLibraryLoadData(
+    _library: *mut CUlibrary,
+    _code: *const c_void,
+    _jitOptions: *mut CUjit_option,
+    _jitOptionsValues: *mut *mut c_void,
+    _numJitOptions: c_uint,
+    _libraryOptions: *mut CUlibraryOption,
+    _libraryOptionValues: *mut *mut c_void,
+    _numLibraryOptions: c_uint,
+) -> CUresult {
+    fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, NO_LIBRARIES)
+}
+
+pub(crate) unsafe extern "C" fn cuLibraryGetKernel(
+    _pKernel: *mut CUkernel,
+    _library: CUlibrary,
+    _name: *const c_char,
+) -> CUresult {
+    fail(CUresult::CUDA_ERROR_NOT_SUPPORTED, NO_LIBRARIES)
+}
+
+pub(crate) unsafe extern "C" fn cuLibraryUnload(_library: CUlibrary) -> CUresult {
+    fail(CUresult::CUDA_ERROR_INVALID_HANDLE, NO_LIBRARIES)
+}
+
+/// The software driver's green-context table: every entry point of
+/// [`sys::GreenContexts`], on the software devices.
+pub(crate) static TABLE: sys::GreenContexts = sys::GreenContexts {
+    cuDeviceGetDevResource,
+    cuDevSmResourceSplitByCount,
+    cuDevResourceGenerateDesc,
+    cuGreenCtxCreate,
+    cuGreenCtxDestroy,
+    cuCtxFromGreenCtx,
+    cuGreenCtxGetDevResource,
+    cuGreenCtxStreamCreate,
+    cuStreamGetGreenCtx,
+    cuLibraryLoadData,
+    cuLibraryGetKernel,
+    cuLibraryUnload,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(input: &CUdevResource, min: u32) -> Result<(u32, u32), CUresult> {
+        let (mut part, mut rest, mut groups) =
+            (CUdevResource::default(), CUdevResource::default(), 1);
+        // SAFETY: every pointer is a valid local.
+        let result = unsafe {
+            cuDevSmResourceSplitByCount(&mut part, &mut groups, input, &mut rest, 0, min)
+        };
+        if result != CUresult::CUDA_SUCCESS {
+            return Err(result);
+        }
+        // SAFETY: both are SM resources written by the split.
+        Ok(unsafe {
+            (
+                part.__bindgen_anon_1.sm.smCount,
+                rest.__bindgen_anon_1.sm.smCount,
+            )
+        })
+    }
+
+    #[test]
+    fn splits_round_up_to_the_granularity_and_refuse_what_does_not_fit() {
+        let all = sm_resource(SM_COUNT);
+        assert_eq!(split(&all, 1), Ok((8, 124)));
+        assert_eq!(split(&all, 8), Ok((8, 124)));
+        assert_eq!(split(&all, 9), Ok((16, 116)));
+        assert_eq!(
+            split(&all, 132),
+            Err(CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
+        );
+        assert_eq!(split(&all, 133), Err(CUresult::CUDA_ERROR_INVALID_VALUE));
+        // The remainder splits again.
+        assert_eq!(split(&sm_resource(124), 32), Ok((32, 92)));
+    }
+
+    #[test]
+    fn a_green_context_reports_its_sms_and_owns_its_streams_until_destroyed() {
+        let sm = CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM;
+        let mut resource = sm_resource(24);
+        let (mut desc, mut green, mut stream) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        let mut found = CUdevResource::default();
+        let mut owner = std::ptr::null_mut();
+        let non_blocking = CUstream_flags::CU_STREAM_NON_BLOCKING.0;
+        let default_stream = CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM.0;
+        // SAFETY: every pointer is a valid local; handles come from the calls.
+        unsafe {
+            assert_eq!(
+                cuDevResourceGenerateDesc(&mut desc, &mut resource, 1),
+                CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(
+                cuGreenCtxCreate(&mut green, desc, 0, 0),
+                CUresult::CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(
+                cuGreenCtxCreate(&mut green, desc, 0, default_stream),
+                CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(
+                cuGreenCtxGetDevResource(green, &mut found, sm),
+                CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(found.__bindgen_anon_1.sm.smCount, 24);
+            assert_eq!(
+                cuGreenCtxStreamCreate(&mut stream, green, 0, 0),
+                CUresult::CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(
+                cuGreenCtxStreamCreate(&mut stream, green, non_blocking, -9),
+                CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(
+                cuStreamGetGreenCtx(stream, &mut owner),
+                CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(owner, green);
+            assert_eq!(
+                crate::stream::resolve(stream).unwrap().priority,
+                GREATEST_PRIORITY
+            );
+            let mut context = std::ptr::null_mut();
+            assert_eq!(
+                cuCtxFromGreenCtx(&mut context, green),
+                CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(crate::context::check_context(context), Ok(0));
+            assert_eq!(cuGreenCtxDestroy(green), CUresult::CUDA_SUCCESS);
+            assert!(crate::context::check_context(context).is_err());
+            assert_eq!(
+                cuGreenCtxStreamCreate(&mut stream, green, non_blocking, 0),
+                CUresult::CUDA_ERROR_INVALID_HANDLE
+            );
+            assert_eq!(
+                cuGreenCtxDestroy(green),
+                CUresult::CUDA_ERROR_INVALID_HANDLE
+            );
+        }
+    }
+}
