@@ -19,8 +19,8 @@
 //! Errors a call returns at once are not sticky, as on a GPU: an invalid
 //! launch configuration, an out-of-memory, a bad handle.
 //!
-//! Work of the software NCCL that fails (ranks that disagree, an aborted
-//! communicator) is sticky for its stream only (a GPU would hang or corrupt
+//! Work of the software NCCL that fails (a buffer no longer live, a send and
+//! its receive of different sizes, an aborted communicator) is sticky for its stream only (a GPU would hang or corrupt
 //! memory rather than report it). A stream that waits on a stream which
 //! failed at or before the point waited for takes that failure as its own
 //! sticky error, so work ordered after failed work never runs, not even on

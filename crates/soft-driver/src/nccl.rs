@@ -5,13 +5,17 @@
 //! A collective is ordered work on its rank's stream. When a rank's worker
 //! reaches its `n`-th collective it arrives at round `n` of the clique and
 //! waits (holding its stream, as a NCCL kernel holds the GPU's) until every
-//! rank has arrived; the last to arrive checks that the ranks agree (the same
-//! collective, count, type, operation and root), moves the data for all of
-//! them, and lets them go. Disagreement fails every rank's stream with
-//! `CUDA_ERROR_LAUNCH_FAILED` (with a detail naming the ranks and values), and
-//! the communicators' `ncclCommGetAsyncError` with `ncclInvalidUsage`, where
-//! real NCCL would hang or compute garbage. A rank that never calls its part
-//! leaves the others waiting, as on a GPU, until `ncclCommAbort`.
+//! rank has arrived; the last to arrive moves the data for all of them, as
+//! rank 0's call describes it, and lets them go. Whether the ranks agree
+//! (the same collective, count, type, operation and root) is the
+//! collectives crate's check, made once before any rank reaches NCCL on
+//! either driver; here only what keeps this driver's memory accesses in
+//! bounds is checked: every buffer live for the bytes moved, and a send and
+//! its receive of the same size. Such a failure fails every rank's stream
+//! with `CUDA_ERROR_LAUNCH_FAILED` (with a detail naming the rank and the
+//! buffer), and the communicators' `ncclCommGetAsyncError` with
+//! `ncclInvalidUsage`. A rank that never calls its part leaves the others
+//! waiting, as on a GPU, until `ncclCommAbort`.
 //!
 //! The element types are those the safe layer offers: 8-, 32- and 64-bit
 //! integers and `f32`/`f64`; 16-bit and 8-bit floats are refused with
@@ -92,7 +96,8 @@ struct CliqueState {
     rounds: HashMap<u64, Round>,
     pairs: HashMap<PairKey, Pair>,
     aborted: bool,
-    /// The first disagreement between ranks, for `ncclCommGetAsyncError`.
+    /// Whether a collective or a send/receive failed, for
+    /// `ncclCommGetAsyncError`.
     failed: bool,
 }
 

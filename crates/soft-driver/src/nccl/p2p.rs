@@ -146,18 +146,24 @@ fn exchange(clique: &Clique, halves: &[(bool, PairKey, Half)], faulted: bool) ->
     }
 }
 
-/// Both sides of a pair are here: check they agree, then copy.
+/// Both sides of a pair are here: copy.
+///
+/// Whether the two sides agree on count and type is checked once, by the
+/// collectives crate before either reaches NCCL (`meeting.rs`, which
+/// serves both drivers). Kept here only what this driver's memory safety
+/// needs: the copy moves the send's bytes, so the receive must span as
+/// many (a larger send would write past the receive buffer).
 fn transfer((from, to, seq): PairKey, send: Half, recv: Half) -> Result<(), String> {
     for (rank, half) in [(from, send), (to, recv)] {
         if half.faulted {
             return Err(format!("rank {rank}'s stream has a sticky error"));
         }
     }
-    if send.count != recv.count || send.dtype != recv.dtype {
+    if send.bytes != recv.bytes {
         return Err(format!(
-            "send {seq} from rank {from} to rank {to} is {} element(s) of NCCL type {}, but \
-             rank {to} receives {} element(s) of NCCL type {}",
-            send.count, send.dtype.0, recv.count, recv.dtype.0
+            "send {seq} from rank {from} to rank {to} is {} byte(s) ({} element(s) of NCCL \
+             type {}), but rank {to} receives {} byte(s) ({} element(s) of NCCL type {})",
+            send.bytes, send.count, send.dtype.0, recv.bytes, recv.count, recv.dtype.0
         ));
     }
     if send.bytes == 0 {
@@ -277,4 +283,57 @@ pub(super) unsafe extern "C" fn ncclRecv(
         datatype,
         peer,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{Kind, allocate, free};
+
+    /// `count` `f32`s of live device memory on device 0, each `value`.
+    fn floats(count: usize, value: f32) -> Half {
+        let bytes = count * 4;
+        let ptr = allocate(bytes, Kind::Device, 0).unwrap();
+        let values = vec![value; count];
+        // SAFETY: `ptr` was just allocated with room for `bytes` bytes (the
+        // software device's memory is host memory), and nothing else has it.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), ptr as *mut f32, count) };
+        Half {
+            ptr,
+            count,
+            dtype: ncclDataType_t::ncclFloat32,
+            bytes,
+            device: 0,
+            faulted: false,
+        }
+    }
+
+    fn read(half: &Half, count: usize) -> Vec<f32> {
+        let mut out = vec![0.0f32; count];
+        // SAFETY: `half` is live for `count` `f32`s (checked by the caller's
+        // allocation) and no work runs on it here.
+        unsafe { std::ptr::copy_nonoverlapping(half.ptr as *const f32, out.as_mut_ptr(), count) };
+        out
+    }
+
+    /// The one check left to the software NCCL (the collectives crate checks
+    /// that the sides agree): a send larger than its receive is refused,
+    /// naming both sizes, before anything is copied (copied, the send would
+    /// write past the receive buffer); a pair of one size goes through.
+    #[test]
+    fn a_send_larger_than_its_receive_is_refused_and_writes_nothing() {
+        let (send, recv) = (floats(8, 1.0), floats(6, 0.0));
+        let why = transfer((0, 1, 0), send, recv).unwrap_err();
+        assert!(
+            why.contains("32 byte(s)") && why.contains("24 byte(s)"),
+            "{why}"
+        );
+        assert_eq!(read(&recv, 6), [0.0; 6]);
+        let (same_size, into) = (floats(6, 2.0), floats(6, 0.0));
+        transfer((0, 1, 1), same_size, into).unwrap();
+        assert_eq!(read(&into, 6), [2.0; 6]);
+        for half in [send, recv, same_size, into] {
+            free(half.ptr, &[Kind::Device]).unwrap();
+        }
+    }
 }
