@@ -25,8 +25,8 @@
 
 use crate::enqueue::gate::EnqueueGate;
 use crate::enqueue::order::{self, InFlight, OrderPolicy, Touch};
+use crate::ground::callback_thread::refuse_inside_callback;
 use crate::ground::error::Result;
-use crate::objects::context::refuse_inside_callback;
 use crate::objects::memory::DeviceUse;
 use crate::objects::memory::sealed::HostUse;
 use crate::objects::stream::Stream;

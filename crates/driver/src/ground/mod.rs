@@ -15,6 +15,7 @@
 
 pub(crate) mod arch;
 pub(crate) mod arg_kind;
+pub(crate) mod callback_thread;
 pub(crate) mod driver_calls;
 pub(crate) mod error;
 pub(crate) mod race;
