@@ -163,9 +163,8 @@ pub use features::reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use ground::arg_kind::ArgKind;
 pub use ground::callback_thread::in_stream_callback;
 pub use ground::error::{Error, Result};
-pub use ground::select::{
-    DRIVER_ENV, DRIVER_SETTING, DriverChoice, DriverKind, LoadedDriver, driver, select,
-};
+pub use ground::loaded_driver::{DriverKind, LoadedDriver};
+pub use ground::select::{DRIVER_ENV, DRIVER_SETTING, DriverChoice, driver, select};
 pub use objects::completion_trail::{CompletionTrail, TrailSearch};
 pub use objects::context::{Context, DeviceInfo};
 pub use objects::event::{Event, EventFlags};

@@ -2,7 +2,8 @@
 
 use crate::ground::callback_thread::{in_stream_callback, refuse_inside_callback};
 use crate::ground::error::{Error, Result};
-use crate::ground::select::{DriverKind, LoadedDriver, driver};
+use crate::ground::loaded_driver::{DriverKind, LoadedDriver};
+use crate::ground::select::driver;
 use crate::objects::priority::PriorityRange;
 use std::any::Any;
 use std::cell::Cell;
