@@ -113,7 +113,7 @@ impl Allocation {
     ///
     /// Work enqueued through a view ([`Allocation::as_device`]) declares
     /// itself; this is for work the allocator cannot see (raw launches).
-    pub fn record_stream(&self, stream: &Arc<Stream>) -> Result<()> {
+    pub fn record_stream(&self, stream: &Stream) -> Result<()> {
         self.shared().check_stream(stream)?;
         stream.check_not_capturing("Allocation::record_stream")?;
         if stream.id() == self.stream_id() {
@@ -127,7 +127,7 @@ impl Allocation {
             return Err(self.dead());
         }
         if !uses.iter().any(|s| s.id() == stream.id()) {
-            uses.push(Arc::clone(stream));
+            uses.push(stream.to_arc());
         }
         Ok(())
     }

@@ -104,7 +104,7 @@ impl StreamOrderedAllocator {
     /// anything. When the driver runs out, cached memory is given back
     /// (waiting for streams if need be) and the allocation retried once before
     /// [`Error::OutOfMemory`].
-    pub fn allocate_for_stream(&self, stream: &Arc<Stream>, bytes: usize) -> Result<Allocation> {
+    pub fn allocate_for_stream(&self, stream: &Stream, bytes: usize) -> Result<Allocation> {
         if bytes == 0 {
             return Err(Error::ZeroSize {
                 stream: stream.id(),
@@ -203,7 +203,7 @@ impl StreamOrderedAllocator {
     }
 
     /// [`Allocation::record_stream`]: declare a use of `allocation` on `stream`.
-    pub fn record_stream(&self, allocation: &Allocation, stream: &Arc<Stream>) -> Result<()> {
+    pub fn record_stream(&self, allocation: &Allocation, stream: &Stream) -> Result<()> {
         if !Arc::ptr_eq(&allocation.slot.shared, &self.shared) {
             return Err(Error::ForeignAllocation {
                 ptr: allocation.ptr,
@@ -219,7 +219,7 @@ impl StreamOrderedAllocator {
     /// happens cost nothing but a query.
     pub fn add_stream_dependency(
         &self,
-        stream: &Arc<Stream>,
+        stream: &Stream,
         event: impl Into<StreamDependency>,
     ) -> Result<()> {
         let dep = event.into();

@@ -52,6 +52,16 @@ pub enum Backend {
     },
 }
 
+/// `caching` or `driver pool`, as reports name it.
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Caching => "caching",
+            Backend::DriverPool { .. } => "driver pool",
+        })
+    }
+}
+
 impl Backend {
     /// The release threshold [`Backend::driver_pool`] sets: never release at
     /// synchronisation.

@@ -60,7 +60,7 @@ impl DeviceAllocators {
 
     /// `bytes` of `stream`'s device memory, ordered on `stream`
     /// ([`StreamOrderedAllocator::allocate_for_stream`]).
-    pub fn allocate_for_stream(&self, stream: &Arc<Stream>, bytes: usize) -> Result<Allocation> {
+    pub fn allocate_for_stream(&self, stream: &Stream, bytes: usize) -> Result<Allocation> {
         self.for_stream(stream)?.allocate_for_stream(stream, bytes)
     }
 

@@ -27,7 +27,9 @@ pub enum Error {
     #[error(transparent)]
     Driver(#[from] driver::Error),
     /// A request for zero bytes. Nothing was allocated and nothing changed.
-    #[error("allocation of 0 bytes on stream {stream}: ask for at least one byte")]
+    #[error(
+        "an allocation of 0 bytes on stream {stream} would be empty: zero-length buffers are refused (docs/architecture.md#empty-buffers)"
+    )]
     ZeroSize {
         /// The stream's id.
         stream: u64,
@@ -125,3 +127,16 @@ impl From<driver::sys::DriverError> for Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `?` on a call of the allocator inside work that returns a driver `Result`
+/// (the closure of an operation graph's operation): a driver failure comes
+/// back as itself, anything else as [`driver::Error::Other`], which keeps
+/// it whole.
+impl From<Error> for driver::Error {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Driver(error) => error,
+            other => driver::Error::other(other),
+        }
+    }
+}

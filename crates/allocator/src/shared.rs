@@ -130,7 +130,7 @@ pub(crate) fn is_oom(err: &Error) -> bool {
 impl Shared {
     /// The slot of `stream`, created on first use.
     #[inline]
-    pub(crate) fn slot(self: &Arc<Self>, stream: &Arc<Stream>) -> Result<Arc<Slot>> {
+    pub(crate) fn slot(self: &Arc<Self>, stream: &Stream) -> Result<Arc<Slot>> {
         if let Some(slot) = last_slot::get(self.id, stream.id()) {
             return Ok(slot);
         }
@@ -140,7 +140,7 @@ impl Shared {
     }
 
     #[cold]
-    fn map_slot(self: &Arc<Self>, stream: &Arc<Stream>) -> Result<Arc<Slot>> {
+    fn map_slot(self: &Arc<Self>, stream: &Stream) -> Result<Arc<Slot>> {
         if let Some(slot) = self.slots.get(&stream.id()) {
             return Ok(Arc::clone(slot.value()));
         }
@@ -148,7 +148,7 @@ impl Shared {
         let slot = self.slots.entry(stream.id()).or_insert_with(|| {
             Arc::new(Slot {
                 shared: Arc::clone(self),
-                stream: Arc::clone(stream),
+                stream: stream.to_arc(),
                 state: Mutex::default(),
             })
         });

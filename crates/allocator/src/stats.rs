@@ -72,6 +72,12 @@ pub struct StreamStats {
 /// assert_eq!(stats.cached_bytes, stats.reserved_bytes);
 /// assert_eq!((stats.driver_alloc_calls, stats.driver_free_calls), (1, 0));
 /// assert_eq!(stats.per_stream[0].stream_id, stream.id());
+/// // A summary, then one line per stream:
+/// let text = stats.to_string();
+/// assert!(text.starts_with("allocator (caching): 0 B in use (peak 4.00 KiB) in 0 allocation(s), \
+///     2.00 MiB reserved (peak 2.00 MiB), 2.00 MiB cached"), "{text}");
+/// let stream_line = format!("\n  stream {}: 0 B in use in 0 allocation(s), 2.00 MiB reserved", stream.id());
+/// assert!(text.contains(&stream_line), "{text}");
 /// # Ok(())
 /// # }
 /// ```
@@ -200,5 +206,62 @@ impl StreamCounts {
         self.allocated -= bytes;
         self.requested -= requested;
         self.live -= 1;
+    }
+}
+
+impl std::fmt::Display for StreamStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use driver::format_bytes as b;
+        write!(
+            f,
+            "stream {}: {} in use in {} allocation(s), {} reserved in {} segment(s) \
+             ({} free, largest {}), {} pending free(s), cache {} hit(s) / {} miss(es)",
+            self.stream_id,
+            b(self.allocated_bytes as u64),
+            self.live_allocations,
+            b(self.reserved_bytes as u64),
+            self.segments,
+            b(self.free_bytes as u64),
+            b(self.largest_free as u64),
+            self.pending_frees,
+            self.cache_hits,
+            self.cache_misses,
+        )
+    }
+}
+
+impl std::fmt::Display for AllocatorStats {
+    /// A summary line, a line of driver and cache counts, then one line
+    /// per stream.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use driver::format_bytes as b;
+        write!(
+            f,
+            "allocator ({}): {} in use (peak {}) in {} allocation(s), {} reserved (peak {}), \
+             {} cached, fragmentation {:.2}",
+            self.backend,
+            b(self.allocated_bytes as u64),
+            b(self.peak_allocated_bytes as u64),
+            self.live_allocations,
+            b(self.reserved_bytes as u64),
+            b(self.peak_reserved_bytes as u64),
+            b(self.cached_bytes as u64),
+            self.fragmentation,
+        )?;
+        write!(
+            f,
+            "\n  driver calls: {} alloc, {} free; cache {} hit(s) / {} miss(es); \
+             {} cross-stream hand-off(s); {} out-of-memory recover(ies)",
+            self.driver_alloc_calls,
+            self.driver_free_calls,
+            self.cache_hits,
+            self.cache_misses,
+            self.cross_stream_handoffs,
+            self.oom_recoveries,
+        )?;
+        for stream in &self.per_stream {
+            write!(f, "\n  {stream}")?;
+        }
+        Ok(())
     }
 }

@@ -114,6 +114,7 @@ fn settings() -> Vec<Setting> {
     all.push(pool::POOL_SIZE_SETTING);
     all.extend(pipeline::PLANNER_SETTINGS);
     all.push(profiler::BACKEND_SETTING);
+    all.push(driver::CACHE_SETTING);
     all.push(driver::sys::cupti::LIBRARY_SETTING);
     all.push(driver::sys::nvrtc::LIBRARY_SETTING);
     all.push(driver::sys::nccl::LIBRARY_SETTING);

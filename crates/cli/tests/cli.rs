@@ -263,6 +263,7 @@ const SETTING_NAMES: &[&str] = &[
     "CUDA_STREAMS_PROFILER_BACKEND",
     "CUDA_STREAMS_ORDERING",
     "CUDA_STREAMS_SOFT_SHUFFLE",
+    "CUDA_STREAMS_KERNEL_CACHE",
 ];
 
 /// `cuda-streams info` with exactly `vars` among [`SETTING_NAMES`] set (the

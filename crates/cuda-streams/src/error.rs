@@ -16,14 +16,14 @@
 /// assert_eq!(upload_and_plan(&[1.0, 2.0]).unwrap(), 4);
 /// let err = upload_and_plan(&[]).unwrap_err();
 /// assert!(matches!(err, cuda_streams::Error::Driver(_)), "{err}");
-/// assert!(err.to_string().contains("0 bytes"), "{err}");
+/// assert!(err.to_string().contains("zero-length buffers are refused"), "{err}");
 ///
 /// // The operation graph's errors (and so event coordination's) are `Engine`.
 /// fn depend_on_nothing(ctx: &std::sync::Arc<Context>) -> Result<(), cuda_streams::Error> {
 ///     let stream = Stream::new(ctx)?;
 ///     let graph = OperationGraph::for_context(ctx);
 ///     let missing = OperationId(42);
-///     graph.op(&stream).after(&[missing]).run(|_| Ok(()))?;
+///     graph.op(&stream).after(&[missing]).run(|_| Ok(()))?.wait()?;
 ///     Ok(())
 /// }
 /// let err = depend_on_nothing(&Context::new(0)?).unwrap_err();
@@ -67,3 +67,20 @@ pub enum Error {
 
 /// `Result` with the facade's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `?` on a call of any crate behind the facade inside work that returns a driver `Result`
+/// (the closure of an operation graph's operation): a driver failure comes
+/// back as itself, anything else as [`driver::Error::Other`], which keeps
+/// it whole.
+impl From<Error> for driver::Error {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Driver(error) => error,
+            #[allow(
+                unreachable_patterns,
+                reason = "without the features that add variants, `Driver` is the only one"
+            )]
+            other => driver::Error::other(other),
+        }
+    }
+}

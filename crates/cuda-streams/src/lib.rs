@@ -136,6 +136,9 @@
 //! modules that are enabled.
 
 #![forbid(unsafe_code)]
+// Every doc test here (the README's example, the guides' examples) is code a
+// user pastes: it must compile without a warning.
+#![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
@@ -171,14 +174,18 @@ pub use events;
 #[cfg_attr(docsrs, doc(cfg(feature = "kernels")))]
 pub use kernels;
 
-/// The README's example, compiled and run as a doc test.
+/// The README's example, compiled and run as a doc test, with warnings
+/// denied: a user who pastes it sees none.
 #[cfg(all(
     doctest,
     feature = "pool",
     feature = "events",
+    feature = "allocator",
+    feature = "profiler",
     feature = "pipeline",
     feature = "kernels"
 ))]
+#[doc(test(attr(deny(warnings))))]
 #[doc = include_str!("../../../README.md")]
 pub struct Readme;
 

@@ -18,10 +18,46 @@
 //!   download streams among them); `From` maps a purpose to an operation
 //!   type and either to a workload type (`docs/stream-pool.md`, "The kinds
 //!   of work").
+//!
+//! Your own kernels need nothing more: [`kernel!`](crate::driver::kernel)
+//! declares one and [`Program`] compiles it (`docs/kernels.md`).
+//!
+//! ```
+//! use cuda_streams::prelude::*;
+//!
+//! const SOURCE: &str = r#"
+//! extern "C" __global__ void scale(unsigned long long n, float a, float* y) {
+//!     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n) y[i] = a * y[i];
+//! }"#;
+//!
+//! kernel! {
+//!     /// `y = a·y`
+//!     pub struct Scale: fn scale(n: u64, a: f32, y: &mut [f32; n]);
+//!     twin = per_thread(|t, n, a, y| {
+//!         let i = t.global_x();
+//!         if (i as u64) < n {
+//!             y[i] = a * y[i];
+//!         }
+//!     });
+//! }
+//!
+//! # fn main() -> Result<(), cuda_streams::Error> {
+//! let ctx = Context::new(0)?;
+//! let stream = Stream::new(&ctx)?;
+//! // SAFETY: scale touches y[i] for i < n only.
+//! let program = unsafe { Program::new(SOURCE).declare::<Scale>() };
+//! let scale: Scale = program.compile_for(&ctx)?.kernel()?;
+//! let mut y = DeviceBuffer::from_slice(&stream, &[1.0f32, 2.0, 3.0])?;
+//! scale.launch(&stream, LaunchConfig::for_num_elems(3), 3, 2.0, &mut y)?;
+//! assert_eq!(y.to_vec(&stream)?, [2.0, 4.0, 6.0]);
+//! # Ok(())
+//! # }
+//! ```
 
 pub use driver::{
     Context, DeviceBuffer, DriverKind, Event, Kernel, KernelArg, LaunchConfig, Module,
-    PinnedBuffer, Stream, StreamPriority, UnifiedBuffer,
+    PinnedBuffer, Program, Stream, StreamPriority, UnifiedBuffer, kernel,
 };
 
 #[cfg(feature = "pool")]

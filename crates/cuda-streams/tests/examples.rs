@@ -68,6 +68,7 @@ const EXAMPLES: &[&str] = &[
     "pipeline_parallel",
     "all_to_all",
     "user_kernels",
+    "first_hour",
 ];
 
 /// Where the examples are: `CUDA_STREAMS_EXAMPLES_DIR`, or the directory

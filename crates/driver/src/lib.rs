@@ -165,6 +165,7 @@ pub use ground::callback_thread::in_stream_callback;
 pub use ground::error::{Error, Result};
 pub use ground::loaded_driver::{DriverKind, LoadedDriver};
 pub use ground::select::{DRIVER_ENV, DRIVER_SETTING, DriverChoice, driver, select};
+pub use ground::units::{format_bytes, format_duration};
 pub use objects::completion_trail::{CompletionTrail, TrailSearch};
 pub use objects::context::{Context, DeviceInfo};
 pub use objects::event::{Event, EventFlags};

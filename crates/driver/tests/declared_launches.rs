@@ -113,8 +113,43 @@ fn a_buffer_of_another_device_is_refused() {
         .launch(&stream, cfg, N as u64, 2.0, &mut out)
         .unwrap_err();
     assert!(matches!(err, Error::DeviceMismatch { .. }), "{err:?}");
+    // The hint says where the memory lives and how to reach it from here.
+    let text = err.to_string();
+    assert!(
+        text.contains("a stream of device 1") && text.contains("a buffer of device 0"),
+        "{text}"
+    );
     assert_eq!(stream.metrics().kernel_launches, 0);
     assert_eq!(out.to_vec(&other).unwrap(), vec![7.0; N]);
+}
+
+#[test]
+fn a_kernel_of_another_device_is_refused_with_a_hint_to_load_it_there() {
+    let count = Context::device_count().expect("the driver answers");
+    if count < 2 {
+        eprintln!("skipped: needs two devices, the driver reports {count}");
+        return;
+    }
+    let (c0, c1) = (Context::new(0).unwrap(), Context::new(1).unwrap());
+    let stream = Stream::new(&c0).unwrap();
+    let fill_on_1 = fill_f32(&c1);
+    let mut out = DeviceBuffer::from_slice(&stream, &[7.0f32; N]).unwrap();
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    let err = fill_on_1
+        .launch(&stream, cfg, N as u64, 2.0, &mut out)
+        .unwrap_err();
+    assert!(matches!(err, Error::DeviceMismatch { .. }), "{err:?}");
+    // A kernel is not data: the fix is to load it on the stream's device,
+    // not a peer copy.
+    let text = err.to_string();
+    assert!(
+        text.contains("the kernel belongs to device 1")
+            && text.contains("module in a context of device 0")
+            && !text.contains("copy_peer_async"),
+        "{text}"
+    );
+    assert_eq!(stream.metrics().kernel_launches, 0);
+    assert_eq!(out.to_vec(&stream).unwrap(), vec![7.0; N]);
 }
 
 #[test]
@@ -137,5 +172,20 @@ fn under_check_an_unordered_declared_launch_is_refused_over_its_declared_extent(
     };
     assert_eq!(race.earlier.label.as_deref(), Some("half"));
     assert_eq!(race.overlap, 0..1024, "the declared extent, not the buffer");
+    // The report names the kernel, the argument and the policy that found it.
+    assert_eq!(race.later.kernel.as_deref(), Some("fill_f32"));
+    assert_eq!(race.later.argument, Some(2));
+    assert_eq!((race.policy, race.on_gpu), ("check", ctx.is_gpu()));
+    let text = race.to_string();
+    assert!(
+        text.contains("kernel launch of kernel `fill_f32` through argument 2 (writes)")
+            && text.contains("found by ordering policy check"),
+        "{text}"
+    );
+    assert_eq!(
+        text.contains("on a GPU this check is off unless CUDA_STREAMS_ORDERING"),
+        ctx.is_gpu(),
+        "{text}"
+    );
     assert_eq!(b.metrics().kernel_launches, 0);
 }

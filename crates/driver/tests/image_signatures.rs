@@ -61,7 +61,10 @@ fn fill_512_into_one(module: &Arc<Module>, stream: &Arc<Stream>) {
     );
     let message = err.to_string();
     assert!(
-        message.contains("fill_f32") && message.contains("512") && message.contains("4 bytes"),
+        message.contains("fill_f32")
+            && message.contains("touches 512 element(s) of f32")
+            && message.contains("holds 1 element(s) of f32")
+            && !message.contains("bytes"),
         "{message}"
     );
     assert_eq!(stream.metrics().kernel_launches, 0);

@@ -200,6 +200,16 @@ fn an_unknown_kernel_name_is_refused_naming_it_and_the_kernels_there_are() {
         matches!(&err, Error::FunctionNotFound { name, .. } if name == "nowhere"),
         "{err:?}"
     );
+    // A typo is answered with the names the module has and the closest,
+    // not with an explanation of CPU twins.
+    let text = module.function("scalee").unwrap_err().to_string();
+    assert!(
+        text.contains("no kernel named `scalee`")
+            && text.contains("scale, cursed")
+            && text.contains("did you mean `scale`?")
+            && !text.contains("twin"),
+        "{text}"
+    );
 
     still_usable(&ctx, &module);
 }
@@ -221,7 +231,7 @@ fn slices_shorter_than_the_declared_count_are_refused_before_the_launch() {
         text.contains("`scale` argument 2") && text.contains("10 element(s) of f32"),
         "{text}"
     );
-    assert!(text.contains("16 bytes"), "{text}");
+    assert!(text.ends_with("holds 4 element(s) of f32"), "{text}");
     // Nothing ran: the buffer is as it was.
     assert_eq!(y.to_vec(&stream).unwrap(), [1.0; 4]);
 
@@ -247,9 +257,18 @@ fn a_twin_that_panics_is_caught_and_fails_its_launch() {
         .launch(&stream, LaunchConfig::for_num_elems(8), 8, &mut y)
         .unwrap();
     let err = stream.synchronize().unwrap_err();
+    // The returned error names the twin and the panic's message.
+    let message = err.to_string();
     assert!(
-        err.to_string().contains("CUDA_ERROR_LAUNCH_FAILED"),
-        "{err}"
+        message.contains("CUDA_ERROR_LAUNCH_FAILED")
+            && message.contains("twin `cursed` panicked")
+            && message.contains("element 3 is cursed"),
+        "{message}"
+    );
+    assert!(matches!(err, Error::WorkFailed { .. }), "{err:?}");
+    assert_eq!(
+        err.driver_error().map(|e| e.code()),
+        Some(cuda_streams_driver::sys::CUresult::CUDA_ERROR_LAUNCH_FAILED)
     );
     // The stream's fault says which twin panicked, and why.
     let (_, detail) = soft_driver::faults::stream_fault(stream.as_raw())
@@ -590,6 +609,49 @@ fn a_syntax_error_returns_the_compilers_log() {
     // And the compiler still works.
     let good = Program::new(SOURCE).no_cache();
     good.compile_with(&compiler, Arch::new(9, 0)).unwrap();
+}
+
+#[test]
+fn without_a_gpu_compile_for_checks_the_source_and_says_when_it_did_not_compile_it() {
+    let _serial = serial();
+    let ctx = ctx();
+    if ctx.is_gpu() {
+        eprintln!("skipped on the GPU: NVRTC compiles every source there");
+        return;
+    }
+    // SAFETY: refused before any launch.
+    let unclosed = unsafe {
+        Program::new(
+            "extern \"C\" __global__ void scale(unsigned long long n, float a, float* y) {\n\
+             \x20   if (n > 0) { y[0] *= a;\n\
+             }\n",
+        )
+        .name("unclosed.cu")
+        .no_cache()
+        .declare::<Scale>()
+    };
+    let err = unclosed.compile_for(&ctx).unwrap_err();
+    match cuda_streams_driver::Compiler::global() {
+        // NVRTC installed (pip's wheel needs no GPU): it compiled the source.
+        Ok(_) => assert!(matches!(err, Error::Compile { .. }), "{err}"),
+        // No compiler at all: the brackets were checked, and the error says
+        // the source was not compiled.
+        Err(_) => {
+            let text = err.to_string();
+            assert!(
+                matches!(&err, Error::SourceNotCompiled { program, .. } if program == "unclosed.cu"),
+                "{err:?}"
+            );
+            assert!(
+                text.contains("`{` opened on line 1 is never closed")
+                    && text.contains("was not compiled")
+                    && text.contains("pip install nvidia-cuda-nvrtc"),
+                "{text}"
+            );
+        }
+    }
+    // Balanced source still makes a module of the twins.
+    assert!(module(&ctx).is_some());
 }
 
 #[test]

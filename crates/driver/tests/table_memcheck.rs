@@ -66,8 +66,9 @@ fn a_kernel_writing_past_its_buffer_fails_touches_nothing_and_poisons_the_contex
     let detail = soft_driver::last_error_detail().unwrap();
     assert!(
         detail.contains("add_u32")
-            && detail.contains("17 element(s) of u32")
-            && detail.contains("68 bytes"),
+            && detail.contains("17 element(s) of u32 at")
+            && detail.contains("In bytes: [")
+            && detail.contains("runs past the end of the 64-byte allocation"),
         "{detail}"
     );
     // Sticky for the context: another stream and the context say so too.

@@ -62,13 +62,15 @@ pub enum Error {
     /// Work enqueued by an operation built with
     /// [`OperationGraph::op`](crate::OperationGraph::op) failed; the operation
     /// was completed anyway, so nothing waits on it forever.
-    #[error("{operation} ({label:?}) failed: {source}")]
+    #[error("{}", crate::race_hint::failed(.operation, .label, .source))]
     OperationFailed {
         /// The operation.
         operation: crate::OperationId,
         /// Its label.
         label: String,
-        /// What its work returned.
+        /// What its work returned. Another crate's error that `?` carried
+        /// out of the work is [`driver::Error::Other`]:
+        /// `source.downcast_ref::<E>()` gives it back as its own type.
         #[source]
         source: driver::Error,
     },
@@ -85,7 +87,7 @@ pub enum Error {
     },
     /// Work of a captured operation ([`crate::CaptureOpBuilder::run`])
     /// failed; the operation was not captured.
-    #[error("{operation} ({label:?}) failed: {source}")]
+    #[error("{}", crate::race_hint::failed(.operation, .label, .source))]
     CapturedOperationFailed {
         /// The operation.
         operation: crate::CaptureOpId,
@@ -154,3 +156,16 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `?` on a call of the operation graph inside work that returns a driver `Result`
+/// (the closure of an operation graph's operation): a driver failure comes
+/// back as itself, anything else as [`driver::Error::Other`], which keeps
+/// it whole.
+impl From<Error> for driver::Error {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Driver(error) => error,
+            other => driver::Error::other(other),
+        }
+    }
+}

@@ -125,6 +125,15 @@ impl<'g> OpBuilder<'g> {
     /// When `work` fails, the operation is completed all the same (whatever
     /// it enqueued stays ordered before its dependants) and the error is
     /// [`Error::OperationFailed`], naming it.
+    ///
+    /// `work` returns a driver `Result`, and `?` inside it works on the
+    /// calls of every crate of the workspace: each crate's error converts
+    /// into [`driver::Error`] (a driver failure as itself, anything else
+    /// as [`driver::Error::Other`], which keeps the error whole and its
+    /// source chain), so an allocator's, a profiler's or the facade's error
+    /// comes out of `run` as the operation's failure:
+    /// `source.downcast_ref::<cuda_streams_allocator::Error>()` gives it
+    /// back.
     pub fn run(self, work: impl FnOnce(&Stream) -> driver::Result<()>) -> Result<Op> {
         let OpBuilder {
             graph,

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 /// let stats = barrier.stats();
 /// assert_eq!((stats.arrivals, stats.synchronizations), (1, 1));
 /// assert_eq!(stats.total_wait, waited);
+/// let line = stats.to_string(); // one line for logs and reports
+/// assert!(line.starts_with("barrier: 1 arrival(s), 1 synchronization(s), "), "{line}");
 /// # Ok(())
 /// # }
 /// ```
@@ -183,5 +185,17 @@ impl std::fmt::Debug for CrossStreamBarrier {
             )
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+impl std::fmt::Display for BarrierStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "barrier: {} arrival(s), {} synchronization(s), {} waited on the host",
+            self.arrivals,
+            self.synchronizations,
+            driver::format_duration(self.total_wait),
+        )
     }
 }

@@ -142,6 +142,8 @@ impl fmt::Display for WaitId {
 /// let metrics = waiter.metrics();
 /// assert_eq!((metrics.pending, metrics.fired, metrics.cancelled), (0, 1, 0));
 /// assert_eq!(metrics.panics, 0);
+/// let line = metrics.to_string(); // one line for logs and reports
+/// assert!(line.starts_with("event waiter: 0 pending, 1 fired, 0 cancelled"), "{line}");
 /// # Ok(())
 /// # }
 /// ```
@@ -642,5 +644,22 @@ fn discard(shared: &Shared, wait: Wait) {
         tracing::warn!(
             "async waiter: dropping the callback of cancelled wait {id} panicked: {why}"
         );
+    }
+}
+
+impl std::fmt::Display for WaiterMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "event waiter: {} pending, {} fired, {} cancelled, {} poll(s); \
+             {} callback panic(s), {} event panic(s), {} query error(s)",
+            self.pending,
+            self.fired,
+            self.cancelled,
+            self.polls,
+            self.panics,
+            self.event_panics,
+            self.query_errors,
+        )
     }
 }

@@ -341,7 +341,10 @@ impl AsyncCoordinator {
             Ok(op) => op,
             // Completed in the graph all the same; nothing to report. The
             // driver's error (a length mismatch, say) is the one to see.
-            Err(engine::Error::OperationFailed { source, .. }) => return Err(source.into()),
+            Err(engine::Error::OperationFailed { source, .. }) => {
+                // This crate's own error, carried out by `?`, is itself again.
+                return Err(source.downcast::<Error>().unwrap_or_else(Error::from));
+            }
             Err(err) => return Err(err.into()),
         };
         let id = op.id();

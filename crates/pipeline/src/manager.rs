@@ -36,6 +36,8 @@ use std::time::Duration;
 /// let stats = pipeline.get_stats()?;
 /// assert_eq!(stats.iterations, 3);
 /// assert!((0.0..=1.0).contains(&stats.gpu_utilization));
+/// let line = stats.to_string(); // one line for logs and reports
+/// assert!(line.starts_with("pipeline: 3 iteration(s), "), "{line}");
 /// pipeline.reset_stats();
 /// assert_eq!(pipeline.get_stats()?, PipelineStats::default());
 /// # Ok(())
@@ -189,7 +191,11 @@ impl<T: DeviceCopy> PipelineStageManager<T> {
     /// ```
     pub fn new_typed(coordinator: AsyncCoordinator, elements: usize) -> Result<Self> {
         if elements == 0 {
-            return Err(Error::InvalidConfig("a pipeline of 0 elements".into()));
+            return Err(Error::InvalidConfig(
+                "a pipeline of 0 elements would be empty: zero-length buffers are refused \
+                 (docs/architecture.md#empty-buffers)"
+                    .into(),
+            ));
         }
         Ok(Self {
             rotation: Rotation::new(coordinator),
@@ -718,4 +724,20 @@ fn stage_args<'a, T: DeviceCopy>(
         Some(buffer) => KernelArg::from(buffer),
         None => KernelArg::from(shared[&b]),
     })
+}
+
+impl std::fmt::Display for PipelineStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "pipeline: {} iteration(s), {:.3} ms each, {:.1} per second; \
+             compute busy {} of {} ({:.0}%)",
+            self.iterations,
+            self.avg_iteration_ms,
+            self.throughput,
+            driver::format_duration(self.compute_busy),
+            driver::format_duration(self.wall),
+            self.gpu_utilization * 100.0,
+        )
+    }
 }

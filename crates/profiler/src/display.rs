@@ -1,38 +1,8 @@
 //! Terminal tables for the reports.
 
 use crate::report::{ComprehensiveReport, StreamReport};
+use driver::{format_bytes, format_duration};
 use std::fmt;
-use std::time::Duration;
-
-/// A duration in the unit that keeps 3-4 significant digits: `812 ns`,
-/// `12.34 µs`, `1.234 ms`, `2.500 s`.
-pub fn format_duration(d: Duration) -> String {
-    let ns = d.as_nanos();
-    if ns < 1_000 {
-        format!("{ns} ns")
-    } else if ns < 1_000_000 {
-        format!("{:.2} µs", ns as f64 / 1e3)
-    } else if ns < 1_000_000_000 {
-        format!("{:.3} ms", ns as f64 / 1e6)
-    } else {
-        format!("{:.3} s", ns as f64 / 1e9)
-    }
-}
-
-/// A byte count in binary units: `512 B`, `1.50 KiB`, `3.00 GiB`.
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.2} {}", UNITS[unit])
-}
 
 /// Columns padded to their widest cell; the first column and any named in
 /// `left` (text) left-aligned, the rest (numbers) right-aligned.
@@ -291,6 +261,9 @@ impl fmt::Display for ComprehensiveReport {
             s.write_summary(f)?;
             s.write_operations(f, "  ")?;
         }
+        if let Some(memory) = &self.memory {
+            write!(f, "\n{memory}")?;
+        }
         Ok(())
     }
 }
@@ -298,6 +271,7 @@ impl fmt::Display for ComprehensiveReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn durations_and_bytes_pick_their_unit() {

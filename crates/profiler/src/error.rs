@@ -64,3 +64,16 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `?` on a call of the profiler inside work that returns a driver `Result`
+/// (the closure of an operation graph's operation): a driver failure comes
+/// back as itself, anything else as [`driver::Error::Other`], which keeps
+/// it whole.
+impl From<Error> for driver::Error {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Driver(error) => error,
+            other => driver::Error::other(other),
+        }
+    }
+}

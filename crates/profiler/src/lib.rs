@@ -48,7 +48,9 @@ mod clock;
 mod cupti;
 mod display;
 mod error;
+mod graph;
 mod memory;
+mod memory_report;
 mod profiler;
 mod report;
 mod sampler;
@@ -60,11 +62,17 @@ mod trace;
 /// The allocator whose memory a profiler can put on its timeline
 /// ([`StreamProfiler::track_memory`]).
 pub use allocator;
-pub use display::{format_bytes, format_duration};
 /// The safe driver layer this crate builds on (contexts, streams, buffers),
 /// so examples can name it through this crate.
 pub use driver;
+/// How reports print byte counts and durations (the driver layer's, shared
+/// by every crate's reports).
+pub use driver::{format_bytes, format_duration};
+/// The operation graph a profiler can observe (`OperationGraph::observe`:
+/// every operation timed under its label).
+pub use engine;
 pub use error::{Error, Result};
+pub use memory_report::{MemoryReport, StreamMemory};
 pub use profiler::{BACKEND_ENV, BACKEND_SETTING, Backend, StreamProfiler};
 pub use report::{ComprehensiveReport, OperationStats, StreamReport};
 pub use sampler::Sampler;

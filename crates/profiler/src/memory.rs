@@ -11,10 +11,23 @@ use std::time::Instant;
 #[derive(Default)]
 pub(crate) struct MemoryLog {
     pub(crate) enabled: AtomicBool,
+    /// Whether an allocator was ever given to `track_memory`.
+    pub(crate) tracking: AtomicBool,
     events: Mutex<Vec<(Instant, MemoryEvent)>>,
 }
 
 impl MemoryLog {
+    /// The report of the events so far, `None` when no allocator is tracked.
+    pub(crate) fn report(&self) -> Option<crate::MemoryReport> {
+        if !self.tracking.load(Ordering::Relaxed) {
+            return None;
+        }
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        Some(crate::MemoryReport::build(
+            events.iter().map(|(_, event)| event),
+        ))
+    }
+
     /// The events so far, in the order they were logged.
     pub(crate) fn events(&self) -> Vec<(Instant, MemoryEvent)> {
         self.events

@@ -297,7 +297,7 @@ impl StreamProfiler {
     /// ```
     pub fn scope<'a>(
         &'a self,
-        stream: &'a Arc<Stream>,
+        stream: &'a Stream,
         name: impl Into<Name>,
     ) -> Result<ScopeGuard<'a>> {
         if !self.is_enabled() {
@@ -342,9 +342,9 @@ impl StreamProfiler {
     /// profiler's, the value inside is `f`'s, so `?` twice unwraps both.
     pub fn time<R>(
         &self,
-        stream: &Arc<Stream>,
+        stream: &Stream,
         name: impl Into<Name>,
-        f: impl FnOnce(&Arc<Stream>) -> R,
+        f: impl FnOnce(&Stream) -> R,
     ) -> Result<R> {
         let scope = self.scope(stream, name)?;
         let value = f(stream);
@@ -394,18 +394,14 @@ impl StreamProfiler {
             self.clock()?;
         }
         allocator.add_observer(self.memory.observer());
+        self.memory.tracking.store(true, Ordering::Relaxed);
         Ok(())
     }
 
     /// Record a duration measured elsewhere (e.g. with host timers or by
     /// another tool). It counts in the statistics but has no place on the
     /// timeline, so it is not in the trace or the overlap figures.
-    pub fn record_operation(
-        &self,
-        stream: &Arc<Stream>,
-        name: impl Into<Name>,
-        duration: Duration,
-    ) {
+    pub fn record_operation(&self, stream: &Stream, name: impl Into<Name>, duration: Duration) {
         if self.is_enabled() {
             self.slot(stream)
                 .lock()
@@ -416,7 +412,7 @@ impl StreamProfiler {
 
     /// Count a kernel launch made outside the driver layer's API (launches
     /// through [`driver::Stream::launch`] are counted already).
-    pub fn record_kernel_launch(&self, stream: &Arc<Stream>) {
+    pub fn record_kernel_launch(&self, stream: &Stream) {
         if self.is_enabled() {
             self.slot(stream).lock().manual.kernel_launches += 1;
         }
@@ -424,7 +420,7 @@ impl StreamProfiler {
 
     /// Count a memory transfer of `bytes` made outside the driver layer's API
     /// (copies through [`driver::Stream`] are counted already).
-    pub fn record_memory_transfer(&self, stream: &Arc<Stream>, bytes: usize) {
+    pub fn record_memory_transfer(&self, stream: &Stream, bytes: usize) {
         if self.is_enabled() {
             let slot = self.slot(stream);
             let mut state = slot.lock();
@@ -461,7 +457,12 @@ impl StreamProfiler {
             .iter()
             .map(|slot| self.report_slot(slot, true))
             .collect();
-        ComprehensiveReport::build(parts, self.error_count(), self.timed_by_gpu())
+        ComprehensiveReport::build(
+            parts,
+            self.error_count(),
+            self.timed_by_gpu(),
+            self.memory.report(),
+        )
     }
 
     /// Write the timeline as Chrome Trace Event Format JSON (open it in
@@ -547,7 +548,7 @@ impl StreamProfiler {
         self.shared.started_clock()
     }
 
-    fn slot(&self, stream: &Arc<Stream>) -> Arc<StreamSlot> {
+    fn slot(&self, stream: &Stream) -> Arc<StreamSlot> {
         if let Some(slot) = self.slots.get(&stream.id()) {
             return Arc::clone(&slot);
         }

@@ -23,6 +23,10 @@ use std::time::Duration;
 /// let ms = Duration::from_millis;
 /// assert_eq!((stats.count, stats.total, stats.mean), (3, ms(6), ms(2)));
 /// assert_eq!((stats.min, stats.p50, stats.p99, stats.max), (ms(1), ms(2), ms(3), ms(3)));
+/// assert_eq!(
+///     stats.to_string(),
+///     "3 × 2.000 ms mean (total 6.000 ms; min 1.000 ms, p50 2.000 ms, p99 3.000 ms, max 3.000 ms)",
+/// );
 /// # Ok(())
 /// # }
 /// ```
@@ -171,6 +175,9 @@ pub struct ComprehensiveReport {
     pub errors: u64,
     /// Whether a GPU timed the operations ([`StreamReport::timed_by_gpu`]).
     pub timed_by_gpu: bool,
+    /// The tracked allocators' memory while profiling was enabled: `Some`
+    /// once [`crate::StreamProfiler::track_memory`] was called.
+    pub memory: Option<crate::MemoryReport>,
 }
 
 impl StreamReport {
@@ -229,6 +236,7 @@ impl ComprehensiveReport {
         mut parts: Vec<(StreamReport, Vec<(u64, u64)>)>,
         errors: u64,
         timed_by_gpu: bool,
+        memory: Option<crate::MemoryReport>,
     ) -> Self {
         parts.sort_by_key(|(report, _)| report.stream_id);
         let busy: Vec<Vec<(u64, u64)>> = parts.iter().map(|(_, b)| b.clone()).collect();
@@ -255,6 +263,7 @@ impl ComprehensiveReport {
             streams,
             errors,
             timed_by_gpu,
+            memory,
         }
     }
 
@@ -284,5 +293,24 @@ impl ComprehensiveReport {
 impl TimedOp {
     pub(crate) fn interval(&self) -> (u64, u64) {
         (self.start_ns, self.end_ns)
+    }
+}
+
+impl std::fmt::Display for OperationStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use driver::format_duration as d;
+        write!(f, "{} × {} mean", self.count, d(self.mean))?;
+        if self.timed != self.count {
+            write!(f, " ({} timed)", self.timed)?;
+        }
+        write!(
+            f,
+            " (total {}; min {}, p50 {}, p99 {}, max {})",
+            d(self.total),
+            d(self.min),
+            d(self.p50),
+            d(self.p99),
+            d(self.max)
+        )
     }
 }

@@ -108,7 +108,7 @@ impl<'a> Sampler<'a> {
     /// A scope of this sampler's name on `stream`: timed when its turn comes,
     /// inert (but counted) otherwise, and inert and uncounted while the
     /// profiler is disabled.
-    pub fn scope<'s>(&'s self, stream: &'s Arc<Stream>) -> Result<ScopeGuard<'s>> {
+    pub fn scope<'s>(&'s self, stream: &'s Stream) -> Result<ScopeGuard<'s>> {
         if !self.profiler.is_enabled() {
             return Ok(ScopeGuard::inert());
         }
@@ -121,7 +121,7 @@ impl<'a> Sampler<'a> {
 
     /// [`Sampler::scope`] around the work `f` enqueues, as
     /// [`StreamProfiler::time`].
-    pub fn time<R>(&self, stream: &Arc<Stream>, f: impl FnOnce(&Arc<Stream>) -> R) -> Result<R> {
+    pub fn time<R>(&self, stream: &Stream, f: impl FnOnce(&Stream) -> R) -> Result<R> {
         let scope = self.scope(stream)?;
         let value = f(stream);
         scope.finish()?;

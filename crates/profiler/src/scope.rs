@@ -40,7 +40,7 @@ pub struct ScopeGuard<'a> {
 
 struct Open<'a> {
     profiler: &'a StreamProfiler,
-    stream: &'a Arc<Stream>,
+    stream: &'a Stream,
     slot: Arc<StreamSlot>,
     name: Name,
     start: ScopeStart,
@@ -64,7 +64,7 @@ impl<'a> ScopeGuard<'a> {
 
     pub(crate) fn open(
         profiler: &'a StreamProfiler,
-        stream: &'a Arc<Stream>,
+        stream: &'a Stream,
         slot: Arc<StreamSlot>,
         name: Name,
         start: ScopeStart,

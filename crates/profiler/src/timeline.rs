@@ -111,11 +111,11 @@ impl Drop for StreamSlot {
 }
 
 impl StreamSlot {
-    pub(crate) fn new(stream: &Arc<Stream>, shared: &Arc<Shared>, counting: bool) -> Self {
+    pub(crate) fn new(stream: &Stream, shared: &Arc<Shared>, counting: bool) -> Self {
         let metrics = stream.metrics();
         Self {
             id: stream.id(),
-            stream: Arc::downgrade(stream),
+            stream: Arc::downgrade(&stream.to_arc()),
             counters: stream.counters(),
             shared: Arc::clone(shared),
             cupti_key: shared.cupti.as_ref().and_then(|b| b.watch(stream)),

@@ -11,10 +11,10 @@
 //! (counter events, `"ph":"C"`), and every allocation and free as an instant
 //! event (`"ph":"i"`, `"cat":"memory"`) on its stream's track.
 
-use crate::display::format_bytes;
 use crate::memory::MemorySample;
 use crate::timeline::TimedOp;
 use allocator::MemoryEventKind;
+use driver::format_bytes;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::{self, Write};

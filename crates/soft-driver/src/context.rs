@@ -259,10 +259,12 @@ pub(crate) unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUre
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .map_err(|_| CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         if before == 1 {
-            // The context is gone: so is its peer access, both ways.
+            // The context is gone: so is its peer access, both ways, and
+            // its sticky error (a new context starts clean, as on a GPU).
             if let Some(peers) = lock(&PEERS).as_mut() {
                 peers.retain(|&(from, to)| from != dev && to != dev);
             }
+            crate::faults::forget_context(dev);
         }
         Ok(())
     })())

@@ -9,8 +9,10 @@
 //! it, and so do allocations and the creation of streams and events. Work
 //! already queued behind it on any stream of the device does not run (host
 //! functions, frees, event markers and waits still do, so nothing waiting on
-//! them hangs). On a GPU the only way out is to destroy the context; here
-//! tests call [`clear`] (one stream) or [`reset`] (everything). Frees and
+//! them hangs). On a GPU the only way out is to destroy the context;
+//! releasing the device's primary context (its last `Context` dropped)
+//! does the same here: a context made afterwards starts clean. Tests may
+//! also call [`clear`] (one stream) or [`reset`] (everything). Frees and
 //! destroys keep working: nothing here tears the context down to reclaim
 //! memory, as destroying it would on a GPU.
 //!
@@ -123,6 +125,18 @@ pub fn clear(stream: CUstream) -> Result<(), DriverError> {
         refresh_any_poisoned();
     }
     Ok(())
+}
+
+/// The primary context of `device` was released by its last holder: as on
+/// a GPU, where that destroys the context and a new one starts clean, its
+/// sticky error is gone, and so is that of any stream of the device still
+/// alive (on a GPU it would have been destroyed with the context).
+pub(crate) fn forget_context(device: i32) {
+    for stream in crate::stream::live().iter().filter(|s| s.device == device) {
+        stream.state().clear_fault();
+    }
+    with_context(device, |context| *context = ContextFaults::default());
+    refresh_any_poisoned();
 }
 
 /// Clear every sticky error and every pending injection.

@@ -515,11 +515,7 @@ pub(crate) unsafe extern "C" fn cuModuleGetFunction(
                         return Err(fail(
                             CUresult::CUDA_ERROR_NOT_FOUND,
                             format!(
-                                "the software driver has no CPU twin named `{name}` in module \
-                                 {:#x} (its twins: {}); it runs each kernel as the twin of its \
-                                 declaration: give the kernel's `kernel!` declaration a \
-                                 `twin = per_thread(..)` or `twin = per_grid(..)` \
-                                 (docs/kernels.md)",
+                                "module {:#x} has no function named `{name}`; its functions: {}",
                                 hmod as usize,
                                 if known.is_empty() {
                                     "none".to_string()

@@ -279,7 +279,7 @@ impl Launch {
             let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
             if let Err(why) = crate::memory::check_access(ptr, bytes, device) {
                 return Err(illegal(format!(
-                    "{count} element(s) of {elem} ({bytes} bytes) at {ptr:#x}: {why}"
+                    "{count} element(s) of {elem} at {ptr:#x}. In bytes: {why}"
                 )));
             }
         }

@@ -106,12 +106,17 @@ impl From<driver::UnknownDevice> for Error {
 
 impl From<engine::Error> for Error {
     /// The graph's errors in this crate's terms: a driver failure (also one
-    /// inside an operation's work) is [`Error::Driver`], a stream cycle
+    /// inside an operation's work) is [`Error::Driver`], this crate's error
+    /// inside an operation's work is itself, a stream cycle
     /// [`Error::Cycle`], anything else [`Error::Engine`].
     fn from(error: engine::Error) -> Self {
         match error {
             engine::Error::Driver(error) => Error::Driver(error),
-            engine::Error::OperationFailed { source, .. } => Error::Driver(source),
+            // This crate's own error, carried out of the work by `?`, is
+            // itself again.
+            engine::Error::OperationFailed { source, .. } => {
+                source.downcast::<Error>().unwrap_or_else(Error::Driver)
+            }
             engine::Error::StreamCycle { path } => Error::Cycle { path },
             other => Error::Engine(other),
         }
@@ -179,9 +184,49 @@ impl fmt::Display for FailureList<'_> {
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `?` on a call of the stream pool inside work that returns a driver `Result`
+/// (the closure of an operation graph's operation): a driver failure comes
+/// back as itself, anything else as [`driver::Error::Other`], which keeps
+/// it whole.
+impl From<Error> for driver::Error {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Driver(error) => error,
+            other => driver::Error::other(other),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `?` carries this crate's error out of an operation's work as the
+    /// driver's `Other`; converted back from the graph's error, it is
+    /// itself again, and a driver failure stays the driver's.
+    #[test]
+    fn the_pools_error_inside_an_operation_is_itself_again() {
+        let failed = |source: driver::Error| engine::Error::OperationFailed {
+            operation: engine::OperationId(1),
+            label: "op".into(),
+            source,
+        };
+        let own = Error::UnknownDevice {
+            ordinal: 7,
+            count: 1,
+        };
+        assert!(matches!(
+            Error::from(failed(own.into())),
+            Error::UnknownDevice {
+                ordinal: 7,
+                count: 1
+            }
+        ));
+        assert!(matches!(
+            Error::from(failed(driver::Error::EmptyImage)),
+            Error::Driver(driver::Error::EmptyImage)
+        ));
+    }
 
     #[test]
     fn messages_name_the_values() {

@@ -24,6 +24,10 @@ use std::time::Duration;
 /// assert_eq!((metrics.callbacks, metrics.callback_panics), (1, 0));
 /// assert_eq!(metrics.idle_streams, 2);
 /// assert_eq!(metrics.average_latency, None); // no operation timed yet
+/// // A summary line, then one line per stream:
+/// let text = metrics.to_string();
+/// assert!(text.starts_with("stream pool: 2 stream(s) (2 idle), operations "), "{text}");
+/// assert_eq!(text.lines().count(), 3, "{text}");
 /// # Ok(())
 /// # }
 /// ```
@@ -97,5 +101,44 @@ impl StreamPool {
             total.total_latency / u32::try_from(total.timed_operations).unwrap_or(u32::MAX)
         });
         total
+    }
+}
+
+impl std::fmt::Display for PoolMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use driver::{format_bytes, format_duration};
+        write!(
+            f,
+            "stream pool: {} stream(s) ({} idle), operations {}, kernel launches {}, \
+             transfers {} ({}), callbacks {}",
+            self.streams.len(),
+            self.idle_streams,
+            self.operations_count,
+            self.kernel_launches,
+            self.memory_transfers,
+            format_bytes(self.bytes_transferred),
+            self.callbacks,
+        )?;
+        if self.callback_panics > 0 {
+            write!(f, ", callback panics {}", self.callback_panics)?;
+        }
+        write!(
+            f,
+            ", memory {} (peak {})",
+            format_bytes(self.current_memory),
+            format_bytes(self.peak_memory)
+        )?;
+        if let Some(average) = self.average_latency {
+            write!(
+                f,
+                ", latency {} average over {} timed",
+                format_duration(average),
+                self.timed_operations
+            )?;
+        }
+        for stream in &self.streams {
+            write!(f, "\n  {stream}")?;
+        }
+        Ok(())
     }
 }

@@ -344,7 +344,7 @@ impl Stream {
     /// };
     /// refused(&[4u32.into(), 2.5f32.into(), (&mut out).into()], "expected u64");
     /// refused(&[4u64.into(), 2.5.into(), (&mut out).into()], "expected f32");
-    /// refused(&[5u64.into(), 2.5f32.into(), (&mut out).into()], "holds 16 bytes");
+    /// refused(&[5u64.into(), 2.5f32.into(), (&mut out).into()], "holds 4 element(s)");
     /// refused(&[4u64.into(), 2.5f32.into(), (&out).into()], "lent as &");
     /// ```
     pub fn launch(
@@ -440,7 +440,24 @@ impl Stream {
             // the caller's contract.
             unsafe { launch_raw(driver, stream, kernel, config, args) }
         })
+        .map_err(|err| name_the_racing_argument(err, kernel, args))
     }
+}
+
+/// A race found for a launch names the kernel, and the argument whose
+/// buffer starts where the racing bytes' buffer does: the tracker knows
+/// addresses, the launch knows what they were passed as.
+#[cold]
+fn name_the_racing_argument(err: Error, kernel: &Kernel, args: &[KernelArg<'_>]) -> Error {
+    let Error::UnorderedAccess(mut race) = err else {
+        return err;
+    };
+    race.later.kernel = Some(kernel.name().to_string());
+    race.later.argument = args.iter().position(|arg| {
+        arg.buffer
+            .is_some_and(|buffer| buffer.memory.use_bytes().0 == race.buffer)
+    });
+    Error::UnorderedAccess(race)
 }
 
 /// `cuLaunchKernel` with `args` laid out as `kernelParams`.

@@ -11,6 +11,7 @@
 //! but for the context, which holds its reactor.
 
 pub(crate) mod callback;
+pub(crate) mod closest_name;
 pub(crate) mod copy;
 pub(crate) mod declare;
 pub(crate) mod future;

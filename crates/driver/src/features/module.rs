@@ -335,14 +335,38 @@ impl Module {
                     kernel: name.to_string(),
                 });
             }
+            // An image that declares its kernels knows every name it has:
+            // say which, and the closest, whichever driver runs it.
+            let mut declared: Vec<&str> = self.image.kernels.iter().map(|k| k.name).collect();
+            if let Some(source) = &self.source {
+                declared.extend(source.kernels.iter().map(|k| k.name.as_str()));
+            }
+            let detail = if declared.is_empty() {
+                self.ctx.loaded_driver().last_error_detail()
+            } else if declared.contains(&name) {
+                // There, but not by this lookup: on the software driver a
+                // kernel of a compiled program runs as the twin of its
+                // declaration, which `Module::kernel` registers.
+                if self.ctx.loaded_driver().runs_twins() && self.source.is_some() {
+                    Some(format!(
+                        "on the software driver a kernel compiled from source runs as the CPU \
+                         twin of its declaration: declare `{name}` with kernel! and \
+                         Program::declare, then take it with Module::kernel"
+                    ))
+                } else {
+                    self.ctx.loaded_driver().last_error_detail()
+                }
+            } else {
+                Some(crate::features::closest_name::no_such_name(
+                    "the module has no kernel named",
+                    name,
+                    &declared,
+                ))
+            };
             return Err(Error::FunctionNotFound {
                 name: name.to_string(),
                 source,
-                detail: self
-                    .ctx
-                    .loaded_driver()
-                    .last_error_detail()
-                    .map(String::into_boxed_str),
+                detail: detail.map(String::into_boxed_str),
             });
         }
         Ok(Kernel {

@@ -15,7 +15,7 @@ use sys::signature::{InvalidSignature, Param, Scalar};
 /// let stream = Stream::new(&ctx).unwrap();
 /// let err = DeviceBuffer::<f32>::new_async(&stream, 0).unwrap_err();
 /// assert!(matches!(err, Error::ZeroSize { len: 0, .. }));
-/// assert_eq!(err.to_string(), "allocation of 0 bytes: a DeviceBuffer of 0 element(s) of 4 byte(s)");
+/// assert_eq!(err.to_string(), "a DeviceBuffer of 0 element(s) would be empty: zero-length buffers are refused (docs/architecture.md#empty-buffers)");
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -23,6 +23,19 @@ pub enum Error {
     /// A driver call failed.
     #[error(transparent)]
     Driver(#[from] DriverError),
+    /// Work on a stream failed (`CUDA_ERROR_LAUNCH_FAILED`,
+    /// `CUDA_ERROR_ILLEGAL_ADDRESS`) and the driver says why: on the
+    /// software driver, the CPU twin that panicked and the panic's message,
+    /// or the access that was out of bounds. NVIDIA's driver says nothing
+    /// more, so on a GPU the same failure is [`Error::Driver`].
+    #[error("{source}: {detail}")]
+    WorkFailed {
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+        /// What the driver says about the failure.
+        detail: String,
+    },
     /// `CUDA_STREAMS_DRIVER=cuda` (or an explicit request for the GPU) and the
     /// CUDA driver could not be loaded.
     #[error("the CUDA driver was requested but could not be loaded: {0}")]
@@ -120,7 +133,7 @@ pub enum Error {
         greatest: i32,
     },
     /// An allocation of zero elements (or of a zero-sized type).
-    #[error("allocation of 0 bytes: a {what} of {len} element(s) of {elem_size} byte(s)")]
+    #[error("{}", zero_size_message(.what, *.len, *.elem_size))]
     ZeroSize {
         /// What was being allocated, e.g. `DeviceBuffer<f32>`.
         what: &'static str,
@@ -130,7 +143,7 @@ pub enum Error {
         elem_size: usize,
     },
     /// An allocation whose size in bytes does not fit in `usize`.
-    #[error("allocation of {len} elements of {elem_size} bytes overflows usize ({what})")]
+    #[error("a {what} of {len} element(s) is too large: its size in bytes overflows usize")]
     SizeOverflow {
         /// What was being allocated.
         what: &'static str,
@@ -171,8 +184,8 @@ pub enum Error {
     /// where the operation needs them on the stream's own device.
     #[error(
         "{what} belongs to device {found_device} (context {found}), but the stream belongs to \
-         device {stream_device} (context {expected}); move data between devices with \
-         Stream::copy_peer_async"
+         device {stream_device} (context {expected}): {}",
+        device_mismatch_fix(.what, *.found_device, *.stream_device)
     )]
     DeviceMismatch {
         /// The object that does not match.
@@ -226,7 +239,8 @@ pub enum Error {
     },
     /// A buffer shorter than the elements the kernel is told to touch.
     #[error(
-        "kernel `{kernel}` argument {index}: the kernel touches {elements} element(s) of {elem} but the buffer holds {bytes} bytes"
+        "kernel `{kernel}` argument {index}: the kernel touches {elements} element(s) of {elem} but the buffer holds {} element(s) of {elem}",
+        .bytes / .elem.size()
     )]
     ArgumentTooShort {
         /// The kernel's name.
@@ -237,7 +251,8 @@ pub enum Error {
         elements: u64,
         /// Their type.
         elem: Scalar,
-        /// The buffer's size in bytes.
+        /// The buffer's size in bytes (the message counts the whole
+        /// elements of `elem` it holds).
         bytes: usize,
     },
     /// An object of another CUDA library (cudarc) that cannot be used with
@@ -325,6 +340,19 @@ pub enum Error {
         arch: crate::ground::arch::Arch,
         /// NVRTC's log.
         log: String,
+    },
+    /// On the software driver without NVRTC, the source was not compiled,
+    /// and the check it could make without a compiler (its brackets) failed.
+    #[error(
+        "the CUDA source of {program} was not compiled (the software driver has no compiler and \
+         NVRTC is not installed), and its bracket check failed: {problem}; install NVRTC for a \
+         real compile check without a GPU: pip install nvidia-cuda-nvrtc==13.0.* (docs/kernels.md#checking-cuda-source-in-ci)"
+    )]
+    SourceNotCompiled {
+        /// The program's name.
+        program: String,
+        /// What the check found, naming the lines.
+        problem: String,
     },
     /// NVRTC cannot compile for the architecture asked for.
     #[error("NVRTC {nvrtc} cannot target {arch}; it supports {supported}")]
@@ -512,6 +540,71 @@ pub enum Error {
         /// The attribute's value.
         attribute: u32,
     },
+    /// An error of a crate built on this one (the allocator's, the
+    /// profiler's, the facade's `cuda_streams::Error`...), carried where a
+    /// driver `Result` is expected: the work of an operation graph's
+    /// operation returns one, and `?` on another crate's call inside it
+    /// lands here. Each such crate converts its error with `From`; a driver
+    /// failure it wraps comes back as itself, not as this. The error keeps
+    /// its type ([`Error::downcast_ref`]) and its source chain.
+    #[error("{0}")]
+    Other(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl Error {
+    /// The driver's error under this one, if a driver call failed
+    /// ([`Error::Driver`], or [`Error::WorkFailed`] with the driver's
+    /// detail), so a caller can test the `CUresult` whichever driver ran.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Error, sys::DriverError, sys::CUresult};
+    /// let err = Error::from(DriverError::new(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+    /// assert_eq!(err.driver_error().map(|e| e.code()), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+    /// ```
+    pub fn driver_error(&self) -> Option<&DriverError> {
+        match self {
+            Self::Driver(source) | Self::WorkFailed { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The one wording of a refused empty allocation: in elements, or for a
+/// zero-sized element type, in neither (its size in bytes is 0 whatever
+/// the length).
+fn zero_size_message(what: &str, len: usize, elem_size: usize) -> String {
+    let size = if elem_size == 0 {
+        "of a zero-sized element type".to_string()
+    } else {
+        format!("of {len} element(s)")
+    };
+    format!(
+        "a {what} {size} would be empty: zero-length buffers are refused \
+         (docs/architecture.md#empty-buffers)"
+    )
+}
+
+/// What to do about a [`Error::DeviceMismatch`], by what did not match: a
+/// kernel is loaded per device, memory is moved or used where it lives.
+fn device_mismatch_fix(what: &str, found_device: i32, stream_device: i32) -> String {
+    if what.contains("kernel") {
+        format!(
+            "load the kernel's module in a context of device {stream_device} \
+             (Module::load(&Context::new({stream_device})?, ..)) to launch it there, \
+             or launch on a stream of device {found_device}"
+        )
+    } else if what.contains("buffer") || what.contains("slice") {
+        format!(
+            "enqueue the work on a stream of device {found_device}, where the memory lives, \
+             or first copy the data to a buffer of device {stream_device} \
+             (Stream::copy_peer_async)"
+        )
+    } else {
+        format!(
+            "use it with a stream of device {found_device}, or make one in a context of \
+             device {stream_device}"
+        )
+    }
 }
 
 fn detail_suffix(detail: &Option<String>) -> String {
@@ -523,3 +616,45 @@ fn detail_suffix(detail: &Option<String>) -> String {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Carry another crate's error as [`Error::Other`], so it can go where a
+    /// driver `Result` is expected (the crates above implement `From` with
+    /// this).
+    ///
+    /// ```
+    /// use cuda_streams_driver::Error;
+    /// let parse = "x".parse::<u32>().unwrap_err();
+    /// let err = Error::other(parse.clone());
+    /// assert_eq!(err.to_string(), parse.to_string());
+    /// assert_eq!(err.downcast_ref::<std::num::ParseIntError>(), Some(&parse));
+    /// assert!(std::error::Error::source(&err).is_some());
+    /// ```
+    pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Error {
+        Error::Other(error.into())
+    }
+
+    /// The error [`Error::Other`] carries, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Other(error) => error.downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+
+    /// The error [`Error::Other`] carries, taken out, if it is an `E`;
+    /// otherwise this error as it was.
+    ///
+    /// ```
+    /// use cuda_streams_driver::Error;
+    /// let parse = "x".parse::<u32>().unwrap_err();
+    /// assert_eq!(Error::other(parse.clone()).downcast::<std::num::ParseIntError>().ok(), Some(parse));
+    /// assert!(matches!(Error::EmptyImage.downcast::<std::num::ParseIntError>(), Err(Error::EmptyImage)));
+    /// ```
+    pub fn downcast<E: std::error::Error + 'static>(self) -> std::result::Result<E, Error> {
+        match self {
+            Error::Other(error) => error.downcast::<E>().map(|e| *e).map_err(Error::Other),
+            other => Err(other),
+        }
+    }
+}

@@ -6,8 +6,8 @@
 //! ([`driver_calls`]), whether this thread runs a stream callback
 //! ([`callback_thread`]), the crate's one error type ([`error`]) with the
 //! plain values its messages name ([`arch`], [`arg_kind`], [`race`],
-//! [`order_policy`]), and the loom shim that the atomic protocols are built
-//! from ([`sync`]).
+//! [`order_policy`]), the loom shim that the atomic protocols are built
+//! from ([`sync`]), and how byte counts and durations print ([`units`]).
 //!
 //! What it may import: `sys`, `soft_driver` and the standard library. Nothing
 //! here names a context, a stream or anything built on them, so any file
@@ -24,3 +24,4 @@ pub(crate) mod race;
 mod seam;
 pub(crate) mod select;
 pub(crate) mod sync;
+pub(crate) mod units;

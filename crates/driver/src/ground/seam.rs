@@ -10,8 +10,10 @@
 //! its streams are worker threads on host memory, so a race between two of
 //! them is a data race: it accepts only the order policies that stop one.
 
+use crate::ground::error::{Error, Result};
 use crate::ground::loaded_driver::{DriverKind, LoadedDriver};
 use crate::ground::order_policy::OrderPolicy;
+use sys::CUresult;
 
 impl LoadedDriver {
     /// Whether kernels run as CPU twins defined from their declarations
@@ -32,6 +34,25 @@ impl LoadedDriver {
         match self.kind {
             DriverKind::Soft => soft_driver::last_error_detail(),
             DriverKind::Cuda => None,
+        }
+    }
+
+    /// `CUresult` to this crate's `Result`, with the driver's description,
+    /// and for a failure of the work itself (a launch that failed, an illegal
+    /// address) what the driver can say about it: on the software driver the
+    /// CPU twin that panicked and the panic's message, so the returned error
+    /// says what the GPU's `CUDA_ERROR_LAUNCH_FAILED` cannot.
+    pub(crate) fn check(&self, code: CUresult) -> Result<()> {
+        let Err(source) = self.table.check(code) else {
+            return Ok(());
+        };
+        let work_failed = matches!(
+            source.code(),
+            CUresult::CUDA_ERROR_LAUNCH_FAILED | CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+        );
+        match self.last_error_detail() {
+            Some(detail) if work_failed => Err(Error::WorkFailed { source, detail }),
+            _ => Err(Error::Driver(source)),
         }
     }
 }

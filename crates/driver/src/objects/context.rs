@@ -534,7 +534,7 @@ impl Context {
 
     /// `CUresult` to this crate's `Result`, with the driver's description.
     pub(crate) fn check(&self, code: CUresult) -> Result<()> {
-        self.driver.table.check(code).map_err(Error::from)
+        self.driver.check(code)
     }
 
     /// A query's code (`cuStreamQuery`, `cuEventQuery`): `NOT_READY` is `false`.
@@ -544,11 +544,7 @@ impl Context {
         if code == CUresult::CUDA_ERROR_NOT_READY {
             return Ok(false);
         }
-        match self.driver.table.check(code) {
-            Ok(()) => Ok(true),
-            Err(err) if err.is_not_ready() => Ok(false),
-            Err(err) => Err(err.into()),
-        }
+        self.driver.check(code).map(|()| true)
     }
 
     /// For a destructor, which has nowhere to return an error: bind, then make

@@ -24,6 +24,12 @@ use std::time::Duration;
 /// let m = stream.metrics();
 /// assert_eq!((m.operations_count, m.kernel_launches, m.bytes_transferred), (2, 1, 4096));
 /// assert_eq!(m.average_latency, None);
+/// // One line for logs and reports:
+/// assert_eq!(
+///     m.to_string(),
+///     format!("stream {}: operations 2, kernel launches 1, transfers 1 (4.00 KiB), \
+///         callbacks 0, graph launches 0, memory 0 B (peak 0 B), no timed operations", stream.id()),
+/// );
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -261,6 +267,8 @@ impl Counters {
 /// stream.record_kernel_launch();
 /// drop(stream);
 /// assert_eq!(counters.metrics().kernel_launches, 1);
+/// // Displayed as its metrics now.
+/// assert_eq!(counters.to_string(), counters.metrics().to_string());
 /// ```
 #[derive(Clone)]
 pub struct StreamCounters {
@@ -288,5 +296,47 @@ impl std::fmt::Debug for StreamCounters {
         f.debug_struct("StreamCounters")
             .field("stream_id", &self.stream_id)
             .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Display for StreamMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::ground::units::{format_bytes, format_duration};
+        write!(
+            f,
+            "stream {}: operations {}, kernel launches {}, transfers {} ({}), callbacks {}, graph launches {}",
+            self.stream_id,
+            self.operations_count,
+            self.kernel_launches,
+            self.memory_transfers,
+            format_bytes(self.bytes_transferred),
+            self.callbacks,
+            self.graph_launches,
+        )?;
+        if self.callback_panics > 0 {
+            write!(f, ", callback panics {}", self.callback_panics)?;
+        }
+        write!(
+            f,
+            ", memory {} (peak {})",
+            format_bytes(self.current_memory),
+            format_bytes(self.peak_memory)
+        )?;
+        match self.average_latency {
+            Some(average) => write!(
+                f,
+                ", latency {} average over {} timed",
+                format_duration(average),
+                self.timed_operations
+            ),
+            None => write!(f, ", no timed operations"),
+        }
+    }
+}
+
+impl std::fmt::Display for StreamCounters {
+    /// The counters now, as [`StreamMetrics`] displays them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.metrics().fmt(f)
     }
 }

@@ -25,6 +25,8 @@ use std::time::Duration;
 /// assert_eq!((metrics.total_operations, metrics.completed_operations), (2, 1));
 /// assert_eq!((metrics.retired_operations, metrics.in_flight), (1, 1));
 /// assert_eq!(metrics.deadlock_detections, 0);
+/// let line = metrics.to_string(); // one line for logs and reports
+/// assert!(line.starts_with("operation graph: 2 registered, 1 completed, 1 retired, 1 in flight"), "{line}");
 /// # Ok(())
 /// # }
 /// ```
@@ -95,5 +97,25 @@ impl Counters {
         self.callback_panics.fetch_add(1, Ordering::Relaxed);
         let message = driver::panic_message(payload);
         tracing::error!("a completion callback of {what} panicked: {message}");
+    }
+}
+
+impl std::fmt::Display for CoordinatorMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "operation graph: {} registered, {} completed, {} retired, {} in flight; \
+             {} average coordination per operation; {} deadlock(s) detected",
+            self.total_operations,
+            self.completed_operations,
+            self.retired_operations,
+            self.in_flight,
+            driver::format_duration(self.average_coordination_time),
+            self.deadlock_detections,
+        )?;
+        if self.callback_panics > 0 {
+            write!(f, "; {} callback panic(s)", self.callback_panics)?;
+        }
+        Ok(())
     }
 }

@@ -167,13 +167,14 @@ pub struct OperationGraph {
     /// Counts builder operations, to time one in [`TIME_EVERY`].
     sampled: AtomicU64,
     counters: Arc<Counters>,
-    /// Serialises `add_dependency` calls, so two edges added at once cannot
-    /// close a cycle that neither check saw.
+    /// Serialises `add_dependency`: two edges added at once could close an unseen cycle.
     edge_lock: Mutex<()>,
     /// Standing stream dependencies (`crate::streams`).
     pub(crate) stream_order: crate::streams::StandingWaits,
     /// Where operations' creation times come from.
     clock: StampOrigin,
+    /// Told about each builder operation's work (`crate::observe`).
+    pub(crate) observer: crate::observe::ObserverSlot,
 }
 
 impl OperationGraph {
@@ -194,6 +195,7 @@ impl OperationGraph {
             edge_lock: Mutex::new(()),
             stream_order: Default::default(),
             clock: StampOrigin::new(),
+            observer: Default::default(),
         }
     }
 
@@ -404,7 +406,7 @@ impl OperationGraph {
             // Named in Nsight Systems (nothing without a tool attached).
             let _range = driver::nvtx::range(&meta.label);
             // The label names the operation in stream-order reports.
-            driver::order::labelled(&meta.label, || work(stream))
+            driver::order::labelled(&meta.label, || self.observed(&meta, stream, work))
         };
         let outcome = outcome.map_err(|err| Box::new((err, meta.label.to_string())));
         let completing = started.map(|_| Instant::now());

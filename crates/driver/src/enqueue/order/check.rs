@@ -238,10 +238,24 @@ pub(super) fn race(
             stream: stream.id(),
             device: stream.context().ordinal(),
             writes: touch.write,
+            kernel: None,
+            argument: None,
         },
         buffer: lo,
         buffer_bytes: touch.bytes,
         overlap: conflict.from - lo..conflict.to - lo,
+        policy: policy_name(stream.context().ordering()),
+        on_gpu: stream.context().is_gpu(),
+    }
+}
+
+/// The policy's name as `CUDA_STREAMS_ORDERING` spells it, for a report.
+fn policy_name(policy: super::OrderPolicy) -> &'static str {
+    match policy {
+        super::OrderPolicy::Off => "off",
+        super::OrderPolicy::Check => "check",
+        super::OrderPolicy::Report => "report",
+        super::OrderPolicy::Auto => "auto",
     }
 }
 
@@ -289,6 +303,8 @@ fn first_race(stream: &Stream, what: &'static str, touches: &[Touch]) -> Error {
                 stream: 0,
                 device: home.ordinal(),
                 writes: true,
+                kernel: None,
+                argument: None,
             },
             later: RaceOp {
                 what,
@@ -296,10 +312,14 @@ fn first_race(stream: &Stream, what: &'static str, touches: &[Touch]) -> Error {
                 stream: stream.id(),
                 device: home.ordinal(),
                 writes: touches.iter().any(|t| t.write),
+                kernel: None,
+                argument: None,
             },
             buffer: touches.first().map_or(0, |t| t.address),
             buffer_bytes: touches.first().map_or(0, |t| t.bytes),
             overlap: 0..0,
+            policy: policy_name(home.ordering()),
+            on_gpu: home.is_gpu(),
         })),
     }
 }
@@ -311,6 +331,8 @@ fn race_op(access: &Access, writes: bool) -> RaceOp {
         stream: access.agent,
         device: access.device,
         writes,
+        kernel: None,
+        argument: None,
     }
 }
 

@@ -21,6 +21,8 @@ pub(super) fn counted() {
 /// use cuda_streams_driver::Context;
 /// let stats = Context::new(0).unwrap().ordering_stats();
 /// let _ = (stats.reports, stats.inserted_waits);
+/// let shown = cuda_streams_driver::OrderStats { reports: 2, inserted_waits: 1 };
+/// assert_eq!(shown.to_string(), "ordering: 2 race(s) found, 1 wait(s) inserted");
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OrderStats {
@@ -28,4 +30,14 @@ pub struct OrderStats {
     pub reports: u64,
     /// Waits inserted by [`OrderPolicy::Auto`](super::OrderPolicy::Auto).
     pub inserted_waits: u64,
+}
+
+impl std::fmt::Display for OrderStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ordering: {} race(s) found, {} wait(s) inserted",
+            self.reports, self.inserted_waits
+        )
+    }
 }

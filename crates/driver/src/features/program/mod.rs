@@ -58,6 +58,7 @@ mod cache;
 mod nvrtc;
 pub(crate) mod parse;
 pub(crate) mod source_info;
+mod syntax;
 
 pub use cache::{CACHE_ENV, CACHE_SETTING};
 pub use nvrtc::Compiler;
@@ -286,9 +287,25 @@ impl Program {
     /// context's compute capability (or [`Program::arch`]), asserting each
     /// declared kernel's type, or the image comes from the disk cache
     /// ([`CACHE_ENV`]); a compile error carries NVRTC's log. On the software
-    /// driver nothing is compiled: the module is made from the declarations'
-    /// CPU twins, and a declaration that depends on a macro of the source or
-    /// the options is refused, since only a compiler could check it.
+    /// driver the module is made from the declarations' CPU twins, and a
+    /// declaration that depends on a macro of the source or the options is
+    /// refused, since only a compiler could check it. The source is compiled
+    /// there too when NVRTC is installed (it needs no GPU: `pip install
+    /// nvidia-cuda-nvrtc==13.0.*`), so a compile error fails as on a GPU;
+    /// without NVRTC only its brackets are checked
+    /// ([`Error::SourceNotCompiled`]), and a source that passes may still not
+    /// compile.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Error, Program};
+    /// let ctx = Context::new(0).unwrap();
+    /// let broken = Program::new("extern \"C\" __global__ void k(float* y) { y[0] = 1.0f;");
+    /// let err = broken.compile_for(&ctx).unwrap_err();
+    /// assert!(
+    ///     matches!(err, Error::SourceNotCompiled { .. } | Error::Compile { .. }),
+    ///     "{err}"
+    /// );
+    /// ```
     pub fn compile_for(&self, ctx: &Arc<Context>) -> Result<Arc<Module>> {
         let info = SourceInfo {
             program: self.name.clone(),
@@ -301,6 +318,7 @@ impl Program {
             info.check(decl.name, decl.params)?;
         }
         if ctx.loaded_driver().runs_twins() {
+            self.check_without_gpu(ctx)?;
             let macros = parse::macros(&self.source, &self.options);
             for decl in &self.declarations {
                 if let Some(name) = parse::macro_in_declaration(decl.name, &info.kernels, &macros) {
@@ -325,6 +343,41 @@ impl Program {
             };
             Module::load_compiled(ctx, &compiled.image, info)
         }
+    }
+
+    /// On the software driver, which runs twins and needs no image: compile
+    /// with NVRTC when it is installed, for the program's architecture or
+    /// else the newest NVRTC targets, so the source is checked as on a GPU;
+    /// without NVRTC, check what can be checked without a compiler.
+    fn check_without_gpu(&self, ctx: &Context) -> Result<()> {
+        let compiler = match Compiler::global() {
+            Ok(compiler) => compiler,
+            Err(Error::NvrtcUnavailable { reason }) => {
+                tracing::debug!(program = %self.name, "not compiled: {reason}");
+                return match syntax::bracket_problem(&self.source) {
+                    Some(problem) => Err(Error::SourceNotCompiled {
+                        program: self.name.clone(),
+                        problem,
+                    }),
+                    None => Ok(()),
+                };
+            }
+            Err(other) => return Err(other),
+        };
+        let newest = compiler.supported_archs().iter().max().copied();
+        let arch = match (self.arch, newest) {
+            (Some(arch), _) => arch,
+            (None, Some(newest))
+                if !compiler
+                    .supported_archs()
+                    .contains(&(Arch::of(ctx).number() as i32)) =>
+            {
+                let newest = u32::try_from(newest).unwrap_or(0);
+                Arch::new(newest / 10, newest % 10)
+            }
+            _ => Arch::of(ctx),
+        };
+        self.compile_with(compiler, arch).map(drop)
     }
 
     /// Compile for `arch` with NVRTC ([`Compiler::global`]), or take the

@@ -42,11 +42,41 @@ enum Token {
 }
 
 fn tokenize(source: &str) -> Vec<Token> {
+    tokenize_at(source)
+        .into_iter()
+        .map(|(token, _)| token)
+        .collect()
+}
+
+/// The punctuation of `source` outside comments, strings and preprocessor
+/// lines, each with the line it is on (from 1): what a syntax check of
+/// brackets needs.
+pub(crate) fn punctuation_lines(source: &str) -> Vec<(char, usize)> {
+    let chars: Vec<char> = source.chars().collect();
+    let mut line = 1;
+    let mut seen = 0;
+    tokenize_at(source)
+        .into_iter()
+        .filter_map(|(token, at)| {
+            line += chars[seen..at].iter().filter(|&&c| c == '\n').count();
+            seen = at;
+            match token {
+                Token::Punct(c) => Some((c, line)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Each token with the index of the character it starts at.
+fn tokenize_at(source: &str) -> Vec<(Token, usize)> {
     let chars: Vec<char> = source.chars().collect();
     let mut tokens = Vec::new();
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
+        let start = i;
+        let mut push = |token| tokens.push((token, start));
         if c.is_whitespace() {
             i += 1;
         } else if c == '/' && chars.get(i + 1) == Some(&'/') {
@@ -80,24 +110,23 @@ fn tokenize(source: &str) -> Vec<Token> {
                 i += 1;
             }
             i += 1;
-            tokens.push(if c == '"' {
+            push(if c == '"' {
                 Token::Str(text)
             } else {
                 Token::Other
             });
         } else if c.is_alphabetic() || c == '_' {
-            let start = i;
             while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
                 i += 1;
             }
-            tokens.push(Token::Ident(chars[start..i].iter().collect()));
+            push(Token::Ident(chars[start..i].iter().collect()));
         } else if c.is_ascii_digit() {
             while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '.') {
                 i += 1;
             }
-            tokens.push(Token::Other);
+            push(Token::Other);
         } else {
-            tokens.push(Token::Punct(c));
+            push(Token::Punct(c));
             i += 1;
         }
     }

@@ -2,6 +2,18 @@
 
 /// Counters of a context's reactor, from
 /// [`Reactor::stats`](super::Reactor::stats).
+///
+/// ```
+/// use cuda_streams_driver::Context;
+/// let ctx = Context::new(0).unwrap();
+/// let stats = ctx.reactor().stats();
+/// // One line for logs and reports:
+/// let line = stats.to_string();
+/// let head = format!("reactor: {} pending, {} completed", stats.pending, stats.completed);
+/// assert!(line.starts_with(&head), "{line}");
+/// let slots = format!("slots {} of {} in use", stats.slots_in_use, stats.slot_capacity);
+/// assert!(line.contains(&slots), "{line}");
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReactorStats {
@@ -26,4 +38,23 @@ pub struct ReactorStats {
     /// each ends in a wake-up (its timeout, a new wait, a host function).
     /// Spinning rounds are not parks; see `scans`.
     pub parks: u64,
+}
+
+impl std::fmt::Display for ReactorStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "reactor: {} pending, {} completed ({} failed), {} cancelled; \
+             slots {} of {} in use; {} watch stream(s), {} scan(s), {} park(s)",
+            self.pending,
+            self.completed,
+            self.failed,
+            self.cancelled,
+            self.slots_in_use,
+            self.slot_capacity,
+            self.watch_streams,
+            self.scans,
+            self.parks
+        )
+    }
 }

@@ -209,6 +209,11 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 ///   any use may still run;
 /// - `device_ptr`, `device_len` and `context_id` return the same values for
 ///   the life of the value.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not device memory",
+    label = "pass a `DeviceBuffer`, a slice of one (`buffer.slice(..)`), or a `UnifiedBuffer` here",
+    note = "host data goes to the device first: `DeviceBuffer::from_slice(&stream, &data)`, or `Stream::copy_from_host_async` from a `PinnedBuffer`"
+)]
 pub unsafe trait DeviceMemory {
     /// The element type.
     type Elem: DeviceCopy;
@@ -250,6 +255,11 @@ pub unsafe trait DeviceMemory {
 /// While `&mut self` is borrowed, no host reference (`&[Elem]`, `&mut
 /// [Elem]`) into the memory is alive, and none can be made through another
 /// value.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not device memory the GPU may write",
+    label = "pass `&mut` to a `DeviceBuffer`, a `slice_mut(..)` of one, or a `UnifiedBuffer` here",
+    note = "a shared borrow or a read-only slice lends memory for reading only; written memory is lent by `&mut`"
+)]
 pub unsafe trait DeviceMemoryMut: DeviceMemory {}
 
 /// Host memory that asynchronous copies may use: [`PinnedBuffer`] and
@@ -267,6 +277,12 @@ pub unsafe trait DeviceMemoryMut: DeviceMemory {}
 /// upload(&stream, &mut dst, &PinnedBuffer::from_slice(&ctx, &[1.0, 2.0]).unwrap()).unwrap();
 /// assert_eq!(dst.to_vec(&stream).unwrap(), [1.0, 2.0]);
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not host memory an asynchronous copy can use",
+    label = "pass a `PinnedBuffer<{T}>` (or `UnifiedBuffer<{T}>`) here",
+    note = "an asynchronous copy touches host memory after the call returns, so it takes only page-locked memory that waits for the copy before it is freed or touched: `PinnedBuffer::from_slice(&ctx, &data)`",
+    note = "for a `Vec` or a slice without a pinned buffer, `DeviceBuffer::from_slice(&stream, &data)` uploads and `DeviceBuffer::to_vec(&stream)` downloads, both blocking"
+)]
 pub trait HostMemory<T: DeviceCopy>: sealed::HostAccess<T> {}
 
 impl<T: DeviceCopy, M: sealed::HostAccess<T>> HostMemory<T> for M {}
@@ -326,7 +342,15 @@ pub(crate) mod sealed {
         fn as_host_use(&self) -> &dyn HostUse;
     }
 
-    /// A host-side region for asynchronous copies.
+    /// A host-side region for asynchronous copies. Where a bound on
+    /// [`HostMemory`](super::HostMemory) fails the compiler names this
+    /// trait, so it carries the same hint.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` is not host memory an asynchronous copy can use",
+        label = "pass a `PinnedBuffer<{T}>` (or `UnifiedBuffer<{T}>`) here",
+        note = "an asynchronous copy touches host memory after the call returns, so it takes only page-locked memory that waits for the copy before it is freed or touched: `PinnedBuffer::from_slice(&ctx, &data)`",
+        note = "for a `Vec` or a slice without a pinned buffer, `DeviceBuffer::from_slice(&stream, &data)` uploads and `DeviceBuffer::to_vec(&stream)` downloads, both blocking"
+    )]
     pub trait HostAccess<T>: HostUse {
         /// Its host address.
         fn host_ptr(&self) -> *mut T;
@@ -364,7 +388,11 @@ mod tests {
     fn sizes_are_checked() {
         assert_eq!(byte_size::<u32>("DeviceBuffer", 10).unwrap(), 40);
         let zero = byte_size::<u32>("DeviceBuffer", 0).unwrap_err();
-        assert!(zero.to_string().contains("0 bytes"), "{zero}");
+        assert!(
+            zero.to_string()
+                .starts_with("a DeviceBuffer of 0 element(s) would be empty"),
+            "{zero}"
+        );
         let huge = byte_size::<u64>("PinnedBuffer", usize::MAX / 2).unwrap_err();
         assert!(
             huge.to_string().contains(&(usize::MAX / 2).to_string()),

@@ -47,7 +47,9 @@ fn resolve(range: impl RangeBounds<usize>, len: usize) -> Result<Range<usize>> {
     } else if end > len {
         Err(refuse("it ends past the buffer"))
     } else if start == end {
-        Err(refuse("it is empty"))
+        Err(refuse(
+            "it is empty: zero-length buffers are refused (docs/architecture.md#empty-buffers)",
+        ))
     } else {
         Ok(start..end)
     }
@@ -292,11 +294,13 @@ mod tests {
             ),
             (
                 resolve(3..3, 8),
-                "slice 3..3 of a buffer of 8 element(s): it is empty",
+                "slice 3..3 of a buffer of 8 element(s): it is empty: zero-length buffers are \
+                 refused (docs/architecture.md#empty-buffers)",
             ),
             (
                 resolve(8.., 8),
-                "slice 8..8 of a buffer of 8 element(s): it is empty",
+                "slice 8..8 of a buffer of 8 element(s): it is empty: zero-length buffers are \
+                 refused (docs/architecture.md#empty-buffers)",
             ),
             (
                 resolve(0..=usize::MAX, 8),
