@@ -2,7 +2,7 @@
 //! (memsets, host callbacks, graph launches and uploads) and work enqueued
 //! by another library (`Stream::enqueue_external`) and raw calls that use
 //! no buffer of ours (the result layer's stream-ordered allocations, frees
-//! and copies). Each case is refused
+//! and copies, a future's wake-up). Each case is refused
 //! on a capturing stream under its own name, counted as what it is, and
 //! shown to the stream's observers only when it is work of this crate that
 //! runs; a refused enqueue leaves nothing on the stream.
@@ -233,6 +233,10 @@ fn raw_calls_are_refused_on_a_capturing_stream_and_neither_counted_nor_told() {
         (
             "DeviceBuffer::new_async",
             DeviceBuffer::<u32>::new_async(&stream, 4).unwrap_err(),
+        ),
+        (
+            "Stream::completion",
+            stream.completion().map(drop).unwrap_err(),
         ),
     ];
     drop(capture);
