@@ -161,13 +161,13 @@ pub use features::module::{Kernel, Module, ModuleImage};
 pub use features::program::{CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};
 pub use features::reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use ground::arg_kind::ArgKind;
+pub use ground::callback_thread::in_stream_callback;
 pub use ground::error::{Error, Result};
-pub use ground::select::{
-    DRIVER_ENV, DRIVER_SETTING, DriverChoice, DriverKind, LoadedDriver, driver, select,
-};
+pub use ground::loaded_driver::{DriverKind, LoadedDriver};
+pub use ground::select::{DRIVER_ENV, DRIVER_SETTING, DriverChoice, driver, select};
 pub use ground::units::{format_bytes, format_duration};
 pub use objects::completion_trail::{CompletionTrail, TrailSearch};
-pub use objects::context::{Context, DeviceInfo, in_stream_callback};
+pub use objects::context::{Context, DeviceInfo};
 pub use objects::event::{Event, EventFlags};
 pub use objects::event_pool::{
     EventPool, EventPoolBuilder, EventPoolUtilization, LocalShelf, PooledEvent, UniqueEvent,

@@ -1,6 +1,8 @@
 //! The one enqueue protocol, seen from its cases: this crate's own work
 //! (memsets, host callbacks, graph launches and uploads) and work enqueued
-//! by another library (`Stream::enqueue_external`). Each case is refused
+//! by another library (`Stream::enqueue_external`) and raw calls that use
+//! no buffer of ours (the result layer's stream-ordered allocations, frees
+//! and copies, a future's wake-up). Each case is refused
 //! on a capturing stream under its own name, counted as what it is, and
 //! shown to the stream's observers only when it is work of this crate that
 //! runs; a refused enqueue leaves nothing on the stream.
@@ -9,7 +11,7 @@ mod support;
 
 use cuda_streams_driver::sys::CUresult;
 use cuda_streams_driver::{
-    BufferUse, Context, DeviceBuffer, DeviceMemory, Error, GraphExec, Stream, WorkObserver,
+    BufferUse, Context, DeviceBuffer, DeviceMemory, Error, GraphExec, Stream, WorkObserver, result,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -199,4 +201,69 @@ fn a_refused_enqueue_leaves_no_wait_on_the_stream() {
         .unwrap();
     assert!(stream.operation_count() > before);
     assert_eq!(dst.to_vec(&stream).unwrap(), [3; 4]);
+}
+
+#[test]
+fn raw_calls_are_refused_on_a_capturing_stream_and_neither_counted_nor_told() {
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let (a, b) = (
+        result::mem_alloc_async(&stream, 64).unwrap(),
+        result::mem_alloc_async(&stream, 64).unwrap(),
+    );
+    let capture = stream.begin_capture().unwrap();
+    let refusals = [
+        (
+            "result::mem_alloc_async",
+            result::mem_alloc_async(&stream, 64).unwrap_err(),
+        ),
+        (
+            "result::memcpy_dtod_async",
+            // SAFETY: both ranges are 64 bytes of live memory of the
+            // stream's context, freed only after the stream synchronizes.
+            unsafe { result::memcpy_dtod_async(&stream, a, b, 64) }.unwrap_err(),
+        ),
+        (
+            "result::mem_free_async",
+            // SAFETY: from `mem_alloc_async` on this stream, unused; refused
+            // here, so freed once below.
+            unsafe { result::mem_free_async(&stream, a) }.unwrap_err(),
+        ),
+        (
+            "DeviceBuffer::new_async",
+            DeviceBuffer::<u32>::new_async(&stream, 4).unwrap_err(),
+        ),
+        (
+            "Stream::completion",
+            stream.completion().map(drop).unwrap_err(),
+        ),
+    ];
+    drop(capture);
+    for (name, err) in refusals {
+        assert!(
+            matches!(&err, Error::StreamCapturing { operation, .. } if *operation == name),
+            "{name}: {err}"
+        );
+    }
+
+    let told = Arc::new(Told(AtomicU32::new(0)));
+    stream.observe_next_work(told.clone());
+    let before = stream.metrics();
+    // SAFETY: as above, outside the capture now.
+    unsafe { result::memcpy_dtod_async(&stream, a, b, 64) }.unwrap();
+    // SAFETY: from `mem_alloc_async` on this stream, last used by the copy
+    // above (stream order), freed once.
+    unsafe {
+        result::mem_free_async(&stream, a).unwrap();
+        result::mem_free_async(&stream, b).unwrap();
+    }
+    let after = stream.metrics();
+    assert_eq!(
+        (after.operations_count, after.memory_transfers),
+        (before.operations_count, before.memory_transfers),
+        "raw work is its caller's to count"
+    );
+    assert_eq!(told.0.load(Ordering::Relaxed), 0, "raw work is not told");
+    stream.synchronize().unwrap();
 }

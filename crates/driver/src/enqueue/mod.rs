@@ -8,7 +8,9 @@
 //! `Work` says so: this crate's copies, memsets, launches, callbacks and
 //! graph launches are its immediate case; work that another library
 //! enqueues (an NCCL collective, a foreign kernel) its external case, now
-//! or deferred ([`external`]).
+//! or deferred ([`external`]); raw calls that use no buffer of ours (the
+//! result layer's stream-ordered allocations, frees and copies, interop's
+//! event records and waits) its raw case ([`raw`]).
 //!
 //! The stream-order tracker ([`order`]) is the protocol's: the protocol runs
 //! its check and step. Its per-context, per-stream and per-event state is
@@ -23,3 +25,4 @@ pub(crate) mod gate;
 pub(crate) mod observers;
 pub mod order;
 pub(crate) mod protocol;
+pub(crate) mod raw;

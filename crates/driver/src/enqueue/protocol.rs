@@ -25,8 +25,8 @@
 
 use crate::enqueue::gate::EnqueueGate;
 use crate::enqueue::order::{self, InFlight, OrderPolicy, Touch};
+use crate::ground::callback_thread::refuse_inside_callback;
 use crate::ground::error::Result;
-use crate::objects::context::refuse_inside_callback;
 use crate::objects::memory::DeviceUse;
 use crate::objects::memory::sealed::HostUse;
 use crate::objects::stream::Stream;
@@ -110,6 +110,12 @@ pub(crate) enum Work {
     /// right before it is enqueued (or by whoever enqueues it later), not
     /// here: several may be prepared at once, on several devices.
     External,
+    /// A raw call that uses no buffer of this crate's (`raw.rs`): a
+    /// stream-ordered allocation or free, a copy between raw addresses, an
+    /// event record or wait shared with another library. No step, not
+    /// counted, no observer told; refused as the operation named while the
+    /// stream captures, where the driver would make it part of the graph.
+    Raw(&'static str),
 }
 
 impl Work {
@@ -120,6 +126,7 @@ impl Work {
             Work::GraphLaunch(_) => "GraphExec::launch",
             Work::GraphUpload => "GraphExec::upload",
             Work::External => "external work",
+            Work::Raw(operation) => operation,
             Work::Transfer(_) | Work::Operation | Work::KernelLaunch => {
                 "enqueueing work (use the Capture's methods)"
             }
@@ -135,7 +142,7 @@ impl Work {
             Work::Transfer(_) => "copy",
             Work::GraphLaunch(_) => "graph launch",
             Work::External => "external work",
-            Work::Callback | Work::GraphUpload => return None,
+            Work::Callback | Work::GraphUpload | Work::Raw(_) => return None,
         })
     }
 
@@ -147,7 +154,7 @@ impl Work {
 
     /// Whether the stream's observers are told before its driver call.
     fn observed(self) -> bool {
-        !matches!(self, Work::External | Work::GraphUpload)
+        !matches!(self, Work::External | Work::GraphUpload | Work::Raw(_))
     }
 
     /// Whether its uses are tracked once it is on the stream.
@@ -165,7 +172,7 @@ impl Work {
             Work::KernelLaunch => counters.kernel_launch(),
             Work::Callback => counters.callback(),
             Work::GraphLaunch(nodes) => counters.graph_launch(nodes),
-            Work::GraphUpload | Work::External => {}
+            Work::GraphUpload | Work::External | Work::Raw(_) => {}
         }
     }
 }

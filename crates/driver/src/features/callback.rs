@@ -1,8 +1,8 @@
 //! Host callbacks: a Rust closure run when the stream reaches it (`cuLaunchHostFunc`).
 
 use crate::enqueue::protocol::Work;
+use crate::ground::callback_thread::HostFnGuard;
 use crate::ground::error::Result;
-use crate::objects::context::HostFnGuard;
 use crate::objects::metrics::Counters;
 use crate::objects::stream::Stream;
 use std::any::Any;

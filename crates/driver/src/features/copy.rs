@@ -178,7 +178,11 @@ impl Stream {
 
     /// The live context of one side of a peer copy, which must run on this
     /// stream's driver.
-    fn peer_side(&self, what: &'static str, id: u64) -> Result<std::sync::Arc<crate::Context>> {
+    fn peer_side(
+        &self,
+        what: &'static str,
+        id: u64,
+    ) -> Result<std::sync::Arc<crate::objects::context::Context>> {
         match crate::objects::context::by_id(id) {
             Some(ctx) => {
                 self.check_driver(what, &ctx)?;

@@ -4,6 +4,7 @@
 //! They depend on `std::task` only, so any executor polls them (tokio,
 //! async-std, smol, `futures::executor::block_on`, a hand-written one).
 
+use crate::enqueue::protocol::{Use, Work};
 use crate::features::reactor::{Target, Ticket};
 use crate::ground::error::{Error, Result};
 use crate::objects::completion_trail::CompletionTrail;
@@ -281,20 +282,26 @@ impl Stream {
     /// Enqueues one flag write (`cuStreamWriteValue32`) and one event record;
     /// the context's reactor wakes the future.
     pub fn completion(&self) -> Result<Completion> {
-        // A captured wake-up would free its payload at every replay.
-        let _gate = self.enqueue_gate("Stream::completion")?;
-        self.check_callback_free()?;
+        // The flag write and the event record go on this stream as the
+        // protocol's raw work: refused while it captures, since a captured
+        // wake-up would free its payload at every replay.
+        let pending = self.prepare_enqueue(
+            std::iter::empty::<Use<'_>>(),
+            Work::Raw("Stream::completion"),
+        )?;
         let callbacks = Callbacks {
             counters: Arc::clone(&self.counters),
             stream: self.id(),
             through: self.counters.last_callback_seq(),
         };
-        Completion::register(
+        let completion = Completion::register(
             self.context(),
             Target::Stream(self.as_raw()),
             Some(callbacks),
             crate::enqueue::order::stream_point(self),
-        )
+        )?;
+        pending.enqueued()?;
+        Ok(completion)
     }
 
     /// [`Stream::copy_to_host_async`], then a future that resolves to `dst`
@@ -336,10 +343,6 @@ impl Stream {
             completion: self.completion()?,
             buffer: Some(src),
         })
-    }
-
-    fn check_callback_free(&self) -> Result<()> {
-        self.context().bind()
     }
 }
 

@@ -481,7 +481,7 @@ impl Kernel {
     /// [`Access::Write`](sys::signature::Access::Write); and the kernel must
     /// touch no element of a pointer beyond its declared extent, counted from
     /// the pointer. Checked launches trust this declaration.
-    pub unsafe fn with_signature(mut self, params: &[Param]) -> crate::Result<Self> {
+    pub unsafe fn with_signature(mut self, params: &[Param]) -> crate::ground::error::Result<Self> {
         signature::validate(params).map_err(|source| Error::InvalidSignature {
             kernel: self.name.to_string(),
             source,

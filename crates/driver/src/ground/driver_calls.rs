@@ -3,7 +3,7 @@
 //! [`result`](crate::result), with the calls on a context or a stream.
 
 use crate::ground::error::Result;
-use crate::ground::select::LoadedDriver;
+use crate::ground::loaded_driver::LoadedDriver;
 use std::ffi::c_int;
 use sys::{CUresult, Driver};
 

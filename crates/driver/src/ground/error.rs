@@ -79,12 +79,12 @@ pub enum Error {
     ///     assert!(err.to_string().starts_with("ordering policy report is refused on the software driver"));
     /// }
     /// ```
-    #[error("{}", crate::enqueue::order::refusal_message(.policy, .driver, .from_env))]
+    #[error("{}", crate::ground::order_policy::refusal_message(.policy, .driver, .from_env))]
     OrderPolicyRefused {
         /// The policy asked for.
-        policy: crate::OrderPolicy,
+        policy: crate::ground::order_policy::OrderPolicy,
         /// The driver that refuses it.
-        driver: crate::DriverKind,
+        driver: crate::ground::loaded_driver::DriverKind,
         /// `CUDA_STREAMS_ORDERING`'s value, as written, when the policy
         /// came from there.
         from_env: Option<String>,

@@ -1,14 +1,18 @@
 //! The one seam between the two drivers: the questions whose answers differ
 //! between NVIDIA's driver and the software driver, asked of a
-//! [`LoadedDriver`] by name instead of by matching on its
-//! [`DriverKind`](crate::DriverKind) wherever they come up.
+//! [`LoadedDriver`] (or, where only its kind is known, as in an error, of
+//! its [`DriverKind`]) by name instead of by matching on the kind wherever
+//! they come up.
 //!
 //! Everything else runs the same on both: the software driver implements
 //! the same function table. What it does not have is a GPU's binary
-//! format: its kernels are CPU twins, defined from their declarations.
+//! format: its kernels are CPU twins, defined from their declarations. And
+//! its streams are worker threads on host memory, so a race between two of
+//! them is a data race: it accepts only the order policies that stop one.
 
 use crate::ground::error::{Error, Result};
-use crate::ground::select::{DriverKind, LoadedDriver};
+use crate::ground::loaded_driver::{DriverKind, LoadedDriver};
+use crate::ground::order_policy::OrderPolicy;
 use sys::CUresult;
 
 impl LoadedDriver {
@@ -78,6 +82,38 @@ impl LoadedDriver {
                     missing: missing.to_vec(),
                 }
             }),
+        }
+    }
+}
+
+impl DriverKind {
+    /// Whether this driver accepts `policy`: a GPU every one (an unordered
+    /// pair gives a wrong result there, not undefined behaviour in the host
+    /// program), the software driver only those that keep an unordered
+    /// conflicting pair from running (`Check`, `Auto`), since its streams
+    /// are threads on host memory.
+    pub(crate) fn accepts_order_policy(self, policy: OrderPolicy) -> bool {
+        match self {
+            DriverKind::Cuda => true,
+            DriverKind::Soft => matches!(policy, OrderPolicy::Check | OrderPolicy::Auto),
+        }
+    }
+
+    /// The policy a context on this driver starts under when
+    /// `CUDA_STREAMS_ORDERING` does not say: `Check` on the software driver,
+    /// which is sound by default; `Off` on a GPU, which costs nothing.
+    pub(crate) fn default_order_policy(self) -> OrderPolicy {
+        match self {
+            DriverKind::Soft => OrderPolicy::Check,
+            DriverKind::Cuda => OrderPolicy::Off,
+        }
+    }
+
+    /// How a message names this driver: "the software driver".
+    pub(crate) fn in_messages(self) -> &'static str {
+        match self {
+            DriverKind::Soft => "the software driver",
+            DriverKind::Cuda => "the CUDA driver",
         }
     }
 }

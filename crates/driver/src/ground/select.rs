@@ -6,6 +6,7 @@
 //! error, so a GPU test run cannot pass on the software driver by accident.
 
 use crate::ground::error::{Error, Result};
+use crate::ground::loaded_driver::{DriverKind, LoadedDriver};
 use std::sync::OnceLock;
 use sys::{CUresult, Driver};
 
@@ -19,25 +20,6 @@ pub const DRIVER_SETTING: sys::env::Setting = sys::env::Setting {
     default: "auto",
     about: "the driver: cuda, soft or auto (the GPU when one answers)",
 };
-
-/// Which implementation fills the function table.
-///
-/// ```
-/// use cuda_streams_driver::{DriverKind, driver};
-/// let loaded = driver().unwrap();
-/// // The same tests run on either; code that must know asks.
-/// match loaded.kind {
-///     DriverKind::Cuda => assert!(loaded.is_gpu()),
-///     DriverKind::Soft => assert_eq!(loaded.name(), "software"),
-/// }
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DriverKind {
-    /// NVIDIA's `libcuda.so.1`: a real GPU.
-    Cuda,
-    /// `cuda-streams-soft-driver`: CUDA's semantics on CPU threads.
-    Soft,
-}
 
 /// What the user asked for, usually through `CUDA_STREAMS_DRIVER`.
 ///
@@ -78,41 +60,6 @@ impl DriverChoice {
         match DRIVER_SETTING.from_env()? {
             Some(found) => Self::parse(&found.value),
             None => Ok(Self::Auto),
-        }
-    }
-}
-
-/// A driver table together with what it is.
-///
-/// ```
-/// use cuda_streams_driver::{driver, sys::CUresult};
-/// let loaded = driver().unwrap();
-/// // Raw calls go through the table, for interop or what the safe layer lacks.
-/// let mut version = 0;
-/// // SAFETY: `version` is a valid place for the driver to write an int.
-/// let code = unsafe { (loaded.table.cuDriverGetVersion)(&mut version) };
-/// assert_eq!(code, CUresult::CUDA_SUCCESS);
-/// assert!(version >= 13000, "{} driver reports {version}", loaded.name());
-/// ```
-#[derive(Clone, Copy, Debug)]
-pub struct LoadedDriver {
-    /// The function table every call goes through.
-    pub table: &'static Driver,
-    /// Which implementation it is.
-    pub kind: DriverKind,
-}
-
-impl LoadedDriver {
-    /// Whether this is the real GPU.
-    pub fn is_gpu(&self) -> bool {
-        self.kind == DriverKind::Cuda
-    }
-
-    /// A short human name: `CUDA` or `software`.
-    pub fn name(&self) -> &'static str {
-        match self.kind {
-            DriverKind::Cuda => "CUDA",
-            DriverKind::Soft => "software",
         }
     }
 }

@@ -100,4 +100,4 @@ impl<T> StdCell<T> {
 }
 
 // The driver's own names.
-crate::loom_shim!(pub(crate));
+loom_shim!(pub(crate));

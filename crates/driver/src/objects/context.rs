@@ -1,13 +1,16 @@
 //! The device's primary context, shared by every handle, and binding it to threads.
 
+use crate::ground::callback_thread::{in_stream_callback, refuse_inside_callback};
 use crate::ground::error::{Error, Result};
-use crate::ground::select::{DriverKind, LoadedDriver, driver};
+use crate::ground::loaded_driver::{DriverKind, LoadedDriver};
+use crate::ground::select::driver;
 use crate::objects::priority::PriorityRange;
+use std::any::Any;
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use sys::{CUcontext, CUdevice, CUdevice_attribute, CUresult, Driver};
 
 thread_local! {
@@ -15,8 +18,6 @@ thread_local! {
     /// saves a `cuCtxSetCurrent` per call; `Context::still_current` says when
     /// it is trusted alone.
     static CURRENT: Cell<u64> = const { Cell::new(0) };
-    /// Set while a stream callback runs on this thread.
-    static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
 }
 
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -112,11 +113,9 @@ pub struct Context {
     raw: CUcontext,
     id: u64,
     info: DeviceInfo,
-    /// Wakes the futures of this context; started on the first wait.
-    reactor: std::sync::OnceLock<crate::features::reactor::Reactor>,
-    /// The shared event pool, while anyone holds it (a strong reference here
-    /// would be a cycle: pooled events hold their context).
-    event_pool: std::sync::Mutex<std::sync::Weak<crate::objects::event_pool::EventPool>>,
+    /// The service that stands on this context (the reactor that wakes its
+    /// futures), made on first use by the layer that defines it.
+    service: OnceLock<Box<dyn ContextService>>,
     /// Ids of the contexts this one has peer access to.
     peers: Mutex<Vec<u64>>,
     /// Stream captures open in this context ([`crate::Capture`]).
@@ -327,8 +326,7 @@ impl Context {
             raw,
             id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
             info: DeviceInfo::default(),
-            reactor: std::sync::OnceLock::new(),
-            event_pool: std::sync::Mutex::default(),
+            service: OnceLock::new(),
             peers: Mutex::default(),
             captures: std::sync::atomic::AtomicUsize::new(0),
             order: crate::enqueue::order::ContextOrder::new(policy),
@@ -372,32 +370,6 @@ impl Context {
             managed_memory: flag(A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY),
             concurrent_managed_access: flag(A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS),
         })
-    }
-
-    /// The context's shared pool of plain and timing events, growing without
-    /// a cap. Streams use it for their waits on other streams, timed sections
-    /// and buffer tracking; take events from it rather than creating them.
-    /// It lives while any stream that used it, or any caller, holds it.
-    ///
-    /// ```
-    /// use cuda_streams_driver::{Context, Stream};
-    /// use std::sync::Arc;
-    /// let ctx = Context::new(0).unwrap();
-    /// let pool = ctx.event_pool();
-    /// assert!(Arc::ptr_eq(&pool, &ctx.event_pool())); // one per context
-    /// let stream = Stream::new(&ctx).unwrap();
-    /// let event = pool.acquire_event(false).unwrap();
-    /// event.record(&stream).unwrap();
-    /// event.synchronize().unwrap();
-    /// ```
-    pub fn event_pool(self: &Arc<Self>) -> Arc<crate::objects::event_pool::EventPool> {
-        let mut slot = self.event_pool.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(pool) = slot.upgrade() {
-            return pool;
-        }
-        let pool = Arc::new(crate::objects::event_pool::EventPool::empty(self));
-        *slot = Arc::downgrade(&pool);
-        pool
     }
 
     /// One `cuDeviceGetAttribute` value of this context's device.
@@ -500,11 +472,12 @@ impl Context {
         Ok((free, total))
     }
 
-    /// The reactor that wakes this context's futures (its thread starts on
-    /// the first wait).
-    pub fn reactor(&self) -> &crate::features::reactor::Reactor {
-        self.reactor
-            .get_or_init(|| crate::features::reactor::Reactor::new(self.driver.table, self.raw))
+    /// The context's service of type `S`, made by `make` on first use.
+    /// `None` when the slot already holds a service of another type: a
+    /// context holds one service, and only the reactor is one.
+    pub(crate) fn service<S: ContextService>(&self, make: impl FnOnce() -> S) -> Option<&S> {
+        let service: &dyn Any = &**self.service.get_or_init(|| Box::new(make()));
+        service.downcast_ref()
     }
 
     /// The device's description, queried once at creation.
@@ -601,7 +574,7 @@ impl Drop for Context {
             device: self.device,
             raw: self.raw,
             id: self.id,
-            reactor: self.reactor.take(),
+            service: self.service.take(),
         };
         let cached = CURRENT.with(|current| current.replace(0) == self.id);
         if !in_stream_callback() {
@@ -627,6 +600,15 @@ impl Drop for Context {
     }
 }
 
+/// A service that stands on one context and lives as long as it: kept in
+/// the context's slot ([`Context::service`]) so that the context, a lower
+/// layer, names none of the features built on it.
+pub(crate) trait ContextService: Any + Send + Sync {
+    /// The context's work has finished (its last handle is gone and the
+    /// device synchronized) and its release comes next: stop what serves it.
+    fn context_released(&self);
+}
+
 /// What releasing a context's retain of the primary context needs, apart from
 /// the `Context`, so that it can move to another thread.
 struct Release {
@@ -634,8 +616,8 @@ struct Release {
     device: CUdevice,
     raw: CUcontext,
     id: u64,
-    /// Shut down once the context's work (and so every flag write) is done.
-    reactor: Option<crate::features::reactor::Reactor>,
+    /// Told once the context's work is done, before the release.
+    service: Option<Box<dyn ContextService>>,
 }
 
 // SAFETY: a context handle may be used from any thread (see `Context`); the
@@ -666,10 +648,10 @@ impl Release {
             }
             Err(err) => tracing::error!(context = id, "binding context {id} on drop: {err}"),
         }
-        // Every future holds the context, so none is left; after the
-        // synchronize above every flag write has landed.
-        if let Some(reactor) = self.reactor {
-            reactor.shutdown();
+        // Whatever the service serves holds the context, so none of it is
+        // left; after the synchronize above the context's work is done.
+        if let Some(service) = self.service {
+            service.context_released();
         }
         // SAFETY: releases the retain taken in `create`, once: `Release` is
         // made once per `Context`, in its `Drop`, and consumed here.
@@ -688,55 +670,5 @@ impl fmt::Debug for Context {
             .field("device", &self.info.name)
             .field("ordinal", &self.info.ordinal)
             .finish()
-    }
-}
-
-/// Whether the calling thread is running a stream callback (a closure given to
-/// [`crate::Stream::add_callback`]), where CUDA forbids driver calls.
-///
-/// Code that may run in a callback and would otherwise make a driver call
-/// later on this thread (a cache whose entries are destroyed at thread exit,
-/// say) checks it first.
-///
-/// ```
-/// use cuda_streams_driver::{Context, Stream, in_stream_callback};
-/// use std::sync::mpsc;
-/// assert!(!in_stream_callback());
-/// let ctx = Context::new(0).unwrap();
-/// let stream = Stream::new(&ctx).unwrap();
-/// let (tx, rx) = mpsc::channel();
-/// stream.add_callback(move || tx.send(in_stream_callback()).unwrap()).unwrap();
-/// assert!(rx.recv().unwrap());
-/// ```
-#[inline]
-pub fn in_stream_callback() -> bool {
-    IN_HOST_FN.with(Cell::get)
-}
-
-/// [`Error::InsideCallback`] inside a stream callback, where CUDA forbids
-/// driver calls: what [`Context::bind`] checks first, for steps that may make
-/// driver calls without needing a context current themselves.
-#[inline]
-pub(crate) fn refuse_inside_callback() -> Result<()> {
-    if in_stream_callback() {
-        return Err(Error::InsideCallback {
-            operation: "a driver call",
-        });
-    }
-    Ok(())
-}
-
-/// Marks the calling thread as running a stream callback for the guard's life.
-pub(crate) struct HostFnGuard(bool);
-
-impl HostFnGuard {
-    pub(crate) fn enter() -> Self {
-        Self(IN_HOST_FN.with(|flag| flag.replace(true)))
-    }
-}
-
-impl Drop for HostFnGuard {
-    fn drop(&mut self) {
-        IN_HOST_FN.with(|flag| flag.set(self.0));
     }
 }

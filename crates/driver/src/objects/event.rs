@@ -156,7 +156,7 @@ impl Event {
     pub(crate) fn refuse_if_captured(&self, operation: &'static str) -> Result<()> {
         match self.captured_in() {
             0 => Ok(()),
-            capture => Err(crate::Error::CapturedEvent { operation, capture }),
+            capture => Err(crate::ground::error::Error::CapturedEvent { operation, capture }),
         }
     }
 

@@ -87,7 +87,9 @@ impl Event {
 
 #[cfg(all(test, any(feature = "cudarc", feature = "cust")))]
 mod tests {
-    use crate::{Context, Event, Stream};
+    use crate::objects::context::Context;
+    use crate::objects::event::Event;
+    use crate::objects::stream::Stream;
 
     /// A raw record (interop's) counts as a record: what a host wait saw
     /// before no longer stands, and the count stays even.

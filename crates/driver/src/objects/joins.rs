@@ -142,10 +142,10 @@ impl Stream {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn barrier_through<G, E: From<crate::Error>>(
+    pub fn barrier_through<G, E: From<crate::ground::error::Error>>(
         streams: &[&Stream],
         gather: impl FnOnce(&Stream) -> std::result::Result<G, E>,
-        event_of: impl Fn(&G) -> &crate::Event,
+        event_of: impl Fn(&G) -> &crate::objects::event::Event,
     ) -> std::result::Result<Option<G>, E> {
         barrier_gathered(streams, |stream| stream.mark(), gather, event_of)
     }
@@ -192,7 +192,7 @@ fn check_context(ctx: &Context, stream: &Stream) -> Result<()> {
     if stream.context().id() == ctx.id() {
         Ok(())
     } else {
-        Err(crate::Error::ContextMismatch {
+        Err(crate::ground::error::Error::ContextMismatch {
             what: "an event pool",
             expected: stream.context().id(),
             found: ctx.id(),
@@ -219,11 +219,11 @@ fn barrier_with(streams: &[&Stream], mark: impl Fn(&Stream) -> Result<PooledEven
 
 /// The barrier's steps, with the gathering point made by `gather` on the
 /// first stream after its join; `None` for no streams.
-fn barrier_gathered<G, E: From<crate::Error>>(
+fn barrier_gathered<G, E: From<crate::ground::error::Error>>(
     streams: &[&Stream],
     mut mark: impl FnMut(&Stream) -> Result<PooledEvent>,
     gather: impl FnOnce(&Stream) -> std::result::Result<G, E>,
-    event_of: impl Fn(&G) -> &crate::Event,
+    event_of: impl Fn(&G) -> &crate::objects::event::Event,
 ) -> std::result::Result<Option<G>, E> {
     let Some((first, rest)) = streams.split_first() else {
         return Ok(None);

@@ -12,7 +12,11 @@
 //! What it may import: the ground ([`crate::ground`]) and each other. Putting
 //! work on a stream is the enqueue protocol's job, one layer up: a stream
 //! holds the state that protocol keeps on it (its gate's lock, its
-//! observers, its latest mark), but does not run it.
+//! observers, its latest mark), but does not run it. One exception stands:
+//! contexts, streams and events hold the stream-order tracker's state, and
+//! tell it of their syncs, waits and frees (`crate::enqueue::order`). What
+//! stands on a context from above (the reactor) lives in its service slot
+//! ([`context::ContextService`]), so the context names none of it.
 
 pub(crate) mod completion_trail;
 pub(crate) mod context;

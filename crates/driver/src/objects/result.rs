@@ -75,24 +75,17 @@ pub unsafe fn mem_free_host(ctx: &Context, ptr: *mut std::ffi::c_void) -> Result
 
 /// `bytes` of device memory from the device's default pool, in stream order
 /// on `stream` (`cuMemAllocAsync`): usable by work enqueued on `stream`
-/// after this call. While `stream` captures, the driver records the
-/// allocation as a node of the graph: callers refuse that first (with
-/// [`Stream::enqueue_gate`]). Free it with [`mem_free_async`].
+/// after this call. Enqueued through the enqueue protocol, which refuses it
+/// with [`Error::StreamCapturing`](crate::Error::StreamCapturing) while
+/// `stream` captures (the driver would record the allocation as a node of
+/// the graph). Free it with [`mem_free_async`].
 pub fn mem_alloc_async(stream: &Stream, bytes: usize) -> Result<CUdeviceptr> {
-    let ctx = stream.context();
-    ctx.bind()?;
-    let mut ptr: CUdeviceptr = 0;
-    // SAFETY: writes one device pointer through a valid pointer; the stream
-    // is live and of the current context.
-    let code = unsafe { (ctx.driver().cuMemAllocAsync)(&mut ptr, bytes, stream.as_raw()) };
-    // Enqueued on the stream (`latest_mark.rs`).
-    stream.enqueued();
-    ctx.check(code)?;
-    Ok(ptr)
+    stream.allocate_raw(bytes, "result::mem_alloc_async")
 }
 
 /// Give back memory from [`mem_alloc_async`] in stream order on `stream`
-/// (`cuMemFreeAsync`).
+/// (`cuMemFreeAsync`), through the enqueue protocol (refused while `stream`
+/// captures, as [`mem_alloc_async`] is).
 ///
 /// # Safety
 /// `ptr` came from [`mem_alloc_async`] on a stream of `stream`'s context and
@@ -100,19 +93,19 @@ pub fn mem_alloc_async(stream: &Stream, bytes: usize) -> Result<CUdeviceptr> {
 /// (by stream order, or by waits the caller enqueued), and nothing uses it
 /// after.
 pub unsafe fn mem_free_async(stream: &Stream, ptr: CUdeviceptr) -> Result<()> {
-    let ctx = stream.context();
-    ctx.bind()?;
-    // SAFETY: the caller's contract; the stream is live.
-    let code = unsafe { (ctx.driver().cuMemFreeAsync)(ptr, stream.as_raw()) };
-    stream.enqueued();
-    ctx.check(code)
+    stream.enqueue_raw("result::mem_free_async", |driver, raw| {
+        // SAFETY: the caller's contract; the stream is live and its context
+        // current (bound by the protocol).
+        unsafe { (driver.cuMemFreeAsync)(ptr, raw) }
+    })
 }
 
 /// Copy `bytes` from device address `src` to device address `dst` in stream
 /// order on `stream` (`cuMemcpyDtoDAsync`), unseen by the buffers' use
 /// trackers and the stream-order tracker: work another library does on
 /// memory it does not hand over as a [`DeviceMemory`](crate::DeviceMemory).
-/// Safe code copies with [`Stream::copy_device_to_device_async`].
+/// Safe code copies with [`Stream::copy_device_to_device_async`]. Enqueued
+/// through the enqueue protocol (refused while `stream` captures).
 ///
 /// # Safety
 /// Both ranges are live device memory of `stream`'s context, `bytes` long,
@@ -124,10 +117,9 @@ pub unsafe fn memcpy_dtod_async(
     src: CUdeviceptr,
     bytes: usize,
 ) -> Result<()> {
-    let ctx = stream.context();
-    ctx.bind()?;
-    // SAFETY: the caller's contract; the stream is live.
-    let code = unsafe { (ctx.driver().cuMemcpyDtoDAsync)(dst, src, bytes, stream.as_raw()) };
-    stream.enqueued();
-    ctx.check(code)
+    stream.enqueue_raw("result::memcpy_dtod_async", |driver, raw| {
+        // SAFETY: the caller's contract; the stream is live and its context
+        // current (bound by the protocol).
+        unsafe { (driver.cuMemcpyDtoDAsync)(dst, src, bytes, raw) }
+    })
 }

@@ -450,8 +450,8 @@ impl Stream {
     }
 
     /// The stream's counters as a handle that outlives the stream.
-    pub fn counters(&self) -> crate::StreamCounters {
-        crate::StreamCounters::new(self.id, Arc::clone(&self.counters))
+    pub fn counters(&self) -> crate::objects::metrics::StreamCounters {
+        crate::objects::metrics::StreamCounters::new(self.id, Arc::clone(&self.counters))
     }
 
     /// How many operations were enqueued so far: [`StreamMetrics::operations_count`]

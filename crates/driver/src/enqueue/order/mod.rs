@@ -76,7 +76,7 @@ pub(crate) use in_flight::InFlight;
 pub(crate) use kept::KeptPoint;
 pub use label::labelled;
 pub use policy::{ORDERING_SETTING, OrderPolicy};
-pub(crate) use policy::{initial_policy, policy_from_env, refusal_message};
+pub(crate) use policy::{initial_policy, policy_from_env};
 pub(crate) use record_and_wait::{Point, record_point, recorded, waited};
 pub(crate) use recorded::EventOrder;
 pub use repair::offer_mark;

@@ -6,8 +6,8 @@
 use crate::features::callback::panic_message;
 use crate::features::launch::{ArgValue, KernelArg};
 use crate::features::module::Kernel;
+use crate::ground::callback_thread::HostFnGuard;
 use crate::ground::error::Result;
-use crate::objects::context::HostFnGuard;
 use crate::objects::memory::sealed::HostUse;
 use crate::objects::memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceUse, PinnedBuffer, device_bytes,

@@ -229,7 +229,7 @@ impl Capture {
         S: DeviceMemory<Elem = T> + Send + Sync + 'static,
     {
         self.check_member(stream)?;
-        crate::check_len("Capture::copy", dst.device_len(), src.device_len())?;
+        crate::features::copy::check_len("Capture::copy", dst.device_len(), src.device_len())?;
         let (dst, src): (Arc<dyn Kept>, Arc<dyn Kept>) = (dst.clone(), src.clone());
         for memory in [&dst, &src] {
             stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
@@ -271,7 +271,11 @@ impl Capture {
         H: HostMemory<T> + Send + Sync + 'static,
     {
         self.check_member(stream)?;
-        crate::check_len("Capture::copy_from_host", dst.device_len(), src.host_len())?;
+        crate::features::copy::check_len(
+            "Capture::copy_from_host",
+            dst.device_len(),
+            src.host_len(),
+        )?;
         let dst: Arc<dyn Kept> = dst.clone();
         self.host_copy_node(stream, dst, src.clone(), HostCopy::ToDevice)
     }
@@ -354,7 +358,11 @@ impl Capture {
         S: DeviceMemory<Elem = T> + Send + Sync + 'static,
     {
         self.check_member(stream)?;
-        crate::check_len("Capture::copy_to_host", dst.host_len(), src.device_len())?;
+        crate::features::copy::check_len(
+            "Capture::copy_to_host",
+            dst.host_len(),
+            src.device_len(),
+        )?;
         let src: Arc<dyn Kept> = src.clone();
         self.host_copy_node(stream, src, dst.clone(), HostCopy::ToHost)
     }

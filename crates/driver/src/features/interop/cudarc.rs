@@ -91,7 +91,7 @@
 //! # }
 //! ```
 
-use super::shared::{PER_THREAD_STREAM, interop, order, require_gpu};
+use super::shared::{PER_THREAD_STREAM, foreign_waits_for, interop, require_gpu, wait_for_foreign};
 use crate::ground::error::Result;
 use crate::objects::context::Context;
 use crate::objects::event::Event;
@@ -172,18 +172,18 @@ impl Stream {
 
     /// Make work enqueued on this stream from now on wait for a cudarc event
     /// (`cuStreamWaitEvent`); the host does not wait.
+    ///
+    /// Refused with [`Error::StreamCapturing`](crate::Error::StreamCapturing)
+    /// while this stream captures: cudarc's event is outside the capture.
     pub fn wait_cudarc_event(&self, event: &CudaEvent) -> Result<()> {
-        let ctx = self.context();
-        check_context(ctx, event.context(), "the cudarc event")?;
-        ctx.bind()?;
-        // SAFETY: both handles belong to the current context and are alive
-        // for the call (`self` and `event` are borrowed).
-        let code = unsafe {
-            (ctx.driver().cuStreamWaitEvent)(self.as_raw(), event.cu_event() as sys::CUevent, 0)
-        };
-        // A wait enqueued here: the latest mark no longer covers the end.
-        self.enqueued();
-        ctx.check(code)
+        check_context(self.context(), event.context(), "the cudarc event")?;
+        let raw_event = event.cu_event() as sys::CUevent;
+        self.enqueue_raw("Stream::wait_cudarc_event", |driver, ours| {
+            // SAFETY: both handles belong to the current context (bound by
+            // the protocol) and are alive for the call (`self` and `event`
+            // are borrowed).
+            unsafe { (driver.cuStreamWaitEvent)(ours, raw_event, 0) }
+        })
     }
 }
 
@@ -203,7 +203,11 @@ impl CudarcStreamExt for CudaStream {
         let ctx = stream.context();
         check_context(ctx, self.context(), "the cudarc stream")?;
         check_not_per_thread(self, "the cudarc stream")?;
-        order(ctx, self.cu_stream() as CUstream, stream.as_raw())
+        foreign_waits_for(
+            self.cu_stream() as CUstream,
+            stream,
+            "CudarcStreamExt::wait_stream",
+        )
     }
 
     fn wait_event(&self, event: &Event) -> Result<()> {
@@ -211,6 +215,8 @@ impl CudarcStreamExt for CudaStream {
         check_context(ctx, self.context(), "the cudarc stream")?;
         check_not_per_thread(self, "the cudarc stream")?;
         ctx.bind()?;
+        // Work on cudarc's stream, none on ours: the protocol has nothing to
+        // guard (the event's record went through it).
         // SAFETY: both handles belong to the current context and are alive
         // for the call.
         ctx.check(unsafe {
@@ -246,7 +252,7 @@ fn before_slice_use<T, S: DevicePtr<T> + ?Sized>(
 ) -> Result<()> {
     stream.check_context_id("the cudarc slice", ctx.id())?;
     let home = slice.stream();
-    order(ctx, stream.as_raw(), home.cu_stream() as CUstream)?;
+    wait_for_foreign(stream, home.cu_stream() as CUstream, "using a cudarc slice")?;
     // SAFETY: `stream` is a stream of the slice's context (checked above and
     // at construction); the wrapper is dropped at the end of this function,
     // while `stream` is borrowed.
@@ -258,7 +264,9 @@ fn before_slice_use<T, S: DevicePtr<T> + ?Sized>(
     // over the record of another stream's read (see `address`): forgotten.
     let (_, guard) = slice.device_ptr(&borrowed);
     std::mem::forget(guard);
-    // Waits enqueued on `stream` above.
+    // cudarc's waits, enqueued on `stream` above outside the protocol (this
+    // runs inside the protocol's enqueue of the use, which ends the mark
+    // too): the latest mark no longer covers the end.
     stream.enqueued();
     Ok(())
 }
@@ -268,8 +276,8 @@ fn before_slice_use<T, S: DevicePtr<T> + ?Sized>(
 /// for its own events) comes after the use. When that wait cannot be
 /// enqueued, the host waits for `stream` before the error is returned:
 /// nothing untracked is left in flight.
-fn after_slice_use(ctx: &Arc<Context>, home: &CudaStream, stream: &Stream) -> Result<()> {
-    let ordered = order(ctx, home.cu_stream() as CUstream, stream.as_raw());
+fn after_slice_use(home: &CudaStream, stream: &Stream) -> Result<()> {
+    let ordered = foreign_waits_for(home.cu_stream() as CUstream, stream, "using a cudarc slice");
     if let Err(err) = ordered {
         tracing::warn!(
             "ordering a cudarc slice's free after stream {}: {err}",
@@ -347,7 +355,7 @@ unsafe impl<T: DeviceCopy, S: DevicePtr<T> + ?Sized> DeviceMemory for CudarcSlic
     }
 
     fn after_device_use(&self, stream: &Stream, _write: bool) -> Result<()> {
-        after_slice_use(&self.ctx, self.slice.stream(), stream)
+        after_slice_use(self.slice.stream(), stream)
     }
 }
 
@@ -421,7 +429,7 @@ unsafe impl<T: DeviceCopy, S: DevicePtrMut<T> + DevicePtr<T> + ?Sized> DeviceMem
     }
 
     fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
-        after_slice_use(&self.ctx, &self.home, stream)?;
+        after_slice_use(&self.home, stream)?;
         if write {
             // cudarc's write event, recorded on `stream` after the write
             // (the guard's drop), for cudarc's later uses to wait on.

@@ -114,7 +114,7 @@
 //! # }
 //! ```
 
-use super::shared::{PER_THREAD_STREAM, interop, order, require_gpu};
+use super::shared::{PER_THREAD_STREAM, foreign_waits_for, interop, require_gpu, wait_for_foreign};
 use crate::ground::error::Result;
 use crate::objects::context::Context;
 use crate::objects::event::Event;
@@ -223,10 +223,11 @@ impl Stream {
     pub fn wait_cust_stream(&self, stream: &::cust::stream::Stream) -> Result<()> {
         let ctx = self.context();
         check_stream(ctx, stream, "the cust stream")?;
-        let ordered = order(ctx, self.as_raw(), stream.as_inner() as CUstream);
-        // A wait enqueued here: the latest mark no longer covers the end.
-        self.enqueued();
-        ordered
+        wait_for_foreign(
+            self,
+            stream.as_inner() as CUstream,
+            "Stream::wait_cust_stream",
+        )
     }
 }
 
@@ -246,12 +247,18 @@ impl CustStreamExt for ::cust::stream::Stream {
     fn wait_our_stream(&self, stream: &Stream) -> Result<()> {
         let ctx = stream.context();
         check_stream(ctx, self, "the cust stream")?;
-        order(ctx, self.as_inner() as CUstream, stream.as_raw())
+        foreign_waits_for(
+            self.as_inner() as CUstream,
+            stream,
+            "CustStreamExt::wait_our_stream",
+        )
     }
 
     fn wait_our_event(&self, event: &Event) -> Result<()> {
         let ctx = event.context();
         check_stream(ctx, self, "the cust stream")?;
+        // Work on cust's stream, none on ours: the protocol has nothing to
+        // guard (the event's record went through it).
         // SAFETY: both handles belong to the current context and are alive
         // for the call.
         ctx.check(unsafe {
@@ -264,9 +271,7 @@ impl CustStreamExt for ::cust::stream::Stream {
 /// default stream, where cust's synchronous copies may still be moving data.
 fn before_cust_use(ctx: &Arc<Context>, stream: &Stream) -> Result<()> {
     stream.check_context_id("the cust buffer", ctx.id())?;
-    let ordered = order(ctx, stream.as_raw(), LEGACY_STREAM);
-    stream.enqueued();
-    ordered
+    wait_for_foreign(stream, LEGACY_STREAM, "using a cust buffer")
 }
 
 /// After a use of cust memory on `stream` was enqueued: the host waits for
@@ -409,8 +414,7 @@ impl<T: DeviceCopy> Drop for AfterCust<'_, T> {
         // A stream-ordered buffer is freed on its home stream: that stream
         // waits for the legacy default stream, and the host does not.
         if let Some(home) = self.buffer.home_stream() {
-            let ordered = order(ctx, home.as_raw(), LEGACY_STREAM);
-            home.enqueued();
+            let ordered = wait_for_foreign(home, LEGACY_STREAM, "DeviceBuffer::with_cust");
             match ordered {
                 Ok(()) => return,
                 Err(err) => tracing::warn!(
@@ -476,7 +480,7 @@ impl<T: DeviceCopy + CustCopy> DeviceBuffer<T> {
         let ctx = self.context();
         check_gpu(ctx, "the buffer given to cust")?;
         if let Some(home) = self.home_stream() {
-            order(ctx, LEGACY_STREAM, home.as_raw())?;
+            foreign_waits_for(LEGACY_STREAM, home, "DeviceBuffer::with_cust")?;
         }
         // SAFETY: `len` values at the pointer belong to this buffer, which
         // outlives the closure the slice is lent to; the caller of the

@@ -22,8 +22,9 @@ pub mod cust;
 mod shared {
     use crate::ground::error::{Error, Result};
     use crate::objects::context::Context;
-    use std::sync::Arc;
-    use sys::CUstream;
+    use crate::objects::event::Event;
+    use crate::objects::stream::Stream;
+    use sys::{CUresult, CUstream, Driver};
 
     /// The handle both libraries use for the per-thread default stream.
     pub(super) const PER_THREAD_STREAM: usize = 0x2;
@@ -44,27 +45,66 @@ mod shared {
         )))
     }
 
-    /// Make `waiter` wait until `signaller` has done the work enqueued on it
-    /// so far: one pooled event recorded on `signaller`, waited on by
-    /// `waiter` (both raw handles of `ctx`; null is the legacy default
-    /// stream). The event goes back to the pool at once: a wait takes its
-    /// state when it is enqueued.
-    pub(super) fn order(ctx: &Arc<Context>, waiter: CUstream, signaller: CUstream) -> Result<()> {
-        if waiter == signaller {
+    /// Make our `stream` wait until the other library's `foreign` stream
+    /// has done the work enqueued on it so far (null is the legacy default
+    /// stream): one pooled event recorded on `foreign`, waited on by
+    /// `stream`, enqueued through the protocol as raw work on `stream`
+    /// named `operation` (refused while `stream` captures: the foreign
+    /// stream is outside the capture).
+    pub(super) fn wait_for_foreign(
+        stream: &Stream,
+        foreign: CUstream,
+        operation: &'static str,
+    ) -> Result<()> {
+        if stream.as_raw() == foreign {
             return Ok(());
         }
-        ctx.bind()?;
-        let event = ctx.event_pool().acquire_event(false)?;
-        let driver = ctx.driver();
-        // SAFETY: the event is ours and alive; both streams are valid handles
-        // of `ctx` (the callers hold the objects that own them) and it is
-        // current.
+        let event = stream.context().event_pool().acquire_event(false)?;
+        stream.enqueue_raw(operation, |driver, ours| {
+            record_then_wait(driver, &event, foreign, ours)
+        })
+    }
+
+    /// Make the other library's `foreign` stream wait until our `stream`
+    /// has done the work enqueued on it so far: one pooled event recorded on
+    /// `stream` through the protocol (raw work named `operation`, refused
+    /// while `stream` captures: a record there would pull `foreign` into
+    /// the capture), waited on by `foreign`.
+    pub(super) fn foreign_waits_for(
+        foreign: CUstream,
+        stream: &Stream,
+        operation: &'static str,
+    ) -> Result<()> {
+        if stream.as_raw() == foreign {
+            return Ok(());
+        }
+        let event = stream.context().event_pool().acquire_event(false)?;
+        stream.enqueue_raw(operation, |driver, ours| {
+            record_then_wait(driver, &event, ours, foreign)
+        })
+    }
+
+    /// Record `event` on `signaller` and make `waiter` wait for it (both
+    /// raw handles of the current context); the first failure's code. The
+    /// event may go back to its pool right after: a wait takes the event's
+    /// state when it is enqueued.
+    fn record_then_wait(
+        driver: &Driver,
+        event: &Event,
+        signaller: CUstream,
+        waiter: CUstream,
+    ) -> CUresult {
+        // SAFETY: the event is ours and alive; both streams are valid
+        // handles of the current context (the callers hold the objects that
+        // own them).
         let recorded = unsafe { (driver.cuEventRecord)(event.as_raw(), signaller) };
-        // Counted even when the call failed, as the event's own records are:
-        // its state is unknown then.
+        // Counted even when the call failed, as the event's own records
+        // are: its state is unknown then.
         event.count_raw_record();
-        ctx.check(recorded)?;
+        if recorded != CUresult::CUDA_SUCCESS {
+            return recorded;
+        }
         // SAFETY: as above; the event was just recorded.
-        ctx.check(unsafe { (driver.cuStreamWaitEvent)(waiter, event.as_raw(), 0) })
+        unsafe { (driver.cuStreamWaitEvent)(waiter, event.as_raw(), 0) }
     }
 }

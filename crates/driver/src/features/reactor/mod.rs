@@ -45,7 +45,7 @@ pub use config::{ReactorConfig, WakeMode};
 pub use stats::ReactorStats;
 
 use crate::ground::error::{Error, Result};
-use crate::objects::context::Context;
+use crate::objects::context::{Context, ContextService};
 use predict::WaitPredictor;
 use slots::{
     Chunk, MAX_WATCH_STREAMS, SLOTS_PER_CHUNK, Shared, Slot, SlotState, State, WatchStream,
@@ -412,7 +412,7 @@ impl Reactor {
     /// Stop the thread and free the slots, events and watch streams. The
     /// context calls this from its Drop after synchronizing, so every write
     /// has landed; no future exists any more (each holds the context).
-    pub(crate) fn shutdown(&self) {
+    fn shutdown(&self) {
         let thread = {
             let mut state = self.shared.lock();
             state.shutdown = true;
@@ -450,6 +450,22 @@ impl Reactor {
         state.slots.clear();
         state.free.clear();
         state.watched.clear();
+    }
+}
+
+impl ContextService for Reactor {
+    fn context_released(&self) {
+        self.shutdown();
+    }
+}
+
+impl Context {
+    /// The reactor that wakes this context's futures (its thread starts on
+    /// the first wait). One per context, kept in the context's service slot
+    /// and shut down when the context is released.
+    pub fn reactor(&self) -> &Reactor {
+        self.service(|| Reactor::new(self.driver(), self.as_raw()))
+            .expect("a context's service slot holds its reactor and nothing else")
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod builder;
 mod local_shelf;
+mod per_context;
 mod shelf;
 mod thread_shelf;
 mod unique;

@@ -96,7 +96,7 @@ pub(crate) fn take(pool: &Arc<EventPool>, timing: bool) -> Option<Event> {
 /// thread's storage is being torn down.
 #[inline]
 pub(crate) fn keep(pool: &Arc<EventPool>, event: Event) -> Result<(), Event> {
-    if crate::objects::context::in_stream_callback() {
+    if crate::ground::callback_thread::in_stream_callback() {
         return Err(event);
     }
     let timing = event.is_timing();

@@ -65,10 +65,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// the buffer's home stream. The contents are whatever the memory held.
     pub fn new_async(stream: &Arc<Stream>, len: usize) -> Result<Self> {
         let bytes = byte_size::<T>("DeviceBuffer", len)?;
-        // Captured, the allocation would become a node of the graph.
-        let _gate = stream.enqueue_gate("DeviceBuffer::new_async")?;
+        // Refused while `stream` captures: the allocation would become a
+        // node of the graph.
+        let ptr = stream.allocate_raw(bytes, "DeviceBuffer::new_async")?;
         let ctx = stream.context();
-        let ptr = crate::objects::result::mem_alloc_async(stream, bytes)?;
         stream.counters.allocated(bytes);
         Ok(Self {
             ctx: Arc::clone(ctx),
@@ -202,10 +202,14 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
             }
             Some((home, Ok(_gate))) => {
                 if self.tracker.order_before_free(home) {
-                    // SAFETY: the pointer came from cuMemAllocAsync and is freed
-                    // once, after every recorded use (the home stream waits on them).
-                    let code = unsafe { (driver.cuMemFreeAsync)(self.ptr, home.as_raw()) };
-                    match self.ctx.check(code) {
+                    let ptr = self.ptr;
+                    let freed = home.enqueue_raw("freeing a device buffer", |driver, raw| {
+                        // SAFETY: the pointer came from cuMemAllocAsync and is
+                        // freed once, after every recorded use (the home stream
+                        // waits on them).
+                        unsafe { (driver.cuMemFreeAsync)(ptr, raw) }
+                    });
+                    match freed {
                         Ok(()) => home.counters.freed(self.size_in_bytes()),
                         Err(err) => tracing::warn!("freeing {:#x}: {err}", self.ptr),
                     }

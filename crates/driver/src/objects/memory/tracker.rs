@@ -167,7 +167,10 @@ impl UseTracker {
 
 /// A use could not be tracked: wait for the stream so that nothing untracked
 /// is left in flight, and return the original error.
-fn wait_untracked(stream: &Stream, err: crate::Error) -> crate::Error {
+fn wait_untracked(
+    stream: &Stream,
+    err: crate::ground::error::Error,
+) -> crate::ground::error::Error {
     if let Err(sync_err) = stream.synchronize() {
         tracing::warn!(
             "stream {} could not be waited for after an untracked use: {sync_err}",
