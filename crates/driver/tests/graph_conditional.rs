@@ -218,3 +218,54 @@ fn work_of_another_crate_in_a_body_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn an_update_changes_the_body_arguments_and_refuses_another_body() {
+    let Some((stream, kernel)) = setup() else {
+        return;
+    };
+    let counter = Arc::new(DeviceBuffer::<u32>::new_async(&stream, 1).unwrap());
+    let data = zeroed(&stream, 4);
+    let mut exec = capture_loop(&stream, &kernel, &counter, &data, 2)
+        .instantiate()
+        .unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(data.to_vec(&stream).unwrap(), vec![2; 4]);
+    // Same shape, another limit (and a new condition): updated in place.
+    exec.update(&capture_loop(&stream, &kernel, &counter, &data, 7))
+        .unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(
+        data.to_vec(&stream).unwrap(),
+        vec![9; 4],
+        "seven more turns"
+    );
+
+    // A body of two kernels is another topology: refused, naming where.
+    let mut capture = stream.begin_capture().unwrap();
+    capture.memset_u8(&stream, &counter, 0).unwrap();
+    let more = capture.condition(&stream, 1).unwrap();
+    capture
+        .while_loop(&stream, more, |body| {
+            let args = [
+                GraphArg::write(&counter),
+                GraphArg::write(&data),
+                4u32.into(),
+                3u32.into(),
+                more.arg(),
+            ];
+            let origin = Arc::clone(body.origin());
+            let cfg = LaunchConfig::for_num_elems(4);
+            body.launch(&origin, &kernel, cfg, &args)?;
+            body.launch(&origin, &kernel, cfg, &args)
+        })
+        .unwrap();
+    let other = capture.end().unwrap();
+    let err = exec.update(&other).unwrap_err();
+    assert!(matches!(err, Error::GraphUpdate { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("body 0 of node 1"), "{text}");
+    // Unchanged: still the seven-turn loop.
+    exec.launch(&stream).unwrap();
+    assert_eq!(data.to_vec(&stream).unwrap(), vec![16; 4]);
+}

@@ -90,6 +90,13 @@ pub(crate) struct Conditional {
 }
 
 impl Conditional {
+    /// What an update may not change: the kind, and the nodes of each
+    /// body (compared node by node).
+    pub(crate) fn shape(&self) -> (u32, Vec<Vec<Node>>) {
+        let bodies = self.bodies.iter().map(|body| lock(&body.nodes).clone());
+        (self.kind.0, bodies.collect())
+    }
+
     /// Run the node on a stream worker of `device`.
     pub(crate) fn run(&self, device: i32) -> Option<Fault> {
         let body = |index: usize| -> Option<Fault> {

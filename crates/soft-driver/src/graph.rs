@@ -231,8 +231,9 @@ fn new_graph() -> (usize, Arc<Graph>) {
 /// `cuGraphExecUpdate` may change.
 struct Exec {
     nodes: Mutex<Vec<Node>>,
-    /// Condition handles set to their default at the start of each launch.
-    defaults: Arc<[Arc<crate::conditional::Slot>]>,
+    /// Condition handles set to their default at the start of each launch
+    /// (those of the graph it was last made or updated from).
+    defaults: Mutex<Arc<[Arc<crate::conditional::Slot>]>>,
 }
 
 pub(crate) static GRAPHS: Registry<Graph> = Registry::new();
@@ -569,7 +570,7 @@ pub(crate) unsafe extern "C" fn cuGraphInstantiate(
         let defaults = lock(&graph.defaults).clone().into();
         let handle = EXECS.insert(Arc::new(Exec {
             nodes: Mutex::new(nodes),
-            defaults,
+            defaults: Mutex::new(defaults),
         }));
         // SAFETY: checked non-null; writable per the API.
         unsafe { write_out(phGraphExec, handle as CUgraphExec) }
@@ -597,8 +598,8 @@ pub(crate) unsafe extern "C" fn cuGraphLaunch(
         let exec = EXECS.get(hGraphExec as usize)?;
         // The parameters at launch time: a later update does not change
         // launches already made.
-        let reset = (!exec.defaults.is_empty())
-            .then(|| Template::Act(Action::AssignDefaults(Arc::clone(&exec.defaults))));
+        let defaults = Arc::clone(&lock(&exec.defaults));
+        let reset = (!defaults.is_empty()).then(|| Template::Act(Action::AssignDefaults(defaults)));
         let templates: Vec<Template> = reset
             .into_iter()
             .chain(
@@ -644,6 +645,20 @@ fn update_refused(old: &[Node], new: &[Node]) -> Option<(CUgraphExecUpdateResult
                 format!("node {index} launches `{}`, not `{}`", new.name, old.name),
             ));
         }
+        if let (Action::Conditional(old), Action::Conditional(new)) = (&old.action, &new.action) {
+            let ((old_kind, old), (new_kind, new)) = (old.shape(), new.shape());
+            if old_kind != new_kind || old.len() != new.len() {
+                return Some((
+                    CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+                    format!("conditional node {index} has another kind or number of bodies"),
+                ));
+            }
+            for (number, (old, new)) in old.iter().zip(&new).enumerate() {
+                if let Some((result, why)) = update_refused(old, new) {
+                    return Some((result, format!("body {number} of node {index}: {why}")));
+                }
+            }
+        }
     }
     None
 }
@@ -679,6 +694,7 @@ pub(crate) unsafe extern "C" fn cuGraphExecUpdate(
             ));
         }
         *nodes = new;
+        *lock(&exec.defaults) = lock(&graph.defaults).clone().into();
         Ok(())
     })())
 }
