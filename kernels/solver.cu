@@ -32,3 +32,14 @@ extern "C" __global__ void set_while_f32_above(const float* value, float tol,
         cudaGraphSetConditional(handle, *value > tol ? 1u : 0u);
     }
 }
+
+// One turn of a counted loop: ++*counter, and the condition `handle` is
+// whether the counter is still below `limit` (one thread; any launch shape).
+extern "C" __global__ void count_while_below(unsigned int* counter, unsigned int limit,
+                                             cudaGraphConditionalHandle handle) {
+    if (global_thread_index() == 0) {
+        unsigned int count = *counter + 1;
+        *counter = count;
+        cudaGraphSetConditional(handle, count < limit ? 1u : 0u);
+    }
+}

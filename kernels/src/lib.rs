@@ -59,7 +59,8 @@ pub use driver::{KernelDecl, LaunchDims};
 use image::Aligned;
 pub use image::KernelImage;
 pub use twins::{
-    Checksum, Compute, FillF32, FillU32, JacobiSweep, Saxpy, ScaleAdd, SetWhileF32Above, Spin,
+    Checksum, Compute, CountWhileBelow, FillF32, FillU32, JacobiSweep, Saxpy, ScaleAdd,
+    SetWhileF32Above, Spin,
 };
 
 /// A [`KernelImage`] for `kernels/<name>.fatbin`. The bytes live in their own
@@ -84,7 +85,7 @@ pub static TIMING: KernelImage = kernel_image!("timing", twins::TIMING);
 pub static COMPUTE: KernelImage = kernel_image!("compute", twins::COMPUTE);
 
 /// `kernels/solver.cu`: `jacobi_sweep`, `set_while_f32_above` (a graph's
-/// WHILE loop to a tolerance).
+/// WHILE loop to a tolerance), `count_while_below` (a loop of a count).
 pub static SOLVER: KernelImage = kernel_image!("solver", twins::SOLVER);
 
 /// Every image above.

@@ -97,6 +97,17 @@ kernel! {
     });
 }
 
+kernel! {
+    /// `count_while_below(u32* counter, u32 limit, cudaGraphConditionalHandle
+    /// handle)`: `*counter += 1`, and the condition is whether it is still
+    /// below `limit` (a WHILE loop of `limit` turns).
+    pub struct CountWhileBelow: fn count_while_below(counter: &mut [u32; 1], limit: u32, handle: u64);
+    twin = per_grid(|_, counter, limit, handle| {
+        counter[0] += 1;
+        soft_driver::set_conditional(handle, u32::from(counter[0] < limit));
+    });
+}
+
 /// The declarations of `elementwise.cu`.
 pub const ELEMENTWISE: &[KernelDecl] = &[Saxpy::DECL, FillF32::DECL, FillU32::DECL, ScaleAdd::DECL];
 /// The declarations of `reduce.cu`.
@@ -106,7 +117,11 @@ pub const TIMING: &[KernelDecl] = &[Spin::DECL];
 /// The declarations of `compute.cu`.
 pub const COMPUTE: &[KernelDecl] = &[Compute::DECL];
 /// The declarations of `solver.cu`.
-pub const SOLVER: &[KernelDecl] = &[JacobiSweep::DECL, SetWhileF32Above::DECL];
+pub const SOLVER: &[KernelDecl] = &[
+    JacobiSweep::DECL,
+    SetWhileF32Above::DECL,
+    CountWhileBelow::DECL,
+];
 
 /// The parameters of `saxpy`.
 pub const SAXPY: &[driver::sys::signature::Param] = Saxpy::DECL.params;
