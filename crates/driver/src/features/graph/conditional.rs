@@ -62,18 +62,26 @@ impl Capture {
     /// version.
     ///
     /// ```
-    /// use cuda_streams_driver::{Context, Stream};
+    /// use cuda_streams_driver::{Context, DeviceBuffer, GraphArg, LaunchConfig, Module, Stream};
+    /// use std::sync::Arc;
     /// # fn main() -> cuda_streams_driver::Result<()> {
     /// let ctx = Context::new(0)?;
     /// let stream = Stream::new(&ctx)?;
+    /// // ++counter, and the condition is whether it is still below the limit.
+    /// let count = Module::load(&ctx, &kernels::SOLVER)?.function("count_while_below")?;
+    /// let counter = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1)?);
     /// let mut capture = stream.begin_capture()?;
+    /// capture.memset_u8(&stream, &counter, 0)?;
     /// let more = capture.condition(&stream, 1)?;
     /// capture.while_loop(&stream, more, |body| {
-    ///     // Capture the work of one turn, with a kernel that clears `more`.
-    ///     # let _ = body;
-    ///     Ok(())
-    /// })
-    /// # .ok();
+    ///     let origin = Arc::clone(body.origin());
+    ///     let args = [GraphArg::write(&counter), 3u32.into(), more.arg()];
+    ///     body.launch(&origin, &count, LaunchConfig::for_num_elems(1), &args)
+    /// })?;
+    /// let exec = capture.end()?.instantiate()?;
+    /// exec.launch(&stream)?;
+    /// exec.launch(&stream)?; // the condition is 1 again at each launch
+    /// assert_eq!(counter.to_vec(&stream)?, [3]);
     /// # Ok(())
     /// # }
     /// ```
