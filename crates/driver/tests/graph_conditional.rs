@@ -269,3 +269,43 @@ fn an_update_changes_the_body_arguments_and_refuses_another_body() {
     exec.launch(&stream).unwrap();
     assert_eq!(data.to_vec(&stream).unwrap(), vec![16; 4]);
 }
+
+/// On either driver: the kernels crate's `count_while_below` in a WHILE
+/// node, and an IF node on the same condition after the loop (0 then).
+#[test]
+fn the_kernels_crate_loop_runs_on_either_driver() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let count = Module::load(&ctx, &kernels::SOLVER)
+        .unwrap()
+        .function("count_while_below")
+        .unwrap();
+    let counter = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1).unwrap());
+    let skipped = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1).unwrap());
+    let mut capture = stream.begin_capture().unwrap();
+    capture.memset_u8(&stream, &counter, 0).unwrap();
+    capture.memset_u8(&stream, &skipped, 0).unwrap();
+    let more = capture.condition(&stream, 1).unwrap();
+    let one = LaunchConfig::for_num_elems(1);
+    capture
+        .while_loop(&stream, more, |body| {
+            let origin = Arc::clone(body.origin());
+            let args = [GraphArg::write(&counter), 1000u32.into(), more.arg()];
+            body.launch(&origin, &count, one, &args)
+        })
+        .unwrap();
+    // The loop ended with the condition at 0: this body does not run.
+    capture
+        .if_then(&stream, more, |body| {
+            let origin = Arc::clone(body.origin());
+            let args = [GraphArg::write(&skipped), 5u32.into(), more.arg()];
+            body.launch(&origin, &count, one, &args)
+        })
+        .unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    for _ in 0..2 {
+        exec.launch(&stream).unwrap();
+        assert_eq!(counter.to_vec(&stream).unwrap(), [1000]);
+        assert_eq!(skipped.to_vec(&stream).unwrap(), [0]);
+    }
+}
