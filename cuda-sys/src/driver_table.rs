@@ -206,7 +206,9 @@ pub struct Driver {
         Flags: ::std::os::raw::c_uint,
     ) -> CUresult,
     /// `cuMemHostUnregister`
-    pub cuMemHostUnregister: unsafe extern "C" fn(p: *mut ::std::os::raw::c_void) -> CUresult,
+    pub cuMemHostUnregister: unsafe extern "C" fn(
+        p: *mut ::std::os::raw::c_void,
+    ) -> CUresult,
     /// `cuMemAllocManaged`
     pub cuMemAllocManaged: unsafe extern "C" fn(
         dptr: *mut CUdeviceptr,
@@ -333,6 +335,55 @@ pub struct Driver {
     pub cuGraphExecDestroy: unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult,
     /// `cuGraphDestroy`
     pub cuGraphDestroy: unsafe extern "C" fn(hGraph: CUgraph) -> CUresult,
+    /// `cuGraphCreate`
+    pub cuGraphCreate: unsafe extern "C" fn(
+        phGraph: *mut CUgraph,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult,
+    /// `cuGraphConditionalHandleCreate`
+    pub cuGraphConditionalHandleCreate: unsafe extern "C" fn(
+        pHandle_out: *mut CUgraphConditionalHandle,
+        hGraph: CUgraph,
+        ctx: CUcontext,
+        defaultLaunchValue: ::std::os::raw::c_uint,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult,
+    /// `cuGraphAddNode_v2`
+    pub cuGraphAddNode: unsafe extern "C" fn(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        nodeParams: *mut CUgraphNodeParams,
+    ) -> CUresult,
+    /// `cuStreamBeginCaptureToGraph`
+    pub cuStreamBeginCaptureToGraph: unsafe extern "C" fn(
+        hStream: CUstream,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        mode: CUstreamCaptureMode,
+    ) -> CUresult,
+    /// `cuStreamGetCaptureInfo_v3`
+    pub cuStreamGetCaptureInfo: unsafe extern "C" fn(
+        hStream: CUstream,
+        captureStatus_out: *mut CUstreamCaptureStatus,
+        id_out: *mut cuuint64_t,
+        graph_out: *mut CUgraph,
+        dependencies_out: *mut *const CUgraphNode,
+        edgeData_out: *mut *const CUgraphEdgeData,
+        numDependencies_out: *mut usize,
+    ) -> CUresult,
+    /// `cuStreamUpdateCaptureDependencies_v2`
+    pub cuStreamUpdateCaptureDependencies: unsafe extern "C" fn(
+        hStream: CUstream,
+        dependencies: *mut CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        flags: ::std::os::raw::c_uint,
+    ) -> CUresult,
     /// `cuGetErrorName`
     pub cuGetErrorName: unsafe extern "C" fn(
         error: CUresult,
@@ -346,7 +397,7 @@ pub struct Driver {
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 69usize] = [
+pub const SYMBOLS: [(&str, &str); 75usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -414,6 +465,12 @@ pub const SYMBOLS: [(&str, &str); 69usize] = [
     ("cuGraphExecUpdate", "cuGraphExecUpdate_v2"),
     ("cuGraphExecDestroy", "cuGraphExecDestroy"),
     ("cuGraphDestroy", "cuGraphDestroy"),
+    ("cuGraphCreate", "cuGraphCreate"),
+    ("cuGraphConditionalHandleCreate", "cuGraphConditionalHandleCreate"),
+    ("cuGraphAddNode", "cuGraphAddNode_v2"),
+    ("cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph"),
+    ("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3"),
+    ("cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2"),
     ("cuGetErrorName", "cuGetErrorName"),
     ("cuGetErrorString", "cuGetErrorString"),
 ];
@@ -507,6 +564,14 @@ impl Driver {
         let cuGraphExecUpdate = resolve("cuGraphExecUpdate_v2");
         let cuGraphExecDestroy = resolve("cuGraphExecDestroy");
         let cuGraphDestroy = resolve("cuGraphDestroy");
+        let cuGraphCreate = resolve("cuGraphCreate");
+        let cuGraphConditionalHandleCreate = resolve("cuGraphConditionalHandleCreate");
+        let cuGraphAddNode = resolve("cuGraphAddNode_v2");
+        let cuStreamBeginCaptureToGraph = resolve("cuStreamBeginCaptureToGraph");
+        let cuStreamGetCaptureInfo = resolve("cuStreamGetCaptureInfo_v3");
+        let cuStreamUpdateCaptureDependencies = resolve(
+            "cuStreamUpdateCaptureDependencies_v2",
+        );
         let cuGetErrorName = resolve("cuGetErrorName");
         let cuGetErrorString = resolve("cuGetErrorString");
         if !missing.is_empty() {
@@ -963,6 +1028,67 @@ impl Driver {
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(hGraph: CUgraph) -> CUresult,
                 >(cuGraphDestroy),
+                cuGraphCreate: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        phGraph: *mut CUgraph,
+                        flags: ::std::os::raw::c_uint,
+                    ) -> CUresult,
+                >(cuGraphCreate),
+                cuGraphConditionalHandleCreate: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        pHandle_out: *mut CUgraphConditionalHandle,
+                        hGraph: CUgraph,
+                        ctx: CUcontext,
+                        defaultLaunchValue: ::std::os::raw::c_uint,
+                        flags: ::std::os::raw::c_uint,
+                    ) -> CUresult,
+                >(cuGraphConditionalHandleCreate),
+                cuGraphAddNode: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        phGraphNode: *mut CUgraphNode,
+                        hGraph: CUgraph,
+                        dependencies: *const CUgraphNode,
+                        dependencyData: *const CUgraphEdgeData,
+                        numDependencies: usize,
+                        nodeParams: *mut CUgraphNodeParams,
+                    ) -> CUresult,
+                >(cuGraphAddNode),
+                cuStreamBeginCaptureToGraph: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        hStream: CUstream,
+                        hGraph: CUgraph,
+                        dependencies: *const CUgraphNode,
+                        dependencyData: *const CUgraphEdgeData,
+                        numDependencies: usize,
+                        mode: CUstreamCaptureMode,
+                    ) -> CUresult,
+                >(cuStreamBeginCaptureToGraph),
+                cuStreamGetCaptureInfo: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        hStream: CUstream,
+                        captureStatus_out: *mut CUstreamCaptureStatus,
+                        id_out: *mut cuuint64_t,
+                        graph_out: *mut CUgraph,
+                        dependencies_out: *mut *const CUgraphNode,
+                        edgeData_out: *mut *const CUgraphEdgeData,
+                        numDependencies_out: *mut usize,
+                    ) -> CUresult,
+                >(cuStreamGetCaptureInfo),
+                cuStreamUpdateCaptureDependencies: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        hStream: CUstream,
+                        dependencies: *mut CUgraphNode,
+                        dependencyData: *const CUgraphEdgeData,
+                        numDependencies: usize,
+                        flags: ::std::os::raw::c_uint,
+                    ) -> CUresult,
+                >(cuStreamUpdateCaptureDependencies),
                 cuGetErrorName: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

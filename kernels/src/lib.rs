@@ -58,7 +58,10 @@ pub use driver;
 pub use driver::{KernelDecl, LaunchDims};
 use image::Aligned;
 pub use image::KernelImage;
-pub use twins::{Checksum, Compute, FillF32, FillU32, Saxpy, ScaleAdd, Spin};
+pub use twins::{
+    Checksum, Compute, CountWhileBelow, FillF32, FillU32, JacobiSweep, Saxpy, ScaleAdd,
+    SetWhileF32Above, Spin,
+};
 
 /// A [`KernelImage`] for `kernels/<name>.fatbin`. The bytes live in their own
 /// static so they have one fixed address for the whole run.
@@ -81,8 +84,12 @@ pub static TIMING: KernelImage = kernel_image!("timing", twins::TIMING);
 /// `kernels/compute.cu`: `compute`.
 pub static COMPUTE: KernelImage = kernel_image!("compute", twins::COMPUTE);
 
+/// `kernels/solver.cu`: `jacobi_sweep`, `set_while_f32_above` (a graph's
+/// WHILE loop to a tolerance), `count_while_below` (a loop of a count).
+pub static SOLVER: KernelImage = kernel_image!("solver", twins::SOLVER);
+
 /// Every image above.
-pub static ALL: &[&KernelImage] = &[&ELEMENTWISE, &REDUCE, &TIMING, &COMPUTE];
+pub static ALL: &[&KernelImage] = &[&ELEMENTWISE, &REDUCE, &TIMING, &COMPUTE, &SOLVER];
 
 /// The image holding `function`, if any of ours does.
 ///

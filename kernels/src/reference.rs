@@ -132,3 +132,24 @@ fn assert_same_len(kernel: &str, a: usize, b: usize) {
         "{kernel}: slices of different lengths ({a} and {b} elements)"
     );
 }
+
+/// One Jacobi sweep of `tridiag(-1, 4, -1) x = b` (`x[-1] = x[n] = 0`):
+/// `y[i] = ((b[i] + x[i-1]) + x[i+1]) * 0.25`, in that order; returns the
+/// largest `|y[i] - x[i]|` (what `jacobi_sweep` leaves in `*delta`, from 0).
+///
+/// ```
+/// let (b, x, mut y) = ([4.0f32, 4.0], [0.0f32, 0.0], [0.0f32; 2]);
+/// assert_eq!(cuda_streams_kernels::reference::jacobi_sweep(&b, &x, &mut y), 1.0);
+/// assert_eq!(y, [1.0, 1.0]);
+/// ```
+pub fn jacobi_sweep(b: &[f32], x: &[f32], y: &mut [f32]) -> f32 {
+    let n = x.len();
+    let mut delta = 0.0f32;
+    for (i, y) in y.iter_mut().enumerate() {
+        let left = if i > 0 { x[i - 1] } else { 0.0 };
+        let right = if i + 1 < n { x[i + 1] } else { 0.0 };
+        *y = ((b[i] + left) + right) * 0.25;
+        delta = delta.max((*y - x[i]).abs());
+    }
+    delta
+}

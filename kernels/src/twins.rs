@@ -75,6 +75,39 @@ kernel! {
     });
 }
 
+kernel! {
+    /// `jacobi_sweep(u64 n, const f32* b, const f32* x, f32* y, f32* delta)`:
+    /// one sweep ([`reference::jacobi_sweep`]); `*delta` becomes the larger
+    /// of itself and the sweep's largest change.
+    pub struct JacobiSweep: fn jacobi_sweep(n: u64, b: &[f32; n], x: &[f32; n], y: &mut [f32; n], delta: &mut [f32; 1]);
+    twin = per_grid(|_, _n, b, x, y, delta| {
+        delta[0] = delta[0].max(reference::jacobi_sweep(b, x, y));
+    });
+}
+
+kernel! {
+    /// `set_while_f32_above(const f32* value, f32 tol, cudaGraphConditionalHandle
+    /// handle)`: sets the condition to whether `*value > tol`
+    /// (`cudaGraphSetConditional`; the twin calls
+    /// `cuda_streams_soft_driver::set_conditional`). Pass the handle as
+    /// `Condition::arg()`, a `u64`.
+    pub struct SetWhileF32Above: fn set_while_f32_above(value: &[f32; 1], tol: f32, handle: u64);
+    twin = per_grid(|_, value, tol, handle| {
+        soft_driver::set_conditional(handle, u32::from(value[0] > tol));
+    });
+}
+
+kernel! {
+    /// `count_while_below(u32* counter, u32 limit, cudaGraphConditionalHandle
+    /// handle)`: `*counter += 1`, and the condition is whether it is still
+    /// below `limit` (a WHILE loop of `limit` turns).
+    pub struct CountWhileBelow: fn count_while_below(counter: &mut [u32; 1], limit: u32, handle: u64);
+    twin = per_grid(|_, counter, limit, handle| {
+        counter[0] += 1;
+        soft_driver::set_conditional(handle, u32::from(counter[0] < limit));
+    });
+}
+
 /// The declarations of `elementwise.cu`.
 pub const ELEMENTWISE: &[KernelDecl] = &[Saxpy::DECL, FillF32::DECL, FillU32::DECL, ScaleAdd::DECL];
 /// The declarations of `reduce.cu`.
@@ -83,6 +116,12 @@ pub const REDUCE: &[KernelDecl] = &[Checksum::DECL];
 pub const TIMING: &[KernelDecl] = &[Spin::DECL];
 /// The declarations of `compute.cu`.
 pub const COMPUTE: &[KernelDecl] = &[Compute::DECL];
+/// The declarations of `solver.cu`.
+pub const SOLVER: &[KernelDecl] = &[
+    JacobiSweep::DECL,
+    SetWhileF32Above::DECL,
+    CountWhileBelow::DECL,
+];
 
 /// The parameters of `saxpy`.
 pub const SAXPY: &[driver::sys::signature::Param] = Saxpy::DECL.params;

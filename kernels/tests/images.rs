@@ -24,6 +24,11 @@ const SOURCES: &[(&str, &str, &[u8])] = &[
         include_bytes!("../elementwise.fatbin"),
     ),
     (
+        "solver",
+        include_str!("../solver.cu"),
+        include_bytes!("../solver.fatbin"),
+    ),
+    (
         "reduce",
         include_str!("../reduce.cu"),
         include_bytes!("../reduce.fatbin"),
@@ -70,7 +75,8 @@ fn c_size(param: &str) -> Option<usize> {
         return Some(8);
     }
     match ty.trim() {
-        "unsigned long long" | "long long" | "double" => Some(8),
+        // A conditional node's handle is an `unsigned long long`.
+        "unsigned long long" | "long long" | "double" | "cudaGraphConditionalHandle" => Some(8),
         "float" | "unsigned int" | "int" => Some(4),
         _ => None,
     }

@@ -95,6 +95,15 @@ const ENTRY_POINTS: &[&str] = &[
     "cuGraphExecUpdate",
     "cuGraphExecDestroy",
     "cuGraphDestroy",
+    // Conditional nodes (CUDA 12.4+): an empty graph, a condition handle, a
+    // conditional node whose bodies are captured with `cuStreamBeginCaptureToGraph`,
+    // and the calls that put a node into a capture in progress.
+    "cuGraphCreate",
+    "cuGraphConditionalHandleCreate",
+    "cuGraphAddNode",
+    "cuStreamBeginCaptureToGraph",
+    "cuStreamGetCaptureInfo",
+    "cuStreamUpdateCaptureDependencies",
     // Errors.
     "cuGetErrorName",
     "cuGetErrorString",

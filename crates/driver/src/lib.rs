@@ -154,7 +154,9 @@ pub use features::copy::check_len;
 /// twin (the software driver's).
 pub use features::declare::{Declared, DeclaredKernel, LaunchDims, Thread, Twin, TwinArgs};
 pub use features::future::{Completion, CopyFuture};
-pub use features::graph::{Capture, Graph, GraphArg, GraphExec, HostSlot};
+pub use features::graph::{
+    CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphExec, HostSlot,
+};
 pub use features::kernel_decl::KernelDecl;
 pub use features::launch::{KernelArg, LaunchConfig};
 pub use features::module::{Kernel, Module, ModuleImage};

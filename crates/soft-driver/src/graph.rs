@@ -28,30 +28,37 @@ use crate::handles::{Registry, lock};
 use crate::ops::{Action, Template};
 use crate::stream::{Stream, resolve};
 use std::collections::HashSet;
-use std::ffi::c_ulonglong;
+use std::ffi::{c_uint, c_ulonglong};
 use std::sync::{Arc, Mutex};
 use sys::{
-    CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUresult, CUstream,
-    CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo,
+    CUgraphNode, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUstreamUpdateCaptureDependencies_flags, cuuint64_t,
 };
 
 /// One node of a graph: the work, and the nodes it runs after.
 #[derive(Clone)]
 pub(crate) struct Node {
-    action: Action,
-    deps: Vec<usize>,
+    pub(crate) action: Action,
+    pub(crate) deps: Vec<usize>,
 }
 
 /// A capture in progress, shared by every stream taking part in it.
 pub(crate) struct Capture {
     /// The stream `cuStreamBeginCapture` was called on.
     origin: usize,
+    /// The graph the work goes into: made by `cuStreamBeginCapture`, or the
+    /// user's with `cuStreamBeginCaptureToGraph`.
+    graph: Arc<Graph>,
+    graph_handle: usize,
+    /// Whether `cuStreamBeginCapture` made the graph (a failed capture then
+    /// destroys it).
+    owns_graph: bool,
     inner: Mutex<CaptureInner>,
 }
 
 #[derive(Default)]
 struct CaptureInner {
-    nodes: Vec<Node>,
     /// Every stream taking part (the origin first).
     members: Vec<Arc<Stream>>,
     /// Why the capture was invalidated, once it was.
@@ -66,6 +73,10 @@ pub(crate) struct Capturing {
     pub(crate) capture: Arc<Capture>,
     /// The nodes the stream's next work depends on.
     frontier: Vec<usize>,
+    /// The frontier as node handles, as `cuStreamGetCaptureInfo` last
+    /// exposed it (valid until the next call on the stream, as in CUDA).
+    exposed: Vec<usize>,
+    exposed_edges: Vec<CUgraphEdgeData>,
 }
 
 impl Capture {
@@ -111,12 +122,12 @@ impl Capturing {
             match template {
                 Template::Act(action) => {
                     let deps = std::mem::take(&mut self.frontier);
-                    let mut inner = self.capture.lock();
-                    inner.nodes.push(Node {
+                    let mut nodes = lock(&self.capture.graph.nodes);
+                    nodes.push(Node {
                         action: action.clone(),
                         deps,
                     });
-                    self.frontier.push(inner.nodes.len() - 1);
+                    self.frontier.push(nodes.len() - 1);
                 }
                 Template::Record(event) => {
                     event.record_captured(Arc::clone(&self.capture), self.frontier.clone());
@@ -167,22 +178,65 @@ impl Capturing {
             }
             inner.members.push(Arc::clone(stream));
         }
-        Ok(Capturing { capture, frontier })
+        Ok(Capturing::new(capture, frontier))
     }
 }
 
-/// A graph made by a capture.
-struct Graph {
-    nodes: Vec<Node>,
+impl Capturing {
+    fn new(capture: Arc<Capture>, frontier: Vec<usize>) -> Self {
+        Capturing {
+            capture,
+            frontier,
+            exposed: Vec::new(),
+            exposed_edges: Vec::new(),
+        }
+    }
+}
+
+/// A graph: made by a capture or `cuGraphCreate`, or the body of a
+/// conditional node. Nodes are added, never removed, so a node's index is
+/// stable; its handle (`CUgraphNode`) is the index plus one.
+pub(crate) struct Graph {
+    pub(crate) nodes: Mutex<Vec<Node>>,
+    /// The handle of the top-level graph this one belongs to (its own for a
+    /// top-level graph): condition handles are valid in one such family.
+    pub(crate) root: usize,
+    /// The condition handles made on this family whose default is assigned
+    /// at every launch (kept by the top-level graph).
+    pub(crate) defaults: Mutex<Vec<Arc<crate::conditional::Slot>>>,
+    /// The bodies of its conditional nodes, destroyed with it.
+    pub(crate) bodies: Mutex<Vec<usize>>,
+}
+
+impl Graph {
+    pub(crate) fn new(root: usize, nodes: Vec<Node>) -> Self {
+        Graph {
+            nodes: Mutex::new(nodes),
+            root,
+            defaults: Mutex::new(Vec::new()),
+            bodies: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// Register a new empty top-level graph; returns its handle.
+fn new_graph() -> (usize, Arc<Graph>) {
+    let handle = crate::handles::mint();
+    let graph = Arc::new(Graph::new(handle, Vec::new()));
+    GRAPHS.insert_at(handle, Arc::clone(&graph));
+    (handle, graph)
 }
 
 /// An executable graph: a snapshot of a graph's nodes, whose parameters
 /// `cuGraphExecUpdate` may change.
 struct Exec {
     nodes: Mutex<Vec<Node>>,
+    /// Condition handles set to their default at the start of each launch
+    /// (those of the graph it was last made or updated from).
+    defaults: Mutex<Arc<[Arc<crate::conditional::Slot>]>>,
 }
 
-static GRAPHS: Registry<Graph> = Registry::new();
+pub(crate) static GRAPHS: Registry<Graph> = Registry::new();
 static EXECS: Registry<Exec> = Registry::new();
 
 pub(crate) unsafe extern "C" fn cuStreamBeginCapture(
@@ -191,35 +245,200 @@ pub(crate) unsafe extern "C" fn cuStreamBeginCapture(
 ) -> CUresult {
     code((|| {
         require()?;
-        if mode.0 > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
+        begin(hStream, None, Vec::new(), mode)
+    })())
+}
+
+/// Begin a capture on `hStream` into `into` (a graph handle and the graph),
+/// or into a new graph when `None`, its first work depending on `frontier`.
+fn begin(
+    hStream: CUstream,
+    into: Option<(usize, Arc<Graph>)>,
+    frontier: Vec<usize>,
+    mode: CUstreamCaptureMode,
+) -> Result<(), CUresult> {
+    if mode.0 > CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED.0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    if (hStream as usize) <= 2 {
+        return Err(fail(
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+            "the legacy default stream cannot be captured",
+        ));
+    }
+    let stream = resolve(hStream)?;
+    let mut state = stream.state();
+    state.fault_status()?;
+    if state.capture.is_some() {
+        return Err(fail(
+            CUresult::CUDA_ERROR_ILLEGAL_STATE,
+            format!("stream {:#x} is already capturing", stream.handle),
+        ));
+    }
+    let owns_graph = into.is_none();
+    let (graph_handle, graph) = into.unwrap_or_else(new_graph);
+    let capture = Arc::new(Capture {
+        origin: stream.handle,
+        graph,
+        graph_handle,
+        owns_graph,
+        inner: Mutex::new(CaptureInner {
+            members: vec![Arc::clone(&stream)],
+            ..CaptureInner::default()
+        }),
+    });
+    state.capture = Some(Capturing::new(capture, frontier));
+    Ok(())
+}
+
+/// Node handles (index plus one) of `graph` as indices, checked.
+///
+/// # Safety
+/// `nodes` points at `count` readable handles (or `count` is 0).
+pub(crate) unsafe fn node_indices(
+    graph: &Graph,
+    nodes: *const CUgraphNode,
+    count: usize,
+) -> Result<Vec<usize>, CUresult> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if nodes.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller's promise.
+    let handles = unsafe { std::slice::from_raw_parts(nodes, count) };
+    let len = lock(&graph.nodes).len();
+    handles
+        .iter()
+        .map(|&node| match (node as usize).checked_sub(1) {
+            Some(index) if index < len => Ok(index),
+            _ => Err(fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("node {node:p} is not a node of the graph (it has {len} nodes)"),
+            )),
+        })
+        .collect()
+}
+
+pub(crate) unsafe extern "C" fn cuGraphCreate(phGraph: *mut CUgraph, flags: c_uint) -> CUresult {
+    code((|| {
+        if phGraph.is_null() || flags != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        if (hStream as usize) <= 2 {
-            return Err(fail(
-                CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-                "the legacy default stream cannot be captured",
-            ));
+        let (handle, _) = new_graph();
+        // SAFETY: checked non-null; writable per the API.
+        unsafe { write_out(phGraph, handle as CUgraph) }
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuStreamBeginCaptureToGraph(
+    hStream: CUstream,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    _dependencyData: *const CUgraphEdgeData,
+    numDependencies: usize,
+    mode: CUstreamCaptureMode,
+) -> CUresult {
+    code((|| {
+        require()?;
+        let graph = GRAPHS.get(hGraph as usize)?;
+        // SAFETY: CUDA's contract: `numDependencies` readable handles.
+        let frontier = unsafe { node_indices(&graph, dependencies, numDependencies) }?;
+        begin(hStream, Some((hGraph as usize, graph)), frontier, mode)
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuStreamGetCaptureInfo(
+    hStream: CUstream,
+    captureStatus_out: *mut CUstreamCaptureStatus,
+    id_out: *mut cuuint64_t,
+    graph_out: *mut CUgraph,
+    dependencies_out: *mut *const CUgraphNode,
+    edgeData_out: *mut *const CUgraphEdgeData,
+    numDependencies_out: *mut usize,
+) -> CUresult {
+    code((|| {
+        let stream = resolve(hStream)?;
+        if captureStatus_out.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        let mut state = stream.state();
+        let Some(capturing) = state.capture.as_mut() else {
+            // SAFETY: checked non-null; writable per the API.
+            return unsafe {
+                write_out(
+                    captureStatus_out,
+                    CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
+                )
+            };
+        };
+        let status = if capturing.capture.is_invalidated() {
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+        } else {
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+        };
+        capturing.exposed = capturing.frontier.iter().map(|index| index + 1).collect();
+        capturing.exposed_edges = vec![CUgraphEdgeData::default(); capturing.exposed.len()];
+        // SAFETY: each pointer is checked non-null and writable per the API;
+        // the arrays live in the stream's state until its next capture call.
+        unsafe {
+            write_out(captureStatus_out, status)?;
+            if !id_out.is_null() {
+                write_out(id_out, capturing.capture.graph_handle as cuuint64_t)?;
+            }
+            if !graph_out.is_null() {
+                write_out(graph_out, capturing.capture.graph_handle as CUgraph)?;
+            }
+            if !dependencies_out.is_null() {
+                write_out(
+                    dependencies_out,
+                    capturing.exposed.as_ptr().cast::<CUgraphNode>(),
+                )?;
+            }
+            if !edgeData_out.is_null() {
+                write_out(edgeData_out, capturing.exposed_edges.as_ptr())?;
+            }
+            if !numDependencies_out.is_null() {
+                write_out(numDependencies_out, capturing.exposed.len())?;
+            }
+        }
+        Ok(())
+    })())
+}
+
+pub(crate) unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
+    hStream: CUstream,
+    dependencies: *mut CUgraphNode,
+    _dependencyData: *const CUgraphEdgeData,
+    numDependencies: usize,
+    flags: c_uint,
+) -> CUresult {
+    code((|| {
         let stream = resolve(hStream)?;
         let mut state = stream.state();
-        state.fault_status()?;
-        if state.capture.is_some() {
+        let Some(capturing) = state.capture.as_mut() else {
             return Err(fail(
                 CUresult::CUDA_ERROR_ILLEGAL_STATE,
-                format!("stream {:#x} is already capturing", stream.handle),
+                format!("stream {:#x} is not capturing", stream.handle),
             ));
+        };
+        // SAFETY: CUDA's contract: `numDependencies` readable handles.
+        let nodes =
+            unsafe { node_indices(&capturing.capture.graph, dependencies, numDependencies) }?;
+        match CUstreamUpdateCaptureDependencies_flags(flags) {
+            CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES => {
+                capturing.frontier = nodes;
+            }
+            CUstreamUpdateCaptureDependencies_flags::CU_STREAM_ADD_CAPTURE_DEPENDENCIES => {
+                for node in nodes {
+                    if !capturing.frontier.contains(&node) {
+                        capturing.frontier.push(node);
+                    }
+                }
+            }
+            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         }
-        let capture = Arc::new(Capture {
-            origin: stream.handle,
-            inner: Mutex::new(CaptureInner {
-                members: vec![Arc::clone(&stream)],
-                ..CaptureInner::default()
-            }),
-        });
-        state.capture = Some(Capturing {
-            capture,
-            frontier: Vec::new(),
-        });
         Ok(())
     })())
 }
@@ -277,8 +496,14 @@ pub(crate) unsafe extern "C" fn cuStreamEndCapture(
                 frontiers.push((member.handle, capturing.frontier));
             }
         }
-        let mut inner = capture.lock();
+        let inner = capture.lock();
+        let drop_graph = || {
+            if capture.owns_graph {
+                let _ = GRAPHS.remove(capture.graph_handle);
+            }
+        };
         if let Some(why) = &inner.invalidated {
+            drop_graph();
             return Err(fail(
                 CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                 format!("the capture was invalidated: {why}"),
@@ -289,9 +514,10 @@ pub(crate) unsafe extern "C" fn cuStreamEndCapture(
             .find(|(handle, _)| *handle == stream.handle)
             .map(|(_, frontier)| frontier.clone())
             .unwrap_or_default();
-        let joined = ancestors(&inner.nodes, &origin_frontier);
+        let joined = ancestors(&lock(&capture.graph.nodes), &origin_frontier);
         for (handle, frontier) in &frontiers {
             if let Some(node) = frontier.iter().find(|node| !joined.contains(node)) {
+                drop_graph();
                 return Err(fail(
                     CUresult::CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
                     format!(
@@ -302,10 +528,8 @@ pub(crate) unsafe extern "C" fn cuStreamEndCapture(
                 ));
             }
         }
-        let nodes = std::mem::take(&mut inner.nodes);
-        let handle = GRAPHS.insert(Arc::new(Graph { nodes }));
         // SAFETY: checked non-null; writable per the API.
-        unsafe { write_out(phGraph, handle as CUgraph) }
+        unsafe { write_out(phGraph, capture.graph_handle as CUgraph) }
     })())
 }
 
@@ -342,8 +566,11 @@ pub(crate) unsafe extern "C" fn cuGraphInstantiate(
         }
         // An executable graph is a snapshot: later changes to (or destruction
         // of) the graph do not affect it.
+        let nodes = crate::conditional::freeze(&lock(&graph.nodes))?;
+        let defaults = lock(&graph.defaults).clone().into();
         let handle = EXECS.insert(Arc::new(Exec {
-            nodes: Mutex::new(graph.nodes.clone()),
+            nodes: Mutex::new(nodes),
+            defaults: Mutex::new(defaults),
         }));
         // SAFETY: checked non-null; writable per the API.
         unsafe { write_out(phGraphExec, handle as CUgraphExec) }
@@ -371,9 +598,15 @@ pub(crate) unsafe extern "C" fn cuGraphLaunch(
         let exec = EXECS.get(hGraphExec as usize)?;
         // The parameters at launch time: a later update does not change
         // launches already made.
-        let templates: Vec<Template> = lock(&exec.nodes)
-            .iter()
-            .map(|node| Template::Act(node.action.clone()))
+        let defaults = Arc::clone(&lock(&exec.defaults));
+        let reset = (!defaults.is_empty()).then(|| Template::Act(Action::AssignDefaults(defaults)));
+        let templates: Vec<Template> = reset
+            .into_iter()
+            .chain(
+                lock(&exec.nodes)
+                    .iter()
+                    .map(|node| Template::Act(node.action.clone())),
+            )
             .collect();
         resolve(hStream)?.submit(&templates)
     })())
@@ -412,6 +645,20 @@ fn update_refused(old: &[Node], new: &[Node]) -> Option<(CUgraphExecUpdateResult
                 format!("node {index} launches `{}`, not `{}`", new.name, old.name),
             ));
         }
+        if let (Action::Conditional(old), Action::Conditional(new)) = (&old.action, &new.action) {
+            let ((old_kind, old), (new_kind, new)) = (old.shape(), new.shape());
+            if old_kind != new_kind || old.len() != new.len() {
+                return Some((
+                    CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+                    format!("conditional node {index} has another kind or number of bodies"),
+                ));
+            }
+            for (number, (old, new)) in old.iter().zip(&new).enumerate() {
+                if let Some((result, why)) = update_refused(old, new) {
+                    return Some((result, format!("body {number} of node {index}: {why}")));
+                }
+            }
+        }
     }
     None
 }
@@ -425,7 +672,8 @@ pub(crate) unsafe extern "C" fn cuGraphExecUpdate(
         let exec = EXECS.get(hGraphExec as usize)?;
         let graph = GRAPHS.get(hGraph as usize)?;
         let mut nodes = lock(&exec.nodes);
-        let refused = update_refused(&nodes, &graph.nodes);
+        let new = crate::conditional::freeze(&lock(&graph.nodes))?;
+        let refused = update_refused(&nodes, &new);
         let result = refused.as_ref().map_or(
             CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
             |(result, _)| *result,
@@ -445,7 +693,8 @@ pub(crate) unsafe extern "C" fn cuGraphExecUpdate(
                 format!("the executable graph cannot be updated in place: {why}"),
             ));
         }
-        *nodes = graph.nodes.clone();
+        *nodes = new;
+        *lock(&exec.defaults) = lock(&graph.defaults).clone().into();
         Ok(())
     })())
 }
@@ -456,7 +705,17 @@ pub(crate) unsafe extern "C" fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> C
 }
 
 pub(crate) unsafe extern "C" fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
-    code(GRAPHS.remove(hGraph as usize).map(drop))
+    code(destroy_graph(hGraph as usize))
+}
+
+/// Unregister a graph and, with it, the bodies of its conditional nodes.
+fn destroy_graph(handle: usize) -> Result<(), CUresult> {
+    let graph = GRAPHS.remove(handle)?;
+    for body in lock(&graph.bodies).drain(..) {
+        // A body is unregistered only here: it is there.
+        let _ = destroy_graph(body);
+    }
+    Ok(())
 }
 
 /// The capture an event was last recorded in, with the recording stream's

@@ -67,6 +67,7 @@
 )]
 
 mod alloc_api;
+mod conditional;
 mod context;
 mod copy;
 mod device;
@@ -88,6 +89,7 @@ mod stream_api;
 mod stream_memops;
 mod twin;
 
+pub use conditional::set_conditional;
 pub use context::{primary_context_retains, refused_in_host_functions};
 pub use device::{
     DEFAULT_DEVICES, DEVICE_NAME, DEVICES_ENV, DEVICES_SETTING, DRIVER_VERSION, MAX_DEVICES,
@@ -137,6 +139,7 @@ pub fn check_env() -> Result<(), sys::env::EnvError> {
 /// implemented on CPU threads.
 pub fn driver() -> &'static Driver {
     use alloc_api::*;
+    use conditional::*;
     use context::*;
     use copy::*;
     use device::*;
@@ -216,6 +219,12 @@ pub fn driver() -> &'static Driver {
         cuGraphExecUpdate,
         cuGraphExecDestroy,
         cuGraphDestroy,
+        cuGraphCreate,
+        cuGraphConditionalHandleCreate,
+        cuGraphAddNode,
+        cuStreamBeginCaptureToGraph,
+        cuStreamGetCaptureInfo,
+        cuStreamUpdateCaptureDependencies,
         cuGetErrorName,
         cuGetErrorString,
     };

@@ -81,6 +81,11 @@ pub(crate) enum Action {
     /// calls when they are enqueued, and a replayed collective is a new
     /// call.
     Instance(Arc<dyn Fn() -> Action + Send + Sync>),
+    /// A conditional node of a graph (see `conditional`).
+    Conditional(Arc<crate::conditional::Conditional>),
+    /// The start of a graph launch: its condition handles take their
+    /// defaults.
+    AssignDefaults(Arc<[Arc<crate::conditional::Slot>]>),
 }
 
 /// What a stream in capture mode records, replayed by `cuGraphLaunch`.
@@ -137,7 +142,7 @@ impl Op {
 }
 
 impl Action {
-    fn run(self, faulted: bool, device: i32) -> Option<Fault> {
+    pub(crate) fn run(self, faulted: bool, device: i32) -> Option<Fault> {
         match self {
             Action::Host { f, data } => {
                 // Marked, so that driver calls from `f` are refused as CUDA may.
@@ -162,6 +167,11 @@ impl Action {
             Action::Instance(make) => make().run(faulted, device),
             _ if faulted => None,
             Action::Nop => None,
+            Action::Conditional(cond) => cond.run(device),
+            Action::AssignDefaults(slots) => {
+                slots.iter().for_each(|slot| slot.assign_default());
+                None
+            }
             Action::InjectedFault(name) => Some(Fault {
                 code: CUresult::CUDA_ERROR_LAUNCH_FAILED,
                 detail: format!("injected fault: the launch of `{name}` failed"),

@@ -496,6 +496,14 @@ pub enum Error {
         /// The stream that began the capture.
         origin: u64,
     },
+    /// A conditional node that cannot be captured: a condition of another
+    /// graph, a body holding work a body may not hold, a driver without
+    /// conditional nodes.
+    #[error("conditional node: {reason}")]
+    Conditional {
+        /// What was refused, naming the condition, capture or driver version.
+        reason: String,
+    },
     /// A capture that was already ended.
     #[error("the capture begun on stream {origin} has already ended")]
     CaptureEnded {

@@ -62,8 +62,15 @@ pub struct Capture {
     members: Vec<Member>,
     pub(super) resources: Resources,
     pub(super) callbacks: Vec<Arc<HostNode>>,
-    nodes: usize,
-    open: bool,
+    pub(super) nodes: usize,
+    pub(super) open: bool,
+    /// The id of the top-level capture whose graph this one's work goes
+    /// into (its own id, but for the body of a conditional node): the
+    /// family a [`Condition`](super::Condition) is valid in.
+    pub(super) family: u64,
+    /// Whether the graph is this capture's own (the body of a conditional
+    /// node belongs to its node, and is never destroyed here).
+    pub(super) owns_graph: bool,
     /// The graph's own order, checked node by node (`None` when the
     /// context's policy is `Off`).
     pub(super) order: Option<CaptureOrder>,
@@ -73,6 +80,12 @@ impl Stream {
     /// Begin capturing this stream into a graph. Fails when the stream
     /// already takes part in a capture.
     pub fn begin_capture(&self) -> Result<Capture> {
+        self.begin_capture_into(None)
+    }
+
+    /// Begin capturing into `into` (the body graph of a conditional node
+    /// and the family of its top-level capture), or into a new graph.
+    pub(super) fn begin_capture_into(&self, into: Option<(CUgraph, u64)>) -> Result<Capture> {
         let ctx = self.context();
         ctx.bind()?;
         let id = NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed);
@@ -93,8 +106,22 @@ impl Stream {
             // Relaxed: the safe layer refuses the calls CUDA's stricter modes
             // would, with a clear error, and a capture may end on another thread.
             let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-            // SAFETY: a live stream of the current context.
-            let code = unsafe { (ctx.driver().cuStreamBeginCapture)(self.as_raw(), mode) };
+            let code = match into {
+                // SAFETY: a live stream of the current context.
+                None => unsafe { (ctx.driver().cuStreamBeginCapture)(self.as_raw(), mode) },
+                // SAFETY: as above; `graph` is a body graph of a live
+                // conditional node, with no dependencies given.
+                Some((graph, _)) => unsafe {
+                    (ctx.driver().cuStreamBeginCaptureToGraph)(
+                        self.as_raw(),
+                        graph,
+                        std::ptr::null(),
+                        std::ptr::null(),
+                        0,
+                        mode,
+                    )
+                },
+            };
             if let Err(err) = ctx.check(code) {
                 self.capture.store(0, Ordering::Release);
                 self.order.leave_capture();
@@ -115,6 +142,8 @@ impl Stream {
             callbacks: Vec::new(),
             nodes: 0,
             open: true,
+            family: into.map_or(id, |(_, family)| family),
+            owns_graph: into.is_none(),
             order: CaptureOrder::begin(self),
         })
     }
@@ -303,6 +332,14 @@ impl Capture {
     /// captured, so there is nothing left to tell.
     pub fn end(&mut self) -> Result<Graph> {
         self.check_open()?;
+        if !self.owns_graph {
+            return Err(Error::Conditional {
+                reason: format!(
+                    "capture {} is the body of a conditional node: it ends when its closure                      returns, not with Capture::end",
+                    self.id
+                ),
+            });
+        }
         if let Some(member) = self.members.iter().find(|m| m.unjoined) {
             return Err(Error::CaptureUnjoined {
                 stream: member.stream.id(),
@@ -333,7 +370,7 @@ impl Capture {
     }
 
     /// End the capture at the driver; every stream leaves it.
-    fn close(&mut self) -> Result<CUgraph> {
+    pub(super) fn close(&mut self) -> Result<CUgraph> {
         self.open = false;
         let ctx = self.origin.context();
         let mut raw: CUgraph = std::ptr::null_mut();
@@ -358,8 +395,29 @@ impl Capture {
     }
 }
 
-impl Drop for Capture {
-    fn drop(&mut self) {
+impl Capture {
+    /// End the capture of a conditional node's body: its graph stays with
+    /// the node. Refused while a fork is not joined back, or when its
+    /// nodes race within the body's own order.
+    pub(super) fn end_body(&mut self) -> Result<()> {
+        self.check_open()?;
+        if let Some(member) = self.members.iter().find(|m| m.unjoined) {
+            return Err(Error::CaptureUnjoined {
+                stream: member.stream.id(),
+                origin: self.origin.id(),
+            });
+        }
+        let order = self.order.take();
+        self.close()?;
+        match order {
+            Some(order) => order.end(&self.origin),
+            None => Ok(()),
+        }
+    }
+
+    /// End the capture and discard its graph (what dropping an open
+    /// capture does).
+    pub(super) fn discard(&mut self) {
         if !self.open {
             return;
         }
@@ -378,6 +436,7 @@ impl Drop for Capture {
             tracing::warn!("joining the forks of a dropped capture: {err}");
         }
         match self.close() {
+            Ok(_) if !self.owns_graph => {}
             Ok(raw) => {
                 let ctx = self.origin.context();
                 ctx.release_in_drop(format_args!("a discarded graph"), "destroying", |driver| {
@@ -387,6 +446,12 @@ impl Drop for Capture {
             }
             Err(err) => tracing::warn!("ending a dropped capture: {err}"),
         }
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        self.discard();
     }
 }
 

@@ -226,7 +226,19 @@ impl GraphExec {
         if let Err(err) = self.ctx.check(code) {
             return Err(match err {
                 Error::Driver(source) => Error::GraphUpdate {
-                    result: update_result_name(info.result),
+                    // Where: the software driver says which node, by its
+                    // place in the graph; CUDA gives the node's handle.
+                    result: match self.ctx.loaded_driver().last_error_detail() {
+                        Some(detail) => format!("{}: {detail}", update_result_name(info.result)),
+                        None if !info.errorNode.is_null() => {
+                            format!(
+                                "{} at node {:p}",
+                                update_result_name(info.result),
+                                info.errorNode
+                            )
+                        }
+                        None => update_result_name(info.result),
+                    },
                     source,
                 },
                 other => other,

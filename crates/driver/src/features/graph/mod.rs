@@ -28,13 +28,17 @@
 //! - `capture`: [`Capture`], the second enqueue API, used while a stream
 //!   captures: its life (begun, forked, joined, ended);
 //! - `capture_nodes`: the nodes a [`Capture`] records, one method each;
+//! - `conditional`: [`Condition`] and the conditional nodes
+//!   ([`Capture::while_loop`], [`Capture::if_then`]);
 //! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed.
 
 mod args;
 mod capture;
 mod capture_nodes;
+mod conditional;
 mod exec;
 
 pub use args::{GraphArg, HostSlot};
 pub use capture::Capture;
+pub use conditional::{CONDITIONAL_DRIVER_VERSION, Condition};
 pub use exec::{Graph, GraphExec};

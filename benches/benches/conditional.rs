@@ -1,0 +1,309 @@
+//! Loops on the device and graph update, against the raw calls of
+//! `frontier.cu`'s shapes, measured in the same run.
+//!
+//! A loop of `TURNS` turns whose body is one `count_while_below` (the counter
+//! goes up, the condition says whether it is still below the limit):
+//!
+//! - ours: `Capture::while_loop`, one `GraphExec::launch` for all the turns;
+//! - raw: the same conditional node made with the driver table's calls
+//!   (`cuGraphCreate`, `cuGraphConditionalHandleCreate`, `cuGraphAddNode`,
+//!   the body captured with `cuStreamBeginCaptureToGraph`), one
+//!   `cuGraphLaunch`;
+//! - host loop: per turn, launch the kernel, copy the counter back,
+//!   synchronize, test.
+//!
+//! Printed per turn (FIGURE), with RATIO lines: ours against raw (goal: at
+//! most 1.1x the raw node's cost) and the host loop against ours (goal: at
+//! least 2.5x).
+//!
+//! Graph update: a chain of `NODES` `fill_u32` kernels captured once; new
+//! arguments taken with `GraphExec::update` from a graph captured again,
+//! against capturing and instantiating again; and the raw calls alone
+//! (`cuGraphExecUpdate` against `cuGraphInstantiate` of the same captured
+//! graph).
+//!
+//! On the software driver the kernels are CPU twins, so only the host-side
+//! figures mean anything there.
+
+use cuda_streams_benches::{compare, figure, kernel, median_duration};
+use driver::{Context, DeviceBuffer, DeviceMemory, Graph, GraphArg, Kernel, LaunchConfig, Stream};
+use std::sync::Arc;
+use sys::{
+    CU_GRAPH_COND_ASSIGN_DEFAULT, CUDA_CONDITIONAL_NODE_PARAMS, CUgraphConditionalNodeType,
+    CUgraphNodeParams, CUgraphNodeType, CUresult, CUstreamCaptureMode,
+};
+
+const TURNS: u32 = 1_000;
+const NODES: usize = 10_000;
+const RUNS: usize = 7;
+
+fn ok(code: CUresult) {
+    assert_eq!(code, CUresult::CUDA_SUCCESS, "a raw driver call failed");
+}
+
+/// Ours: a WHILE node of `TURNS` turns, one launch; the median per turn in ns.
+fn ours(stream: &Arc<Stream>, count: &Kernel, counter: &Arc<DeviceBuffer<u32>>) -> f64 {
+    let mut capture = stream.begin_capture().expect("a capture");
+    capture.memset_u8(stream, counter, 0).expect("a memset");
+    let more = capture.condition(stream, 1).expect("a condition");
+    capture
+        .while_loop(stream, more, |body| {
+            let s = Arc::clone(body.origin());
+            let args = [GraphArg::write(counter), TURNS.into(), more.arg()];
+            body.launch(&s, count, LaunchConfig::for_num_elems(1), &args)
+        })
+        .expect("the loop");
+    let exec = capture
+        .end()
+        .expect("a graph")
+        .instantiate()
+        .expect("an exec");
+    exec.launch(stream).expect("warm-up");
+    stream.synchronize().expect("sync");
+    assert_eq!(
+        counter.to_vec(stream).expect("read"),
+        [TURNS],
+        "every turn ran"
+    );
+    let t = median_duration(RUNS, || {
+        exec.launch(stream).expect("a launch");
+        stream.synchronize().expect("sync");
+    });
+    t.as_nanos() as f64 / f64::from(TURNS)
+}
+
+/// Raw: the same node with the table's calls; the median per turn in ns.
+fn raw(
+    ctx: &Arc<Context>,
+    stream: &Arc<Stream>,
+    count: &Kernel,
+    counter: &Arc<DeviceBuffer<u32>>,
+) -> f64 {
+    let d = ctx.driver();
+    let (mut graph, mut handle, mut node, mut exec) = (
+        std::ptr::null_mut(),
+        0u64,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    let side = Stream::new(ctx).expect("a stream");
+    // SAFETY: live handles of the current context, valid out-pointers and
+    // parameter blocks; the kernel's arguments match its signature.
+    unsafe {
+        ok((d.cuGraphCreate)(&mut graph, 0));
+        ok((d.cuGraphConditionalHandleCreate)(
+            &mut handle,
+            graph,
+            ctx.as_raw(),
+            1,
+            CU_GRAPH_COND_ASSIGN_DEFAULT,
+        ));
+        let mut params = CUgraphNodeParams {
+            type_: CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL,
+            ..Default::default()
+        };
+        params.__bindgen_anon_1.conditional = CUDA_CONDITIONAL_NODE_PARAMS {
+            handle,
+            type_: CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
+            size: 1,
+            phGraph_out: std::ptr::null_mut(),
+            ctx: ctx.as_raw(),
+        };
+        ok((d.cuGraphAddNode)(
+            &mut node,
+            graph,
+            std::ptr::null(),
+            std::ptr::null(),
+            0,
+            &mut params,
+        ));
+        let body = *params.__bindgen_anon_1.conditional.phGraph_out;
+        ok((d.cuStreamBeginCaptureToGraph)(
+            side.as_raw(),
+            body,
+            std::ptr::null(),
+            std::ptr::null(),
+            0,
+            CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        ));
+        let (mut ptr, mut limit, mut h) = (counter.device_ptr(), TURNS, handle);
+        let mut args = [
+            (&raw mut ptr).cast::<std::ffi::c_void>(),
+            (&raw mut limit).cast(),
+            (&raw mut h).cast(),
+        ];
+        ok((d.cuLaunchKernel)(
+            count.as_raw(),
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            side.as_raw(),
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        ));
+        let mut ended = std::ptr::null_mut();
+        ok((d.cuStreamEndCapture)(side.as_raw(), &mut ended));
+        ok((d.cuGraphInstantiate)(&mut exec, graph, 0));
+    }
+    let launch = || {
+        // SAFETY: a live executable graph and stream; the counter outlives
+        // the launches (synchronized before it is dropped).
+        unsafe {
+            ok((d.cuMemsetD32Async)(
+                counter.device_ptr(),
+                0,
+                1,
+                stream.as_raw(),
+            ));
+            ok((d.cuGraphLaunch)(exec, stream.as_raw()));
+            ok((d.cuStreamSynchronize)(stream.as_raw()));
+        }
+    };
+    launch();
+    assert_eq!(
+        counter.to_vec(stream).expect("read"),
+        [TURNS],
+        "every turn ran"
+    );
+    let t = median_duration(RUNS, launch);
+    // SAFETY: destroyed once; nothing runs any more.
+    unsafe {
+        ok((d.cuGraphExecDestroy)(exec));
+        ok((d.cuGraphDestroy)(graph));
+    }
+    t.as_nanos() as f64 / f64::from(TURNS)
+}
+
+/// The host loop: launch, copy the flag back, synchronize, test; ns per
+/// turn. The kernel is `fill_u32` of the counter with the turn's number (a
+/// kernel that sets a condition needs a graph around it).
+fn host_loop(stream: &Arc<Stream>, fill: &Kernel, counter: &Arc<DeviceBuffer<u32>>) -> f64 {
+    let d = stream.context().driver();
+    let turns = TURNS / 10;
+    let t = median_duration(RUNS, || {
+        let mut host = [0u32; 1];
+        let mut turn = 0u32;
+        loop {
+            turn += 1;
+            let (mut n, mut value, mut ptr) = (1u64, turn, counter.device_ptr());
+            let mut args = [
+                (&raw mut n).cast::<std::ffi::c_void>(),
+                (&raw mut value).cast(),
+                (&raw mut ptr).cast(),
+            ];
+            // SAFETY: a live stream and buffer; `fill_u32(n, value, out)`
+            // gets its three arguments; `host` is read after the sync.
+            unsafe {
+                ok((d.cuLaunchKernel)(
+                    fill.as_raw(),
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    stream.as_raw(),
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ));
+                ok((d.cuMemcpyDtoHAsync)(
+                    host.as_mut_ptr().cast(),
+                    counter.device_ptr(),
+                    4,
+                    stream.as_raw(),
+                ));
+                ok((d.cuStreamSynchronize)(stream.as_raw()));
+            }
+            if host[0] >= turns {
+                break;
+            }
+        }
+    });
+    t.as_nanos() as f64 / f64::from(turns)
+}
+
+/// A chain of `NODES` fills with `value`.
+fn chain(stream: &Arc<Stream>, fill: &Kernel, out: &Arc<DeviceBuffer<u32>>, value: u32) -> Graph {
+    let mut capture = stream.begin_capture().expect("a capture");
+    let n = out.len();
+    for k in 0..NODES {
+        let args = [
+            GraphArg::from(n as u64),
+            (value + k as u32).into(),
+            GraphArg::write(out),
+        ];
+        capture
+            .launch(stream, fill, LaunchConfig::for_num_elems(n as u32), &args)
+            .expect("a launch");
+    }
+    capture.end().expect("a graph")
+}
+
+fn update_case(stream: &Arc<Stream>, fill: &Kernel) {
+    let out = Arc::new(DeviceBuffer::<u32>::new(stream.context(), 256).expect("a buffer"));
+    let mut exec = chain(stream, fill, &out, 0).instantiate().expect("an exec");
+    let mut value = 1;
+    let ours = median_duration(RUNS, || {
+        let graph = chain(stream, fill, &out, value);
+        exec.update(&graph).expect("an update");
+        value += 1;
+    });
+    let again = median_duration(RUNS, || {
+        let graph = chain(stream, fill, &out, value);
+        drop(graph.instantiate().expect("an exec"));
+        value += 1;
+    });
+    compare(
+        "conditional/update_vs_recapture_instantiate",
+        ours.as_nanos() as f64,
+        again.as_nanos() as f64,
+    );
+    // The raw calls alone, on one captured graph.
+    let graph = chain(stream, fill, &out, 7);
+    let d = stream.context().driver();
+    let raw_update = median_duration(RUNS, || {
+        let mut info = sys::CUgraphExecUpdateResultInfo::default();
+        // SAFETY: live handles of one context; a graph of the same shape.
+        ok(unsafe { (d.cuGraphExecUpdate)(exec.as_raw(), graph.as_raw(), &mut info) });
+    });
+    let raw_instantiate = median_duration(RUNS, || {
+        let mut other = std::ptr::null_mut();
+        // SAFETY: a live graph; the instance is destroyed at once.
+        unsafe {
+            ok((d.cuGraphInstantiate)(&mut other, graph.as_raw(), 0));
+            ok((d.cuGraphExecDestroy)(other));
+        }
+    });
+    compare(
+        "conditional/raw_exec_update_vs_instantiate",
+        raw_update.as_nanos() as f64,
+        raw_instantiate.as_nanos() as f64,
+    );
+    figure(
+        "conditional/capture_chain_of_10000",
+        (ours.as_secs_f64() - raw_update.as_secs_f64()) * 1e3,
+        "ms (capture + our bookkeeping)",
+    );
+}
+
+fn main() {
+    let ctx = Context::new(0).expect("a context");
+    let stream = Stream::new(&ctx).expect("a stream");
+    let count = kernel(&ctx, &kernels::SOLVER, "count_while_below");
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_u32");
+    let counter = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1).expect("a counter"));
+    let ours_ns = ours(&stream, &count, &counter);
+    let raw_ns = raw(&ctx, &stream, &count, &counter);
+    let host_ns = host_loop(&stream, &fill, &counter);
+    figure("conditional/while_ours", ours_ns / 1e3, "us/iteration");
+    figure("conditional/while_raw_node", raw_ns / 1e3, "us/iteration");
+    figure("conditional/host_loop", host_ns / 1e3, "us/iteration");
+    compare("conditional/while_ours_vs_raw_node", ours_ns, raw_ns);
+    compare("conditional/while_ours_vs_host_loop", ours_ns, host_ns);
+    update_case(&stream, &fill);
+}

@@ -1,0 +1,291 @@
+//! Conditional nodes: work a graph repeats while ([`Capture::while_loop`])
+//! or runs if ([`Capture::if_then`]) a [`Condition`] holds, which kernels of
+//! the graph set on the device (`cudaGraphSetConditional`; on the software
+//! driver, the twin calls `cuda_streams_soft_driver::set_conditional`).
+//!
+//! A body is captured with the same builder as any other work: the closure
+//! gets a [`Capture`] whose origin is a stream of the driver's own, and
+//! whatever it captures (its buffers, its kernels) is kept alive by the
+//! top-level graph. A body may hold kernels, copies and memsets; a host
+//! callback or work of another crate ([`Capture::record_external`], an NCCL
+//! collective, which NCCL cannot instantiate in a body) is refused.
+
+use super::args::{ArgInner, GraphArg};
+use super::capture::Capture;
+use crate::enqueue::order::Touches;
+use crate::enqueue::protocol::Use;
+use crate::features::launch::KernelArg;
+use crate::ground::error::{Error, Result};
+use crate::objects::stream::Stream;
+use std::sync::Arc;
+use sys::{
+    CU_GRAPH_COND_ASSIGN_DEFAULT, CUDA_CONDITIONAL_NODE_PARAMS, CUgraph,
+    CUgraphConditionalNodeType, CUgraphNode, CUgraphNodeParams, CUgraphNodeType,
+    CUstreamCaptureStatus, CUstreamUpdateCaptureDependencies_flags,
+};
+
+/// The first driver version with conditional nodes (CUDA 12.4).
+pub const CONDITIONAL_DRIVER_VERSION: i32 = 12040;
+
+/// A condition of a captured graph: 32 bits a kernel of the graph sets on
+/// the device, which a conditional node reads. It takes its default at the
+/// start of every launch of the graph. Valid in the capture that made it
+/// ([`Capture::condition`]) and in the bodies of its conditional nodes; a
+/// conditional node of another capture refuses it.
+///
+/// A kernel receives it as an argument ([`Condition::arg`], a
+/// `cudaGraphConditionalHandle`, 8 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Condition {
+    raw: u64,
+    family: u64,
+}
+
+impl Condition {
+    /// The driver's handle (`CUgraphConditionalHandle`).
+    pub fn raw(&self) -> u64 {
+        self.raw
+    }
+
+    /// The condition as a kernel argument (a `u64` scalar: kernels and
+    /// their twins take a `cudaGraphConditionalHandle` as such).
+    pub fn arg(&self) -> GraphArg {
+        GraphArg {
+            inner: ArgInner::Scalar(KernelArg::from(self.raw).value()),
+        }
+    }
+}
+
+impl Capture {
+    /// A new condition of this capture's graph, `default` at the start of
+    /// each launch. Fails on a driver older than CUDA 12.4, naming its
+    /// version.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, GraphArg, LaunchConfig, Module, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// // ++counter, and the condition is whether it is still below the limit.
+    /// let count = Module::load(&ctx, &kernels::SOLVER)?.function("count_while_below")?;
+    /// let counter = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1)?);
+    /// let mut capture = stream.begin_capture()?;
+    /// capture.memset_u8(&stream, &counter, 0)?;
+    /// let more = capture.condition(&stream, 1)?;
+    /// capture.while_loop(&stream, more, |body| {
+    ///     let origin = Arc::clone(body.origin());
+    ///     let args = [GraphArg::write(&counter), 3u32.into(), more.arg()];
+    ///     body.launch(&origin, &count, LaunchConfig::for_num_elems(1), &args)
+    /// })?;
+    /// let exec = capture.end()?.instantiate()?;
+    /// exec.launch(&stream)?;
+    /// exec.launch(&stream)?; // the condition is 1 again at each launch
+    /// assert_eq!(counter.to_vec(&stream)?, [3]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn condition(&mut self, stream: &Stream, default: u32) -> Result<Condition> {
+        self.check_member(stream)?;
+        let ctx = stream.context();
+        ctx.bind()?;
+        let mut version = 0;
+        // SAFETY: a valid out-pointer.
+        ctx.check(unsafe { (ctx.driver().cuDriverGetVersion)(&mut version) })?;
+        if version < CONDITIONAL_DRIVER_VERSION {
+            return Err(Error::Conditional {
+                reason: format!(
+                    "the driver is CUDA {}.{}; conditional nodes need CUDA 12.4 or later",
+                    version / 1000,
+                    version % 1000 / 10
+                ),
+            });
+        }
+        let (graph, _) = self.capture_point(stream)?;
+        let mut raw = 0;
+        // SAFETY: the graph under capture, the current context, a valid
+        // out-pointer.
+        ctx.check(unsafe {
+            (ctx.driver().cuGraphConditionalHandleCreate)(
+                &mut raw,
+                graph,
+                ctx.as_raw(),
+                default,
+                CU_GRAPH_COND_ASSIGN_DEFAULT,
+            )
+        })?;
+        Ok(Condition {
+            raw,
+            family: self.family,
+        })
+    }
+
+    /// Capture on `stream` a node that runs `body` again and again while
+    /// `condition` is not 0 (it is read before each turn, so a body may run
+    /// no time at all). A kernel in the body (or before the node) sets it.
+    pub fn while_loop(
+        &mut self,
+        stream: &Stream,
+        condition: Condition,
+        body: impl FnOnce(&mut Capture) -> Result<()>,
+    ) -> Result<()> {
+        let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE;
+        self.conditional(stream, condition, kind, body)
+    }
+
+    /// Capture on `stream` a node that runs `body` once if `condition` is
+    /// not 0 when the node is reached.
+    pub fn if_then(
+        &mut self,
+        stream: &Stream,
+        condition: Condition,
+        body: impl FnOnce(&mut Capture) -> Result<()>,
+    ) -> Result<()> {
+        let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF;
+        self.conditional(stream, condition, kind, body)
+    }
+
+    /// The graph under capture on `stream` and the nodes its next work
+    /// depends on.
+    fn capture_point(&self, stream: &Stream) -> Result<(CUgraph, Vec<CUgraphNode>)> {
+        let ctx = stream.context();
+        let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let (mut graph, mut deps, mut count) = (std::ptr::null_mut(), std::ptr::null(), 0);
+        // SAFETY: a live stream taking part in this capture; valid
+        // out-pointers (the id and edge data are not asked for).
+        ctx.check(unsafe {
+            (ctx.driver().cuStreamGetCaptureInfo)(
+                stream.as_raw(),
+                &mut status,
+                std::ptr::null_mut(),
+                &mut graph,
+                &mut deps,
+                std::ptr::null_mut(),
+                &mut count,
+            )
+        })?;
+        let deps = if count == 0 || deps.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the driver's array of `count` nodes, valid until the
+            // next call on the stream; copied now.
+            unsafe { std::slice::from_raw_parts(deps, count) }.to_vec()
+        };
+        Ok((graph, deps))
+    }
+
+    fn conditional(
+        &mut self,
+        stream: &Stream,
+        condition: Condition,
+        kind: CUgraphConditionalNodeType,
+        body: impl FnOnce(&mut Capture) -> Result<()>,
+    ) -> Result<()> {
+        self.check_member(stream)?;
+        if condition.family != self.family {
+            return Err(Error::Conditional {
+                reason: format!(
+                    "condition {:#x} belongs to the graph of capture {}, not to that of capture {} \
+                     where the node is captured",
+                    condition.raw, condition.family, self.family
+                ),
+            });
+        }
+        let ctx = stream.context();
+        ctx.bind()?;
+        let (graph, deps) = self.capture_point(stream)?;
+        let mut params = CUgraphNodeParams {
+            type_: CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL,
+            ..Default::default()
+        };
+        params.__bindgen_anon_1.conditional = CUDA_CONDITIONAL_NODE_PARAMS {
+            handle: condition.raw,
+            type_: kind,
+            size: 1,
+            phGraph_out: std::ptr::null_mut(),
+            ctx: ctx.as_raw(),
+        };
+        let mut node = std::ptr::null_mut();
+        // SAFETY: the graph under capture and its nodes `deps`; parameters
+        // of a conditional node with one body.
+        ctx.check(unsafe {
+            (ctx.driver().cuGraphAddNode)(
+                &mut node,
+                graph,
+                deps.as_ptr(),
+                std::ptr::null(),
+                deps.len(),
+                &mut params,
+            )
+        })?;
+        // SAFETY: the node's driver-owned array of one body graph.
+        let body_graph = unsafe { *params.__bindgen_anon_1.conditional.phGraph_out };
+        // SAFETY: a node of the graph under capture on `stream`.
+        ctx.check(unsafe {
+            (ctx.driver().cuStreamUpdateCaptureDependencies)(
+                stream.as_raw(),
+                &mut node,
+                std::ptr::null(),
+                1,
+                CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0,
+            )
+        })?;
+        // The body: a capture of its own into the node's body graph, on a
+        // stream of its own (a stream takes part in one capture at a time).
+        let body_stream: Arc<Stream> = Stream::new(ctx)?;
+        let mut inner = body_stream.begin_capture_into(Some((body_graph, self.family)))?;
+        let captured = body(&mut inner).and_then(|()| self.adopt_body(stream, &mut inner));
+        if let Err(err) = captured {
+            // The node is in the graph with part of a body: the whole
+            // capture is void.
+            drop(inner);
+            self.discard();
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// End the body capture `inner` and take over what it keeps alive;
+    /// refuses what a body may not hold.
+    fn adopt_body(&mut self, stream: &Stream, inner: &mut Capture) -> Result<()> {
+        if !inner.callbacks.is_empty() {
+            return Err(Error::Conditional {
+                reason: "a body captured a host callback, which CUDA does not allow in one"
+                    .to_owned(),
+            });
+        }
+        if !inner.resources.external.is_empty() {
+            return Err(Error::Conditional {
+                reason: "a body captured work of another crate (Capture::record_external, an \
+                         NCCL collective): NCCL cannot instantiate it in a conditional body"
+                    .to_owned(),
+            });
+        }
+        inner.end_body()?;
+        let resources = std::mem::take(&mut inner.resources);
+        let touches: Touches = resources
+            .buffers
+            .iter()
+            .map(|(memory, writable)| Use::Device(memory.as_use(), *writable).touch())
+            .collect();
+        // The node touches what its body touches, checked within the
+        // graph's order like any other node (after it is in the graph, as
+        // for `record_external`).
+        if let Some(order) = &mut self.order {
+            let races = order.check(stream, "conditional node", &touches)?;
+            order.record(stream, "conditional node", &touches, races);
+        }
+        for (memory, writable) in &resources.buffers {
+            self.resources.add_buffer(memory, *writable);
+        }
+        for (host, writable) in resources.hosts {
+            self.resources.add_host(host, writable);
+        }
+        for kernel in &resources.kernels {
+            self.resources.add_kernel(kernel);
+        }
+        self.worked_on(stream);
+        self.nodes += inner.nodes;
+        Ok(())
+    }
+}
