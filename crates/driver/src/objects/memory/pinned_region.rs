@@ -190,7 +190,7 @@ impl<T: DeviceCopy> PinnedRegion<T> {
 ///
 /// ```
 /// let err = cuda_streams_driver::region_bytes::<u64>(0).unwrap_err();
-/// assert!(err.to_string().contains("0 bytes"), "{err}");
+/// assert!(err.to_string().contains("0 element(s)"), "{err}");
 /// assert_eq!(cuda_streams_driver::region_bytes::<u64>(3).unwrap(), 24);
 /// ```
 pub fn region_bytes<T>(len: usize) -> Result<usize> {
