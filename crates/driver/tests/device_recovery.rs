@@ -4,14 +4,15 @@
 //! as on a GPU, where dropping the last handle destroys the context. Its own
 //! binary: the test drops every context of device 0.
 
-use cuda_streams_driver::{Context, DeviceBuffer, Error, LaunchConfig, Module, Stream};
+use cuda_streams_driver::{Context, DeviceBuffer, Error, LaunchConfig, Module, Result, Stream};
 use kernels::FillF32;
 use std::sync::Arc;
 
 const N: usize = 64;
 
-/// Launch `fill_f32(N, value, out)` on `stream` into a new buffer.
-fn fill(stream: &Arc<Stream>, value: f32) -> DeviceBuffer<f32> {
+/// Launch `fill_f32(N, value, out)` on `stream` into a new buffer: the
+/// buffer, and what the launch returned.
+fn fill(stream: &Arc<Stream>, value: f32) -> (DeviceBuffer<f32>, Result<()>) {
     let ctx = stream.context();
     let kernel: FillF32 = Module::load(ctx, &kernels::ELEMENTWISE)
         .unwrap()
@@ -19,10 +20,14 @@ fn fill(stream: &Arc<Stream>, value: f32) -> DeviceBuffer<f32> {
         .unwrap();
     let mut out = DeviceBuffer::<f32>::new(ctx, N).unwrap();
     let cfg = LaunchConfig::for_num_elems(N as u32);
-    kernel
-        .launch(stream, cfg, N as u64, value, &mut out)
-        .unwrap();
-    out
+    let launched = kernel.launch(stream, cfg, N as u64, value, &mut out);
+    (out, launched)
+}
+
+/// The sticky error of a failed launch: `CUDA_ERROR_LAUNCH_FAILED`.
+fn is_launch_failure(err: &Error) -> bool {
+    matches!(err, Error::Driver(_) | Error::WorkFailed { .. })
+        && err.to_string().contains("CUDA_ERROR_LAUNCH_FAILED")
 }
 
 #[test]
@@ -39,12 +44,17 @@ fn a_new_context_after_the_failed_one_is_dropped_works() {
         let ctx = Context::new(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
         assert!(test_support::fail_next_launch(&stream));
-        let out = fill(&stream, 1.0);
+        // The failure is asynchronous: as on a GPU, it surfaces at the first
+        // call after the work failed, which is the launch itself when the
+        // stream's worker got there before the launch tracked its buffer's
+        // use (an event recorded after it). Either way it is sticky, so the
+        // synchronize after it answers it too.
+        let (out, launched) = fill(&stream, 1.0);
+        if let Err(err) = &launched {
+            assert!(is_launch_failure(err), "{err}");
+        }
         let err = stream.synchronize().unwrap_err();
-        assert!(
-            err.to_string().contains("CUDA_ERROR_LAUNCH_FAILED"),
-            "{err}"
-        );
+        assert!(is_launch_failure(&err), "{err}");
         // Sticky while the context lives: a new stream of it fails too.
         assert!(matches!(
             Stream::new(&ctx).map(drop),
@@ -60,6 +70,7 @@ fn a_new_context_after_the_failed_one_is_dropped_works() {
     let ctx = Context::new(0).unwrap();
     assert_ne!(ctx.id(), failed, "a new context, not the failed one");
     let stream = Stream::new(&ctx).unwrap();
-    let out = fill(&stream, 2.5);
+    let (out, launched) = fill(&stream, 2.5);
+    launched.unwrap();
     assert_eq!(out.to_vec(&stream).unwrap(), vec![2.5; N]);
 }

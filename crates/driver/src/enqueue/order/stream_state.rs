@@ -373,12 +373,29 @@ mod tests {
     use crate::ground::error::Error;
     use std::sync::atomic::AtomicBool;
 
-    /// The stream a point waiting for a step in flight below a landed one
-    /// last looked at ([`TrackedStream::settled`]).
-    static SETTLING: AtomicU64 = AtomicU64::new(0);
+    /// The stream whose points the test below watches (0: none; stream ids
+    /// start at 1). Its own, so no other test's points touch `SETTLING`.
+    static WATCHED: AtomicU64 = AtomicU64::new(0);
+    /// A point of the watched stream waits for a step in flight below one
+    /// that landed ([`TrackedStream::settled`]).
+    static SETTLING: AtomicBool = AtomicBool::new(false);
+    /// The test landed that step.
+    static LANDED: AtomicBool = AtomicBool::new(false);
 
+    /// Called by [`TrackedStream::settled`] each time round, with no lock
+    /// held. A point of the watched stream says it waits, then waits for
+    /// the test to land the step below: without that, a loaded machine
+    /// that leaves the landing thread unscheduled for [`SETTLE_FOR`] makes
+    /// the point give up (its bound for a driver call that never returns),
+    /// and the test would fail for the scheduler, not the tracker.
     pub(super) fn settling(stream: u64) {
-        SETTLING.store(stream, Ordering::SeqCst);
+        if WATCHED.load(Ordering::SeqCst) != stream {
+            return;
+        }
+        SETTLING.store(true, Ordering::SeqCst);
+        while !LANDED.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
     }
 
     /// A step that landed above another thread's step still in flight is
@@ -395,6 +412,7 @@ mod tests {
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let taken = AtomicBool::new(false);
         let (on, taken_by_other) = (&stream, &taken);
+        WATCHED.store(stream.id(), Ordering::SeqCst);
         std::thread::scope(|scope| {
             // Owns the sender: if it panics, the receive below fails
             // instead of waiting for ever.
@@ -404,20 +422,21 @@ mod tests {
                 // Its driver call returns once the point waits for it (or
                 // was taken without waiting, which the assertion below
                 // refuses).
-                while SETTLING.load(Ordering::SeqCst) != on.id()
-                    && !taken_by_other.load(Ordering::SeqCst)
-                {
+                while !SETTLING.load(Ordering::SeqCst) && !taken_by_other.load(Ordering::SeqCst) {
                     std::hint::spin_loop();
                 }
                 drop(in_flight);
+                LANDED.store(true, Ordering::SeqCst);
             });
             held_rx.recv().unwrap();
             drop(before_enqueue(&stream, "high", &[high], OrderPolicy::Check).unwrap());
             let point = stream.order.snapshot();
             taken.store(true, Ordering::SeqCst);
             other.join().unwrap();
+            assert!(SETTLING.load(Ordering::SeqCst), "the point waited");
             assert_eq!(point.own, before + 2, "the point covers both steps");
         });
+        WATCHED.store(0, Ordering::SeqCst);
         // The same from a thread with a step of its own in flight: it does
         // not wait, and leaves out what is above the lowest step in flight.
         let own = before_enqueue(&stream, "own", &[low], OrderPolicy::Check).unwrap();
