@@ -207,6 +207,11 @@ pub struct GraphsGuide;
 #[doc = include_str!("../../../docs/partitions.md")]
 pub struct PartitionsGuide;
 
+/// The examples of `docs/async.md` (futures), run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/async.md")]
+pub struct AsyncGuide;
+
 /// The examples of `docs/kernels.md` (your own kernels), run as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/kernels.md")]
