@@ -80,10 +80,13 @@ pub struct GreenContexts {
     ) -> CUresult,
     /// `cuLibraryUnload`
     pub cuLibraryUnload: unsafe extern "C" fn(library: CUlibrary) -> CUresult,
+    /// `cuKernelGetFunction`
+    pub cuKernelGetFunction:
+        unsafe extern "C" fn(pFunc: *mut CUfunction, kernel: CUkernel) -> CUresult,
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 12usize] = [
+pub const SYMBOLS: [(&str, &str); 13usize] = [
     ("cuDeviceGetDevResource", "cuDeviceGetDevResource"),
     ("cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount"),
     ("cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc"),
@@ -96,6 +99,7 @@ pub const SYMBOLS: [(&str, &str); 12usize] = [
     ("cuLibraryLoadData", "cuLibraryLoadData"),
     ("cuLibraryGetKernel", "cuLibraryGetKernel"),
     ("cuLibraryUnload", "cuLibraryUnload"),
+    ("cuKernelGetFunction", "cuKernelGetFunction"),
 ];
 impl GreenContexts {
     /// Build the table from a symbol resolver.
@@ -132,6 +136,7 @@ impl GreenContexts {
         let cuLibraryLoadData = resolve("cuLibraryLoadData");
         let cuLibraryGetKernel = resolve("cuLibraryGetKernel");
         let cuLibraryUnload = resolve("cuLibraryUnload");
+        let cuKernelGetFunction = resolve("cuKernelGetFunction");
         if !missing.is_empty() {
             return Err(missing);
         }
@@ -236,6 +241,10 @@ impl GreenContexts {
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(library: CUlibrary) -> CUresult,
                 >(cuLibraryUnload),
+                cuKernelGetFunction: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(pFunc: *mut CUfunction, kernel: CUkernel) -> CUresult,
+                >(cuKernelGetFunction),
             }
         })
     }

@@ -22,7 +22,7 @@
 //! the primary context, for every stream of the device, green contexts'
 //! included), as CUDA documents.
 //!
-//! Context-less kernels (`cuLibrary*`, in the same table because partitions
+//! Context-less kernels (`cuLibrary*`, `cuKernelGetFunction`, in the same table because partitions
 //! need them on a GPU) fail with `CUDA_ERROR_NOT_SUPPORTED`: kernels here are
 //! CPU twins, and a module's function runs on any stream of its device.
 //!
@@ -39,8 +39,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Mutex;
 use sys::{
     CUcontext, CUdevResource, CUdevResourceDesc, CUdevResourceType, CUdevSmResource, CUdevice,
-    CUgreenCtx, CUgreenCtxCreate_flags, CUjit_option, CUkernel, CUlibrary, CUlibraryOption,
-    CUresult, CUstream, CUstream_flags,
+    CUfunction, CUgreenCtx, CUgreenCtxCreate_flags, CUjit_option, CUkernel, CUlibrary,
+    CUlibraryOption, CUresult, CUstream, CUstream_flags,
 };
 
 /// The SMs of each software device: an H200's 132.
@@ -452,6 +452,13 @@ pub(crate) unsafe extern "C" fn cuLibraryUnload(_library: CUlibrary) -> CUresult
     fail(CUresult::CUDA_ERROR_INVALID_HANDLE, NO_LIBRARIES)
 }
 
+pub(crate) unsafe extern "C" fn cuKernelGetFunction(
+    _pFunc: *mut CUfunction,
+    _kernel: CUkernel,
+) -> CUresult {
+    fail(CUresult::CUDA_ERROR_INVALID_HANDLE, NO_LIBRARIES)
+}
+
 /// The software driver's green-context table: every entry point of
 /// [`sys::GreenContexts`], on the software devices.
 pub(crate) static TABLE: sys::GreenContexts = sys::GreenContexts {
@@ -467,6 +474,7 @@ pub(crate) static TABLE: sys::GreenContexts = sys::GreenContexts {
     cuLibraryLoadData,
     cuLibraryGetKernel,
     cuLibraryUnload,
+    cuKernelGetFunction,
 };
 
 #[cfg(test)]

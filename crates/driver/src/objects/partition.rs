@@ -20,7 +20,8 @@
 //! so a launch on a partition's stream uses the same image loaded as a
 //! context-less library (`cuLibraryLoadData`), once per partition and image,
 //! whose kernel takes its context from the stream. The software driver runs
-//! the module's CPU twin on any stream of its device.
+//! the module's CPU twin on any stream of its device. Loading waits for the
+//! device, so `Partition::load` loads a kernel before urgent work needs it.
 
 use crate::objects::context::Context;
 use crate::objects::priority::StreamPriority;
@@ -347,7 +348,8 @@ impl Partition {
     /// a GPU: a library's kernel runs in the context of the stream it is
     /// launched on, as a module's function, bound to the context it was
     /// loaded in, cannot. Returned as the function `cuLaunchKernel` takes,
-    /// as cuda.h documents.
+    /// as cuda.h documents. Looking a kernel up the first time also loads it
+    /// into the partition's context ([`Partition::load`]).
     pub(crate) fn library_kernel(&self, image: &'static [u8], name: &str) -> Result<CUfunction> {
         let ctx = &self.0.ctx;
         let mut libraries = self
@@ -390,8 +392,29 @@ impl Partition {
         ctx.check(unsafe {
             (self.0.green.cuLibraryGetKernel)(&mut found, library.raw, c_name.as_ptr())
         })?;
+        self.load_into_partition(found)?;
         library.kernels.insert(Arc::from(name), found);
         Ok(found as CUfunction)
+    }
+}
+
+impl Partition {
+    /// Load `kernel` into the partition's green context now
+    /// (`cuKernelGetFunction` there), rather than at its first launch.
+    fn load_into_partition(&self, kernel: CUkernel) -> Result<()> {
+        let ctx = &self.0.ctx;
+        let green = self.0.green;
+        let mut own = std::ptr::null_mut();
+        // SAFETY: a live green context; writes one context handle.
+        ctx.check(unsafe { (green.cuCtxFromGreenCtx)(&mut own, self.0.raw) })?;
+        // SAFETY: the green context's own context, alive with `self`; the
+        // thread's binding is restored below, whatever the lookup returns.
+        ctx.check(unsafe { (ctx.driver().cuCtxSetCurrent)(own) })?;
+        let mut function = std::ptr::null_mut();
+        // SAFETY: a live kernel of a library this partition holds; writes one handle.
+        let found = ctx.check(unsafe { (green.cuKernelGetFunction)(&mut function, kernel) });
+        ctx.force_bind()?;
+        found
     }
 }
 
