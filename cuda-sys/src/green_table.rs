@@ -81,12 +81,16 @@ pub struct GreenContexts {
     /// `cuLibraryUnload`
     pub cuLibraryUnload: unsafe extern "C" fn(library: CUlibrary) -> CUresult,
     /// `cuKernelGetFunction`
-    pub cuKernelGetFunction:
-        unsafe extern "C" fn(pFunc: *mut CUfunction, kernel: CUkernel) -> CUresult,
+    pub cuKernelGetFunction: unsafe extern "C" fn(
+        pFunc: *mut CUfunction,
+        kernel: CUkernel,
+    ) -> CUresult,
+    /// `cuFuncLoad`
+    pub cuFuncLoad: unsafe extern "C" fn(function: CUfunction) -> CUresult,
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 13usize] = [
+pub const SYMBOLS: [(&str, &str); 14usize] = [
     ("cuDeviceGetDevResource", "cuDeviceGetDevResource"),
     ("cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount"),
     ("cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc"),
@@ -100,6 +104,7 @@ pub const SYMBOLS: [(&str, &str); 13usize] = [
     ("cuLibraryGetKernel", "cuLibraryGetKernel"),
     ("cuLibraryUnload", "cuLibraryUnload"),
     ("cuKernelGetFunction", "cuKernelGetFunction"),
+    ("cuFuncLoad", "cuFuncLoad"),
 ];
 impl GreenContexts {
     /// Build the table from a symbol resolver.
@@ -137,6 +142,7 @@ impl GreenContexts {
         let cuLibraryGetKernel = resolve("cuLibraryGetKernel");
         let cuLibraryUnload = resolve("cuLibraryUnload");
         let cuKernelGetFunction = resolve("cuKernelGetFunction");
+        let cuFuncLoad = resolve("cuFuncLoad");
         if !missing.is_empty() {
             return Err(missing);
         }
@@ -243,8 +249,15 @@ impl GreenContexts {
                 >(cuLibraryUnload),
                 cuKernelGetFunction: core::mem::transmute::<
                     *const core::ffi::c_void,
-                    unsafe extern "C" fn(pFunc: *mut CUfunction, kernel: CUkernel) -> CUresult,
+                    unsafe extern "C" fn(
+                        pFunc: *mut CUfunction,
+                        kernel: CUkernel,
+                    ) -> CUresult,
                 >(cuKernelGetFunction),
+                cuFuncLoad: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(function: CUfunction) -> CUresult,
+                >(cuFuncLoad),
             }
         })
     }

@@ -22,7 +22,7 @@
 //! the primary context, for every stream of the device, green contexts'
 //! included), as CUDA documents.
 //!
-//! Context-less kernels (`cuLibrary*`, `cuKernelGetFunction`, in the same table because partitions
+//! Context-less kernels (`cuLibrary*`, `cuKernelGetFunction`, `cuFuncLoad`, in the same table because partitions
 //! need them on a GPU) fail with `CUDA_ERROR_NOT_SUPPORTED`: kernels here are
 //! CPU twins, and a module's function runs on any stream of its device.
 //!
@@ -459,6 +459,10 @@ pub(crate) unsafe extern "C" fn cuKernelGetFunction(
     fail(CUresult::CUDA_ERROR_INVALID_HANDLE, NO_LIBRARIES)
 }
 
+pub(crate) unsafe extern "C" fn cuFuncLoad(_function: CUfunction) -> CUresult {
+    fail(CUresult::CUDA_ERROR_INVALID_HANDLE, NO_LIBRARIES)
+}
+
 /// The software driver's green-context table: every entry point of
 /// [`sys::GreenContexts`], on the software devices.
 pub(crate) static TABLE: sys::GreenContexts = sys::GreenContexts {
@@ -475,6 +479,7 @@ pub(crate) static TABLE: sys::GreenContexts = sys::GreenContexts {
     cuLibraryGetKernel,
     cuLibraryUnload,
     cuKernelGetFunction,
+    cuFuncLoad,
 };
 
 #[cfg(test)]

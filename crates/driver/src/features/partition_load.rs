@@ -41,7 +41,7 @@ impl Partition {
         if ctx.loaded_driver().runs_twins() {
             return Ok(());
         }
-        self.library_kernel(kernel.module().image.bytes(), kernel.name())
-            .map(drop)
+        let library_kernel = self.library_kernel(kernel.module().image.bytes(), kernel.name())?;
+        self.load_into_partition(library_kernel)
     }
 }

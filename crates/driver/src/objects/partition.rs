@@ -348,8 +348,8 @@ impl Partition {
     /// a GPU: a library's kernel runs in the context of the stream it is
     /// launched on, as a module's function, bound to the context it was
     /// loaded in, cannot. Returned as the function `cuLaunchKernel` takes,
-    /// as cuda.h documents. Looking a kernel up the first time also loads it
-    /// into the partition's context ([`Partition::load`]).
+    /// as cuda.h documents. The driver loads it into the partition's context
+    /// at its first launch there, unless [`Partition::load`] did.
     pub(crate) fn library_kernel(&self, image: &'static [u8], name: &str) -> Result<CUfunction> {
         let ctx = &self.0.ctx;
         let mut libraries = self
@@ -392,16 +392,19 @@ impl Partition {
         ctx.check(unsafe {
             (self.0.green.cuLibraryGetKernel)(&mut found, library.raw, c_name.as_ptr())
         })?;
-        self.load_into_partition(found)?;
         library.kernels.insert(Arc::from(name), found);
         Ok(found as CUfunction)
     }
 }
 
 impl Partition {
-    /// Load `kernel` into the partition's green context now
-    /// (`cuKernelGetFunction` there), rather than at its first launch.
-    fn load_into_partition(&self, kernel: CUkernel) -> Result<()> {
+    /// Load `kernel` (a kernel of this partition's libraries, as
+    /// [`Partition::library_kernel`] returns it) into the partition's green
+    /// context now (`cuKernelGetFunction` there, then `cuFuncLoad`), rather
+    /// than at its first launch: CUDA loads a library into a context lazily
+    /// by default.
+    pub(crate) fn load_into_partition(&self, kernel: CUfunction) -> Result<()> {
+        let kernel = kernel as CUkernel;
         let ctx = &self.0.ctx;
         let green = self.0.green;
         let mut own = std::ptr::null_mut();
@@ -413,8 +416,12 @@ impl Partition {
         let mut function = std::ptr::null_mut();
         // SAFETY: a live kernel of a library this partition holds; writes one handle.
         let found = ctx.check(unsafe { (green.cuKernelGetFunction)(&mut function, kernel) });
+        // Under lazy loading the function may be loaded only in part:
+        // finish it here, not at the first launch.
+        // SAFETY: the function just returned for this partition's context.
+        let loaded = found.and_then(|()| ctx.check(unsafe { (green.cuFuncLoad)(function) }));
         ctx.force_bind()?;
-        found
+        loaded
     }
 }
 
