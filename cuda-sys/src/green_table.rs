@@ -80,10 +80,17 @@ pub struct GreenContexts {
     ) -> CUresult,
     /// `cuLibraryUnload`
     pub cuLibraryUnload: unsafe extern "C" fn(library: CUlibrary) -> CUresult,
+    /// `cuKernelGetFunction`
+    pub cuKernelGetFunction: unsafe extern "C" fn(
+        pFunc: *mut CUfunction,
+        kernel: CUkernel,
+    ) -> CUresult,
+    /// `cuFuncLoad`
+    pub cuFuncLoad: unsafe extern "C" fn(function: CUfunction) -> CUresult,
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 12usize] = [
+pub const SYMBOLS: [(&str, &str); 14usize] = [
     ("cuDeviceGetDevResource", "cuDeviceGetDevResource"),
     ("cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount"),
     ("cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc"),
@@ -96,6 +103,8 @@ pub const SYMBOLS: [(&str, &str); 12usize] = [
     ("cuLibraryLoadData", "cuLibraryLoadData"),
     ("cuLibraryGetKernel", "cuLibraryGetKernel"),
     ("cuLibraryUnload", "cuLibraryUnload"),
+    ("cuKernelGetFunction", "cuKernelGetFunction"),
+    ("cuFuncLoad", "cuFuncLoad"),
 ];
 impl GreenContexts {
     /// Build the table from a symbol resolver.
@@ -132,6 +141,8 @@ impl GreenContexts {
         let cuLibraryLoadData = resolve("cuLibraryLoadData");
         let cuLibraryGetKernel = resolve("cuLibraryGetKernel");
         let cuLibraryUnload = resolve("cuLibraryUnload");
+        let cuKernelGetFunction = resolve("cuKernelGetFunction");
+        let cuFuncLoad = resolve("cuFuncLoad");
         if !missing.is_empty() {
             return Err(missing);
         }
@@ -236,6 +247,17 @@ impl GreenContexts {
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(library: CUlibrary) -> CUresult,
                 >(cuLibraryUnload),
+                cuKernelGetFunction: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        pFunc: *mut CUfunction,
+                        kernel: CUkernel,
+                    ) -> CUresult,
+                >(cuKernelGetFunction),
+                cuFuncLoad: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(function: CUfunction) -> CUresult,
+                >(cuFuncLoad),
             }
         })
     }

@@ -159,8 +159,10 @@ fn a_partitions_stream_does_not_wait_for_another_partitions_work() {
     let busy = split.partitions[0].stream(StreamPriority::Low).unwrap();
     let urgent = split.partitions[1].stream(StreamPriority::High).unwrap();
     let mut out = DeviceBuffer::<f32>::new_async(&urgent, 64).unwrap();
-    // Loaded before the gate: a module's unload waits for the whole context.
+    // Loaded before the gate: a module's unload waits for the whole context,
+    // and on a GPU loading the kernel into a partition waits for the device.
     let kernel = fill_kernel(&urgent);
+    split.partitions[1].load(&kernel).unwrap();
     // The busy partition holds until the gate opens (or its limit passes).
     let gate = Gate::close_within(&busy, GATE_LIMIT);
     fill_with(&kernel, &urgent, 7.0, &mut out);
@@ -212,6 +214,33 @@ fn an_event_orders_one_partitions_stream_after_anothers() {
     drop(gate);
     assert_eq!(b.to_vec(&then).unwrap(), vec![3.0; 64]);
     assert_eq!(a.to_vec(&first).unwrap(), vec![1.0; 64]);
+}
+
+#[test]
+fn a_kernel_loads_into_its_own_contexts_partitions_only() {
+    let _serial = serial();
+    let ctx = support::ctx();
+    let split = ctx.partition(&[Sms(1)]).unwrap();
+    let partition = &split.partitions[0];
+    let kernel = fill_kernel(&Stream::new(&ctx).unwrap());
+    partition.load(&kernel).unwrap();
+    partition.load(&kernel).expect("loading again is a lookup");
+    let stream = partition.stream(StreamPriority::High).unwrap();
+    let mut out = DeviceBuffer::<f32>::new_async(&stream, 16).unwrap();
+    fill_with(&kernel, &stream, 3.0, &mut out);
+    assert_eq!(out.to_vec(&stream).unwrap(), vec![3.0; 16]);
+    if Context::device_count().unwrap() < 2 {
+        eprintln!("skipped the other device: needs two devices");
+        return;
+    }
+    let gpu1 = Context::new(1).unwrap();
+    let elsewhere = gpu1.partition(&[Sms(1)]).unwrap();
+    match elsewhere.partitions[0].load(&kernel) {
+        Err(Error::ContextMismatch {
+            expected, found, ..
+        }) => assert_eq!((expected, found), (gpu1.id(), ctx.id())),
+        other => panic!("expected ContextMismatch, got {other:?}"),
+    }
 }
 
 #[test]

@@ -3,9 +3,14 @@
 //! Each software device has [`SM_COUNT`] SMs, split in steps of
 //! [`SM_GRANULARITY`] as a Hopper GPU splits them: a split asks for at least
 //! `minCount` SMs per group, and each group gets `minCount` rounded up to the
-//! granularity. A resource is only a count (the device's, a group's or a
-//! remainder's); a descriptor made of one resource and a green context made
-//! of a descriptor carry that count, which `cuGreenCtxGetDevResource` reports.
+//! granularity. A resource is a count (the device's, a group's or a
+//! remainder's) and, for a split's output, which split made it and its place
+//! there. As on a GPU, a split's output (its remainder included) cannot be
+//! split again (`CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION`: a GPU asks for a
+//! green context made of it first), and a descriptor of several resources
+//! takes distinct outputs of one split; a descriptor carries their summed
+//! count, and a green context made of it reports that count
+//! (`cuGreenCtxGetDevResource`).
 //!
 //! A green context's streams are ordinary streams of its device, each with
 //! its own worker thread, so work in one partition never waits for work in
@@ -17,7 +22,7 @@
 //! the primary context, for every stream of the device, green contexts'
 //! included), as CUDA documents.
 //!
-//! Context-less kernels (`cuLibrary*`, in the same table because partitions
+//! Context-less kernels (`cuLibrary*`, `cuKernelGetFunction`, `cuFuncLoad`, in the same table because partitions
 //! need them on a GPU) fail with `CUDA_ERROR_NOT_SUPPORTED`: kernels here are
 //! CPU twins, and a module's function runs on any stream of its device.
 //!
@@ -34,8 +39,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Mutex;
 use sys::{
     CUcontext, CUdevResource, CUdevResourceDesc, CUdevResourceType, CUdevSmResource, CUdevice,
-    CUgreenCtx, CUgreenCtxCreate_flags, CUjit_option, CUkernel, CUlibrary, CUlibraryOption,
-    CUresult, CUstream, CUstream_flags,
+    CUfunction, CUgreenCtx, CUgreenCtxCreate_flags, CUjit_option, CUkernel, CUlibrary,
+    CUlibraryOption, CUresult, CUstream, CUstream_flags,
 };
 
 /// The SMs of each software device: an H200's 132.
@@ -92,12 +97,27 @@ pub(crate) fn green_of_stream(stream: usize) -> usize {
         .unwrap_or(0)
 }
 
-/// An SM resource of `sms` SMs.
+/// Where a resource came from: 0 for a device's or a green context's,
+/// else the split that made it.
+static SPLITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+/// The place of a split's remainder among its outputs.
+const REMAINDER_PLACE: u32 = u32::MAX;
+
+/// An SM resource of `sms` SMs, not made by a split.
 fn sm_resource(sms: u32) -> CUdevResource {
+    split_output(sms, 0, 0)
+}
+
+/// An SM resource of `sms` SMs, output `place` of split `split` (0: none),
+/// stamped in the resource's opaque padding as a GPU driver keeps its own
+/// bookkeeping there.
+fn split_output(sms: u32, split: u64, place: u32) -> CUdevResource {
     let mut resource = CUdevResource {
         type_: CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
         ..Default::default()
     };
+    resource._internal_padding[..8].copy_from_slice(&split.to_le_bytes());
+    resource._internal_padding[8..12].copy_from_slice(&place.to_le_bytes());
     resource.__bindgen_anon_1.sm = CUdevSmResource {
         smCount: sms,
         minSmPartitionSize: SM_GRANULARITY,
@@ -140,6 +160,14 @@ unsafe fn sms_of(resource: *const CUdevResource, call: &str) -> Result<u32, CUre
     Ok(sms)
 }
 
+/// The split that made `resource` (0: none) and its place among its outputs.
+fn origin_of(resource: &CUdevResource) -> (u64, u32) {
+    let padding = &resource._internal_padding;
+    let split = u64::from_le_bytes(padding[..8].try_into().expect("8 bytes"));
+    let place = u32::from_le_bytes(padding[8..12].try_into().expect("4 bytes"));
+    (split, place)
+}
+
 fn check_type(type_: CUdevResourceType, call: &str) -> Status {
     if type_ == CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM {
         Ok(())
@@ -176,6 +204,17 @@ pub(crate) unsafe extern "C" fn cuDevSmResourceSplitByCount(
     code((|| {
         // SAFETY: null or readable per the API.
         let available = unsafe { sms_of(input, CALL) }?;
+        // SAFETY: `sms_of` checked it is non-null and readable.
+        let (from_split, _) = origin_of(unsafe { &*input });
+        if from_split != 0 {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
+                format!(
+                    "{CALL}: the input is an output of split {from_split}; split the \
+                     device's resource once, or a green context's"
+                ),
+            ));
+        }
         if nbGroups.is_null() || useFlags > 3 || minCount > available {
             return Err(fail(
                 CUresult::CUDA_ERROR_INVALID_VALUE,
@@ -196,21 +235,27 @@ pub(crate) unsafe extern "C" fn cuDevSmResourceSplitByCount(
         } else {
             asked.min(possible)
         };
+        if !result.is_null() && groups == 0 {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
+                format!("{CALL}: no group of {per_group} SMs fits in {available}"),
+            ));
+        }
+        let split = SPLITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if !result.is_null() {
-            if groups == 0 {
-                return Err(fail(
-                    CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
-                    format!("{CALL}: no group of {per_group} SMs fits in {available}"),
-                ));
-            }
-            for i in 0..groups as usize {
+            for i in 0..groups {
                 // SAFETY: `result` holds `asked` >= `groups` elements per the API.
-                unsafe { result.add(i).write(sm_resource(per_group)) };
+                unsafe {
+                    result
+                        .add(i as usize)
+                        .write(split_output(per_group, split, i))
+                };
             }
         }
         if !remaining.is_null() {
+            let rest = split_output(available - groups * per_group, split, REMAINDER_PLACE);
             // SAFETY: non-null, writable per the API.
-            unsafe { remaining.write(sm_resource(available - groups * per_group)) };
+            unsafe { remaining.write(rest) };
         }
         // SAFETY: non-null, writable per the API.
         unsafe { nbGroups.write(groups) };
@@ -225,20 +270,44 @@ pub(crate) unsafe extern "C" fn cuDevResourceGenerateDesc(
 ) -> CUresult {
     const CALL: &str = "cuDevResourceGenerateDesc";
     code((|| {
-        if nbResources != 1 {
+        if nbResources == 0 || resources.is_null() {
             return Err(fail(
                 CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!(
-                    "{CALL}: {nbResources} resources; the software driver takes one SM resource"
-                ),
+                format!("{CALL}: {nbResources} resources at {resources:?}"),
             ));
         }
-        // SAFETY: null or readable per the API.
-        let sms = unsafe { sms_of(resources, CALL) }?;
-        if sms == 0 {
+        let mut sms = 0;
+        let mut origins = Vec::with_capacity(nbResources as usize);
+        for i in 0..nbResources as usize {
+            // SAFETY: `resources` holds `nbResources` elements per the API.
+            let resource = unsafe { resources.add(i) };
+            // SAFETY: as above.
+            sms += unsafe { sms_of(resource, CALL) }?;
+            // SAFETY: as above; `sms_of` checked it is an SM resource.
+            origins.push(origin_of(unsafe { &*resource }));
+        }
+        if origins.len() > 1 {
+            let split = origins[0].0;
+            let mut places: Vec<u32> = origins.iter().map(|&(_, place)| place).collect();
+            places.sort_unstable();
+            places.dedup();
+            if split == 0
+                || origins.iter().any(|&(other, _)| other != split)
+                || places.len() != origins.len()
+            {
+                return Err(fail(
+                    CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
+                    format!(
+                        "{CALL}: several resources must be distinct outputs of one split, \
+                         not (split, place) {origins:?}"
+                    ),
+                ));
+            }
+        }
+        if sms == 0 || sms > SM_COUNT {
             return Err(fail(
                 CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
-                format!("{CALL}: a resource of 0 SMs"),
+                format!("{CALL}: resources of {sms} SMs in all"),
             ));
         }
         let handle = DESCS.insert(std::sync::Arc::new(Desc { sms }));
@@ -383,6 +452,17 @@ pub(crate) unsafe extern "C" fn cuLibraryUnload(_library: CUlibrary) -> CUresult
     fail(CUresult::CUDA_ERROR_INVALID_HANDLE, NO_LIBRARIES)
 }
 
+pub(crate) unsafe extern "C" fn cuKernelGetFunction(
+    _pFunc: *mut CUfunction,
+    _kernel: CUkernel,
+) -> CUresult {
+    fail(CUresult::CUDA_ERROR_INVALID_HANDLE, NO_LIBRARIES)
+}
+
+pub(crate) unsafe extern "C" fn cuFuncLoad(_function: CUfunction) -> CUresult {
+    fail(CUresult::CUDA_ERROR_INVALID_HANDLE, NO_LIBRARIES)
+}
+
 /// The software driver's green-context table: every entry point of
 /// [`sys::GreenContexts`], on the software devices.
 pub(crate) static TABLE: sys::GreenContexts = sys::GreenContexts {
@@ -398,6 +478,8 @@ pub(crate) static TABLE: sys::GreenContexts = sys::GreenContexts {
     cuLibraryLoadData,
     cuLibraryGetKernel,
     cuLibraryUnload,
+    cuKernelGetFunction,
+    cuFuncLoad,
 };
 
 #[cfg(test)]
@@ -434,8 +516,71 @@ mod tests {
             Err(CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
         );
         assert_eq!(split(&all, 133), Err(CUresult::CUDA_ERROR_INVALID_VALUE));
-        // The remainder splits again.
+        // A split's output, its remainder included, does not split again,
+        // as on a GPU; a green context's resource does.
+        let (mut part, mut rest, mut groups) =
+            (CUdevResource::default(), CUdevResource::default(), 1);
+        // SAFETY: every pointer is a valid local.
+        let made =
+            unsafe { cuDevSmResourceSplitByCount(&mut part, &mut groups, &all, &mut rest, 0, 8) };
+        assert_eq!(made, CUresult::CUDA_SUCCESS);
+        for output in [&part, &rest] {
+            assert_eq!(
+                split(output, 8),
+                Err(CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
+            );
+        }
         assert_eq!(split(&sm_resource(124), 32), Ok((32, 92)));
+    }
+
+    #[test]
+    fn a_descriptor_takes_distinct_outputs_of_one_split_and_sums_their_sms() {
+        let all = sm_resource(SM_COUNT);
+        let mut outputs = [CUdevResource::default(); 3];
+        let (mut rest, mut groups) = (CUdevResource::default(), 3);
+        let mut other = [CUdevResource::default(); 1];
+        let (mut other_rest, mut one) = (CUdevResource::default(), 1);
+        // SAFETY: every pointer is a valid local with room for the groups asked.
+        unsafe {
+            let first = cuDevSmResourceSplitByCount(
+                outputs.as_mut_ptr(),
+                &mut groups,
+                &all,
+                &mut rest,
+                0,
+                8,
+            );
+            assert_eq!(first, CUresult::CUDA_SUCCESS);
+            let second = cuDevSmResourceSplitByCount(
+                other.as_mut_ptr(),
+                &mut one,
+                &all,
+                &mut other_rest,
+                0,
+                8,
+            );
+            assert_eq!(second, CUresult::CUDA_SUCCESS);
+        }
+        let desc_of = |resources: &mut [CUdevResource]| {
+            let mut desc = std::ptr::null_mut();
+            // SAFETY: `resources` is a valid local slice; writes one handle.
+            let result = unsafe {
+                cuDevResourceGenerateDesc(&mut desc, resources.as_mut_ptr(), resources.len() as u32)
+            };
+            (result == CUresult::CUDA_SUCCESS)
+                .then(|| DESCS.get(desc as usize).expect("a live descriptor").sms)
+                .ok_or(result)
+        };
+        assert_eq!(desc_of(&mut outputs[..2]), Ok(16));
+        assert_eq!(desc_of(&mut [outputs[2], rest]), Ok(SM_COUNT - 16));
+        let refused = Err(CUresult::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+        assert_eq!(desc_of(&mut [outputs[0], other[0]]), refused, "two splits");
+        assert_eq!(
+            desc_of(&mut [outputs[0], outputs[0]]),
+            refused,
+            "one output twice"
+        );
+        assert_eq!(desc_of(&mut [all, all]), refused, "not outputs of a split");
     }
 
     #[test]

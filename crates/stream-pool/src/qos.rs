@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result};
 use driver::sys::env::Setting;
-use driver::{Context, Partition, Sms, Stream, StreamPriority};
+use driver::{Context, Kernel, Partition, Sms, Stream, StreamPriority};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -204,6 +204,30 @@ impl QosPool {
         let streams = &self.classes[class as usize];
         let i = streams.next.fetch_add(1, Ordering::Relaxed) % streams.streams.len();
         Arc::clone(&streams.streams[i])
+    }
+
+    /// Load `kernel` for every class's streams now ([`Partition::load`] on
+    /// each partition), so that no first launch loads it: on a GPU loading
+    /// waits for the device, and urgent work would wait for the background.
+    /// Call it for each kernel urgent work launches, before that work starts.
+    /// Without partitions there is nothing to load.
+    ///
+    /// ```
+    /// use cuda_streams_stream_pool::driver::{Context, Module};
+    /// use cuda_streams_stream_pool::{QosPool, QosSettings};
+    /// # fn main() -> Result<(), cuda_streams_stream_pool::Error> {
+    /// let ctx = Context::new(0)?;
+    /// let pool = QosPool::new(&ctx, QosSettings::default())?;
+    /// let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_f32")?;
+    /// pool.load(&fill)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn load(&self, kernel: &Kernel) -> Result<()> {
+        for partition in self.urgent.iter().chain(&self.rest) {
+            partition.load(kernel)?;
+        }
+        Ok(())
     }
 
     /// The SMs the driver granted urgent work (`None`: priorities only).

@@ -93,6 +93,9 @@ fn urgent_work_does_not_wait_for_the_background() {
         .unwrap()
         .function("fill_f32")
         .unwrap();
+    // Loaded before the background starts: on a GPU loading waits for the
+    // device, so a first launch that loads would wait for the gate.
+    pool.load(&fill).unwrap();
     let mut out = DeviceBuffer::<f32>::new_async(&urgent, 32).unwrap();
     let gate = Gate::close_within(&background, Duration::from_secs(3));
     let args = [KernelArg::from(32u64), 5.0f32.into(), (&mut out).into()];

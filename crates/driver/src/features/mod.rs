@@ -21,5 +21,6 @@ pub mod interop;
 pub(crate) mod kernel_decl;
 pub(crate) mod launch;
 pub(crate) mod module;
+pub(crate) mod partition_load;
 pub(crate) mod program;
 pub(crate) mod reactor;

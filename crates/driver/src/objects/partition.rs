@@ -20,7 +20,8 @@
 //! so a launch on a partition's stream uses the same image loaded as a
 //! context-less library (`cuLibraryLoadData`), once per partition and image,
 //! whose kernel takes its context from the stream. The software driver runs
-//! the module's CPU twin on any stream of its device.
+//! the module's CPU twin on any stream of its device. Loading waits for the
+//! device, so `Partition::load` loads a kernel before urgent work needs it.
 
 use crate::objects::context::Context;
 use crate::objects::priority::StreamPriority;
@@ -101,7 +102,10 @@ impl Context {
     /// each, in order, and a remainder of what is left.
     ///
     /// The driver rounds each size up to its granularity (8 on Hopper);
-    /// [`Partition::sms`] says what each got. Fails, naming the partition
+    /// [`Partition::sms`] says what each got. The device is split once into
+    /// groups of the granularity and each partition made of as many groups
+    /// as it needs, since a GPU driver does not split a split's remainder
+    /// again. Fails, naming the partition
     /// and the counts, when one asks for 0 SMs or for more than are left,
     /// and on a driver without partitions (before CUDA 12.4).
     ///
@@ -123,15 +127,17 @@ impl Context {
     /// ```
     pub fn partition(self: &Arc<Self>, sizes: &[Sms]) -> Result<Partitions> {
         let green = self.loaded_driver().green_contexts()?;
-        let mut input = device_resource(self, green)?;
-        let total = sm_of(&input).smCount;
-        let granularity = sm_of(&input).minSmPartitionSize.max(1);
-        let mut partitions = Vec::with_capacity(sizes.len());
+        let device = device_resource(self, green)?;
+        let total = sm_of(&device).smCount;
+        let granularity = sm_of(&device).minSmPartitionSize.max(1);
+        // Each partition as a number of granularity-sized groups.
+        let mut steps = Vec::with_capacity(sizes.len());
+        let mut taken = 0u32;
         for (index, &Sms(requested)) in sizes.iter().enumerate() {
             if requested == 0 {
                 return Err(Error::PartitionOfZeroSms { index });
             }
-            let available = sm_of(&input).smCount;
+            let available = total - taken;
             let rounded = requested.div_ceil(granularity).saturating_mul(granularity);
             if rounded > available {
                 return Err(Error::PartitionTooLarge {
@@ -144,26 +150,66 @@ impl Context {
                     device: self.ordinal(),
                 });
             }
-            let (mut part, mut rest, mut groups) =
-                (CUdevResource::default(), CUdevResource::default(), 1);
-            // SAFETY: one result slot (`groups` = 1), a valid input and
+            taken += rounded;
+            steps.push((requested, rounded / granularity));
+        }
+        // One split of the whole device into groups of the granularity: the
+        // driver refuses to split a split's output (its remainder included)
+        // again, but makes one descriptor of several outputs of one split.
+        let wanted: u32 = steps.iter().map(|&(_, groups)| groups).sum();
+        let mut groups = vec![CUdevResource::default(); wanted as usize];
+        let mut rest = CUdevResource::default();
+        let mut made = wanted;
+        if wanted > 0 {
+            // SAFETY: `groups` has `made` slots; a valid input and
             // remainder; all locals.
             self.check(unsafe {
                 (green.cuDevSmResourceSplitByCount)(
-                    &mut part,
-                    &mut groups,
-                    &input,
+                    groups.as_mut_ptr(),
+                    &mut made,
+                    &device,
                     &mut rest,
                     0,
-                    requested,
+                    granularity,
                 )
             })?;
-            partitions.push(Partition::create(self, green, part, Some(requested))?);
-            input = rest;
+        } else {
+            rest = device;
         }
-        let remainder = match sm_of(&input).smCount {
+        if made < wanted {
+            // The driver may make fewer groups than SMs divide into (cluster
+            // constraints): name the first partition that did not fit.
+            let mut covered = 0;
+            for (index, &(requested, count)) in steps.iter().enumerate() {
+                if covered + count > made {
+                    return Err(Error::PartitionTooLarge {
+                        index,
+                        requested,
+                        rounded: count * granularity,
+                        granularity,
+                        available: (made - covered) * granularity,
+                        total,
+                        device: self.ordinal(),
+                    });
+                }
+                covered += count;
+            }
+        }
+        let mut partitions = Vec::with_capacity(steps.len());
+        let mut next = 0;
+        for &(requested, count) in &steps {
+            let own = &mut groups[next..next + count as usize];
+            next += count as usize;
+            partitions.push(Partition::create(self, green, own, Some(requested))?);
+        }
+        let remainder = match sm_of(&rest).smCount {
             0 => None,
-            _ => Some(Partition::create(self, green, input, None)?),
+            _ => Some(Partition::create(
+                self,
+                green,
+                std::slice::from_mut(&mut rest),
+                None,
+            )?),
         };
         tracing::debug!(
             context = self.id(),
@@ -195,16 +241,19 @@ fn sm_of(resource: &CUdevResource) -> sys::CUdevSmResource {
 }
 
 impl Partition {
-    /// A green context over `resource`.
+    /// A green context over the SMs of `resources`, outputs of one split.
     fn create(
         ctx: &Arc<Context>,
         green: &'static GreenContexts,
-        mut resource: CUdevResource,
+        resources: &mut [CUdevResource],
         requested: Option<u32>,
     ) -> Result<Self> {
         let mut desc = std::ptr::null_mut();
-        // SAFETY: one valid resource; writes one descriptor.
-        ctx.check(unsafe { (green.cuDevResourceGenerateDesc)(&mut desc, &mut resource, 1) })?;
+        let count = u32::try_from(resources.len()).expect("a split makes at most u32::MAX groups");
+        // SAFETY: `count` valid resources of one split; writes one descriptor.
+        ctx.check(unsafe {
+            (green.cuDevResourceGenerateDesc)(&mut desc, resources.as_mut_ptr(), count)
+        })?;
         let mut raw = std::ptr::null_mut();
         let flags = CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM.0;
         // SAFETY: a descriptor just made, the context's device; writes one handle.
@@ -299,7 +348,8 @@ impl Partition {
     /// a GPU: a library's kernel runs in the context of the stream it is
     /// launched on, as a module's function, bound to the context it was
     /// loaded in, cannot. Returned as the function `cuLaunchKernel` takes,
-    /// as cuda.h documents.
+    /// as cuda.h documents. The driver loads it into the partition's context
+    /// at its first launch there, unless [`Partition::load`] did.
     pub(crate) fn library_kernel(&self, image: &'static [u8], name: &str) -> Result<CUfunction> {
         let ctx = &self.0.ctx;
         let mut libraries = self
@@ -344,6 +394,34 @@ impl Partition {
         })?;
         library.kernels.insert(Arc::from(name), found);
         Ok(found as CUfunction)
+    }
+}
+
+impl Partition {
+    /// Load `kernel` (a kernel of this partition's libraries, as
+    /// [`Partition::library_kernel`] returns it) into the partition's green
+    /// context now (`cuKernelGetFunction` there, then `cuFuncLoad`), rather
+    /// than at its first launch: CUDA loads a library into a context lazily
+    /// by default.
+    pub(crate) fn load_into_partition(&self, kernel: CUfunction) -> Result<()> {
+        let kernel = kernel as CUkernel;
+        let ctx = &self.0.ctx;
+        let green = self.0.green;
+        let mut own = std::ptr::null_mut();
+        // SAFETY: a live green context; writes one context handle.
+        ctx.check(unsafe { (green.cuCtxFromGreenCtx)(&mut own, self.0.raw) })?;
+        // SAFETY: the green context's own context, alive with `self`; the
+        // thread's binding is restored below, whatever the lookup returns.
+        ctx.check(unsafe { (ctx.driver().cuCtxSetCurrent)(own) })?;
+        let mut function = std::ptr::null_mut();
+        // SAFETY: a live kernel of a library this partition holds; writes one handle.
+        let found = ctx.check(unsafe { (green.cuKernelGetFunction)(&mut function, kernel) });
+        // Under lazy loading the function may be loaded only in part:
+        // finish it here, not at the first launch.
+        // SAFETY: the function just returned for this partition's context.
+        let loaded = found.and_then(|()| ctx.check(unsafe { (green.cuFuncLoad)(function) }));
+        ctx.force_bind()?;
+        loaded
     }
 }
 
