@@ -57,13 +57,14 @@ fn the_driver_refuses_what_a_gpu_driver_refuses() {
             (table.cuMemHostRegister)(pinned.void(), 4096, 0),
             CUresult::CUDA_ERROR_INVALID_VALUE,
         );
-        // Unregistering what was never registered.
+        // Unregistering what was never registered (CUDA documents this code).
         expect(
             (table.cuMemHostUnregister)(host.cast()),
             CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
         );
         ok((table.cuMemHostRegister)(host.cast(), 4096, 0));
-        // An overlapping registration.
+        // A registration overlapping another's bytes (CUDA documents this
+        // code for memory registered already; not yet seen on a GPU here).
         expect(
             (table.cuMemHostRegister)(host.add(100).cast(), 4096, 0),
             CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
