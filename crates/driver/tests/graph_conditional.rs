@@ -1,6 +1,6 @@
 //! Conditional nodes in captures: a WHILE loop a kernel ends, an IF, and the
-//! refusals (a condition of another capture, a host callback in a body, a
-//! body ended by hand). The kernel here is a stand-in only the software
+//! refusals (a condition of another capture or that already has its node,
+//! a host callback in a body, a body ended by hand). The kernel here is a stand-in only the software
 //! driver runs; the GPU runs the kernels crate's (see `docs/graphs.md`).
 
 mod support;
@@ -270,20 +270,30 @@ fn an_update_changes_the_body_arguments_and_refuses_another_body() {
     assert_eq!(data.to_vec(&stream).unwrap(), vec![16; 4]);
 }
 
+/// The kernels crate's `count_while_below` (`++counter`, the condition is
+/// whether it is below the limit), on either driver.
+fn count_while_below(stream: &Stream) -> cuda_streams_driver::Kernel {
+    Module::load(stream.context(), &kernels::SOLVER)
+        .unwrap()
+        .function("count_while_below")
+        .unwrap()
+}
+
 /// On either driver: the kernels crate's `count_while_below` in a WHILE
-/// node, and an IF node on the same condition after the loop (0 then).
+/// node, then two IF nodes, each on a condition of its own (a condition
+/// serves one node): one whose condition is 1 runs its body once, one
+/// whose condition is 0 does not run it.
 #[test]
 fn the_kernels_crate_loop_runs_on_either_driver() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let count = Module::load(&ctx, &kernels::SOLVER)
-        .unwrap()
-        .function("count_while_below")
-        .unwrap();
+    let count = count_while_below(&stream);
     let counter = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1).unwrap());
+    let ran = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1).unwrap());
     let skipped = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1).unwrap());
     let mut capture = stream.begin_capture().unwrap();
     capture.memset_u8(&stream, &counter, 0).unwrap();
+    capture.memset_u8(&stream, &ran, 0).unwrap();
     capture.memset_u8(&stream, &skipped, 0).unwrap();
     let more = capture.condition(&stream, 1).unwrap();
     let one = LaunchConfig::for_num_elems(1);
@@ -294,18 +304,75 @@ fn the_kernels_crate_loop_runs_on_either_driver() {
             body.launch(&origin, &count, one, &args)
         })
         .unwrap();
-    // The loop ended with the condition at 0: this body does not run.
-    capture
-        .if_then(&stream, more, |body| {
-            let origin = Arc::clone(body.origin());
-            let args = [GraphArg::write(&skipped), 5u32.into(), more.arg()];
-            body.launch(&origin, &count, one, &args)
-        })
-        .unwrap();
+    for (default, target) in [(1, &ran), (0, &skipped)] {
+        let then = capture.condition(&stream, default).unwrap();
+        capture
+            .if_then(&stream, then, |body| {
+                let origin = Arc::clone(body.origin());
+                // A limit of 5: were the node a loop, it would run 5 times.
+                let args = [GraphArg::write(target), 5u32.into(), then.arg()];
+                body.launch(&origin, &count, one, &args)
+            })
+            .unwrap();
+    }
     let exec = capture.end().unwrap().instantiate().unwrap();
     for _ in 0..2 {
         exec.launch(&stream).unwrap();
         assert_eq!(counter.to_vec(&stream).unwrap(), [1000]);
-        assert_eq!(skipped.to_vec(&stream).unwrap(), [0]);
+        assert_eq!(ran.to_vec(&stream).unwrap(), [1], "the IF body runs once");
+        assert_eq!(skipped.to_vec(&stream).unwrap(), [0], "condition 0: no run");
     }
+}
+
+/// CUDA refuses to instantiate a graph where one condition serves two
+/// conditional nodes: the capture refuses the second node, after the
+/// first or within its body, naming the condition.
+#[test]
+fn a_condition_serves_one_conditional_node() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let count = count_while_below(&stream);
+    let counter = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1).unwrap());
+    let one = LaunchConfig::for_num_elems(1);
+
+    // A second node after the first: refused before anything is
+    // captured, so the capture goes on and its graph runs.
+    let mut capture = stream.begin_capture().unwrap();
+    capture.memset_u8(&stream, &counter, 0).unwrap();
+    let more = capture.condition(&stream, 1).unwrap();
+    capture
+        .while_loop(&stream, more, |body| {
+            let origin = Arc::clone(body.origin());
+            let args = [GraphArg::write(&counter), 3u32.into(), more.arg()];
+            body.launch(&origin, &count, one, &args)
+        })
+        .unwrap();
+    let err = capture.if_then(&stream, more, |_| Ok(())).unwrap_err();
+    assert!(matches!(err, Error::Conditional { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "condition {:#x} already has its conditional node",
+            more.raw()
+        )),
+        "{text}"
+    );
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(counter.to_vec(&stream).unwrap(), [3]);
+
+    // A node in the body of the node the condition serves: refused too.
+    let mut capture = stream.begin_capture().unwrap();
+    let more = capture.condition(&stream, 1).unwrap();
+    let err = capture
+        .while_loop(&stream, more, |body| {
+            let origin = Arc::clone(body.origin());
+            body.if_then(&origin, more, |_| Ok(()))
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("condition {:#x} already has", more.raw())),
+        "{err}"
+    );
 }

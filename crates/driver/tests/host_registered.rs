@@ -1,6 +1,6 @@
 //! `HostRegistered`: a user's own memory as a copy source and destination,
 //! registered while borrowed; dropping it waits for its copies; the driver's
-//! refusals (empty, already registered) come back as errors. The borrow rules
+//! refusals (empty, already registered, pinned already) come back as errors. The borrow rules
 //! themselves are proved by `compile_fail/registered_*.rs`.
 //!
 //! Each test holds `serial()`: two tests' buffers may share a page, and two
@@ -8,7 +8,8 @@
 
 mod support;
 
-use cuda_streams_driver::{DeviceBuffer, Error, HostRegistered, Stream};
+use cuda_streams_driver::sys::CUresult;
+use cuda_streams_driver::{DeviceBuffer, Error, HostRegistered, PinnedBuffer, Stream};
 use std::time::Duration;
 use support::{Gate, ctx, serial};
 
@@ -95,7 +96,40 @@ fn empty_and_doubly_registered_memory_is_refused() {
     let (front, back) = data.split_at_mut(128);
     HostRegistered::scope(&ctx, front, |_| {
         let err = HostRegistered::scope(&ctx, &mut *back, |_| ()).unwrap_err();
-        assert!(err.to_string().contains("ALREADY_REGISTERED"), "{err}");
+        assert!(matches!(err, Error::HostRegister { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("ALREADY_REGISTERED"), "{text}");
+        assert!(text.contains("needs no second registration"), "{text}");
     })
     .unwrap();
+}
+
+/// On either driver: a `PinnedBuffer`'s memory (from `cuMemHostAlloc`) is
+/// page-locked already; the refusal (a GPU driver's `INVALID_VALUE`) says
+/// that it needs no registration.
+#[test]
+fn pinned_memory_is_refused_saying_it_needs_no_registration() {
+    let _serial = serial();
+    let ctx = ctx();
+    let mut pinned = PinnedBuffer::<u8>::new(&ctx, 4096).unwrap();
+    let address = pinned.as_slice().unwrap().as_ptr() as u64;
+    let err = HostRegistered::scope(&ctx, pinned.as_mut_slice().unwrap(), |_| ()).unwrap_err();
+    let Error::HostRegister {
+        address: refused,
+        bytes,
+        ref source,
+        ..
+    } = err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!((refused, bytes), (address, 4096));
+    assert_eq!(source.code(), CUresult::CUDA_ERROR_INVALID_VALUE);
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("4096 bytes at {address:#x}"))
+            && text.contains("page-locked already")
+            && text.contains("needs no registration"),
+        "{text}"
+    );
 }

@@ -28,6 +28,7 @@ use crate::errors::{code, fail, write_out};
 use crate::graph::{GRAPHS, Graph, Node};
 use crate::handles::{Registry, lock};
 use crate::ops::{Action, Fault};
+use std::collections::HashSet;
 use std::ffi::c_uint;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -141,8 +142,38 @@ fn refused_in_body(action: &Action) -> Option<&'static str> {
 
 /// The nodes of an executable graph made from `nodes`: a snapshot, bodies
 /// included, so that later changes to the graph do not reach it. Refuses a
-/// body holding work CUDA does not allow there.
+/// body holding work CUDA does not allow there, and a condition handle
+/// that serves two conditional nodes (a GPU driver refuses such a graph
+/// with `CUDA_ERROR_INVALID_VALUE`).
 pub(crate) fn freeze(nodes: &[Node]) -> Result<Vec<Node>, CUresult> {
+    one_node_per_condition(nodes, &mut HashSet::new())?;
+    freeze_nodes(nodes)
+}
+
+/// Refuses a condition handle used by a second conditional node of
+/// `nodes` or their bodies; `seen` holds the handles met so far.
+fn one_node_per_condition(nodes: &[Node], seen: &mut HashSet<usize>) -> Result<(), CUresult> {
+    for node in nodes {
+        if let Action::Conditional(cond) = &node.action {
+            if !seen.insert(cond.slot.handle) {
+                return Err(fail(
+                    CUresult::CUDA_ERROR_INVALID_VALUE,
+                    format!(
+                        "condition handle {:#x} serves two conditional nodes; a handle \
+                         belongs to a single conditional node",
+                        cond.slot.handle
+                    ),
+                ));
+            }
+            for body in &cond.bodies {
+                one_node_per_condition(&lock(&body.nodes), seen)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn freeze_nodes(nodes: &[Node]) -> Result<Vec<Node>, CUresult> {
     nodes
         .iter()
         .map(|node| {
@@ -165,7 +196,7 @@ pub(crate) fn freeze(nodes: &[Node]) -> Result<Vec<Node>, CUresult> {
                                 ),
                             ));
                         }
-                        bodies.push(Arc::new(Graph::new(body.root, freeze(&inner)?)));
+                        bodies.push(Arc::new(Graph::new(body.root, freeze_nodes(&inner)?)));
                     }
                     Action::Conditional(Arc::new(Conditional {
                         slot: Arc::clone(&cond.slot),

@@ -7,6 +7,12 @@
 //! registrations may not share one), unregistering takes the pointer that
 //! was registered, and memory from `cuMemHostAlloc` or device memory cannot
 //! be registered.
+//!
+//! The codes are a GPU driver's: `CUDA_ERROR_INVALID_VALUE` for memory from
+//! `cuMemHostAlloc` (what an H100 with CUDA 13.0 answers, though the memory
+//! is page-locked already) and for device memory;
+//! `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED` for a range that overlaps a
+//! registration, as CUDA documents for a range registered already.
 
 use crate::context::require;
 use crate::errors::{code, fail};
@@ -52,8 +58,11 @@ pub(crate) unsafe extern "C" fn cuMemHostRegister(
         match check_range(base, 1) {
             Ok(Kind::Pinned) => {
                 return Err(fail(
-                    CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
-                    format!("cuMemHostRegister: {base:#x} is pinned memory from cuMemHostAlloc"),
+                    CUresult::CUDA_ERROR_INVALID_VALUE,
+                    format!(
+                        "cuMemHostRegister: {base:#x} is pinned memory from cuMemHostAlloc, \
+                         which needs no registration"
+                    ),
                 ));
             }
             Ok(_) => {

@@ -532,3 +532,49 @@ fn a_handle_of_another_graph_and_a_host_function_in_a_body_are_refused() {
         ok((t.cuGraphDestroy)(g2));
     }
 }
+
+/// A GPU driver refuses to instantiate a graph where one condition handle
+/// serves two conditional nodes (`CUDA_ERROR_INVALID_VALUE`): siblings, or
+/// a node and one in its body.
+#[test]
+fn a_handle_serving_two_conditional_nodes_is_refused_at_instantiation() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = setup();
+    let t = s.table;
+    let while_ = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE;
+    let if_ = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF;
+    for nested in [false, true] {
+        let (mut graph, mut handle) = (std::ptr::null_mut(), 0);
+        // SAFETY: valid out-pointers.
+        unsafe {
+            ok((t.cuGraphCreate)(&mut graph, 0));
+            ok((t.cuGraphConditionalHandleCreate)(
+                &mut handle,
+                graph,
+                std::ptr::null_mut(),
+                0,
+                CU_GRAPH_COND_ASSIGN_DEFAULT,
+            ));
+        }
+        let (first, bodies) = s.add_conditional(graph, &[], handle, while_, 1).unwrap();
+        // Adding is allowed (as on a GPU); instantiating is not.
+        if nested {
+            s.add_conditional(bodies[0], &[], handle, if_, 1).unwrap();
+        } else {
+            s.add_conditional(graph, &[first], handle, if_, 1).unwrap();
+        }
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and graph.
+        let code = unsafe { (t.cuGraphInstantiate)(&mut exec, graph, 0) };
+        assert_eq!(code, CUresult::CUDA_ERROR_INVALID_VALUE, "nested {nested}");
+        let detail = soft::last_error_detail().unwrap();
+        assert!(
+            detail.contains(&format!(
+                "condition handle {handle:#x} serves two conditional nodes"
+            )),
+            "{detail}"
+        );
+        // SAFETY: destroyed once.
+        ok(unsafe { (t.cuGraphDestroy)(graph) });
+    }
+}

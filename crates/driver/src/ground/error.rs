@@ -170,6 +170,23 @@ pub enum Error {
         /// The region's size in bytes.
         bytes: usize,
     },
+    /// `cuMemHostRegister` refused host memory, most likely because it is
+    /// page-locked already: pinned by `cuMemHostAlloc` (a `PinnedBuffer`, a
+    /// `HostPool` block) or registered, which needs no registration.
+    #[error(
+        "registering {bytes} bytes at {address:#x} with cuMemHostRegister was refused ({source}): {reason}"
+    )]
+    HostRegister {
+        /// The memory's first byte.
+        address: u64,
+        /// Its size in bytes.
+        bytes: usize,
+        /// The driver's code: `CUDA_ERROR_INVALID_VALUE` or
+        /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
+        source: DriverError,
+        /// Why, and what to do instead.
+        reason: &'static str,
+    },
     /// Objects from two different contexts were combined.
     #[error("{what} belongs to context {found}, but the stream belongs to context {expected}")]
     ContextMismatch {

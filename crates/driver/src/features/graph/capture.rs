@@ -9,6 +9,7 @@ use super::exec::Graph;
 use crate::enqueue::order::{CaptureOrder, Touches};
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,6 +69,10 @@ pub struct Capture {
     /// into (its own id, but for the body of a conditional node): the
     /// family a [`Condition`](super::Condition) is valid in.
     pub(super) family: u64,
+    /// The conditions of this family that already have their conditional
+    /// node, shared with the family's body captures: CUDA refuses to
+    /// instantiate a graph where one condition serves two nodes.
+    pub(super) conditioned: Arc<Mutex<HashSet<u64>>>,
     /// Whether the graph is this capture's own (the body of a conditional
     /// node belongs to its node, and is never destroyed here).
     pub(super) owns_graph: bool,
@@ -143,6 +148,7 @@ impl Stream {
             nodes: 0,
             open: true,
             family: into.map_or(id, |(_, family)| family),
+            conditioned: Arc::default(),
             owns_graph: into.is_none(),
             order: CaptureOrder::begin(self),
         })

@@ -17,7 +17,8 @@ use crate::enqueue::protocol::Use;
 use crate::features::launch::KernelArg;
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, MutexGuard};
 use sys::{
     CU_GRAPH_COND_ASSIGN_DEFAULT, CUDA_CONDITIONAL_NODE_PARAMS, CUgraph,
     CUgraphConditionalNodeType, CUgraphNode, CUgraphNodeParams, CUgraphNodeType,
@@ -32,6 +33,11 @@ pub const CONDITIONAL_DRIVER_VERSION: i32 = 12040;
 /// start of every launch of the graph. Valid in the capture that made it
 /// ([`Capture::condition`]) and in the bodies of its conditional nodes; a
 /// conditional node of another capture refuses it.
+///
+/// A condition serves one conditional node: CUDA refuses to instantiate a
+/// graph where two nodes share one (`CUDA_ERROR_INVALID_VALUE`), so a second
+/// [`Capture::while_loop`] or [`Capture::if_then`] on it is refused. Make
+/// one condition per node.
 ///
 /// A kernel receives it as an argument ([`Condition::arg`], a
 /// `cudaGraphConditionalHandle`, 8 bytes).
@@ -145,6 +151,12 @@ impl Capture {
         self.conditional(stream, condition, kind, body)
     }
 
+    /// The conditions of this capture's family that have their node (a
+    /// poisoned lock still holds a valid set: each change is one insert).
+    fn conditioned_lock(&self) -> MutexGuard<'_, HashSet<u64>> {
+        self.conditioned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The graph under capture on `stream` and the nodes its next work
     /// depends on.
     fn capture_point(&self, stream: &Stream) -> Result<(CUgraph, Vec<CUgraphNode>)> {
@@ -191,6 +203,15 @@ impl Capture {
                 ),
             });
         }
+        if self.conditioned_lock().contains(&condition.raw) {
+            return Err(Error::Conditional {
+                reason: format!(
+                    "condition {:#x} already has its conditional node; CUDA refuses a graph \
+                     where one condition serves two nodes, so make a condition per node",
+                    condition.raw
+                ),
+            });
+        }
         let ctx = stream.context();
         ctx.bind()?;
         let (graph, deps) = self.capture_point(stream)?;
@@ -218,6 +239,7 @@ impl Capture {
                 &mut params,
             )
         })?;
+        self.conditioned_lock().insert(condition.raw);
         // SAFETY: the node's driver-owned array of one body graph.
         let body_graph = unsafe { *params.__bindgen_anon_1.conditional.phGraph_out };
         // SAFETY: a node of the graph under capture on `stream`.
@@ -234,6 +256,7 @@ impl Capture {
         // stream of its own (a stream takes part in one capture at a time).
         let body_stream: Arc<Stream> = Stream::new(ctx)?;
         let mut inner = body_stream.begin_capture_into(Some((body_graph, self.family)))?;
+        inner.conditioned = Arc::clone(&self.conditioned);
         let captured = body(&mut inner).and_then(|()| self.adopt_body(stream, &mut inner));
         if let Err(err) = captured {
             // The node is in the graph with part of a body: the whole

@@ -12,6 +12,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use sys::CUresult;
 
 /// A `&'a mut [T]` (a `Vec`'s contents, a memory-mapped file) registered
 /// with the driver (`cuMemHostRegister`), usable as [`HostMemory`](crate::HostMemory)
@@ -83,9 +84,11 @@ impl<'a, T: DeviceCopy> HostRegistered<'a, T> {
     }
 
     /// Register `data` (`cuMemHostRegister`, flags 0). Empty slices are
-    /// refused ([`Error::ZeroSize`]); so is memory the driver refuses (already
-    /// registered, sharing a page with another registration, or from
-    /// `cuMemHostAlloc`), with the driver's error.
+    /// refused ([`Error::ZeroSize`]); so is memory that is page-locked
+    /// already ([`Error::HostRegister`]): registered, sharing a page with
+    /// another registration, or from `cuMemHostAlloc` (a
+    /// [`PinnedBuffer`](crate::PinnedBuffer) or a pool's block, which needs
+    /// no registration: copy with it directly).
     ///
     /// # Safety
     /// The value must be dropped (not leaked with `std::mem::forget`, an
@@ -109,7 +112,8 @@ impl<'a, T: DeviceCopy> HostRegistered<'a, T> {
         // context is current. Registration changes no byte of the memory.
         let code =
             unsafe { (ctx.driver().cuMemHostRegister)(ptr.as_ptr().cast::<c_void>(), bytes, 0) };
-        ctx.check(code)?;
+        ctx.check(code)
+            .map_err(|err| refusal(err, ptr.as_ptr() as u64, bytes))?;
         Ok(Self {
             ctx: Arc::clone(ctx),
             ptr,
@@ -134,6 +138,35 @@ impl<'a, T: DeviceCopy> HostRegistered<'a, T> {
         self.tracker.wait_host(&self.ctx, true)?;
         // SAFETY: as in `as_slice`, and no stream uses them (waited above).
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+}
+
+/// The error for a refused registration of `bytes` bytes at `address`: the
+/// two codes a GPU driver gives memory that is page-locked already become
+/// [`Error::HostRegister`], saying so; any other stays the driver's.
+fn refusal(err: Error, address: u64, bytes: usize) -> Error {
+    let Error::Driver(source) = err else {
+        return err;
+    };
+    let reason = match source.code() {
+        // What a GPU driver answers for memory from cuMemHostAlloc (an H100,
+        // CUDA 13.0), and for memory that is not host memory.
+        CUresult::CUDA_ERROR_INVALID_VALUE => {
+            "CUDA refuses memory that is page-locked already, such as that of a PinnedBuffer \
+             or a host pool's block (from cuMemHostAlloc), which needs no registration: copy \
+             with it directly; it also refuses memory that is not host memory"
+        }
+        CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => {
+            "the memory, or a page it shares with other memory, is registered already \
+             (another HostRegistered?); registered memory needs no second registration"
+        }
+        _ => return Error::Driver(source),
+    };
+    Error::HostRegister {
+        address,
+        bytes,
+        source,
+        reason,
     }
 }
 
