@@ -116,6 +116,11 @@ pub struct Context {
     /// The service that stands on this context (the reactor that wakes its
     /// futures), made on first use by the layer that defines it.
     service: OnceLock<Box<dyn ContextService>>,
+    /// The context's shared event pool while anything holds it
+    /// ([`Context::event_pool`], defined beside the pool): weak, since the
+    /// pool's events hold the context, and typed by the pool's file so that
+    /// this lower file does not name it.
+    pub(crate) shared_events: Mutex<Weak<dyn Any + Send + Sync>>,
     /// Ids of the contexts this one has peer access to.
     peers: Mutex<Vec<u64>>,
     /// Stream captures open in this context ([`crate::Capture`]).
@@ -327,6 +332,7 @@ impl Context {
             id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
             info: DeviceInfo::default(),
             service: OnceLock::new(),
+            shared_events: Mutex::new(Weak::<()>::new()),
             peers: Mutex::default(),
             captures: std::sync::atomic::AtomicUsize::new(0),
             order: crate::enqueue::order::ContextOrder::new(policy),

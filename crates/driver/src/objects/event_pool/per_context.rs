@@ -1,14 +1,11 @@
-//! Each context's shared event pool ([`Context::event_pool`]), found by the
-//! context's id: the pool stands on the context (its events hold it), so the
-//! context does not hold the pool; this registry does, weakly.
+//! Each context's shared event pool ([`Context::event_pool`]): the pool
+//! stands on the context (its events hold it), so the context keeps only a
+//! weak, untyped slot for it, filled here.
 
 use super::EventPool;
 use crate::objects::context::Context;
-use std::sync::{Arc, Mutex, Weak};
-
-/// The shared pool of each context that has one alive, by context id (ids
-/// are never reused). Weak: a pool lives while a stream or a caller holds it.
-static SHARED: Mutex<Vec<(u64, Weak<EventPool>)>> = Mutex::new(Vec::new());
+use std::any::Any;
+use std::sync::Arc;
 
 impl Context {
     /// The context's shared pool of plain and timing events, growing without
@@ -28,19 +25,16 @@ impl Context {
     /// event.synchronize().unwrap();
     /// ```
     pub fn event_pool(self: &Arc<Self>) -> Arc<EventPool> {
-        let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(pool) = shared
-            .iter()
-            .find(|(id, _)| *id == self.id())
-            .and_then(|(_, weak)| weak.upgrade())
+        let mut slot = self.shared_events.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pool) = slot
+            .upgrade()
+            .and_then(|any| any.downcast::<EventPool>().ok())
         {
             return pool;
         }
-        // A missing or dead entry: make the pool, and drop the entries of
-        // pools nobody holds any more (this context's old one among them).
-        shared.retain(|(_, weak)| weak.strong_count() > 0);
         let pool = Arc::new(EventPool::empty(self));
-        shared.push((self.id(), Arc::downgrade(&pool)));
+        let shared: Arc<dyn Any + Send + Sync> = pool.clone();
+        *slot = Arc::downgrade(&shared);
         pool
     }
 }
