@@ -157,9 +157,57 @@ pub enum Error {
         /// What does not match.
         reason: String,
     },
+    /// A process loader's worker died (killed, crashed, a fill that
+    /// panicked, or exited) while it held a job.
+    #[error("process loader: worker {worker} (pid {pid}) {status} {}", holding(*.batch))]
+    WorkerDied {
+        /// The worker's index.
+        worker: usize,
+        /// Its process id.
+        pid: u32,
+        /// The batch it was filling, if it held one.
+        batch: Option<u64>,
+        /// How it ended, e.g. "was killed by signal 9".
+        status: String,
+    },
+    /// A process loader's batch did not arrive within its deadline.
+    #[error(
+        "process loader: batch {batch} did not arrive within {waited:?}: worker {worker} (pid {pid}) holds it"
+    )]
+    WorkerTimeout {
+        /// The worker holding the batch.
+        worker: usize,
+        /// Its process id.
+        pid: u32,
+        /// The batch waited for.
+        batch: u64,
+        /// The deadline.
+        waited: std::time::Duration,
+    },
+    /// A process loader could not set up its processes or memory.
+    #[error("process loader: {what}: {source}")]
+    LoaderIo {
+        /// What it was doing.
+        what: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process loader that failed earlier was asked again; the message is
+    /// the first error's.
+    #[error("the process loader failed earlier: {0}")]
+    LoaderFailed(String),
     /// The managed context was asked for something its mode does not have.
     #[error("{0}")]
     Mode(&'static str),
+}
+
+/// The end of [`Error::WorkerDied`]'s message: the batch a worker held.
+fn holding(batch: Option<u64>) -> String {
+    match batch {
+        Some(batch) => format!("while filling batch {batch}"),
+        None => "while holding no batch".to_owned(),
+    }
 }
 
 /// `Result` with this crate's [`Error`].

@@ -19,7 +19,9 @@
 //! - [`BatchUploader`] / [`plan_transfers`]: decide once whether multi-stream
 //!   batch upload pays, and assign keys to streams balanced by bytes.
 
-#![forbid(unsafe_code)]
+// Only the multi-process loader (shared memory, descriptors passed to
+// child processes, pinning the region) uses `unsafe`.
+#![deny(unsafe_code)]
 
 mod batch_upload;
 mod coordinator;
@@ -29,6 +31,11 @@ mod ids;
 mod managed;
 mod manager;
 mod planner;
+#[allow(
+    unsafe_code,
+    reason = "memfd, mmap and descriptors inherited by worker processes"
+)]
+mod process_loader;
 mod rotation;
 mod stage;
 mod staging;
@@ -56,6 +63,10 @@ pub use planner::{
 };
 /// Stream purposes, from the stream pool.
 pub use pool::StreamPurpose;
+pub use process_loader::{
+    DEFAULT_DEADLINE, Fill, GpuStep, LoadedBatch, ProcessLoader, ProcessLoaderBuilder,
+    WorkerCommand, WorkerId, serve_if_worker,
+};
 pub use rotation::{IterationReport, PIPELINE_DEPTH};
 pub use stage::{GpuPipelineStage, StageArg, StageBuilder};
 pub use triple_buffer::{GpuTripleBuffer, SlotState, SlotStatus, StageGuard};
