@@ -114,7 +114,7 @@
 //! | `events` | `events` | `EventPool`, `OperationCoordinator` (the seed's name for `OperationGraph`), `CrossStreamBarrier`, `AsyncEventWaiter` |
 //! | `allocator` | `allocator` | `StreamOrderedAllocator` (caching or the driver's pool) |
 //! | `profiler` | `profiler` | `StreamProfiler`, reports, Chrome traces |
-//! | `pipeline` | `pipeline` | `GpuTripleBuffer`, `AsyncCoordinator`, `PipelineStageManager`, `ManagedGpuContext`, `BatchUploader` |
+//! | `pipeline` | `pipeline` | `GpuTripleBuffer`, `AsyncCoordinator`, `PipelineStageManager`, `ManagedGpuContext`, `BatchUploader`, `ProcessLoader` |
 //! | `kernels` | `kernels` | the workspace's CUDA kernels and their CPU twins |
 //! | `collectives` | `collectives` | NCCL `Communicator`s, collectives on streams, `Group` |
 //! | `driver::interop::cudarc` | `cudarc` (off by default) | cudarc streams as ours, cudarc slices in our launches, our buffers in cudarc's calls, events across the two |

@@ -70,7 +70,8 @@ impl LoadedBatch {
 /// The program must call [`serve_if_worker`](super::serve_if_worker) first
 /// thing in `main`: by default the workers are the same executable, run again.
 ///
-/// ```
+/// ```standalone_crate
+/// # extern crate kernels as cuda_streams_kernels;
 /// use cuda_streams_pipeline::driver::{Context, DeviceBuffer, Stream};
 /// use cuda_streams_pipeline::{ProcessLoader, serve_if_worker};
 /// use cuda_streams_kernels::typed::Elementwise; // `scale_add`, the normalisation
@@ -87,7 +88,7 @@ impl LoadedBatch {
 ///
 ///     let ctx = Context::new(0)?;
 ///     let len = 1000;
-///     let (mean, std) = (500.0f32, 250.0f32);
+///     let (mean, std) = (512.0f32, 256.0f32); // powers of two: exact in f32
 ///     let kernels = Elementwise::load(&ctx)?;
 ///     let setup = Stream::new(&ctx)?;
 ///     let mut ones = DeviceBuffer::<f32>::new_async(&setup, len)?;

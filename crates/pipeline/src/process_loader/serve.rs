@@ -29,7 +29,7 @@ pub type Fill = fn(batch: u64, out: &mut [f32]);
 /// exits with status 3, one that cannot open the loader's region or socket
 /// with 4, one whose socket fails with 5; the loader's error says which.
 ///
-/// ```
+/// ```standalone_crate
 /// fn ramp(batch: u64, out: &mut [f32]) {
 ///     for (i, value) in out.iter_mut().enumerate() {
 ///         *value = (batch * 10 + i as u64) as f32;

@@ -1,0 +1,161 @@
+//! The multi-process loader: GB/s of batches delivered (filled by worker
+//! processes, uploaded from the shared pinned region, normalised on the
+//! GPU), against the raw pinned H2D line rate (`cuMemcpyHtoDAsync` from
+//! `cuMemHostAlloc` memory, batch-sized copies back to back) in the same
+//! run. The `RATIO` is raw time over ours: 0.90x is 90% of the line rate.
+//!
+//! `benches/anchors/dataloader_anchor.py` prints the same `FIGURE` lines for
+//! PyTorch's `DataLoader(num_workers=N, pin_memory=True)` doing the same
+//! work (same batch size, fill and normalisation), to run in the same GPU
+//! call. `LOADER_WORKERS` sets N (default 8 on a GPU, 2 on the software
+//! driver), `LOADER_BATCH_MIB` the batch size (default 64 MiB on a GPU).
+//!
+//! This binary is also its own worker: `main` serves the fill first.
+
+use cuda_streams_benches::{compare, figure};
+use driver::{Context, DeviceBuffer, Stream};
+use kernels::typed::Elementwise;
+use pipeline::{ProcessLoader, serve_if_worker};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use sys::CUresult;
+
+/// The normalisation, `(x - MEAN) / STD` (the anchor's too).
+const MEAN: f32 = 512.0;
+const STD: f32 = 256.0;
+/// Timed windows; the median is reported.
+const WINDOWS: usize = 3;
+
+/// Batch `batch`: `i % 1024 + 7 * batch`, the anchor's values.
+fn fill(batch: u64, out: &mut [f32]) {
+    let base = (batch * 7) as f32;
+    for chunk in out.chunks_mut(1024) {
+        for (j, value) in chunk.iter_mut().enumerate() {
+            *value = j as f32 + base;
+        }
+    }
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={text:?} is not a count")),
+        Err(_) => default,
+    }
+}
+
+fn ok(code: CUresult) {
+    assert_eq!(code, CUresult::CUDA_SUCCESS, "{:?}", sys::error_name(code));
+}
+
+/// Batch-sized copies from raw `cuMemHostAlloc` memory, back to back:
+/// the line rate, seconds per batch (median of `WINDOWS` windows).
+fn raw_pinned_seconds(ctx: &Arc<Context>, bytes: usize, per_window: usize) -> f64 {
+    ctx.bind().unwrap();
+    let stream = Stream::new(ctx).expect("a stream");
+    let device = DeviceBuffer::<u8>::new_async(&stream, bytes).expect("device memory");
+    let mut host = std::ptr::null_mut::<c_void>();
+    // SAFETY: a valid out-pointer; flags 0; the context is bound above.
+    ok(unsafe { (ctx.driver().cuMemHostAlloc)(&mut host, bytes, 0) });
+    // SAFETY: `bytes` bytes just allocated.
+    unsafe { std::ptr::write_bytes(host.cast::<u8>(), 1, bytes) };
+    let mut windows: Vec<f64> = (0..=WINDOWS)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..per_window {
+                // SAFETY: both regions hold `bytes` bytes and outlive the
+                // copies (synchronised below); nothing writes the source.
+                ok(unsafe {
+                    (ctx.driver().cuMemcpyHtoDAsync)(
+                        device.as_device_ptr(),
+                        host,
+                        bytes,
+                        stream.as_raw(),
+                    )
+                });
+            }
+            stream.synchronize().unwrap();
+            start.elapsed().as_secs_f64() / per_window as f64
+        })
+        .skip(1) // the first window warms up
+        .collect();
+    // SAFETY: from cuMemHostAlloc, freed once; every copy was synchronised.
+    ok(unsafe { (ctx.driver().cuMemFreeHost)(host) });
+    windows.sort_by(f64::total_cmp);
+    windows[windows.len() / 2]
+}
+
+/// The loader's seconds per batch delivered (median of `WINDOWS` windows of
+/// `per_window` batches, after one window of warm-up), checking one value
+/// of every batch.
+fn loader_seconds(ctx: &Arc<Context>, workers: usize, len: usize, per_window: usize) -> f64 {
+    let kernels = Elementwise::load(ctx).expect("the elementwise kernels");
+    let setup = Stream::new(ctx).expect("a stream");
+    let mut ones = DeviceBuffer::<f32>::new_async(&setup, len).expect("device memory");
+    kernels.fill_f32(&setup, 1.0, &mut ones).unwrap();
+    setup.synchronize().unwrap();
+    let windows_total = (WINDOWS + 1) * per_window;
+    let mut loader = ProcessLoader::builder("bench", len)
+        .workers(workers)
+        .batches(windows_total as u64)
+        .gpu_step(move |stream, raw, out| {
+            kernels.scale_add(stream, 1.0 / STD, raw, -MEAN / STD, &ones, out)
+        })
+        .build(ctx)
+        .expect("a process loader");
+    let stream = loader.stream().clone();
+    let mut windows = Vec::with_capacity(WINDOWS);
+    let mut checked = Vec::new();
+    for window in 0..=WINDOWS {
+        let start = Instant::now();
+        for _ in 0..per_window {
+            let batch = loader.next_batch().expect("a batch").expect("not the end");
+            if batch.index().is_multiple_of(per_window as u64) {
+                checked.push(batch); // looked at after the timing
+            }
+        }
+        stream.synchronize().unwrap();
+        if window > 0 {
+            windows.push(start.elapsed().as_secs_f64() / per_window as f64);
+        }
+    }
+    for batch in checked {
+        let values = batch.data().to_vec(&stream).unwrap();
+        let expected = ((batch.index() * 7) as f32 + 5.0 - MEAN) / STD;
+        assert_eq!(values[5], expected, "batch {}", batch.index());
+    }
+    windows.sort_by(f64::total_cmp);
+    windows[windows.len() / 2]
+}
+
+fn main() {
+    serve_if_worker(&[("bench", fill)]);
+    let ctx = Context::new(0).expect("a context");
+    let gpu = ctx.is_gpu();
+    let workers = env_usize("LOADER_WORKERS", if gpu { 8 } else { 2 });
+    let mib = env_usize("LOADER_BATCH_MIB", if gpu { 64 } else { 1 });
+    let bytes = mib << 20;
+    let len = bytes / 4;
+    let per_window = if gpu { 32 } else { 8 };
+
+    let raw = raw_pinned_seconds(&ctx, bytes, per_window);
+    let ours = loader_seconds(&ctx, workers, len, per_window);
+    let secs_to_ns = |s: f64| Duration::from_secs_f64(s).as_nanos() as f64;
+    compare(
+        "process loader batch (fill, upload, normalise) vs raw pinned H2D of the batch",
+        secs_to_ns(ours),
+        secs_to_ns(raw),
+    );
+    figure(
+        &format!("process loader N={workers}, {mib} MiB f32 batches, normalised on the GPU"),
+        bytes as f64 / ours / 1e9,
+        "GB/s",
+    );
+    figure(
+        &format!("H2D raw pinned, {mib} MiB copies"),
+        bytes as f64 / raw / 1e9,
+        "GB/s",
+    );
+}
