@@ -44,19 +44,28 @@ fn stall(batch: u64, out: &mut [f32]) {
     ramp(batch, out);
 }
 
+/// `ramp`, except that the fill of batch `STALLED` panics.
+fn panics(batch: u64, out: &mut [f32]) {
+    assert_ne!(batch, STALLED, "a fill that fails");
+    ramp(batch, out);
+}
+
 /// Not a test: the workers' entry point. In this process it returns at once.
 #[test]
 fn process_loader_worker_entry() {
-    serve_if_worker(&[("ramp", ramp), ("stall", stall)]);
+    serve_if_worker(&[("ramp", ramp), ("stall", stall), ("panics", panics)]);
 }
 
 fn workers_command() -> WorkerCommand {
-    WorkerCommand::current_exe().unwrap().args([
-        "process_loader_worker_entry",
-        "--exact",
-        "--quiet",
-        "--test-threads=1",
-    ])
+    WorkerCommand::current_exe()
+        .unwrap()
+        .args([
+            "process_loader_worker_entry",
+            "--exact",
+            "--quiet",
+            "--test-threads=1",
+        ])
+        .discard_stdout()
 }
 
 /// A loader of `fill` normalising each batch with `scale_add` (`A * x + B * 1`).
@@ -282,7 +291,42 @@ fn a_fill_the_workers_do_not_offer_is_named() {
 }
 
 #[test]
+fn a_worker_whose_fill_panics_is_named_with_its_batch() {
+    let _serial = serial();
+    let ctx = ctx();
+    let mut loader = loader(&ctx, "panics", 2, 10).build(&ctx).unwrap();
+    let taken: Vec<u64> = (0..STALLED)
+        .map(|_| loader.next_batch().unwrap().unwrap().index())
+        .collect();
+    assert_eq!(taken, [0, 1, 2]);
+    let err = loader.next_batch().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::WorkerDied {
+                batch: Some(STALLED),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("exited with status 101 (a panic in its fill?) while filling batch 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_loader_can_move_to_another_thread() {
+    fn send<T: Send>() {}
+    send::<ProcessLoader>();
+    send::<cuda_streams_pipeline::LoadedBatch>();
+}
+
+#[test]
 fn empty_batches_and_no_workers_are_refused() {
+    let _serial = serial();
     let ctx = ctx();
     let err = ProcessLoader::builder("ramp", 0).build(&ctx).unwrap_err();
     assert!(err.to_string().contains("would be empty"), "{err}");

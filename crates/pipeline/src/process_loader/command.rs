@@ -30,6 +30,7 @@ use std::process::{Child, Command, Stdio};
 pub struct WorkerCommand {
     program: PathBuf,
     args: Vec<OsString>,
+    discard_stdout: bool,
 }
 
 impl WorkerCommand {
@@ -38,6 +39,7 @@ impl WorkerCommand {
         Self {
             program: program.into(),
             args: Vec::new(),
+            discard_stdout: false,
         }
     }
 
@@ -62,6 +64,15 @@ impl WorkerCommand {
         self
     }
 
+    /// Send the workers' standard output to `/dev/null` (by default they
+    /// share the GPU process's). Their standard error is always shared.
+    /// A test binary run again as the workers prints its harness's lines
+    /// there, which would read as the lines of the test run itself.
+    pub fn discard_stdout(mut self) -> Self {
+        self.discard_stdout = true;
+        self
+    }
+
     /// The program.
     pub fn program(&self) -> &std::path::Path {
         &self.program
@@ -78,6 +89,9 @@ impl WorkerCommand {
             .env(ENV_WORKER, fill)
             .env(ENV_CHANNEL, spec.to_env())
             .stdin(Stdio::null());
+        if self.discard_stdout {
+            command.stdout(Stdio::null());
+        }
         // SAFETY: the closure runs in the child between fork and exec, where
         // only async-signal-safe calls are allowed: it makes two `fcntl`
         // calls on descriptors it names by number, allocating nothing.

@@ -304,6 +304,8 @@ fn describe(status: ExitStatus, fill: &str) -> String {
         Some(0) => "exited with status 0 without being asked to (did its program call \
                     serve_if_worker?)"
             .to_owned(),
+        // Rust's exit status after a panic in `main`'s thread.
+        Some(101) => "exited with status 101 (a panic in its fill?)".to_owned(),
         Some(code) => format!("exited with status {code}"),
         None => format!("ended ({status})"),
     }
