@@ -198,6 +198,7 @@ fn a_worker_killed_mid_batch_is_named_with_its_batch_and_nothing_leaks() {
         .status()
         .unwrap();
     assert!(killed.success());
+    let device_memory = loader.stream().counters();
     let err = loader.next_batch().unwrap_err();
     match &err {
         Error::WorkerDied {
@@ -221,11 +222,20 @@ fn a_worker_killed_mid_batch_is_named_with_its_batch_and_nothing_leaks() {
             holder.index, holder.pid
         )
     );
-    // Later calls repeat the error; the iterator ends.
+    // Later calls repeat the error; the iterator yields it once, then ends.
     assert!(
         matches!(loader.next_batch(), Err(Error::LoaderFailed(message)) if message == err.to_string())
     );
+    assert!(matches!(loader.next(), Some(Err(Error::LoaderFailed(_)))));
+    assert!(loader.next().is_none());
+    // The buffer uploads land in before the GPU step is still allocated.
+    assert_eq!(device_memory.metrics().current_memory, (LEN * 4) as u64);
     drop(loader);
+    assert_eq!(
+        device_memory.metrics().current_memory,
+        0,
+        "every device buffer freed"
+    );
     for pid in pids {
         assert!(
             !Path::new(&format!("/proc/{pid}")).exists(),

@@ -133,6 +133,8 @@ pub struct ProcessLoader {
     batches: u64,
     batch_len: usize,
     deadline: Duration,
+    /// An error met after a batch was ready, returned by the next call.
+    deferred: Option<Error>,
     /// The first error, repeated by every later call.
     failed: Option<String>,
     /// Whether the iterator has yielded the first error (it then ends).
@@ -201,6 +203,7 @@ impl ProcessLoader {
             batches: config.batches,
             batch_len: config.batch_len,
             deadline: config.deadline,
+            deferred: None,
             failed: None,
             error_yielded: false,
         };
@@ -242,7 +245,10 @@ impl ProcessLoader {
         if let Some(first) = &self.failed {
             return Err(Error::LoaderFailed(first.clone()));
         }
-        let next = self.advance();
+        let next = match self.deferred.take() {
+            Some(err) => Err(err),
+            None => self.advance(),
+        };
         if let Err(err) = &next {
             self.failed = Some(err.to_string());
         }
@@ -258,8 +264,12 @@ impl ProcessLoader {
         loop {
             self.pump()?;
             if let Some(batch) = self.ready.pop_front() {
-                // Keep three in flight behind the one handed out.
-                self.pump()?;
+                // Keep three in flight behind the one handed out. The batch
+                // is whole whatever happens next: a failure here is the next
+                // call's error.
+                if let Err(err) = self.pump() {
+                    self.deferred = Some(err);
+                }
                 return Ok(Some(batch));
             }
             self.wait_for_progress(deadline)?;
