@@ -118,7 +118,13 @@ fn delivers_in_order(workers: usize, batches: u64) {
         loader.next_batch().unwrap().is_none(),
         "the loader stays at its end"
     );
+    let device_memory = stream.counters();
     drop(loader);
+    assert_eq!(
+        device_memory.metrics().current_memory,
+        0,
+        "every device buffer freed"
+    );
     for pid in pids {
         // A reaped child has no /proc entry (a zombie would).
         assert!(
