@@ -28,18 +28,22 @@ PER_WINDOW = 32
 
 
 class Batches(Dataset):
-    """Batch b: i % 1024 + 7 * b, as the bench's fill writes it."""
+    """Batch b: i % 1024 + 7 * b, as the bench's fill writes it.
+
+    The i % 1024 pattern is made once (and shared with the workers by fork),
+    so a worker's work per batch is one pass writing the batch, as the
+    bench's fill is.
+    """
 
     def __init__(self, count, length):
         self.count = count
-        self.length = length
+        self.pattern = torch.arange(length, dtype=torch.int64).remainder_(1024).to(torch.float32)
 
     def __len__(self):
         return self.count
 
     def __getitem__(self, batch):
-        values = torch.arange(self.length, dtype=torch.int64).remainder_(1024).to(torch.float32)
-        return values.add_(float(7 * batch))
+        return self.pattern + float(7 * batch)
 
 
 def loader_seconds(workers, length):
