@@ -1,6 +1,6 @@
 //! The multi-process loader with real worker processes: this test binary
-//! runs itself again as the workers, with only `process_loader_worker_entry`
-//! selected, which serves the fills below.
+//! runs itself again as the workers, with only the ignored
+//! `process_loader_worker_entry` selected, which serves the fills below.
 
 mod common;
 
@@ -50,8 +50,10 @@ fn panics(batch: u64, out: &mut [f32]) {
     ramp(batch, out);
 }
 
-/// Not a test: the workers' entry point. In this process it returns at once.
+/// Not a test: the workers' entry point, run by the tests below in child
+/// processes (`--ignored`), where it never returns.
 #[test]
+#[ignore = "the loader's workers: run as child processes by the tests of this file"]
 fn process_loader_worker_entry() {
     serve_if_worker(&[("ramp", ramp), ("stall", stall), ("panics", panics)]);
 }
@@ -62,8 +64,8 @@ fn workers_command() -> WorkerCommand {
         .args([
             "process_loader_worker_entry",
             "--exact",
+            "--ignored",
             "--quiet",
-            "--test-threads=1",
         ])
         .discard_stdout()
 }

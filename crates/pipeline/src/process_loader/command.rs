@@ -19,10 +19,11 @@ use std::process::{Child, Command, Stdio};
 ///
 /// ```
 /// use cuda_streams_pipeline::WorkerCommand;
-/// // A test binary re-runs itself with only the test that serves the fill
-/// // (see the guide, docs/host-memory.md):
+/// // A test binary re-runs itself with only the (ignored) test that serves
+/// // the fill (see the guide, docs/host-memory.md):
 /// let command = WorkerCommand::current_exe()?
-///     .args(["loader_worker_entry", "--exact", "--quiet", "--nocapture"]);
+///     .args(["loader_worker_entry", "--exact", "--ignored", "--quiet"])
+///     .discard_stdout();
 /// assert!(command.program().is_absolute());
 /// # Ok::<(), std::io::Error>(())
 /// ```
