@@ -8,7 +8,7 @@
 //! driver the figures say nothing about a GPU: kernels are CPU twins and
 //! nothing contends for SMs there.
 
-use cuda_streams::driver::{Context, Kernel, LaunchConfig, Module, Stream};
+use cuda_streams::driver::{Context, Event, Kernel, LaunchConfig, Module, Stream};
 use cuda_streams::kernels;
 use cuda_streams::pool::{QosPool, QosSettings, ServiceClass};
 use std::error::Error;
@@ -107,12 +107,17 @@ pub(crate) fn run(args: &QosArgs) -> QosResult<()> {
         launch_background(&background, &spin, 1, 1)?;
         background.synchronize()?;
         let blocks = sms * 4;
-        let start = Instant::now();
+        // The background's own span, timed by the device between two
+        // events on its stream: the host's clock would also count the
+        // urgent loop, which may end after the background.
+        let (begun, ended) = (Event::timing(&ctx)?, Event::timing(&ctx)?);
+        begun.record(&background)?;
         launch_background(&background, &spin, blocks, args.background)?;
+        ended.record(&background)?;
         let urgent = urgent_loop(&pool.stream(ServiceClass::Urgent), &spin, args.samples)?;
         background.synchronize()?;
-        let per_ms =
-            f64::from(blocks) * args.background as f64 / (start.elapsed().as_secs_f64() * 1e3);
+        let span = Event::elapsed(&begun, &ended)?;
+        let per_ms = f64::from(blocks) * args.background as f64 / (span.as_secs_f64() * 1e3);
         rows.push(row(case, &urgent, Some(per_ms)));
     }
     println!();
