@@ -384,6 +384,14 @@ pub struct Driver {
         numDependencies: usize,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult,
+    /// `cuGraphAddDependencies_v2`
+    pub cuGraphAddDependencies: unsafe extern "C" fn(
+        hGraph: CUgraph,
+        from: *const CUgraphNode,
+        to: *const CUgraphNode,
+        edgeData: *const CUgraphEdgeData,
+        numDependencies: usize,
+    ) -> CUresult,
     /// `cuGetErrorName`
     pub cuGetErrorName: unsafe extern "C" fn(
         error: CUresult,
@@ -397,7 +405,7 @@ pub struct Driver {
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 75usize] = [
+pub const SYMBOLS: [(&str, &str); 76usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -471,6 +479,7 @@ pub const SYMBOLS: [(&str, &str); 75usize] = [
     ("cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph"),
     ("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3"),
     ("cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2"),
+    ("cuGraphAddDependencies", "cuGraphAddDependencies_v2"),
     ("cuGetErrorName", "cuGetErrorName"),
     ("cuGetErrorString", "cuGetErrorString"),
 ];
@@ -572,6 +581,7 @@ impl Driver {
         let cuStreamUpdateCaptureDependencies = resolve(
             "cuStreamUpdateCaptureDependencies_v2",
         );
+        let cuGraphAddDependencies = resolve("cuGraphAddDependencies_v2");
         let cuGetErrorName = resolve("cuGetErrorName");
         let cuGetErrorString = resolve("cuGetErrorString");
         if !missing.is_empty() {
@@ -1089,6 +1099,16 @@ impl Driver {
                         flags: ::std::os::raw::c_uint,
                     ) -> CUresult,
                 >(cuStreamUpdateCaptureDependencies),
+                cuGraphAddDependencies: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        hGraph: CUgraph,
+                        from: *const CUgraphNode,
+                        to: *const CUgraphNode,
+                        edgeData: *const CUgraphEdgeData,
+                        numDependencies: usize,
+                    ) -> CUresult,
+                >(cuGraphAddDependencies),
                 cuGetErrorName: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

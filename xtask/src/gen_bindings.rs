@@ -104,6 +104,10 @@ const ENTRY_POINTS: &[&str] = &[
     "cuStreamBeginCaptureToGraph",
     "cuStreamGetCaptureInfo",
     "cuStreamUpdateCaptureDependencies",
+    // An edge into a node already captured (CUDA 12.3+): the order check's
+    // repair of a conditional node, whose accesses are known only once its
+    // body is captured after it.
+    "cuGraphAddDependencies",
     // Errors.
     "cuGetErrorName",
     "cuGetErrorString",

@@ -475,3 +475,50 @@ fn threads_forking_their_own_writes_off_a_shared_stream_are_ordered() {
     });
     shared.synchronize().unwrap();
 }
+
+/// A conditional node's accesses are known only once its body is captured,
+/// after the node is in the graph: under `Auto` the repair must make the
+/// node itself follow the writer, not the work captured after it. The
+/// repaired graph has the topology of one ordered by hand (an update from
+/// one to the other is accepted), and the body's write lands last.
+#[test]
+fn auto_orders_a_conditional_node_after_the_writer_its_body_races_with() {
+    let ctx = Context::new(0).unwrap();
+    let _policy = policy(&[&ctx], OrderPolicy::Auto);
+    let (main, side) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let data = Arc::new(DeviceBuffer::from_slice(&main, &[0u32; 256]).unwrap());
+    main.synchronize().unwrap();
+    let capture = |by_hand: bool| {
+        let mut capture = main.begin_capture().unwrap();
+        capture.fork(&main, &[&side]).unwrap();
+        capture.memset_u8(&side, &data, 1).unwrap();
+        if by_hand {
+            capture.join(&main, &[&side]).unwrap();
+        }
+        let once = capture.condition(&main, 1).unwrap();
+        capture
+            .if_then(&main, once, |body| {
+                let origin = Arc::clone(body.origin());
+                body.memset_u8(&origin, &data, 2)
+            })
+            .unwrap();
+        if !by_hand {
+            capture.join(&main, &[&side]).unwrap();
+        }
+        capture.end().unwrap()
+    };
+    let waits = ctx.ordering_stats().inserted_waits;
+    let repaired = capture(false);
+    assert_eq!(
+        ctx.ordering_stats().inserted_waits,
+        waits + 1,
+        "the race was repaired"
+    );
+    let ordered = capture(true);
+    assert_eq!(ctx.ordering_stats().inserted_waits, waits + 1);
+    let mut exec = repaired.instantiate().unwrap();
+    exec.update(&ordered)
+        .expect("the repaired node depends on the writer, as the ordered one does");
+    exec.launch(&main).unwrap();
+    assert_eq!(data.to_vec(&main).unwrap(), [0x0202_0202; 256]);
+}

@@ -225,6 +225,7 @@ pub fn driver() -> &'static Driver {
         cuStreamBeginCaptureToGraph,
         cuStreamGetCaptureInfo,
         cuStreamUpdateCaptureDependencies,
+        cuGraphAddDependencies,
         cuGetErrorName,
         cuGetErrorString,
     };

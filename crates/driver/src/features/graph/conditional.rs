@@ -12,7 +12,7 @@
 
 use super::args::{ArgInner, GraphArg};
 use super::capture::Capture;
-use crate::enqueue::order::Touches;
+use crate::enqueue::order::{CaptureOrder, Touch, Touches};
 use crate::enqueue::protocol::Use;
 use crate::features::launch::KernelArg;
 use crate::ground::error::{Error, Result};
@@ -268,6 +268,54 @@ impl Capture {
         Ok(())
     }
 
+    /// Check the node just placed on `stream` (the stream's only capture
+    /// dependency) within the graph's order. Under `Auto` the check repairs
+    /// a race with a wait captured on `stream`, which comes after the node:
+    /// the nodes that wait brought in become the node's own dependencies.
+    fn check_placed(
+        &self,
+        order: &mut CaptureOrder,
+        stream: &Stream,
+        touches: &[Touch],
+    ) -> Result<()> {
+        let (graph, placed) = self.capture_point(stream)?;
+        let races = order.check(stream, "conditional node", touches)?;
+        let (_, now) = self.capture_point(stream)?;
+        let waited: Vec<CUgraphNode> = now.into_iter().filter(|n| !placed.contains(n)).collect();
+        if !waited.is_empty() {
+            let ctx = stream.context();
+            for node in &placed {
+                let to = vec![*node; waited.len()];
+                // SAFETY: the graph under capture, nodes of it; the node
+                // was added after every node in `waited`, so no cycle.
+                ctx.check(unsafe {
+                    (ctx.driver().cuGraphAddDependencies)(
+                        graph,
+                        waited.as_ptr(),
+                        to.as_ptr(),
+                        std::ptr::null(),
+                        waited.len(),
+                    )
+                })?;
+            }
+            let mut placed = placed;
+            // SAFETY: nodes of the graph under capture on `stream`; the
+            // next work depends on the node alone again, as it does on
+            // what the node now follows.
+            ctx.check(unsafe {
+                (ctx.driver().cuStreamUpdateCaptureDependencies)(
+                    stream.as_raw(),
+                    placed.as_mut_ptr(),
+                    std::ptr::null(),
+                    placed.len(),
+                    CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0,
+                )
+            })?;
+        }
+        order.record(stream, "conditional node", touches, races);
+        Ok(())
+    }
+
     /// End the body capture `inner` and take over what it keeps alive;
     /// refuses what a body may not hold.
     fn adopt_body(&mut self, stream: &Stream, inner: &mut Capture) -> Result<()> {
@@ -294,9 +342,10 @@ impl Capture {
         // The node touches what its body touches, checked within the
         // graph's order like any other node (after it is in the graph, as
         // for `record_external`).
-        if let Some(order) = &mut self.order {
-            let races = order.check(stream, "conditional node", &touches)?;
-            order.record(stream, "conditional node", &touches, races);
+        if let Some(mut order) = self.order.take() {
+            let checked = self.check_placed(&mut order, stream, &touches);
+            self.order = Some(order);
+            checked?;
         }
         for (memory, writable) in &resources.buffers {
             self.resources.add_buffer(memory, *writable);
