@@ -59,6 +59,7 @@ pub mod env;
 mod error_names;
 #[rustfmt::skip]
 mod green_table;
+mod ipc_table;
 mod load;
 pub mod nccl;
 pub mod nvrtc;
@@ -70,5 +71,6 @@ pub use bindings::*;
 pub use driver_table::{Driver, SYMBOLS};
 pub use error_names::error_name;
 pub use green_table::{GreenContexts, SYMBOLS as GREEN_SYMBOLS};
+pub use ipc_table::{Ipc, SYMBOLS as IPC_SYMBOLS};
 pub use load::{LIBCUDA, Library, LoadError, SettingUse};
 pub use result::DriverError;
