@@ -125,3 +125,85 @@ fn child_doubles_the_buffer() {
     channel.send_signal(RECORDED).unwrap();
     stream.synchronize().unwrap();
 }
+
+/// Signal of a child whose buffer and event the parent holds.
+const SENT: u64 = 3;
+
+#[test]
+fn memory_outlives_the_process_that_exported_it() {
+    let ctx = Context::new(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let (listener, token) = listen("outlives");
+    let mut child = spawn("child_exports_and_exits", &listener, token);
+    let mut channel = listener.accept(DEADLINE).unwrap();
+    let shared = channel.receive_buffer::<u32>(&ctx).unwrap();
+    let written = channel.receive_event(&ctx).unwrap();
+    assert_eq!(channel.receive_signal().unwrap(), SENT);
+    written.wait_on(&stream).unwrap();
+    // The exporter has unmapped and released everything, and exited.
+    channel.send_signal(RELEASE).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the child process: {status}");
+    assert_eq!(shared.exporter_pid(), Some(child.id()));
+    assert_eq!(shared.to_vec(&stream).unwrap(), vec![77; LEN]);
+}
+
+#[test]
+#[ignore = "the child of memory_outlives_the_process_that_exported_it"]
+fn child_exports_and_exits() {
+    let ctx = Context::new(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut channel = connect();
+    let mut shared = SharedDeviceBuffer::<u32>::new(&ctx, LEN).unwrap();
+    stream.memset_u32_async(&mut shared, 77).unwrap();
+    let written = SharedEvent::new(&ctx).unwrap();
+    written.record(&stream).unwrap();
+    channel.send_buffer(&shared).unwrap();
+    channel.send_event(&written).unwrap();
+    channel.send_signal(SENT).unwrap();
+    assert_eq!(channel.receive_signal().unwrap(), RELEASE);
+    drop(shared);
+}
+
+#[test]
+fn a_record_whose_process_died_fails_the_wait_instead_of_hanging() {
+    let ctx = Context::new(0).unwrap();
+    if ctx.is_gpu() {
+        eprintln!(
+            "skipped: what CUDA does with a dead process's pending record is the driver's; \
+             the software driver's answer is tested here"
+        );
+        return;
+    }
+    let (listener, token) = listen("died");
+    let mut child = spawn("child_records_and_hangs", &listener, token);
+    let mut channel = listener.accept(DEADLINE).unwrap();
+    let event = channel.receive_event(&ctx).unwrap();
+    assert_eq!(channel.receive_signal().unwrap(), RECORDED);
+    assert!(!event.query().unwrap());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let err = event.synchronize().unwrap_err().to_string();
+    assert!(err.contains(&format!("process {}", child.id())), "{err}");
+    assert!(err.contains("exited before the record completed"), "{err}");
+}
+
+#[test]
+#[ignore = "the child of a_record_whose_process_died_fails_the_wait_instead_of_hanging"]
+fn child_records_and_hangs() {
+    let ctx = Context::new(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut channel = connect();
+    let event = SharedEvent::new(&ctx).unwrap();
+    channel.send_event(&event).unwrap();
+    // Held until the parent speaks, which it never does: it kills us.
+    let mut held = channel.try_clone().unwrap();
+    stream
+        .add_callback(move || {
+            let _ = held.receive_signal();
+        })
+        .unwrap();
+    event.record(&stream).unwrap();
+    channel.send_signal(RECORDED).unwrap();
+    stream.synchronize().unwrap();
+}

@@ -18,7 +18,7 @@ fn refused(reason: String) -> Error {
 
 /// `ctx`'s device UUID: the same in every process, unlike ordinals (which
 /// `CUDA_VISIBLE_DEVICES` renumbers).
-fn device_uuid(ctx: &Context) -> Result<[u8; 16]> {
+pub(super) fn device_uuid(ctx: &Context) -> Result<[u8; 16]> {
     let ipc = ipc_of(ctx)?;
     let mut uuid = CUuuid::default();
     // SAFETY: writes one UUID through a valid pointer.
