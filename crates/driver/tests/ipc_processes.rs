@@ -146,6 +146,12 @@ fn memory_outlives_the_process_that_exported_it() {
     assert!(status.success(), "the child process: {status}");
     assert_eq!(shared.exporter_pid(), Some(child.id()));
     assert_eq!(shared.to_vec(&stream).unwrap(), vec![77; LEN]);
+    // What is left of the exporter is a closed channel, said plainly.
+    let gone = channel.receive_signal().unwrap_err().to_string();
+    assert!(
+        gone.contains(&format!("peer process {} closed the channel", child.id())),
+        "{gone}"
+    );
 }
 
 #[test]

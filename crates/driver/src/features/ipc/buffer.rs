@@ -57,13 +57,6 @@ pub struct SharedDeviceBuffer<T: DeviceCopy> {
     _marker: PhantomData<T>,
 }
 
-// SAFETY: the handles are plain numbers that the driver accepts from any
-// thread; the tracker is behind a lock.
-unsafe impl<T: DeviceCopy> Send for SharedDeviceBuffer<T> {}
-// SAFETY: as above; every method takes `&self` or `&mut self` as the other
-// buffers do.
-unsafe impl<T: DeviceCopy> Sync for SharedDeviceBuffer<T> {}
-
 fn location(ctx: &Context) -> CUmemLocation {
     CUmemLocation {
         type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
