@@ -104,10 +104,24 @@ fn random_u64() -> u64 {
     u64::from_le_bytes(bytes)
 }
 
+/// Whether process `pid` still runs: it exists and is not a zombie (a
+/// process that exited but was not reaped yet runs nothing).
 fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 sends nothing; it only checks that the process exists.
     let sent = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    sent == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    if sent != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    // The state follows the command's closing parenthesis.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next()),
+            Some('Z' | 'X')
+        ),
+        // No /proc entry to read: trust the signal's answer.
+        Err(_) => true,
+    }
 }
 
 impl SharedEvent {

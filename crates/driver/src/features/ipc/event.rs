@@ -142,6 +142,53 @@ impl SharedEvent {
         self.ctx.check(code)
     }
 
+    /// [`synchronize`](Self::synchronize), giving up after `deadline`: for
+    /// a record made by another process, which may die before its work is
+    /// done (CUDA says nothing of what a wait does then). The event is
+    /// asked again and again, spinning at first, then sleeping up to a
+    /// millisecond between questions. The error names the process and the
+    /// deadline; the event stays usable.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, SharedEvent, Stream};
+    /// use std::time::Duration;
+    /// let ctx = Context::new(0).unwrap();
+    /// let stream = Stream::new(&ctx).unwrap();
+    /// let event = SharedEvent::new(&ctx).unwrap();
+    /// let (open, gate) = std::sync::mpsc::channel::<()>();
+    /// stream.add_callback(move || gate.recv().unwrap()).unwrap();
+    /// event.record(&stream).unwrap();
+    /// let err = event.synchronize_within(Duration::from_millis(20)).unwrap_err();
+    /// assert!(err.to_string().contains("not complete within 20ms"), "{err}");
+    /// open.send(()).unwrap();
+    /// event.synchronize_within(Duration::from_secs(30)).unwrap();
+    /// ```
+    pub fn synchronize_within(&self, deadline: std::time::Duration) -> Result<()> {
+        let start = std::time::Instant::now();
+        let mut rounds = 0u32;
+        while !self.query()? {
+            if start.elapsed() >= deadline {
+                let whose = match self.exporter {
+                    Some(pid) => format!("the event opened from process {pid}"),
+                    None => "the event".to_string(),
+                };
+                return Err(crate::Error::Ipc {
+                    reason: format!("{whose} was not complete within {deadline:?}"),
+                });
+            }
+            rounds += 1;
+            if rounds < 64 {
+                std::hint::spin_loop();
+            } else if rounds < 128 {
+                std::thread::yield_now();
+            } else {
+                let micros = u64::from((rounds - 128).min(50)) * 20;
+                std::thread::sleep(std::time::Duration::from_micros(micros.max(20)));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the latest record has completed (`true` for a never-recorded
     /// event, as in CUDA).
     pub fn query(&self) -> Result<bool> {
