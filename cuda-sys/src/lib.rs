@@ -33,7 +33,8 @@
 //! SM partitions (green contexts, CUDA 12.4 and later) have a table of their
 //! own, [`GreenContexts`], because older drivers lack them: loading
 //! [`Driver`] never needs them, and [`optional::green_contexts`] says which
-//! are missing.
+//! are missing. The entry points that share device memory and events
+//! between processes are another such table, [`Ipc`] ([`optional::ipc`]).
 //!
 //! This crate is `unsafe` by nature: every entry point is a foreign function.
 
