@@ -33,7 +33,8 @@
 //! SM partitions (green contexts, CUDA 12.4 and later) have a table of their
 //! own, [`GreenContexts`], because older drivers lack them: loading
 //! [`Driver`] never needs them, and [`optional::green_contexts`] says which
-//! are missing.
+//! are missing. The entry points that share device memory and events
+//! between processes are another such table, [`Ipc`] ([`optional::ipc`]).
 //!
 //! This crate is `unsafe` by nature: every entry point is a foreign function.
 
@@ -59,6 +60,7 @@ pub mod env;
 mod error_names;
 #[rustfmt::skip]
 mod green_table;
+mod ipc_table;
 mod load;
 pub mod nccl;
 pub mod nvrtc;
@@ -70,5 +72,6 @@ pub use bindings::*;
 pub use driver_table::{Driver, SYMBOLS};
 pub use error_names::error_name;
 pub use green_table::{GreenContexts, SYMBOLS as GREEN_SYMBOLS};
+pub use ipc_table::{Ipc, SYMBOLS as IPC_SYMBOLS};
 pub use load::{LIBCUDA, Library, LoadError, SettingUse};
 pub use result::DriverError;

@@ -94,3 +94,42 @@ pub fn green_contexts() -> Result<&'static GreenContexts, &'static [&'static str
     });
     resolved.as_ref().map_err(Vec::as_slice)
 }
+
+/// The entry points that share device memory and events between processes
+/// ([`Ipc`](crate::Ipc)), where libcuda has every one; otherwise the symbols
+/// it lacks (every one when there is no libcuda). Loaded once, together, as
+/// [`green_contexts`] is.
+///
+/// ```
+/// let ipc = cuda_streams_sys::optional::ipc();
+/// if cuda_streams_sys::Driver::load().is_err() {
+///     // No libcuda here: every symbol is missing, and named.
+///     assert!(ipc.err().unwrap().contains(&"cuMemExportToShareableHandle"));
+/// }
+/// ```
+pub fn ipc() -> Result<&'static crate::Ipc, &'static [&'static str]> {
+    static RESOLVED: OnceLock<Result<crate::Ipc, Vec<&'static str>>> = OnceLock::new();
+    let resolved = RESOLVED.get_or_init(|| {
+        let all = || {
+            crate::IPC_SYMBOLS
+                .iter()
+                .map(|&(_, symbol)| symbol)
+                .collect()
+        };
+        // SAFETY: as in `Driver::load`: opening libcuda runs its initialisers,
+        // which are designed to run in any process that dlopens it.
+        let Ok((_, library)) = (unsafe { crate::LIBCUDA.open(crate::LIBCUDA.candidates()) }) else {
+            return Err(all());
+        };
+        // SAFETY: every symbol resolved is the cuda.h function of that name,
+        // whose signature the generated table copies; the library is never
+        // unloaded (forgotten below), so the addresses stay valid.
+        let table = unsafe {
+            crate::Ipc::from_resolver(|symbol| crate::load::symbol_address(&library, symbol))
+        };
+        // Never unloaded, as `Driver::load` never unloads it.
+        std::mem::forget(library);
+        table
+    });
+    resolved.as_ref().map_err(Vec::as_slice)
+}

@@ -157,6 +157,7 @@ pub use features::future::{Completion, CopyFuture};
 pub use features::graph::{
     CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphExec, HostSlot,
 };
+pub use features::ipc::{IpcChannel, IpcListener, IpcToken, SharedDeviceBuffer, SharedEvent};
 pub use features::kernel_decl::KernelDecl;
 pub use features::launch::{KernelArg, LaunchConfig};
 pub use features::module::{Kernel, Module, ModuleImage};

@@ -13,6 +13,7 @@ use crate::context::require;
 use crate::errors::{code, fail, write_out};
 use crate::graph::{Capture, CapturedAt};
 use crate::handles::{Registry, lock};
+use crate::ipc_event::SharedEvent;
 use crate::ops::Template;
 use crate::stream::{Stream, resolve};
 use std::ffi::c_uint;
@@ -26,6 +27,20 @@ pub(crate) struct Event {
     timing: bool,
     device: i32,
     inner: Mutex<Inner>,
+    /// An interprocess event's state, shared with other processes
+    /// (`ipc_event`): its records and waits go through it instead.
+    shared: Option<Arc<SharedEvent>>,
+}
+
+/// Register an event opened from another process's handle.
+pub(crate) fn create_shared(shared: SharedEvent) -> CUevent {
+    let event = Arc::new(Event {
+        timing: false,
+        device: shared.device(),
+        inner: Mutex::new(Inner::default()),
+        shared: Some(Arc::new(shared)),
+    });
+    EVENTS.insert(event) as CUevent
 }
 
 #[derive(Default)]
@@ -40,6 +55,11 @@ struct Inner {
 }
 
 impl Event {
+    /// The interprocess state, for an interprocess event.
+    pub(crate) fn shared(&self) -> Option<&Arc<SharedEvent>> {
+        self.shared.as_ref()
+    }
+
     /// Point the event at `ticket` on `stream`; returns the new generation.
     pub(crate) fn begin_record(&self, stream: Arc<Stream>, ticket: u64) -> u64 {
         let mut inner = lock(&self.inner);
@@ -91,6 +111,13 @@ impl Event {
     }
 
     fn query(&self) -> Result<(), CUresult> {
+        if let Some(shared) = &self.shared {
+            return match shared.reached(shared.latest()) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(CUresult::CUDA_ERROR_NOT_READY),
+                Err(why) => Err(fail(CUresult::CUDA_ERROR_LAUNCH_FAILED, why)),
+            };
+        }
         match self.target() {
             None => Ok(()),
             Some((stream, ticket)) => {
@@ -139,10 +166,16 @@ pub(crate) unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, Flags: c_ui
         if Flags & !known != 0 || (interprocess && !no_timing) || phEvent.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        let shared = if interprocess {
+            Some(Arc::new(SharedEvent::create(device)?))
+        } else {
+            None
+        };
         let event = Arc::new(Event {
             timing: !no_timing,
             device,
             inner: Mutex::new(Inner::default()),
+            shared,
         });
         let handle = EVENTS.insert(event);
         // SAFETY: checked non-null; writable per the API.
@@ -169,6 +202,10 @@ pub(crate) unsafe extern "C" fn cuEventRecord(hEvent: CUevent, hStream: CUstream
                 ),
             ));
         }
+        if event.shared.is_some() {
+            // Another process cannot join this process's capture.
+            stream.check_usable()?;
+        }
         stream.submit(&[Template::Record(event)])
     })())
 }
@@ -184,6 +221,11 @@ pub(crate) unsafe extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult 
     code((|| {
         let event = EVENTS.get(hEvent as usize)?;
         event.refuse_if_captured("cuEventSynchronize")?;
+        if let Some(shared) = &event.shared {
+            return shared
+                .wait(shared.latest())
+                .map_err(|why| fail(CUresult::CUDA_ERROR_LAUNCH_FAILED, why));
+        }
         if let Some((stream, ticket)) = event.target() {
             stream.wait_for(ticket);
             stream.state().fault_status()?;

@@ -78,6 +78,7 @@ mod graph;
 mod green;
 mod handles;
 mod host_register;
+mod ipc_event;
 mod memory;
 mod modules;
 mod nccl;
@@ -88,6 +89,7 @@ mod stream;
 mod stream_api;
 mod stream_memops;
 mod twin;
+mod vmm;
 
 pub use conditional::set_conditional;
 pub use context::{primary_context_retains, refused_in_host_functions};
@@ -252,4 +254,43 @@ pub fn driver() -> &'static Driver {
 /// ```
 pub fn green_contexts() -> &'static sys::GreenContexts {
     &green::TABLE
+}
+
+/// The software driver's table of [`sys::Ipc`]: device memory and events
+/// shared between processes. Physical memory is a memfd (exported as a
+/// POSIX file descriptor), and an interprocess event's state is a shared
+/// page, so two real processes share both (see `docs/host-memory.md`).
+///
+/// ```
+/// use cuda_streams_soft_driver as soft;
+/// use cuda_streams_soft_driver::sys::{CUresult, CUuuid};
+/// let ipc = soft::ipc();
+/// let (mut first, mut again) = (CUuuid::default(), CUuuid::default());
+/// // SAFETY: every pointer passed is a valid local.
+/// unsafe {
+///     assert_eq!((ipc.cuDeviceGetUuid)(&mut first, 0), CUresult::CUDA_SUCCESS);
+///     assert_eq!((ipc.cuDeviceGetUuid)(&mut again, 0), CUresult::CUDA_SUCCESS);
+/// }
+/// // The same device has the same UUID in every process.
+/// assert_eq!(first.bytes, again.bytes);
+/// ```
+pub fn ipc() -> &'static sys::Ipc {
+    use ipc_event::*;
+    use vmm::*;
+    static TABLE: sys::Ipc = sys::Ipc {
+        cuMemGetAllocationGranularity,
+        cuMemCreate,
+        cuMemRelease,
+        cuMemAddressReserve,
+        cuMemAddressFree,
+        cuMemMap,
+        cuMemUnmap,
+        cuMemSetAccess,
+        cuMemExportToShareableHandle,
+        cuMemImportFromShareableHandle,
+        cuIpcGetEventHandle,
+        cuIpcOpenEventHandle,
+        cuDeviceGetUuid,
+    };
+    &TABLE
 }

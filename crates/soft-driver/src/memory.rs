@@ -152,6 +152,9 @@ pub(crate) enum Kind {
     Managed,
     /// `cuMemHostAlloc`: page-locked host memory, not counted as device memory.
     Pinned,
+    /// Physical memory mapped at a reserved range (`cuMemMap`, see `vmm`):
+    /// counted when created, freed by `cuMemUnmap` and `cuMemRelease`.
+    Mapped,
 }
 
 impl Kind {
@@ -161,6 +164,7 @@ impl Kind {
             Kind::Pool => "stream-ordered",
             Kind::Managed => "managed",
             Kind::Pinned => "pinned host",
+            Kind::Mapped => "mapped",
         }
     }
 }
@@ -225,7 +229,7 @@ impl DeviceMemory {
         match kind {
             Kind::Device | Kind::Managed => rounded,
             Kind::Pool => (self.pool.used + rounded).saturating_sub(self.pool.reserved),
-            Kind::Pinned => 0,
+            Kind::Pinned | Kind::Mapped => 0,
         }
     }
 }
@@ -327,7 +331,8 @@ pub(crate) fn allocate(size: usize, kind: Kind, device: i32) -> Result<usize, CU
             pool.used_high = pool.used_high.max(pool.used);
             pool.reserved_high = pool.reserved_high.max(pool.reserved);
         }
-        Kind::Pinned => {}
+        // Mapped memory is entered by `register_mapped`, never allocated here.
+        Kind::Pinned | Kind::Mapped => {}
     }
     memory.allocations.insert(
         ptr,
@@ -373,7 +378,8 @@ pub(crate) fn free(base: usize, kinds: &[Kind]) -> Result<(), CUresult> {
     match allocation.kind {
         Kind::Device | Kind::Managed => dev.device_bytes -= allocation.rounded,
         Kind::Pool => dev.pool.used -= allocation.rounded,
-        Kind::Pinned => {}
+        // Never in `kinds` (`cuMemUnmap` forgets a mapping instead).
+        Kind::Pinned | Kind::Mapped => {}
     }
     drop(memory);
     let layout = raw_layout(allocation.rounded)
@@ -393,6 +399,10 @@ pub(crate) fn begin_free_async(base: usize) -> Result<(), CUresult> {
             CUresult::CUDA_ERROR_INVALID_VALUE,
             format!("{base:#x} is pinned host memory; free it with cuMemFreeHost"),
         )),
+        Some(allocation) if allocation.kind == Kind::Mapped => Err(fail(
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!("{base:#x} is mapped memory; unmap it with cuMemUnmap"),
+        )),
         Some(allocation) if allocation.free_pending => Err(fail(
             CUresult::CUDA_ERROR_INVALID_VALUE,
             format!("{base:#x} is already being freed (double free)"),
@@ -406,6 +416,41 @@ pub(crate) fn begin_free_async(base: usize) -> Result<(), CUresult> {
             format!("{base:#x} is not the start of a live allocation"),
         )),
     }
+}
+
+/// Enter `size` bytes mapped at `base` (by `cuMemMap`) for device `device`:
+/// device memory from now on, checked like any other; `physical` is added
+/// to the device's count (the exporter's creation; 0 for an import).
+pub(crate) fn register_mapped(base: usize, size: usize, device: i32, physical: usize) {
+    let mut memory = lock(&MEMORY);
+    memory.device(device).device_bytes += physical;
+    memory.allocations.insert(
+        base,
+        Allocation {
+            size,
+            rounded: physical,
+            raw: 0,
+            kind: Kind::Mapped,
+            device,
+            free_pending: false,
+            ready: true,
+        },
+    );
+}
+
+/// Forget the mapping at `base` (`cuMemUnmap`); `false` when there is none.
+pub(crate) fn unregister_mapped(base: usize) -> bool {
+    let mut memory = lock(&MEMORY);
+    match memory.allocations.get(&base) {
+        Some(allocation) if allocation.kind == Kind::Mapped => {}
+        _ => return false,
+    }
+    let Some(allocation) = memory.allocations.remove(&base) else {
+        return false;
+    };
+    let dev = memory.device(allocation.device);
+    dev.device_bytes = dev.device_bytes.saturating_sub(allocation.rounded);
+    true
 }
 
 /// Undo [`begin_free_async`] when the free could not be enqueued.

@@ -179,6 +179,15 @@ impl Stream {
             let op = match template {
                 Template::Act(Action::Instance(make)) => Op::Act(make()),
                 Template::Act(action) => Op::Act(action.clone()),
+                Template::Record(event) if event.shared().is_some() => {
+                    crate::ipc_event::record_op(event)
+                }
+                Template::Wait(event) if event.shared().is_some() => {
+                    match crate::ipc_event::wait_op(event) {
+                        Some(op) => op,
+                        None => continue,
+                    }
+                }
                 Template::Record(event) => {
                     let ticket = state.submitted + 1;
                     let generation = event.begin_record(Arc::clone(self), ticket);

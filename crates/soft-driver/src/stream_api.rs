@@ -68,6 +68,10 @@ pub(crate) unsafe extern "C" fn cuStreamWaitEvent(
         if Flags > 1 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        if event.shared().is_some() {
+            // Another process's record cannot be an edge of this capture.
+            stream.check_usable()?;
+        }
         stream.submit(&[Template::Wait(event)])
     })())
 }

@@ -4,7 +4,8 @@
 //! kernel declarations ([`declare`]), loaded modules ([`module`]), run-time
 //! compilation with NVRTC ([`program`]), host callbacks ([`callback`]),
 //! graphs ([`graph`]), futures ([`future`]) and the reactor that wakes them
-//! ([`reactor`]), and interop with other Rust CUDA libraries (`interop`).
+//! ([`reactor`]), interop with other Rust CUDA libraries (`interop`), and device memory and
+//! events shared between processes ([`ipc`]).
 //!
 //! What it may import: every layer below (the ground, the objects, the
 //! enqueue protocol) and other features. Nothing below imports a feature,
@@ -18,6 +19,7 @@ pub(crate) mod future;
 pub(crate) mod graph;
 #[cfg(any(feature = "cudarc", feature = "cust"))]
 pub mod interop;
+pub(crate) mod ipc;
 pub(crate) mod kernel_decl;
 pub(crate) mod launch;
 pub(crate) mod module;

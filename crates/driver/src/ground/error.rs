@@ -577,6 +577,27 @@ pub enum Error {
         /// The entry points it lacks.
         missing: Vec<&'static str>,
     },
+    /// The driver lacks the entry points that share memory and events
+    /// between processes.
+    #[error(
+        "sharing memory and events between processes needs the virtual memory management and \
+         IPC entry points; this driver (version {driver_version}) lacks {}",
+        .missing.join(", ")
+    )]
+    IpcUnsupported {
+        /// The driver's version, as `cuDriverGetVersion` numbers it.
+        driver_version: i32,
+        /// The entry points it lacks.
+        missing: Vec<&'static str>,
+    },
+    /// Sharing memory or an event with another process was refused: a
+    /// forged or stale handle, a handle for another device, a peer that is
+    /// not who it must be, or one that went away.
+    #[error("interprocess sharing: {reason}")]
+    Ipc {
+        /// What was refused, naming the values.
+        reason: String,
+    },
     /// A partition asked for zero SMs.
     #[error("partition {index} asks for 0 SMs: a partition needs at least one")]
     PartitionOfZeroSms {

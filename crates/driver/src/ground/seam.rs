@@ -84,6 +84,34 @@ impl LoadedDriver {
             }),
         }
     }
+
+    /// The entry points that share device memory and events between
+    /// processes: the software driver's own, or libcuda's where it has every
+    /// one; otherwise the error names what it lacks. The safe API is
+    /// [`SharedDeviceBuffer`](crate::SharedDeviceBuffer) and
+    /// [`SharedEvent`](crate::SharedEvent); this is for raw calls.
+    ///
+    /// ```
+    /// let driver = cuda_streams_driver::driver().unwrap();
+    /// match driver.ipc() {
+    ///     Ok(ipc) => println!("IPC: {:p}", ipc.cuMemCreate),
+    ///     Err(err) => println!("no IPC here: {err}"),
+    /// }
+    /// ```
+    pub fn ipc(&self) -> crate::Result<&'static sys::Ipc> {
+        match self.kind {
+            DriverKind::Soft => Ok(soft_driver::ipc()),
+            DriverKind::Cuda => sys::optional::ipc().map_err(|missing| {
+                let mut driver_version = 0;
+                // SAFETY: writes one int through a valid pointer.
+                unsafe { (self.table.cuDriverGetVersion)(&mut driver_version) };
+                crate::Error::IpcUnsupported {
+                    driver_version,
+                    missing: missing.to_vec(),
+                }
+            }),
+        }
+    }
 }
 
 impl DriverKind {

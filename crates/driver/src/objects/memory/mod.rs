@@ -99,6 +99,8 @@ pub use pinned_region::{PinnedRegion, RegionOwner, ReturnedRegion, StreamUse, re
 pub use pool::MemPool;
 pub use registered::HostRegistered;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceView, SharedDeviceSlice};
+/// For buffers defined by features (the shared buffers of `features/ipc`).
+pub(crate) use tracker::UseTracker;
 pub use unified::UnifiedBuffer;
 
 use crate::ground::error::{Error, Result};
