@@ -23,7 +23,9 @@ pub struct Ipc {
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult,
     /// `cuMemRelease`
-    pub cuMemRelease: unsafe extern "C" fn(handle: CUmemGenericAllocationHandle) -> CUresult,
+    pub cuMemRelease: unsafe extern "C" fn(
+        handle: CUmemGenericAllocationHandle,
+    ) -> CUresult,
     /// `cuMemAddressReserve`
     pub cuMemAddressReserve: unsafe extern "C" fn(
         ptr: *mut CUdeviceptr,
@@ -33,7 +35,10 @@ pub struct Ipc {
         flags: ::std::os::raw::c_ulonglong,
     ) -> CUresult,
     /// `cuMemAddressFree`
-    pub cuMemAddressFree: unsafe extern "C" fn(ptr: CUdeviceptr, size: usize) -> CUresult,
+    pub cuMemAddressFree: unsafe extern "C" fn(
+        ptr: CUdeviceptr,
+        size: usize,
+    ) -> CUresult,
     /// `cuMemMap`
     pub cuMemMap: unsafe extern "C" fn(
         ptr: CUdeviceptr,
@@ -65,21 +70,25 @@ pub struct Ipc {
         shHandleType: CUmemAllocationHandleType,
     ) -> CUresult,
     /// `cuIpcGetEventHandle`
-    pub cuIpcGetEventHandle:
-        unsafe extern "C" fn(pHandle: *mut CUipcEventHandle, event: CUevent) -> CUresult,
+    pub cuIpcGetEventHandle: unsafe extern "C" fn(
+        pHandle: *mut CUipcEventHandle,
+        event: CUevent,
+    ) -> CUresult,
     /// `cuIpcOpenEventHandle`
-    pub cuIpcOpenEventHandle:
-        unsafe extern "C" fn(phEvent: *mut CUevent, handle: CUipcEventHandle) -> CUresult,
+    pub cuIpcOpenEventHandle: unsafe extern "C" fn(
+        phEvent: *mut CUevent,
+        handle: CUipcEventHandle,
+    ) -> CUresult,
     /// `cuDeviceGetUuid_v2`
-    pub cuDeviceGetUuid: unsafe extern "C" fn(uuid: *mut CUuuid, dev: CUdevice) -> CUresult,
+    pub cuDeviceGetUuid: unsafe extern "C" fn(
+        uuid: *mut CUuuid,
+        dev: CUdevice,
+    ) -> CUresult,
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
 pub const SYMBOLS: [(&str, &str); 13usize] = [
-    (
-        "cuMemGetAllocationGranularity",
-        "cuMemGetAllocationGranularity",
-    ),
+    ("cuMemGetAllocationGranularity", "cuMemGetAllocationGranularity"),
     ("cuMemCreate", "cuMemCreate"),
     ("cuMemRelease", "cuMemRelease"),
     ("cuMemAddressReserve", "cuMemAddressReserve"),
@@ -87,14 +96,8 @@ pub const SYMBOLS: [(&str, &str); 13usize] = [
     ("cuMemMap", "cuMemMap"),
     ("cuMemUnmap", "cuMemUnmap"),
     ("cuMemSetAccess", "cuMemSetAccess"),
-    (
-        "cuMemExportToShareableHandle",
-        "cuMemExportToShareableHandle",
-    ),
-    (
-        "cuMemImportFromShareableHandle",
-        "cuMemImportFromShareableHandle",
-    ),
+    ("cuMemExportToShareableHandle", "cuMemExportToShareableHandle"),
+    ("cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle"),
     ("cuIpcGetEventHandle", "cuIpcGetEventHandle"),
     ("cuIpcOpenEventHandle", "cuIpcOpenEventHandle"),
     ("cuDeviceGetUuid", "cuDeviceGetUuid_v2"),
@@ -162,7 +165,9 @@ impl Ipc {
                 >(cuMemCreate),
                 cuMemRelease: core::mem::transmute::<
                     *const core::ffi::c_void,
-                    unsafe extern "C" fn(handle: CUmemGenericAllocationHandle) -> CUresult,
+                    unsafe extern "C" fn(
+                        handle: CUmemGenericAllocationHandle,
+                    ) -> CUresult,
                 >(cuMemRelease),
                 cuMemAddressReserve: core::mem::transmute::<
                     *const core::ffi::c_void,

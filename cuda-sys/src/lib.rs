@@ -60,6 +60,7 @@ pub mod env;
 mod error_names;
 #[rustfmt::skip]
 mod green_table;
+#[rustfmt::skip]
 mod ipc_table;
 mod load;
 pub mod nccl;
