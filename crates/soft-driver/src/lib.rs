@@ -78,6 +78,7 @@ mod graph;
 mod green;
 mod handles;
 mod host_register;
+mod launch_ex;
 mod memory;
 mod modules;
 mod nccl;
@@ -147,6 +148,7 @@ pub fn driver() -> &'static Driver {
     use event::*;
     use graph::*;
     use host_register::*;
+    use launch_ex::*;
     use modules::*;
     use pool::*;
     use stream_api::*;
@@ -210,6 +212,7 @@ pub fn driver() -> &'static Driver {
         cuModuleUnload,
         cuModuleGetFunction,
         cuLaunchKernel,
+        cuLaunchKernelEx,
         cuStreamBeginCapture,
         cuStreamEndCapture,
         cuStreamIsCapturing,
