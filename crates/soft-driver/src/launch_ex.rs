@@ -11,8 +11,25 @@
 
 use crate::errors::fail;
 use crate::modules::cuLaunchKernel;
+use crate::stream::resolve;
 use std::ffi::c_void;
-use sys::{CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUresult};
+use sys::{CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUresult, CUstream, DriverError};
+
+/// How many launches on `stream` asked for programmatic stream
+/// serialization (`cuLaunchKernelEx` with
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` set to a nonzero
+/// value) and were accepted: how a test on this driver, where such a launch
+/// runs in ordinary stream order, sees that a launch was programmatic.
+///
+/// ```
+/// use cuda_streams_soft_driver as soft;
+/// // Not a stream of this driver.
+/// assert!(soft::programmatic_launches(0x7777_0000 as soft::sys::CUstream).is_err());
+/// ```
+pub fn programmatic_launches(stream: CUstream) -> Result<u64, DriverError> {
+    let stream = resolve(stream).map_err(|code| code.result().unwrap_err())?;
+    Ok(stream.state().programmatic_launches)
+}
 
 pub(crate) unsafe extern "C" fn cuLaunchKernelEx(
     config: *const CUlaunchConfig,
@@ -37,6 +54,7 @@ pub(crate) unsafe extern "C" fn cuLaunchKernelEx(
             ),
         );
     }
+    let mut programmatic = false;
     for i in 0..config.numAttrs as usize {
         // SAFETY: `attrs` holds `numAttrs` attributes (the API's contract),
         // checked non-null above.
@@ -53,10 +71,12 @@ pub(crate) unsafe extern "C" fn cuLaunchKernelEx(
                 ),
             );
         }
+        // SAFETY: the attribute's id says which member of the union is set.
+        programmatic |= unsafe { attr.value.programmaticStreamSerializationAllowed } != 0;
     }
     // SAFETY: the caller's contract for cuLaunchKernelEx is cuLaunchKernel's
     // for the same function, stream, shape and arguments.
-    unsafe {
+    let code = unsafe {
         cuLaunchKernel(
             f,
             config.gridDimX,
@@ -70,5 +90,12 @@ pub(crate) unsafe extern "C" fn cuLaunchKernelEx(
             kernelParams,
             extra,
         )
+    };
+    if code == CUresult::CUDA_SUCCESS
+        && programmatic
+        && let Ok(stream) = resolve(config.hStream)
+    {
+        stream.state().programmatic_launches += 1;
     }
+    code
 }

@@ -98,6 +98,7 @@ pub use device::{
 };
 pub use errors::last_error_detail;
 pub use green::{SM_COUNT, SM_GRANULARITY};
+pub use launch_ex::programmatic_launches;
 pub use memory::{
     ALIGNMENT, CAPACITY_ENV, CAPACITY_SETTING, DEFAULT_CAPACITY, capacity, device_capacity,
     device_memory_in_use, memory_in_use, set_capacity, set_device_capacity,

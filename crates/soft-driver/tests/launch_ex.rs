@@ -98,6 +98,7 @@ fn a_programmatic_launch_runs_in_stream_order_and_other_attributes_are_refused()
         .result()
         .unwrap();
     assert_eq!(*SEEN.lock().unwrap(), (0..100).collect::<Vec<_>>());
+    assert_eq!(soft::programmatic_launches(stream).unwrap(), 50);
 
     let mut attrs = [CUlaunchAttribute {
         id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
@@ -123,7 +124,9 @@ fn a_programmatic_launch_runs_in_stream_order_and_other_attributes_are_refused()
         )
     };
     assert_eq!(code, CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(soft::programmatic_launches(stream).unwrap(), 50);
     // SAFETY: a live stream, destroyed once.
     unsafe { (table.cuStreamDestroy)(stream) }.result().unwrap();
     assert_eq!(SEEN.lock().unwrap().len(), 100, "a refused launch ran");
+    assert!(soft::programmatic_launches(stream).is_err());
 }
