@@ -30,13 +30,16 @@
 //! - `capture_nodes`: the nodes a [`Capture`] records, one method each;
 //! - `conditional`: [`Condition`] and the conditional nodes
 //!   ([`Capture::while_loop`], [`Capture::if_then`]);
-//! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed.
+//! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed;
+//! - `programmatic`: programmatic dependent launches in a capture
+//!   ([`Capture::launch_programmatic`]), which become programmatic edges.
 
 mod args;
 mod capture;
 mod capture_nodes;
 mod conditional;
 mod exec;
+mod programmatic;
 
 pub use args::{GraphArg, HostSlot};
 pub use capture::Capture;

@@ -1,0 +1,189 @@
+//! Programmatic dependent launch: eager and captured chains of a kernel
+//! that declares `cudaGridDependencySynchronize` compute what plain chains
+//! compute, reach the driver as programmatic launches, and are checked by
+//! the order tracker as plain launches are; a kernel that does not declare
+//! the synchronisation is refused, naming it, before the driver sees it.
+
+mod support;
+
+use cuda_streams_driver::{
+    Context, DeclaredKernel, DeviceBuffer, Error, GraphArg, LaunchConfig, Module, OrderPolicy,
+    Stream, kernel,
+};
+use kernels::{ChainStepF32, FillF32};
+use std::sync::Arc;
+use support::ctx;
+
+const N: usize = 1000;
+const STEPS: usize = 200;
+
+fn chain_step(ctx: &Arc<Context>) -> ChainStepF32 {
+    Module::load(ctx, &kernels::ELEMENTWISE)
+        .unwrap()
+        .kernel()
+        .expect("the image declares chain_step_f32")
+}
+
+/// Launches on `stream` that reached the software driver as programmatic;
+/// `None` on a GPU, which does not count them.
+fn programmatic_launches(stream: &Stream) -> Option<u64> {
+    (!stream.context().is_gpu())
+        .then(|| soft_driver::programmatic_launches(stream.as_raw()).unwrap())
+}
+
+#[test]
+fn an_eager_programmatic_chain_computes_what_a_plain_chain_does() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let step = chain_step(&ctx);
+    let mut a = DeviceBuffer::from_slice(&stream, &[0.0f32; N]).unwrap();
+    let mut b = DeviceBuffer::<f32>::new_async(&stream, N).unwrap();
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    // a -> b -> a ...: every step reads what the step before it wrote, and
+    // overwrites what the step before it read. Every third launch is plain.
+    for i in 0..STEPS {
+        let (from, to) = if i % 2 == 0 {
+            (&a, &mut b)
+        } else {
+            (&b, &mut a)
+        };
+        let to: &mut DeviceBuffer<f32> = to;
+        if i % 3 == 2 {
+            step.launch(&stream, cfg, N as u64, from, to).unwrap();
+        } else {
+            step.launch_programmatic(&stream, cfg, N as u64, from, to)
+                .unwrap();
+        }
+    }
+    assert_eq!(a.to_vec(&stream).unwrap(), vec![STEPS as f32; N]);
+    assert_eq!(stream.metrics().kernel_launches, STEPS as u64);
+    if let Some(count) = programmatic_launches(&stream) {
+        assert_eq!(count, (STEPS - STEPS / 3) as u64);
+    }
+    // The untyped launch of the same kernel: its image declares the sync.
+    let kernel = step.kernel().clone();
+    assert!(kernel.declares_grid_dependency_sync());
+    let args = [N.into(), (&a).into(), (&mut b).into()];
+    stream.launch_programmatic(&kernel, cfg, &args).unwrap();
+    assert_eq!(b.to_vec(&stream).unwrap(), vec![STEPS as f32 + 1.0; N]);
+}
+
+#[test]
+fn a_kernel_that_does_not_declare_the_sync_is_refused_by_name() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill = Module::load(&ctx, &kernels::ELEMENTWISE)
+        .unwrap()
+        .function("fill_f32")
+        .unwrap();
+    assert!(!fill.declares_grid_dependency_sync());
+    let mut out = DeviceBuffer::from_slice(&stream, &[7.0f32; N]).unwrap();
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    let args = [N.into(), 1.0f32.into(), (&mut out).into()];
+    let err = stream.launch_programmatic(&fill, cfg, &args).unwrap_err();
+    assert!(matches!(err, Error::NoGridDependencySync { ref kernel } if kernel == "fill_f32"));
+    assert!(
+        err.to_string().contains("cudaGridDependencySynchronize"),
+        "{err}"
+    );
+    // In a capture too.
+    let out = Arc::new(out);
+    let mut capture = stream.begin_capture().unwrap();
+    let graph_args = [N.into(), 1.0f32.into(), GraphArg::write(&out)];
+    let err = capture
+        .launch_programmatic(&stream, &fill, cfg, &graph_args)
+        .unwrap_err();
+    assert!(matches!(err, Error::NoGridDependencySync { .. }), "{err:?}");
+    drop(capture.end().unwrap());
+    assert_eq!(stream.metrics().kernel_launches, 0);
+    assert_eq!(out.to_vec(&stream).unwrap(), vec![7.0; N]);
+}
+
+#[test]
+fn a_declaration_cannot_claim_the_sync_for_an_image_kernel_that_does_not() {
+    kernel! {
+        /// `fill_f32`, claimed to synchronise: its image does not say so.
+        struct ClaimedFill: fn fill_f32(n: u64, value: f32, out: &mut [f32; n]);
+        twin = per_grid(|_, _n, value, out| out.fill(value));
+        calls cudaGridDependencySynchronize;
+    }
+    const { assert!(ClaimedFill::DECL.grid_dependency_sync && !FillF32::DECL.grid_dependency_sync) };
+    let ctx = ctx();
+    let module = Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
+    let err = module.kernel::<ClaimedFill>().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::DeclarationMismatch {
+                kernel: "fill_f32",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("cudaGridDependencySynchronize"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_captured_programmatic_chain_replays_in_order() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let step = chain_step(&ctx);
+    let kernel = step.kernel();
+    let a = Arc::new(DeviceBuffer::from_slice(&stream, &[0.0f32; N]).unwrap());
+    let b = Arc::new(DeviceBuffer::<f32>::new_async(&stream, N).unwrap());
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    let before = programmatic_launches(&stream);
+    let mut capture = stream.begin_capture().unwrap();
+    for i in 0..STEPS {
+        let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let args = [N.into(), GraphArg::read(from), GraphArg::write(to)];
+        capture
+            .launch_programmatic(&stream, kernel, cfg, &args)
+            .unwrap();
+    }
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    if let (Some(before), Some(after)) = (before, programmatic_launches(&stream)) {
+        assert_eq!(
+            after - before,
+            STEPS as u64,
+            "captured as programmatic launches"
+        );
+    }
+    for _ in 0..3 {
+        exec.launch(&stream).unwrap();
+    }
+    assert_eq!(a.to_vec(&stream).unwrap(), vec![3.0 * STEPS as f32; N]);
+}
+
+#[test]
+fn under_check_an_unordered_programmatic_launch_is_refused_as_a_plain_one_is() {
+    let ctx = ctx();
+    let before = ctx.ordering();
+    ctx.set_ordering(OrderPolicy::Check).unwrap();
+    let step = chain_step(&ctx);
+    let (s1, s2) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    // At home on s2, so s2's launch below makes s2 wait for nothing of s1.
+    let x = DeviceBuffer::from_slice(&s2, &[1.0f32; N]).unwrap();
+    s2.synchronize().unwrap();
+    let mut y = DeviceBuffer::<f32>::new(&ctx, N).unwrap();
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    step.launch_programmatic(&s1, cfg, N as u64, &x, &mut y)
+        .unwrap();
+    // Programmatic on another stream, with no order between the two: the
+    // attribute orders a launch after its own stream's work only.
+    let err = step
+        .launch_programmatic(&s2, cfg, N as u64, &x, &mut y)
+        .unwrap_err();
+    s1.synchronize().unwrap();
+    ctx.set_ordering(before).unwrap();
+    let Error::UnorderedAccess(race) = err else {
+        panic!("expected an unordered access, got {err:?}");
+    };
+    assert_eq!(race.later.kernel.as_deref(), Some("chain_step_f32"));
+    assert_eq!(race.later.argument, Some(2));
+    assert_eq!(s2.metrics().kernel_launches, 0);
+}
