@@ -157,6 +157,7 @@ pub use features::dependent_launch::{GridDependencySync, PDL_SETTING, PdlPolicy}
 pub use features::future::{Completion, CopyFuture};
 pub use features::graph::{
     CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphExec, HostSlot,
+    MULTI_BODY_DRIVER_VERSION,
 };
 pub use features::kernel_decl::KernelDecl;
 pub use features::launch::{KernelArg, LaunchConfig};
