@@ -499,7 +499,9 @@ impl Module {
     ///
     /// # Safety
     /// The declaration's parameters are the kernel's own, as
-    /// [`ModuleImage::declared`](crate::ModuleImage::declared) requires.
+    /// [`ModuleImage::declared`](crate::ModuleImage::declared) requires, and
+    /// a declaration that says `calls cudaGridDependencySynchronize` is
+    /// true of the kernel's body, as that function requires too.
     pub unsafe fn kernel_unchecked<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
         let decl = K::DECL;
         validate_decl(&decl)?;
