@@ -187,3 +187,76 @@ fn under_check_an_unordered_programmatic_launch_is_refused_as_a_plain_one_is() {
     assert_eq!(race.later.argument, Some(2));
     assert_eq!(s2.metrics().kernel_launches, 0);
 }
+
+/// Set by [`the_policy_comes_from_the_environment`] for its child processes.
+const CHILD: &str = "PROGRAMMATIC_LAUNCH_TEST_CHILD";
+
+/// `CUDA_STREAMS_PDL` is read once per process, so each value is tried in a
+/// process of its own: this test binary again, running
+/// [`child_launches_under_the_environments_policy`].
+#[test]
+fn the_policy_comes_from_the_environment() {
+    let exe = std::env::current_exe().unwrap();
+    for value in ["off", "opt-in", "declared", "sometimes"] {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "child_launches_under_the_environments_policy",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("CUDA_STREAMS_PDL", value)
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // A child that ran no test would exit 0 too.
+        assert!(
+            out.status.success()
+                && stdout.contains("child_launches_under_the_environments_policy ... ok"),
+            "CUDA_STREAMS_PDL={value:?}: the child failed\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+#[ignore = "run in a child process by the_policy_comes_from_the_environment"]
+fn child_launches_under_the_environments_policy() {
+    assert!(
+        std::env::var_os(CHILD).is_some(),
+        "run by the_policy_comes_from_the_environment"
+    );
+    let value = std::env::var("CUDA_STREAMS_PDL").unwrap();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let step = chain_step(&ctx);
+    let mut a = DeviceBuffer::from_slice(&stream, &[0.0f32; N]).unwrap();
+    let mut b = DeviceBuffer::<f32>::new_async(&stream, N).unwrap();
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    let Ok(policy) = cuda_streams_driver::PdlPolicy::parse(&value) else {
+        // A bad value is an error naming it, at every launch that needs it.
+        let err = step.launch(&stream, cfg, N as u64, &a, &mut b).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("CUDA_STREAMS_PDL=\"{value}\" is invalid")),
+            "{err}"
+        );
+        assert!(cuda_streams_driver::check_env().is_err());
+        return;
+    };
+    for _ in 0..2 {
+        step.launch(&stream, cfg, N as u64, &a, &mut b).unwrap();
+        step.launch_programmatic(&stream, cfg, N as u64, &b, &mut a)
+            .unwrap();
+    }
+    assert_eq!(a.to_vec(&stream).unwrap(), vec![4.0; N]);
+    let expected = match policy {
+        cuda_streams_driver::PdlPolicy::Off => 0,
+        cuda_streams_driver::PdlPolicy::OptIn => 2,
+        cuda_streams_driver::PdlPolicy::Declared => 4,
+    };
+    if let Some(count) = programmatic_launches(&stream) {
+        assert_eq!(count, expected, "CUDA_STREAMS_PDL={value}");
+    }
+}
