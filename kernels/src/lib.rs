@@ -2,8 +2,8 @@
 //!
 //! Each `kernels/<name>.cu` is compiled by `cargo xtask build-kernels` (nvcc 13.0)
 //! into `kernels/<name>.fatbin` — SASS for sm_80, sm_86, sm_89, sm_90, sm_100 and
-//! sm_120, PTX for compute_80 — which is committed and embedded here, so building
-//! needs no CUDA toolkit. `cargo xtask build-kernels --check` fails when a
+//! sm_120, PTX for compute_80 and compute_90 — which is committed and embedded
+//! here, so building needs no CUDA toolkit. `cargo xtask build-kernels --check` fails when a
 //! committed image is stale.
 //!
 //! | image | function | arguments |
