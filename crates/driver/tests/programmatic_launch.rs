@@ -159,6 +159,49 @@ fn a_captured_programmatic_chain_replays_in_order() {
     assert_eq!(a.to_vec(&stream).unwrap(), vec![3.0 * STEPS as f32; N]);
 }
 
+/// A chain of `steps` programmatic launches over `a` and `b`, captured.
+fn captured_chain(
+    stream: &Arc<Stream>,
+    kernel: &cuda_streams_driver::Kernel,
+    (a, b): (&Arc<DeviceBuffer<f32>>, &Arc<DeviceBuffer<f32>>),
+    steps: usize,
+) -> cuda_streams_driver::Graph {
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    let mut capture = stream.begin_capture().unwrap();
+    for i in 0..steps {
+        let (from, to) = if i % 2 == 0 { (a, b) } else { (b, a) };
+        let args = [N.into(), GraphArg::read(from), GraphArg::write(to)];
+        capture
+            .launch_programmatic(stream, kernel, cfg, &args)
+            .unwrap();
+    }
+    capture.end().unwrap()
+}
+
+#[test]
+fn a_programmatic_chain_takes_new_buffers_by_update() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let step = chain_step(&ctx);
+    let zeros = || Arc::new(DeviceBuffer::from_slice(&stream, &[0.0f32; N]).unwrap());
+    let (a, b, c, d) = (zeros(), zeros(), zeros(), zeros());
+    let mut exec = captured_chain(&stream, step.kernel(), (&a, &b), 10)
+        .instantiate()
+        .unwrap();
+    exec.launch(&stream).unwrap();
+    exec.update(&captured_chain(&stream, step.kernel(), (&c, &d), 10))
+        .unwrap();
+    exec.launch(&stream).unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(a.to_vec(&stream).unwrap(), vec![10.0; N]);
+    assert_eq!(c.to_vec(&stream).unwrap(), vec![20.0; N]);
+    // A chain of another length is another topology: refused.
+    let err = exec
+        .update(&captured_chain(&stream, step.kernel(), (&c, &d), 12))
+        .unwrap_err();
+    assert!(matches!(err, Error::GraphUpdate { .. }), "{err:?}");
+}
+
 #[test]
 fn under_check_an_unordered_programmatic_launch_is_refused_as_a_plain_one_is() {
     let ctx = ctx();
