@@ -294,6 +294,13 @@ pub struct Driver {
         kernelParams: *mut *mut ::std::os::raw::c_void,
         extra: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult,
+    /// `cuLaunchKernelEx`
+    pub cuLaunchKernelEx: unsafe extern "C" fn(
+        config: *const CUlaunchConfig,
+        f: CUfunction,
+        kernelParams: *mut *mut ::std::os::raw::c_void,
+        extra: *mut *mut ::std::os::raw::c_void,
+    ) -> CUresult,
     /// `cuStreamBeginCapture_v2`
     pub cuStreamBeginCapture: unsafe extern "C" fn(
         hStream: CUstream,
@@ -405,7 +412,7 @@ pub struct Driver {
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 76usize] = [
+pub const SYMBOLS: [(&str, &str); 77usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -464,6 +471,7 @@ pub const SYMBOLS: [(&str, &str); 76usize] = [
     ("cuModuleUnload", "cuModuleUnload"),
     ("cuModuleGetFunction", "cuModuleGetFunction"),
     ("cuLaunchKernel", "cuLaunchKernel"),
+    ("cuLaunchKernelEx", "cuLaunchKernelEx"),
     ("cuStreamBeginCapture", "cuStreamBeginCapture_v2"),
     ("cuStreamEndCapture", "cuStreamEndCapture"),
     ("cuStreamIsCapturing", "cuStreamIsCapturing"),
@@ -564,6 +572,7 @@ impl Driver {
         let cuModuleUnload = resolve("cuModuleUnload");
         let cuModuleGetFunction = resolve("cuModuleGetFunction");
         let cuLaunchKernel = resolve("cuLaunchKernel");
+        let cuLaunchKernelEx = resolve("cuLaunchKernelEx");
         let cuStreamBeginCapture = resolve("cuStreamBeginCapture_v2");
         let cuStreamEndCapture = resolve("cuStreamEndCapture");
         let cuStreamIsCapturing = resolve("cuStreamIsCapturing");
@@ -979,6 +988,15 @@ impl Driver {
                         extra: *mut *mut ::std::os::raw::c_void,
                     ) -> CUresult,
                 >(cuLaunchKernel),
+                cuLaunchKernelEx: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        config: *const CUlaunchConfig,
+                        f: CUfunction,
+                        kernelParams: *mut *mut ::std::os::raw::c_void,
+                        extra: *mut *mut ::std::os::raw::c_void,
+                    ) -> CUresult,
+                >(cuLaunchKernelEx),
                 cuStreamBeginCapture: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

@@ -2,8 +2,8 @@
 //!
 //! Each `kernels/<name>.cu` is compiled by `cargo xtask build-kernels` (nvcc 13.0)
 //! into `kernels/<name>.fatbin` — SASS for sm_80, sm_86, sm_89, sm_90, sm_100 and
-//! sm_120, PTX for compute_80 — which is committed and embedded here, so building
-//! needs no CUDA toolkit. `cargo xtask build-kernels --check` fails when a
+//! sm_120, PTX for compute_80 and compute_90 — which is committed and embedded
+//! here, so building needs no CUDA toolkit. `cargo xtask build-kernels --check` fails when a
 //! committed image is stale.
 //!
 //! | image | function | arguments |
@@ -12,6 +12,7 @@
 //! | | `fill_f32` | `(u64 n, f32 value, f32* out)` |
 //! | | `fill_u32` | `(u64 n, u32 value, u32* out)` |
 //! | | `scale_add` | `(u64 n, f32 a, const f32* x, f32 b, const f32* y, f32* out)`: `out[i] = fma(a, x[i], b * y[i])` |
+//! | | `chain_step_f32` | `(u64 n, const f32* x, f32* y)`: `y[i] = x[i] + 1` after `cudaGridDependencySynchronize()` (programmatic dependent launch) |
 //! | [`REDUCE`] | `checksum` | `(u64 n, const u32* data, u64* out)`: `*out +=` [`reference::checksum`]`(data)` |
 //! | [`TIMING`] | `spin` | `(u64 nanoseconds)`: busy-waits on `%globaltimer` |
 //! | [`COMPUTE`] | `compute` | `(u64 n, u32 iterations, const f32* x, f32* y)`: `iterations` dependent FMAs per element |
@@ -59,8 +60,8 @@ pub use driver::{KernelDecl, LaunchDims};
 use image::Aligned;
 pub use image::KernelImage;
 pub use twins::{
-    Checksum, Compute, CountWhileBelow, FillF32, FillU32, JacobiSweep, Saxpy, ScaleAdd,
-    SetWhileF32Above, Spin,
+    ChainStepF32, Checksum, Compute, CountWhileBelow, FillF32, FillU32, JacobiSweep, Saxpy,
+    ScaleAdd, SetWhileF32Above, Spin,
 };
 
 /// A [`KernelImage`] for `kernels/<name>.fatbin`. The bytes live in their own
@@ -72,7 +73,8 @@ macro_rules! kernel_image {
     }};
 }
 
-/// `kernels/elementwise.cu`: `saxpy`, `fill_f32`, `fill_u32`, `scale_add`.
+/// `kernels/elementwise.cu`: `saxpy`, `fill_f32`, `fill_u32`, `scale_add`,
+/// `chain_step_f32`.
 pub static ELEMENTWISE: KernelImage = kernel_image!("elementwise", twins::ELEMENTWISE);
 
 /// `kernels/reduce.cu`: `checksum`.

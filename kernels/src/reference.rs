@@ -15,6 +15,12 @@ pub fn saxpy_element(a: f32, x: f32, y: f32) -> f32 {
     a.mul_add(x, y)
 }
 
+/// One element of `chain_step_f32`: `x + 1`.
+#[inline]
+pub fn chain_step_element(x: f32) -> f32 {
+    x + 1.0
+}
+
 /// One element of `scale_add`: `a * x + (b * y)`, the first product fused.
 #[inline]
 pub fn scale_add_element(a: f32, x: f32, b: f32, y: f32) -> f32 {

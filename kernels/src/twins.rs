@@ -46,6 +46,19 @@ kernel! {
 }
 
 kernel! {
+    /// `chain_step_f32(u64 n, const f32* x, f32* y)`: `y[i] = x[i] + 1`,
+    /// after `cudaGridDependencySynchronize()`, so it may be launched as a
+    /// programmatic dependent launch (`launch_programmatic`).
+    pub struct ChainStepF32: fn chain_step_f32(n: u64, x: &[f32; n], y: &mut [f32; n]);
+    twin = per_grid(|_, _n, x, y| {
+        for (y, x) in y.iter_mut().zip(x) {
+            *y = reference::chain_step_element(*x);
+        }
+    });
+    calls cudaGridDependencySynchronize;
+}
+
+kernel! {
     /// `checksum(u64 n, const u32* data, u64* out)`: `*out +=`
     /// [`reference::checksum`]`(data)`; `out` is one accumulator.
     pub struct Checksum: fn checksum(n: u64, data: &[u32; n], out: &mut [u64; 1]);
@@ -109,7 +122,13 @@ kernel! {
 }
 
 /// The declarations of `elementwise.cu`.
-pub const ELEMENTWISE: &[KernelDecl] = &[Saxpy::DECL, FillF32::DECL, FillU32::DECL, ScaleAdd::DECL];
+pub const ELEMENTWISE: &[KernelDecl] = &[
+    Saxpy::DECL,
+    FillF32::DECL,
+    FillU32::DECL,
+    ScaleAdd::DECL,
+    ChainStepF32::DECL,
+];
 /// The declarations of `reduce.cu`.
 pub const REDUCE: &[KernelDecl] = &[Checksum::DECL];
 /// The declarations of `timing.cu`.

@@ -38,8 +38,12 @@ use std::process::Command;
 /// Blackwell (data centre and consumer).
 const SASS: &[u32] = &[80, 86, 89, 90, 100, 120];
 
-/// The virtual architecture whose PTX is embedded, for GPUs newer than [`SASS`].
-const PTX: u32 = 80;
+/// The virtual architectures whose PTX is embedded, for GPUs without SASS
+/// here (the driver compiles the newest one the GPU can run). compute_90 too,
+/// so that a kernel that calls `cudaGridDependencySynchronize` (sm_90+: no
+/// such call in compute_80 PTX) keeps the call on such a GPU; a programmatic
+/// launch of it there would otherwise race.
+const PTX: &[u32] = &[80, 90];
 
 /// Compile every kernel source; write the fatbins, or with `check` compare them.
 pub(crate) fn run(check: bool) -> Result<()> {
@@ -218,11 +222,11 @@ fn compile(nvcc: &Nvcc, dir: &Path, source: &Path, output: &Path) -> Result<()> 
     cuda_toolchain::run(&mut command).map_err(|e| format!("compiling {}: {e}", source.display()))
 }
 
-/// `-gencode` pairs: SASS for each of [`SASS`], plus SASS and PTX for [`PTX`].
+/// `-gencode` pairs: SASS for each of [`SASS`], plus PTX for each of [`PTX`].
 fn gencode_flags() -> Vec<String> {
     SASS.iter()
         .flat_map(|&sm| {
-            let code = if sm == PTX {
+            let code = if PTX.contains(&sm) {
                 format!("[sm_{sm},compute_{sm}]")
             } else {
                 format!("sm_{sm}")

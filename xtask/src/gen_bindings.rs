@@ -90,6 +90,9 @@ const ENTRY_POINTS: &[&str] = &[
     "cuModuleUnload",
     "cuModuleGetFunction",
     "cuLaunchKernel",
+    // Launches with attributes (CUDA 12.0+): programmatic dependent launch
+    // (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, Hopper+).
+    "cuLaunchKernelEx",
     // Graphs (stream capture).
     "cuStreamBeginCapture",
     "cuStreamEndCapture",

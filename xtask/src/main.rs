@@ -31,7 +31,7 @@ Commands:
                            in release mode into target/gpu-bundle with run.sh
                            (see docs/testing.md)
   build-kernels [--check]  compile kernels/*.cu with nvcc 13.0 into kernels/*.fatbin
-                           (SASS sm_80..sm_120, PTX compute_80); --check rebuilds
+                           (SASS sm_80..sm_120, PTX compute_80, compute_90); --check rebuilds
                            and fails naming each committed image that is stale
   bench-report [--from LOG_DIR] [--out PATH]
                            write docs/benchmarks.md from the benches' RATIO and FIGURE

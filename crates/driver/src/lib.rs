@@ -153,9 +153,11 @@ pub use features::copy::check_len;
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
 /// twin (the software driver's).
 pub use features::declare::{Declared, DeclaredKernel, LaunchDims, Thread, Twin, TwinArgs};
+pub use features::dependent_launch::{GridDependencySync, PDL_SETTING, PdlPolicy};
 pub use features::future::{Completion, CopyFuture};
 pub use features::graph::{
     CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphExec, HostSlot,
+    MULTI_BODY_DRIVER_VERSION,
 };
 pub use features::ipc::{IpcChannel, IpcListener, IpcToken, SharedDeviceBuffer, SharedEvent};
 pub use features::kernel_decl::KernelDecl;

@@ -6,8 +6,8 @@ use crate::ground::error::Result;
 
 /// Every setting this crate reads from the environment, with the software
 /// driver's: [`crate::DRIVER_SETTING`], `CUDA_STREAMS_SOFT_DEVICES`,
-/// `CUDA_STREAMS_SOFT_CAPACITY_MB`, `CUDA_STREAMS_SOFT_SHUFFLE` and
-/// [`crate::ORDERING_SETTING`].
+/// `CUDA_STREAMS_SOFT_CAPACITY_MB`, `CUDA_STREAMS_SOFT_SHUFFLE`,
+/// [`crate::ORDERING_SETTING`] and [`crate::PDL_SETTING`].
 ///
 /// ```
 /// use cuda_streams_driver::DRIVER_SETTINGS;
@@ -20,15 +20,17 @@ use crate::ground::error::Result;
 ///         "CUDA_STREAMS_SOFT_CAPACITY_MB",
 ///         "CUDA_STREAMS_SOFT_SHUFFLE",
 ///         "CUDA_STREAMS_ORDERING",
+///         "CUDA_STREAMS_PDL",
 ///     ]
 /// );
 /// ```
-pub const DRIVER_SETTINGS: [sys::env::Setting; 5] = [
+pub const DRIVER_SETTINGS: [sys::env::Setting; 6] = [
     crate::ground::select::DRIVER_SETTING,
     soft_driver::DEVICES_SETTING,
     soft_driver::CAPACITY_SETTING,
     soft_driver::SHUFFLE_SETTING,
     crate::enqueue::order::ORDERING_SETTING,
+    crate::features::dependent_launch::PDL_SETTING,
 ];
 
 /// Check every setting in [`DRIVER_SETTINGS`], whichever driver would be
@@ -42,5 +44,6 @@ pub fn check_env() -> Result<()> {
     crate::ground::select::DriverChoice::from_env()?;
     soft_driver::check_env()?;
     crate::enqueue::order::policy_from_env()?;
+    crate::features::dependent_launch::PdlPolicy::from_env()?;
     Ok(())
 }

@@ -169,6 +169,7 @@ fn a_registered_signature_comes_with_the_function() {
         name: "nothing",
         params: PARAMS,
         twin: Some(nothing),
+        grid_dependency_sync: false,
     }];
     // SAFETY: `nothing` touches none of the one u32 it may write.
     let image = unsafe { ModuleImage::declared(&IMAGE, KERNELS) };

@@ -47,6 +47,7 @@ static KERNELS: &[KernelDecl] = &[KernelDecl {
     name: "count_up",
     params: PARAMS,
     twin: Some(count_up),
+    grid_dependency_sync: false,
 }];
 
 /// The context, a stream and `count_down`, or `None` on the GPU.

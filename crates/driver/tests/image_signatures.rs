@@ -169,6 +169,7 @@ fn an_extent_naming_a_missing_parameter_is_an_error_naming_it() {
         name: "past_the_end",
         params: PAST_THE_END,
         twin: None,
+        grid_dependency_sync: false,
     }];
     // SAFETY: refused at load, before any launch could trust it (and the
     // twin touches nothing).
@@ -211,6 +212,7 @@ fn an_extent_naming_a_pointer_is_an_error_naming_it() {
         name: "by_pointer",
         params: COUNTED_BY_A_POINTER,
         twin: None,
+        grid_dependency_sync: false,
     }];
     // SAFETY: refused at load; the twin touches nothing.
     let image = unsafe { ModuleImage::declared(&IMAGE, KERNELS) };

@@ -79,6 +79,7 @@ mod green;
 mod handles;
 mod host_register;
 mod ipc_event;
+mod launch_ex;
 mod memory;
 mod modules;
 mod nccl;
@@ -99,6 +100,7 @@ pub use device::{
 };
 pub use errors::last_error_detail;
 pub use green::{SM_COUNT, SM_GRANULARITY};
+pub use launch_ex::programmatic_launches;
 pub use memory::{
     ALIGNMENT, CAPACITY_ENV, CAPACITY_SETTING, DEFAULT_CAPACITY, capacity, device_capacity,
     device_memory_in_use, memory_in_use, set_capacity, set_device_capacity,
@@ -149,6 +151,7 @@ pub fn driver() -> &'static Driver {
     use event::*;
     use graph::*;
     use host_register::*;
+    use launch_ex::*;
     use modules::*;
     use pool::*;
     use stream_api::*;
@@ -212,6 +215,7 @@ pub fn driver() -> &'static Driver {
         cuModuleUnload,
         cuModuleGetFunction,
         cuLaunchKernel,
+        cuLaunchKernelEx,
         cuStreamBeginCapture,
         cuStreamEndCapture,
         cuStreamIsCapturing,

@@ -47,6 +47,9 @@ pub(crate) struct State {
     /// a stream waiting for an earlier point is not held to it.
     fault_ticket: u64,
     pub(crate) inject_launch_fault: bool,
+    /// Launches made with programmatic stream serialization allowed
+    /// (`cuLaunchKernelEx`), for [`crate::programmatic_launches`].
+    pub(crate) programmatic_launches: u64,
     pub(crate) delay: Option<Duration>,
     pub(crate) capture: Option<crate::graph::Capturing>,
 }
@@ -94,6 +97,7 @@ impl Stream {
                 fault: None,
                 fault_ticket: 0,
                 inject_launch_fault: false,
+                programmatic_launches: 0,
                 delay: None,
                 capture: None,
             }),

@@ -19,6 +19,7 @@
 //!   [`Module::kernel_unchecked`](crate::Module::kernel_unchecked): the one
 //!   promise the library cannot check.
 
+use crate::features::dependent_launch::Dependency;
 use crate::features::kernel_decl::{KernelDecl, validate_decl};
 use crate::features::launch::{KernelArg, LaunchConfig};
 use crate::features::module::{Kernel, Module};
@@ -93,6 +94,11 @@ impl<K: DeclaredKernel> Declared<K> {
         &self.kernel
     }
 
+    /// Whether the kernel's signature is `K::DECL.params`.
+    pub(crate) fn matches(&self) -> bool {
+        self.matches
+    }
+
     /// Launch on `stream`, checking `args` against the signature: against
     /// `K::DECL.params` when the kernel's signature is the declaration (a
     /// constant the check folds against), otherwise as
@@ -103,7 +109,9 @@ impl<K: DeclaredKernel> Declared<K> {
         if self.matches {
             // SAFETY: `K::DECL.params` is the kernel's signature (`matches`,
             // found when wrapped; neither changes afterwards).
-            unsafe { stream.launch_against(&self.kernel, K::DECL.params, cfg, args) }
+            unsafe {
+                stream.launch_against(&self.kernel, K::DECL.params, cfg, args, Dependency::Stream)
+            }
         } else {
             stream.launch(&self.kernel, cfg, args)
         }
@@ -170,6 +178,32 @@ impl<K> fmt::Debug for Declared<K> {
 /// assert!(Saxpy::DECL.twin.is_some());
 /// ```
 ///
+/// A kernel that calls `cudaGridDependencySynchronize` before it touches
+/// memory that earlier work on its stream writes says so with
+/// `calls cudaGridDependencySynchronize;`. Its type then implements
+/// [`GridDependencySync`](crate::GridDependencySync) and has a
+/// `launch_programmatic` launcher (programmatic dependent launch,
+/// [`Stream::launch_programmatic`](crate::Stream::launch_programmatic)); a
+/// declaration without the line has neither, so it cannot be launched that
+/// way:
+///
+/// ```
+/// use cuda_streams_driver::{DeclaredKernel, GridDependencySync, kernel};
+/// kernel! {
+///     /// `y[i] = x[i] + 1`, after `cudaGridDependencySynchronize()`.
+///     pub struct Step: fn step(n: u64, x: &[f32; n], y: &mut [f32; n]);
+///     twin = per_thread(|t, n, x, y| {
+///         let i = t.global_x();
+///         if (i as u64) < n {
+///             y[i] = x[i] + 1.0;
+///         }
+///     });
+///     calls cudaGridDependencySynchronize;
+/// }
+/// fn programmatic<K: GridDependencySync>() -> bool { K::DECL.grid_dependency_sync }
+/// assert!(programmatic::<Step>());
+/// ```
+///
 /// A count that names no parameter does not compile:
 ///
 /// ```compile_fail
@@ -185,9 +219,10 @@ macro_rules! kernel {
         $(#[$meta:meta])*
         $vis:vis struct $ty:ident : fn $name:ident ( $($params:tt)* ) ;
         $(twin = $kind:ident ( $twin:expr ) ;)?
+        $(calls $sync:ident ;)?
     ) => {
         $crate::kernel!(@parse
-            [$(#[$meta])*] [$vis] [$ty] [stringify!($name)] [$($kind ($twin))?]
+            [$(#[$meta])*] [$vis] [$ty] [stringify!($name)] [$($kind ($twin))?] [$($sync)?]
             {} {} {} {} {} ; $($params)*
         );
     };
@@ -195,19 +230,20 @@ macro_rules! kernel {
         $(#[$meta:meta])*
         $vis:vis struct $ty:ident : fn $name:literal ( $($params:tt)* ) ;
         $(twin = $kind:ident ( $twin:expr ) ;)?
+        $(calls $sync:ident ;)?
     ) => {
         $crate::kernel!(@parse
-            [$(#[$meta])*] [$vis] [$ty] [$name] [$($kind ($twin))?]
+            [$(#[$meta])*] [$vis] [$ty] [$name] [$($kind ($twin))?] [$($sync)?]
             {} {} {} {} {} ; $($params)*
         );
     };
     // The muncher: names, launcher parameters, twin argument types, twin
     // extraction (name, kind, type) and `Param`s.
-    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt
+    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt $sync:tt
         {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} ;
         $n:ident : &mut [$e:ident ; $c:tt] $(, $($rest:tt)*)?
     ) => {
-        $crate::kernel!(@parse $head $vis $ty $name $twin
+        $crate::kernel!(@parse $head $vis $ty $name $twin $sync
             {$($names)* stringify!($n),}
             {$($launch)* $n: &mut impl $crate::DeviceMemoryMut<Elem = $e>,}
             {$($tys)* &mut [$e],}
@@ -216,11 +252,11 @@ macro_rules! kernel {
             ; $($($rest)*)?
         );
     };
-    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt
+    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt $sync:tt
         {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} ;
         $n:ident : & [$e:ident ; $c:tt] $(, $($rest:tt)*)?
     ) => {
-        $crate::kernel!(@parse $head $vis $ty $name $twin
+        $crate::kernel!(@parse $head $vis $ty $name $twin $sync
             {$($names)* stringify!($n),}
             {$($launch)* $n: &impl $crate::DeviceMemory<Elem = $e>,}
             {$($tys)* &[$e],}
@@ -229,11 +265,11 @@ macro_rules! kernel {
             ; $($($rest)*)?
         );
     };
-    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt
+    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt $sync:tt
         {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} ;
         $n:ident : $e:ident $(, $($rest:tt)*)?
     ) => {
-        $crate::kernel!(@parse $head $vis $ty $name $twin
+        $crate::kernel!(@parse $head $vis $ty $name $twin $sync
             {$($names)* stringify!($n),}
             {$($launch)* $n: $e,}
             {$($tys)* $e,}
@@ -242,7 +278,7 @@ macro_rules! kernel {
             ; $($($rest)*)?
         );
     };
-    (@parse [$($meta:tt)*] [$vis:vis] [$ty:ident] [$name:expr] [$($kind:ident ($twin:expr))?]
+    (@parse [$($meta:tt)*] [$vis:vis] [$ty:ident] [$name:expr] [$($kind:ident ($twin:expr))?] [$($sync:ident)?]
         {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$([$xn:ident $xk:ident $xe:ident])*} {$([$pk:ident $pe:ident $pc:tt])*} ;
     ) => {
         $($meta)*
@@ -260,6 +296,7 @@ macro_rules! kernel {
                     name: $name,
                     params: PARAMS,
                     twin: $crate::kernel!(@twin [$($xn $xk $xe)*] [$($tys)*] $($kind ($twin))?),
+                    grid_dependency_sync: $crate::kernel!(@sync_flag [$($sync)?]),
                 }
             };
 
@@ -286,7 +323,43 @@ macro_rules! kernel {
                 self.kernel.launch(stream, config, &[$($crate::KernelArg::from($xn)),*])
             }
         }
+
+        $crate::kernel!(@sync_launcher [$($sync)?] [$vis] $ty {$($launch)*} {$($xn)*});
     };
+    (@sync_flag []) => { false };
+    (@sync_flag [cudaGridDependencySynchronize]) => { true };
+    (@sync_flag [$other:ident]) => {
+        compile_error!(concat!(
+            "kernel!: `calls ", stringify!($other),
+            ";` is not a call a declaration can state; write `calls cudaGridDependencySynchronize;`"
+        ))
+    };
+    (@sync_launcher [] $vis:tt $ty:ident $launch:tt $xn:tt) => {};
+    (@sync_launcher [cudaGridDependencySynchronize] [$vis:vis] $ty:ident {$($launch:tt)*} {$($xn:ident)*}) => {
+        // The claim is trusted only where it was promised: a module gives
+        // the kernel only for an `unsafe` image or program declaration that
+        // makes it too (`Module::kernel`).
+        impl $crate::GridDependencySync for $ty {}
+
+        impl $ty {
+            /// Launch on `stream` with `config` as a programmatic dependent
+            /// launch ([`Stream::launch_programmatic`]($crate::Stream::launch_programmatic)):
+            /// the kernel may start before the work ahead of it on the
+            /// stream has finished, and waits for it in
+            /// `cudaGridDependencySynchronize`.
+            #[allow(clippy::too_many_arguments, dead_code)]
+            #[inline]
+            $vis fn launch_programmatic(
+                &self,
+                stream: &$crate::Stream,
+                config: $crate::LaunchConfig,
+                $($launch)*
+            ) -> $crate::Result<()> {
+                self.kernel.launch_programmatic(stream, config, &[$($crate::KernelArg::from($xn)),*])
+            }
+        }
+    };
+    (@sync_launcher [$other:ident] $vis:tt $ty:ident $launch:tt $xn:tt) => {};
     (@param $names:ident scalar $e:ident _) => {
         $crate::sys::signature::Param::Scalar(<$e as $crate::sys::signature::ScalarType>::SCALAR)
     };
@@ -382,6 +455,18 @@ impl Module {
             }
             Some(source) => source.check(decl.name, decl.params)?,
             None => match self.image.signature(decl.name) {
+                Some(_)
+                    if decl.grid_dependency_sync
+                        && !self.image.declares_grid_dependency_sync(decl.name) =>
+                {
+                    return Err(Error::DeclarationMismatch {
+                        kernel: decl.name,
+                        program: "its image".into(),
+                        reason: "the declaration says it calls cudaGridDependencySynchronize, \
+                                 the image does not"
+                            .into(),
+                    });
+                }
                 Some(params) if params == decl.params => decl.name.to_string(),
                 Some(params) => {
                     return Err(Error::DeclarationMismatch {
@@ -414,7 +499,9 @@ impl Module {
     ///
     /// # Safety
     /// The declaration's parameters are the kernel's own, as
-    /// [`ModuleImage::declared`](crate::ModuleImage::declared) requires.
+    /// [`ModuleImage::declared`](crate::ModuleImage::declared) requires, and
+    /// a declaration that says `calls cudaGridDependencySynchronize` is
+    /// true of the kernel's body, as that function requires too.
     pub unsafe fn kernel_unchecked<K: DeclaredKernel>(self: &Arc<Self>) -> Result<K> {
         let decl = K::DECL;
         validate_decl(&decl)?;

@@ -18,6 +18,13 @@ pub struct KernelDecl {
     pub params: &'static [Param],
     /// Its CPU twin, which the software driver runs.
     pub twin: Option<Twin>,
+    /// Whether the kernel calls `cudaGridDependencySynchronize` before it
+    /// touches memory that earlier work on its stream writes, and so may be
+    /// launched with programmatic dependent launch
+    /// ([`Stream::launch_programmatic`](crate::Stream::launch_programmatic)).
+    /// [`kernel!`](crate::kernel!) sets it for a declaration that says
+    /// `calls cudaGridDependencySynchronize;`.
+    pub grid_dependency_sync: bool,
 }
 
 /// A declaration's parameters must be checkable.

@@ -1,6 +1,7 @@
 //! Launch configuration, typed kernel arguments, and launching on a stream.
 
 use crate::enqueue::protocol::{Use, Work};
+use crate::features::dependent_launch::{Dependency, launch_raw_programmatic};
 use crate::features::module::Kernel;
 use crate::ground::arg_kind::ArgKind;
 use crate::ground::error::{Error, Result};
@@ -357,12 +358,15 @@ impl Stream {
             return Err(kernel.unchecked_error());
         };
         // SAFETY: it is the kernel's signature.
-        unsafe { self.launch_against(kernel, signature, config, args) }
+        unsafe { self.launch_against(kernel, signature, config, args, Dependency::Stream) }
     }
 
     /// [`Stream::launch`] with the kernel's signature given: a declared
     /// kernel's typed launcher passes its declaration's constant, so that,
     /// inlined there, the check folds against the arguments' known types.
+    ///
+    /// `dependency` says whether it was asked to be a programmatic
+    /// dependent launch (`features/dependent_launch.rs`).
     ///
     /// # Safety
     /// `signature` is `kernel`'s signature.
@@ -373,6 +377,7 @@ impl Stream {
         signature: &[Param],
         config: LaunchConfig,
         args: &[KernelArg<'_>],
+        dependency: Dependency,
     ) -> Result<()> {
         let mut extents = Extents::new();
         kernel.check_params(signature, args, &mut extents)?;
@@ -382,7 +387,7 @@ impl Stream {
         // every element the kernel touches, lent mutably where it writes. The
         // declaration is the contract of the `unsafe` `with_signature`, or of
         // the image's.
-        unsafe { self.launch_with(kernel, config, args, Some(&extents)) }
+        unsafe { self.launch_with(kernel, config, args, Some(&extents), dependency) }
     }
 
     /// Launch `kernel` without checking `args` against a signature (one is
@@ -404,13 +409,16 @@ impl Stream {
         args: &[KernelArg<'_>],
     ) -> Result<()> {
         // SAFETY: the caller's contract, as above.
-        unsafe { self.launch_with(kernel, config, args, None) }
+        unsafe { self.launch_with(kernel, config, args, None, Dependency::Stream) }
     }
 
     /// The launch itself. With `extents` (a checked launch: one per buffer
     /// argument, in order), the stream-order tracker sees each buffer over
     /// the bytes the signature says the kernel touches, read or written as
     /// declared; without, over the whole buffer, written when lent mutably.
+    /// A programmatic launch takes the same step as a plain one: its kernel
+    /// touches nothing before `cudaGridDependencySynchronize`
+    /// (`features/dependent_launch.rs` says why that is enough).
     ///
     /// # Safety
     /// As for [`Stream::launch_unchecked`]; `extents` are what
@@ -421,9 +429,11 @@ impl Stream {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
         extents: Option<&[BufferExtent]>,
+        dependency: Dependency,
     ) -> Result<()> {
         config.validate()?;
         self.check_context("the kernel", kernel.context())?;
+        let programmatic = dependency.resolve(kernel, self.context().info())?;
         let uses = args
             .iter()
             .filter_map(|arg| arg.buffer)
@@ -440,7 +450,7 @@ impl Stream {
             // the launch (tracked); the function is the kernel's for this
             // stream, alive while the kernel and the stream are; what the
             // arguments mean to the kernel is the caller's contract.
-            unsafe { launch_raw(driver, stream, function, config, args) }
+            unsafe { launch_raw(driver, stream, function, config, args, programmatic) }
         })
         .map_err(|err| name_the_racing_argument(err, kernel, args))
     }
@@ -475,7 +485,9 @@ fn name_the_racing_argument(err: Error, kernel: &Kernel, args: &[KernelArg<'_>])
     Error::UnorderedAccess(race)
 }
 
-/// `cuLaunchKernel` of `function` with `args` laid out as `kernelParams`.
+/// `cuLaunchKernel` of `function` with `args` laid out as `kernelParams`;
+/// `cuLaunchKernelEx` with programmatic stream serialization when
+/// `programmatic`.
 ///
 /// # Safety
 /// `stream` is a live stream of the kernel's context, current on this thread;
@@ -489,6 +501,7 @@ pub(crate) unsafe fn launch_raw(
     function: sys::CUfunction,
     config: LaunchConfig,
     args: &[KernelArg<'_>],
+    programmatic: bool,
 ) -> sys::CUresult {
     {
         let mut inline = [std::ptr::null_mut::<c_void>(); INLINE_ARGS];
@@ -507,6 +520,12 @@ pub(crate) unsafe fn launch_raw(
         } else {
             params.as_mut_ptr()
         };
+        if programmatic {
+            // SAFETY: as below, the arguments laid out the same way.
+            return unsafe {
+                launch_raw_programmatic(driver, stream, function, config, params_ptr)
+            };
+        }
         let (gx, gy, gz) = config.grid_dim;
         let (bx, by, bz) = config.block_dim;
         {

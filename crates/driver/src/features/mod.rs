@@ -1,7 +1,8 @@
 //! The features: what users do with streams, built on the enqueue protocol.
 //!
-//! Copies, memsets and prefetches ([`copy`]), launches ([`launch`]) and
-//! kernel declarations ([`declare`]), loaded modules ([`module`]), run-time
+//! Copies, memsets and prefetches ([`copy`]), launches ([`launch`]),
+//! programmatic dependent launches ([`dependent_launch`]) and kernel
+//! declarations ([`declare`]), loaded modules ([`module`]), run-time
 //! compilation with NVRTC ([`program`]), host callbacks ([`callback`]),
 //! graphs ([`graph`]), futures ([`future`]) and the reactor that wakes them
 //! ([`reactor`]), interop with other Rust CUDA libraries (`interop`), and device memory and
@@ -15,6 +16,7 @@ pub(crate) mod callback;
 pub(crate) mod closest_name;
 pub(crate) mod copy;
 pub(crate) mod declare;
+pub(crate) mod dependent_launch;
 pub(crate) mod future;
 pub(crate) mod graph;
 #[cfg(any(feature = "cudarc", feature = "cust"))]

@@ -84,7 +84,11 @@ impl ModuleImage {
     /// pointer the kernel writes through is
     /// [`Access::Write`](sys::signature::Access::Write), and the kernel
     /// touches no element beyond a pointer's declared extent, counted from
-    /// the pointer. Checked launches of the kernel on a GPU trust this.
+    /// the pointer. Checked launches of the kernel on a GPU trust this. An
+    /// entry whose `grid_dependency_sync` is set calls
+    /// `cudaGridDependencySynchronize` before it touches any memory that
+    /// work earlier on its stream may write: programmatic dependent
+    /// launches trust that.
     pub const unsafe fn declared(bytes: &'static [u8], kernels: &'static [KernelDecl]) -> Self {
         Self { bytes, kernels }
     }
@@ -105,6 +109,14 @@ impl ModuleImage {
             .iter()
             .find(|declared| declared.name == kernel)
             .map(|declared| declared.params)
+    }
+
+    /// Whether the image declares that `kernel` calls
+    /// `cudaGridDependencySynchronize` ([`KernelDecl::grid_dependency_sync`]).
+    pub fn declares_grid_dependency_sync(&self, kernel: &str) -> bool {
+        self.kernels
+            .iter()
+            .any(|declared| declared.name == kernel && declared.grid_dependency_sync)
     }
 }
 
@@ -305,6 +317,7 @@ impl Module {
         }
         kernel.name = decl.name.into();
         kernel.signature = Some(Arc::from(decl.params));
+        kernel.grid_dependency_sync = decl.grid_dependency_sync;
         Ok(kernel)
     }
 
@@ -376,6 +389,7 @@ impl Module {
             // The image's own declaration, never a registry that a later
             // call could change.
             signature: self.image.signature(name).map(Arc::from),
+            grid_dependency_sync: self.image.declares_grid_dependency_sync(name),
         })
     }
 
@@ -445,6 +459,9 @@ pub struct Kernel {
     raw: CUfunction,
     name: Arc<str>,
     pub(crate) signature: Option<Arc<[Param]>>,
+    /// Whether its declaration says it calls `cudaGridDependencySynchronize`
+    /// (which programmatic dependent launches need).
+    pub(crate) grid_dependency_sync: bool,
 }
 
 // SAFETY: function handles may be used from any thread; `Kernel` only passes it
@@ -493,6 +510,13 @@ impl Kernel {
     /// The declared parameters, if any.
     pub fn signature(&self) -> Option<&[Param]> {
         self.signature.as_deref()
+    }
+
+    /// Whether its declaration says that it calls
+    /// `cudaGridDependencySynchronize`, so that it may be launched with
+    /// [`crate::Stream::launch_programmatic`].
+    pub fn declares_grid_dependency_sync(&self) -> bool {
+        self.grid_dependency_sync
     }
 
     /// The kernel's name.

@@ -294,6 +294,29 @@ pub enum Error {
         /// The kernel's name.
         kernel: String,
     },
+    /// A programmatic dependent launch of a kernel whose declaration does
+    /// not say that it calls `cudaGridDependencySynchronize`.
+    #[error(
+        "kernel `{kernel}` cannot be launched with programmatic dependent launch: its declaration does not say that it calls cudaGridDependencySynchronize (kernel! {{ ..; calls cudaGridDependencySynchronize; }}), so it could read what the kernel before it is still writing; launch it with Stream::launch"
+    )]
+    NoGridDependencySync {
+        /// The kernel's name.
+        kernel: String,
+    },
+    /// A programmatic dependent launch on a device that cannot run one
+    /// (compute capability below 9.0).
+    #[error(
+        "programmatic dependent launch needs compute capability 9.0 (Hopper) or newer; device {ordinal} ({name}) has {}.{}: launch with Stream::launch instead",
+        compute_capability.0, compute_capability.1
+    )]
+    ProgrammaticLaunchUnsupported {
+        /// The device ordinal.
+        ordinal: i32,
+        /// The device's name.
+        name: String,
+        /// Its compute capability (major, minor).
+        compute_capability: (u32, u32),
+    },
     /// A signature whose pointer extents do not name integer parameters.
     #[error("kernel `{kernel}`: invalid signature: {source}")]
     InvalidSignature {

@@ -16,6 +16,11 @@
 //! with each other in ways this crate cannot see (channels, joins), so it
 //! assumes they do; a completion that has not happened yet is never assumed.
 //!
+//! A programmatic dependent launch is stream order here, as a plain launch:
+//! its kernel starts early but touches nothing before
+//! `cudaGridDependencySynchronize` returns, after the stream's earlier work
+//! (the reasoning is in `features/dependent_launch.rs`).
+//!
 //! `docs/ordering.md` describes the model, what is and is not checked, and
 //! the cost of each policy.
 //!

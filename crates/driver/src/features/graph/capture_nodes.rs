@@ -8,6 +8,7 @@ use super::args::{ArgInner, GraphArg, HostNode, HostSlot, Kept, KeptHost, host_n
 use super::capture::Capture;
 use crate::enqueue::order::Touches;
 use crate::enqueue::protocol::Use;
+use crate::features::dependent_launch::Dependency;
 use crate::features::launch::{KernelArg, LaunchConfig, launch_raw};
 use crate::features::module::Kernel;
 use crate::ground::error::{Error, Result};
@@ -51,9 +52,28 @@ impl Capture {
         config: LaunchConfig,
         args: &[GraphArg],
     ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_node(stream, kernel, config, args, Dependency::Stream) }
+    }
+
+    /// The launch node, programmatic as `dependency` decides
+    /// (`features/dependent_launch.rs`): capture turns a programmatic launch
+    /// into a programmatic edge from the node before it.
+    ///
+    /// # Safety
+    /// As for [`Capture::launch_unchecked`].
+    pub(super) unsafe fn launch_node(
+        &mut self,
+        stream: &Stream,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &[GraphArg],
+        dependency: Dependency,
+    ) -> Result<()> {
         self.check_member(stream)?;
         config.validate()?;
         stream.check_context("the kernel", kernel.context())?;
+        let programmatic = dependency.resolve(kernel, stream.context().info())?;
         check_args_context(stream, args)?;
         let touches = || {
             args.iter()
@@ -74,8 +94,16 @@ impl Capture {
             // function for it; the buffers are kept alive by the graph's
             // resources (pushed below) for every replay; the arguments'
             // meaning is the caller's contract.
-            let code =
-                unsafe { launch_raw(ctx.driver(), stream.as_raw(), function, config, &lent) };
+            let code = unsafe {
+                launch_raw(
+                    ctx.driver(),
+                    stream.as_raw(),
+                    function,
+                    config,
+                    &lent,
+                    programmatic,
+                )
+            };
             ctx.check(code)?;
             capture.resources.add_args(args);
             capture.resources.add_kernel(kernel);

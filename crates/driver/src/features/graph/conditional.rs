@@ -1,5 +1,6 @@
 //! Conditional nodes: work a graph repeats while ([`Capture::while_loop`])
-//! or runs if ([`Capture::if_then`]) a [`Condition`] holds, which kernels of
+//! or runs if ([`Capture::if_then`], [`Capture::if_else`]) a [`Condition`]
+//! holds, or picks by its value ([`Capture::switch`]), which kernels of
 //! the graph set on the device (`cudaGraphSetConditional`; on the software
 //! driver, the twin calls `cuda_streams_soft_driver::set_conditional`).
 //!
@@ -27,6 +28,10 @@ use sys::{
 
 /// The first driver version with conditional nodes (CUDA 12.4).
 pub const CONDITIONAL_DRIVER_VERSION: i32 = 12040;
+
+/// The first driver version with IF nodes of two bodies and SWITCH nodes
+/// (CUDA 12.8).
+pub const MULTI_BODY_DRIVER_VERSION: i32 = 12080;
 
 /// A condition of a captured graph: 32 bits a kernel of the graph sets on
 /// the device, which a conditional node reads. It takes its default at the
@@ -136,7 +141,10 @@ impl Capture {
         body: impl FnOnce(&mut Capture) -> Result<()>,
     ) -> Result<()> {
         let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE;
-        self.conditional(stream, condition, kind, body)
+        let mut body = Some(body);
+        self.conditional(stream, condition, kind, 1, |_, capture| {
+            body.take().map_or(Ok(()), |body| body(capture))
+        })
     }
 
     /// Capture on `stream` a node that runs `body` once if `condition` is
@@ -148,7 +156,103 @@ impl Capture {
         body: impl FnOnce(&mut Capture) -> Result<()>,
     ) -> Result<()> {
         let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF;
-        self.conditional(stream, condition, kind, body)
+        let mut body = Some(body);
+        self.conditional(stream, condition, kind, 1, |_, capture| {
+            body.take().map_or(Ok(()), |body| body(capture))
+        })
+    }
+
+    /// Capture on `stream` a node that runs `then` once if `condition` is
+    /// not 0 when the node is reached, and `otherwise` once if it is 0
+    /// (an IF node of two bodies). CUDA 12.8 or later: an older driver is
+    /// refused with [`Error::Conditional`] naming its version.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, GraphArg, LaunchConfig, Module, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_u32")?;
+    /// let out = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1)?);
+    /// let mut capture = stream.begin_capture()?;
+    /// // No kernel sets it: the condition is its default, 0, at each launch.
+    /// let cond = capture.condition(&stream, 0)?;
+    /// let fill_with = |value: u32| {
+    ///     let (out, fill) = (&out, &fill);
+    ///     move |body: &mut cuda_streams_driver::Capture| {
+    ///         let origin = Arc::clone(body.origin());
+    ///         let args = [1u64.into(), value.into(), GraphArg::write(out)];
+    ///         body.launch(&origin, fill, LaunchConfig::for_num_elems(1), &args)
+    ///     }
+    /// };
+    /// capture.if_else(&stream, cond, fill_with(1), fill_with(2))?;
+    /// capture.end()?.instantiate()?.launch(&stream)?;
+    /// assert_eq!(out.to_vec(&stream)?, [2]); // the `otherwise` body ran
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn if_else(
+        &mut self,
+        stream: &Stream,
+        condition: Condition,
+        then: impl FnOnce(&mut Capture) -> Result<()>,
+        otherwise: impl FnOnce(&mut Capture) -> Result<()>,
+    ) -> Result<()> {
+        let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF;
+        let (mut then, mut otherwise) = (Some(then), Some(otherwise));
+        self.conditional(stream, condition, kind, 2, |index, capture| match index {
+            0 => then.take().map_or(Ok(()), |body| body(capture)),
+            _ => otherwise.take().map_or(Ok(()), |body| body(capture)),
+        })
+    }
+
+    /// Capture on `stream` a node of `cases` bodies that runs body `n` once
+    /// when `condition` is `n` when the node is reached, and none when it is
+    /// `cases` or more (a SWITCH node). `body(n, capture)` captures body
+    /// `n`, for `n` in `0..cases`, in order. CUDA 12.8 or later: an older
+    /// driver is refused with [`Error::Conditional`] naming its version, as
+    /// are no cases at all.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, DeviceBuffer, GraphArg, LaunchConfig, Module, Stream};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let fill = Module::load(&ctx, &kernels::ELEMENTWISE)?.function("fill_u32")?;
+    /// let out = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1)?);
+    /// let mut capture = stream.begin_capture()?;
+    /// let choice = capture.condition(&stream, 2)?; // 2 at each launch
+    /// capture.switch(&stream, choice, 4, |case, body| {
+    ///     let origin = Arc::clone(body.origin());
+    ///     let args = [1u64.into(), (10 + case).into(), GraphArg::write(&out)];
+    ///     body.launch(&origin, &fill, LaunchConfig::for_num_elems(1), &args)
+    /// })?;
+    /// capture.end()?.instantiate()?.launch(&stream)?;
+    /// assert_eq!(out.to_vec(&stream)?, [12]); // case 2 ran
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn switch(
+        &mut self,
+        stream: &Stream,
+        condition: Condition,
+        cases: u32,
+        mut body: impl FnMut(u32, &mut Capture) -> Result<()>,
+    ) -> Result<()> {
+        if cases == 0 {
+            return Err(Error::Conditional {
+                reason: format!(
+                    "a SWITCH node on condition {:#x} needs at least one case, not 0",
+                    condition.raw
+                ),
+            });
+        }
+        let kind = CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH;
+        self.conditional(stream, condition, kind, cases, |index, capture| {
+            body(index, capture)
+        })
     }
 
     /// The conditions of this capture's family that have their node (a
@@ -186,12 +290,15 @@ impl Capture {
         Ok((graph, deps))
     }
 
+    /// Capture a conditional node of `kind` with `bodies` bodies, body `i`
+    /// captured by `body(i, ..)`.
     fn conditional(
         &mut self,
         stream: &Stream,
         condition: Condition,
         kind: CUgraphConditionalNodeType,
-        body: impl FnOnce(&mut Capture) -> Result<()>,
+        bodies: u32,
+        mut body: impl FnMut(u32, &mut Capture) -> Result<()>,
     ) -> Result<()> {
         self.check_member(stream)?;
         if condition.family != self.family {
@@ -214,6 +321,21 @@ impl Capture {
         }
         let ctx = stream.context();
         ctx.bind()?;
+        if bodies > 1 || kind == CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH {
+            let mut version = 0;
+            // SAFETY: a valid out-pointer.
+            ctx.check(unsafe { (ctx.driver().cuDriverGetVersion)(&mut version) })?;
+            if version < MULTI_BODY_DRIVER_VERSION {
+                return Err(Error::Conditional {
+                    reason: format!(
+                        "the driver is CUDA {}.{}; IF nodes with an else body and SWITCH \
+                         nodes need CUDA 12.8 or later",
+                        version / 1000,
+                        version % 1000 / 10
+                    ),
+                });
+            }
+        }
         let (graph, deps) = self.capture_point(stream)?;
         let mut params = CUgraphNodeParams {
             type_: CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL,
@@ -222,7 +344,7 @@ impl Capture {
         params.__bindgen_anon_1.conditional = CUDA_CONDITIONAL_NODE_PARAMS {
             handle: condition.raw,
             type_: kind,
-            size: 1,
+            size: bodies,
             phGraph_out: std::ptr::null_mut(),
             ctx: ctx.as_raw(),
         };
@@ -240,8 +362,15 @@ impl Capture {
             )
         })?;
         self.conditioned_lock().insert(condition.raw);
-        // SAFETY: the node's driver-owned array of one body graph.
-        let body_graph = unsafe { *params.__bindgen_anon_1.conditional.phGraph_out };
+        // SAFETY: the node's driver-owned array of `bodies` body graphs,
+        // copied now.
+        let body_graphs: Vec<CUgraph> = unsafe {
+            std::slice::from_raw_parts(
+                params.__bindgen_anon_1.conditional.phGraph_out,
+                bodies as usize,
+            )
+        }
+        .to_vec();
         // SAFETY: a node of the graph under capture on `stream`.
         ctx.check(unsafe {
             (ctx.driver().cuStreamUpdateCaptureDependencies)(
@@ -252,18 +381,20 @@ impl Capture {
                 CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0,
             )
         })?;
-        // The body: a capture of its own into the node's body graph, on a
-        // stream of its own (a stream takes part in one capture at a time).
-        let body_stream: Arc<Stream> = Stream::new(ctx)?;
-        let mut inner = body_stream.begin_capture_into(Some((body_graph, self.family)))?;
-        inner.conditioned = Arc::clone(&self.conditioned);
-        let captured = body(&mut inner).and_then(|()| self.adopt_body(stream, &mut inner));
-        if let Err(err) = captured {
-            // The node is in the graph with part of a body: the whole
-            // capture is void.
-            drop(inner);
-            self.discard();
-            return Err(err);
+        // Each body: a capture of its own into its body graph, on a stream
+        // of its own (a stream takes part in one capture at a time).
+        for (index, body_graph) in (0..bodies).zip(body_graphs) {
+            let captured = Stream::new(ctx).and_then(|body_stream: Arc<Stream>| {
+                let mut inner = body_stream.begin_capture_into(Some((body_graph, self.family)))?;
+                inner.conditioned = Arc::clone(&self.conditioned);
+                body(index, &mut inner).and_then(|()| self.adopt_body(stream, &mut inner))
+            });
+            if let Err(err) = captured {
+                // The node is in the graph with part of its bodies: the
+                // whole capture is void.
+                self.discard();
+                return Err(err);
+            }
         }
         Ok(())
     }

@@ -29,16 +29,20 @@
 //!   captures: its life (begun, forked, joined, ended);
 //! - `capture_nodes`: the nodes a [`Capture`] records, one method each;
 //! - `conditional`: [`Condition`] and the conditional nodes
-//!   ([`Capture::while_loop`], [`Capture::if_then`]);
-//! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed.
+//!   ([`Capture::while_loop`], [`Capture::if_then`], [`Capture::if_else`],
+//!   [`Capture::switch`]);
+//! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed;
+//! - `programmatic`: programmatic dependent launches in a capture
+//!   ([`Capture::launch_programmatic`]), which become programmatic edges.
 
 mod args;
 mod capture;
 mod capture_nodes;
 mod conditional;
 mod exec;
+mod programmatic;
 
 pub use args::{GraphArg, HostSlot};
 pub use capture::Capture;
-pub use conditional::{CONDITIONAL_DRIVER_VERSION, Condition};
+pub use conditional::{CONDITIONAL_DRIVER_VERSION, Condition, MULTI_BODY_DRIVER_VERSION};
 pub use exec::{Graph, GraphExec};

@@ -266,6 +266,7 @@ mod tests {
             name,
             params,
             twin: None,
+            grid_dependency_sync: false,
         }
     }
 

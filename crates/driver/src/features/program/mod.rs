@@ -223,6 +223,10 @@ impl Program {
     /// declared count (another parameter's value, or a number), and writes
     /// only through pointers declared `&mut [T; count]`. The parameters'
     /// types are checked by the compiler (on a GPU) and need no promise.
+    /// A declaration that says `calls cudaGridDependencySynchronize`
+    /// ([`KernelDecl::grid_dependency_sync`](crate::KernelDecl::grid_dependency_sync))
+    /// promises too that the body calls it before it touches any memory
+    /// that work earlier on its stream may write.
     pub unsafe fn declare<K: DeclaredKernel>(mut self) -> Self {
         self.declarations.push(K::DECL);
         self

@@ -34,7 +34,14 @@ impl SourceInfo {
     pub(crate) fn is_declared(&self, decl: &KernelDecl) -> bool {
         self.declared
             .iter()
-            .any(|d| d.name == decl.name && d.params == decl.params)
+            // A claim of grid dependency synchronisation is part of what
+            // the `unsafe` declare promised: a declaration that makes the
+            // claim is not covered by one that did not.
+            .any(|d| {
+                d.name == decl.name
+                    && d.params == decl.params
+                    && (d.grid_dependency_sync || !decl.grid_dependency_sync)
+            })
     }
 
     /// Check a declaration against the source; `Ok` gives the symbol to
