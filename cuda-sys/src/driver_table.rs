@@ -384,6 +384,20 @@ pub struct Driver {
         numDependencies: usize,
         flags: ::std::os::raw::c_uint,
     ) -> CUresult,
+    /// `cuDeviceGetGraphMemAttribute`
+    pub cuDeviceGetGraphMemAttribute: unsafe extern "C" fn(
+        device: CUdevice,
+        attr: CUgraphMem_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult,
+    /// `cuDeviceSetGraphMemAttribute`
+    pub cuDeviceSetGraphMemAttribute: unsafe extern "C" fn(
+        device: CUdevice,
+        attr: CUgraphMem_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult,
+    /// `cuDeviceGraphMemTrim`
+    pub cuDeviceGraphMemTrim: unsafe extern "C" fn(device: CUdevice) -> CUresult,
     /// `cuGetErrorName`
     pub cuGetErrorName: unsafe extern "C" fn(
         error: CUresult,
@@ -397,7 +411,7 @@ pub struct Driver {
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 75usize] = [
+pub const SYMBOLS: [(&str, &str); 78usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -471,6 +485,9 @@ pub const SYMBOLS: [(&str, &str); 75usize] = [
     ("cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph"),
     ("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3"),
     ("cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2"),
+    ("cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute"),
+    ("cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute"),
+    ("cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim"),
     ("cuGetErrorName", "cuGetErrorName"),
     ("cuGetErrorString", "cuGetErrorString"),
 ];
@@ -572,6 +589,9 @@ impl Driver {
         let cuStreamUpdateCaptureDependencies = resolve(
             "cuStreamUpdateCaptureDependencies_v2",
         );
+        let cuDeviceGetGraphMemAttribute = resolve("cuDeviceGetGraphMemAttribute");
+        let cuDeviceSetGraphMemAttribute = resolve("cuDeviceSetGraphMemAttribute");
+        let cuDeviceGraphMemTrim = resolve("cuDeviceGraphMemTrim");
         let cuGetErrorName = resolve("cuGetErrorName");
         let cuGetErrorString = resolve("cuGetErrorString");
         if !missing.is_empty() {
@@ -1089,6 +1109,26 @@ impl Driver {
                         flags: ::std::os::raw::c_uint,
                     ) -> CUresult,
                 >(cuStreamUpdateCaptureDependencies),
+                cuDeviceGetGraphMemAttribute: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        device: CUdevice,
+                        attr: CUgraphMem_attribute,
+                        value: *mut ::std::os::raw::c_void,
+                    ) -> CUresult,
+                >(cuDeviceGetGraphMemAttribute),
+                cuDeviceSetGraphMemAttribute: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        device: CUdevice,
+                        attr: CUgraphMem_attribute,
+                        value: *mut ::std::os::raw::c_void,
+                    ) -> CUresult,
+                >(cuDeviceSetGraphMemAttribute),
+                cuDeviceGraphMemTrim: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(device: CUdevice) -> CUresult,
+                >(cuDeviceGraphMemTrim),
                 cuGetErrorName: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

@@ -104,6 +104,11 @@ const ENTRY_POINTS: &[&str] = &[
     "cuStreamBeginCaptureToGraph",
     "cuStreamGetCaptureInfo",
     "cuStreamUpdateCaptureDependencies",
+    // Graph memory nodes (CUDA 11.4+): what the device's graph allocations
+    // use and keep, and giving the kept memory back.
+    "cuDeviceGetGraphMemAttribute",
+    "cuDeviceSetGraphMemAttribute",
+    "cuDeviceGraphMemTrim",
     // Errors.
     "cuGetErrorName",
     "cuGetErrorString",
