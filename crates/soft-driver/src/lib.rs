@@ -75,6 +75,7 @@ mod errors;
 mod event;
 pub mod faults;
 mod graph;
+mod graph_memory;
 mod green;
 mod handles;
 mod host_register;
@@ -146,6 +147,7 @@ pub fn driver() -> &'static Driver {
     use errors::*;
     use event::*;
     use graph::*;
+    use graph_memory::*;
     use host_register::*;
     use modules::*;
     use pool::*;
@@ -225,6 +227,9 @@ pub fn driver() -> &'static Driver {
         cuStreamBeginCaptureToGraph,
         cuStreamGetCaptureInfo,
         cuStreamUpdateCaptureDependencies,
+        cuDeviceGetGraphMemAttribute,
+        cuDeviceSetGraphMemAttribute,
+        cuDeviceGraphMemTrim,
         cuGetErrorName,
         cuGetErrorString,
     };
