@@ -155,7 +155,8 @@ pub use features::copy::check_len;
 pub use features::declare::{Declared, DeclaredKernel, LaunchDims, Thread, Twin, TwinArgs};
 pub use features::future::{Completion, CopyFuture};
 pub use features::graph::{
-    CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphExec, HostSlot,
+    CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphBuffer, GraphExec,
+    GraphMemoryShare, GraphMemoryUsage, HostSlot,
 };
 pub use features::kernel_decl::KernelDecl;
 pub use features::launch::{KernelArg, LaunchConfig};

@@ -30,15 +30,27 @@
 //! - `capture_nodes`: the nodes a [`Capture`] records, one method each;
 //! - `conditional`: [`Condition`] and the conditional nodes
 //!   ([`Capture::while_loop`], [`Capture::if_then`]);
-//! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed.
+//! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed;
+//! - `graph_memory`: [`GraphBuffer`], memory a graph allocates and frees
+//!   itself at every replay (memory nodes);
+//! - `memory_share`: [`GraphMemoryShare`], graphs that share their memory
+//!   because their launches are held to one stream;
+//! - `memory_usage`: [`GraphMemoryUsage`], what the device's graph memory
+//!   holds, and giving it back.
 
 mod args;
 mod capture;
 mod capture_nodes;
 mod conditional;
 mod exec;
+mod graph_memory;
+mod memory_share;
+mod memory_usage;
 
 pub use args::{GraphArg, HostSlot};
 pub use capture::Capture;
 pub use conditional::{CONDITIONAL_DRIVER_VERSION, Condition};
 pub use exec::{Graph, GraphExec};
+pub use graph_memory::GraphBuffer;
+pub use memory_share::GraphMemoryShare;
+pub use memory_usage::GraphMemoryUsage;
