@@ -5,8 +5,8 @@
 //! `capture_nodes`.
 
 use super::args::{HostNode, Resources};
-use super::graph_memory::GraphAllocation;
 use super::exec::Graph;
+use super::graph_memory::GraphAllocation;
 use crate::enqueue::order::{CaptureOrder, Touches};
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;

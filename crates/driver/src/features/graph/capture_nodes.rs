@@ -448,7 +448,12 @@ impl Capture {
 
     /// Capture a memset of every byte of `dst`: [`Capture::memset_u8`] and
     /// [`Capture::memset_graph`].
-    pub(super) fn memset_kept(&mut self, stream: &Stream, dst: Arc<dyn Kept>, value: u8) -> Result<()> {
+    pub(super) fn memset_kept(
+        &mut self,
+        stream: &Stream,
+        dst: Arc<dyn Kept>,
+        value: u8,
+    ) -> Result<()> {
         self.check_member(stream)?;
         self.check_kept(stream, &*dst)?;
         let touches = || {

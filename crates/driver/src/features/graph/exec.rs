@@ -263,7 +263,10 @@ impl GraphExec {
     /// already enqueued keep the old parameters. On failure
     /// ([`Error::GraphUpdate`]) the executable graph is unchanged.
     pub fn update(&mut self, graph: &Graph) -> Result<()> {
-        let memory_nodes = (self.resources.graph_memory_bytes, graph.graph_memory_bytes());
+        let memory_nodes = (
+            self.resources.graph_memory_bytes,
+            graph.graph_memory_bytes(),
+        );
         if memory_nodes != (0, 0) {
             return Err(Error::GraphMemory {
                 reason: format!(
