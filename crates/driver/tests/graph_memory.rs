@@ -10,8 +10,9 @@ use cuda_streams_driver::{
     DeviceBuffer, Error, Graph, GraphArg, GraphMemoryShare, Kernel, LaunchConfig, Stream,
 };
 use kernels::ELEMENTWISE;
-use std::sync::Arc;
-use support::{ctx, kernel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+use support::{HANG, ctx, kernel};
 
 const N: usize = 1_000;
 
@@ -122,6 +123,51 @@ fn graphs_sharing_memory_keep_their_own_results() {
             .collect();
         assert_eq!(got, want, "the graph with a = {a}");
     }
+}
+
+#[test]
+fn launches_of_one_instance_on_two_streams_never_overlap() {
+    // Both launches use the same addresses: the second must wait for the
+    // first, as CUDA orders every launch of an executable graph after the
+    // previous ones.
+    static INSIDE: Mutex<(usize, bool)> = Mutex::new((0, false));
+    static CHANGED: Condvar = Condvar::new();
+    let ctx = ctx();
+    let (first, second) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let mut capture = first.begin_capture().unwrap();
+    let scratch = capture.graph_buffer::<u8>(&first, 64).unwrap();
+    capture.memset_graph(&first, &scratch, 1).unwrap();
+    // Holds the replay inside the graph until the test lets it go.
+    capture
+        .add_callback(&first, || {
+            let mut inside = INSIDE.lock().unwrap();
+            inside.0 += 1;
+            CHANGED.notify_all();
+            while !inside.1 {
+                inside = CHANGED.wait(inside).unwrap();
+            }
+        })
+        .unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&first).unwrap();
+    exec.launch(&second).unwrap();
+    let inside = INSIDE.lock().unwrap();
+    let (inside, _) = CHANGED
+        .wait_timeout_while(inside, HANG, |inside| inside.0 == 0)
+        .unwrap();
+    // The second launch must not enter while the first is inside: a bounded
+    // wait for what must not happen (it would come at once if it could).
+    let (mut inside, _) = CHANGED
+        .wait_timeout_while(inside, Duration::from_millis(200), |inside| inside.0 == 1)
+        .unwrap();
+    let entered = inside.0;
+    // Let go first, so that a failure fails instead of hanging the streams.
+    inside.1 = true;
+    CHANGED.notify_all();
+    drop(inside);
+    assert_eq!(entered, 1, "the second launch ran inside the first");
+    second.synchronize().unwrap();
+    assert_eq!(INSIDE.lock().unwrap().0, 2);
 }
 
 #[test]
