@@ -151,6 +151,8 @@ impl Capture {
     /// instance of it, or the caller's `Arc` lives; it is freed after the
     /// last of them is gone (and the replays have passed it). To fill it
     /// from outside the graph, allocate it with [`Capture::alloc_from`].
+    /// For scratch that lives only during a replay, and that graphs launched
+    /// into one stream share, use [`Capture::graph_buffer`] instead.
     ///
     /// ```
     /// use cuda_streams_driver::{Context, Stream};

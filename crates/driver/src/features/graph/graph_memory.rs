@@ -333,12 +333,16 @@ impl Capture {
     pub(super) fn free_graph_memory(&mut self) -> Result<()> {
         let ctx = self.origin.context();
         ctx.bind()?;
-        for memory in std::mem::take(&mut self.graph_memory) {
-            // SAFETY: an allocation node of this capture's graph, freed once;
-            // the origin is live and capturing: the call records a free node.
+        // One at a time, so that a failure leaves the ones not yet freed to
+        // a second `Capture::end`.
+        while let Some(memory) = self.graph_memory.first() {
+            // SAFETY: an allocation node of this capture's graph, freed once
+            // (removed from the list below); the origin is live and
+            // capturing: the call records a free node.
             ctx.check(unsafe { (ctx.driver().cuMemFreeAsync)(memory.ptr, self.origin.as_raw()) })?;
             self.resources.graph_memory_bytes += memory.bytes;
             self.nodes += 1;
+            self.graph_memory.remove(0);
         }
         Ok(())
     }
