@@ -399,6 +399,20 @@ pub struct Driver {
         edgeData: *const CUgraphEdgeData,
         numDependencies: usize,
     ) -> CUresult,
+    /// `cuDeviceGetGraphMemAttribute`
+    pub cuDeviceGetGraphMemAttribute: unsafe extern "C" fn(
+        device: CUdevice,
+        attr: CUgraphMem_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult,
+    /// `cuDeviceSetGraphMemAttribute`
+    pub cuDeviceSetGraphMemAttribute: unsafe extern "C" fn(
+        device: CUdevice,
+        attr: CUgraphMem_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult,
+    /// `cuDeviceGraphMemTrim`
+    pub cuDeviceGraphMemTrim: unsafe extern "C" fn(device: CUdevice) -> CUresult,
     /// `cuGetErrorName`
     pub cuGetErrorName: unsafe extern "C" fn(
         error: CUresult,
@@ -412,7 +426,7 @@ pub struct Driver {
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 77usize] = [
+pub const SYMBOLS: [(&str, &str); 80usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -488,6 +502,9 @@ pub const SYMBOLS: [(&str, &str); 77usize] = [
     ("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3"),
     ("cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2"),
     ("cuGraphAddDependencies", "cuGraphAddDependencies_v2"),
+    ("cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute"),
+    ("cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute"),
+    ("cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim"),
     ("cuGetErrorName", "cuGetErrorName"),
     ("cuGetErrorString", "cuGetErrorString"),
 ];
@@ -591,6 +608,9 @@ impl Driver {
             "cuStreamUpdateCaptureDependencies_v2",
         );
         let cuGraphAddDependencies = resolve("cuGraphAddDependencies_v2");
+        let cuDeviceGetGraphMemAttribute = resolve("cuDeviceGetGraphMemAttribute");
+        let cuDeviceSetGraphMemAttribute = resolve("cuDeviceSetGraphMemAttribute");
+        let cuDeviceGraphMemTrim = resolve("cuDeviceGraphMemTrim");
         let cuGetErrorName = resolve("cuGetErrorName");
         let cuGetErrorString = resolve("cuGetErrorString");
         if !missing.is_empty() {
@@ -1127,6 +1147,26 @@ impl Driver {
                         numDependencies: usize,
                     ) -> CUresult,
                 >(cuGraphAddDependencies),
+                cuDeviceGetGraphMemAttribute: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        device: CUdevice,
+                        attr: CUgraphMem_attribute,
+                        value: *mut ::std::os::raw::c_void,
+                    ) -> CUresult,
+                >(cuDeviceGetGraphMemAttribute),
+                cuDeviceSetGraphMemAttribute: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        device: CUdevice,
+                        attr: CUgraphMem_attribute,
+                        value: *mut ::std::os::raw::c_void,
+                    ) -> CUresult,
+                >(cuDeviceSetGraphMemAttribute),
+                cuDeviceGraphMemTrim: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(device: CUdevice) -> CUresult,
+                >(cuDeviceGraphMemTrim),
                 cuGetErrorName: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

@@ -116,6 +116,11 @@ const ENTRY_POINTS: &[&str] = &[
     // repair of a conditional node, whose accesses are known only once its
     // body is captured after it.
     "cuGraphAddDependencies",
+    // Graph memory nodes (CUDA 11.4+): what the device's graph allocations
+    // use and keep, and giving the kept memory back.
+    "cuDeviceGetGraphMemAttribute",
+    "cuDeviceSetGraphMemAttribute",
+    "cuDeviceGraphMemTrim",
     // Errors.
     "cuGetErrorName",
     "cuGetErrorString",

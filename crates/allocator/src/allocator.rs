@@ -49,8 +49,7 @@ pub struct StreamOrderedAllocator {
 }
 
 /// What an allocation on a capturing stream is refused as.
-pub(crate) const ALLOCATE_WHILE_CAPTURING: &str =
-    "StreamOrderedAllocator::allocate_for_stream (a graph's memory comes from Capture::alloc)";
+pub(crate) const ALLOCATE_WHILE_CAPTURING: &str = "StreamOrderedAllocator::allocate_for_stream (a graph's scratch comes from Capture::graph_buffer, allocated and freed by the graph at every replay, or from Capture::alloc)";
 
 impl StreamOrderedAllocator {
     /// A caching allocator ([`Backend::Caching`]) on `ctx`.

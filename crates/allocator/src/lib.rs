@@ -69,6 +69,7 @@ mod dependency;
 mod devices;
 mod driver_pool;
 mod error;
+mod graph_memory;
 mod hash;
 mod host_pool;
 mod last_slot;

@@ -229,3 +229,53 @@ fn stream_ordered_memory_is_usable_only_in_stream_order() {
     }
     home.sync();
 }
+
+#[test]
+fn graph_memory_outside_its_replay_fails_like_freed_memory() {
+    if skip_on_gpu("touching graph memory outside its graph is undefined behaviour on a GPU") {
+        return;
+    }
+    let _serial = serial();
+    let _reset = ResetOnDrop;
+    let table = table();
+    let stream = Stream::new(table);
+    let mut ptr: CUdeviceptr = 0;
+    let (mut graph, mut exec) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: a live stream; valid out-pointers; the memset stays inside the
+    // 256 bytes allocated, between the allocation and its free.
+    unsafe {
+        ok((table.cuStreamBeginCapture)(
+            stream.raw,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        ));
+        ok((table.cuMemAllocAsync)(&mut ptr, 256, stream.raw));
+        ok((table.cuMemsetD8Async)(ptr, 7, 256, stream.raw));
+        ok((table.cuMemFreeAsync)(ptr, stream.raw));
+        ok((table.cuStreamEndCapture)(stream.raw, &mut graph));
+        ok((table.cuGraphInstantiate)(&mut exec, graph, 0));
+        for _ in 0..3 {
+            ok((table.cuGraphLaunch)(exec, stream.raw));
+        }
+    }
+    expect(sync(&stream), CUresult::CUDA_SUCCESS);
+    // Not a free of ours: the graph's free node frees it.
+    // SAFETY: a graph allocation, which cuMemFree refuses.
+    expect(
+        unsafe { (table.cuMemFree)(ptr) },
+        CUresult::CUDA_ERROR_INVALID_VALUE,
+    );
+    // Between replays nothing is mapped there.
+    // SAFETY: the address is checked by the driver, which refuses the work.
+    ok(unsafe { (table.cuMemsetD8Async)(ptr, 1, 256, stream.raw) });
+    expect(sync(&stream), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    let detail = soft_driver::last_error_detail().unwrap();
+    assert!(
+        detail.contains("graph memory") && detail.contains("mapped only while a launch"),
+        "{detail}"
+    );
+    // SAFETY: handles made above, destroyed once.
+    unsafe {
+        (table.cuGraphExecDestroy)(exec);
+        (table.cuGraphDestroy)(graph);
+    }
+}

@@ -84,6 +84,12 @@ pub(crate) unsafe extern "C" fn cuMemAllocAsync(
     code((|| {
         require()?;
         let stream = resolve(hStream)?;
+        if stream.state().capture.is_some() {
+            // SAFETY: null or writable per the API.
+            return unsafe {
+                crate::graph_memory::allocate_in_capture(dptr, bytesize, &stream, stream.device)
+            };
+        }
         stream.check_usable()?;
         // From the stream's device's default pool.
         // SAFETY: null or writable per the API.
@@ -101,6 +107,12 @@ pub(crate) unsafe extern "C" fn cuMemAllocFromPoolAsync(
         require()?;
         let device = crate::pool::check_pool(pool)?;
         let stream = resolve(hStream)?;
+        if stream.state().capture.is_some() {
+            // SAFETY: null or writable per the API.
+            return unsafe {
+                crate::graph_memory::allocate_in_capture(dptr, bytesize, &stream, device)
+            };
+        }
         stream.check_usable()?;
         // SAFETY: null or writable per the API.
         unsafe { allocate_ordered(dptr, bytesize, &stream, device) }
@@ -111,8 +123,11 @@ pub(crate) unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstr
     code((|| {
         require()?;
         let stream = resolve(hStream)?;
-        stream.check_usable()?;
         let base = dptr as usize;
+        if stream.state().capture.is_some() {
+            return crate::graph_memory::free_in_capture(base, &stream);
+        }
+        stream.check_usable()?;
         begin_free_async(base)?;
         stream
             .submit(&[Template::Act(Action::Free(base))])

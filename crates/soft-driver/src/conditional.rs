@@ -134,6 +134,7 @@ fn refused_in_body(action: &Action) -> Option<&'static str> {
     match action {
         Action::Host { .. } => Some("a host function"),
         Action::Free(_) | Action::Ready(_) => Some("a stream-ordered allocation or free"),
+        Action::GraphAlloc(_) | Action::GraphFree(_) => Some("a memory node"),
         Action::Write32 { .. } => Some("a stream memory operation"),
         Action::Call(_) | Action::Instance(_) => Some("a collective"),
         _ => None,

@@ -60,6 +60,16 @@ impl Event {
         self.shared.as_ref()
     }
 
+    /// An event of the driver's own on device `device`, in no registry.
+    pub(crate) fn internal(device: i32) -> Arc<Event> {
+        Arc::new(Event {
+            timing: false,
+            device,
+            inner: Mutex::new(Inner::default()),
+            shared: None,
+        })
+    }
+
     /// Point the event at `ticket` on `stream`; returns the new generation.
     pub(crate) fn begin_record(&self, stream: Arc<Stream>, ticket: u64) -> u64 {
         let mut inner = lock(&self.inner);

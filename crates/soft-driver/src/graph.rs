@@ -97,6 +97,11 @@ impl Capture {
         self.lock().invalidated.is_some()
     }
 
+    /// The graph the capture's work goes into.
+    pub(crate) fn graph(&self) -> &Arc<Graph> {
+        &self.graph
+    }
+
     /// Whether `cuStreamEndCapture` has ended it.
     pub(crate) fn has_ended(&self) -> bool {
         self.lock().ended
@@ -206,6 +211,10 @@ pub(crate) struct Graph {
     pub(crate) defaults: Mutex<Vec<Arc<crate::conditional::Slot>>>,
     /// The bodies of its conditional nodes, destroyed with it.
     pub(crate) bodies: Mutex<Vec<usize>>,
+    /// The allocations of its memory nodes (see `graph_memory`).
+    pub(crate) allocations: Mutex<Vec<Arc<crate::graph_memory::GraphAllocation>>>,
+    /// Its executable instance, while it has memory nodes: one at a time.
+    instance: Mutex<std::sync::Weak<Exec>>,
 }
 
 impl Graph {
@@ -215,6 +224,8 @@ impl Graph {
             root,
             defaults: Mutex::new(Vec::new()),
             bodies: Mutex::new(Vec::new()),
+            allocations: Mutex::new(Vec::new()),
+            instance: Mutex::new(std::sync::Weak::new()),
         }
     }
 }
@@ -234,6 +245,12 @@ struct Exec {
     /// Condition handles set to their default at the start of each launch
     /// (those of the graph it was last made or updated from).
     defaults: Mutex<Arc<[Arc<crate::conditional::Slot>]>>,
+    /// The bytes of graph memory a launch needs (0 without memory nodes).
+    footprint: usize,
+    /// With memory nodes: recorded at the end of each launch, and waited on
+    /// by the next, so launches of the instance never overlap (as CUDA
+    /// orders every launch of an executable graph after the previous ones).
+    last_launch: Option<Arc<crate::event::Event>>,
 }
 
 pub(crate) static GRAPHS: Registry<Graph> = Registry::new();
@@ -605,10 +622,27 @@ pub(crate) unsafe extern "C" fn cuGraphInstantiate(
         // of) the graph do not affect it.
         let nodes = crate::conditional::freeze(&lock(&graph.nodes))?;
         let defaults = lock(&graph.defaults).clone().into();
-        let handle = EXECS.insert(Arc::new(Exec {
+        let footprint = crate::graph_memory::footprint(&nodes);
+        let device = require()?;
+        let mut instance = lock(&graph.instance);
+        if footprint > 0 && instance.strong_count() > 0 {
+            return Err(fail(
+                CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                "a graph with memory nodes has one executable instance at a time: destroy the \
+                 other first",
+            ));
+        }
+        let exec = Arc::new(Exec {
             nodes: Mutex::new(nodes),
             defaults: Mutex::new(defaults),
-        }));
+            footprint,
+            last_launch: (footprint > 0).then(|| crate::event::Event::internal(device)),
+        });
+        if footprint > 0 {
+            *instance = Arc::downgrade(&exec);
+        }
+        drop(instance);
+        let handle = EXECS.insert(exec);
         // SAFETY: checked non-null; writable per the API.
         unsafe { write_out(phGraphExec, handle as CUgraphExec) }
     })())
@@ -637,15 +671,20 @@ pub(crate) unsafe extern "C" fn cuGraphLaunch(
         // launches already made.
         let defaults = Arc::clone(&lock(&exec.defaults));
         let reset = (!defaults.is_empty()).then(|| Template::Act(Action::AssignDefaults(defaults)));
-        let templates: Vec<Template> = reset
+        let after_last = exec.last_launch.clone().map(Template::Wait);
+        let templates: Vec<Template> = after_last
             .into_iter()
+            .chain(reset)
             .chain(
                 lock(&exec.nodes)
                     .iter()
                     .map(|node| Template::Act(node.action.clone())),
             )
+            .chain(exec.last_launch.clone().map(Template::Record))
             .collect();
-        resolve(hStream)?.submit(&templates)
+        let stream = resolve(hStream)?;
+        crate::graph_memory::launched(&stream, exec.footprint)?;
+        stream.submit(&templates)
     })())
 }
 
@@ -672,6 +711,15 @@ fn update_refused(old: &[Node], new: &[Node]) -> Option<(CUgraphExecUpdateResult
             return Some((
                 CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
                 format!("node {index} is another kind of node"),
+            ));
+        }
+        if let (Action::GraphAlloc(old), Action::GraphAlloc(new))
+        | (Action::GraphFree(old), Action::GraphFree(new)) = (&old.action, &new.action)
+            && !Arc::ptr_eq(old, new)
+        {
+            return Some((
+                CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED,
+                format!("node {index} is a memory node of another graph"),
             ));
         }
         if let (Action::Kernel(old), Action::Kernel(new)) = (&old.action, &new.action)

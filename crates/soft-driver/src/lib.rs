@@ -75,6 +75,7 @@ mod errors;
 mod event;
 pub mod faults;
 mod graph;
+mod graph_memory;
 mod green;
 mod handles;
 mod host_register;
@@ -150,6 +151,7 @@ pub fn driver() -> &'static Driver {
     use errors::*;
     use event::*;
     use graph::*;
+    use graph_memory::*;
     use host_register::*;
     use launch_ex::*;
     use modules::*;
@@ -232,6 +234,9 @@ pub fn driver() -> &'static Driver {
         cuStreamGetCaptureInfo,
         cuStreamUpdateCaptureDependencies,
         cuGraphAddDependencies,
+        cuDeviceGetGraphMemAttribute,
+        cuDeviceSetGraphMemAttribute,
+        cuDeviceGraphMemTrim,
         cuGetErrorName,
         cuGetErrorString,
     };

@@ -155,6 +155,11 @@ pub(crate) enum Kind {
     /// Physical memory mapped at a reserved range (`cuMemMap`, see `vmm`):
     /// counted when created, freed by `cuMemUnmap` and `cuMemRelease`.
     Mapped,
+    /// A graph's memory-node allocation (`cuMemAllocAsync` while capturing):
+    /// an address the graph keeps for its life, usable only while a launch
+    /// runs between its allocation and free nodes. Counted through the
+    /// device's graph memory (`graph_memory`), not here.
+    Graph,
 }
 
 impl Kind {
@@ -165,6 +170,7 @@ impl Kind {
             Kind::Managed => "managed",
             Kind::Pinned => "pinned host",
             Kind::Mapped => "mapped",
+            Kind::Graph => "graph",
         }
     }
 }
@@ -202,6 +208,8 @@ pub(crate) struct PoolStats {
 struct DeviceMemory {
     device_bytes: usize,
     pool: PoolStats,
+    /// What graph launches keep for their memory nodes.
+    graph: crate::graph_memory::GraphStats,
     /// Set by `set_device_capacity`; `None`: the default capacity.
     capacity: Option<usize>,
 }
@@ -214,6 +222,7 @@ impl Default for DeviceMemory {
                 reuse: [1, 1, 1],
                 ..PoolStats::default()
             },
+            graph: crate::graph_memory::GraphStats::default(),
             capacity: None,
         }
     }
@@ -221,7 +230,7 @@ impl Default for DeviceMemory {
 
 impl DeviceMemory {
     fn in_use(&self) -> usize {
-        self.device_bytes + self.pool.reserved
+        self.device_bytes + self.pool.reserved + self.graph.reserved
     }
 
     /// Bytes this allocation adds to `in_use`.
@@ -229,7 +238,7 @@ impl DeviceMemory {
         match kind {
             Kind::Device | Kind::Managed => rounded,
             Kind::Pool => (self.pool.used + rounded).saturating_sub(self.pool.reserved),
-            Kind::Pinned | Kind::Mapped => 0,
+            Kind::Pinned | Kind::Mapped | Kind::Graph => 0,
         }
     }
 }
@@ -332,7 +341,7 @@ pub(crate) fn allocate(size: usize, kind: Kind, device: i32) -> Result<usize, CU
             pool.reserved_high = pool.reserved_high.max(pool.reserved);
         }
         // Mapped memory is entered by `register_mapped`, never allocated here.
-        Kind::Pinned | Kind::Mapped => {}
+        Kind::Pinned | Kind::Mapped | Kind::Graph => {}
     }
     memory.allocations.insert(
         ptr,
@@ -343,7 +352,7 @@ pub(crate) fn allocate(size: usize, kind: Kind, device: i32) -> Result<usize, CU
             kind,
             device,
             free_pending: false,
-            ready: kind != Kind::Pool,
+            ready: !matches!(kind, Kind::Pool | Kind::Graph),
         },
     );
     Ok(ptr)
@@ -379,7 +388,7 @@ pub(crate) fn free(base: usize, kinds: &[Kind]) -> Result<(), CUresult> {
         Kind::Device | Kind::Managed => dev.device_bytes -= allocation.rounded,
         Kind::Pool => dev.pool.used -= allocation.rounded,
         // Never in `kinds` (`cuMemUnmap` forgets a mapping instead).
-        Kind::Pinned | Kind::Mapped => {}
+        Kind::Pinned | Kind::Mapped | Kind::Graph => {}
     }
     drop(memory);
     let layout = raw_layout(allocation.rounded)
@@ -402,6 +411,13 @@ pub(crate) fn begin_free_async(base: usize) -> Result<(), CUresult> {
         Some(allocation) if allocation.kind == Kind::Mapped => Err(fail(
             CUresult::CUDA_ERROR_INVALID_VALUE,
             format!("{base:#x} is mapped memory; unmap it with cuMemUnmap"),
+        )),
+        Some(allocation) if allocation.kind == Kind::Graph => Err(fail(
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!(
+                "{base:#x} is graph memory: it is freed by its graph's free node, captured \
+                 with the graph"
+            ),
         )),
         Some(allocation) if allocation.free_pending => Err(fail(
             CUresult::CUDA_ERROR_INVALID_VALUE,
@@ -513,6 +529,13 @@ fn check_range_at(ptr: usize, len: usize, in_stream_order: bool) -> Result<(Kind
     let Some((base, allocation)) = memory.containing(ptr) else {
         return Err(format!("{ptr:#x} is not inside any live allocation"));
     };
+    if in_stream_order && !allocation.ready && allocation.kind == Kind::Graph {
+        return Err(format!(
+            "{ptr:#x} is in graph memory ({} bytes at {base:#x}), which is mapped only while \
+             a launch of its graph runs between the allocation's node and its free node",
+            allocation.size
+        ));
+    }
     if in_stream_order && !allocation.ready {
         return Err(format!(
             "{ptr:#x} is in a stream-ordered allocation ({} bytes at {base:#x}) that its \
@@ -586,4 +609,42 @@ pub(crate) fn trim_pool_to(ordinal: i32, keep: usize) {
 /// memory lock.
 pub(crate) fn with_pool<R>(ordinal: i32, f: impl FnOnce(&mut PoolStats) -> R) -> R {
     f(&mut lock(&MEMORY).device(ordinal).pool)
+}
+
+/// A graph's memory node reached at a launch (`mapped`) or its free node
+/// (`!mapped`): the memory at `base` is usable, or no longer. Fails, saying
+/// why, when the allocation is not graph memory or is already so.
+pub(crate) fn map_graph_memory(base: usize, mapped: bool) -> Result<(), String> {
+    let mut memory = lock(&MEMORY);
+    match memory.allocations.get_mut(&base) {
+        Some(allocation) if allocation.kind == Kind::Graph => {
+            if allocation.ready == mapped {
+                return Err(if mapped {
+                    format!(
+                        "graph allocation {base:#x} is reached again before its free node: a \
+                         graph whose allocation is not freed inside it cannot launch again \
+                         until the memory is freed"
+                    )
+                } else {
+                    format!("graph allocation {base:#x} is freed twice")
+                });
+            }
+            allocation.ready = mapped;
+            Ok(())
+        }
+        _ => Err(format!("{base:#x} is not a live graph allocation")),
+    }
+}
+
+/// Read or change device `ordinal`'s graph memory under the memory lock,
+/// with the bytes the device has in use besides it and its capacity.
+pub(crate) fn with_graph_memory<R>(
+    ordinal: i32,
+    f: impl FnOnce(&mut crate::graph_memory::GraphStats, usize, usize) -> R,
+) -> R {
+    let capacity = device_capacity(ordinal);
+    let mut memory = lock(&MEMORY);
+    let device = memory.device(ordinal);
+    let others = device.device_bytes + device.pool.reserved;
+    f(&mut device.graph, others, capacity)
 }

@@ -65,6 +65,10 @@ pub(crate) enum Action {
     Free(usize),
     /// A stream-ordered allocation becomes usable (`cuMemAllocAsync`).
     Ready(usize),
+    /// A graph's allocation node: its memory is usable from here on.
+    GraphAlloc(Arc<crate::graph_memory::GraphAllocation>),
+    /// A graph's free node: its memory is usable no more.
+    GraphFree(Arc<crate::graph_memory::GraphAllocation>),
     /// An ordered operation with no effect here (prefetch).
     Nop,
     /// `cuStreamWriteValue32`: an atomic store (see `stream_memops`).
@@ -161,6 +165,12 @@ impl Action {
             Action::Ready(ptr) => {
                 crate::memory::mark_ready(ptr);
                 None
+            }
+            Action::GraphAlloc(allocation) => {
+                crate::graph_memory::run_node(&allocation, true, faulted)
+            }
+            Action::GraphFree(allocation) => {
+                crate::graph_memory::run_node(&allocation, false, faulted)
             }
             Action::Call(call) => call(device, faulted),
             // Made by `Stream::submit`; run as made if one slips through.

@@ -244,6 +244,12 @@ impl Stream {
         Ok(())
     }
 
+    /// Whether the worker has completed every operation submitted so far.
+    pub(crate) fn is_idle(&self) -> bool {
+        let state = self.state();
+        state.completed >= state.submitted
+    }
+
     /// Whether the worker has completed operation `ticket`.
     pub(crate) fn passed(&self, ticket: u64) -> bool {
         self.state().completed >= ticket

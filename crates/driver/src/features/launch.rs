@@ -155,6 +155,26 @@ impl<'a> KernelArg<'a> {
             }),
         }
     }
+
+    /// A buffer argument of `bytes` bytes of `elem`s that is no
+    /// [`DeviceMemory`] (a graph's own memory), lent as [`KernelArg::lend`]
+    /// lends.
+    pub(crate) fn lend_use(
+        memory: &'a dyn DeviceUse,
+        writable: bool,
+        elem: Option<Scalar>,
+        bytes: usize,
+    ) -> Self {
+        Self {
+            value: ArgValue::Pointer(memory.use_bytes().0),
+            buffer: Some(BufferArg {
+                memory,
+                writable,
+                elem,
+                bytes,
+            }),
+        }
+    }
 }
 
 impl KernelArg<'_> {

@@ -544,6 +544,15 @@ pub enum Error {
         /// What was refused, naming the condition, capture or driver version.
         reason: String,
     },
+    /// Graph memory ([`crate::GraphBuffer`]) used outside its graph, a
+    /// memory node where CUDA allows none, a second instance or an update
+    /// of a graph with memory nodes, or a launch off the stream a
+    /// [`crate::GraphMemoryShare`] holds its graphs to.
+    #[error("graph memory: {reason}")]
+    GraphMemory {
+        /// What was refused, naming the buffer, captures or streams.
+        reason: String,
+    },
     /// A capture that was already ended.
     #[error("the capture begun on stream {origin} has already ended")]
     CaptureEnded {

@@ -27,6 +27,12 @@ pub(super) trait Kept: Send + Sync {
     fn arg(&self, writable: bool) -> KernelArg<'_>;
     fn bytes(&self) -> usize;
     fn ptr(&self) -> sys::CUdeviceptr;
+    /// For a graph's own memory ([`GraphBuffer`](super::GraphBuffer)), the
+    /// capture whose graph allocates it: valid in that graph only, and
+    /// nothing the replays need to keep or track.
+    fn graph_family(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<M: DeviceMemory + Send + Sync + 'static> Kept for M {
@@ -166,6 +172,13 @@ impl GraphArg {
         })
     }
 
+    /// `memory`, lent to every replay (for writing when `writable`).
+    pub(super) fn kept(memory: Arc<dyn Kept>, writable: bool) -> Self {
+        Self {
+            inner: ArgInner::Buffer(memory, writable),
+        }
+    }
+
     /// The buffer it lends and whether for writing; `None` for a scalar.
     pub(super) fn buffer(&self) -> Option<(&Arc<dyn Kept>, bool)> {
         match &self.inner {
@@ -240,6 +253,9 @@ pub(super) struct Resources {
     /// Shared with the stream callbacks that release them after the last
     /// replays (see `GraphExec::release`).
     pub(super) callbacks: Arc<Vec<Arc<HostNode>>>,
+    /// The bytes its memory nodes allocate at every replay (see
+    /// `graph_memory`); they are neither kept nor tracked here.
+    pub(super) graph_memory_bytes: usize,
 }
 
 impl Resources {
@@ -265,6 +281,10 @@ impl Resources {
     }
 
     pub(super) fn add_buffer(&mut self, memory: &Arc<dyn Kept>, writable: bool) {
+        if memory.graph_family().is_some() {
+            // Allocated and freed by the graph itself.
+            return;
+        }
         match self
             .buffers
             .iter_mut()

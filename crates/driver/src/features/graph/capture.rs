@@ -6,6 +6,7 @@
 
 use super::args::{HostNode, Resources};
 use super::exec::Graph;
+use super::graph_memory::GraphAllocation;
 use crate::enqueue::order::{CaptureOrder, Touches};
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
@@ -79,6 +80,8 @@ pub struct Capture {
     /// The graph's own order, checked node by node (`None` when the
     /// context's policy is `Off`).
     pub(super) order: Option<CaptureOrder>,
+    /// Its graph buffers, each freed by a node at the end of the graph.
+    pub(super) graph_memory: Vec<Arc<GraphAllocation>>,
 }
 
 impl Stream {
@@ -151,6 +154,7 @@ impl Stream {
             conditioned: Arc::default(),
             owns_graph: into.is_none(),
             order: CaptureOrder::begin(self),
+            graph_memory: Vec::new(),
         })
     }
 }
@@ -352,6 +356,7 @@ impl Capture {
                 origin: self.origin.id(),
             });
         }
+        self.free_graph_memory()?;
         let order = self.order.take();
         let raw = self.close()?;
         if let Some(order) = order
@@ -372,6 +377,7 @@ impl Capture {
             lock: Mutex::new(()),
             resources: Arc::new(std::mem::take(&mut self.resources)),
             nodes: self.nodes,
+            instance: Mutex::new(std::sync::Weak::new()),
         })
     }
 

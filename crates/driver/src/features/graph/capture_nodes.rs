@@ -74,7 +74,7 @@ impl Capture {
         config.validate()?;
         stream.check_context("the kernel", kernel.context())?;
         let programmatic = dependency.resolve(kernel, stream.context().info())?;
-        check_args_context(stream, args)?;
+        self.check_args(stream, args)?;
         let touches = || {
             args.iter()
                 .filter_map(|arg| match &arg.inner {
@@ -139,7 +139,7 @@ impl Capture {
         enqueue: impl FnOnce() -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
         self.check_member(stream)?;
-        check_args_context(stream, args)?;
+        self.check_args(stream, args)?;
         stream.context().bind()?;
         // Kept before the work is recorded: whatever part of it the graph
         // holds finds its memory alive at every replay.
@@ -179,6 +179,8 @@ impl Capture {
     /// instance of it, or the caller's `Arc` lives; it is freed after the
     /// last of them is gone (and the replays have passed it). To fill it
     /// from outside the graph, allocate it with [`Capture::alloc_from`].
+    /// For scratch that lives only during a replay, and that graphs launched
+    /// into one stream share, use [`Capture::graph_buffer`] instead.
     ///
     /// ```
     /// use cuda_streams_driver::{Context, Stream};
@@ -256,11 +258,21 @@ impl Capture {
         T: DeviceCopy,
         S: DeviceMemory<Elem = T> + Send + Sync + 'static,
     {
-        self.check_member(stream)?;
         crate::features::copy::check_len("Capture::copy", dst.device_len(), src.device_len())?;
-        let (dst, src): (Arc<dyn Kept>, Arc<dyn Kept>) = (dst.clone(), src.clone());
+        self.copy_kept(stream, dst.clone(), src.clone())
+    }
+
+    /// Capture a device-to-device copy of `src` into `dst` (lengths checked
+    /// by the callers): [`Capture::copy`] and the graph-memory copies.
+    pub(super) fn copy_kept(
+        &mut self,
+        stream: &Stream,
+        dst: Arc<dyn Kept>,
+        src: Arc<dyn Kept>,
+    ) -> Result<()> {
+        self.check_member(stream)?;
         for memory in [&dst, &src] {
-            stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
+            self.check_kept(stream, &**memory)?;
         }
         let touches = || {
             [(&dst, true), (&src, false)]
@@ -461,9 +473,19 @@ impl Capture {
         dst: &Arc<DeviceBuffer<T>>,
         value: u8,
     ) -> Result<()> {
+        self.memset_kept(stream, dst.clone(), value)
+    }
+
+    /// Capture a memset of every byte of `dst`: [`Capture::memset_u8`] and
+    /// [`Capture::memset_graph`].
+    pub(super) fn memset_kept(
+        &mut self,
+        stream: &Stream,
+        dst: Arc<dyn Kept>,
+        value: u8,
+    ) -> Result<()> {
         self.check_member(stream)?;
-        let dst: Arc<dyn Kept> = dst.clone();
-        stream.check_context_id("a buffer", dst.as_use().use_context_id())?;
+        self.check_kept(stream, &*dst)?;
         let touches = || {
             [Use::Device(dst.as_use(), true).touch()]
                 .into_iter()
@@ -515,12 +537,15 @@ impl Capture {
     }
 }
 
-/// Every buffer of `args` must be of `stream`'s context.
-fn check_args_context(stream: &Stream, args: &[GraphArg]) -> Result<()> {
-    for (memory, _) in args.iter().filter_map(GraphArg::buffer) {
-        stream.check_context_id("a buffer", memory.as_use().use_context_id())?;
+impl Capture {
+    /// Every buffer of `args` must be of `stream`'s context, and a graph's
+    /// memory of this capture's graph.
+    fn check_args(&self, stream: &Stream, args: &[GraphArg]) -> Result<()> {
+        for (memory, _) in args.iter().filter_map(GraphArg::buffer) {
+            self.check_kept(stream, &**memory)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Which way a captured host copy goes.

@@ -9,7 +9,7 @@ use crate::objects::context::Context;
 use crate::objects::memory::{DeviceCopy, PinnedBuffer};
 use crate::objects::stream::Stream;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use sys::{CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUresult};
 
 /// A captured graph: instantiate it to replay it ([`Graph::instantiate`]).
@@ -42,6 +42,9 @@ pub struct Graph {
     pub(super) lock: Mutex<()>,
     pub(super) resources: Arc<Resources>,
     pub(super) nodes: usize,
+    /// Its executable instance's token while it has one and memory nodes:
+    /// CUDA allows one instance at a time of such a graph.
+    pub(super) instance: Mutex<Weak<()>>,
 }
 
 // SAFETY: a graph handle may be used from any thread; the resources are
@@ -53,8 +56,31 @@ unsafe impl Sync for Graph {}
 impl Graph {
     /// An executable instance (`cuGraphInstantiate`).
     pub fn instantiate(&self) -> Result<GraphExec> {
+        self.instantiate_held(None)
+    }
+
+    /// An executable instance whose launches, when `held_to` is given, are
+    /// refused on any other stream (see `memory_share`).
+    pub(super) fn instantiate_held(&self, held_to: Option<Arc<Stream>>) -> Result<GraphExec> {
         self.ctx.bind()?;
         let _turn = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut instance = self.instance.lock().unwrap_or_else(|p| p.into_inner());
+        let token = if self.resources.graph_memory_bytes > 0 {
+            if instance.strong_count() > 0 {
+                return Err(Error::GraphMemory {
+                    reason: format!(
+                        "graph {:p} has memory nodes, and CUDA allows one executable instance \
+                         of such a graph at a time: drop the other GraphExec first",
+                        self.raw
+                    ),
+                });
+            }
+            let token = Arc::new(());
+            *instance = Arc::downgrade(&token);
+            Some(token)
+        } else {
+            None
+        };
         let mut raw: CUgraphExec = std::ptr::null_mut();
         // SAFETY: a live graph; valid out-pointer.
         let code = unsafe { (self.ctx.driver().cuGraphInstantiate)(&mut raw, self.raw, 0) };
@@ -65,12 +91,20 @@ impl Graph {
             resources: Arc::clone(&self.resources),
             nodes: self.nodes,
             launched_on: Mutex::new(Vec::new()),
+            held_to,
+            _instance: token,
         })
     }
 
     /// The nodes captured.
     pub fn node_count(&self) -> usize {
         self.nodes
+    }
+
+    /// The bytes its memory nodes allocate at every replay
+    /// ([`Capture::graph_buffer`](super::Capture::graph_buffer)); 0 without any.
+    pub fn graph_memory_bytes(&self) -> usize {
+        self.resources.graph_memory_bytes
     }
 
     /// The raw handle (it stays owned by this `Graph`).
@@ -138,6 +172,11 @@ pub struct GraphExec {
     /// Streams it was launched on (callbacks are released after them). Held
     /// across each launch, so launches of one instance take turns.
     launched_on: Mutex<Vec<Arc<Stream>>>,
+    /// The one stream it may be launched on, when its graph shares memory
+    /// ([`GraphMemoryShare`](super::GraphMemoryShare)).
+    held_to: Option<Arc<Stream>>,
+    /// Held while it lives, for a graph with memory nodes (`Graph::instance`).
+    _instance: Option<Arc<()>>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread; launches
@@ -196,6 +235,19 @@ impl GraphExec {
         // Launched into a capture it would become a child graph, whose
         // resources nothing would keep: the protocol's gate refuses that.
         stream.check_context("the executable graph", &self.ctx)?;
+        if let Some(held) = &self.held_to
+            && held.id() != stream.id()
+        {
+            return Err(Error::GraphMemory {
+                reason: format!(
+                    "the executable graph shares its memory with the other graphs of a \
+                     GraphMemoryShare, whose launches are held to stream {} so that they never \
+                     run at once: launch it there, not on stream {}",
+                    held.id(),
+                    stream.id()
+                ),
+            });
+        }
         let devices = self.resources.buffers.iter();
         let hosts = self.resources.hosts.iter();
         let uses = devices
@@ -211,6 +263,21 @@ impl GraphExec {
     /// already enqueued keep the old parameters. On failure
     /// ([`Error::GraphUpdate`]) the executable graph is unchanged.
     pub fn update(&mut self, graph: &Graph) -> Result<()> {
+        let memory_nodes = (
+            self.resources.graph_memory_bytes,
+            graph.graph_memory_bytes(),
+        );
+        if memory_nodes != (0, 0) {
+            return Err(Error::GraphMemory {
+                reason: format!(
+                    "an executable graph with memory nodes ({} bytes), or one updated from a \
+                     graph with memory nodes ({} bytes), cannot be updated in place: its kernels \
+                     were given the addresses of its own allocation nodes; instantiate the new \
+                     graph instead",
+                    memory_nodes.0, memory_nodes.1
+                ),
+            });
+        }
         if graph.ctx.id() != self.ctx.id() {
             return Err(Error::ContextMismatch {
                 what: "the graph",
@@ -311,6 +378,18 @@ impl GraphExec {
     /// The nodes of the graph it was made from.
     pub fn node_count(&self) -> usize {
         self.nodes
+    }
+
+    /// The bytes its graph's memory nodes allocate at every replay; 0
+    /// without any.
+    pub fn graph_memory_bytes(&self) -> usize {
+        self.resources.graph_memory_bytes
+    }
+
+    /// The stream its launches are held to, when its graph shares memory
+    /// through a [`GraphMemoryShare`](super::GraphMemoryShare).
+    pub fn held_to(&self) -> Option<&Arc<Stream>> {
+        self.held_to.as_ref()
     }
 
     /// The raw handle (it stays owned by this `GraphExec`).

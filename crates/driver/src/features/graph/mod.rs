@@ -32,6 +32,12 @@
 //!   ([`Capture::while_loop`], [`Capture::if_then`], [`Capture::if_else`],
 //!   [`Capture::switch`]);
 //! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed;
+//! - `graph_memory`: [`GraphBuffer`], memory a graph allocates and frees
+//!   itself at every replay (memory nodes);
+//! - `memory_share`: [`GraphMemoryShare`], graphs that share their memory
+//!   because their launches are held to one stream;
+//! - `memory_usage`: [`GraphMemoryUsage`], what the device's graph memory
+//!   holds, and giving it back;
 //! - `programmatic`: programmatic dependent launches in a capture
 //!   ([`Capture::launch_programmatic`]), which become programmatic edges.
 
@@ -41,8 +47,14 @@ mod capture_nodes;
 mod conditional;
 mod exec;
 mod programmatic;
+mod graph_memory;
+mod memory_share;
+mod memory_usage;
 
 pub use args::{GraphArg, HostSlot};
 pub use capture::Capture;
 pub use conditional::{CONDITIONAL_DRIVER_VERSION, Condition, MULTI_BODY_DRIVER_VERSION};
 pub use exec::{Graph, GraphExec};
+pub use graph_memory::GraphBuffer;
+pub use memory_share::GraphMemoryShare;
+pub use memory_usage::GraphMemoryUsage;
