@@ -20,8 +20,11 @@
 //! [`Pending::call`] does 5 to 7 around a driver call, and
 //! [`Pending::enqueued`] does 7 for work that another library put on the
 //! stream (now, or later: a deferred enqueue, such as collectives enqueued
-//! at `ncclGroupEnd`, holds the `Pending` until then). What differs between
-//! kinds of work is said once, by [`Work`].
+//! at `ncclGroupEnd`, holds the `Pending` until then). Work that its
+//! caller must follow up before the stream may begin a capture (a blocking
+//! copy's host wait, a copy future's completion) is one call too:
+//! [`Stream::enqueue_then`] runs the follow-up after step 7, before the
+//! gate goes. What differs between kinds of work is said once, by [`Work`].
 
 use crate::enqueue::gate::EnqueueGate;
 use crate::enqueue::order::{self, InFlight, OrderPolicy, Touch};
@@ -286,6 +289,24 @@ impl Stream {
     ) -> Result<()> {
         self.prepare_enqueue(uses, work)?.call(call)
     }
+
+    /// [`Stream::enqueue_tracked`], then `then` before the gate goes: for
+    /// work whose caller must follow it with more before the stream may
+    /// begin a capture (a blocking copy's host wait for the copy, a copy
+    /// future's completion watching this very copy). A capture beginning in
+    /// between would refuse the follow-up and leave the work touching host
+    /// memory nobody waits for. `then` runs only once the work is on the
+    /// stream and every use is tracked; its result is returned.
+    #[inline]
+    pub(crate) fn enqueue_then<'u, R>(
+        &self,
+        uses: impl IntoIterator<Item = Use<'u>> + Clone,
+        work: Work,
+        call: impl FnOnce(&Driver, CUstream) -> CUresult,
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        self.prepare_enqueue(uses, work)?.call_then(call, then)
+    }
 }
 
 impl<'s, 'u, U> Pending<'s, U>
@@ -297,6 +318,17 @@ where
     /// is counted or tracked, and its error is returned.
     #[inline]
     pub(crate) fn call(self, call: impl FnOnce(&Driver, CUstream) -> CUresult) -> Result<()> {
+        self.call_then(call, || Ok(()))
+    }
+
+    /// [`Pending::call`], then `then` while the gate is still held, once
+    /// the work is on the stream and tracked ([`Stream::enqueue_then`]).
+    #[inline]
+    pub(crate) fn call_then<R>(
+        self,
+        call: impl FnOnce(&Driver, CUstream) -> CUresult,
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
         let Pending {
             stream,
             uses,
@@ -315,7 +347,7 @@ where
             drop(gate);
             return Err(failed);
         }
-        land_count_track(stream, uses, work, in_flight, gate)
+        land_count_track(stream, uses, work, in_flight, gate, then)
     }
 
     /// Step 7, for work now on the stream: the step lands (records taken
@@ -332,7 +364,7 @@ where
             in_flight,
             _gate: gate,
         } = self;
-        land_count_track(stream, uses, work, in_flight, gate)
+        land_count_track(stream, uses, work, in_flight, gate, || Ok(()))
     }
 
     /// The stream the work goes on.
@@ -351,14 +383,16 @@ where
 /// the work's kind and each buffer's type at the tracking after the
 /// driver call (an escaped struct would be reloaded field by field, and
 /// each use tracked through its vtable: ~60 instructions per enqueue).
+/// When every use is tracked, `then` runs before the gate goes.
 #[inline]
-fn land_count_track<'s, 'u, U>(
+fn land_count_track<'s, 'u, U, R>(
     stream: &'s Stream,
     uses: U,
     work: Work,
     in_flight: InFlight<'s>,
     _gate: EnqueueGate<'s>,
-) -> Result<()>
+    then: impl FnOnce() -> Result<R>,
+) -> Result<R>
 where
     U: IntoIterator<Item = Use<'u>>,
 {
@@ -372,5 +406,5 @@ where
             result = result.and(used.track(stream));
         }
     }
-    result
+    result.and_then(|()| then())
 }
