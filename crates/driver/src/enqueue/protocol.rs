@@ -24,7 +24,10 @@
 //! caller must follow up before the stream may begin a capture (a blocking
 //! copy's host wait, a copy future's completion) is one call too:
 //! [`Stream::enqueue_then`] runs the follow-up after step 7, before the
-//! gate goes. What differs between kinds of work is said once, by [`Work`].
+//! gate goes. An event's record or a stream's wait (a mark: no buffer, no
+//! step, no observer) takes the steps that apply to it in
+//! [`Stream::enqueue_mark`]. What differs between kinds of work is said
+//! once, by [`Work`].
 
 use crate::enqueue::gate::EnqueueGate;
 use crate::enqueue::order::{self, InFlight, OrderPolicy, Touch};
@@ -119,6 +122,14 @@ pub(crate) enum Work {
     /// counted, no observer told; refused as the operation named while the
     /// stream captures, where the driver would make it part of the graph.
     Raw(&'static str),
+    /// An event's record on the stream (`event_marks.rs`): it passes the
+    /// gate without holding it (in a capture it is an edge of the graph),
+    /// takes no step (the order tracker learns the record itself), is not
+    /// counted or observed, and leaves the stream's latest mark standing.
+    Record,
+    /// The stream's wait for an event (`event_marks.rs`): as a record,
+    /// except that it counts as an operation and ends the latest mark.
+    Wait,
 }
 
 impl Work {
@@ -130,6 +141,9 @@ impl Work {
             Work::GraphUpload => "GraphExec::upload",
             Work::External => "external work",
             Work::Raw(operation) => operation,
+            // Never refused (`Stream::enqueue_mark`); named for completeness.
+            Work::Record => "Event::record",
+            Work::Wait => "Stream::wait_event",
             Work::Transfer(_) | Work::Operation | Work::KernelLaunch => {
                 "enqueueing work (use the Capture's methods)"
             }
@@ -145,8 +159,19 @@ impl Work {
             Work::Transfer(_) => "copy",
             Work::GraphLaunch(_) => "graph launch",
             Work::External => "external work",
-            Work::Callback | Work::GraphUpload | Work::Raw(_) => return None,
+            Work::Callback | Work::GraphUpload | Work::Raw(_) | Work::Record | Work::Wait => {
+                return None;
+            }
         })
+    }
+
+    /// Whether [`Work::step`] may give it a step (`false`: it never does).
+    #[inline]
+    fn takes_steps(self) -> bool {
+        !matches!(
+            self,
+            Work::Callback | Work::GraphUpload | Work::Raw(_) | Work::Record | Work::Wait
+        )
     }
 
     /// Whether it is this crate's own work, bound before its buffers are
@@ -157,7 +182,16 @@ impl Work {
 
     /// Whether the stream's observers are told before its driver call.
     fn observed(self) -> bool {
-        !matches!(self, Work::External | Work::GraphUpload | Work::Raw(_))
+        !matches!(
+            self,
+            Work::External | Work::GraphUpload | Work::Raw(_) | Work::Record | Work::Wait
+        )
+    }
+
+    /// Whether it is a mark ([`Stream::enqueue_mark`]): an event's record
+    /// or wait, which passes the capture gate without holding it.
+    fn is_mark(self) -> bool {
+        matches!(self, Work::Record | Work::Wait)
     }
 
     /// Whether its uses are tracked once it is on the stream.
@@ -175,7 +209,8 @@ impl Work {
             Work::KernelLaunch => counters.kernel_launch(),
             Work::Callback => counters.callback(),
             Work::GraphLaunch(nodes) => counters.graph_launch(nodes),
-            Work::GraphUpload | Work::External | Work::Raw(_) => {}
+            Work::Wait => counters.operation(),
+            Work::GraphUpload | Work::External | Work::Raw(_) | Work::Record => {}
         }
     }
 }
@@ -246,8 +281,12 @@ impl Stream {
             }
         }
         // After the waits above (which order the stream after allocations),
-        // before the driver sees the work: the one branch `off` costs.
-        let policy = self.context().order.policy();
+        // before the driver sees the work: the one branch `off` costs. Work
+        // that never takes a step (known where the kind is) reads no policy.
+        let policy = match work.takes_steps() {
+            true => self.context().order.policy(),
+            false => OrderPolicy::Off,
+        };
         let step = match policy {
             OrderPolicy::Off => None,
             _ => work.step(uses.clone().into_iter()),
@@ -288,6 +327,32 @@ impl Stream {
         call: impl FnOnce(&Driver, CUstream) -> CUresult,
     ) -> Result<()> {
         self.prepare_enqueue(uses, work)?.call(call)
+    }
+
+    /// The protocol for a mark ([`Work::Record`], [`Work::Wait`]), with
+    /// `call` given the driver table and this stream's handle, then `then`
+    /// once the mark is on the stream. Of the protocol's steps, a mark takes
+    /// those that apply to it: the gate passed without holding it (a capture
+    /// takes records and waits as edges of its graph), the bind, the call,
+    /// the count and the end of the latest mark (a wait's, even when the
+    /// call fails). It uses no buffer, takes no step of the order tracker's
+    /// (the tracker learns records and waits itself, around this call) and
+    /// tells no observer, so those steps are left out rather than run
+    /// empty: every fork and every cross-stream edge records and waits.
+    #[inline]
+    pub(crate) fn enqueue_mark<R>(
+        &self,
+        work: Work,
+        call: impl FnOnce(&Driver, CUstream) -> CUresult,
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        debug_assert!(work.is_mark(), "not a mark: {}", work.refused_as());
+        let _passed = self.pass_gate_for_mark(matches!(work, Work::Wait));
+        let ctx = self.context();
+        ctx.bind()?;
+        ctx.check(call(ctx.driver(), self.as_raw()))?;
+        work.count(self);
+        then()
     }
 
     /// [`Stream::enqueue_tracked`], then `then` before the gate goes: for
