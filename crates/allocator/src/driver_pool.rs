@@ -47,11 +47,16 @@ impl Shared {
     }
 
     fn alloc_async(&self, slot: &Slot, bytes: usize) -> Result<CUdeviceptr> {
-        // Captured, the allocation would become a node of the graph.
-        let _gate = slot
-            .stream
-            .enqueue_gate(crate::allocator::ALLOCATE_WHILE_CAPTURING)?;
-        let ptr = result::mem_alloc_async(&slot.stream, bytes)?;
+        // Captured, the allocation would become a node of the graph: the
+        // enqueue protocol refuses it (its gate is the only one taken), and
+        // the refusal names what the caller asked for.
+        let ptr = result::mem_alloc_async(&slot.stream, bytes).map_err(|err| match err {
+            driver::Error::StreamCapturing { stream, .. } => driver::Error::StreamCapturing {
+                operation: crate::allocator::ALLOCATE_WHILE_CAPTURING,
+                stream,
+            },
+            other => other,
+        })?;
         self.counters.driver_allocs.fetch_add(1, Ordering::Relaxed);
         Ok(ptr)
     }
@@ -127,15 +132,6 @@ impl Shared {
         }
         // The waits are enqueued; the pooled events can go back now.
         drop(waits);
-        // Captured, the free would become a node of the graph, run at every
-        // replay: leaked instead (a capture began since the caller looked).
-        let Ok(_gate) = slot.stream.enqueue_gate("freeing an allocation") else {
-            tracing::warn!(
-                "leaking {ptr:#x}: stream {} began a capture as it was freed",
-                slot.stream.id()
-            );
-            return;
-        };
         // SAFETY: `ptr` came from cuMemAllocAsync and is freed once (its live
         // record was just removed); the free is ordered after every use on
         // this stream by stream order and after other streams' uses by the
@@ -143,6 +139,12 @@ impl Shared {
         match unsafe { result::mem_free_async(&slot.stream, ptr) } {
             Ok(()) => {
                 self.counters.driver_frees.fetch_add(1, Ordering::Relaxed);
+            }
+            // Captured, the free would become a node of the graph, run at
+            // every replay: the protocol refuses it, and it is leaked (a
+            // capture began since the caller looked).
+            Err(driver::Error::StreamCapturing { stream, .. }) => {
+                tracing::warn!("leaking {ptr:#x}: stream {stream} began a capture as it was freed");
             }
             Err(err) => tracing::warn!("freeing {ptr:#x}: {err}"),
         }

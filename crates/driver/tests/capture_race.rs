@@ -217,3 +217,82 @@ fn an_observer_cannot_pull_a_graph_launch_into_a_capture() {
         "the replay ran eagerly"
     );
 }
+
+/// Lets another thread begin a capture in the middle of an enqueue: it
+/// tells the capturer to go, then returns only once the capturer waits at
+/// the stream's gate (a probe of the gate is refused while a capture is
+/// beginning; none can have begun, since the enqueue holds the gate).
+struct CapturerWaiting {
+    go: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+}
+
+impl WorkObserver for CapturerWaiting {
+    fn before_work(&self, stream: &Stream) {
+        if let Some(go) = self.go.lock().unwrap().take() {
+            go.send(()).unwrap();
+        }
+        let deadline = std::time::Instant::now() + support::HANG;
+        while stream.enqueue_gate("probe").is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the capturer never reached the gate"
+            );
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Poll `future` on this thread until it is ready, parking in between.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut future = std::pin::pin!(future);
+    let deadline = std::time::Instant::now() + support::HANG;
+    loop {
+        let mut cx = std::task::Context::from_waker(&waker);
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        assert!(std::time::Instant::now() < deadline, "a future hung");
+        std::thread::park_timeout(support::HANG);
+    }
+}
+
+/// A copy future's copy and the completion that watches it are one
+/// enqueue: a capture that begins on another thread while the copy is
+/// being enqueued waits for both, rather than refusing the completion with
+/// the copy already queued into the caller's buffer.
+#[test]
+fn a_capture_beginning_during_a_copy_future_waits_for_its_completion() {
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let data: Vec<u32> = (0..1024).collect();
+    let src = DeviceBuffer::from_slice(&stream, &data).unwrap();
+    let mut host = cuda_streams_driver::PinnedBuffer::<u32>::new(&ctx, 1024).unwrap();
+    let (go, ready) = std::sync::mpsc::channel();
+    stream.observe_next_work(Arc::new(CapturerWaiting {
+        go: Mutex::new(Some(go)),
+    }));
+    std::thread::scope(|scope| {
+        let stream = &stream;
+        let capturer = scope.spawn(move || {
+            ready.recv().unwrap();
+            let capture = stream
+                .begin_capture()
+                .expect("the capture begins after the copy");
+            drop(capture);
+        });
+        let future = stream
+            .copy_to_host_future(&mut host, &src)
+            .expect("the completion is part of the copy's enqueue");
+        capturer.join().unwrap();
+        let host = block_on(future).expect("the copy completes");
+        assert_eq!(host.as_slice().unwrap(), &data[..]);
+    });
+}

@@ -32,16 +32,21 @@ use std::sync::{RwLockReadGuard, TryLockError};
 /// runs eagerly, never into a graph.
 #[must_use = "the stream may begin a capture as soon as the gate is dropped"]
 pub struct EnqueueGate<'a> {
-    _shared: RwLockReadGuard<'a, ()>,
+    /// `None` for an event's record or wait, which passes without holding
+    /// the gate ([`Stream::pass_gate_for_mark`]).
+    _shared: Option<RwLockReadGuard<'a, ()>>,
     stream: u64,
     /// Told when the gate goes, after the enqueue's driver calls: the
     /// stream's latest mark no longer covers its end (`latest_mark.rs`).
-    latest: &'a crate::objects::mark_state::LatestMark,
+    /// `None` for a record, which adds no work to the stream's end.
+    latest: Option<&'a crate::objects::mark_state::LatestMark>,
 }
 
 impl Drop for EnqueueGate<'_> {
     fn drop(&mut self) {
-        self.latest.enqueued();
+        if let Some(latest) = self.latest {
+            latest.enqueued();
+        }
     }
 }
 
@@ -94,10 +99,26 @@ impl Stream {
         };
         self.refuse_if_capturing(operation)?;
         Ok(EnqueueGate {
-            _shared: shared,
+            _shared: Some(shared),
             stream: self.id(),
-            latest: &self.latest,
+            latest: Some(&self.latest),
         })
+    }
+
+    /// The gate as an event's record or wait passes it: without holding it,
+    /// and never refused. In a capture a record or a wait is an edge of the
+    /// graph, which CUDA allows, and it keeps no resource that a replay
+    /// could find freed; nor may a capture's own fork wait at the gate it
+    /// holds exclusively. `ends_latest_mark`: the work is a wait, after
+    /// which the stream's latest mark no longer covers its end (a record
+    /// adds nothing to the end).
+    #[inline]
+    pub(crate) fn pass_gate_for_mark(&self, ends_latest_mark: bool) -> EnqueueGate<'_> {
+        EnqueueGate {
+            _shared: None,
+            stream: self.id(),
+            latest: ends_latest_mark.then_some(&self.latest),
+        }
     }
 
     /// Run `enter` (which makes the stream capturing) with the gate held

@@ -10,7 +10,9 @@
 //! enqueues (an NCCL collective, a foreign kernel) its external case, now
 //! or deferred ([`external`]); raw calls that use no buffer of ours (the
 //! result layer's stream-ordered allocations, frees and copies, interop's
-//! event records and waits) its raw case ([`raw`]).
+//! event records and waits) its raw case ([`raw`]); this crate's own event
+//! records and stream waits (`Event::record`, `Stream::wait_event`) its mark
+//! kinds ([`event_marks`]), which pass captures.
 //!
 //! The stream-order tracker ([`order`]) is the protocol's: the protocol runs
 //! its check and step. Its per-context, per-stream and per-event state is
@@ -20,6 +22,7 @@
 //! (copies, launches, graphs, futures, interop) call into it; it never names
 //! them.
 
+pub(crate) mod event_marks;
 pub(crate) mod external;
 pub(crate) mod gate;
 pub(crate) mod observers;

@@ -20,8 +20,14 @@
 //! [`Pending::call`] does 5 to 7 around a driver call, and
 //! [`Pending::enqueued`] does 7 for work that another library put on the
 //! stream (now, or later: a deferred enqueue, such as collectives enqueued
-//! at `ncclGroupEnd`, holds the `Pending` until then). What differs between
-//! kinds of work is said once, by [`Work`].
+//! at `ncclGroupEnd`, holds the `Pending` until then). Work that its
+//! caller must follow up before the stream may begin a capture (a blocking
+//! copy's host wait, a copy future's completion) is one call too:
+//! [`Stream::enqueue_then`] runs the follow-up after step 7, before the
+//! gate goes. An event's record or a stream's wait (a mark: no buffer, no
+//! step, no observer) takes the steps that apply to it in
+//! [`Stream::enqueue_mark`]. What differs between kinds of work is said
+//! once, by [`Work`].
 
 use crate::enqueue::gate::EnqueueGate;
 use crate::enqueue::order::{self, InFlight, OrderPolicy, Touch};
@@ -116,6 +122,14 @@ pub(crate) enum Work {
     /// counted, no observer told; refused as the operation named while the
     /// stream captures, where the driver would make it part of the graph.
     Raw(&'static str),
+    /// An event's record on the stream (`event_marks.rs`): it passes the
+    /// gate without holding it (in a capture it is an edge of the graph),
+    /// takes no step (the order tracker learns the record itself), is not
+    /// counted or observed, and leaves the stream's latest mark standing.
+    Record,
+    /// The stream's wait for an event (`event_marks.rs`): as a record,
+    /// except that it counts as an operation and ends the latest mark.
+    Wait,
 }
 
 impl Work {
@@ -127,6 +141,9 @@ impl Work {
             Work::GraphUpload => "GraphExec::upload",
             Work::External => "external work",
             Work::Raw(operation) => operation,
+            // Never refused (`Stream::enqueue_mark`); named for completeness.
+            Work::Record => "Event::record",
+            Work::Wait => "Stream::wait_event",
             Work::Transfer(_) | Work::Operation | Work::KernelLaunch => {
                 "enqueueing work (use the Capture's methods)"
             }
@@ -142,8 +159,19 @@ impl Work {
             Work::Transfer(_) => "copy",
             Work::GraphLaunch(_) => "graph launch",
             Work::External => "external work",
-            Work::Callback | Work::GraphUpload | Work::Raw(_) => return None,
+            Work::Callback | Work::GraphUpload | Work::Raw(_) | Work::Record | Work::Wait => {
+                return None;
+            }
         })
+    }
+
+    /// Whether [`Work::step`] may give it a step (`false`: it never does).
+    #[inline]
+    fn takes_steps(self) -> bool {
+        !matches!(
+            self,
+            Work::Callback | Work::GraphUpload | Work::Raw(_) | Work::Record | Work::Wait
+        )
     }
 
     /// Whether it is this crate's own work, bound before its buffers are
@@ -154,7 +182,16 @@ impl Work {
 
     /// Whether the stream's observers are told before its driver call.
     fn observed(self) -> bool {
-        !matches!(self, Work::External | Work::GraphUpload | Work::Raw(_))
+        !matches!(
+            self,
+            Work::External | Work::GraphUpload | Work::Raw(_) | Work::Record | Work::Wait
+        )
+    }
+
+    /// Whether it is a mark ([`Stream::enqueue_mark`]): an event's record
+    /// or wait, which passes the capture gate without holding it.
+    fn is_mark(self) -> bool {
+        matches!(self, Work::Record | Work::Wait)
     }
 
     /// Whether its uses are tracked once it is on the stream.
@@ -172,7 +209,8 @@ impl Work {
             Work::KernelLaunch => counters.kernel_launch(),
             Work::Callback => counters.callback(),
             Work::GraphLaunch(nodes) => counters.graph_launch(nodes),
-            Work::GraphUpload | Work::External | Work::Raw(_) => {}
+            Work::Wait => counters.operation(),
+            Work::GraphUpload | Work::External | Work::Raw(_) | Work::Record => {}
         }
     }
 }
@@ -243,8 +281,12 @@ impl Stream {
             }
         }
         // After the waits above (which order the stream after allocations),
-        // before the driver sees the work: the one branch `off` costs.
-        let policy = self.context().order.policy();
+        // before the driver sees the work: the one branch `off` costs. Work
+        // that never takes a step (known where the kind is) reads no policy.
+        let policy = match work.takes_steps() {
+            true => self.context().order.policy(),
+            false => OrderPolicy::Off,
+        };
         let step = match policy {
             OrderPolicy::Off => None,
             _ => work.step(uses.clone().into_iter()),
@@ -286,6 +328,50 @@ impl Stream {
     ) -> Result<()> {
         self.prepare_enqueue(uses, work)?.call(call)
     }
+
+    /// The protocol for a mark ([`Work::Record`], [`Work::Wait`]), with
+    /// `call` given the driver table and this stream's handle, then `then`
+    /// once the mark is on the stream. Of the protocol's steps, a mark takes
+    /// those that apply to it: the gate passed without holding it (a capture
+    /// takes records and waits as edges of its graph), the bind, the call,
+    /// the count and the end of the latest mark (a wait's, even when the
+    /// call fails). It uses no buffer, takes no step of the order tracker's
+    /// (the tracker learns records and waits itself, around this call) and
+    /// tells no observer, so those steps are left out rather than run
+    /// empty: every fork and every cross-stream edge records and waits.
+    #[inline]
+    pub(crate) fn enqueue_mark<R>(
+        &self,
+        work: Work,
+        call: impl FnOnce(&Driver, CUstream) -> CUresult,
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        debug_assert!(work.is_mark(), "not a mark: {}", work.refused_as());
+        let _passed = self.pass_gate_for_mark(matches!(work, Work::Wait));
+        let ctx = self.context();
+        ctx.bind()?;
+        ctx.check(call(ctx.driver(), self.as_raw()))?;
+        work.count(self);
+        then()
+    }
+
+    /// [`Stream::enqueue_tracked`], then `then` before the gate goes: for
+    /// work whose caller must follow it with more before the stream may
+    /// begin a capture (a blocking copy's host wait for the copy, a copy
+    /// future's completion watching this very copy). A capture beginning in
+    /// between would refuse the follow-up and leave the work touching host
+    /// memory nobody waits for. `then` runs only once the work is on the
+    /// stream and every use is tracked; its result is returned.
+    #[inline]
+    pub(crate) fn enqueue_then<'u, R>(
+        &self,
+        uses: impl IntoIterator<Item = Use<'u>> + Clone,
+        work: Work,
+        call: impl FnOnce(&Driver, CUstream) -> CUresult,
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        self.prepare_enqueue(uses, work)?.call_then(call, then)
+    }
 }
 
 impl<'s, 'u, U> Pending<'s, U>
@@ -297,6 +383,17 @@ where
     /// is counted or tracked, and its error is returned.
     #[inline]
     pub(crate) fn call(self, call: impl FnOnce(&Driver, CUstream) -> CUresult) -> Result<()> {
+        self.call_then(call, || Ok(()))
+    }
+
+    /// [`Pending::call`], then `then` while the gate is still held, once
+    /// the work is on the stream and tracked ([`Stream::enqueue_then`]).
+    #[inline]
+    pub(crate) fn call_then<R>(
+        self,
+        call: impl FnOnce(&Driver, CUstream) -> CUresult,
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
         let Pending {
             stream,
             uses,
@@ -315,7 +412,7 @@ where
             drop(gate);
             return Err(failed);
         }
-        land_count_track(stream, uses, work, in_flight, gate)
+        land_count_track(stream, uses, work, in_flight, gate, then)
     }
 
     /// Step 7, for work now on the stream: the step lands (records taken
@@ -332,7 +429,7 @@ where
             in_flight,
             _gate: gate,
         } = self;
-        land_count_track(stream, uses, work, in_flight, gate)
+        land_count_track(stream, uses, work, in_flight, gate, || Ok(()))
     }
 
     /// The stream the work goes on.
@@ -351,14 +448,16 @@ where
 /// the work's kind and each buffer's type at the tracking after the
 /// driver call (an escaped struct would be reloaded field by field, and
 /// each use tracked through its vtable: ~60 instructions per enqueue).
+/// When every use is tracked, `then` runs before the gate goes.
 #[inline]
-fn land_count_track<'s, 'u, U>(
+fn land_count_track<'s, 'u, U, R>(
     stream: &'s Stream,
     uses: U,
     work: Work,
     in_flight: InFlight<'s>,
     _gate: EnqueueGate<'s>,
-) -> Result<()>
+    then: impl FnOnce() -> Result<R>,
+) -> Result<R>
 where
     U: IntoIterator<Item = Use<'u>>,
 {
@@ -372,5 +471,5 @@ where
             result = result.and(used.track(stream));
         }
     }
-    result
+    result.and_then(|()| then())
 }

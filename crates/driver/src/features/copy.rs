@@ -45,6 +45,22 @@ impl Stream {
         D: DeviceMemoryMut<Elem = T>,
         H: HostMemory<T> + ?Sized,
     {
+        self.copy_from_host_async_then(dst, src, || Ok(()))
+    }
+
+    /// [`Stream::copy_from_host_async`], then `then` in the same enqueue
+    /// ([`Stream::enqueue_then`]): before the stream may begin a capture.
+    pub(crate) fn copy_from_host_async_then<T, D, H, R>(
+        &self,
+        dst: &mut D,
+        src: &H,
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R>
+    where
+        T: DeviceCopy,
+        D: DeviceMemoryMut<Elem = T>,
+        H: HostMemory<T> + ?Sized,
+    {
         check_len("copy_from_host_async", dst.device_len(), src.host_len())?;
         self.check_context_id("the host buffer", src.host_context_id())?;
         let bytes = device_bytes(&*dst);
@@ -52,7 +68,7 @@ impl Stream {
             Use::Device(&*dst, true),
             Use::Host(src.as_host_use(), false),
         ];
-        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+        let copy = |driver: &sys::Driver, stream| {
             // SAFETY: both regions hold `bytes` bytes and are tracked: they stay
             // allocated (and the host side unwritten) until the stream passes the copy.
             unsafe {
@@ -63,7 +79,8 @@ impl Stream {
                     stream,
                 )
             }
-        })
+        };
+        self.enqueue_then(uses, Work::Transfer(bytes), copy, then)
     }
 
     /// Copy `src` (device) into `dst` (host) asynchronously. Reading or
@@ -74,11 +91,27 @@ impl Stream {
         H: HostMemory<T> + ?Sized,
         D: DeviceMemory<Elem = T>,
     {
+        self.copy_to_host_async_then(dst, src, || Ok(()))
+    }
+
+    /// [`Stream::copy_to_host_async`], then `then` in the same enqueue
+    /// ([`Stream::enqueue_then`]): before the stream may begin a capture.
+    pub(crate) fn copy_to_host_async_then<T, H, D, R>(
+        &self,
+        dst: &mut H,
+        src: &D,
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R>
+    where
+        T: DeviceCopy,
+        H: HostMemory<T> + ?Sized,
+        D: DeviceMemory<Elem = T>,
+    {
         check_len("copy_to_host_async", dst.host_len(), src.device_len())?;
         self.check_context_id("the host buffer", dst.host_context_id())?;
         let bytes = device_bytes(src);
         let uses = [Use::Device(src, false), Use::Host(dst.as_host_use(), true)];
-        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+        let copy = |driver: &sys::Driver, stream| {
             // SAFETY: both regions hold `bytes` bytes and are tracked: host access
             // to `dst` waits for this copy, and `src` is freed only after it.
             unsafe {
@@ -89,7 +122,8 @@ impl Stream {
                     stream,
                 )
             }
-        })
+        };
+        self.enqueue_then(uses, Work::Transfer(bytes), copy, then)
     }
 
     /// Copy `src` into `dst`, both device memory, asynchronously.
@@ -217,14 +251,15 @@ impl Stream {
         T: DeviceCopy,
         D: DeviceMemoryMut<Elem = T>,
     {
-        // Held until the copy is waited for: a capture beginning in between
-        // would refuse the wait and leave the copy reading `src` later.
-        let _gate = self.enqueue_gate("Stream::copy_from_host")?;
-        // SAFETY: `src` outlives the copy: we wait for it before returning. The
-        // only error after enqueueing (an untracked use) has already waited for
-        // the stream.
-        unsafe { self.copy_from_host_async_unchecked(dst, src)? };
-        self.wait_for_enqueued()
+        // Named as this call while the stream captures (a snapshot; the
+        // enqueue's gate is what holds captures off).
+        self.refuse_if_capturing("Stream::copy_from_host")?;
+        // The wait is the same enqueue's follow-up: a capture beginning in
+        // between would refuse it and leave the copy reading `src` later.
+        // SAFETY: `src` outlives the copy: it is waited for before this
+        // returns. The only error after enqueueing (an untracked use) has
+        // already waited for the stream.
+        unsafe { self.copy_from_host_unchecked_then(dst, src, || self.wait_for_enqueued()) }
     }
 
     /// Copy `src` into a plain host slice and wait for that copy.
@@ -253,12 +288,14 @@ impl Stream {
         T: DeviceCopy,
         D: DeviceMemory<Elem = T>,
     {
-        // Held until the copy is waited for: a capture beginning in between
-        // would refuse the wait, and the copy would write `dst` after return.
-        let _gate = self.enqueue_gate("Stream::copy_to_host")?;
-        // SAFETY: the caller's contract, and we wait for the copy before returning.
-        unsafe { self.copy_to_host_raw_async(dst, dst_len, src)? };
-        self.wait_for_enqueued()
+        // Named as this call while the stream captures (a snapshot; the
+        // enqueue's gate is what holds captures off).
+        self.refuse_if_capturing("Stream::copy_to_host")?;
+        // The wait is the same enqueue's follow-up: a capture beginning in
+        // between would refuse it, and the copy would write `dst` after return.
+        // SAFETY: the caller's contract, and the copy is waited for before
+        // this returns.
+        unsafe { self.copy_to_host_raw_then(dst, dst_len, src, || self.wait_for_enqueued()) }
     }
 
     /// Enqueue a copy of a plain host slice into `dst` without waiting.
@@ -273,10 +310,27 @@ impl Stream {
         T: DeviceCopy,
         D: DeviceMemoryMut<Elem = T>,
     {
+        // SAFETY: forwarded: the caller's contract covers `src`.
+        unsafe { self.copy_from_host_unchecked_then(dst, src, || Ok(())) }
+    }
+
+    /// # Safety
+    /// As `copy_from_host_async_unchecked`; `then` runs in the same enqueue
+    /// ([`Stream::enqueue_then`]).
+    unsafe fn copy_from_host_unchecked_then<T, D, R>(
+        &self,
+        dst: &mut D,
+        src: &[T],
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R>
+    where
+        T: DeviceCopy,
+        D: DeviceMemoryMut<Elem = T>,
+    {
         check_len("copy_from_host", dst.device_len(), src.len())?;
         let bytes = std::mem::size_of_val(src);
         let uses = [Use::Device(&*dst, true)];
-        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+        let copy = |driver: &sys::Driver, stream| {
             // SAFETY: `dst` holds `bytes` bytes and is tracked; `src` is the
             // caller's contract.
             unsafe {
@@ -287,7 +341,8 @@ impl Stream {
                     stream,
                 )
             }
-        })
+        };
+        self.enqueue_then(uses, Work::Transfer(bytes), copy, then)
     }
 
     /// Enqueue a copy from `src` into a plain host slice without waiting.
@@ -301,17 +356,19 @@ impl Stream {
         D: DeviceMemory<Elem = T>,
     {
         // SAFETY: forwarded: the caller's contract covers `dst`.
-        unsafe { self.copy_to_host_raw_async(dst.as_mut_ptr(), dst.len(), src) }
+        unsafe { self.copy_to_host_raw_then(dst.as_mut_ptr(), dst.len(), src, || Ok(())) }
     }
 
     /// # Safety
-    /// As `copy_to_host_async_unchecked`, for `dst_len` values at `dst`.
-    unsafe fn copy_to_host_raw_async<T, D>(
+    /// As `copy_to_host_async_unchecked`, for `dst_len` values at `dst`;
+    /// `then` runs in the same enqueue ([`Stream::enqueue_then`]).
+    unsafe fn copy_to_host_raw_then<T, D, R>(
         &self,
         dst: *mut T,
         dst_len: usize,
         src: &D,
-    ) -> Result<()>
+        then: impl FnOnce() -> Result<R>,
+    ) -> Result<R>
     where
         T: DeviceCopy,
         D: DeviceMemory<Elem = T>,
@@ -319,12 +376,13 @@ impl Stream {
         check_len("copy_to_host", dst_len, src.device_len())?;
         let bytes = dst_len * std::mem::size_of::<T>();
         let uses = [Use::Device(src, false)];
-        self.enqueue_tracked(uses, Work::Transfer(bytes), |driver, stream| {
+        let copy = |driver: &sys::Driver, stream| {
             // SAFETY: `src` holds `bytes` bytes and is tracked; `dst` is the caller's contract.
             unsafe {
                 (driver.cuMemcpyDtoHAsync)(dst.cast::<c_void>(), src.device_ptr(), bytes, stream)
             }
-        })
+        };
+        self.enqueue_then(uses, Work::Transfer(bytes), copy, then)
     }
 
     /// Set every byte of `dst` to `value`, asynchronously.

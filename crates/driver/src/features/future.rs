@@ -289,19 +289,25 @@ impl Stream {
             std::iter::empty::<Use<'_>>(),
             Work::Raw("Stream::completion"),
         )?;
+        let completion = self.register_completion()?;
+        pending.enqueued()?;
+        Ok(completion)
+    }
+
+    /// The flag write and event record of [`Stream::completion`], inside an
+    /// enqueue that holds the stream's gate and has bound its context.
+    fn register_completion(&self) -> Result<Completion> {
         let callbacks = Callbacks {
             counters: Arc::clone(&self.counters),
             stream: self.id(),
             through: self.counters.last_callback_seq(),
         };
-        let completion = Completion::register(
+        Completion::register(
             self.context(),
             Target::Stream(self.as_raw()),
             Some(callbacks),
             crate::enqueue::order::stream_point(self),
-        )?;
-        pending.enqueued()?;
-        Ok(completion)
+        )
     }
 
     /// [`Stream::copy_to_host_async`], then a future that resolves to `dst`
@@ -316,11 +322,14 @@ impl Stream {
         H: HostMemory<T> + ?Sized,
         D: DeviceMemory<Elem = T>,
     {
-        // One gate for both, so the completion watches this very copy.
-        let _gate = self.enqueue_gate("Stream::copy_to_host_future")?;
-        self.copy_to_host_async(dst, src)?;
+        // Named as this call while the stream captures (a snapshot; the
+        // enqueue's gate is what holds captures off).
+        self.refuse_if_capturing("Stream::copy_to_host_future")?;
+        // One enqueue for both, so the completion watches this very copy
+        // and no capture can begin between them.
+        let completion = self.copy_to_host_async_then(dst, src, || self.register_completion())?;
         Ok(CopyFuture {
-            completion: self.completion()?,
+            completion,
             buffer: Some(dst),
         })
     }
@@ -337,10 +346,10 @@ impl Stream {
         D: DeviceMemoryMut<Elem = T>,
         H: HostMemory<T> + ?Sized,
     {
-        let _gate = self.enqueue_gate("Stream::copy_from_host_future")?;
-        self.copy_from_host_async(dst, src)?;
+        self.refuse_if_capturing("Stream::copy_from_host_future")?;
+        let completion = self.copy_from_host_async_then(dst, src, || self.register_completion())?;
         Ok(CopyFuture {
-            completion: self.completion()?,
+            completion,
             buffer: Some(src),
         })
     }

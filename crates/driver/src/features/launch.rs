@@ -477,12 +477,12 @@ impl Stream {
 
     /// The handle `cuLaunchKernel` takes for `kernel` on this stream: the
     /// kernel's own, or on a partition's stream on a GPU, the same kernel
-    /// loaded for the partition (`Partition::library_kernel`), because a
+    /// loaded for the partition (`Kernel::function_in`), because a
     /// module's function runs only in the context it was loaded in.
     pub(crate) fn function_for(&self, kernel: &Kernel) -> Result<sys::CUfunction> {
         match self.partition() {
             Some(partition) if !self.context().loaded_driver().runs_twins() => {
-                partition.library_kernel(kernel.module().image.bytes(), kernel.name())
+                kernel.function_in(partition)
             }
             _ => Ok(kernel.as_raw()),
         }

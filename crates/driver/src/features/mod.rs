@@ -25,6 +25,7 @@ pub(crate) mod ipc;
 pub(crate) mod kernel_decl;
 pub(crate) mod launch;
 pub(crate) mod module;
+pub(crate) mod partition_function;
 pub(crate) mod partition_load;
 pub(crate) mod program;
 pub(crate) mod reactor;

@@ -390,6 +390,7 @@ impl Module {
             // call could change.
             signature: self.image.signature(name).map(Arc::from),
             grid_dependency_sync: self.image.declares_grid_dependency_sync(name),
+            partition_function: Arc::default(),
         })
     }
 
@@ -462,6 +463,9 @@ pub struct Kernel {
     /// Whether its declaration says it calls `cudaGridDependencySynchronize`
     /// (which programmatic dependent launches need).
     pub(crate) grid_dependency_sync: bool,
+    /// Its handle for the partition it was last launched in, shared by its
+    /// clones (`partition_function.rs`).
+    pub(crate) partition_function: Arc<crate::features::partition_function::PartitionFunction>,
 }
 
 // SAFETY: function handles may be used from any thread; `Kernel` only passes it

@@ -1,4 +1,5 @@
-//! Loading a kernel into an SM partition before its first launch there.
+//! Loading a kernel into an SM partition: before its first launch there
+//! ([`Partition::load`]), and the handle each launch there uses.
 
 use crate::features::module::Kernel;
 use crate::objects::partition::Partition;
@@ -41,7 +42,22 @@ impl Partition {
         if ctx.loaded_driver().runs_twins() {
             return Ok(());
         }
-        let library_kernel = self.library_kernel(kernel.module().image.bytes(), kernel.name())?;
-        self.load_into_partition(library_kernel)
+        self.load_into_partition(kernel.function_in(self)?)
+    }
+}
+
+impl Kernel {
+    /// This kernel as loaded for `partition`
+    /// ([`Partition::library_kernel`]): the handle kept on the kernel when
+    /// it is that partition's (no lock), otherwise looked up in the
+    /// partition's table and kept (`partition_function.rs`).
+    #[inline]
+    pub(crate) fn function_in(&self, partition: &Partition) -> Result<sys::CUfunction> {
+        if let Some(function) = self.partition_function.get(partition.id()) {
+            return Ok(function);
+        }
+        let function = partition.library_kernel(self.module().image.bytes(), self.name())?;
+        self.partition_function.set(partition.id(), function);
+        Ok(function)
     }
 }

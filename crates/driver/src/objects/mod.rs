@@ -12,7 +12,9 @@
 //! What it may import: the ground ([`crate::ground`]) and each other. Putting
 //! work on a stream is the enqueue protocol's job, one layer up: a stream
 //! holds the state that protocol keeps on it (its gate's lock, its
-//! observers, its latest mark), but does not run it. One exception stands:
+//! observers, its latest mark), but does not run it; recording an event on a
+//! stream and waiting for one are the protocol's too
+//! (`crate::enqueue::event_marks`). One exception stands:
 //! contexts, streams and events hold the stream-order tracker's state, and
 //! tell it of their syncs, waits and frees (`crate::enqueue::order`). What
 //! stands on a context from above (the reactor) lives in its service slot
@@ -22,7 +24,6 @@ pub(crate) mod completion_trail;
 pub(crate) mod context;
 pub(crate) mod event;
 pub(crate) mod event_pool;
-mod event_record;
 pub(crate) mod joins;
 pub(crate) mod latest_mark;
 pub(crate) mod mark_state;

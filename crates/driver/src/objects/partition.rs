@@ -61,6 +61,9 @@ pub struct Partition(Arc<GreenPartition>);
 
 /// The green context behind a [`Partition`], owned.
 struct GreenPartition {
+    /// Unique in the process, never reused: a kernel's handle kept for a
+    /// dropped partition matches no live one (`partition_function.rs`).
+    id: u64,
     ctx: Arc<Context>,
     green: &'static GreenContexts,
     raw: CUgreenCtx,
@@ -258,7 +261,9 @@ impl Partition {
         let flags = CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM.0;
         // SAFETY: a descriptor just made, the context's device; writes one handle.
         ctx.check(unsafe { (green.cuGreenCtxCreate)(&mut raw, desc, ctx.device(), flags) })?;
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let mut partition = GreenPartition {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             ctx: Arc::clone(ctx),
             green,
             raw,
@@ -284,6 +289,11 @@ impl Partition {
     /// The SMs asked for ([`Sms`]), or `None` for the remainder.
     pub fn requested(&self) -> Option<u32> {
         self.0.requested
+    }
+
+    /// Its id, unique in the process and never reused.
+    pub(crate) fn id(&self) -> u64 {
+        self.0.id
     }
 
     /// The device context the partition splits.

@@ -86,6 +86,7 @@ impl Recorded {
     /// The event was recorded at `clock` (`captured`: in a capture), the
     /// point [`super::record_point`] took. `exclusive`: by the holder of
     /// the event's only handle, so no other record can overlap this one.
+    #[inline]
     pub(crate) fn set(&self, clock: &VectorClock, captured: bool, exclusive: bool) {
         let seq = self.begin(exclusive);
         let flags = RECORDED | if captured { CAPTURED } else { 0 };

@@ -85,6 +85,7 @@ macro_rules! host_side {
 }
 
 mod device;
+mod host_span;
 mod pinned;
 mod pinned_region;
 mod pool;

@@ -7,13 +7,11 @@
 //! recorded uses may still run (the same per-stream events the buffers
 //! track), and the owner reuses the memory once they have completed.
 
-use super::sealed::{HostAccess, HostUse};
-use super::tracker::UseTracker;
+use super::host_span::{HostSpan, span_host_memory};
 use super::{DeviceCopy, byte_size};
 use crate::ground::error::Result;
 use crate::objects::context::Context;
 use crate::objects::event_pool::PooledEvent;
-use crate::objects::stream::Stream;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -95,21 +93,10 @@ pub struct StreamUse {
 /// # }
 /// ```
 pub struct PinnedRegion<T: DeviceCopy> {
-    ctx: Arc<Context>,
-    ptr: NonNull<T>,
-    len: usize,
-    tracker: UseTracker,
+    span: HostSpan<T>,
     owner: Arc<dyn RegionOwner>,
     token: u64,
 }
-
-// SAFETY: the region has the memory to itself while it lives (the contract of
-// `from_raw_parts`), like a Box<[T]>; `T` is Send + Sync (DeviceCopy), the
-// tracker is Send + Sync, and so is the owner (RegionOwner: Send + Sync).
-unsafe impl<T: DeviceCopy> Send for PinnedRegion<T> {}
-// SAFETY: shared access only reads host memory after waiting for device
-// writes; writes need `&mut self`.
-unsafe impl<T: DeviceCopy> Sync for PinnedRegion<T> {}
 
 impl<T: DeviceCopy> PinnedRegion<T> {
     /// A region over `len` values at `ptr`, going back to `owner` (tagged
@@ -141,16 +128,12 @@ impl<T: DeviceCopy> PinnedRegion<T> {
             len.saturating_mul(std::mem::size_of::<T>()),
         );
         Self {
-            ctx: Arc::clone(ctx),
-            ptr,
-            len,
-            tracker: UseTracker::default(),
+            // SAFETY: the caller's contract, which is the span's.
+            span: unsafe { HostSpan::new(ctx, ptr, len) },
             owner,
             token,
         }
     }
-
-    common_accessors!();
 
     /// The owner's tag.
     pub fn token(&self) -> u64 {
@@ -160,23 +143,7 @@ impl<T: DeviceCopy> PinnedRegion<T> {
     /// The host address, for raw calls. Reading or writing through it while a
     /// copy is in flight is a data race; prefer `as_slice`.
     pub fn as_ptr(&self) -> *const T {
-        self.ptr.as_ptr()
-    }
-
-    /// The contents, after waiting for the enqueued uses that may write them.
-    pub fn as_slice(&self) -> Result<&[T]> {
-        self.tracker.wait_host(&self.ctx, false)?;
-        // SAFETY: `len` initialised values (the contract of `from_raw_parts`,
-        // then written only by finished uses); no write is in flight (waited
-        // above; new writes need `&mut self`).
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
-    }
-
-    /// The contents for writing, after waiting for every enqueued use.
-    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.tracker.wait_host(&self.ctx, true)?;
-        // SAFETY: as in `as_slice`, and no stream uses them (waited above).
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+        self.span.ptr().as_ptr()
     }
 
     /// The contents copied into a `Vec`.
@@ -197,44 +164,19 @@ pub fn region_bytes<T>(len: usize) -> Result<usize> {
     byte_size::<T>("PinnedRegion", len)
 }
 
-impl<T: DeviceCopy> HostUse for PinnedRegion<T> {
-    fn host_context_id(&self) -> u64 {
-        self.ctx.id()
-    }
-
-    fn host_bytes(&self) -> (u64, usize) {
-        (self.ptr.as_ptr() as u64, self.size_in_bytes())
-    }
-
-    fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()> {
-        self.tracker.record_use(stream, write)
-    }
-
-    fn as_host_use(&self) -> &dyn HostUse {
-        self
-    }
-}
-
-impl<T: DeviceCopy> HostAccess<T> for PinnedRegion<T> {
-    fn host_ptr(&self) -> *mut T {
-        self.ptr.as_ptr()
-    }
-
-    fn host_len(&self) -> usize {
-        self.len
-    }
-}
+span_host_memory!([T: DeviceCopy] PinnedRegion<T>);
 
 impl<T: DeviceCopy> Drop for PinnedRegion<T> {
     fn drop(&mut self) {
         let uses = self
+            .span
             .tracker
             .take_pending()
             .into_iter()
             .map(|(stream_id, event)| StreamUse { stream_id, event })
             .collect();
         self.owner.give_back(ReturnedRegion {
-            address: self.ptr.as_ptr() as u64,
+            address: self.span.ptr().as_ptr() as u64,
             bytes: self.size_in_bytes(),
             token: self.token,
             uses,
@@ -245,8 +187,8 @@ impl<T: DeviceCopy> Drop for PinnedRegion<T> {
 impl<T: DeviceCopy> fmt::Debug for PinnedRegion<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PinnedRegion")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
+            .field("ptr", &self.span.ptr())
+            .field("len", &self.span.len())
             .field("token", &self.token)
             .finish()
     }

@@ -2,11 +2,9 @@
 //! (`cuMemHostRegister`), so copies from and to it run at pinned speed.
 
 use super::DeviceCopy;
-use super::sealed::{HostAccess, HostUse};
-use super::tracker::UseTracker;
+use super::host_span::{HostSpan, span_host_memory};
 use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
-use crate::objects::stream::Stream;
 use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
@@ -47,10 +45,7 @@ use sys::CUresult;
 /// ```
 #[must_use = "dropping it at once unregisters the memory"]
 pub struct HostRegistered<'a, T: DeviceCopy> {
-    ctx: Arc<Context>,
-    ptr: NonNull<T>,
-    len: usize,
-    tracker: UseTracker,
+    span: HostSpan<T>,
     /// The user's memory, borrowed mutably for `'a`. Invariant in `'a`, so
     /// the registration of one scope cannot be swapped for another's.
     _borrow: PhantomData<(&'a mut [T], Invariant<'a>)>,
@@ -58,13 +53,6 @@ pub struct HostRegistered<'a, T: DeviceCopy> {
 
 /// A marker invariant in `'a` (a function both taking and returning it).
 type Invariant<'a> = fn(&'a ()) -> &'a ();
-
-// SAFETY: the value holds the only borrow of the memory (`&'a mut [T]` is
-// Send for `T: Send`), and the tracker is Send + Sync.
-unsafe impl<T: DeviceCopy> Send for HostRegistered<'_, T> {}
-// SAFETY: shared access only reads host memory after waiting for device
-// writes; writes need `&mut self`.
-unsafe impl<T: DeviceCopy> Sync for HostRegistered<'_, T> {}
 
 impl<'a, T: DeviceCopy> HostRegistered<'a, T> {
     /// Register `data` for the time `f` runs, hand it to `f`, then wait for
@@ -115,29 +103,12 @@ impl<'a, T: DeviceCopy> HostRegistered<'a, T> {
         ctx.check(code)
             .map_err(|err| refusal(err, ptr.as_ptr() as u64, bytes))?;
         Ok(Self {
-            ctx: Arc::clone(ctx),
-            ptr,
-            len: bytes / std::mem::size_of::<T>(),
-            tracker: UseTracker::default(),
+            // SAFETY: the borrowed slice, page-locked just above, holding
+            // `bytes / size_of::<T>()` valid `T`s; the borrow keeps everything
+            // else away from it while the value lives.
+            span: unsafe { HostSpan::new(ctx, ptr, bytes / std::mem::size_of::<T>()) },
             _borrow: PhantomData,
         })
-    }
-
-    common_accessors!();
-
-    /// The contents, after waiting for the enqueued uses that may write them.
-    pub fn as_slice(&self) -> Result<&[T]> {
-        self.tracker.wait_host(&self.ctx, false)?;
-        // SAFETY: the borrowed slice (valid `T`s, written since only by
-        // finished copies of `DeviceCopy` values); no write is in flight.
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
-    }
-
-    /// The contents for writing, after waiting for every enqueued use.
-    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.tracker.wait_host(&self.ctx, true)?;
-        // SAFETY: as in `as_slice`, and no stream uses them (waited above).
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
     }
 }
 
@@ -170,44 +141,19 @@ fn refusal(err: Error, address: u64, bytes: usize) -> Error {
     }
 }
 
-impl<T: DeviceCopy> HostUse for HostRegistered<'_, T> {
-    fn host_context_id(&self) -> u64 {
-        self.ctx.id()
-    }
-
-    fn host_bytes(&self) -> (u64, usize) {
-        (self.ptr.as_ptr() as u64, self.size_in_bytes())
-    }
-
-    fn after_host_use(&self, stream: &Stream, write: bool) -> Result<()> {
-        self.tracker.record_use(stream, write)
-    }
-
-    fn as_host_use(&self) -> &dyn HostUse {
-        self
-    }
-}
-
-impl<T: DeviceCopy> HostAccess<T> for HostRegistered<'_, T> {
-    fn host_ptr(&self) -> *mut T {
-        self.ptr.as_ptr()
-    }
-
-    fn host_len(&self) -> usize {
-        self.len
-    }
-}
+span_host_memory!(['a, T: DeviceCopy] HostRegistered<'a, T>);
 
 impl<T: DeviceCopy> Drop for HostRegistered<'_, T> {
     fn drop(&mut self) {
-        match self.tracker.wait_host(&self.ctx, true) {
+        let span = &self.span;
+        match span.tracker.wait_host(&span.ctx, true) {
             Ok(()) => {}
             Err(Error::InsideCallback { .. }) => {
                 // The borrow ends when this returns, and a copy may still be
                 // reading or writing the memory: nothing sound is left to do.
                 tracing::error!(
                     "HostRegistered {:p} dropped inside a stream callback, which cannot wait for its copies; aborting",
-                    self.ptr
+                    span.ptr()
                 );
                 std::process::abort();
             }
@@ -216,25 +162,26 @@ impl<T: DeviceCopy> Drop for HostRegistered<'_, T> {
                 // this memory is left to run.
                 tracing::warn!(
                     "waiting for the copies of HostRegistered {:p}: {err}",
-                    self.ptr
+                    span.ptr()
                 );
             }
         }
-        crate::enqueue::order::forget(&self.ctx, self.ptr.as_ptr() as u64, self.size_in_bytes());
+        let ptr = span.ptr().as_ptr();
+        crate::enqueue::order::forget(&span.ctx, ptr as u64, span.size_in_bytes());
         // SAFETY: registered by `new` at this address; every copy using it is done.
-        let code = unsafe { (self.ctx.driver().cuMemHostUnregister)(self.ptr.as_ptr().cast()) };
-        if let Err(err) = self.ctx.check(code) {
-            tracing::warn!("unregistering host memory {:p}: {err}", self.ptr);
+        let code = unsafe { (span.ctx.driver().cuMemHostUnregister)(ptr.cast()) };
+        if let Err(err) = span.ctx.check(code) {
+            tracing::warn!("unregistering host memory {ptr:p}: {err}");
         }
-        self.tracker.release_events();
+        span.tracker.release_events();
     }
 }
 
 impl<T: DeviceCopy> fmt::Debug for HostRegistered<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HostRegistered")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
+            .field("ptr", &self.span.ptr())
+            .field("len", &self.span.len())
             .finish()
     }
 }
