@@ -58,7 +58,8 @@ pub(crate) fn run(args: &QosArgs) -> QosResult<()> {
         settings.urgent_sms = sms;
     }
     let spin = Module::load(&ctx, &kernels::TIMING)?.function("spin")?;
-    let (total, _) = ctx.partitionable_sms()?;
+    // Every SM of the device: the unpartitioned background fills them all.
+    let total = ctx.info().multiprocessor_count;
     println!(
         "cuda-streams qos on {} ({total} SMs, {} driver): an urgent one-block kernel, {} times per case",
         ctx.info().name,

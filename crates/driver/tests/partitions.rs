@@ -54,7 +54,8 @@ fn partitions_report_the_sms_granted_after_rounding_and_the_remainder() {
     let requested: Vec<_> = split.partitions.iter().map(|p| p.requested()).collect();
     assert_eq!(requested, [Some(1), Some(granularity + 1)]);
     let rest = split.remainder.as_ref().expect("SMs are left");
-    assert_eq!(rest.sms(), total - 3 * granularity);
+    // The remainder holds what partitions cannot take besides what is left.
+    assert!(rest.sms() >= total - 3 * granularity, "{}", rest.sms());
     assert_eq!(rest.requested(), None);
     assert!(std::sync::Arc::ptr_eq(rest.context(), &ctx));
 }
@@ -82,13 +83,19 @@ fn zero_sms_and_more_sms_than_are_left_are_errors_naming_the_partition() {
             available,
             total: all,
             ..
-        } => assert_eq!((*requested, *available, *all), (total + 1, total, total)),
+        } => {
+            assert_eq!((*requested, *available), (total + 1, total));
+            assert!(
+                *all >= total,
+                "the device has {all} SMs, partitions take {total}"
+            );
+        }
         other => panic!("expected PartitionTooLarge, got {other:?}"),
     }
     let text = err.to_string();
     assert!(
-        text.contains(&format!("{} SMs", total + 1))
-            && text.contains(&format!("of its {total} SMs")),
+        text.contains(&format!("asks for {} SMs", total + 1))
+            && text.contains(&format!("can take {total} more SMs")),
         "{text}"
     );
 
@@ -98,12 +105,11 @@ fn zero_sms_and_more_sms_than_are_left_are_errors_naming_the_partition() {
         matches!(err, Error::PartitionTooLarge { index: 1, available, .. } if available == total - granularity),
         "{err:?}"
     );
-    // The refusals gave everything back: the whole device splits again.
-    let whole = total / granularity * granularity;
+    // The refusals gave everything back: partitions take all they can again.
     let again = ctx
-        .partition(&[Sms(whole)])
+        .partition(&[Sms(total)])
         .expect("every SM is free again");
-    assert_eq!(again.partitions[0].sms(), whole);
+    assert_eq!(again.partitions[0].sms(), total);
 }
 
 #[test]
@@ -155,6 +161,11 @@ fn a_raw_priority_outside_the_range_is_refused() {
 fn a_partitions_stream_does_not_wait_for_another_partitions_work() {
     let _serial = serial();
     let ctx = support::ctx();
+    if ctx.is_gpu()
+        && test_support::skip_under_sanitizer("it serialises kernels, so every partition waits")
+    {
+        return;
+    }
     let split = ctx.partition(&[Sms(1), Sms(1)]).unwrap();
     let busy = split.partitions[0].stream(StreamPriority::Low).unwrap();
     let urgent = split.partitions[1].stream(StreamPriority::High).unwrap();

@@ -14,6 +14,7 @@ mod faults;
 mod gate;
 mod kernels;
 mod rng;
+mod sanitizer;
 mod serial;
 
 pub use context::{ctx, zeroed_elsewhere};
@@ -21,6 +22,7 @@ pub use faults::{FaultReset, fail_next_launch};
 pub use gate::Gate;
 pub use kernels::{ONE_THREAD, fill, kernel, saxpy, spin, spin_kernel};
 pub use rng::{XorShift, XorShift64};
+pub use sanitizer::skip_under_sanitizer;
 pub use serial::serial;
 
 use std::time::Duration;

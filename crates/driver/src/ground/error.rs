@@ -639,7 +639,8 @@ pub enum Error {
     /// A partition asked for more SMs than the device has left.
     #[error(
         "partition {index} asks for {requested} SMs ({rounded} after rounding up to the \
-         granularity of {granularity}), but device {device} has {available} of its {total} SMs left"
+         granularity of {granularity}), but partitions can take {available} more SMs of device \
+         {device}, which has {total}"
     )]
     PartitionTooLarge {
         /// Its place in the request.
@@ -650,7 +651,8 @@ pub enum Error {
         rounded: u32,
         /// The device's SM granularity (8 on Hopper).
         granularity: u32,
-        /// The SMs left after the partitions before it.
+        /// The SMs partitions can still take after the ones before it
+        /// (whole groups of the granularity, as many as the driver makes).
         available: u32,
         /// The device's SMs.
         total: u32,

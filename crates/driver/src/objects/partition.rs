@@ -86,8 +86,15 @@ unsafe impl Send for GreenPartition {}
 unsafe impl Sync for GreenPartition {}
 
 impl Context {
-    /// The SMs of this device that partitions can split, and the step they
-    /// split in: `(sms, granularity)`. Fails on a driver without partitions.
+    /// The SMs that partitions of this device can take altogether, and the
+    /// step they split in: `(sms, granularity)`. Fails on a driver without
+    /// partitions.
+    ///
+    /// Partitions are made of whole groups of the granularity, and the
+    /// driver makes fewer groups than the SMs divide into where its
+    /// clusters do not divide evenly: an H100 with 132 SMs makes 15 groups
+    /// of 8, so partitions take at most 120 SMs there, and the other 12
+    /// stay in the remainder.
     ///
     /// ```
     /// # let ctx = cuda_streams_driver::Context::new(0).unwrap();
@@ -97,8 +104,11 @@ impl Context {
     pub fn partitionable_sms(&self) -> Result<(u32, u32)> {
         let green = self.loaded_driver().green_contexts()?;
         let all = device_resource(self, green)?;
-        let sm = sm_of(&all);
-        Ok((sm.smCount, sm.minSmPartitionSize.max(1)))
+        let granularity = sm_of(&all).minSmPartitionSize.max(1);
+        Ok((
+            group_capacity(self, green, &all, granularity)? * granularity,
+            granularity,
+        ))
     }
 
     /// Split this device's SMs into partitions of at least `sizes[i]` SMs
@@ -122,8 +132,9 @@ impl Context {
     /// let stream = urgent.stream(StreamPriority::High)?;
     /// stream.synchronize()?;
     /// if let Some(rest) = &split.remainder {
+    ///     // What is left, and any SMs partitions cannot take.
     ///     let (total, _) = ctx.partitionable_sms()?;
-    ///     assert_eq!(rest.sms(), total - 16);
+    ///     assert!(rest.sms() >= total - 16);
     /// }
     /// # Ok(())
     /// # }
@@ -133,6 +144,9 @@ impl Context {
         let device = device_resource(self, green)?;
         let total = sm_of(&device).smCount;
         let granularity = sm_of(&device).minSmPartitionSize.max(1);
+        // What partitions can take: whole groups, as many as the driver
+        // makes (fewer than `total` divides into on some devices).
+        let capacity = group_capacity(self, green, &device, granularity)? * granularity;
         // Each partition as a number of granularity-sized groups.
         let mut steps = Vec::with_capacity(sizes.len());
         let mut taken = 0u32;
@@ -140,7 +154,7 @@ impl Context {
             if requested == 0 {
                 return Err(Error::PartitionOfZeroSms { index });
             }
-            let available = total - taken;
+            let available = capacity - taken;
             let rounded = requested.div_ceil(granularity).saturating_mul(granularity);
             if rounded > available {
                 return Err(Error::PartitionTooLarge {
@@ -225,6 +239,30 @@ impl Context {
             remainder,
         })
     }
+}
+
+/// How many groups of `granularity` SMs the driver can split `device` into
+/// (a split without outputs only counts them).
+fn group_capacity(
+    ctx: &Context,
+    green: &GreenContexts,
+    device: &CUdevResource,
+    granularity: u32,
+) -> Result<u32> {
+    let mut groups = 0;
+    // SAFETY: no output array (the driver only counts); a valid input and
+    // out-pointer, all locals.
+    ctx.check(unsafe {
+        (green.cuDevSmResourceSplitByCount)(
+            std::ptr::null_mut(),
+            &mut groups,
+            device,
+            std::ptr::null_mut(),
+            0,
+            granularity,
+        )
+    })?;
+    Ok(groups)
 }
 
 /// The device's whole SM resource.

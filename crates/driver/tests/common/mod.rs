@@ -47,18 +47,7 @@ pub(crate) fn skip_on_gpu(why: &str) -> bool {
     }
 }
 
-/// True (and prints why) when the test runs under compute-sanitizer, whose
-/// instrumentation changes what the test looks at. The GPU bundle's `run.sh`
-/// sets `CUDA_STREAMS_SANITIZER` to the tool's name when it runs one.
-pub(crate) fn skip_under_sanitizer(why: &str) -> bool {
-    match std::env::var("CUDA_STREAMS_SANITIZER") {
-        Ok(tool) if !tool.is_empty() => {
-            eprintln!("skipped under compute-sanitizer ({tool}): {why}");
-            true
-        }
-        _ => false,
-    }
-}
+pub(crate) use test_support::skip_under_sanitizer;
 
 /// `cuInit`, retain the primary context (once per thread) and make it current.
 pub(crate) fn bind(table: &Driver) {

@@ -46,10 +46,10 @@ mod capture;
 mod capture_nodes;
 mod conditional;
 mod exec;
-mod programmatic;
 mod graph_memory;
 mod memory_share;
 mod memory_usage;
+mod programmatic;
 
 pub use args::{GraphArg, HostSlot};
 pub use capture::Capture;
