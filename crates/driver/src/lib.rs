@@ -150,10 +150,10 @@ pub use enqueue::external::{BufferUse, PreparedWork};
 pub use enqueue::gate::EnqueueGate;
 pub use features::callback::panic_message;
 pub use features::copy::check_len;
+pub use features::declare::GridDependencySync;
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
 /// twin (the software driver's).
 pub use features::declare::{Declared, DeclaredKernel, LaunchDims, Thread, Twin, TwinArgs};
-pub use features::dependent_launch::{GridDependencySync, PDL_SETTING, PdlPolicy};
 pub use features::future::{Completion, CopyFuture};
 pub use features::graph::{
     CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphBuffer, GraphExec,
@@ -163,6 +163,7 @@ pub use features::ipc::{IpcChannel, IpcListener, IpcToken, SharedDeviceBuffer, S
 pub use features::kernel_decl::KernelDecl;
 pub use features::launch::{KernelArg, LaunchConfig};
 pub use features::module::{Kernel, Module, ModuleImage};
+pub use features::pdl_policy::{PDL_SETTING, PdlPolicy};
 pub use features::program::{CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};
 pub use features::reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use ground::arg_kind::ArgKind;

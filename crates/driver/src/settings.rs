@@ -30,7 +30,7 @@ pub const DRIVER_SETTINGS: [sys::env::Setting; 6] = [
     soft_driver::CAPACITY_SETTING,
     soft_driver::SHUFFLE_SETTING,
     crate::enqueue::order::ORDERING_SETTING,
-    crate::features::dependent_launch::PDL_SETTING,
+    crate::features::pdl_policy::PDL_SETTING,
 ];
 
 /// Check every setting in [`DRIVER_SETTINGS`], whichever driver would be
@@ -44,6 +44,6 @@ pub fn check_env() -> Result<()> {
     crate::ground::select::DriverChoice::from_env()?;
     soft_driver::check_env()?;
     crate::enqueue::order::policy_from_env()?;
-    crate::features::dependent_launch::PdlPolicy::from_env()?;
+    crate::features::pdl_policy::PdlPolicy::from_env()?;
     Ok(())
 }

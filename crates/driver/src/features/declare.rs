@@ -19,10 +19,10 @@
 //!   [`Module::kernel_unchecked`](crate::Module::kernel_unchecked): the one
 //!   promise the library cannot check.
 
-use crate::features::dependent_launch::Dependency;
 use crate::features::kernel_decl::{KernelDecl, validate_decl};
 use crate::features::launch::{KernelArg, LaunchConfig};
 use crate::features::module::{Kernel, Module};
+use crate::features::pdl_policy::Dependency;
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
 pub use soft_driver::{LaunchDims, Thread, Twin, TwinArgs};
@@ -134,6 +134,47 @@ impl<K> fmt::Debug for Declared<K> {
             .field("kernel", &self.kernel)
             .field("matches", &self.matches)
             .finish()
+    }
+}
+
+/// A [`kernel!`](crate::kernel!) declaration that says its kernel calls
+/// `cudaGridDependencySynchronize` (`calls cudaGridDependencySynchronize;`),
+/// and so may be launched with programmatic dependent launch. Implemented
+/// by the macro, never by hand: a kernel that does not synchronise would
+/// read what the kernel ahead of it is still writing.
+#[diagnostic::on_unimplemented(
+    message = "kernel `{Self}` does not declare that it calls cudaGridDependencySynchronize",
+    label = "programmatic dependent launch needs that declaration",
+    note = "add `calls cudaGridDependencySynchronize;` to its kernel! declaration, if its body calls it before touching memory earlier work writes; otherwise launch it with `launch`"
+)]
+pub trait GridDependencySync: DeclaredKernel {}
+
+impl<K: GridDependencySync> Declared<K> {
+    /// [`Declared::launch`] as a programmatic dependent launch
+    /// ([`Stream::launch_programmatic`]); the typed `launch_programmatic`
+    /// of a [`kernel!`](crate::kernel!) that declares
+    /// `calls cudaGridDependencySynchronize;` calls this.
+    #[inline]
+    pub fn launch_programmatic(
+        &self,
+        stream: &Stream,
+        cfg: LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
+        if self.matches() {
+            // SAFETY: `K::DECL.params` is the kernel's signature (`matches`).
+            unsafe {
+                stream.launch_against(
+                    self.kernel(),
+                    K::DECL.params,
+                    cfg,
+                    args,
+                    Dependency::Programmatic,
+                )
+            }
+        } else {
+            stream.launch_programmatic(self.kernel(), cfg, args)
+        }
     }
 }
 

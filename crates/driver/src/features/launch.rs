@@ -1,8 +1,8 @@
 //! Launch configuration, typed kernel arguments, and launching on a stream.
 
 use crate::enqueue::protocol::{Use, Work};
-use crate::features::dependent_launch::{Dependency, launch_raw_programmatic};
 use crate::features::module::Kernel;
+use crate::features::pdl_policy::Dependency;
 use crate::ground::arg_kind::ArgKind;
 use crate::ground::error::{Error, Result};
 use crate::objects::memory::{DeviceCopy, DeviceMemory, DeviceMemoryMut, DeviceUse, device_bytes};
@@ -705,6 +705,43 @@ pub(crate) type Extents = smallvec::SmallVec<[BufferExtent; 8]>;
 pub(crate) struct BufferExtent {
     bytes: usize,
     writes: bool,
+}
+
+/// `cuLaunchKernelEx` of `function` with programmatic stream serialization
+/// allowed, `params` as `kernelParams`.
+///
+/// # Safety
+/// As for `launch_raw` (`features/launch.rs`), whose argument layout
+/// `params` is.
+pub(crate) unsafe fn launch_raw_programmatic(
+    driver: &sys::Driver,
+    stream: sys::CUstream,
+    function: sys::CUfunction,
+    config: LaunchConfig,
+    params: *mut *mut c_void,
+) -> sys::CUresult {
+    let mut attr = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        ..Default::default()
+    };
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let (gx, gy, gz) = config.grid_dim;
+    let (bx, by, bz) = config.block_dim;
+    let launch = sys::CUlaunchConfig {
+        gridDimX: gx,
+        gridDimY: gy,
+        gridDimZ: gz,
+        blockDimX: bx,
+        blockDimY: by,
+        blockDimZ: bz,
+        sharedMemBytes: config.shared_mem_bytes,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `launch` and `attr` live for the call (the driver copies
+    // them); the rest is the caller's contract.
+    unsafe { (driver.cuLaunchKernelEx)(&launch, function, params, std::ptr::null_mut()) }
 }
 
 #[cfg(test)]

@@ -27,5 +27,6 @@ pub(crate) mod launch;
 pub(crate) mod module;
 pub(crate) mod partition_function;
 pub(crate) mod partition_load;
+pub(crate) mod pdl_policy;
 pub(crate) mod program;
 pub(crate) mod reactor;

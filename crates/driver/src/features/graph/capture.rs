@@ -4,9 +4,9 @@
 //! begun, forked and joined, ended or dropped; the nodes it records are in
 //! `capture_nodes`.
 
+use super::allocation::GraphAllocation;
 use super::args::{HostNode, Resources};
 use super::exec::Graph;
-use super::graph_memory::GraphAllocation;
 use crate::enqueue::order::{CaptureOrder, Touches};
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;

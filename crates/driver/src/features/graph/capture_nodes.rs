@@ -8,9 +8,9 @@ use super::args::{ArgInner, GraphArg, HostNode, HostSlot, Kept, KeptHost, host_n
 use super::capture::Capture;
 use crate::enqueue::order::Touches;
 use crate::enqueue::protocol::Use;
-use crate::features::dependent_launch::Dependency;
 use crate::features::launch::{KernelArg, LaunchConfig, launch_raw};
 use crate::features::module::Kernel;
+use crate::features::pdl_policy::Dependency;
 use crate::ground::error::{Error, Result};
 use crate::objects::memory::sealed::HostUse;
 use crate::objects::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, HostMemory, PinnedBuffer};

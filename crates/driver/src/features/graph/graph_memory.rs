@@ -63,64 +63,16 @@
 //! # }
 //! ```
 
+use super::allocation::GraphAllocation;
 use super::args::{GraphArg, Kept};
 use super::capture::Capture;
-use crate::features::launch::KernelArg;
 use crate::ground::error::{Error, Result};
-use crate::objects::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, DeviceUse, byte_size};
+use crate::objects::memory::{DeviceBuffer, DeviceCopy, DeviceMemory, byte_size};
 use crate::objects::stream::Stream;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use sys::CUdeviceptr;
-use sys::signature::Scalar;
-
-/// One allocation node's memory: where it is and which graph it is valid
-/// in. It owns nothing: the graph's free node frees it.
-pub(super) struct GraphAllocation {
-    pub(super) ptr: CUdeviceptr,
-    pub(super) bytes: usize,
-    elem: Option<Scalar>,
-    context_id: u64,
-    /// The top-level capture whose graph holds the allocation and free
-    /// nodes (a [`Capture`]'s family).
-    pub(super) family: u64,
-}
-
-impl DeviceUse for GraphAllocation {
-    fn use_context_id(&self) -> u64 {
-        self.context_id
-    }
-    fn use_bytes(&self) -> (u64, usize) {
-        (self.ptr, self.bytes)
-    }
-    // Used only by nodes of its own graph, which the graph orders; never
-    // by eager work, so nothing to track.
-    fn before_use(&self, _stream: &Stream) -> Result<()> {
-        Ok(())
-    }
-    fn after_use(&self, _stream: &Stream, _write: bool) -> Result<()> {
-        Ok(())
-    }
-}
-
-impl Kept for GraphAllocation {
-    fn as_use(&self) -> &dyn DeviceUse {
-        self
-    }
-    fn arg(&self, writable: bool) -> KernelArg<'_> {
-        KernelArg::lend_use(self, writable, self.elem, self.bytes)
-    }
-    fn bytes(&self) -> usize {
-        self.bytes
-    }
-    fn ptr(&self) -> CUdeviceptr {
-        self.ptr
-    }
-    fn graph_family(&self) -> Option<u64> {
-        Some(self.family)
-    }
-}
 
 /// Device memory of one graph, allocated and freed by the graph itself at
 /// every replay ([`Capture::graph_buffer`]); usable only as an argument of

@@ -41,6 +41,7 @@
 //! - `programmatic`: programmatic dependent launches in a capture
 //!   ([`Capture::launch_programmatic`]), which become programmatic edges.
 
+mod allocation;
 mod args;
 mod capture;
 mod capture_nodes;

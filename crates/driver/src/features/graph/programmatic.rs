@@ -12,9 +12,9 @@
 
 use super::args::GraphArg;
 use super::capture::Capture;
-use crate::features::dependent_launch::Dependency;
 use crate::features::launch::{KernelArg, LaunchConfig};
 use crate::features::module::Kernel;
+use crate::features::pdl_policy::Dependency;
 use crate::ground::error::Result;
 use crate::objects::stream::Stream;
 
