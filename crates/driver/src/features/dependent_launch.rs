@@ -59,8 +59,10 @@ impl Stream {
     /// [`Stream::launch`] checks, then launched with programmatic stream
     /// serialization, so that it may start before the kernel ahead of it on
     /// the stream has finished. The kernel must declare that it calls
-    /// `cudaGridDependencySynchronize` (see the [module docs](self) for why
-    /// that keeps it ordered after the earlier work, and for the policy).
+    /// `cudaGridDependencySynchronize`: it touches none of its buffers
+    /// before that returns, which is after the earlier work on the stream
+    /// has completed, so it stays ordered after that work as a plain launch
+    /// is. [`PdlPolicy`](crate::PdlPolicy) says which launches use it.
     ///
     /// Refused with [`Error::NoGridDependencySync`] for a kernel that does
     /// not, and with [`Error::ProgrammaticLaunchUnsupported`] on a device

@@ -76,8 +76,10 @@ use sys::CUdeviceptr;
 
 /// Device memory of one graph, allocated and freed by the graph itself at
 /// every replay ([`Capture::graph_buffer`]); usable only as an argument of
-/// work captured into that graph. See the [module docs](self) for why it
-/// has no host view and is no [`DeviceMemory`].
+/// work captured into that graph. It has no host view and is no
+/// [`DeviceMemory`]: its memory exists only while a replay runs between
+/// the graph's allocation and free nodes, and the driver may map the same
+/// physical memory to another graph's allocation the rest of the time.
 ///
 /// It is a handle: cloning it names the same memory, and dropping it frees
 /// nothing (the graph's free node does).
