@@ -3,6 +3,16 @@
 //! spin kernels on the pool's streams against the same kernels on one stream;
 //! the stream coordinator's barrier and re-applied dependencies against the
 //! raw driver-layer calls.
+//!
+//! `POOL_COUNT=<scenario>:<n>` runs one coordinator scenario `n` times and
+//! nothing else, for counting instructions under callgrind (two counts with
+//! different `n`, subtracted, give the cost per repetition without the
+//! set-up): `barrier` (the coordinator's `create_barrier` over 4 streams),
+//! `stream-barrier` (`Stream::barrier` over the same streams), `apply` (its
+//! `apply_dependencies` over a chain of 3) and `wait-stream` (the same
+//! `wait_stream` calls). The streams are synchronized every 50 repetitions,
+//! so that the event pool and the graph reach their steady state as on a
+//! GPU, where the work is done long before the next repetition.
 
 use criterion::Criterion;
 use cuda_streams_benches::{
@@ -190,7 +200,56 @@ fn coordinator_ratios() {
     }
 }
 
+/// `POOL_COUNT=<scenario>:<n>`: run that scenario alone (see the top).
+fn count(spec: &str) {
+    let fail = |why: &str| -> ! { panic!("POOL_COUNT={spec:?}: {why}") };
+    let (scenario, n) = spec
+        .split_once(':')
+        .unwrap_or_else(|| fail("expected <scenario>:<n>"));
+    let n: usize = n.parse().unwrap_or_else(|_| fail("the count is no number"));
+    let (_ctx, pool) = setup();
+    let streams: Vec<Arc<Stream>> = pool.streams().take(4).cloned().collect();
+    let mut coordinator = MultiStreamCoordinator::new(streams.iter().cloned());
+    let refs: Vec<&Stream> = streams.iter().map(|s| &**s).collect();
+    if scenario == "apply" {
+        for pair in streams.windows(2) {
+            coordinator
+                .add_dependency(&pair[1], &pair[0])
+                .expect("no cycle");
+        }
+    }
+    let once: Box<dyn Fn()> = match scenario {
+        "barrier" => Box::new(|| coordinator.create_barrier().expect("barrier")),
+        "stream-barrier" => Box::new(|| Stream::barrier(&refs).expect("barrier")),
+        "apply" => Box::new(|| coordinator.apply_dependencies().expect("apply")),
+        "wait-stream" => Box::new(|| {
+            for pair in streams.windows(2) {
+                pair[1].wait_stream(&pair[0]).expect("wait");
+            }
+        }),
+        _ => fail("the scenario is barrier, stream-barrier, apply or wait-stream"),
+    };
+    let settle = || {
+        for stream in &streams {
+            stream.synchronize().expect("synchronize");
+        }
+    };
+    once(); // the first of each makes the events the rest reuse
+    settle();
+    for i in 0..n {
+        once();
+        if i % 50 == 49 {
+            settle();
+        }
+    }
+    settle();
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("POOL_COUNT") {
+        count(&spec);
+        return;
+    }
     run_criterion(&[getters]);
     ratios();
     coordinator_ratios();

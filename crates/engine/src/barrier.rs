@@ -62,7 +62,7 @@ impl OperationGraph {
     /// ```
     pub fn barrier<S: Borrow<Stream>>(&self, streams: &[S]) -> Result<Barrier> {
         let refs: Vec<&Stream> = streams.iter().map(Borrow::borrow).collect();
-        let op = Stream::barrier_through(
+        let gathered = Stream::barrier_through(
             &refs,
             |first| {
                 self.op(first)
@@ -71,8 +71,11 @@ impl OperationGraph {
                     .run(|_| Ok(()))
             },
             Op::event,
-        )?
-        .ok_or(Error::EmptyBarrier)?;
+        )?;
+        // Not `ok_or`: the error would be made and dropped at every barrier.
+        let Some(op) = gathered else {
+            return Err(Error::EmptyBarrier);
+        };
         Ok(Barrier {
             op,
             streams: refs.iter().map(|s| s.id()).collect(),

@@ -116,6 +116,8 @@ pub(crate) struct ObserverSlot {
 }
 
 impl ObserverSlot {
+    /// Inlined: the flag's load is all an unobserved operation pays.
+    #[inline]
     fn get(&self) -> Option<Arc<dyn OperationObserver>> {
         if !self.set.load(Ordering::Acquire) {
             return None;

@@ -42,7 +42,21 @@ impl LoadedDriver {
     /// address) what the driver can say about it: on the software driver the
     /// CPU twin that panicked and the panic's message, so the returned error
     /// says what the GPU's `CUDA_ERROR_LAUNCH_FAILED` cannot.
+    ///
+    /// Success is decided inline, at every driver call of every enqueue; the
+    /// error's description and detail are built out of line.
+    #[inline]
     pub(crate) fn check(&self, code: CUresult) -> Result<()> {
+        if code == CUresult::CUDA_SUCCESS {
+            return Ok(());
+        }
+        self.failure(code)
+    }
+
+    /// [`LoadedDriver::check`] for a code that is not success.
+    #[cold]
+    #[inline(never)]
+    fn failure(&self, code: CUresult) -> Result<()> {
         let Err(source) = self.table.check(code) else {
             return Ok(());
         };

@@ -539,11 +539,13 @@ impl Context {
     }
 
     /// `CUresult` to this crate's `Result`, with the driver's description.
+    #[inline]
     pub(crate) fn check(&self, code: CUresult) -> Result<()> {
         self.driver.check(code)
     }
 
     /// A query's code (`cuStreamQuery`, `cuEventQuery`): `NOT_READY` is `false`.
+    #[inline]
     pub(crate) fn check_ready(&self, code: CUresult) -> Result<bool> {
         // "Not yet" is the common answer of a poll: no error to describe
         // (building one asks the driver for the code's text).
