@@ -150,21 +150,30 @@ fn launches_of_one_instance_on_two_streams_never_overlap() {
         .unwrap();
     let exec = capture.end().unwrap().instantiate().unwrap();
     exec.launch(&first).unwrap();
-    exec.launch(&second).unwrap();
-    let inside = INSIDE.lock().unwrap();
-    let (inside, _) = CHANGED
-        .wait_timeout_while(inside, HANG, |inside| inside.0 == 0)
-        .unwrap();
-    // The second launch must not enter while the first is inside: a bounded
-    // wait for what must not happen (it would come at once if it could).
-    let (mut inside, _) = CHANGED
-        .wait_timeout_while(inside, Duration::from_millis(200), |inside| inside.0 == 1)
-        .unwrap();
-    let entered = inside.0;
-    // Let go first, so that a failure fails instead of hanging the streams.
-    inside.1 = true;
-    CHANGED.notify_all();
-    drop(inside);
+    // The second launch from a thread of its own: a GPU driver may hold
+    // `cuGraphLaunch` on the host until the first replay is done, and the
+    // first replay waits for this thread below.
+    let entered = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| exec.launch(&second));
+        let inside = INSIDE.lock().unwrap();
+        let (inside, _) = CHANGED
+            .wait_timeout_while(inside, HANG, |inside| inside.0 == 0)
+            .unwrap();
+        // The second launch must not enter while the first is inside: a
+        // bounded wait for what must not happen (it would come at once if
+        // it could).
+        let (mut inside, _) = CHANGED
+            .wait_timeout_while(inside, Duration::from_millis(200), |inside| inside.0 == 1)
+            .unwrap();
+        let entered = inside.0;
+        // Let go first, so that a failure fails instead of hanging the
+        // streams.
+        inside.1 = true;
+        CHANGED.notify_all();
+        drop(inside);
+        launcher.join().unwrap().unwrap();
+        entered
+    });
     assert_eq!(entered, 1, "the second launch ran inside the first");
     second.synchronize().unwrap();
     assert_eq!(INSIDE.lock().unwrap().0, 2);
