@@ -70,29 +70,16 @@ pub const GREEN_CONTEXTS_SINCE: i32 = 12040;
 /// ```
 pub fn green_contexts() -> Result<&'static GreenContexts, &'static [&'static str]> {
     static RESOLVED: OnceLock<Result<GreenContexts, Vec<&'static str>>> = OnceLock::new();
-    let resolved = RESOLVED.get_or_init(|| {
-        let all = || {
-            crate::GREEN_SYMBOLS
-                .iter()
-                .map(|&(_, symbol)| symbol)
-                .collect()
-        };
-        // SAFETY: as in `Driver::load`: opening libcuda runs its initialisers,
-        // which are designed to run in any process that dlopens it.
-        let Ok((_, library)) = (unsafe { crate::LIBCUDA.open(crate::LIBCUDA.candidates()) }) else {
-            return Err(all());
-        };
-        // SAFETY: every symbol resolved is the cuda.h function of that name,
-        // whose signature the generated table copies; the library is never
-        // unloaded (forgotten below), so the addresses stay valid.
-        let table = unsafe {
-            GreenContexts::from_resolver(|symbol| crate::load::symbol_address(&library, symbol))
-        };
-        // Never unloaded, as `Driver::load` never unloads it.
-        std::mem::forget(library);
-        table
-    });
-    resolved.as_ref().map_err(Vec::as_slice)
+    RESOLVED
+        .get_or_init(|| {
+            // SAFETY: every symbol resolved is the cuda.h function of that
+            // name, whose signature the generated table copies.
+            from_libcuda(&crate::GREEN_SYMBOLS, |resolve| unsafe {
+                GreenContexts::from_resolver(resolve)
+            })
+        })
+        .as_ref()
+        .map_err(Vec::as_slice)
 }
 
 /// The entry points that share device memory and events between processes
@@ -109,27 +96,32 @@ pub fn green_contexts() -> Result<&'static GreenContexts, &'static [&'static str
 /// ```
 pub fn ipc() -> Result<&'static crate::Ipc, &'static [&'static str]> {
     static RESOLVED: OnceLock<Result<crate::Ipc, Vec<&'static str>>> = OnceLock::new();
-    let resolved = RESOLVED.get_or_init(|| {
-        let all = || {
-            crate::IPC_SYMBOLS
-                .iter()
-                .map(|&(_, symbol)| symbol)
-                .collect()
-        };
-        // SAFETY: as in `Driver::load`: opening libcuda runs its initialisers,
-        // which are designed to run in any process that dlopens it.
-        let Ok((_, library)) = (unsafe { crate::LIBCUDA.open(crate::LIBCUDA.candidates()) }) else {
-            return Err(all());
-        };
-        // SAFETY: every symbol resolved is the cuda.h function of that name,
-        // whose signature the generated table copies; the library is never
-        // unloaded (forgotten below), so the addresses stay valid.
-        let table = unsafe {
-            crate::Ipc::from_resolver(|symbol| crate::load::symbol_address(&library, symbol))
-        };
-        // Never unloaded, as `Driver::load` never unloads it.
-        std::mem::forget(library);
-        table
-    });
-    resolved.as_ref().map_err(Vec::as_slice)
+    RESOLVED
+        .get_or_init(|| {
+            // SAFETY: every symbol resolved is the cuda.h function of that
+            // name, whose signature the generated table copies.
+            from_libcuda(&crate::IPC_SYMBOLS, |resolve| unsafe {
+                crate::Ipc::from_resolver(resolve)
+            })
+        })
+        .as_ref()
+        .map_err(Vec::as_slice)
+}
+
+/// One optional table of libcuda, made by `table` from a resolver of its
+/// symbols; every one of `symbols` is missing when there is no libcuda.
+/// The library is never unloaded, as `Driver::load` never unloads it, so
+/// the addresses stay valid.
+fn from_libcuda<T>(
+    symbols: &[(&'static str, &'static str)],
+    table: impl FnOnce(&dyn Fn(&str) -> *const std::ffi::c_void) -> Result<T, Vec<&'static str>>,
+) -> Result<T, Vec<&'static str>> {
+    // SAFETY: as in `Driver::load`: opening libcuda runs its initialisers,
+    // which are designed to run in any process that dlopens it.
+    let Ok((_, library)) = (unsafe { crate::LIBCUDA.open(crate::LIBCUDA.candidates()) }) else {
+        return Err(symbols.iter().map(|&(_, symbol)| symbol).collect());
+    };
+    let made = table(&|symbol| crate::load::symbol_address(&library, symbol));
+    std::mem::forget(library);
+    made
 }
