@@ -75,6 +75,7 @@ mod errors;
 mod event;
 pub mod faults;
 mod graph;
+mod graph_edges;
 mod graph_memory;
 mod green;
 mod handles;
@@ -151,6 +152,7 @@ pub fn driver() -> &'static Driver {
     use errors::*;
     use event::*;
     use graph::*;
+    use graph_edges::*;
     use graph_memory::*;
     use host_register::*;
     use launch_ex::*;
