@@ -152,10 +152,24 @@ impl Work {
 
     /// The operation the order tracker names in a race; `None`: no step.
     fn step<'a>(self, mut uses: impl Iterator<Item = Use<'a>>) -> Option<&'static str> {
+        let label = self.step_label()?;
+        let peer = matches!(self, Work::Transfer(_)) && uses.any(|u| matches!(u, Use::Peer(..)));
+        Some(if peer { "peer copy" } else { label })
+    }
+
+    /// Whether [`Work::step`] may give it a step (`false`: it never does).
+    #[inline]
+    fn takes_steps(self) -> bool {
+        self.step_label().is_some()
+    }
+
+    /// Its step's name, before a copy between devices is told apart; `None`
+    /// for the kinds that take no step (one list, for both of the above).
+    #[inline]
+    fn step_label(self) -> Option<&'static str> {
         Some(match self {
             Work::KernelLaunch => "kernel launch",
             Work::Operation => "memset",
-            Work::Transfer(_) if uses.any(|u| matches!(u, Use::Peer(..))) => "peer copy",
             Work::Transfer(_) => "copy",
             Work::GraphLaunch(_) => "graph launch",
             Work::External => "external work",
@@ -163,15 +177,6 @@ impl Work {
                 return None;
             }
         })
-    }
-
-    /// Whether [`Work::step`] may give it a step (`false`: it never does).
-    #[inline]
-    fn takes_steps(self) -> bool {
-        !matches!(
-            self,
-            Work::Callback | Work::GraphUpload | Work::Raw(_) | Work::Record | Work::Wait
-        )
     }
 
     /// Whether it is this crate's own work, bound before its buffers are
