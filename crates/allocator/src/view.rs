@@ -145,18 +145,14 @@ unsafe impl<T: DeviceCopy> DeviceMemory for AllocationView<'_, T> {
             return Ok(());
         }
         // First use there: wait for the home stream's work so far (the
-        // block's previous owner may still be using it there). Recorded
-        // during a capture of the home stream, the mark would be no point in time.
-        let _gate = allocation
-            .slot
-            .stream
-            .enqueue_gate("a first use elsewhere of an allocation whose home stream")?;
-        let event = allocation
-            .slot
-            .shared
-            .record_on(&allocation.slot.stream)
-            .map_err(into_driver)?;
-        stream.wait_event(&event)
+        // block's previous owner may still be using it there).
+        stream
+            .wait_for_home(
+                &allocation.slot.stream,
+                "a first use elsewhere of an allocation whose home stream",
+                |home| allocation.slot.shared.record_on(home).map_err(into_driver),
+            )
+            .map(drop)
     }
 
     fn after_device_use(&self, stream: &Stream, _write: bool) -> driver::Result<()> {

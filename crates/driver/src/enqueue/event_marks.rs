@@ -146,6 +146,45 @@ impl Stream {
         self.enqueue_mark(Work::Wait, wait, || Ok(()))
     }
 
+    /// Make this stream wait for `home`'s work so far, as one protocol
+    /// call: `record` records an event on `home` (and hands it back) while
+    /// `home` is held out of captures, and this stream waits for it before
+    /// `home` may begin one. Refused with
+    /// [`Error::StreamCapturing`], naming `operation`, while `home`
+    /// captures: recorded in a capture, the mark would be no point in
+    /// time. Nothing is recorded or waited for then.
+    ///
+    /// What `record` returns is handed back once waited for, so a caller
+    /// may keep the event (or hand back a reference to where it keeps it)
+    /// for later waits, which need no record.
+    ///
+    /// ```
+    /// use cuda_streams_driver::{Context, Stream};
+    /// # fn main() -> cuda_streams_driver::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let (home, other) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// let ready = other.wait_for_home(&home, "a first use on other", |home| home.mark())?;
+    /// other.synchronize()?;
+    /// assert!(ready.query()?);
+    /// let capture = home.begin_capture()?;
+    /// let err = other.wait_for_home(&home, "a first use on other", |home| home.mark()).unwrap_err();
+    /// assert!(err.to_string().contains("a first use on other"), "{err}");
+    /// drop(capture);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn wait_for_home<E: std::ops::Deref<Target = Event>>(
+        &self,
+        home: &Stream,
+        operation: &'static str,
+        record: impl FnOnce(&Stream) -> Result<E>,
+    ) -> Result<E> {
+        let _home_gate = home.enqueue_gate(operation)?;
+        let event = record(home)?;
+        self.wait_event(&event)?;
+        Ok(event)
+    }
+
     /// Why this stream (in capture `mine`, 0: none) cannot wait for an
     /// event recorded in capture `its` (0: none). Out of line: the wait's
     /// path is the protocol's call, inlined.

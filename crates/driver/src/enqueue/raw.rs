@@ -28,6 +28,25 @@ impl Stream {
             .call(call)
     }
 
+    /// [`Stream::enqueue_raw`], with `first` run once the stream is held
+    /// out of captures and before `call`: for raw work that must be ordered
+    /// after other work first (a free after its buffer's uses, which the
+    /// stream waits for), so that no capture can begin between the two and
+    /// take the call into its graph. `first` returning `false` enqueues
+    /// nothing and returns `Ok(false)`.
+    pub(crate) fn enqueue_raw_after(
+        &self,
+        operation: &'static str,
+        first: impl FnOnce() -> bool,
+        call: impl FnOnce(&Driver, CUstream) -> CUresult,
+    ) -> Result<bool> {
+        let pending = self.prepare_enqueue(std::iter::empty::<Use<'_>>(), Work::Raw(operation))?;
+        if !first() {
+            return Ok(false);
+        }
+        pending.call(call).map(|()| true)
+    }
+
     /// `bytes` of device memory from the device's default pool, in stream
     /// order on this stream (`cuMemAllocAsync`), as raw work named
     /// `operation` (refused while the stream captures: the allocation would

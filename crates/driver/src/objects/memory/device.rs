@@ -2,7 +2,7 @@
 
 use super::tracker::UseTracker;
 use super::{DeviceCopy, DeviceMemory, DeviceMemoryMut, byte_size};
-use crate::ground::error::Result;
+use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
 use crate::objects::stream::Stream;
 use std::fmt;
@@ -184,37 +184,33 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
             return;
         }
         let driver = self.ctx.driver();
-        // Held through the free: captured, the free would become a node of
-        // the graph (and happen at every replay).
-        let home_gate = self
-            .home
-            .as_ref()
-            .map(|home| (home, home.enqueue_gate("freeing a device buffer")));
-        match home_gate {
-            Some((home, Err(_))) => {
-                // So the memory is leaked instead.
-                tracing::warn!(
-                    "leaking device buffer {:#x} ({} bytes): dropped while its home stream {} is being captured",
-                    self.ptr,
-                    self.size_in_bytes(),
-                    home.id()
-                );
-            }
-            Some((home, Ok(_gate))) => {
-                if self.tracker.order_before_free(home) {
-                    let ptr = self.ptr;
-                    let freed = home.enqueue_raw("freeing a device buffer", |driver, raw| {
+        match &self.home {
+            Some(home) => {
+                let ptr = self.ptr;
+                // One protocol call from the waits to the free: captured,
+                // the free would become a node of the graph (and happen at
+                // every replay).
+                let freed = home.enqueue_raw_after(
+                    "freeing a device buffer",
+                    || self.tracker.order_before_free(home),
+                    |driver, raw| {
                         // SAFETY: the pointer came from cuMemAllocAsync and is
                         // freed once, after every recorded use (the home stream
                         // waits on them).
                         unsafe { (driver.cuMemFreeAsync)(ptr, raw) }
-                    });
-                    match freed {
-                        Ok(()) => home.counters.freed(self.size_in_bytes()),
-                        Err(err) => tracing::warn!("freeing {:#x}: {err}", self.ptr),
-                    }
-                } else {
-                    tracing::warn!("leaking device buffer {:#x}", self.ptr);
+                    },
+                );
+                match freed {
+                    Ok(true) => home.counters.freed(self.size_in_bytes()),
+                    Ok(false) => tracing::warn!("leaking device buffer {:#x}", self.ptr),
+                    // So the memory is leaked instead.
+                    Err(Error::StreamCapturing { .. }) => tracing::warn!(
+                        "leaking device buffer {:#x} ({} bytes): dropped while its home stream {} is being captured",
+                        self.ptr,
+                        self.size_in_bytes(),
+                        home.id()
+                    ),
+                    Err(err) => tracing::warn!("freeing {:#x}: {err}", self.ptr),
                 }
             }
             None => match self.tracker.wait_host(&self.ctx, true) {

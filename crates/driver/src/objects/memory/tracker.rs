@@ -57,14 +57,21 @@ impl UseTracker {
         if inner.uses.iter().any(|u| u.stream == stream.id()) {
             return Ok(());
         }
-        if inner.ready.is_none() {
-            // Recorded during a capture, the mark would be no point in time.
-            let _gate = home.enqueue_gate("a first use elsewhere of a buffer whose home stream")?;
-            inner.ready = Some(home.mark()?);
-        }
-        match &inner.ready {
+        match &mut inner.ready {
             Some(ready) => stream.wait_event(ready),
-            None => Ok(()),
+            // Kept where it is recorded, before the wait: a failed wait
+            // leaves the mark for the next first use, as a failed wait does
+            // for a kept one.
+            ready @ None => stream
+                .wait_for_home(
+                    home,
+                    "a first use elsewhere of a buffer whose home stream",
+                    move |home| {
+                        let ready = ready;
+                        Ok(&**ready.insert(home.mark()?))
+                    },
+                )
+                .map(drop),
         }
     }
 
