@@ -111,6 +111,12 @@ pub enum Param {
         /// How many elements it touches.
         extent: Extent,
     },
+    /// A graph's condition handle (`cudaGraphConditionalHandle`, an
+    /// `unsigned long long`), which the kernel sets with
+    /// `cudaGraphSetConditional`. Its own kind, not a [`Scalar::U64`], so a
+    /// launch can tell a handle from a number: a handle is valid only in
+    /// the graph that made it.
+    Condition,
 }
 
 impl Param {
@@ -118,7 +124,7 @@ impl Param {
     pub const fn size(&self) -> usize {
         match self {
             Self::Scalar(scalar) => scalar.size(),
-            Self::Pointer { .. } => size_of::<u64>(),
+            Self::Pointer { .. } | Self::Condition => size_of::<u64>(),
         }
     }
 }
@@ -131,6 +137,7 @@ impl fmt::Display for Param {
                 Access::Read => write!(f, "a read-only buffer of {elem}"),
                 Access::Write => write!(f, "a writable buffer of {elem}"),
             },
+            Self::Condition => f.write_str("a graph condition"),
         }
     }
 }

@@ -102,9 +102,10 @@ kernel! {
     /// `set_while_f32_above(const f32* value, f32 tol, cudaGraphConditionalHandle
     /// handle)`: sets the condition to whether `*value > tol`
     /// (`cudaGraphSetConditional`; the twin calls
-    /// `cuda_streams_soft_driver::set_conditional`). Pass the handle as
-    /// `Condition::arg()`, a `u64`.
-    pub struct SetWhileF32Above: fn set_while_f32_above(value: &[f32; 1], tol: f32, handle: u64);
+    /// `cuda_streams_soft_driver::set_conditional`). Pass the handle as the
+    /// [`Condition`](driver::Condition) itself, in a launch captured in its
+    /// graph (`launch_captured`, or `Condition::arg()`).
+    pub struct SetWhileF32Above: fn set_while_f32_above(value: &[f32; 1], tol: f32, handle: Condition);
     twin = per_grid(|_, value, tol, handle| {
         soft_driver::set_conditional(handle, u32::from(value[0] > tol));
     });
@@ -114,7 +115,7 @@ kernel! {
     /// `count_while_below(u32* counter, u32 limit, cudaGraphConditionalHandle
     /// handle)`: `*counter += 1`, and the condition is whether it is still
     /// below `limit` (a WHILE loop of `limit` turns).
-    pub struct CountWhileBelow: fn count_while_below(counter: &mut [u32; 1], limit: u32, handle: u64);
+    pub struct CountWhileBelow: fn count_while_below(counter: &mut [u32; 1], limit: u32, handle: Condition);
     twin = per_grid(|_, counter, limit, handle| {
         counter[0] += 1;
         soft_driver::set_conditional(handle, u32::from(counter[0] < limit));

@@ -153,7 +153,9 @@ pub use features::copy::check_len;
 pub use features::declare::GridDependencySync;
 /// What a [`ModuleImage`] declares per kernel: its name, parameters and CPU
 /// twin (the software driver's).
-pub use features::declare::{Declared, DeclaredKernel, LaunchDims, Thread, Twin, TwinArgs};
+pub use features::declare::{
+    Declared, DeclaredKernel, LaunchDims, Thread, Twin, TwinArgs, set_conditional,
+};
 pub use features::future::{Completion, CopyFuture};
 pub use features::graph::{
     CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphBuffer, GraphExec,

@@ -41,7 +41,7 @@ const PARAMS: &[Param] = &[
     },
     Param::Scalar(Scalar::U32),
     Param::Scalar(Scalar::U32),
-    Param::Scalar(Scalar::U64),
+    Param::Condition,
 ];
 static KERNELS: &[KernelDecl] = &[KernelDecl {
     name: "count_up",

@@ -277,7 +277,7 @@ impl Launch {
                 Extent::Elements(count) => Some(count),
                 Extent::Arg(at) => self.params.get(at).and_then(|p| match p {
                     Param::Scalar(scalar) => count_from_bytes(*scalar, self.arg_bytes(at)),
-                    Param::Pointer { .. } => None,
+                    Param::Pointer { .. } | Param::Condition => None,
                 }),
             };
             let illegal = |why: String| Fault {

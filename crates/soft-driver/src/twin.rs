@@ -269,6 +269,12 @@ pub(crate) fn views(
         let bytes = scalar_bytes(index);
         views.push(match *param {
             Param::Scalar(scalar) => View::Scalar { scalar, bytes },
+            // The twin reads a condition as the `u64` handle it is, for
+            // `set_conditional`.
+            Param::Condition => View::Scalar {
+                scalar: Scalar::U64,
+                bytes,
+            },
             Param::Pointer { elem, access, .. } => {
                 let ptr = usize::try_from(u64::from_ne_bytes(bytes)).unwrap_or(usize::MAX);
                 let len = usize::try_from(counts[index]).unwrap_or(usize::MAX);

@@ -25,7 +25,7 @@ use crate::features::module::{Kernel, Module};
 use crate::features::pdl_policy::Dependency;
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
-pub use soft_driver::{LaunchDims, Thread, Twin, TwinArgs};
+pub use soft_driver::{LaunchDims, Thread, Twin, TwinArgs, set_conditional};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -188,12 +188,58 @@ impl<K: GridDependencySync> Declared<K> {
 /// - `x: &[f32; n]`: a read-only buffer (`const float* x`) of which the
 ///   kernel reads `n` elements, `n` being an integer parameter;
 /// - `y: &mut [f32; n]`: a buffer the kernel may write (`float* y`);
-/// - `bins: &mut [u32; 256]`: a fixed element count.
+/// - `bins: &mut [u32; 256]`: a fixed element count;
+/// - `more: Condition`: a graph's condition handle
+///   (`cudaGraphConditionalHandle more`), which the kernel sets with
+///   `cudaGraphSetConditional` ([`Param::Condition`](crate::sys::signature::Param::Condition));
+///   written `Condition`, unqualified.
 ///
 /// The launcher takes the scalars by value and the buffers as
 /// `&impl DeviceMemory<Elem = T>` / `&mut impl DeviceMemoryMut<Elem = T>`,
 /// so it compiles only with the right types, and checks every count
 /// against the buffers' lengths before the driver sees the launch.
+/// `launch_captured` captures a launch into a [`Capture`](crate::Capture):
+/// the scalars and conditions typed, the buffers as
+/// [`GraphArg`](crate::GraphArg)s, checked when captured.
+///
+/// A condition is valid only in the graph whose capture made it, so a
+/// kernel that takes one has `launch_captured` alone: no eager `launch`
+/// (nor `launch_programmatic`), and a [`Condition`](crate::Condition)
+/// where the declaration has a `u64` does not compile, nor a `u64` for a
+/// `Condition`. A capture refuses a condition of another capture's graph;
+/// the untyped [`Stream::launch`](crate::Stream::launch) refuses any. The
+/// twin receives the handle as the `u64` it is, for
+/// [`set_conditional`](crate::set_conditional):
+///
+/// ```
+/// use cuda_streams_driver::{Context, DeviceBuffer, GraphArg, LaunchConfig, Module, Stream, kernel};
+/// use std::sync::Arc;
+/// kernel! {
+///     /// `++*counter`; the loop goes on while it is below `limit`.
+///     pub struct CountTo: fn count_while_below(counter: &mut [u32; 1], limit: u32, more: Condition);
+///     twin = per_grid(|_, counter, limit, more| {
+///         counter[0] += 1;
+///         cuda_streams_driver::set_conditional(more, u32::from(counter[0] < limit));
+///     });
+/// }
+/// let ctx = Context::new(0).unwrap();
+/// let stream = Stream::new(&ctx).unwrap();
+/// // The kernels crate's image declares `count_while_below` so too.
+/// let count: CountTo = Module::load(&ctx, &kernels::SOLVER).unwrap().kernel().unwrap();
+/// let counter = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1).unwrap());
+/// let mut capture = stream.begin_capture().unwrap();
+/// capture.memset_u8(&stream, &counter, 0).unwrap();
+/// let more = capture.condition(&stream, 1).unwrap();
+/// capture
+///     .while_loop(&stream, more, |body| {
+///         let origin = Arc::clone(body.origin());
+///         let one = LaunchConfig::for_num_elems(1);
+///         count.launch_captured(body, &origin, one, GraphArg::write(&counter), 4, more)
+///     })
+///     .unwrap();
+/// capture.end().unwrap().instantiate().unwrap().launch(&stream).unwrap();
+/// assert_eq!(counter.to_vec(&stream).unwrap(), [4]);
+/// ```
 ///
 /// A twin is `twin = per_thread(|thread, args…| …)`, run for every thread
 /// of the grid in turn (a [`Thread`] gives `blockIdx`/`threadIdx`), or
@@ -264,7 +310,7 @@ macro_rules! kernel {
     ) => {
         $crate::kernel!(@parse
             [$(#[$meta])*] [$vis] [$ty] [stringify!($name)] [$($kind ($twin))?] [$($sync)?]
-            {} {} {} {} {} ; $($params)*
+            {} {} {} {} {} {} ; $($params)*
         );
     };
     (
@@ -275,13 +321,14 @@ macro_rules! kernel {
     ) => {
         $crate::kernel!(@parse
             [$(#[$meta])*] [$vis] [$ty] [$name] [$($kind ($twin))?] [$($sync)?]
-            {} {} {} {} {} ; $($params)*
+            {} {} {} {} {} {} ; $($params)*
         );
     };
     // The muncher: names, launcher parameters, twin argument types, twin
-    // extraction (name, kind, type) and `Param`s.
+    // extraction (name, kind, type), `Param`s and the captured launcher's
+    // parameters.
     (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt $sync:tt
-        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} ;
+        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} {$($graph:tt)*} ;
         $n:ident : &mut [$e:ident ; $c:tt] $(, $($rest:tt)*)?
     ) => {
         $crate::kernel!(@parse $head $vis $ty $name $twin $sync
@@ -290,11 +337,12 @@ macro_rules! kernel {
             {$($tys)* &mut [$e],}
             {$($extract)* [$n write $e]}
             {$($p)* [write $e $c]}
+            {$($graph)* $n: $crate::GraphArg,}
             ; $($($rest)*)?
         );
     };
     (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt $sync:tt
-        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} ;
+        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} {$($graph:tt)*} ;
         $n:ident : & [$e:ident ; $c:tt] $(, $($rest:tt)*)?
     ) => {
         $crate::kernel!(@parse $head $vis $ty $name $twin $sync
@@ -303,11 +351,28 @@ macro_rules! kernel {
             {$($tys)* &[$e],}
             {$($extract)* [$n read $e]}
             {$($p)* [read $e $c]}
+            {$($graph)* $n: $crate::GraphArg,}
+            ; $($($rest)*)?
+        );
+    };
+    // Before the scalars: `Condition` would match `$e:ident` too. The
+    // launchers take a `Condition`, the twin the `u64` handle it is.
+    (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt $sync:tt
+        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} {$($graph:tt)*} ;
+        $n:ident : Condition $(, $($rest:tt)*)?
+    ) => {
+        $crate::kernel!(@parse $head $vis $ty $name $twin $sync
+            {$($names)* stringify!($n),}
+            {$($launch)* $n: $crate::Condition,}
+            {$($tys)* u64,}
+            {$($extract)* [$n condition u64]}
+            {$($p)* [condition u64 _]}
+            {$($graph)* $n: $crate::Condition,}
             ; $($($rest)*)?
         );
     };
     (@parse $head:tt $vis:tt $ty:tt $name:tt $twin:tt $sync:tt
-        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} ;
+        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$($extract:tt)*} {$($p:tt)*} {$($graph:tt)*} ;
         $n:ident : $e:ident $(, $($rest:tt)*)?
     ) => {
         $crate::kernel!(@parse $head $vis $ty $name $twin $sync
@@ -316,11 +381,12 @@ macro_rules! kernel {
             {$($tys)* $e,}
             {$($extract)* [$n scalar $e]}
             {$($p)* [scalar $e _]}
+            {$($graph)* $n: $e,}
             ; $($($rest)*)?
         );
     };
     (@parse [$($meta:tt)*] [$vis:vis] [$ty:ident] [$name:expr] [$($kind:ident ($twin:expr))?] [$($sync:ident)?]
-        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$([$xn:ident $xk:ident $xe:ident])*} {$([$pk:ident $pe:ident $pc:tt])*} ;
+        {$($names:tt)*} {$($launch:tt)*} {$($tys:tt)*} {$([$xn:ident $xk:ident $xe:ident])*} {$([$pk:ident $pe:ident $pc:tt])*} {$($graph:tt)*} ;
     ) => {
         $($meta)*
         #[derive(Clone, Debug)]
@@ -351,6 +417,32 @@ macro_rules! kernel {
         }
 
         impl $ty {
+            /// Capture a launch on `stream` (the origin of `capture`, a
+            /// stream forked in, or a body's) with `config`: the scalars and
+            /// conditions typed, the buffers lent as [`GraphArg`]($crate::GraphArg)s
+            /// (read, write, a range, the graph's own memory), all checked
+            /// against the declaration as [`Capture::launch`]($crate::Capture::launch)
+            /// checks them.
+            #[allow(clippy::too_many_arguments, dead_code)]
+            #[inline]
+            $vis fn launch_captured(
+                &self,
+                capture: &mut $crate::Capture,
+                stream: &$crate::Stream,
+                config: $crate::LaunchConfig,
+                $($graph)*
+            ) -> $crate::Result<()> {
+                capture.launch(stream, self.kernel.kernel(), config, &[$($crate::GraphArg::from($xn)),*])
+            }
+        }
+
+        $crate::kernel!(@eager [$($xk)*] [$($sync)?] [$vis] $ty {$($launch)*} {$($xn)*});
+    };
+    // The eager launchers, for a declaration without a condition: a
+    // condition is valid only in its graph's capture, so a kernel that
+    // takes one has `launch_captured` alone.
+    (@eager [] $sync:tt [$vis:vis] $ty:ident {$($launch:tt)*} {$($xn:ident)*}) => {
+        impl $ty {
             /// Launch on `stream` with `config`, after checking every
             /// buffer against the counts the declaration gives it.
             #[allow(clippy::too_many_arguments, dead_code)]
@@ -365,7 +457,11 @@ macro_rules! kernel {
             }
         }
 
-        $crate::kernel!(@sync_launcher [$($sync)?] [$vis] $ty {$($launch)*} {$($xn)*});
+        $crate::kernel!(@sync_launcher $sync [$vis] $ty {$($launch)*} {$($xn)*});
+    };
+    (@eager [condition $($k:ident)*] $($rest:tt)*) => {};
+    (@eager [$k:ident $($more:ident)*] $($rest:tt)*) => {
+        $crate::kernel!(@eager [$($more)*] $($rest)*);
     };
     (@sync_flag []) => { false };
     (@sync_flag [cudaGridDependencySynchronize]) => { true };
@@ -403,6 +499,9 @@ macro_rules! kernel {
     (@sync_launcher [$other:ident] $vis:tt $ty:ident $launch:tt $xn:tt) => {};
     (@param $names:ident scalar $e:ident _) => {
         $crate::sys::signature::Param::Scalar(<$e as $crate::sys::signature::ScalarType>::SCALAR)
+    };
+    (@param $names:ident condition $e:ident _) => {
+        $crate::sys::signature::Param::Condition
     };
     (@param $names:ident read $e:ident $c:tt) => {
         $crate::sys::signature::Param::Pointer {
@@ -446,6 +545,7 @@ macro_rules! kernel {
         Some(adapter as $crate::Twin)
     }};
     (@take $args:ident scalar $e:ident) => { $args.scalar::<$e>() };
+    (@take $args:ident condition $e:ident) => { $args.scalar::<u64>() };
     (@take $args:ident read $e:ident) => { $args.slice::<$e>() };
     (@take $args:ident write $e:ident) => { $args.slice_mut::<$e>() };
     (@reborrow write $n:ident) => { &mut *$n };

@@ -1,6 +1,7 @@
 //! Launch configuration, typed kernel arguments, and launching on a stream.
 
 use crate::enqueue::protocol::{Use, Work};
+use crate::features::graph::refuse_eager_conditions;
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;
 use crate::ground::arg_kind::ArgKind;
@@ -93,6 +94,8 @@ pub(crate) enum ArgValue {
     F32(f32),
     F64(f64),
     Pointer(CUdeviceptr),
+    /// A graph's condition handle and the capture family that made it.
+    Condition(u64, u64),
 }
 
 /// A buffer argument: the memory's use hooks and what a signature checks.
@@ -186,6 +189,7 @@ impl KernelArg<'_> {
                 writable: buffer.writable,
             },
             (ArgValue::Pointer(_), None) => ArgKind::RawPointer,
+            (ArgValue::Condition(..), None) => ArgKind::Condition,
             (ArgValue::U8(_), None) => ArgKind::Scalar(Scalar::U8),
             (ArgValue::U32(_), None) => ArgKind::Scalar(Scalar::U32),
             (ArgValue::I32(_), None) => ArgKind::Scalar(Scalar::I32),
@@ -226,7 +230,7 @@ impl KernelArg<'_> {
             ArgValue::I64(_) => Scalar::I64,
             ArgValue::F32(_) => Scalar::F32,
             ArgValue::F64(_) => Scalar::F64,
-            ArgValue::Pointer(_) => return None,
+            ArgValue::Pointer(_) | ArgValue::Condition(..) => return None,
         })
     }
 
@@ -234,7 +238,7 @@ impl KernelArg<'_> {
     #[inline]
     fn count(&self) -> Option<u64> {
         match (self.value, &self.buffer) {
-            (_, Some(_)) | (ArgValue::Pointer(_), _) => None,
+            (_, Some(_)) | (ArgValue::Pointer(_) | ArgValue::Condition(..), _) => None,
             (ArgValue::U8(v), _) => Some(u64::from(v)),
             (ArgValue::U32(v), _) => Some(u64::from(v)),
             (ArgValue::I32(v), _) => Some(v.max(0) as u64),
@@ -255,6 +259,7 @@ impl KernelArg<'_> {
             ArgValue::F32(v) => (v as *const f32).cast(),
             ArgValue::F64(v) => (v as *const f64).cast(),
             ArgValue::Pointer(v) => (v as *const CUdeviceptr).cast(),
+            ArgValue::Condition(raw, _) => (raw as *const u64).cast(),
         };
         ptr.cast_mut()
     }
@@ -452,6 +457,7 @@ impl Stream {
         dependency: Dependency,
     ) -> Result<()> {
         config.validate()?;
+        refuse_eager_conditions(kernel, args)?;
         self.check_context("the kernel", kernel.context())?;
         let programmatic = dependency.resolve(kernel, self.context().info())?;
         let uses = args
@@ -620,6 +626,11 @@ impl Kernel {
             match *param {
                 Param::Scalar(scalar) => {
                     if arg.scalar() != Some(scalar) {
+                        return Err(self.mismatch(index, *param, arg));
+                    }
+                }
+                Param::Condition => {
+                    if arg.kind() != ArgKind::Condition {
                         return Err(self.mismatch(index, *param, arg));
                     }
                 }

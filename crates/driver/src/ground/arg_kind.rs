@@ -34,6 +34,9 @@ pub enum ArgKind {
     },
     /// A raw device pointer ([`KernelArg::raw_pointer`](crate::KernelArg::raw_pointer)): unchecked launches only.
     RawPointer,
+    /// A graph's condition handle ([`Condition`](crate::Condition)): only for
+    /// a parameter declared as one, in a launch captured in its graph.
+    Condition,
 }
 
 impl fmt::Display for ArgKind {
@@ -48,6 +51,7 @@ impl fmt::Display for ArgKind {
                 }
             }
             Self::RawPointer => f.write_str("a raw pointer"),
+            Self::Condition => f.write_str("a graph condition"),
         }
     }
 }

@@ -75,6 +75,7 @@ impl Capture {
         stream.check_context("the kernel", kernel.context())?;
         let programmatic = dependency.resolve(kernel, stream.context().info())?;
         self.check_args(stream, args)?;
+        self.check_conditions(kernel, args)?;
         let touches = || {
             args.iter()
                 .filter_map(|arg| match &arg.inner {

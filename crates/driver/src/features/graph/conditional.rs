@@ -11,11 +11,10 @@
 //! callback or work of another crate ([`Capture::record_external`], an NCCL
 //! collective, which NCCL cannot instantiate in a body) is refused.
 
-use super::args::{ArgInner, GraphArg};
+use super::args::GraphArg;
 use super::capture::Capture;
 use crate::enqueue::order::{CaptureOrder, Touch, Touches};
 use crate::enqueue::protocol::Use;
-use crate::features::launch::KernelArg;
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
 use std::collections::HashSet;
@@ -45,11 +44,15 @@ pub const MULTI_BODY_DRIVER_VERSION: i32 = 12080;
 /// one condition per node.
 ///
 /// A kernel receives it as an argument ([`Condition::arg`], a
-/// `cudaGraphConditionalHandle`, 8 bytes).
+/// `cudaGraphConditionalHandle`, 8 bytes) for a parameter declared as a
+/// condition ([`Param::Condition`](sys::signature::Param::Condition),
+/// `handle: Condition` in [`kernel!`](crate::kernel!)), never for a `u64`.
+/// Only a launch captured in its graph's capture (or a body of it) may
+/// take it: a launch on a stream, or in another capture, is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Condition {
-    raw: u64,
-    family: u64,
+    pub(super) raw: u64,
+    pub(super) family: u64,
 }
 
 impl Condition {
@@ -58,12 +61,10 @@ impl Condition {
         self.raw
     }
 
-    /// The condition as a kernel argument (a `u64` scalar: kernels and
-    /// their twins take a `cudaGraphConditionalHandle` as such).
+    /// The condition as a captured launch's argument, for a parameter
+    /// declared as a condition (the same as `GraphArg::from(condition)`).
     pub fn arg(&self) -> GraphArg {
-        GraphArg {
-            inner: ArgInner::Scalar(KernelArg::from(self.raw).value()),
-        }
+        GraphArg::from(*self)
     }
 }
 
@@ -301,15 +302,7 @@ impl Capture {
         mut body: impl FnMut(u32, &mut Capture) -> Result<()>,
     ) -> Result<()> {
         self.check_member(stream)?;
-        if condition.family != self.family {
-            return Err(Error::Conditional {
-                reason: format!(
-                    "condition {:#x} belongs to the graph of capture {}, not to that of capture {} \
-                     where the node is captured",
-                    condition.raw, condition.family, self.family
-                ),
-            });
-        }
+        self.check_family(condition, "the node")?;
         if self.conditioned_lock().contains(&condition.raw) {
             return Err(Error::Conditional {
                 reason: format!(

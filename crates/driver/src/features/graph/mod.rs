@@ -28,6 +28,8 @@
 //! - `capture`: [`Capture`], the second enqueue API, used while a stream
 //!   captures: its life (begun, forked, joined, ended);
 //! - `capture_nodes`: the nodes a [`Capture`] records, one method each;
+//! - `condition_arg`: a [`Condition`] as a kernel argument, refused
+//!   outside its graph's capture;
 //! - `conditional`: [`Condition`] and the conditional nodes
 //!   ([`Capture::while_loop`], [`Capture::if_then`], [`Capture::if_else`],
 //!   [`Capture::switch`]);
@@ -45,6 +47,7 @@ mod allocation;
 mod args;
 mod capture;
 mod capture_nodes;
+mod condition_arg;
 mod conditional;
 mod exec;
 mod graph_memory;
@@ -54,6 +57,7 @@ mod programmatic;
 
 pub use args::{GraphArg, HostSlot};
 pub use capture::Capture;
+pub(crate) use condition_arg::refuse_eager_conditions;
 pub use conditional::{CONDITIONAL_DRIVER_VERSION, Condition, MULTI_BODY_DRIVER_VERSION};
 pub use exec::{Graph, GraphExec};
 pub use graph_memory::GraphBuffer;

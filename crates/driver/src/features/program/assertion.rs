@@ -116,6 +116,8 @@ pub(crate) fn function_type(params: &[Param]) -> String {
         .iter()
         .map(|param| match *param {
             Param::Scalar(s) => scalar(s).to_string(),
+            // `cudaGraphConditionalHandle` is a typedef of this.
+            Param::Condition => "unsigned long long".to_string(),
             Param::Pointer {
                 elem,
                 access: Access::Read,

@@ -498,6 +498,9 @@ pub(crate) fn check(name: &str, params: &[Param], kernels: &[SourceKernel]) -> R
         };
         let matches = match (*declared, &source) {
             (Param::Scalar(d), SourceType::Scalar(s)) => d == *s,
+            // A handle is an `unsigned long long`, under its typedef or not.
+            (Param::Condition, SourceType::Scalar(s)) => *s == sys::signature::Scalar::U64,
+            (Param::Condition, SourceType::Other(name)) => name == "cudaGraphConditionalHandle",
             (Param::Pointer { elem, access, .. }, SourceType::Pointer { elem: s, is_const }) => {
                 elem == *s && (access == Access::Read) == *is_const
             }
@@ -648,6 +651,30 @@ mod tests {
             err.contains("no __global__ function `nope`") && err.contains("relu_affine"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_condition_parameter_is_a_conditional_handle_and_nothing_else() {
+        let found = kernels(
+            r#"extern "C" __global__ void step(cudaGraphConditionalHandle more, unsigned int n,
+                                               unsigned long long raw) {}"#,
+        );
+        let condition = [
+            Param::Condition,
+            Param::Scalar(Scalar::U32),
+            Param::Condition,
+        ];
+        check("step", &condition, &found).unwrap();
+        // A u64 declared for the handle: the source says it is a handle.
+        let mut as_u64 = condition;
+        as_u64[0] = Param::Scalar(Scalar::U64);
+        let err = check("step", &as_u64, &found).unwrap_err();
+        assert!(err.contains("parameter 0 (`more`)"), "{err}");
+        // A condition declared for the `unsigned int`.
+        let mut for_u32 = condition;
+        for_u32[1] = Param::Condition;
+        let err = check("step", &for_u32, &found).unwrap_err();
+        assert!(err.contains("parameter 1 (`n`)"), "{err}");
     }
 
     #[test]
