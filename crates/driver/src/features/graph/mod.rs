@@ -38,6 +38,8 @@
 //!   because their launches are held to one stream;
 //! - `memory_usage`: [`GraphMemoryUsage`], what the device's graph memory
 //!   holds, and giving it back;
+//! - `node_update`: [`KernelNode`], a captured launch whose arguments an
+//!   instance sets in place ([`GraphExec::set_args`]);
 //! - `programmatic`: programmatic dependent launches in a capture
 //!   ([`Capture::launch_programmatic`]), which become programmatic edges.
 
@@ -50,6 +52,7 @@ mod exec;
 mod graph_memory;
 mod memory_share;
 mod memory_usage;
+mod node_update;
 mod programmatic;
 
 pub use args::{GraphArg, HostSlot};
@@ -59,3 +62,4 @@ pub use exec::{Graph, GraphExec};
 pub use graph_memory::GraphBuffer;
 pub use memory_share::GraphMemoryShare;
 pub use memory_usage::GraphMemoryUsage;
+pub use node_update::KernelNode;
