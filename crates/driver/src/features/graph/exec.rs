@@ -3,7 +3,7 @@
 //! buffers a graph owns.
 
 use super::args::{HostSlot, Resources};
-use super::node_update::NodeArgs;
+use super::node_args::NodeArgs;
 use crate::enqueue::protocol::{Pending, Use, Work};
 use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
