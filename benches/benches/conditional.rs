@@ -22,11 +22,20 @@
 //! (`cuGraphExecUpdate` against `cuGraphInstantiate` of the same captured
 //! graph).
 //!
+//! Node update: the same chain captured with `Capture::launch_updatable`;
+//! new arguments set with `GraphExec::set_args` on all `NODES` nodes, and
+//! on one node, against capturing and instantiating again; and the raw
+//! `cuGraphExecKernelNodeSetParams` on every node, as the baseline of
+//! `set_args`'s own cost.
+//!
 //! On the software driver the kernels are CPU twins, so only the host-side
 //! figures mean anything there.
 
 use cuda_streams_benches::{compare, figure, kernel, median_duration};
-use driver::{Context, DeviceBuffer, DeviceMemory, Graph, GraphArg, Kernel, LaunchConfig, Stream};
+use driver::{
+    Context, DeviceBuffer, DeviceMemory, Graph, GraphArg, GraphExec, Kernel, KernelNode,
+    LaunchConfig, Stream,
+};
 use std::sync::Arc;
 use sys::{
     CU_GRAPH_COND_ASSIGN_DEFAULT, CUDA_CONDITIONAL_NODE_PARAMS, CUgraphConditionalNodeType,
@@ -291,6 +300,113 @@ fn update_case(stream: &Arc<Stream>, fill: &Kernel) {
     );
 }
 
+/// The chain of `chain`, captured with updatable launches.
+fn updatable_chain(
+    stream: &Arc<Stream>,
+    fill: &Kernel,
+    out: &Arc<DeviceBuffer<u32>>,
+) -> (GraphExec, Vec<KernelNode>) {
+    let mut capture = stream.begin_capture().expect("a capture");
+    let n = out.len();
+    let config = LaunchConfig::for_num_elems(n as u32);
+    let nodes = (0..NODES)
+        .map(|k| {
+            let args = [
+                GraphArg::from(n as u64),
+                (k as u32).into(),
+                GraphArg::write(out),
+            ];
+            capture
+                .launch_updatable(stream, fill, config, &args)
+                .expect("a launch")
+        })
+        .collect();
+    let exec = capture
+        .end()
+        .expect("a graph")
+        .instantiate()
+        .expect("an exec");
+    (exec, nodes)
+}
+
+fn node_update_case(stream: &Arc<Stream>, fill: &Kernel) {
+    let out = Arc::new(DeviceBuffer::<u32>::new(stream.context(), 256).expect("a buffer"));
+    let (mut exec, nodes) = updatable_chain(stream, fill, &out);
+    let n = out.len() as u64;
+    let mut value = 1u32;
+    let all = median_duration(RUNS, || {
+        for node in &nodes {
+            let args = [GraphArg::from(n), value.into(), GraphArg::write(&out)];
+            exec.set_args(node, &args).expect("set");
+        }
+        value += 1;
+    });
+    let last_all = value - 1;
+    let one = median_duration(RUNS, || {
+        let args = [GraphArg::from(n), value.into(), GraphArg::write(&out)];
+        exec.set_args(&nodes[NODES / 2], &args).expect("set");
+        value += 1;
+    });
+    // What a replay gives: the last node's value.
+    exec.launch(stream).expect("a replay");
+    let last = out.to_vec(stream).expect("a download")[0];
+    assert_eq!(last, last_all, "the last node's latest value");
+    let again = median_duration(RUNS, || {
+        let graph = chain(stream, fill, &out, value);
+        drop(graph.instantiate().expect("an exec"));
+    });
+    compare(
+        "conditional/set_args_all_nodes_vs_recapture_instantiate",
+        all.as_nanos() as f64,
+        again.as_nanos() as f64,
+    );
+    compare(
+        "conditional/set_args_one_node_vs_recapture_instantiate",
+        one.as_nanos() as f64,
+        again.as_nanos() as f64,
+    );
+    // The raw call on every node, with the node's own function.
+    let d = stream.context().driver();
+    let raw_all = median_duration(RUNS, || {
+        let ptr = out.device_ptr();
+        for node in &nodes {
+            let (mut n_arg, mut v_arg, mut p_arg) = (n, value, ptr);
+            let mut params = [
+                (&raw mut n_arg).cast::<std::ffi::c_void>(),
+                (&raw mut v_arg).cast(),
+                (&raw mut p_arg).cast(),
+            ];
+            let config = node.config();
+            let raw_params = sys::CUDA_KERNEL_NODE_PARAMS {
+                func: fill.as_raw(),
+                gridDimX: config.grid_dim.0,
+                gridDimY: config.grid_dim.1,
+                gridDimZ: config.grid_dim.2,
+                blockDimX: config.block_dim.0,
+                blockDimY: config.block_dim.1,
+                blockDimZ: config.block_dim.2,
+                sharedMemBytes: config.shared_mem_bytes,
+                kernelParams: params.as_mut_ptr(),
+                ..Default::default()
+            };
+            // SAFETY: a live instance of the graph holding the node; the
+            // arguments are the kernel's (u64, u32, pointer), alive for the
+            // call; `out` outlives every replay (synchronized below).
+            ok(unsafe {
+                (d.cuGraphExecKernelNodeSetParams)(exec.as_raw(), node.as_raw(), &raw_params)
+            });
+        }
+        value += 1;
+    });
+    compare(
+        "conditional/set_args_all_nodes_vs_raw_set_params",
+        all.as_nanos() as f64,
+        raw_all.as_nanos() as f64,
+    );
+    exec.launch(stream).expect("a replay");
+    stream.synchronize().expect("synchronized");
+}
+
 fn main() {
     let ctx = Context::new(0).expect("a context");
     let stream = Stream::new(&ctx).expect("a stream");
@@ -306,4 +422,5 @@ fn main() {
     compare("conditional/while_ours_vs_raw_node", ours_ns, raw_ns);
     compare("conditional/while_ours_vs_host_loop", ours_ns, host_ns);
     update_case(&stream, &fill);
+    node_update_case(&stream, &fill);
 }

@@ -399,6 +399,12 @@ pub struct Driver {
         edgeData: *const CUgraphEdgeData,
         numDependencies: usize,
     ) -> CUresult,
+    /// `cuGraphExecKernelNodeSetParams_v2`
+    pub cuGraphExecKernelNodeSetParams: unsafe extern "C" fn(
+        hGraphExec: CUgraphExec,
+        hNode: CUgraphNode,
+        nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+    ) -> CUresult,
     /// `cuDeviceGetGraphMemAttribute`
     pub cuDeviceGetGraphMemAttribute: unsafe extern "C" fn(
         device: CUdevice,
@@ -426,7 +432,7 @@ pub struct Driver {
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 80usize] = [
+pub const SYMBOLS: [(&str, &str); 81usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -502,6 +508,7 @@ pub const SYMBOLS: [(&str, &str); 80usize] = [
     ("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3"),
     ("cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2"),
     ("cuGraphAddDependencies", "cuGraphAddDependencies_v2"),
+    ("cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams_v2"),
     ("cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute"),
     ("cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute"),
     ("cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim"),
@@ -608,6 +615,9 @@ impl Driver {
             "cuStreamUpdateCaptureDependencies_v2",
         );
         let cuGraphAddDependencies = resolve("cuGraphAddDependencies_v2");
+        let cuGraphExecKernelNodeSetParams = resolve(
+            "cuGraphExecKernelNodeSetParams_v2",
+        );
         let cuDeviceGetGraphMemAttribute = resolve("cuDeviceGetGraphMemAttribute");
         let cuDeviceSetGraphMemAttribute = resolve("cuDeviceSetGraphMemAttribute");
         let cuDeviceGraphMemTrim = resolve("cuDeviceGraphMemTrim");
@@ -1147,6 +1157,14 @@ impl Driver {
                         numDependencies: usize,
                     ) -> CUresult,
                 >(cuGraphAddDependencies),
+                cuGraphExecKernelNodeSetParams: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        hGraphExec: CUgraphExec,
+                        hNode: CUgraphNode,
+                        nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+                    ) -> CUresult,
+                >(cuGraphExecKernelNodeSetParams),
                 cuDeviceGetGraphMemAttribute: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

@@ -116,6 +116,10 @@ const ENTRY_POINTS: &[&str] = &[
     // repair of a conditional node, whose accesses are known only once its
     // body is captured after it.
     "cuGraphAddDependencies",
+    // A kernel node's launch parameters set in an executable graph (CUDA
+    // 12.0+ for the `_v2` struct): new arguments without capturing or
+    // instantiating again.
+    "cuGraphExecKernelNodeSetParams",
     // Graph memory nodes (CUDA 11.4+): what the device's graph allocations
     // use and keep, and giving the kept memory back.
     "cuDeviceGetGraphMemAttribute",

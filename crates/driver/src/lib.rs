@@ -159,7 +159,7 @@ pub use features::declare::{
 pub use features::future::{Completion, CopyFuture};
 pub use features::graph::{
     CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphBuffer, GraphExec,
-    GraphMemoryShare, GraphMemoryUsage, HostSlot, MULTI_BODY_DRIVER_VERSION,
+    GraphMemoryShare, GraphMemoryUsage, HostSlot, KernelNode, MULTI_BODY_DRIVER_VERSION,
 };
 pub use features::ipc::{IpcChannel, IpcListener, IpcToken, SharedDeviceBuffer, SharedEvent};
 pub use features::kernel_decl::KernelDecl;

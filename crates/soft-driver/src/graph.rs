@@ -240,8 +240,8 @@ fn new_graph() -> (usize, Arc<Graph>) {
 
 /// An executable graph: a snapshot of a graph's nodes, whose parameters
 /// `cuGraphExecUpdate` may change.
-struct Exec {
-    nodes: Mutex<Vec<Node>>,
+pub(crate) struct Exec {
+    pub(crate) nodes: Mutex<Vec<Node>>,
     /// Condition handles set to their default at the start of each launch
     /// (those of the graph it was last made or updated from).
     defaults: Mutex<Arc<[Arc<crate::conditional::Slot>]>>,
@@ -254,7 +254,7 @@ struct Exec {
 }
 
 pub(crate) static GRAPHS: Registry<Graph> = Registry::new();
-static EXECS: Registry<Exec> = Registry::new();
+pub(crate) static EXECS: Registry<Exec> = Registry::new();
 
 pub(crate) unsafe extern "C" fn cuStreamBeginCapture(
     hStream: CUstream,

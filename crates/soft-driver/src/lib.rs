@@ -76,6 +76,7 @@ mod event;
 pub mod faults;
 mod graph;
 mod graph_edges;
+mod graph_exec_params;
 mod graph_memory;
 mod green;
 mod handles;
@@ -153,6 +154,7 @@ pub fn driver() -> &'static Driver {
     use event::*;
     use graph::*;
     use graph_edges::*;
+    use graph_exec_params::*;
     use graph_memory::*;
     use host_register::*;
     use launch_ex::*;
@@ -236,6 +238,7 @@ pub fn driver() -> &'static Driver {
         cuStreamGetCaptureInfo,
         cuStreamUpdateCaptureDependencies,
         cuGraphAddDependencies,
+        cuGraphExecKernelNodeSetParams,
         cuDeviceGetGraphMemAttribute,
         cuDeviceSetGraphMemAttribute,
         cuDeviceGraphMemTrim,

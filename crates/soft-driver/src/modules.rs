@@ -558,84 +558,105 @@ pub(crate) unsafe extern "C" fn cuLaunchKernel(
     code((|| {
         clear_detail();
         require()?;
-        let function = FUNCTIONS.get(f as usize)?;
-        // Unloading the module invalidates its functions, as on CUDA.
-        MODULES.get(function.module)?;
-        let stream = resolve(hStream)?;
-        let spec = function.spec;
         let dims = LaunchDims {
             grid: (gridDimX, gridDimY, gridDimZ),
             block: (blockDimX, blockDimY, blockDimZ),
             shared_mem_bytes: sharedMemBytes,
         };
-        let threads = u64::from(blockDimX) * u64::from(blockDimY) * u64::from(blockDimZ);
-        if [gridDimX, gridDimY, gridDimZ].contains(&0) || threads == 0 {
-            return Err(fail(
-                CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!(
-                    "launch of `{}` with an empty grid or block: {dims:?}",
-                    spec.name
-                ),
-            ));
-        }
-        if threads > 1024 || blockDimZ > 64 || gridDimY > 65535 || gridDimZ > 65535 {
-            return Err(fail(
-                CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!(
-                    "launch of `{}` exceeds the device's limits: {dims:?}",
-                    spec.name
-                ),
-            ));
-        }
-        if !extra.is_null() {
-            return Err(fail(
-                CUresult::CUDA_ERROR_NOT_SUPPORTED,
-                "the software driver takes kernel arguments through kernelParams, not `extra`",
-            ));
-        }
-        if kernelParams.is_null() && !spec.params.is_empty() {
-            return Err(fail(
-                CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!(
-                    "launch of `{}` without kernelParams; it takes {} arguments",
-                    spec.name,
-                    spec.params.len()
-                ),
-            ));
-        }
-        let mut args = Vec::with_capacity(spec.params.len());
-        for (i, size) in spec.params.iter().map(Param::size).enumerate() {
-            // SAFETY: kernelParams has one entry per kernel argument (the CUDA
-            // contract), and the twin's spec says how many there are.
-            let source = unsafe { *kernelParams.add(i) };
-            if source.is_null() && size > 0 {
-                return Err(fail(
-                    CUresult::CUDA_ERROR_INVALID_VALUE,
-                    format!("launch of `{}`: kernelParams[{i}] is null", spec.name),
-                ));
-            }
-            let mut copy = vec![0u128; size.div_ceil(16).max(1)].into_boxed_slice();
-            // SAFETY: source points at argument i, which is `size` bytes (the
-            // registered size); the copy has room for at least `size` bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(source.cast::<u8>(), copy.as_mut_ptr().cast(), size)
-            };
-            args.push(copy);
-        }
+        // SAFETY: the caller's contract for cuLaunchKernel.
+        let launch = unsafe { kernel_launch(f, dims, kernelParams, extra) }?;
+        let stream = resolve(hStream)?;
         let inject = std::mem::take(&mut stream.state().inject_launch_fault);
         let action = if inject {
-            Action::InjectedFault(spec.name)
+            Action::InjectedFault(launch.name)
         } else {
-            Action::Kernel(Arc::new(Launch {
-                name: spec.name,
-                twin: spec.run,
-                params: spec.params,
-                dims,
-                args,
-            }))
+            Action::Kernel(Arc::new(launch))
         };
         stream.submit(&[Template::Act(action)])
     })())
+}
+
+/// The launch of `f` over `dims` with the arguments `kernelParams` points
+/// at, copied now, as `cuLaunchKernel` and `cuGraphExecKernelNodeSetParams`
+/// take them; refused for a function of an unloaded module, an empty or
+/// too large grid, `extra`, or missing arguments.
+///
+/// # Safety
+/// `kernelParams` holds one readable pointer per parameter of `f`, each at
+/// a value of that parameter's size (CUDA's contract for a launch).
+pub(crate) unsafe fn kernel_launch(
+    f: CUfunction,
+    dims: LaunchDims,
+    kernelParams: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> Result<Launch, CUresult> {
+    let function = FUNCTIONS.get(f as usize)?;
+    // Unloading the module invalidates its functions, as on CUDA.
+    MODULES.get(function.module)?;
+    let spec = function.spec;
+    let (gridDimX, gridDimY, gridDimZ) = dims.grid;
+    let (blockDimX, blockDimY, blockDimZ) = dims.block;
+    let threads = u64::from(blockDimX) * u64::from(blockDimY) * u64::from(blockDimZ);
+    if [gridDimX, gridDimY, gridDimZ].contains(&0) || threads == 0 {
+        return Err(fail(
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!(
+                "launch of `{}` with an empty grid or block: {dims:?}",
+                spec.name
+            ),
+        ));
+    }
+    if threads > 1024 || blockDimZ > 64 || gridDimY > 65535 || gridDimZ > 65535 {
+        return Err(fail(
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!(
+                "launch of `{}` exceeds the device's limits: {dims:?}",
+                spec.name
+            ),
+        ));
+    }
+    if !extra.is_null() {
+        return Err(fail(
+            CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            "the software driver takes kernel arguments through kernelParams, not `extra`",
+        ));
+    }
+    if kernelParams.is_null() && !spec.params.is_empty() {
+        return Err(fail(
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!(
+                "launch of `{}` without kernelParams; it takes {} arguments",
+                spec.name,
+                spec.params.len()
+            ),
+        ));
+    }
+    let mut args = Vec::with_capacity(spec.params.len());
+    for (i, size) in spec.params.iter().map(Param::size).enumerate() {
+        // SAFETY: kernelParams has one entry per kernel argument (the CUDA
+        // contract), and the twin's spec says how many there are.
+        let source = unsafe { *kernelParams.add(i) };
+        if source.is_null() && size > 0 {
+            return Err(fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("launch of `{}`: kernelParams[{i}] is null", spec.name),
+            ));
+        }
+        let mut copy = vec![0u128; size.div_ceil(16).max(1)].into_boxed_slice();
+        // SAFETY: source points at argument i, which is `size` bytes (the
+        // registered size); the copy has room for at least `size` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(source.cast::<u8>(), copy.as_mut_ptr().cast(), size)
+        };
+        args.push(copy);
+    }
+    Ok(Launch {
+        name: spec.name,
+        twin: spec.run,
+        params: spec.params,
+        dims,
+        args,
+    })
 }
 
 #[cfg(test)]

@@ -249,7 +249,7 @@ impl KernelArg<'_> {
     }
 
     /// Where the value lives, as `cuLaunchKernel` wants it.
-    fn param(&self) -> *mut c_void {
+    pub(crate) fn param(&self) -> *mut c_void {
         let ptr: *const c_void = match &self.value {
             ArgValue::U8(v) => (v as *const u8).cast(),
             ArgValue::U32(v) => (v as *const u32).cast(),

@@ -568,6 +568,13 @@ pub enum Error {
         #[source]
         source: DriverError,
     },
+    /// A kernel node's arguments could not be set in place
+    /// ([`crate::GraphExec::set_args`]).
+    #[error("the kernel node's arguments cannot be set in place: {reason}")]
+    NodeUpdate {
+        /// What was refused, naming the node, the kernel or the capture.
+        reason: String,
+    },
     /// Host access to a graph's own host buffer that is not safe now.
     #[error("the graph's host buffer cannot be reached: {reason}")]
     GraphHostAccess {

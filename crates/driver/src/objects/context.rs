@@ -555,6 +555,30 @@ impl Context {
         self.driver.check(code).map(|()| true)
     }
 
+    /// `Ok` when `id` is this context's id; otherwise an error that
+    /// names both devices when `id` is a context of another device.
+    pub(crate) fn check_context_id(&self, what: &'static str, id: u64) -> Result<()> {
+        if id == self.id() {
+            return Ok(());
+        }
+        match describe(id) {
+            Some((kind, found_device)) if kind == self.kind() && found_device != self.ordinal() => {
+                Err(Error::DeviceMismatch {
+                    what,
+                    stream_device: self.ordinal(),
+                    found_device,
+                    expected: self.id(),
+                    found: id,
+                })
+            }
+            _ => Err(Error::ContextMismatch {
+                what,
+                expected: self.id(),
+                found: id,
+            }),
+        }
+    }
+
     /// For a destructor, which has nowhere to return an error: bind, then make
     /// the driver call `release` that frees `what` ("event 0x..."), logging a
     /// failure of either (a `tracing` error; `doing` names the call:

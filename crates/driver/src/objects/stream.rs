@@ -537,28 +537,9 @@ impl Stream {
 
     /// `Ok` when `id` is this stream's context's id; otherwise an error that
     /// names both devices when `id` is a context of another device.
+    #[inline]
     pub(crate) fn check_context_id(&self, what: &'static str, id: u64) -> Result<()> {
-        if id == self.ctx.id() {
-            return Ok(());
-        }
-        match crate::objects::context::describe(id) {
-            Some((kind, found_device))
-                if kind == self.ctx.kind() && found_device != self.ctx.ordinal() =>
-            {
-                Err(Error::DeviceMismatch {
-                    what,
-                    stream_device: self.ctx.ordinal(),
-                    found_device,
-                    expected: self.ctx.id(),
-                    found: id,
-                })
-            }
-            _ => Err(Error::ContextMismatch {
-                what,
-                expected: self.ctx.id(),
-                found: id,
-            }),
-        }
+        self.ctx.check_context_id(what, id)
     }
 
     /// `Ok` when `other` runs on this stream's driver (any device of it):

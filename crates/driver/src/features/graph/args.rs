@@ -256,6 +256,10 @@ pub(super) struct Resources {
     /// The bytes its memory nodes allocate at every replay (see
     /// `graph_memory`); they are neither kept nor tracked here.
     pub(super) graph_memory_bytes: usize,
+    /// Whether a node was captured with
+    /// [`Capture::launch_updatable`](super::Capture::launch_updatable): its
+    /// instances then keep the graph, whose node it names.
+    pub(super) updatable: bool,
 }
 
 impl Resources {

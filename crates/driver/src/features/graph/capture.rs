@@ -6,7 +6,7 @@
 
 use super::allocation::GraphAllocation;
 use super::args::{HostNode, Resources};
-use super::exec::Graph;
+use super::exec::{Graph, GraphOwner};
 use crate::enqueue::order::{CaptureOrder, Touches};
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
@@ -345,7 +345,8 @@ impl Capture {
         if !self.owns_graph {
             return Err(Error::Conditional {
                 reason: format!(
-                    "capture {} is the body of a conditional node: it ends when its closure                      returns, not with Capture::end",
+                    "capture {} is the body of a conditional node: it ends when its closure \
+                     returns, not with Capture::end",
                     self.id
                 ),
             });
@@ -374,6 +375,10 @@ impl Capture {
         Ok(Graph {
             ctx: Arc::clone(self.origin.context()),
             raw,
+            owner: Arc::new(GraphOwner {
+                ctx: Arc::clone(self.origin.context()),
+                raw,
+            }),
             lock: Mutex::new(()),
             resources: Arc::new(std::mem::take(&mut self.resources)),
             nodes: self.nodes,

@@ -264,7 +264,7 @@ impl Capture {
 
     /// The graph under capture on `stream` and the nodes its next work
     /// depends on.
-    fn capture_point(&self, stream: &Stream) -> Result<(CUgraph, Vec<CUgraphNode>)> {
+    pub(super) fn capture_point(&self, stream: &Stream) -> Result<(CUgraph, Vec<CUgraphNode>)> {
         let ctx = stream.context();
         let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let (mut graph, mut deps, mut count) = (std::ptr::null_mut(), std::ptr::null(), 0);

@@ -3,6 +3,7 @@
 //! buffers a graph owns.
 
 use super::args::{HostSlot, Resources};
+use super::node_args::NodeArgs;
 use crate::enqueue::protocol::{Pending, Use, Work};
 use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
@@ -45,6 +46,32 @@ pub struct Graph {
     /// Its executable instance's token while it has one and memory nodes:
     /// CUDA allows one instance at a time of such a graph.
     pub(super) instance: Mutex<Weak<()>>,
+    /// Destroys `raw` once the graph and the instances that name its nodes
+    /// ([`KernelNode`](super::KernelNode)) are gone.
+    pub(super) owner: Arc<GraphOwner>,
+}
+
+/// The driver's graph object, destroyed with the last holder.
+pub(super) struct GraphOwner {
+    pub(super) ctx: Arc<Context>,
+    pub(super) raw: CUgraph,
+}
+
+// SAFETY: a graph handle may be destroyed from any thread; nothing else is
+// done with it here.
+unsafe impl Send for GraphOwner {}
+// SAFETY: as above; shared, it is only held.
+unsafe impl Sync for GraphOwner {}
+
+impl Drop for GraphOwner {
+    fn drop(&mut self) {
+        let raw = self.raw;
+        self.ctx
+            .release_in_drop(format_args!("graph {raw:p}"), "destroying", |driver| {
+                // SAFETY: the graph is owned by `self` and destroyed once.
+                unsafe { (driver.cuGraphDestroy)(raw) }
+            });
+    }
 }
 
 // SAFETY: a graph handle may be used from any thread; the resources are
@@ -93,6 +120,9 @@ impl Graph {
             launched_on: Mutex::new(Vec::new()),
             held_to,
             _instance: token,
+            instantiated_from: self.resources.capture,
+            node_args: NodeArgs::default(),
+            _graph: self.resources.updatable.then(|| Arc::clone(&self.owner)),
         })
     }
 
@@ -110,17 +140,6 @@ impl Graph {
     /// The raw handle (it stays owned by this `Graph`).
     pub fn as_raw(&self) -> CUgraph {
         self.raw
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        let raw = self.raw;
-        self.ctx
-            .release_in_drop(format_args!("graph {raw:p}"), "destroying", |driver| {
-                // SAFETY: the graph is owned by `self` and destroyed once.
-                unsafe { (driver.cuGraphDestroy)(raw) }
-            });
     }
 }
 
@@ -165,9 +184,9 @@ impl fmt::Debug for Graph {
 /// # }
 /// ```
 pub struct GraphExec {
-    ctx: Arc<Context>,
-    raw: CUgraphExec,
-    resources: Arc<Resources>,
+    pub(super) ctx: Arc<Context>,
+    pub(super) raw: CUgraphExec,
+    pub(super) resources: Arc<Resources>,
     nodes: usize,
     /// Streams it was launched on (callbacks are released after them). Held
     /// across each launch, so launches of one instance take turns.
@@ -177,6 +196,13 @@ pub struct GraphExec {
     held_to: Option<Arc<Stream>>,
     /// Held while it lives, for a graph with memory nodes (`Graph::instance`).
     _instance: Option<Arc<()>>,
+    /// The capture whose graph it was instantiated from: the graph whose
+    /// kernel nodes it can set ([`GraphExec::set_args`]).
+    pub(super) instantiated_from: u64,
+    /// The arguments set node by node since instantiation or the last update.
+    pub(super) node_args: NodeArgs,
+    /// That graph, kept while its nodes can be named, when it has any.
+    _graph: Option<Arc<GraphOwner>>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread; launches
@@ -248,10 +274,15 @@ impl GraphExec {
                 ),
             });
         }
-        let devices = self.resources.buffers.iter();
+        let devices = self
+            .resources
+            .buffers
+            .iter()
+            .map(|(memory, write)| (memory, *write));
         let hosts = self.resources.hosts.iter();
         let uses = devices
-            .map(|(memory, write)| Use::Device(memory.as_use(), *write))
+            .chain(self.node_args.extra())
+            .map(|(memory, write)| Use::Device(memory.as_use(), write))
             .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write)));
         stream.prepare_enqueue(uses, work)
     }
@@ -313,6 +344,8 @@ impl GraphExec {
         }
         let old = std::mem::replace(&mut self.resources, Arc::clone(&graph.resources));
         self.nodes = graph.nodes;
+        // Every node now has the new graph's arguments.
+        self.node_args = NodeArgs::default();
         self.release(old);
         Ok(())
     }

@@ -40,6 +40,10 @@
 //!   because their launches are held to one stream;
 //! - `memory_usage`: [`GraphMemoryUsage`], what the device's graph memory
 //!   holds, and giving it back;
+//! - `node_args`: [`KernelNode`], a captured launch whose arguments an
+//!   instance sets in place, and what the instance keeps of them;
+//! - `node_update`: [`Capture::launch_updatable`] and
+//!   [`GraphExec::set_args`], the capture and the driver call;
 //! - `programmatic`: programmatic dependent launches in a capture
 //!   ([`Capture::launch_programmatic`]), which become programmatic edges.
 
@@ -53,6 +57,8 @@ mod exec;
 mod graph_memory;
 mod memory_share;
 mod memory_usage;
+mod node_args;
+mod node_update;
 mod programmatic;
 
 pub use args::{GraphArg, HostSlot};
@@ -63,3 +69,4 @@ pub use exec::{Graph, GraphExec};
 pub use graph_memory::GraphBuffer;
 pub use memory_share::GraphMemoryShare;
 pub use memory_usage::GraphMemoryUsage;
+pub use node_args::KernelNode;

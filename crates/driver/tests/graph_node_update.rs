@@ -1,0 +1,237 @@
+//! A captured launch's arguments set in an executable graph, node by node
+//! (`Capture::launch_updatable`, `GraphExec::set_args`): later replays take
+//! them, earlier ones keep theirs, the instance keeps and orders the new
+//! buffers, and nodes of another graph or arguments of the wrong kinds are
+//! refused with the instance unchanged.
+
+mod support;
+
+use cuda_streams_driver::{
+    Context, DeviceBuffer, Error, GraphArg, GraphExec, Kernel, KernelArg, KernelNode, LaunchConfig,
+    OrderPolicy, Stream,
+};
+use std::sync::Arc;
+use support::{GATE_LIMIT, Gate, ctx, kernel, serial};
+
+const N: usize = 1_031;
+
+fn cfg() -> LaunchConfig {
+    LaunchConfig::for_num_elems(N as u32)
+}
+
+fn fill_args(value: f32, out: &Arc<DeviceBuffer<f32>>) -> [GraphArg; 3] {
+    [GraphArg::from(N as u64), value.into(), GraphArg::write(out)]
+}
+
+/// One updatable `fill_f32` of `out` with `value`, instantiated.
+fn one_fill(
+    stream: &Stream,
+    fill: &Kernel,
+    value: f32,
+    out: &Arc<DeviceBuffer<f32>>,
+) -> (GraphExec, KernelNode) {
+    let mut capture = stream.begin_capture().unwrap();
+    let node = capture
+        .launch_updatable(stream, fill, cfg(), &fill_args(value, out))
+        .unwrap();
+    (capture.end().unwrap().instantiate().unwrap(), node)
+}
+
+#[test]
+fn later_replays_take_the_new_arguments_and_earlier_ones_keep_theirs() {
+    // Captures are process-wide state in the software driver.
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let (first, second) = (
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+    );
+    let (mut exec, node) = one_fill(&stream, &fill, 1.0, &first);
+    assert_eq!(node.position(), 0);
+    assert_eq!(node.kernel().name(), "fill_f32");
+
+    // The first replay waits behind the gate while the node changes.
+    let gate = Gate::close_within(&stream, GATE_LIMIT);
+    exec.launch(&stream).unwrap();
+    let before = Arc::strong_count(&second);
+    exec.set_args(&node, &fill_args(2.0, &second)).unwrap();
+    assert!(
+        Arc::strong_count(&second) > before,
+        "the instance keeps the new buffer"
+    );
+    exec.launch(&stream).unwrap();
+    gate.open();
+    assert_eq!(
+        first.to_vec(&stream).unwrap(),
+        vec![1.0; N],
+        "the old arguments"
+    );
+    assert_eq!(
+        second.to_vec(&stream).unwrap(),
+        vec![2.0; N],
+        "the new ones"
+    );
+
+    // Set again: the buffer set before is let go.
+    exec.set_args(&node, &fill_args(3.0, &first)).unwrap();
+    assert_eq!(Arc::strong_count(&second), before);
+    exec.launch(&stream).unwrap();
+    assert_eq!(first.to_vec(&stream).unwrap(), vec![3.0; N]);
+}
+
+#[test]
+fn a_new_grid_comes_with_new_arguments() {
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let out = Arc::new(DeviceBuffer::<f32>::from_slice(&stream, &[0.0; N]).unwrap());
+    let (mut exec, node) = one_fill(&stream, &fill, 1.0, &out);
+    // Half the elements, on a grid of one block of 64 threads.
+    let half = N / 2;
+    let args = [
+        GraphArg::from(half as u64),
+        5.0f32.into(),
+        GraphArg::write(&out),
+    ];
+    exec.set_launch(&node, LaunchConfig::for_num_elems(half as u32), &args)
+        .unwrap();
+    exec.launch(&stream).unwrap();
+    let got = out.to_vec(&stream).unwrap();
+    assert_eq!(&got[..half], vec![5.0; half]);
+    assert_eq!(&got[half..], vec![0.0; N - half], "beyond the new size");
+}
+
+#[test]
+fn a_node_of_another_graph_or_wrong_arguments_are_refused_and_change_nothing() {
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let out = Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap());
+    let (mut exec, node) = one_fill(&stream, &fill, 1.0, &out);
+    let (_other_exec, other_node) = one_fill(&stream, &fill, 9.0, &out);
+
+    let err = exec
+        .set_args(&other_node, &fill_args(4.0, &out))
+        .unwrap_err();
+    assert!(matches!(err, Error::NodeUpdate { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("kernel node 0 (`fill_f32`)"),
+        "names the node: {err}"
+    );
+
+    // Wrong count, then a scalar where a buffer belongs.
+    let err = exec
+        .set_args(&node, &[GraphArg::from(N as u64), 4.0f32.into()])
+        .unwrap_err();
+    assert!(err.to_string().contains("fill_f32"), "{err}");
+    let err = exec
+        .set_args(
+            &node,
+            &[GraphArg::from(N as u64), 4.0f32.into(), 7u64.into()],
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("fill_f32"), "{err}");
+
+    exec.launch(&stream).unwrap();
+    assert_eq!(out.to_vec(&stream).unwrap(), vec![1.0; N], "unchanged");
+}
+
+#[test]
+fn an_update_from_a_graph_replaces_what_was_set_and_the_nodes_stay_usable() {
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let (out, other) = (
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+    );
+    let (mut exec, node) = one_fill(&stream, &fill, 1.0, &out);
+    let held = Arc::strong_count(&other);
+    exec.set_args(&node, &fill_args(5.0, &other)).unwrap();
+    assert!(Arc::strong_count(&other) > held);
+
+    let mut capture = stream.begin_capture().unwrap();
+    capture
+        .launch(&stream, &fill, cfg(), &fill_args(3.0, &out))
+        .unwrap();
+    exec.update(&capture.end().unwrap()).unwrap();
+    assert_eq!(
+        Arc::strong_count(&other),
+        held,
+        "the update let go of what set_args kept"
+    );
+    exec.launch(&stream).unwrap();
+    assert_eq!(out.to_vec(&stream).unwrap(), vec![3.0; N]);
+
+    // The node of the graph it was instantiated from still names it.
+    exec.set_args(&node, &fill_args(6.0, &out)).unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(out.to_vec(&stream).unwrap(), vec![6.0; N]);
+}
+
+#[test]
+fn launches_order_the_buffers_set_on_a_node() {
+    let _serial = serial();
+    let ctx = Context::new(0).unwrap();
+    let before = ctx.ordering();
+    ctx.set_ordering(OrderPolicy::Check).unwrap();
+    let (stream, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let (out, shared) = (
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+    );
+    let (mut exec, node) = one_fill(&stream, &fill, 1.0, &out);
+    exec.set_args(&node, &fill_args(2.0, &shared)).unwrap();
+
+    // Another stream reads `shared`, held behind a gate so that it has
+    // certainly not finished: a replay writing it is a race.
+    let saxpy = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let mut sink = DeviceBuffer::<f32>::new(&ctx, N).unwrap();
+    let gate = Gate::close_within(&other, GATE_LIMIT);
+    let args = [
+        KernelArg::from(N as u64),
+        1.0f32.into(),
+        KernelArg::from(&*shared),
+        KernelArg::from(&mut sink),
+    ];
+    other.launch(&saxpy, cfg(), &args).unwrap();
+    let err = exec.launch(&stream).unwrap_err();
+    assert!(matches!(err, Error::UnorderedAccess(_)), "{err:?}");
+    gate.open();
+    // Ordered, it runs.
+    stream.wait_event(&other.mark().unwrap()).unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(shared.to_vec(&stream).unwrap(), vec![2.0; N]);
+    ctx.set_ordering(before).unwrap();
+}
+
+#[test]
+fn a_launch_in_a_conditional_body_cannot_be_updatable() {
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let out = Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap());
+    let mut capture = stream.begin_capture().unwrap();
+    let cond = capture.condition(&stream, 1).unwrap();
+    let err = capture
+        .if_then(&stream, cond, |body| {
+            let origin = Arc::clone(body.origin());
+            body.launch_updatable(&origin, &fill, cfg(), &fill_args(1.0, &out))
+                .map(drop)
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::NodeUpdate { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("body of a conditional node"),
+        "{err}"
+    );
+    drop(capture);
+    stream.synchronize().unwrap();
+}
