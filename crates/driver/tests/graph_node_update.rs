@@ -235,3 +235,45 @@ fn a_launch_in_a_conditional_body_cannot_be_updatable() {
     drop(capture);
     stream.synchronize().unwrap();
 }
+
+#[test]
+fn a_condition_of_another_graph_is_refused_as_a_new_argument() {
+    let _serial = serial();
+    let ctx = ctx();
+    let (stream, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let count = kernel(&ctx, &kernels::SOLVER, "count_while_below");
+    let counter = Arc::new(DeviceBuffer::<u32>::new(&ctx, 1).unwrap());
+    let one = LaunchConfig::for_num_elems(1);
+    let mut capture = stream.begin_capture().unwrap();
+    capture.memset_u8(&stream, &counter, 0).unwrap();
+    let more = capture.condition(&stream, 1).unwrap();
+    let args = |limit: u32, cond: cuda_streams_driver::Condition| {
+        [GraphArg::write(&counter), limit.into(), cond.arg()]
+    };
+    // A first turn at the top level, then the loop: `limit` turns in all.
+    let first = capture
+        .launch_updatable(&stream, &count, one, &args(10, more))
+        .unwrap();
+    capture
+        .while_loop(&stream, more, |body| {
+            let origin = Arc::clone(body.origin());
+            body.launch(&origin, &count, one, &args(10, more))
+        })
+        .unwrap();
+    let mut exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(counter.to_vec(&stream).unwrap(), [10]);
+
+    let mut foreign_capture = other.begin_capture().unwrap();
+    let foreign = foreign_capture.condition(&other, 0).unwrap();
+    let err = exec.set_args(&first, &args(10, foreign)).unwrap_err();
+    assert!(matches!(err, Error::Conditional { .. }), "{err:?}");
+    assert!(err.to_string().contains("count_while_below"), "{err}");
+    drop(foreign_capture);
+
+    // Its own condition with a new limit is fine: the first turn counts to
+    // 1 and, with a limit of 1, says "stop" before the loop's first turn.
+    exec.set_args(&first, &args(1, more)).unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(counter.to_vec(&stream).unwrap(), [1], "the body never ran");
+}

@@ -43,28 +43,48 @@ impl Capture {
     /// A condition of another capture's graph is refused, naming where it
     /// was to be used (`what`: "the node", "kernel `k`").
     pub(super) fn check_family(&self, condition: Condition, what: &str) -> Result<()> {
-        if condition.family == self.family {
-            return Ok(());
-        }
-        Err(Error::Conditional {
-            reason: format!(
-                "condition {:#x} belongs to the graph of capture {}, not to that of capture {} \
-                 where {what} is captured",
-                condition.raw, condition.family, self.family
-            ),
-        })
+        check_family(self.family, condition, what)
     }
 
     /// Every condition among `args` must be of this capture's family.
     pub(super) fn check_conditions(&self, kernel: &Kernel, args: &[GraphArg]) -> Result<()> {
-        for arg in args {
-            if let ArgInner::Scalar(ArgValue::Condition(raw, family)) = arg.inner {
-                let what = format!("kernel `{}`", kernel.name());
-                self.check_family(Condition { raw, family }, &what)?;
-            }
-        }
-        Ok(())
+        check_conditions(self.family, kernel, args)
     }
+}
+
+/// A condition of another graph family than `family` (the capture where
+/// it is used, or the graph whose node is set) is refused, naming where it
+/// was to be used.
+fn check_family(family: u64, condition: Condition, what: &str) -> Result<()> {
+    if condition.family == family {
+        return Ok(());
+    }
+    Err(Error::Conditional {
+        reason: format!(
+            "condition {:#x} belongs to the graph of capture {}, not to that of capture {family} \
+             where {what} is captured",
+            condition.raw, condition.family
+        ),
+    })
+}
+
+/// Every condition among `args` of `kernel` must be of the graph family
+/// `family`.
+pub(super) fn check_conditions(family: u64, kernel: &Kernel, args: &[GraphArg]) -> Result<()> {
+    for arg in args {
+        if let ArgInner::Scalar(ArgValue::Condition(raw, family_of)) = arg.inner {
+            let what = format!("kernel `{}`", kernel.name());
+            check_family(
+                family,
+                Condition {
+                    raw,
+                    family: family_of,
+                },
+                &what,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// An eager launch of `kernel` with a condition among `args` is refused: no

@@ -15,6 +15,7 @@
 
 use super::args::GraphArg;
 use super::capture::Capture;
+use super::condition_arg::check_conditions;
 use super::exec::GraphExec;
 use super::node_args::KernelNode;
 use crate::features::launch::{KernelArg, LaunchConfig};
@@ -153,6 +154,8 @@ impl GraphExec {
         }
         let lent: Vec<KernelArg<'_>> = args.iter().map(GraphArg::arg).collect();
         node.kernel.check_args(&lent)?;
+        // A condition means something only to the graph that made it.
+        check_conditions(node.capture, &node.kernel, args)?;
         let mut params: Vec<*mut c_void> = lent.iter().map(KernelArg::param).collect();
         let (gx, gy, gz) = config.grid_dim;
         let (bx, by, bz) = config.block_dim;
