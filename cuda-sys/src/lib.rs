@@ -34,7 +34,10 @@
 //! own, [`GreenContexts`], because older drivers lack them: loading
 //! [`Driver`] never needs them, and [`optional::green_contexts`] says which
 //! are missing. The entry points that share device memory and events
-//! between processes are another such table, [`Ipc`] ([`optional::ipc`]).
+//! between processes are another such table, [`Ipc`] ([`optional::ipc`]),
+//! and so are those that make memory pools of one's own, [`HostPools`]
+//! ([`optional::host_pools`]), which the pinned host pool uses for pools of
+//! host memory (CUDA 12.2 and later).
 //!
 //! This crate is `unsafe` by nature: every entry point is a foreign function.
 
@@ -61,6 +64,8 @@ mod error_names;
 #[rustfmt::skip]
 mod green_table;
 #[rustfmt::skip]
+mod host_pool_table;
+#[rustfmt::skip]
 mod ipc_table;
 mod load;
 pub mod nccl;
@@ -73,6 +78,7 @@ pub use bindings::*;
 pub use driver_table::{Driver, SYMBOLS};
 pub use error_names::error_name;
 pub use green_table::{GreenContexts, SYMBOLS as GREEN_SYMBOLS};
+pub use host_pool_table::{HostPools, SYMBOLS as HOST_POOL_SYMBOLS};
 pub use ipc_table::{Ipc, SYMBOLS as IPC_SYMBOLS};
 pub use load::{LIBCUDA, Library, LoadError, SettingUse};
 pub use result::DriverError;

@@ -108,6 +108,40 @@ pub fn ipc() -> Result<&'static crate::Ipc, &'static [&'static str]> {
         .map_err(Vec::as_slice)
 }
 
+/// The CUDA version whose driver first makes memory pools of host memory
+/// (`cuMemPoolCreate` with a `CU_MEM_LOCATION_TYPE_HOST` location), as
+/// `cuDriverGetVersion` numbers it. Older drivers export the entry points of
+/// [`HostPools`](crate::HostPools) (CUDA 11.2) but refuse such a pool.
+pub const HOST_POOLS_SINCE: i32 = 12020;
+
+/// The entry points that make memory pools of one's own
+/// ([`HostPools`](crate::HostPools)), where libcuda has every one; otherwise
+/// the symbols it lacks (every one when there is no libcuda). Loaded once,
+/// together, as [`green_contexts`] is. Whether the driver makes pools of
+/// host memory with them is a question of its version
+/// ([`HOST_POOLS_SINCE`]).
+///
+/// ```
+/// let pools = cuda_streams_sys::optional::host_pools();
+/// if cuda_streams_sys::Driver::load().is_err() {
+///     // No libcuda here: every symbol is missing, and named.
+///     assert!(pools.err().unwrap().contains(&"cuMemPoolCreate"));
+/// }
+/// ```
+pub fn host_pools() -> Result<&'static crate::HostPools, &'static [&'static str]> {
+    static RESOLVED: OnceLock<Result<crate::HostPools, Vec<&'static str>>> = OnceLock::new();
+    RESOLVED
+        .get_or_init(|| {
+            // SAFETY: every symbol resolved is the cuda.h function of that
+            // name, whose signature the generated table copies.
+            from_libcuda(&crate::HOST_POOL_SYMBOLS, |resolve| unsafe {
+                crate::HostPools::from_resolver(resolve)
+            })
+        })
+        .as_ref()
+        .map_err(Vec::as_slice)
+}
+
 /// One optional table of libcuda, made by `table` from a resolver of its
 /// symbols; every one of `symbols` is missing when there is no libcuda.
 /// The library is never unloaded, as `Driver::load` never unloads it, so

@@ -89,7 +89,8 @@ pub use devices::DeviceAllocators;
 pub use driver;
 pub use error::{Error, HostHolder, Result};
 pub use host_pool::{
-    HOST_MIN_STEP, HostBlock, HostPool, HostPoolBuilder, HostPoolStats, host_size_class,
+    HOST_MIN_STEP, HostBackend, HostBlock, HostPool, HostPoolBuilder, HostPoolStats,
+    host_size_class,
 };
 pub use observer::{MemoryEvent, MemoryEventKind, MemoryObserver};
 pub use size::{

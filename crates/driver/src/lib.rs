@@ -182,8 +182,8 @@ pub use objects::event_pool::{
 };
 pub use objects::memory::{
     DeviceBuffer, DeviceCopy, DeviceMemory, DeviceMemoryMut, DeviceSlice, DeviceSliceMut,
-    DeviceView, HostMemory, HostRegistered, MemPool, PinnedBuffer, PinnedRegion, RegionOwner,
-    ReturnedRegion, SharedDeviceSlice, StreamUse, UnifiedBuffer, region_bytes,
+    DeviceView, HostMemPool, HostMemory, HostRegistered, MemPool, PinnedBuffer, PinnedRegion,
+    RegionOwner, ReturnedRegion, SharedDeviceSlice, StreamUse, UnifiedBuffer, region_bytes,
 };
 pub use objects::metrics::{StreamCounters, StreamMetrics};
 pub use objects::partition::{Partition, Partitions, Sms};

@@ -184,6 +184,23 @@ pub enum Error {
         /// The deadline.
         waited: std::time::Duration,
     },
+    /// A process loader waited past its deadline for an upload to finish
+    /// reading a slot: every slot was behind an upload, so no worker could
+    /// fill the next batch (the GPU stream is stalled or far behind).
+    #[error(
+        "process loader: batch {batch} waits for a free slot, but the upload of slot {slot} \
+         (stream {stream}) did not complete within {waited:?}"
+    )]
+    UploadTimeout {
+        /// The batch waiting for a slot.
+        batch: u64,
+        /// The oldest slot behind an upload.
+        slot: usize,
+        /// The stream of the upload waited for.
+        stream: u64,
+        /// The deadline.
+        waited: std::time::Duration,
+    },
     /// A process loader could not set up its processes or memory.
     #[error("process loader: {what}: {source}")]
     LoaderIo {

@@ -285,6 +285,44 @@ fn a_batch_late_past_the_deadline_names_the_worker_holding_it() {
 }
 
 #[test]
+fn an_upload_stalled_past_the_deadline_names_the_slot_and_its_stream() {
+    let _serial = serial();
+    let ctx = ctx();
+    let slots = 4;
+    let mut loader = loader(&ctx, "ramp", 1, 12)
+        .slots(slots)
+        .deadline(Duration::from_millis(300))
+        .build(&ctx)
+        .unwrap();
+    let stream = loader.stream().clone();
+    let gate = Gate::close(&stream);
+    // Every slot is uploaded once, behind the gate; the next batch needs a
+    // slot, and none comes back while the gate holds.
+    let held: Vec<_> = (0..slots)
+        .map(|_| loader.next_batch().unwrap().unwrap())
+        .collect();
+    let err = loader.next_batch().unwrap_err();
+    let held_then = gate.still_held();
+    gate.open();
+    if held_then {
+        assert!(
+            matches!(err, Error::UploadTimeout { batch: 4, stream: s, .. } if s == stream.id()),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("batch 4 waits for a free slot"), "{text}");
+        assert!(text.contains("within 300ms"), "{text}");
+    }
+    // The batches handed out before are whole.
+    for batch in held {
+        assert_eq!(
+            batch.data().to_vec(&stream).unwrap(),
+            expected(batch.index())
+        );
+    }
+}
+
+#[test]
 fn a_fill_the_workers_do_not_offer_is_named() {
     let _serial = serial();
     let ctx = ctx();

@@ -1,7 +1,7 @@
 //! Allocation entry points: device, stream-ordered, pinned and managed memory.
 
 use crate::context::require;
-use crate::errors::{code, write_out};
+use crate::errors::{code, fail, write_out};
 use crate::memory::{Kind, allocate, begin_free_async, cancel_free_async, free, info};
 use crate::ops::{Action, Template};
 use crate::stream::resolve;
@@ -105,8 +105,25 @@ pub(crate) unsafe extern "C" fn cuMemAllocFromPoolAsync(
 ) -> CUresult {
     code((|| {
         require()?;
-        let device = crate::pool::check_pool(pool)?;
+        let pool = crate::pool::resolve_pool(pool)?;
         let stream = resolve(hStream)?;
+        let device = match pool {
+            crate::pool::Pool::Default(device) => device,
+            crate::pool::Pool::Host(handle) => {
+                if stream.state().capture.is_some() {
+                    return Err(fail(
+                        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                        "cuMemAllocFromPoolAsync: the software driver captures no allocation \
+                         from a pool of host memory into a graph",
+                    ));
+                }
+                stream.check_usable()?;
+                // SAFETY: null or writable per the API.
+                return unsafe {
+                    crate::host_pool::allocate_ordered(dptr, bytesize, handle, &stream)
+                };
+            }
+        };
         if stream.state().capture.is_some() {
             // SAFETY: null or writable per the API.
             return unsafe {

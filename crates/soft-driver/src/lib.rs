@@ -80,6 +80,7 @@ mod graph_exec_params;
 mod graph_memory;
 mod green;
 mod handles;
+mod host_pool;
 mod host_register;
 mod ipc_event;
 mod launch_ex;
@@ -268,6 +269,50 @@ pub fn driver() -> &'static Driver {
 /// ```
 pub fn green_contexts() -> &'static sys::GreenContexts {
     &green::TABLE
+}
+
+/// The software driver's table of [`sys::HostPools`]: memory pools of
+/// page-locked host memory (`cuMemPoolCreate` with a host location), whose
+/// allocations (`cuMemAllocFromPoolAsync`) are stream-ordered host memory
+/// every device may use, returned when their stream reaches the free.
+///
+/// ```
+/// use cuda_streams_soft_driver as soft;
+/// use cuda_streams_soft_driver::sys::{
+///     CUmemAllocationType, CUmemLocation, CUmemLocationType, CUmemPoolProps, CUresult,
+/// };
+/// let (driver, pools) = (soft::driver(), soft::host_pools());
+/// let props = CUmemPoolProps {
+///     allocType: CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+///     location: CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, id: 0 },
+///     ..CUmemPoolProps::default()
+/// };
+/// let (mut dev, mut ctx, mut pool) = (0, std::ptr::null_mut(), std::ptr::null_mut());
+/// let mut ptr = 0;
+/// // SAFETY: every pointer passed is a valid local; the null stream is the
+/// // context's default stream.
+/// unsafe {
+///     assert_eq!((driver.cuDeviceGet)(&mut dev, 0), CUresult::CUDA_SUCCESS);
+///     assert_eq!((driver.cuDevicePrimaryCtxRetain)(&mut ctx, dev), CUresult::CUDA_SUCCESS);
+///     assert_eq!((driver.cuCtxSetCurrent)(ctx), CUresult::CUDA_SUCCESS);
+///     assert_eq!((pools.cuMemPoolCreate)(&mut pool, &props), CUresult::CUDA_SUCCESS);
+///     let stream = std::ptr::null_mut();
+///     assert_eq!((driver.cuMemAllocFromPoolAsync)(&mut ptr, 4096, pool, stream), CUresult::CUDA_SUCCESS);
+///     assert_eq!((driver.cuStreamSynchronize)(stream), CUresult::CUDA_SUCCESS);
+///     // Host memory: the host writes it directly.
+///     (ptr as *mut u8).write(7);
+///     assert_eq!((driver.cuMemFreeAsync)(ptr, stream), CUresult::CUDA_SUCCESS);
+///     assert_eq!((pools.cuMemPoolDestroy)(pool), CUresult::CUDA_SUCCESS);
+/// }
+/// ```
+pub fn host_pools() -> &'static sys::HostPools {
+    use host_pool::*;
+    static TABLE: sys::HostPools = sys::HostPools {
+        cuMemPoolCreate,
+        cuMemPoolDestroy,
+        cuMemPoolSetAccess,
+    };
+    &TABLE
 }
 
 /// The software driver's table of [`sys::Ipc`]: device memory and events

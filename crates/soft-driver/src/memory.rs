@@ -11,7 +11,8 @@
 //! *reserved* bytes: memory freed to the pool stays reserved (reusable by the
 //! pool without counting again) until a synchronisation trims it to the
 //! release threshold, as CUDA's pools do. The bytes themselves are returned to
-//! the host allocator at once; only the accounting is kept.
+//! the host allocator at once; only the accounting is kept. Pools of host
+//! memory (`host_pool`) keep their own and charge no device.
 
 use crate::errors::fail;
 use crate::handles::lock;
@@ -152,6 +153,10 @@ pub(crate) enum Kind {
     Managed,
     /// `cuMemHostAlloc`: page-locked host memory, not counted as device memory.
     Pinned,
+    /// `cuMemAllocFromPoolAsync` from a pool of host memory (`host_pool`):
+    /// stream-ordered like `Pool`, usable by every device like `Pinned`,
+    /// counted by its pool, not against a device's capacity.
+    HostPool,
     /// Physical memory mapped at a reserved range (`cuMemMap`, see `vmm`):
     /// counted when created, freed by `cuMemUnmap` and `cuMemRelease`.
     Mapped,
@@ -169,6 +174,7 @@ impl Kind {
             Kind::Pool => "stream-ordered",
             Kind::Managed => "managed",
             Kind::Pinned => "pinned host",
+            Kind::HostPool => "host pool",
             Kind::Mapped => "mapped",
             Kind::Graph => "graph",
         }
@@ -238,7 +244,7 @@ impl DeviceMemory {
         match kind {
             Kind::Device | Kind::Managed => rounded,
             Kind::Pool => (self.pool.used + rounded).saturating_sub(self.pool.reserved),
-            Kind::Pinned | Kind::Mapped | Kind::Graph => 0,
+            Kind::Pinned | Kind::HostPool | Kind::Mapped | Kind::Graph => 0,
         }
     }
 }
@@ -340,8 +346,9 @@ pub(crate) fn allocate(size: usize, kind: Kind, device: i32) -> Result<usize, CU
             pool.used_high = pool.used_high.max(pool.used);
             pool.reserved_high = pool.reserved_high.max(pool.reserved);
         }
-        // Mapped memory is entered by `register_mapped`, never allocated here.
-        Kind::Pinned | Kind::Mapped | Kind::Graph => {}
+        // Mapped memory is entered by `register_mapped`, never allocated
+        // here; a host pool counts its own.
+        Kind::Pinned | Kind::HostPool | Kind::Mapped | Kind::Graph => {}
     }
     memory.allocations.insert(
         ptr,
@@ -352,7 +359,7 @@ pub(crate) fn allocate(size: usize, kind: Kind, device: i32) -> Result<usize, CU
             kind,
             device,
             free_pending: false,
-            ready: !matches!(kind, Kind::Pool | Kind::Graph),
+            ready: !matches!(kind, Kind::Pool | Kind::HostPool | Kind::Graph),
         },
     );
     Ok(ptr)
@@ -387,10 +394,16 @@ pub(crate) fn free(base: usize, kinds: &[Kind]) -> Result<(), CUresult> {
     match allocation.kind {
         Kind::Device | Kind::Managed => dev.device_bytes -= allocation.rounded,
         Kind::Pool => dev.pool.used -= allocation.rounded,
-        // Never in `kinds` (`cuMemUnmap` forgets a mapping instead).
-        Kind::Pinned | Kind::Mapped | Kind::Graph => {}
+        // Never in `kinds` (`cuMemUnmap` forgets a mapping instead), or
+        // counted by a host pool, told below.
+        Kind::Pinned | Kind::HostPool | Kind::Mapped | Kind::Graph => {}
     }
     drop(memory);
+    if allocation.kind == Kind::HostPool {
+        // Before the bytes go back: until then no newer allocation has
+        // this address.
+        crate::host_pool::released(base);
+    }
     let layout = raw_layout(allocation.rounded)
         .unwrap_or_else(|| unreachable!("the layout was valid at allocation"));
     // SAFETY: raw came from alloc_zeroed with this layout and its allocation
@@ -478,7 +491,10 @@ pub(crate) fn cancel_free_async(base: usize) {
 
 /// The worker reached a `cuMemFreeAsync`.
 pub(crate) fn release_async(base: usize) {
-    let _ = free(base, &[Kind::Device, Kind::Pool, Kind::Managed]);
+    let _ = free(
+        base,
+        &[Kind::Device, Kind::Pool, Kind::HostPool, Kind::Managed],
+    );
 }
 
 /// The worker of the allocating stream reached a `cuMemAllocAsync`: its
@@ -506,7 +522,8 @@ pub(crate) fn check_access(ptr: usize, len: usize, from: i32) -> Result<Kind, St
 }
 
 fn accessible(ptr: usize, kind: Kind, owner: i32, from: i32) -> Result<Kind, String> {
-    if matches!(kind, Kind::Pinned | Kind::Managed) || crate::context::can_access(from, owner) {
+    let host = matches!(kind, Kind::Pinned | Kind::HostPool | Kind::Managed);
+    if host || crate::context::can_access(from, owner) {
         Ok(kind)
     } else {
         Err(format!(
@@ -586,7 +603,7 @@ pub(crate) fn info(ordinal: i32) -> (usize, usize) {
 }
 
 /// At a synchronisation, give back each pool's reservation above its release
-/// threshold.
+/// threshold (the pools of host memory's too).
 pub(crate) fn trim_pool_at_sync() {
     let mut memory = lock(&MEMORY);
     for device in &mut memory.devices {
@@ -596,6 +613,8 @@ pub(crate) fn trim_pool_at_sync() {
             pool.reserved = threshold.max(pool.used);
         }
     }
+    drop(memory);
+    crate::host_pool::trim_at_sync();
 }
 
 /// `cuMemPoolTrimTo` on device `ordinal`'s default pool.

@@ -1,9 +1,10 @@
-//! Each device's default memory pool: its handle and its attributes.
+//! Each device's default memory pool: its handle and its attributes, which
+//! the pools of host memory (`host_pool`) share.
 
 use crate::context::{check_device, require};
 use crate::errors::{code, write_out};
 use crate::handles::mint;
-use crate::memory::{trim_pool_to, with_pool};
+use crate::memory::{PoolStats, trim_pool_to, with_pool};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use sys::{CUdevice, CUmemPool_attribute, CUmemoryPool, CUresult};
@@ -18,8 +19,37 @@ fn default_pools() -> &'static [usize] {
     POOLS.get_or_init(|| (0..crate::device::device_count()).map(|_| mint()).collect())
 }
 
-/// The device whose default pool `pool` is (the only pools there are), or
-/// `INVALID_HANDLE`.
+/// A pool handle, resolved.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pool {
+    /// The default pool of this device.
+    Default(CUdevice),
+    /// A live pool of host memory (`cuMemPoolCreate`), by handle.
+    Host(usize),
+}
+
+/// What `pool` is, or `INVALID_HANDLE` for no live pool.
+pub(crate) fn resolve_pool(pool: CUmemoryPool) -> Result<Pool, CUresult> {
+    if let Ok(dev) = check_pool(pool) {
+        return Ok(Pool::Default(dev));
+    }
+    let handle = pool as usize;
+    if crate::host_pool::is_live(handle) {
+        Ok(Pool::Host(handle))
+    } else {
+        Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+}
+
+/// Read or change `pool`'s attributes.
+fn with_stats<R>(pool: Pool, f: impl FnOnce(&mut PoolStats) -> R) -> Result<R, CUresult> {
+    match pool {
+        Pool::Default(dev) => Ok(with_pool(dev, f)),
+        Pool::Host(handle) => crate::host_pool::with_stats(handle, f),
+    }
+}
+
+/// The device whose default pool `pool` is, or `INVALID_HANDLE`.
 pub(crate) fn check_pool(pool: CUmemoryPool) -> Result<CUdevice, CUresult> {
     default_pools()
         .iter()
@@ -44,19 +74,24 @@ pub(crate) unsafe extern "C" fn cuMemPoolTrimTo(
     pool: CUmemoryPool,
     minBytesToKeep: usize,
 ) -> CUresult {
-    code(check_pool(pool).map(|dev| trim_pool_to(dev, minBytesToKeep)))
+    code(resolve_pool(pool).and_then(|pool| match pool {
+        Pool::Default(dev) => {
+            trim_pool_to(dev, minBytesToKeep);
+            Ok(())
+        }
+        Pool::Host(handle) => crate::host_pool::trim_to(handle, minBytesToKeep),
+    }))
 }
 
 type A = CUmemPool_attribute;
 
 /// What both attribute calls check first: the pool, then the value pointer.
-/// Returns the pool's device.
-fn check_attribute_args(pool: CUmemoryPool, value: *mut c_void) -> Result<CUdevice, CUresult> {
-    let dev = check_pool(pool)?;
+fn check_attribute_args(pool: CUmemoryPool, value: *mut c_void) -> Result<Pool, CUresult> {
+    let pool = resolve_pool(pool)?;
     if value.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    Ok(dev)
+    Ok(pool)
 }
 
 fn is_reuse(attr: A) -> Option<usize> {
@@ -74,16 +109,15 @@ pub(crate) unsafe extern "C" fn cuMemPoolSetAttribute(
     value: *mut c_void,
 ) -> CUresult {
     code((|| {
-        let dev = check_attribute_args(pool, value)?;
+        let pool = check_attribute_args(pool, value)?;
         if let Some(index) = is_reuse(attr) {
             // SAFETY: for the reuse attributes CUDA passes an int.
             let on = unsafe { value.cast::<i32>().read_unaligned() };
-            with_pool(dev, |stats| stats.reuse[index] = i32::from(on != 0));
-            return Ok(());
+            return with_stats(pool, |stats| stats.reuse[index] = i32::from(on != 0));
         }
         // SAFETY: every other settable attribute is a cuuint64_t.
         let bytes = unsafe { value.cast::<u64>().read_unaligned() };
-        with_pool(dev, |stats| match attr {
+        with_stats(pool, |stats| match attr {
             A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => {
                 stats.release_threshold = bytes;
                 Ok(())
@@ -99,7 +133,7 @@ pub(crate) unsafe extern "C" fn cuMemPoolSetAttribute(
                 Ok(())
             }
             _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-        })
+        })?
     })())
 }
 
@@ -109,8 +143,8 @@ pub(crate) unsafe extern "C" fn cuMemPoolGetAttribute(
     value: *mut c_void,
 ) -> CUresult {
     code((|| {
-        let dev = check_attribute_args(pool, value)?;
-        let stats = with_pool(dev, |stats| *stats);
+        let pool = check_attribute_args(pool, value)?;
+        let stats = with_stats(pool, |stats| *stats)?;
         if let Some(index) = is_reuse(attr) {
             // SAFETY: for the reuse attributes CUDA expects an int.
             unsafe { value.cast::<i32>().write_unaligned(stats.reuse[index]) };

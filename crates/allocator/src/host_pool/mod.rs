@@ -2,9 +2,14 @@
 //! allocator: blocks come back on drop without waiting, and are handed out
 //! again only once every stream that used them has passed those uses.
 //!
+//! Its memory comes from one of two backends ([`HostBackend`]): its own
+//! shelves of `cuMemHostAlloc` blocks in size classes (the default), or a
+//! driver memory pool of host memory (CUDA 12.2 and later).
+//!
 //! See `docs/host-memory.md` for a guide.
 
 mod classes;
+mod driver_backend;
 mod shelf;
 mod stats;
 
@@ -13,6 +18,7 @@ pub use stats::HostPoolStats;
 
 use crate::error::{Error, HostHolder, Result};
 use driver::{Context, DeviceCopy, PinnedRegion, RegionOwner};
+use driver_backend::DriverBackend;
 use shelf::Shelf;
 use std::fmt;
 use std::sync::Arc;
@@ -62,7 +68,57 @@ const FALLBACK_CAP: usize = 64 << 30;
 /// # }
 /// ```
 pub struct HostPool {
-    shelf: Arc<Shelf>,
+    backing: Backing,
+}
+
+/// Where a [`HostPool`]'s memory comes from ([`HostPoolBuilder::backend`]).
+/// Either way blocks are [`HostBlock`]s, reused only once the streams that
+/// used them have passed those uses, with the same figures, cap and trim.
+///
+/// ```
+/// use cuda_streams_allocator::{HostBackend, HostPool};
+/// use cuda_streams_allocator::driver::{Context, DeviceBuffer, Stream};
+/// # fn main() -> cuda_streams_allocator::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let pool = HostPool::builder(&ctx)
+///     .backend(HostBackend::DriverPool)
+///     .cap(256 << 20)
+///     .build()?; // Error::Driver(HostPoolsUnsupported) before CUDA 12.2
+/// assert_eq!(pool.backend(), HostBackend::DriverPool);
+///
+/// let mut batch = pool.allocate::<f32>(1 << 16)?;
+/// batch.as_mut_slice()?.fill(1.5);
+/// let mut device = DeviceBuffer::<f32>::new_async(&stream, 1 << 16)?;
+/// stream.copy_from_host_async(&mut device, &batch)?;
+/// drop(batch); // no wait: freed to the driver's pool once `stream` has passed the copy
+/// assert_eq!(device.to_vec(&stream)?, vec![1.5; 1 << 16]);
+///
+/// let again = pool.allocate::<f32>(1 << 16)?; // from what the driver's pool kept
+/// assert_eq!((pool.stats().misses, pool.stats().hits), (1, 1));
+/// # drop(again);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive] // CUDA 13's default pinned pool (cuMemGetDefaultMemPool) may join
+pub enum HostBackend {
+    /// The pool's own shelves of `cuMemHostAlloc` blocks in size classes
+    /// that waste at most an eighth ([`host_size_class`]). Any driver.
+    #[default]
+    Shelves,
+    /// A driver memory pool of host memory (`cuMemPoolCreate` with a host
+    /// location, [`driver::HostMemPool`]): the driver sizes, caches and
+    /// trims blocks, of the size asked for. Needs CUDA 12.2 or later; on an
+    /// older driver [`HostPoolBuilder::build`] fails with
+    /// [`driver::Error::HostPoolsUnsupported`], naming the version.
+    DriverPool,
+}
+
+/// The memory behind a [`HostPool`], shared with its blocks.
+enum Backing {
+    Shelves(Arc<Shelf>),
+    Driver(Arc<DriverBackend>),
 }
 
 /// Settings for a [`HostPool`] ([`HostPool::builder`]).
@@ -72,6 +128,7 @@ pub struct HostPoolBuilder {
     ctx: Arc<Context>,
     cap: Option<usize>,
     warn_pending: Option<usize>,
+    backend: HostBackend,
 }
 
 impl HostPoolBuilder {
@@ -92,13 +149,24 @@ impl HostPoolBuilder {
         self
     }
 
-    /// The pool. Allocates nothing yet.
+    /// Where the memory comes from; the default is
+    /// [`HostBackend::Shelves`].
+    pub fn backend(mut self, backend: HostBackend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The pool. Allocates nothing yet (a driver pool is created, empty).
     pub fn build(self) -> Result<HostPool> {
         let cap = self.cap.unwrap_or_else(default_cap);
         let warn = self.warn_pending.unwrap_or(cap / 2);
-        Ok(HostPool {
-            shelf: Arc::new(Shelf::new(&self.ctx, cap, warn)),
-        })
+        let backing = match self.backend {
+            HostBackend::Shelves => Backing::Shelves(Arc::new(Shelf::new(&self.ctx, cap, warn))),
+            HostBackend::DriverPool => {
+                Backing::Driver(Arc::new(DriverBackend::new(&self.ctx, cap, warn)?))
+            }
+        };
+        Ok(HostPool { backing })
     }
 }
 
@@ -114,32 +182,37 @@ impl HostPool {
             ctx: Arc::clone(ctx),
             cap: None,
             warn_pending: None,
+            backend: HostBackend::default(),
         }
     }
 
     /// A block of `len` values of `T`: a cached block of the request's size
-    /// class when one is free of every stream, else a new one. Zero or
-    /// overflowing lengths are refused (the driver's error naming them);
-    /// past the cap, [`Error::HostPoolFull`].
+    /// class when one is free of every stream, else a new one (with
+    /// [`HostBackend::DriverPool`]: a block of exactly the bytes asked for,
+    /// from what the driver's pool keeps, else new). Zero or overflowing
+    /// lengths are refused (the driver's error naming them); past the cap,
+    /// [`Error::HostPoolFull`].
     pub fn allocate<T: DeviceCopy>(&self, len: usize) -> Result<HostBlock<T>> {
         let bytes = driver::region_bytes::<T>(len)?;
         let align = std::mem::align_of::<T>();
+        let type_name = std::any::type_name::<T>();
         if align > BLOCK_ALIGN {
-            return Err(Error::HostAlignment {
-                type_name: std::any::type_name::<T>(),
-                align,
-            });
+            return Err(Error::HostAlignment { type_name, align });
         }
+        let shelf = match &self.backing {
+            Backing::Shelves(shelf) => shelf,
+            Backing::Driver(backend) => return backend.allocate(len, bytes),
+        };
         let class = host_size_class(bytes).ok_or(Error::HostPoolFull {
             requested: bytes,
             class: usize::MAX,
-            cap: self.shelf.cap,
+            cap: shelf.cap,
             reserved: 0,
             in_use: 0,
             holder: None,
         })?;
-        let address = self.shelf.take(class, bytes)?;
-        let owner: Arc<dyn RegionOwner> = self.shelf.clone();
+        let address = shelf.take(class, bytes)?;
+        let owner: Arc<dyn RegionOwner> = shelf.clone();
         // SAFETY: `address` is a block of `class >= bytes` bytes from
         // cuMemHostAlloc in this context (aligned to BLOCK_ALIGN, checked
         // above to be enough for `T`),
@@ -148,49 +221,73 @@ impl HostPool {
         // are, by `collect_finished`) and handed to no one else until the
         // shelf gets it back, which reuses it only after its events.
         Ok(unsafe {
-            PinnedRegion::from_raw_parts(
-                &self.shelf.ctx,
-                address as *mut T,
-                len,
-                owner,
-                class as u64,
-            )
+            PinnedRegion::from_raw_parts(&shelf.ctx, address as *mut T, len, owner, class as u64)
         })
     }
 
     /// Free cached blocks until at most `keep_bytes` of them remain, without
     /// waiting for any stream (blocks still in use by one stay). Returns the
-    /// bytes given back to the driver.
+    /// bytes given back to the driver. With [`HostBackend::DriverPool`] the
+    /// driver's pool gives back its idle memory (`cuMemPoolTrimTo`).
     pub fn trim(&self, keep_bytes: usize) -> usize {
-        let mut st = self.shelf.lock();
-        st.collect_finished();
-        self.shelf.release_free(&mut st, keep_bytes)
+        match &self.backing {
+            Backing::Shelves(shelf) => {
+                let mut st = shelf.lock();
+                st.collect_finished();
+                shelf.release_free(&mut st, keep_bytes)
+            }
+            Backing::Driver(backend) => backend.trim(keep_bytes),
+        }
     }
 
-    /// The pool's figures.
+    /// The pool's figures. With [`HostBackend::DriverPool`], the reserved
+    /// bytes, their peak and the cached bytes are the driver's pool's.
     pub fn stats(&self) -> HostPoolStats {
-        self.shelf.stats()
+        match &self.backing {
+            Backing::Shelves(shelf) => shelf.stats(),
+            Backing::Driver(backend) => backend.stats(),
+        }
     }
 
     /// Reset the peaks to the current values.
     pub fn reset_peaks(&self) {
-        self.shelf.reset_peaks();
+        match &self.backing {
+            Backing::Shelves(shelf) => shelf.reset_peaks(),
+            Backing::Driver(backend) => backend.reset_peaks(),
+        }
     }
 
     /// The stream holding the most dropped blocks that are not yet reusable,
     /// if any: the one to look at when the pool grows.
     pub fn heaviest_holder(&self) -> Option<HostHolder> {
-        self.shelf.heaviest_holder()
+        match &self.backing {
+            Backing::Shelves(shelf) => shelf.heaviest_holder(),
+            Backing::Driver(backend) => backend.heaviest_holder(),
+        }
     }
 
     /// The cap on reserved bytes.
     pub fn cap(&self) -> usize {
-        self.shelf.cap
+        match &self.backing {
+            Backing::Shelves(shelf) => shelf.cap,
+            Backing::Driver(backend) => backend.cap,
+        }
+    }
+
+    /// Where the memory comes from.
+    pub fn backend(&self) -> HostBackend {
+        match &self.backing {
+            Backing::Shelves(_) => HostBackend::Shelves,
+            Backing::Driver(_) => HostBackend::DriverPool,
+        }
     }
 
     /// The context.
     pub fn context(&self) -> &Arc<Context> {
-        &self.shelf.ctx
+        match &self.backing {
+            Backing::Shelves(shelf) => &shelf.ctx,
+            Backing::Driver(backend) => &backend.ctx,
+        }
     }
 }
 

@@ -15,12 +15,66 @@ use driver::{Context, RegionOwner, ReturnedRegion};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A dropped block that some stream may still be using.
-struct PendingBlock {
-    address: u64,
-    class: usize,
+/// A dropped block that some stream may still be using (both backends').
+pub(super) struct PendingBlock {
+    pub(super) address: u64,
+    /// Its size: a class of the shelves, a request's bytes in a driver pool.
+    pub(super) class: usize,
     /// (stream id, its event), the ones not yet seen complete.
-    waits: Vec<(u64, Wait)>,
+    pub(super) waits: Vec<(u64, Wait)>,
+}
+
+impl PendingBlock {
+    /// A block given back with its streams' uses.
+    pub(super) fn returned(region: ReturnedRegion, class: usize) -> Self {
+        Self {
+            address: region.address,
+            class,
+            waits: region
+                .uses
+                .into_iter()
+                .map(|u| (u.stream_id, Wait::Use(u.event)))
+                .collect(),
+        }
+    }
+
+    /// Whether every stream has passed its uses (one query per event not
+    /// yet seen complete; those are forgotten).
+    pub(super) fn finished(&mut self) -> bool {
+        self.waits.retain(|(_, wait)| !wait.done(false));
+        self.waits.is_empty()
+    }
+}
+
+/// The stream holding the most of `pending`'s blocks.
+pub(super) fn heaviest_holder(pending: &[PendingBlock]) -> Option<HostHolder> {
+    let mut by_stream: HashMap<u64, HostHolder> = HashMap::new();
+    for block in pending {
+        for &(stream, _) in &block.waits {
+            let holder = by_stream.entry(stream).or_insert(HostHolder {
+                stream,
+                blocks: 0,
+                bytes: 0,
+            });
+            holder.blocks += 1;
+            holder.bytes += block.class;
+        }
+    }
+    by_stream
+        .into_values()
+        .max_by_key(|h| (h.blocks, h.bytes, std::cmp::Reverse(h.stream)))
+}
+
+/// The warning given once per crossing of the pending-bytes threshold.
+pub(super) fn warn_pending(holder: HostHolder, pending_bytes: usize, threshold: usize) {
+    tracing::warn!(
+        stream = holder.stream,
+        "pinned host pool: {pending_bytes} bytes of dropped blocks wait for streams \
+         (threshold {threshold}); stream {} holds {} block(s), {} bytes",
+        holder.stream,
+        holder.blocks,
+        holder.bytes
+    );
 }
 
 #[derive(Default)]
@@ -211,9 +265,7 @@ impl ShelfState {
     pub(super) fn collect_finished(&mut self) {
         let mut index = 0;
         while index < self.pending.len() {
-            let block = &mut self.pending[index];
-            block.waits.retain(|(_, wait)| !wait.done(false));
-            if block.waits.is_empty() {
+            if self.pending[index].finished() {
                 let block = self.pending.swap_remove(index);
                 self.pending_bytes -= block.class;
                 self.cached_bytes += block.class;
@@ -228,21 +280,7 @@ impl ShelfState {
     }
 
     fn heaviest_holder(&self) -> Option<HostHolder> {
-        let mut by_stream: HashMap<u64, HostHolder> = HashMap::new();
-        for block in &self.pending {
-            for &(stream, _) in &block.waits {
-                let holder = by_stream.entry(stream).or_insert(HostHolder {
-                    stream,
-                    blocks: 0,
-                    bytes: 0,
-                });
-                holder.blocks += 1;
-                holder.bytes += block.class;
-            }
-        }
-        by_stream
-            .into_values()
-            .max_by_key(|h| (h.blocks, h.bytes, std::cmp::Reverse(h.stream)))
+        heaviest_holder(&self.pending)
     }
 }
 
@@ -257,30 +295,13 @@ impl RegionOwner for Shelf {
             return;
         }
         st.pending_bytes += class;
-        st.pending.push(PendingBlock {
-            address: region.address,
-            class,
-            waits: region
-                .uses
-                .into_iter()
-                .map(|u| (u.stream_id, Wait::Use(u.event)))
-                .collect(),
-        });
+        st.pending.push(PendingBlock::returned(region, class));
         if st.pending_bytes > self.warn_pending && !st.warned {
             st.collect_finished();
             if st.pending_bytes > self.warn_pending {
                 st.warned = true;
                 if let Some(holder) = st.heaviest_holder() {
-                    tracing::warn!(
-                        stream = holder.stream,
-                        "pinned host pool: {} bytes of dropped blocks wait for streams \
-                         (threshold {}); stream {} holds {} block(s), {} bytes",
-                        st.pending_bytes,
-                        self.warn_pending,
-                        holder.stream,
-                        holder.blocks,
-                        holder.bytes
-                    );
+                    warn_pending(holder, st.pending_bytes, self.warn_pending);
                 }
             }
         } else if st.pending_bytes <= self.warn_pending {

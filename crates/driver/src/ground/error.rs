@@ -629,6 +629,18 @@ pub enum Error {
         /// The entry points it lacks.
         missing: Vec<&'static str>,
     },
+    /// The driver makes no memory pools of host memory.
+    #[error(
+        "memory pools of host memory need a CUDA 12.2 driver or later; this driver (version \
+         {driver_version}) lacks {}",
+        .missing.join(", ")
+    )]
+    HostPoolsUnsupported {
+        /// The driver's version, as `cuDriverGetVersion` numbers it (12020 is 12.2).
+        driver_version: i32,
+        /// What it lacks: entry points, or host pools themselves.
+        missing: Vec<&'static str>,
+    },
     /// Sharing memory or an event with another process was refused: a
     /// forged or stale handle, a handle for another device, a peer that is
     /// not who it must be, or one that went away.

@@ -126,6 +126,50 @@ impl LoadedDriver {
             }),
         }
     }
+
+    /// The entry points that make memory pools of one's own, for pools of
+    /// page-locked host memory: the software driver's own, or libcuda's
+    /// where it has every one and is CUDA 12.2 or later
+    /// ([`sys::optional::HOST_POOLS_SINCE`]); otherwise the error names the
+    /// driver's version and what it lacks. The safe API is
+    /// [`HostMemPool`](crate::HostMemPool); this is for raw calls.
+    ///
+    /// ```
+    /// let driver = cuda_streams_driver::driver().unwrap();
+    /// match driver.host_pools() {
+    ///     Ok(pools) => println!("host pools: {:p}", pools.cuMemPoolCreate),
+    ///     Err(err) => println!("no host pools here: {err}"),
+    /// }
+    /// ```
+    pub fn host_pools(&self) -> crate::Result<&'static sys::HostPools> {
+        match self.kind {
+            DriverKind::Soft => Ok(soft_driver::host_pools()),
+            DriverKind::Cuda => {
+                let mut driver_version = 0;
+                // SAFETY: writes one int through a valid pointer.
+                unsafe { (self.table.cuDriverGetVersion)(&mut driver_version) };
+                host_pools_of(sys::optional::host_pools(), driver_version)
+            }
+        }
+    }
+}
+
+/// libcuda's table of [`LoadedDriver::host_pools`], `found` as loaded, for
+/// a driver of version `driver_version`: it exports the entry points since
+/// CUDA 11.2, but makes pools of host memory only since 12.2.
+fn host_pools_of(
+    found: std::result::Result<&'static sys::HostPools, &'static [&'static str]>,
+    driver_version: i32,
+) -> crate::Result<&'static sys::HostPools> {
+    let missing = match found {
+        Ok(table) if driver_version >= sys::optional::HOST_POOLS_SINCE => return Ok(table),
+        Ok(_) => vec!["pools with a CU_MEM_LOCATION_TYPE_HOST location"],
+        Err(missing) => missing.to_vec(),
+    };
+    Err(Error::HostPoolsUnsupported {
+        driver_version,
+        missing,
+    })
 }
 
 impl DriverKind {
@@ -157,5 +201,27 @@ impl DriverKind {
             DriverKind::Soft => "the software driver",
             DriverKind::Cuda => "the CUDA driver",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_driver_before_12_2_is_refused_naming_the_version_needed() {
+        let table = soft_driver::host_pools();
+        let Err(err) = host_pools_of(Ok(table), 12010) else {
+            panic!("a 12.1 driver makes no pools of host memory");
+        };
+        let text = err.to_string();
+        assert!(text.contains("CUDA 12.2"), "{text}");
+        assert!(text.contains("version 12010"), "{text}");
+        assert!(text.contains("CU_MEM_LOCATION_TYPE_HOST"), "{text}");
+        let Err(err) = host_pools_of(Err(&["cuMemPoolCreate"]), 11000) else {
+            panic!("a driver without cuMemPoolCreate makes no pools");
+        };
+        assert!(err.to_string().contains("lacks cuMemPoolCreate"), "{err}");
+        assert!(host_pools_of(Ok(table), 12020).is_ok());
     }
 }

@@ -67,7 +67,8 @@ impl ProcessLoaderBuilder {
 
     /// The longest [`ProcessLoader::next_batch`] waits for the batch it
     /// delivers (default [`DEFAULT_DEADLINE`]); past it, the error names the
-    /// worker holding the batch.
+    /// worker holding the batch, or, when every slot waits for its upload,
+    /// the slot and the stream of the upload waited for.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self

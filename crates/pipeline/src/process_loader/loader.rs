@@ -63,7 +63,9 @@ impl LoadedBatch {
 /// A worker that dies (killed, crashed, a panicking fill) makes
 /// [`next_batch`](Self::next_batch) fail with [`Error::WorkerDied`], naming
 /// the worker, its pid and the batch it held; a batch that does not arrive
-/// within the deadline fails with [`Error::WorkerTimeout`]. Dropping the
+/// within the deadline fails with [`Error::WorkerTimeout`], and so does a
+/// wait for a slot whose upload does not complete within it, with
+/// [`Error::UploadTimeout`] naming the slot and the stream. Dropping the
 /// loader kills and reaps its workers and waits for the uploads still
 /// reading the region before it unpins and unmaps it.
 ///
@@ -332,7 +334,8 @@ impl ProcessLoader {
                 Err(RecvTimeoutError::Disconnected) => Err(self.workers.died(holder.index)),
             };
         }
-        match self.draining.wait_oldest()? {
+        // Every slot is behind an upload: the one deadline holds here too.
+        match self.draining.wait_oldest(wanted, deadline, self.deadline)? {
             Some(slot) => {
                 self.free.push(slot);
                 Ok(())

@@ -4,10 +4,11 @@
 //! mechanism for lent pinned memory, as the host pool uses it); a slot goes
 //! back to a worker only once those events have completed.
 
-use crate::error::Result;
-use driver::{RegionOwner, ReturnedRegion};
+use crate::error::{Error, Result};
+use driver::{Completion, RegionOwner, ReturnedRegion};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// What the regions' drops hand back (a `Mutex`: `give_back` takes `&self`).
 #[derive(Default)]
@@ -66,17 +67,44 @@ impl Draining {
     }
 
     /// Wait on the host for the oldest waiting slot's uploads (its events
-    /// only, not the whole stream) and return it; `None` if none waits.
-    pub(crate) fn wait_oldest(&mut self) -> Result<Option<usize>> {
+    /// only, not the whole stream) until `deadline`, and return it; `None`
+    /// if none waits. Past the deadline,
+    /// [`Error::UploadTimeout`](crate::Error::UploadTimeout) for `batch`
+    /// (the one that needs the slot), naming the loader's deadline
+    /// `waited`; the slot keeps waiting.
+    pub(crate) fn wait_oldest(
+        &mut self,
+        batch: u64,
+        deadline: Instant,
+        waited: Duration,
+    ) -> Result<Option<usize>> {
         self.collect();
         let Some(region) = self.waiting.pop_front() else {
             return Ok(None);
         };
         for used in &region.uses {
-            if let Err(err) = used.event.synchronize() {
-                self.waiting.push_front(region);
-                return Err(err.into());
-            }
+            // The reactor wakes the thread when the event completes: no
+            // polling, and a deadline.
+            let outcome = used
+                .event
+                .wait_async()
+                .map_err(|err| (0, err))
+                .and_then(|wait| {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    Completion::wait_any(&mut [wait], Some(left))
+                });
+            let timed_out = match outcome {
+                Ok(Some(_)) => continue,
+                Ok(None) => Error::UploadTimeout {
+                    batch,
+                    slot: region.token as usize,
+                    stream: used.stream_id,
+                    waited,
+                },
+                Err((_, err)) => err.into(),
+            };
+            self.waiting.push_front(region);
+            return Err(timed_out);
         }
         Ok(Some(region.token as usize))
     }

@@ -85,6 +85,7 @@ macro_rules! host_side {
 }
 
 mod device;
+mod host_mem_pool;
 mod host_span;
 mod pinned;
 mod pinned_region;
@@ -95,6 +96,7 @@ mod tracker;
 mod unified;
 
 pub use device::DeviceBuffer;
+pub use host_mem_pool::HostMemPool;
 pub use pinned::PinnedBuffer;
 pub use pinned_region::{PinnedRegion, RegionOwner, ReturnedRegion, StreamUse, region_bytes};
 pub use pool::MemPool;

@@ -105,7 +105,8 @@ impl<T: DeviceCopy> PinnedRegion<T> {
     ///
     /// # Safety
     /// - `ptr` is page-locked host memory usable by `ctx`'s device
-    ///   (`cuMemHostAlloc` or `cuMemHostRegister`), aligned for `T`, holding
+    ///   (`cuMemHostAlloc`, `cuMemHostRegister`, or a [`HostMemPool`](crate::HostMemPool)
+    ///   allocation its stream has passed), aligned for `T`, holding
     ///   `len` initialised values of `T` in `len * size_of::<T>()` bytes
     ///   (`len > 0`, no overflow);
     /// - every earlier use of that memory by a stream has completed;

@@ -46,7 +46,7 @@ unsafe impl Sync for MemPool {}
 
 /// The attributes of cuda.h 13.0, each an `int` or a `cuuint64_t`: a value
 /// of another attribute could be wider than the `u64` it is read into.
-fn check_known(attribute: CUmemPool_attribute) -> Result<()> {
+pub(super) fn check_known(attribute: CUmemPool_attribute) -> Result<()> {
     use CUmemPool_attribute as A;
     match attribute {
         A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES
@@ -78,48 +78,20 @@ impl MemPool {
     /// One attribute (`cuMemPoolGetAttribute`); an `int` attribute reads as
     /// 0 or 1.
     pub fn attribute(&self, attribute: CUmemPool_attribute) -> Result<u64> {
-        check_known(attribute)?;
-        self.ctx.bind()?;
-        let mut value = 0u64;
-        // SAFETY: every known attribute is an int or a cuuint64_t, written
-        // through a valid pointer to 8 bytes (an int into the low ones).
-        let code = unsafe {
-            (self.ctx.driver().cuMemPoolGetAttribute)(
-                self.raw,
-                attribute,
-                (&mut value as *mut u64).cast::<c_void>(),
-            )
-        };
-        self.ctx.check(code)?;
-        Ok(value)
+        pool_attribute(&self.ctx, self.raw, attribute)
     }
 
     /// Set one attribute (`cuMemPoolSetAttribute`). The high watermarks
     /// accept only 0, which resets them to the current value.
     pub fn set_attribute(&self, attribute: CUmemPool_attribute, value: u64) -> Result<()> {
-        check_known(attribute)?;
-        self.ctx.bind()?;
-        let mut value = value;
-        // SAFETY: every known attribute is an int or a cuuint64_t, read from
-        // a valid pointer to 8 bytes.
-        let code = unsafe {
-            (self.ctx.driver().cuMemPoolSetAttribute)(
-                self.raw,
-                attribute,
-                (&mut value as *mut u64).cast::<c_void>(),
-            )
-        };
-        self.ctx.check(code)
+        set_pool_attribute(&self.ctx, self.raw, attribute, value)
     }
 
     /// Give the pool's unused memory back to the device, keeping at least
     /// `keep` bytes reserved (`cuMemPoolTrimTo`). Memory an allocation holds
     /// is never released.
     pub fn trim_to(&self, keep: usize) -> Result<()> {
-        self.ctx.bind()?;
-        // SAFETY: a live pool handle; trimming releases only unused memory.
-        self.ctx
-            .check(unsafe { (self.ctx.driver().cuMemPoolTrimTo)(self.raw, keep) })
+        trim_pool_to(&self.ctx, self.raw, keep)
     }
 
     /// The context whose device the pool belongs to.
@@ -131,6 +103,61 @@ impl MemPool {
     pub fn as_raw(&self) -> CUmemoryPool {
         self.raw
     }
+}
+
+/// `cuMemPoolGetAttribute` on `raw`, a live pool usable in `ctx`: the one
+/// reading of an attribute, for [`MemPool`] and
+/// [`HostMemPool`](super::HostMemPool).
+pub(super) fn pool_attribute(
+    ctx: &Context,
+    raw: CUmemoryPool,
+    attribute: CUmemPool_attribute,
+) -> Result<u64> {
+    check_known(attribute)?;
+    ctx.bind()?;
+    let mut value = 0u64;
+    // SAFETY: every known attribute is an int or a cuuint64_t, written
+    // through a valid pointer to 8 bytes (an int into the low ones); the
+    // caller's pool is live.
+    let code = unsafe {
+        (ctx.driver().cuMemPoolGetAttribute)(
+            raw,
+            attribute,
+            (&mut value as *mut u64).cast::<c_void>(),
+        )
+    };
+    ctx.check(code)?;
+    Ok(value)
+}
+
+/// `cuMemPoolSetAttribute` on `raw`, as [`pool_attribute`] reads one.
+pub(super) fn set_pool_attribute(
+    ctx: &Context,
+    raw: CUmemoryPool,
+    attribute: CUmemPool_attribute,
+    value: u64,
+) -> Result<()> {
+    check_known(attribute)?;
+    ctx.bind()?;
+    let mut value = value;
+    // SAFETY: every known attribute is an int or a cuuint64_t, read from a
+    // valid pointer to 8 bytes; the caller's pool is live.
+    let code = unsafe {
+        (ctx.driver().cuMemPoolSetAttribute)(
+            raw,
+            attribute,
+            (&mut value as *mut u64).cast::<c_void>(),
+        )
+    };
+    ctx.check(code)
+}
+
+/// `cuMemPoolTrimTo` on `raw`, a live pool usable in `ctx`.
+pub(super) fn trim_pool_to(ctx: &Context, raw: CUmemoryPool, keep: usize) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: a live pool handle (the caller's); trimming releases only
+    // unused memory.
+    ctx.check(unsafe { (ctx.driver().cuMemPoolTrimTo)(raw, keep) })
 }
 
 impl fmt::Debug for MemPool {
