@@ -4,7 +4,8 @@
 //! of driver ([`select`]), the one place where the two drivers' answers
 //! differ (`seam`), the driver calls that need no context
 //! ([`driver_calls`]), whether this thread runs a stream callback
-//! ([`callback_thread`]), the crate's one error type ([`error`]) with the
+//! ([`callback_thread`]), the crate's one error type ([`error`], its
+//! longer wordings in `error_text`) with the
 //! plain values its messages name ([`arch`], [`arg_kind`], [`race`],
 //! [`order_policy`]), the loom shim that the atomic protocols are built
 //! from ([`sync`]), and how byte counts and durations print ([`units`]).
@@ -18,6 +19,7 @@ pub(crate) mod arg_kind;
 pub(crate) mod callback_thread;
 pub(crate) mod driver_calls;
 pub(crate) mod error;
+mod error_text;
 pub(crate) mod loaded_driver;
 pub(crate) mod order_policy;
 pub(crate) mod race;
