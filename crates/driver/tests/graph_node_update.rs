@@ -277,3 +277,45 @@ fn a_condition_of_another_graph_is_refused_as_a_new_argument() {
     exec.launch(&stream).unwrap();
     assert_eq!(counter.to_vec(&stream).unwrap(), [1], "the body never ran");
 }
+
+#[test]
+fn a_buffer_the_graph_reads_and_a_node_now_writes_is_counted_once_per_node() {
+    // `shared` is read by both captured nodes; one node is set to write it,
+    // the other to read it and then to read something else. Each node's
+    // share of what the instance keeps is its own.
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let saxpy = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let buffer = |v: f32| Arc::new(DeviceBuffer::<f32>::from_slice(&stream, &[v; N]).unwrap());
+    let (shared, other, out_x, out_y) = (buffer(1.0), buffer(10.0), buffer(0.0), buffer(0.0));
+    let args = |a: f32, x: &Arc<DeviceBuffer<f32>>, y: &Arc<DeviceBuffer<f32>>| {
+        [
+            GraphArg::from(N as u64),
+            a.into(),
+            GraphArg::read(x),
+            GraphArg::write(y),
+        ]
+    };
+    let mut capture = stream.begin_capture().unwrap();
+    let x = capture
+        .launch_updatable(&stream, &saxpy, cfg(), &args(1.0, &shared, &out_x))
+        .unwrap();
+    let y = capture
+        .launch_updatable(&stream, &saxpy, cfg(), &args(1.0, &shared, &out_y))
+        .unwrap();
+    let mut exec = capture.end().unwrap().instantiate().unwrap();
+
+    exec.set_args(&x, &args(2.0, &other, &shared)).unwrap(); // shared += 2 * 10
+    exec.set_args(&y, &args(1.0, &shared, &out_y)).unwrap(); // out_y += shared
+    exec.set_args(&y, &args(1.0, &other, &out_y)).unwrap(); // out_y += 10
+    exec.launch(&stream).unwrap();
+    assert_eq!(shared.to_vec(&stream).unwrap(), vec![21.0; N]);
+    assert_eq!(out_y.to_vec(&stream).unwrap(), vec![10.0; N]);
+    let kept = Arc::strong_count(&shared);
+    exec.set_args(&x, &args(1.0, &shared, &out_x)).unwrap();
+    assert!(
+        Arc::strong_count(&shared) < kept,
+        "no node writes it any more: only the graph keeps it"
+    );
+}

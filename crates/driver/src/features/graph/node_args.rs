@@ -76,7 +76,9 @@ impl fmt::Debug for KernelNode {
 /// this (or a stronger) use, which every launch orders as well.
 #[derive(Default)]
 pub(super) struct NodeArgs {
-    by_node: HashMap<usize, (KernelNode, Vec<GraphArg>)>,
+    /// Per node (by its handle), the buffers of its latest arguments that
+    /// were counted into `extra`, and whether as written.
+    by_node: HashMap<usize, Vec<(usize, bool)>>,
     /// Keyed by the buffer's address in memory (the `Arc`'s).
     extra: HashMap<usize, ExtraBuffer>,
     /// The graph's own buffers, keyed as `extra`, with whether a node
@@ -102,6 +104,12 @@ impl NodeArgs {
     }
 
     /// `node`'s arguments are now `args`; what it had before is let go.
+    ///
+    /// Only the buffers counted into `extra` are remembered per node (none,
+    /// in the common case of new scalars with the captured buffers, which
+    /// costs no allocation); the node's kernel and function are kept by the
+    /// graph's resources, which an update replaces only together with all
+    /// of this.
     pub(super) fn replace(
         &mut self,
         base: &[(Arc<dyn Kept>, bool)],
@@ -113,6 +121,7 @@ impl NodeArgs {
                 .map(|(memory, write)| (key(memory), *write))
                 .collect()
         });
+        let mut counted = Vec::new();
         for (memory, write) in args.iter().filter_map(GraphArg::buffer) {
             if memory.graph_family().is_some() {
                 // Allocated and freed by the graph itself.
@@ -137,13 +146,15 @@ impl NodeArgs {
             } else {
                 entry.reads += 1;
             }
+            counted.push((key(memory), write));
         }
-        let old = self
-            .by_node
-            .insert(node.raw as usize, (node.clone(), args.to_vec()));
-        let Some((_, old)) = old else { return };
-        for (memory, write) in old.iter().filter_map(GraphArg::buffer) {
-            let Some(entry) = self.extra.get_mut(&key(memory)) else {
+        let old = if counted.is_empty() {
+            self.by_node.remove(&(node.raw as usize))
+        } else {
+            self.by_node.insert(node.raw as usize, counted)
+        };
+        for (buffer, write) in old.into_iter().flatten() {
+            let Some(entry) = self.extra.get_mut(&buffer) else {
                 continue;
             };
             if write {
@@ -154,7 +165,7 @@ impl NodeArgs {
             if entry.reads == 0 && entry.writes == 0 {
                 // Freed (if this was the last owner) after the replays that
                 // used it: its use tracker orders the free.
-                self.extra.remove(&key(memory));
+                self.extra.remove(&buffer);
             }
         }
     }

@@ -25,6 +25,9 @@ use crate::objects::stream::Stream;
 use std::ffi::c_void;
 use sys::CUDA_KERNEL_NODE_PARAMS;
 
+/// The arguments a set takes without allocating.
+const INLINE: usize = 8;
+
 impl Capture {
     /// [`Capture::launch`], handing back the node, whose arguments an
     /// instance of the graph can then change in place
@@ -152,11 +155,33 @@ impl GraphExec {
                 });
             }
         }
-        let lent: Vec<KernelArg<'_>> = args.iter().map(GraphArg::arg).collect();
-        node.kernel.check_args(&lent)?;
+        // Up to `INLINE` arguments on the stack: setting a node is the whole
+        // point of avoiding a capture, so it allocates nothing it need not.
+        let mut inline: [KernelArg<'_>; INLINE] = std::array::from_fn(|_| KernelArg::from(0u8));
+        let mut spilled = Vec::new();
+        let lent: &[KernelArg<'_>] = if args.len() <= INLINE {
+            for (slot, arg) in inline.iter_mut().zip(args) {
+                *slot = arg.arg();
+            }
+            &inline[..args.len()]
+        } else {
+            spilled.extend(args.iter().map(GraphArg::arg));
+            &spilled
+        };
+        node.kernel.check_args(lent)?;
         // A condition means something only to the graph that made it.
         check_conditions(node.capture, &node.kernel, args)?;
-        let mut params: Vec<*mut c_void> = lent.iter().map(KernelArg::param).collect();
+        let mut inline_params = [std::ptr::null_mut::<c_void>(); INLINE];
+        let mut spilled_params = Vec::new();
+        let params: &mut [*mut c_void] = if lent.len() <= INLINE {
+            for (slot, arg) in inline_params.iter_mut().zip(lent) {
+                *slot = arg.param();
+            }
+            &mut inline_params[..lent.len()]
+        } else {
+            spilled_params.extend(lent.iter().map(KernelArg::param));
+            &mut spilled_params
+        };
         let (gx, gy, gz) = config.grid_dim;
         let (bx, by, bz) = config.block_dim;
         let raw_params = CUDA_KERNEL_NODE_PARAMS {
