@@ -14,10 +14,11 @@
 //! seqlock. A reader keeps what it read only when the count was even and
 //! unchanged around its reads; a writer that finds another one writing
 //! leaves the slot to it (the slot is a cache: the lookup it saves is
-//! still correct).
+//! still correct). Loom checks the protocol (`loom_tests`): a hit is always
+//! a pair as one writer wrote it.
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering, fence};
-use sys::{CUfunc_st, CUfunction};
+use crate::ground::sync::{AtomicU64, Ordering, fence};
+use sys::CUfunction;
 
 /// One partition id and the kernel's handle loaded for it (see the
 /// module's docs).
@@ -27,7 +28,9 @@ pub(crate) struct PartitionFunction {
     seq: AtomicU64,
     /// 0: none (partition ids start at 1).
     partition: AtomicU64,
-    function: AtomicPtr<CUfunc_st>,
+    /// The handle's address (an `AtomicU64`, which the loom shim has for
+    /// both std and loom, where it has no `AtomicPtr`).
+    function: AtomicU64,
 }
 
 impl PartitionFunction {
@@ -41,7 +44,7 @@ impl PartitionFunction {
         fence(Ordering::Acquire);
         let after = self.seq.load(Ordering::Relaxed);
         (before.is_multiple_of(2) && before == after && id == partition && id != 0)
-            .then_some(function)
+            .then_some(function as usize as CUfunction)
     }
 
     /// Keep `function` as the handle for `partition`, unless another thread
@@ -51,7 +54,11 @@ impl PartitionFunction {
         if !seq.is_multiple_of(2)
             || self
                 .seq
-                .compare_exchange(seq, seq + 1, Ordering::Relaxed, Ordering::Relaxed)
+                // Acquire: this writer's stores must come after the last
+                // writer's (whose even count it read) in every atomic's
+                // order, or the slot could settle on one writer's id and
+                // the other's handle (loom found it with `Relaxed`).
+                .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
         {
             return;
@@ -60,12 +67,16 @@ impl PartitionFunction {
         // sees either of them.
         fence(Ordering::Release);
         self.partition.store(partition, Ordering::Relaxed);
-        self.function.store(function, Ordering::Relaxed);
+        self.function
+            .store(function as usize as u64, Ordering::Relaxed);
         self.seq.store(seq + 2, Ordering::Release);
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, loom))]
+mod loom_tests;
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
