@@ -61,6 +61,40 @@ fn partitions_report_the_sms_granted_after_rounding_and_the_remainder() {
 }
 
 #[test]
+fn partitions_of_one_size_are_one_group_each_and_mixed_sizes_several() {
+    let _serial = serial();
+    let ctx = support::ctx();
+    if ctx.is_gpu() {
+        eprintln!("skipped on the GPU: how a descriptor was made is the software driver's to tell");
+        return;
+    }
+    let (_, granularity) = ctx.partitionable_sms().unwrap();
+    let groups = |split: &cuda_streams_driver::Partitions| -> Vec<Option<u32>> {
+        split
+            .partitions
+            .iter()
+            .map(|p| soft_driver::green_context_groups(p.as_raw()))
+            .collect()
+    };
+    // Two partitions of 4 groups' worth: each one group of that size, as
+    // green-context code splits a device itself.
+    let same = ctx
+        .partition(&[Sms(4 * granularity), Sms(4 * granularity - 1)])
+        .unwrap();
+    assert_eq!(groups(&same), [Some(1), Some(1)]);
+    assert_eq!(
+        same.partitions.iter().map(|p| p.sms()).collect::<Vec<_>>(),
+        [4 * granularity; 2]
+    );
+    drop(same);
+    // Mixed sizes: groups of the granularity, as many as each needs.
+    let mixed = ctx
+        .partition(&[Sms(4 * granularity), Sms(granularity)])
+        .unwrap();
+    assert_eq!(groups(&mixed), [Some(4), Some(1)]);
+}
+
+#[test]
 fn zero_sms_and_more_sms_than_are_left_are_errors_naming_the_partition() {
     let _serial = serial();
     let ctx = support::ctx();

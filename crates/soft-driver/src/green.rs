@@ -52,12 +52,16 @@ pub const SM_GRANULARITY: u32 = 8;
 /// A descriptor (`cuDevResourceGenerateDesc`): the SMs it describes.
 struct Desc {
     sms: u32,
+    /// How many split outputs it was made of.
+    groups: u32,
 }
 
 /// A green context: its device, its SMs and its context handle.
 struct Green {
     device: CUdevice,
     sms: u32,
+    /// How many split outputs its descriptor was made of.
+    groups: u32,
     context: usize,
 }
 
@@ -65,6 +69,13 @@ static DESCS: Registry<Desc> = Registry::new();
 static GREENS: Registry<Green> = Registry::new();
 /// The green context of each stream made by `cuGreenCtxStreamCreate`.
 static STREAM_GREEN: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+/// How many outputs of a split the descriptor of green context `green`
+/// was made of (`None` for a handle that is no live green context): what
+/// a test of how the safe layer splits a device looks at.
+pub fn green_context_groups(green: CUgreenCtx) -> Option<u32> {
+    GREENS.get(green as usize).ok().map(|green| green.groups)
+}
 
 /// The device of a live green context whose context handle is `ctx`.
 pub(crate) fn device_of_context(ctx: usize) -> Option<CUdevice> {
@@ -310,7 +321,10 @@ pub(crate) unsafe extern "C" fn cuDevResourceGenerateDesc(
                 format!("{CALL}: resources of {sms} SMs in all"),
             ));
         }
-        let handle = DESCS.insert(std::sync::Arc::new(Desc { sms }));
+        let handle = DESCS.insert(std::sync::Arc::new(Desc {
+            sms,
+            groups: nbResources,
+        }));
         // SAFETY: null or writable per the API.
         unsafe { write_out(phDesc, handle as CUdevResourceDesc) }
     })())
@@ -333,10 +347,11 @@ pub(crate) unsafe extern "C" fn cuGreenCtxCreate(
                 ),
             ));
         }
-        let sms = DESCS.get(desc as usize)?.sms;
+        let desc = DESCS.get(desc as usize)?;
         let green = Green {
             device: dev,
-            sms,
+            sms: desc.sms,
+            groups: desc.groups,
             context: mint(),
         };
         let handle = GREENS.insert(std::sync::Arc::new(green));

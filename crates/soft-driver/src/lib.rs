@@ -103,7 +103,7 @@ pub use device::{
     device_count,
 };
 pub use errors::last_error_detail;
-pub use green::{SM_COUNT, SM_GRANULARITY};
+pub use green::{SM_COUNT, SM_GRANULARITY, green_context_groups};
 pub use launch_ex::programmatic_launches;
 pub use memory::{
     ALIGNMENT, CAPACITY_ENV, CAPACITY_SETTING, DEFAULT_CAPACITY, capacity, device_capacity,

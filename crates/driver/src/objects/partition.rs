@@ -115,10 +115,11 @@ impl Context {
     /// each, in order, and a remainder of what is left.
     ///
     /// The driver rounds each size up to its granularity (8 on Hopper);
-    /// [`Partition::sms`] says what each got. The device is split once into
-    /// groups of the granularity and each partition made of as many groups
-    /// as it needs, since a GPU driver does not split a split's remainder
-    /// again. Fails, naming the partition
+    /// [`Partition::sms`] says what each got. Partitions of one size are
+    /// split as one group each of that size; otherwise the device is split
+    /// once into groups of the granularity and each partition made of as
+    /// many groups as it needs, since a GPU driver does not split a split's
+    /// remainder again. Fails, naming the partition
     /// and the counts, when one asks for 0 SMs or for more than are left,
     /// and on a driver without partitions (before CUDA 12.4).
     ///
@@ -170,55 +171,66 @@ impl Context {
             taken += rounded;
             steps.push((requested, rounded / granularity));
         }
-        // One split of the whole device into groups of the granularity: the
-        // driver refuses to split a split's output (its remainder included)
-        // again, but makes one descriptor of several outputs of one split.
-        let wanted: u32 = steps.iter().map(|&(_, groups)| groups).sum();
-        let mut groups = vec![CUdevResource::default(); wanted as usize];
-        let mut rest = CUdevResource::default();
-        let mut made = wanted;
-        if wanted > 0 {
-            // SAFETY: `groups` has `made` slots; a valid input and
-            // remainder; all locals.
-            self.check(unsafe {
-                (green.cuDevSmResourceSplitByCount)(
-                    groups.as_mut_ptr(),
-                    &mut made,
-                    &device,
-                    &mut rest,
-                    0,
-                    granularity,
-                )
-            })?;
-        } else {
-            rest = device;
-        }
-        if made < wanted {
-            // The driver may make fewer groups than SMs divide into (cluster
-            // constraints): name the first partition that did not fit.
-            let mut covered = 0;
-            for (index, &(requested, count)) in steps.iter().enumerate() {
-                if covered + count > made {
-                    return Err(Error::PartitionTooLarge {
-                        index,
-                        requested,
-                        rounded: count * granularity,
-                        granularity,
-                        available: (made - covered) * granularity,
-                        total,
-                        device: self.ordinal(),
-                    });
-                }
-                covered += count;
+        // Partitions of one size are split as green-context code asks for
+        // them, one group each of that size (`minCount` the partition's
+        // SMs); the driver may lay out such a group otherwise than several
+        // groups of the granularity. Mixed sizes, or a size the driver
+        // makes too few groups of, take one split of the whole device into
+        // groups of the granularity, several to a partition: the driver
+        // refuses to split a split's output (its remainder included) again,
+        // but makes one descriptor of several outputs of one split.
+        let uniform = steps
+            .first()
+            .map(|&(_, groups)| groups)
+            .filter(|&first| steps.iter().all(|&(_, groups)| groups == first));
+        let one_each = match uniform {
+            Some(per) if per > 1 => {
+                let count = steps.len() as u32;
+                let (groups, made, rest) = split(self, green, &device, count, per * granularity)?;
+                (made == count).then_some((groups, rest))
             }
-        }
+            _ => None,
+        };
+        let (mut groups, rest, per_partition) = match one_each {
+            Some((groups, rest)) => (groups, rest, vec![1; steps.len()]),
+            None => {
+                let wanted: u32 = steps.iter().map(|&(_, groups)| groups).sum();
+                let (groups, made, rest) = split(self, green, &device, wanted, granularity)?;
+                if made < wanted {
+                    // The driver may make fewer groups than SMs divide into
+                    // (cluster constraints): name the first partition that
+                    // did not fit.
+                    let mut covered = 0;
+                    for (index, &(requested, count)) in steps.iter().enumerate() {
+                        if covered + count > made {
+                            return Err(Error::PartitionTooLarge {
+                                index,
+                                requested,
+                                rounded: count * granularity,
+                                granularity,
+                                available: (made - covered) * granularity,
+                                total,
+                                device: self.ordinal(),
+                            });
+                        }
+                        covered += count;
+                    }
+                }
+                (
+                    groups,
+                    rest,
+                    steps.iter().map(|&(_, count)| count).collect(),
+                )
+            }
+        };
         let mut partitions = Vec::with_capacity(steps.len());
         let mut next = 0;
-        for &(requested, count) in &steps {
+        for (&(requested, _), count) in steps.iter().zip(per_partition) {
             let own = &mut groups[next..next + count as usize];
             next += count as usize;
             partitions.push(Partition::create(self, green, own, Some(requested))?);
         }
+        let mut rest = rest;
         let remainder = match sm_of(&rest).smCount {
             0 => None,
             _ => Some(Partition::create(
@@ -239,6 +251,38 @@ impl Context {
             remainder,
         })
     }
+}
+
+/// One split of `device` into `wanted` groups of `group_sms` SMs each:
+/// the groups, how many the driver made (it may make fewer), and the
+/// remainder. No groups wanted: the whole device is the remainder.
+fn split(
+    ctx: &Context,
+    green: &GreenContexts,
+    device: &CUdevResource,
+    wanted: u32,
+    group_sms: u32,
+) -> Result<(Vec<CUdevResource>, u32, CUdevResource)> {
+    let mut groups = vec![CUdevResource::default(); wanted as usize];
+    let mut rest = CUdevResource::default();
+    if wanted == 0 {
+        return Ok((groups, 0, *device));
+    }
+    let mut made = wanted;
+    // SAFETY: `groups` has `made` slots; a valid input and remainder; all
+    // locals.
+    ctx.check(unsafe {
+        (green.cuDevSmResourceSplitByCount)(
+            groups.as_mut_ptr(),
+            &mut made,
+            device,
+            &mut rest,
+            0,
+            group_sms,
+        )
+    })?;
+    groups.truncate(made as usize);
+    Ok((groups, made, rest))
 }
 
 /// How many groups of `granularity` SMs the driver can split `device` into
