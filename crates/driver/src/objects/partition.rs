@@ -186,8 +186,12 @@ impl Context {
         let one_each = match uniform {
             Some(per) if per > 1 => {
                 let count = steps.len() as u32;
-                let (groups, made, rest) = split(self, green, &device, count, per * granularity)?;
-                (made == count).then_some((groups, rest))
+                // A refusal here is no error: the groups of the
+                // granularity below may still fit.
+                split(self, green, &device, count, per * granularity)
+                    .ok()
+                    .filter(|&(_, made, _)| made == count)
+                    .map(|(groups, _, rest)| (groups, rest))
             }
             _ => None,
         };
