@@ -158,6 +158,10 @@ impl Stream {
     /// may keep the event (or hand back a reference to where it keeps it)
     /// for later waits, which need no record.
     ///
+    /// `record` runs while `home` is held out of captures, as under
+    /// [`Stream::enqueue_gate`]: beginning a capture on `home` inside it
+    /// waits forever, as locking a held `Mutex` does.
+    ///
     /// ```
     /// use cuda_streams_driver::{Context, Stream};
     /// # fn main() -> cuda_streams_driver::Result<()> {
