@@ -97,3 +97,39 @@ fn threads_read_a_shared_buffer_on_their_own_streams() {
     let want = expected.wrapping_mul(ROUNDS as u64);
     assert!(sums.iter().all(|&s| s == want), "{sums:?} != {want}");
 }
+
+/// One thread captures and ends graphs while another synchronizes the
+/// context: each synchronize either runs while no capture is open or is
+/// refused, and never lands inside a capture (which would invalidate it,
+/// as on a GPU). Between `Context::synchronize`'s check for open captures
+/// and its driver call, a capture must not begin.
+#[test]
+fn context_synchronize_never_invalidates_a_capture_begun_on_another_thread() {
+    let _serial = support::serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let buffer = Arc::new(DeviceBuffer::<u32>::new(&ctx, 64).unwrap());
+    let rounds = 2_000;
+    std::thread::scope(|scope| {
+        let syncing = scope.spawn(|| {
+            let (mut ran, mut refused) = (0, 0);
+            for _ in 0..rounds {
+                match ctx.synchronize() {
+                    Ok(()) => ran += 1,
+                    Err(cuda_streams_driver::Error::ContextCapturing { .. }) => refused += 1,
+                    Err(other) => panic!("synchronize failed: {other}"),
+                }
+            }
+            (ran, refused)
+        });
+        for round in 0..rounds {
+            let mut capture = stream.begin_capture().unwrap();
+            capture.memset_u8(&stream, &buffer, 1).unwrap();
+            if let Err(err) = capture.end() {
+                panic!("capture {round} failed: {err}");
+            }
+        }
+        let (ran, refused) = syncing.join().unwrap();
+        assert_eq!(ran + refused, rounds);
+    });
+}

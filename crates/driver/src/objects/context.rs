@@ -123,8 +123,14 @@ pub struct Context {
     pub(crate) shared_events: Mutex<Weak<dyn Any + Send + Sync>>,
     /// Ids of the contexts this one has peer access to.
     peers: Mutex<Vec<u64>>,
-    /// Stream captures open in this context ([`crate::Capture`]).
+    /// Stream captures open in this context ([`crate::Capture`]), counted
+    /// from just before the driver begins one.
     pub(crate) captures: std::sync::atomic::AtomicUsize,
+    /// Held shared by [`Context::synchronize`] from its check of `captures`
+    /// through its driver call, and exclusively by a capture while it joins
+    /// `captures`: a capture never begins between the two, where the
+    /// synchronization would invalidate it.
+    sync_gate: std::sync::RwLock<()>,
     /// The stream-order policy and the accesses to this context's memory.
     pub(crate) order: crate::enqueue::order::ContextOrder,
 }
@@ -335,6 +341,7 @@ impl Context {
             shared_events: Mutex::new(Weak::<()>::new()),
             peers: Mutex::default(),
             captures: std::sync::atomic::AtomicUsize::new(0),
+            sync_gate: std::sync::RwLock::new(()),
             order: crate::enqueue::order::ContextOrder::new(policy),
         };
         ctx.bind()?;
@@ -452,10 +459,28 @@ impl Context {
     /// is being captured into a graph: on a GPU the call would invalidate the
     /// capture.
     pub fn synchronize(&self) -> Result<()> {
+        // The guard holds no state: a panic under it left nothing half done.
+        let _no_capture_begins = self.sync_gate.read().unwrap_or_else(|p| p.into_inner());
         self.refuse_during_capture("Context::synchronize")?;
         self.bind()?;
         // SAFETY: no arguments; the context is current.
         self.check(unsafe { (self.driver.table.cuCtxSynchronize)() })
+    }
+
+    /// Count a capture about to begin, once no [`Context::synchronize`] is
+    /// between its check and its driver call (those in flight finish
+    /// first; later ones are refused). Undone by [`Context::capture_ended`].
+    pub(crate) fn capture_beginning(&self) {
+        let _exclusive = self.sync_gate.write().unwrap_or_else(|p| p.into_inner());
+        self.captures
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// A capture counted by [`Context::capture_beginning`] has ended, or
+    /// failed to begin.
+    pub(crate) fn capture_ended(&self) {
+        self.captures
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// `Err` naming `operation` while a capture is open in this context.

@@ -97,9 +97,12 @@ impl Stream {
         let ctx = self.context();
         ctx.bind()?;
         let id = NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed);
+        // Counted before the driver begins it: a context synchronization
+        // from then on is refused instead of invalidating the capture.
+        ctx.capture_beginning();
         // Exclusively: every eager enqueue in flight finishes first, and
         // none can start until the flag says "capturing".
-        self.enter_capture("Stream::begin_capture", || {
+        let entered = self.enter_capture("Stream::begin_capture", || {
             if self
                 .capture
                 .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
@@ -136,8 +139,11 @@ impl Stream {
                 return Err(err);
             }
             Ok(())
-        })?;
-        ctx.captures.fetch_add(1, Ordering::AcqRel);
+        });
+        if let Err(err) = entered {
+            ctx.capture_ended();
+            return Err(err);
+        }
         tracing::debug!(stream = self.id(), capture = id, "stream capture begun");
         Ok(Capture {
             origin: self.to_arc(),
@@ -401,7 +407,7 @@ impl Capture {
             member.stream.order.leave_capture();
             member.stream.capture.store(0, Ordering::Release);
         }
-        ctx.captures.fetch_sub(1, Ordering::AcqRel);
+        ctx.capture_ended();
         tracing::debug!(
             stream = self.origin.id(),
             capture = self.id,
