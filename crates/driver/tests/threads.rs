@@ -133,3 +133,37 @@ fn context_synchronize_never_invalidates_a_capture_begun_on_another_thread() {
         assert_eq!(ran + refused, rounds);
     });
 }
+
+/// One thread captures and ends graphs on a stream while another
+/// synchronizes that stream: each synchronize waits or is refused, and
+/// never lands inside a capture that began after its check.
+#[test]
+fn stream_synchronize_never_invalidates_a_capture_begun_on_another_thread() {
+    let _serial = support::serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let buffer = Arc::new(DeviceBuffer::<u32>::new(&ctx, 64).unwrap());
+    let rounds = 2_000;
+    std::thread::scope(|scope| {
+        let syncing = scope.spawn(|| {
+            let (mut ran, mut refused) = (0, 0);
+            for _ in 0..rounds {
+                match stream.synchronize() {
+                    Ok(()) => ran += 1,
+                    Err(cuda_streams_driver::Error::StreamCapturing { .. }) => refused += 1,
+                    Err(other) => panic!("synchronize failed: {other}"),
+                }
+            }
+            (ran, refused)
+        });
+        for round in 0..rounds {
+            let mut capture = stream.begin_capture().unwrap();
+            capture.memset_u8(&stream, &buffer, 1).unwrap();
+            if let Err(err) = capture.end() {
+                panic!("capture {round} failed: {err}");
+            }
+        }
+        let (ran, refused) = syncing.join().unwrap();
+        assert_eq!(ran + refused, rounds);
+    });
+}

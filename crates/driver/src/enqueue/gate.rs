@@ -105,6 +105,18 @@ impl Stream {
         })
     }
 
+    /// [`Stream::enqueue_gate`] for a call that adds no work to the stream
+    /// but must not run while it captures (a synchronization, which would
+    /// invalidate the capture): held from the check through the call, so
+    /// that a capture begun on another thread waits for it.
+    #[inline]
+    pub(crate) fn hold_out_of_captures(&self, operation: &'static str) -> Result<EnqueueGate<'_>> {
+        let mut gate = self.enqueue_gate(operation)?;
+        // Nothing is enqueued: the stream's latest mark still covers its end.
+        gate.latest = None;
+        Ok(gate)
+    }
+
     /// The gate as an event's record or wait passes it: without holding it,
     /// and never refused. In a capture a record or a wait is an edge of the
     /// graph, which CUDA allows, and it keeps no resource that a replay

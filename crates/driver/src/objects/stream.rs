@@ -294,7 +294,9 @@ impl Stream {
     /// A callback of the stream that panicked and was not reported yet makes
     /// it return [`Error::CallbackPanicked`] once (see [`Stream::add_callback`]).
     pub fn synchronize(&self) -> Result<()> {
-        self.refuse_if_capturing("Stream::synchronize")?;
+        // Held through the driver call: a capture begun meanwhile on another
+        // thread would be invalidated by it.
+        let _out_of_captures = self.hold_out_of_captures("Stream::synchronize")?;
         self.ctx.bind()?;
         let point = crate::enqueue::order::stream_point(self);
         // SAFETY: the stream is live; the context is current.
