@@ -134,11 +134,11 @@ fn context_synchronize_never_invalidates_a_capture_begun_on_another_thread() {
     });
 }
 
-/// One thread captures and ends graphs on a stream while another
-/// synchronizes that stream: each synchronize waits or is refused, and
-/// never lands inside a capture that began after its check.
+/// One thread captures and ends graphs on a stream while another queries
+/// and synchronizes that stream: each call waits or is refused, and never
+/// lands inside a capture that began after its check.
 #[test]
-fn stream_synchronize_never_invalidates_a_capture_begun_on_another_thread() {
+fn stream_query_and_synchronize_never_invalidate_a_capture_begun_on_another_thread() {
     let _serial = support::serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
@@ -148,7 +148,9 @@ fn stream_synchronize_never_invalidates_a_capture_begun_on_another_thread() {
         let syncing = scope.spawn(|| {
             let (mut ran, mut refused) = (0, 0);
             for _ in 0..rounds {
-                match stream.synchronize() {
+                // A query and a synchronize, each waiting or refused.
+                let polled = stream.query().map(drop);
+                match polled.and_then(|()| stream.synchronize()) {
                     Ok(()) => ran += 1,
                     Err(cuda_streams_driver::Error::StreamCapturing { .. }) => refused += 1,
                     Err(other) => panic!("synchronize failed: {other}"),

@@ -278,7 +278,8 @@ impl Stream {
     /// Refused ([`Error::StreamCapturing`]) while the stream is being captured
     /// into a graph, as is [`Stream::synchronize`].
     pub fn query(&self) -> Result<bool> {
-        self.refuse_if_capturing("Stream::query")?;
+        // Held through the driver call, as in `synchronize`.
+        let _out_of_captures = self.hold_out_of_captures("Stream::query")?;
         self.ctx.bind()?;
         let point = crate::enqueue::order::stream_point(self);
         // SAFETY: the stream is live; the context is current.
