@@ -98,74 +98,61 @@ fn threads_read_a_shared_buffer_on_their_own_streams() {
     assert!(sums.iter().all(|&s| s == want), "{sums:?} != {want}");
 }
 
-/// One thread captures and ends graphs while another synchronizes the
-/// context: each synchronize either runs while no capture is open or is
-/// refused, and never lands inside a capture (which would invalidate it,
-/// as on a GPU). Between `Context::synchronize`'s check for open captures
-/// and its driver call, a capture must not begin.
+/// `ROUNDS` captures begun and ended on `stream` on this thread while
+/// another thread makes `call` as often: each call runs or is refused
+/// (`refused` says which errors are refusals), and no capture fails, as a
+/// call landing inside one would make it (on a GPU too).
+fn captures_against(
+    stream: &Stream,
+    call: impl Fn() -> cuda_streams_driver::Result<()> + Sync,
+    refused: impl Fn(&cuda_streams_driver::Error) -> bool + Sync,
+) {
+    const ROUNDS: usize = 2_000;
+    let buffer = Arc::new(DeviceBuffer::<u32>::new(stream.context(), 64).unwrap());
+    std::thread::scope(|scope| {
+        let calling = scope.spawn(|| {
+            for _ in 0..ROUNDS {
+                match call() {
+                    Err(err) if !refused(&err) => panic!("the call failed: {err}"),
+                    _ => {}
+                }
+            }
+        });
+        for round in 0..ROUNDS {
+            let mut capture = stream.begin_capture().unwrap();
+            capture.memset_u8(stream, &buffer, 1).unwrap();
+            if let Err(err) = capture.end() {
+                panic!("capture {round} failed: {err}");
+            }
+        }
+        calling.join().unwrap();
+    });
+}
+
+/// Between `Context::synchronize`'s check for open captures and its driver
+/// call, no capture may begin on another thread.
 #[test]
 fn context_synchronize_never_invalidates_a_capture_begun_on_another_thread() {
     let _serial = support::serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let buffer = Arc::new(DeviceBuffer::<u32>::new(&ctx, 64).unwrap());
-    let rounds = 2_000;
-    std::thread::scope(|scope| {
-        let syncing = scope.spawn(|| {
-            let (mut ran, mut refused) = (0, 0);
-            for _ in 0..rounds {
-                match ctx.synchronize() {
-                    Ok(()) => ran += 1,
-                    Err(cuda_streams_driver::Error::ContextCapturing { .. }) => refused += 1,
-                    Err(other) => panic!("synchronize failed: {other}"),
-                }
-            }
-            (ran, refused)
-        });
-        for round in 0..rounds {
-            let mut capture = stream.begin_capture().unwrap();
-            capture.memset_u8(&stream, &buffer, 1).unwrap();
-            if let Err(err) = capture.end() {
-                panic!("capture {round} failed: {err}");
-            }
-        }
-        let (ran, refused) = syncing.join().unwrap();
-        assert_eq!(ran + refused, rounds);
-    });
+    captures_against(
+        &stream,
+        || ctx.synchronize(),
+        |err| matches!(err, cuda_streams_driver::Error::ContextCapturing { .. }),
+    );
 }
 
-/// One thread captures and ends graphs on a stream while another queries
-/// and synchronizes that stream: each call waits or is refused, and never
-/// lands inside a capture that began after its check.
+/// Nor between `Stream::query`'s or `Stream::synchronize`'s check and
+/// theirs, on their own stream.
 #[test]
 fn stream_query_and_synchronize_never_invalidate_a_capture_begun_on_another_thread() {
     let _serial = support::serial();
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let buffer = Arc::new(DeviceBuffer::<u32>::new(&ctx, 64).unwrap());
-    let rounds = 2_000;
-    std::thread::scope(|scope| {
-        let syncing = scope.spawn(|| {
-            let (mut ran, mut refused) = (0, 0);
-            for _ in 0..rounds {
-                // A query and a synchronize, each waiting or refused.
-                let polled = stream.query().map(drop);
-                match polled.and_then(|()| stream.synchronize()) {
-                    Ok(()) => ran += 1,
-                    Err(cuda_streams_driver::Error::StreamCapturing { .. }) => refused += 1,
-                    Err(other) => panic!("synchronize failed: {other}"),
-                }
-            }
-            (ran, refused)
-        });
-        for round in 0..rounds {
-            let mut capture = stream.begin_capture().unwrap();
-            capture.memset_u8(&stream, &buffer, 1).unwrap();
-            if let Err(err) = capture.end() {
-                panic!("capture {round} failed: {err}");
-            }
-        }
-        let (ran, refused) = syncing.join().unwrap();
-        assert_eq!(ran + refused, rounds);
-    });
+    captures_against(
+        &stream,
+        || stream.query().and_then(|_| stream.synchronize()),
+        |err| matches!(err, cuda_streams_driver::Error::StreamCapturing { .. }),
+    );
 }
