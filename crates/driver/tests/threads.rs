@@ -156,3 +156,39 @@ fn stream_query_and_synchronize_never_invalidate_a_capture_begun_on_another_thre
         |err| matches!(err, cuda_streams_driver::Error::StreamCapturing { .. }),
     );
 }
+
+/// A module dropped while a capture is open in its context does not
+/// synchronize the context (that would invalidate the capture): it stays
+/// loaded until the context's next synchronization, then is unloaded.
+#[test]
+fn a_module_dropped_during_a_capture_is_unloaded_after_the_next_synchronize() {
+    let _serial = support::serial();
+    let ctx = ctx();
+    if ctx.is_gpu() {
+        eprintln!("skipped on the GPU: it asks the driver about an unloaded module's handle");
+        return;
+    }
+    let stream = Stream::new(&ctx).unwrap();
+    let buffer = Arc::new(DeviceBuffer::<u32>::new(&ctx, 64).unwrap());
+    let module = cuda_streams_driver::Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
+    let raw = module.as_raw();
+    let loaded = || {
+        let mut function = std::ptr::null_mut();
+        // SAFETY: the software driver looks the handle up in its registry
+        // and answers for a stale one; the name is a NUL-terminated string.
+        let code =
+            unsafe { (ctx.driver().cuModuleGetFunction)(&mut function, raw, c"fill_u32".as_ptr()) };
+        code == sys::CUresult::CUDA_SUCCESS
+    };
+    let mut capture = stream.begin_capture().unwrap();
+    capture.memset_u8(&stream, &buffer, 1).unwrap();
+    drop(module);
+    assert!(
+        loaded(),
+        "unloading now would have synchronized the context"
+    );
+    capture.end().expect("the capture was not invalidated");
+    assert!(loaded(), "nothing has synchronized the context yet");
+    ctx.synchronize().unwrap();
+    assert!(!loaded(), "unloaded by the synchronize");
+}

@@ -415,9 +415,19 @@ impl Drop for Module {
         // Kernels launched from this module may still be queued; unloading the
         // code under them is not something CUDA promises to wait for. Modules
         // are dropped rarely, so wait for the context (binding it first).
-        if let Err(err) = self.ctx.synchronize() {
-            tracing::warn!("leaking module {:p}: {err}", self.raw);
-            return;
+        match self.ctx.synchronize() {
+            Ok(()) => {}
+            // The synchronization would invalidate the capture: the context
+            // unloads the module after its next one.
+            Err(Error::ContextCapturing { .. }) => {
+                tracing::debug!("module {:p} unloaded after the open captures", self.raw);
+                self.ctx.defer_unload(self.raw);
+                return;
+            }
+            Err(err) => {
+                tracing::warn!("leaking module {:p}: {err}", self.raw);
+                return;
+            }
         }
         let what = format_args!("module {:p}", self.raw);
         self.ctx.release_in_drop(what, "unloading", |driver| {

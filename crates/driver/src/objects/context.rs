@@ -131,6 +131,10 @@ pub struct Context {
     /// `captures`: a capture never begins between the two, where the
     /// synchronization would invalidate it.
     sync_gate: std::sync::RwLock<()>,
+    /// Modules dropped while a capture was open here (`CUmodule`s, as
+    /// addresses): unloaded after the next successful
+    /// [`Context::synchronize`], when no kernel of theirs can still run.
+    deferred_unloads: Mutex<Vec<usize>>,
     /// The stream-order policy and the accesses to this context's memory.
     pub(crate) order: crate::enqueue::order::ContextOrder,
 }
@@ -342,6 +346,7 @@ impl Context {
             peers: Mutex::default(),
             captures: std::sync::atomic::AtomicUsize::new(0),
             sync_gate: std::sync::RwLock::new(()),
+            deferred_unloads: Mutex::default(),
             order: crate::enqueue::order::ContextOrder::new(policy),
         };
         ctx.bind()?;
@@ -464,7 +469,39 @@ impl Context {
         self.refuse_during_capture("Context::synchronize")?;
         self.bind()?;
         // SAFETY: no arguments; the context is current.
-        self.check(unsafe { (self.driver.table.cuCtxSynchronize)() })
+        self.check(unsafe { (self.driver.table.cuCtxSynchronize)() })?;
+        self.unload_deferred();
+        Ok(())
+    }
+
+    /// Unload `module` once the context can be synchronized (see
+    /// `deferred_unloads`): a module dropped while a capture is open here,
+    /// where a synchronization would invalidate the capture.
+    pub(crate) fn defer_unload(&self, module: sys::CUmodule) {
+        self.deferred_unloads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(module as usize);
+    }
+
+    /// Unload the deferred modules; the context was just synchronized, and
+    /// no handle to them is left (their `Module`s are gone), so no kernel
+    /// of theirs runs or can be launched.
+    fn unload_deferred(&self) {
+        let modules = std::mem::take(
+            &mut *self
+                .deferred_unloads
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for module in modules {
+            let raw = module as sys::CUmodule;
+            self.release_in_drop(format_args!("module {raw:p}"), "unloading", |driver| {
+                // SAFETY: a module whose `Module` was dropped (it handed its
+                // handle over instead of unloading it), unloaded once here.
+                unsafe { (driver.cuModuleUnload)(raw) }
+            });
+        }
     }
 
     /// Count a capture about to begin, once no [`Context::synchronize`] is
