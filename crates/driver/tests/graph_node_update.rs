@@ -313,9 +313,92 @@ fn a_buffer_the_graph_reads_and_a_node_now_writes_is_counted_once_per_node() {
     assert_eq!(shared.to_vec(&stream).unwrap(), vec![21.0; N]);
     assert_eq!(out_y.to_vec(&stream).unwrap(), vec![10.0; N]);
     let kept = Arc::strong_count(&shared);
-    exec.set_args(&x, &args(1.0, &shared, &out_x)).unwrap();
+    exec.set_args(&x, &args(1.0, &other, &out_x)).unwrap();
     assert!(
         Arc::strong_count(&shared) < kept,
-        "no node writes it any more: only the graph keeps it"
+        "no node was set to it any more: only the graph keeps it"
     );
+}
+
+/// Ping-pong: a node moved off the buffer it was captured with no longer
+/// orders that buffer, so another stream may use it meanwhile; moved back,
+/// it does again.
+#[test]
+fn a_buffer_a_node_was_moved_off_is_free_for_other_streams() {
+    let _serial = serial();
+    let ctx = Context::new(0).unwrap();
+    let before = ctx.ordering();
+    ctx.set_ordering(OrderPolicy::Check).unwrap();
+    let (stream, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let saxpy = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let (ping, pong) = (
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+    );
+    let (mut exec, node) = one_fill(&stream, &fill, 1.0, &ping);
+    exec.set_args(&node, &fill_args(2.0, &pong)).unwrap();
+
+    // `other` reads `ping`, held behind a gate so that it has certainly
+    // not finished.
+    let mut sink = DeviceBuffer::<f32>::new(&ctx, N).unwrap();
+    let gate = Gate::close_within(&other, GATE_LIMIT);
+    let read_ping = [
+        KernelArg::from(N as u64),
+        1.0f32.into(),
+        KernelArg::from(&*ping),
+        KernelArg::from(&mut sink),
+    ];
+    other.launch(&saxpy, cfg(), &read_ping).unwrap();
+    exec.launch(&stream)
+        .expect("the replay writes pong only: no race with ping's reader");
+    exec.set_args(&node, &fill_args(3.0, &ping)).unwrap();
+    let err = exec.launch(&stream).unwrap_err();
+    assert!(matches!(err, Error::UnorderedAccess(_)), "{err:?}");
+    gate.open();
+    stream.wait_event(&other.mark().unwrap()).unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(ping.to_vec(&stream).unwrap(), vec![3.0; N]);
+    assert_eq!(pong.to_vec(&stream).unwrap(), vec![2.0; N]);
+    ctx.set_ordering(before).unwrap();
+}
+
+/// After an update from another graph, the instance's buffers are that
+/// graph's, which a node of the first graph cannot be matched against: a
+/// node set then leaves every one of them ordered.
+#[test]
+fn after_an_update_setting_a_node_orders_the_graphs_buffers_still() {
+    let _serial = serial();
+    let ctx = Context::new(0).unwrap();
+    let before = ctx.ordering();
+    ctx.set_ordering(OrderPolicy::Check).unwrap();
+    let (stream, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let saxpy = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
+    let (ping, pong) = (
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
+    );
+    let (mut exec, node) = one_fill(&stream, &fill, 1.0, &ping);
+    let mut capture = stream.begin_capture().unwrap();
+    capture
+        .launch(&stream, &fill, cfg(), &fill_args(4.0, &ping))
+        .unwrap();
+    exec.update(&capture.end().unwrap()).unwrap();
+    exec.set_args(&node, &fill_args(2.0, &pong)).unwrap();
+
+    let mut sink = DeviceBuffer::<f32>::new(&ctx, N).unwrap();
+    let gate = Gate::close_within(&other, GATE_LIMIT);
+    let read_ping = [
+        KernelArg::from(N as u64),
+        1.0f32.into(),
+        KernelArg::from(&*ping),
+        KernelArg::from(&mut sink),
+    ];
+    other.launch(&saxpy, cfg(), &read_ping).unwrap();
+    let err = exec.launch(&stream).unwrap_err();
+    assert!(matches!(err, Error::UnorderedAccess(_)), "{err:?}");
+    gate.open();
+    other.synchronize().unwrap();
+    ctx.set_ordering(before).unwrap();
 }

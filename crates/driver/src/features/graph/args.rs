@@ -244,6 +244,11 @@ pub(super) struct Resources {
     pub(super) capture: u64,
     /// Buffers and whether some node writes them.
     pub(super) buffers: Vec<(Arc<dyn Kept>, bool)>,
+    /// For each of `buffers`, how many uses of it the nodes make: reads,
+    /// writes (a conditional body's uses count once). What an instance
+    /// subtracts a node's captured uses from when the node is set to other
+    /// buffers (`node_args`).
+    pub(super) counts: Vec<(u32, u32)>,
     /// Host buffers of copies, and whether a copy writes them.
     pub(super) hosts: Vec<(Arc<dyn KeptHost>, bool)>,
     pub(super) kernels: Vec<Kernel>,
@@ -289,13 +294,26 @@ impl Resources {
             // Allocated and freed by the graph itself.
             return;
         }
-        match self
+        let index = match self
             .buffers
-            .iter_mut()
-            .find(|(kept, _)| Arc::ptr_eq(kept, memory))
+            .iter()
+            .position(|(kept, _)| Arc::ptr_eq(kept, memory))
         {
-            Some((_, write)) => *write |= writable,
-            None => self.buffers.push((Arc::clone(memory), writable)),
+            Some(index) => {
+                self.buffers[index].1 |= writable;
+                index
+            }
+            None => {
+                self.buffers.push((Arc::clone(memory), writable));
+                self.counts.push((0, 0));
+                self.buffers.len() - 1
+            }
+        };
+        let (reads, writes) = &mut self.counts[index];
+        if writable {
+            *writes += 1;
+        } else {
+            *reads += 1;
         }
     }
 

@@ -275,13 +275,10 @@ impl GraphExec {
             });
         }
         let devices = self
-            .resources
-            .buffers
-            .iter()
-            .map(|(memory, write)| (memory, *write));
+            .node_args
+            .uses(&self.resources.buffers, &self.resources.counts);
         let hosts = self.resources.hosts.iter();
         let uses = devices
-            .chain(self.node_args.extra())
             .map(|(memory, write)| Use::Device(memory.as_use(), write))
             .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write)));
         stream.prepare_enqueue(uses, work)

@@ -30,6 +30,10 @@ pub struct KernelNode {
     pub(super) function: CUfunction,
     pub(super) config: LaunchConfig,
     pub(super) _partition: Option<Arc<dyn Any + Send + Sync>>,
+    /// The buffers it was captured with (keyed as `NodeArgs` keys them),
+    /// and whether it writes each: the uses of its graph's that an
+    /// instance stops ordering once the node is set to other buffers.
+    pub(super) captured: Arc<[(usize, bool)]>,
 }
 
 // SAFETY: the node and function handles are identifiers the driver accepts
@@ -71,19 +75,24 @@ impl fmt::Debug for KernelNode {
     }
 }
 
-/// What [`GraphExec::set_args`](super::GraphExec::set_args) set: each node's latest arguments, and the
-/// buffers among them that the graph's resources do not already order as
-/// this (or a stronger) use, which every launch orders as well.
+/// What [`GraphExec::set_args`](super::GraphExec::set_args) set since the
+/// instance was made or last updated from a graph, and so what its launches
+/// order: the graph's buffers (`base`, with how many uses the nodes make of
+/// each), less the captured uses of the nodes set since, plus the buffers
+/// of their new arguments. A buffer no node uses any more is not ordered;
+/// one a node was set to is, with the strongest use any node makes of it.
 #[derive(Default)]
 pub(super) struct NodeArgs {
-    /// Per node (by its handle), the buffers of its latest arguments that
-    /// were counted into `extra`, and whether as written.
+    /// Per node set (by its handle), the buffers of its latest arguments,
+    /// counted in `extra`, and whether as written.
     by_node: HashMap<usize, Vec<(usize, bool)>>,
     /// Keyed by the buffer's address in memory (the `Arc`'s).
     extra: HashMap<usize, ExtraBuffer>,
-    /// The graph's own buffers, keyed as `extra`, with whether a node
-    /// writes each: built at the first set, dropped with the rest on update.
-    base: Option<HashMap<usize, bool>>,
+    /// The graph's uses the nodes set no longer make: reads, writes.
+    removed: HashMap<usize, (u32, u32)>,
+    /// Which of the graph's buffers each key is: built at the first set,
+    /// dropped with the rest on update.
+    base: Option<HashMap<usize, usize>>,
 }
 
 struct ExtraBuffer {
@@ -92,45 +101,75 @@ struct ExtraBuffer {
     writes: u32,
 }
 
-fn key(memory: &Arc<dyn Kept>) -> usize {
+pub(super) fn key(memory: &Arc<dyn Kept>) -> usize {
     Arc::as_ptr(memory).cast::<()>() as usize
 }
 
+/// A use, counted in a (reads, writes) pair.
+fn count(pair: &mut (u32, u32), write: bool, by: i64) {
+    let slot = if write { &mut pair.1 } else { &mut pair.0 };
+    *slot = u32::try_from(i64::from(*slot) + by).unwrap_or(0);
+}
+
 impl NodeArgs {
-    /// The buffers a launch orders besides the graph's, and whether it
-    /// writes each.
-    pub(super) fn extra(&self) -> impl Iterator<Item = (&Arc<dyn Kept>, bool)> + Clone {
-        self.extra.values().map(|e| (&e.memory, e.writes > 0))
+    /// The buffers a launch orders, and whether it writes each, given the
+    /// graph's buffers and their use counts.
+    pub(super) fn uses<'a>(
+        &'a self,
+        base: &'a [(Arc<dyn Kept>, bool)],
+        counts: &'a [(u32, u32)],
+    ) -> impl Iterator<Item = (&'a Arc<dyn Kept>, bool)> + Clone + 'a {
+        let nothing_set = self.by_node.is_empty();
+        let graphs = base
+            .iter()
+            .zip(counts)
+            .filter_map(move |((memory, write), &(r, w))| {
+                if nothing_set {
+                    return Some((memory, *write));
+                }
+                let k = key(memory);
+                let (gone_r, gone_w) = self.removed.get(&k).copied().unwrap_or((0, 0));
+                let (new_r, new_w) = self.extra.get(&k).map_or((0, 0), |e| (e.reads, e.writes));
+                // More removed than counted cannot happen (a node's captured
+                // uses are among the counts); were it to, order the buffer as
+                // captured rather than drop a use.
+                let (Some(r), Some(w)) = (r.checked_sub(gone_r), w.checked_sub(gone_w)) else {
+                    return Some((memory, *write));
+                };
+                let (reads, writes) = (r + new_r, w + new_w);
+                (reads + writes > 0).then_some((memory, writes > 0))
+            });
+        let base_keys = self.base.as_ref();
+        let added = self
+            .extra
+            .values()
+            .filter(move |e| base_keys.is_none_or(|keys| !keys.contains_key(&key(&e.memory))))
+            .map(|e| (&e.memory, e.writes > 0));
+        graphs.chain(added)
     }
 
     /// `node`'s arguments are now `args`; what it had before is let go.
-    ///
-    /// Only the buffers counted into `extra` are remembered per node (none,
-    /// in the common case of new scalars with the captured buffers, which
-    /// costs no allocation); the node's kernel and function are kept by the
-    /// graph's resources, which an update replaces only together with all
-    /// of this.
+    /// `captured_in_base`: the graph's buffers are those of the graph the
+    /// node was captured in (not of one the instance was updated from),
+    /// so the node's captured uses are among their counts and come off them
+    /// the first time it is set.
     pub(super) fn replace(
         &mut self,
         base: &[(Arc<dyn Kept>, bool)],
         node: &KernelNode,
         args: &[GraphArg],
+        captured_in_base: bool,
     ) {
-        let base = self.base.get_or_insert_with(|| {
+        self.base.get_or_insert_with(|| {
             base.iter()
-                .map(|(memory, write)| (key(memory), *write))
+                .enumerate()
+                .map(|(index, (memory, _))| (key(memory), index))
                 .collect()
         });
         let mut counted = Vec::new();
         for (memory, write) in args.iter().filter_map(GraphArg::buffer) {
             if memory.graph_family().is_some() {
                 // Allocated and freed by the graph itself.
-                continue;
-            }
-            if base
-                .get(&key(memory))
-                .is_some_and(|&base_writes| base_writes || !write)
-            {
                 continue;
             }
             let entry = self
@@ -148,11 +187,12 @@ impl NodeArgs {
             }
             counted.push((key(memory), write));
         }
-        let old = if counted.is_empty() {
-            self.by_node.remove(&(node.raw as usize))
-        } else {
-            self.by_node.insert(node.raw as usize, counted)
-        };
+        let old = self.by_node.insert(node.raw as usize, counted);
+        if old.is_none() && captured_in_base {
+            for &(buffer, write) in node.captured.iter() {
+                count(self.removed.entry(buffer).or_default(), write, 1);
+            }
+        }
         for (buffer, write) in old.into_iter().flatten() {
             let Some(entry) = self.extra.get_mut(&buffer) else {
                 continue;

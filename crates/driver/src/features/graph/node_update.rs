@@ -17,7 +17,7 @@ use super::args::GraphArg;
 use super::capture::Capture;
 use super::condition_arg::check_conditions;
 use super::exec::GraphExec;
-use super::node_args::KernelNode;
+use super::node_args::{KernelNode, key};
 use crate::features::launch::{KernelArg, LaunchConfig};
 use crate::features::module::Kernel;
 use crate::ground::error::{Error, Result};
@@ -90,7 +90,14 @@ impl Capture {
             });
         };
         self.resources.updatable = true;
+        let captured = args
+            .iter()
+            .filter_map(GraphArg::buffer)
+            .filter(|(memory, _)| memory.graph_family().is_none())
+            .map(|(memory, write)| (key(memory), write))
+            .collect();
         Ok(KernelNode {
+            captured,
             raw,
             capture: self.id,
             position: self.nodes - 1,
@@ -211,7 +218,9 @@ impl GraphExec {
             (ctx.driver().cuGraphExecKernelNodeSetParams)(self.raw, node.raw, &raw_params)
         };
         ctx.check(code)?;
-        self.node_args.replace(&self.resources.buffers, node, args);
+        let captured_in_base = self.resources.capture == self.instantiated_from;
+        self.node_args
+            .replace(&self.resources.buffers, node, args, captured_in_base);
         Ok(())
     }
 }
