@@ -192,3 +192,50 @@ fn a_module_dropped_during_a_capture_is_unloaded_after_the_next_synchronize() {
     ctx.synchronize().unwrap();
     assert!(!loaded(), "unloaded by the synchronize");
 }
+
+/// A module whose unload was deferred by a capture, when its context's
+/// last handle goes before any synchronize: the context unloads it then,
+/// even though the primary context lives on (another retain of it).
+#[test]
+fn a_deferred_module_is_unloaded_when_its_context_goes() {
+    let _serial = support::serial();
+    let ctx = ctx();
+    if ctx.is_gpu() {
+        eprintln!("skipped on the GPU: it asks the driver about an unloaded module's handle");
+        return;
+    }
+    let driver = ctx.driver();
+    let mut primary = std::ptr::null_mut();
+    // SAFETY: one retain of device 0's primary context, released below.
+    let code = unsafe { (driver.cuDevicePrimaryCtxRetain)(&mut primary, 0) };
+    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
+    let module = cuda_streams_driver::Module::load(&ctx, &kernels::ELEMENTWISE).unwrap();
+    let raw = module.as_raw();
+    let loaded = || {
+        let mut function = std::ptr::null_mut();
+        // SAFETY: as in the test above: the software driver answers for a
+        // stale handle.
+        let code =
+            unsafe { (driver.cuModuleGetFunction)(&mut function, raw, c"fill_u32".as_ptr()) };
+        code == sys::CUresult::CUDA_SUCCESS
+    };
+    {
+        let stream = Stream::new(&ctx).unwrap();
+        let buffer = Arc::new(DeviceBuffer::<u32>::new(&ctx, 64).unwrap());
+        let mut capture = stream.begin_capture().unwrap();
+        capture.memset_u8(&stream, &buffer, 1).unwrap();
+        drop(module);
+        drop(capture.end().unwrap());
+    }
+    assert!(loaded(), "deferred: nothing has synchronized the context");
+    let weak = Arc::downgrade(&ctx);
+    drop(ctx);
+    if weak.upgrade().is_some() {
+        eprintln!("note: another handle of the context is alive; the unload waits for it");
+    } else {
+        assert!(!loaded(), "unloaded as the context went");
+    }
+    // SAFETY: the retain taken above, released once.
+    let code = unsafe { (driver.cuDevicePrimaryCtxRelease)(0) };
+    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
+}

@@ -663,6 +663,20 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
+        let deferred = !self
+            .deferred_unloads
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if deferred && !in_stream_callback() {
+            // Modules dropped during a capture, still loaded: the context
+            // may outlive this handle (another retain of the primary
+            // context), so unload them now, after the work (no capture can
+            // be open: a capture holds its streams, and they the context).
+            if let Err(err) = self.synchronize() {
+                tracing::warn!("leaking modules dropped during a capture: {err}");
+            }
+        }
         let release = Release {
             driver: self.driver,
             device: self.device,
