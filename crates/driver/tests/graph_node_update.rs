@@ -402,3 +402,35 @@ fn after_an_update_setting_a_node_orders_the_graphs_buffers_still() {
     other.synchronize().unwrap();
     ctx.set_ordering(before).unwrap();
 }
+
+/// A declared kernel's typed `launch_updatable`: the scalars typed, the
+/// buffers lent as graph arguments, the node set like any other.
+#[test]
+fn a_declared_kernel_captures_an_updatable_launch() {
+    let _serial = serial();
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let fill: kernels::FillF32 = cuda_streams_driver::Module::load(&ctx, &kernels::ELEMENTWISE)
+        .unwrap()
+        .kernel()
+        .expect("the image declares fill_f32");
+    let out = Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap());
+    let mut capture = stream.begin_capture().unwrap();
+    let node = fill
+        .launch_updatable(
+            &mut capture,
+            &stream,
+            cfg(),
+            N as u64,
+            1.5,
+            GraphArg::write(&out),
+        )
+        .unwrap();
+    assert_eq!(node.kernel().name(), "fill_f32");
+    let mut exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(out.to_vec(&stream).unwrap(), vec![1.5; N]);
+    exec.set_args(&node, &fill_args(2.5, &out)).unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(out.to_vec(&stream).unwrap(), vec![2.5; N]);
+}

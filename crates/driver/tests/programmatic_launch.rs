@@ -140,10 +140,17 @@ fn a_captured_programmatic_chain_replays_in_order() {
     let mut capture = stream.begin_capture().unwrap();
     for i in 0..STEPS {
         let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        let args = [N.into(), GraphArg::read(from), GraphArg::write(to)];
-        capture
-            .launch_programmatic(&stream, kernel, cfg, &args)
-            .unwrap();
+        if i % 4 < 2 {
+            let args = [N.into(), GraphArg::read(from), GraphArg::write(to)];
+            capture
+                .launch_programmatic(&stream, kernel, cfg, &args)
+                .unwrap();
+        } else {
+            // The declaration's typed launcher, the same launch.
+            let (read, write) = (GraphArg::read(from), GraphArg::write(to));
+            step.launch_captured_programmatic(&mut capture, &stream, cfg, N as u64, read, write)
+                .unwrap();
+        }
     }
     let exec = capture.end().unwrap().instantiate().unwrap();
     if let (Some(before), Some(after)) = (before, programmatic_launches(&stream)) {

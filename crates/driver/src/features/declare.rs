@@ -200,7 +200,10 @@ impl<K: GridDependencySync> Declared<K> {
 /// against the buffers' lengths before the driver sees the launch.
 /// `launch_captured` captures a launch into a [`Capture`](crate::Capture):
 /// the scalars and conditions typed, the buffers as
-/// [`GraphArg`](crate::GraphArg)s, checked when captured.
+/// [`GraphArg`](crate::GraphArg)s, checked when captured;
+/// `launch_updatable` does the same and hands back the
+/// [`KernelNode`](crate::KernelNode), whose arguments an instance can set
+/// ([`GraphExec::set_args`](crate::GraphExec::set_args)).
 ///
 /// A condition is valid only in the graph whose capture made it, so a
 /// kernel that takes one has `launch_captured` alone: no eager `launch`
@@ -270,9 +273,9 @@ impl<K: GridDependencySync> Declared<K> {
 /// `calls cudaGridDependencySynchronize;`. Its type then implements
 /// [`GridDependencySync`](crate::GridDependencySync) and has a
 /// `launch_programmatic` launcher (programmatic dependent launch,
-/// [`Stream::launch_programmatic`](crate::Stream::launch_programmatic)); a
-/// declaration without the line has neither, so it cannot be launched that
-/// way:
+/// [`Stream::launch_programmatic`](crate::Stream::launch_programmatic)),
+/// and `launch_captured_programmatic` in a capture; a declaration without
+/// the line has none of them, so it cannot be launched that way:
 ///
 /// ```
 /// use cuda_streams_driver::{DeclaredKernel, GridDependencySync, kernel};
@@ -434,14 +437,30 @@ macro_rules! kernel {
             ) -> $crate::Result<()> {
                 capture.launch(stream, self.kernel.kernel(), config, &[$($crate::GraphArg::from($xn)),*])
             }
+
+            /// [`launch_captured`](Self::launch_captured), handing back the
+            /// node, whose arguments an instance of the graph can then set
+            /// ([`Capture::launch_updatable`]($crate::Capture::launch_updatable),
+            /// [`GraphExec::set_args`]($crate::GraphExec::set_args)).
+            #[allow(clippy::too_many_arguments, dead_code)]
+            #[inline]
+            $vis fn launch_updatable(
+                &self,
+                capture: &mut $crate::Capture,
+                stream: &$crate::Stream,
+                config: $crate::LaunchConfig,
+                $($graph)*
+            ) -> $crate::Result<$crate::KernelNode> {
+                capture.launch_updatable(stream, self.kernel.kernel(), config, &[$($crate::GraphArg::from($xn)),*])
+            }
         }
 
-        $crate::kernel!(@eager [$($xk)*] [$($sync)?] [$vis] $ty {$($launch)*} {$($xn)*});
+        $crate::kernel!(@eager [$($xk)*] [$($sync)?] [$vis] $ty {$($launch)*} {$($xn)*} {$($graph)*});
     };
     // The eager launchers, for a declaration without a condition: a
     // condition is valid only in its graph's capture, so a kernel that
     // takes one has `launch_captured` alone.
-    (@eager [] $sync:tt [$vis:vis] $ty:ident {$($launch:tt)*} {$($xn:ident)*}) => {
+    (@eager [] $sync:tt [$vis:vis] $ty:ident {$($launch:tt)*} {$($xn:ident)*} $graph:tt) => {
         impl $ty {
             /// Launch on `stream` with `config`, after checking every
             /// buffer against the counts the declaration gives it.
@@ -457,7 +476,7 @@ macro_rules! kernel {
             }
         }
 
-        $crate::kernel!(@sync_launcher $sync [$vis] $ty {$($launch)*} {$($xn)*});
+        $crate::kernel!(@sync_launcher $sync [$vis] $ty {$($launch)*} {$($xn)*} $graph);
     };
     (@eager [condition $($k:ident)*] $($rest:tt)*) => {};
     (@eager [$k:ident $($more:ident)*] $($rest:tt)*) => {
@@ -471,8 +490,8 @@ macro_rules! kernel {
             ";` is not a call a declaration can state; write `calls cudaGridDependencySynchronize;`"
         ))
     };
-    (@sync_launcher [] $vis:tt $ty:ident $launch:tt $xn:tt) => {};
-    (@sync_launcher [cudaGridDependencySynchronize] [$vis:vis] $ty:ident {$($launch:tt)*} {$($xn:ident)*}) => {
+    (@sync_launcher [] $vis:tt $ty:ident $launch:tt $xn:tt $graph:tt) => {};
+    (@sync_launcher [cudaGridDependencySynchronize] [$vis:vis] $ty:ident {$($launch:tt)*} {$($xn:ident)*} {$($graph:tt)*}) => {
         // The claim is trusted only where it was promised: a module gives
         // the kernel only for an `unsafe` image or program declaration that
         // makes it too (`Module::kernel`).
@@ -494,9 +513,26 @@ macro_rules! kernel {
             ) -> $crate::Result<()> {
                 self.kernel.launch_programmatic(stream, config, &[$($crate::KernelArg::from($xn)),*])
             }
+
+            /// Capture a programmatic dependent launch on `stream` with
+            /// `config` ([`Capture::launch_programmatic`]($crate::Capture::launch_programmatic)):
+            /// in the graph, a programmatic edge from the node before it.
+            /// The arguments as [`launch_captured`](Self::launch_captured)
+            /// takes them.
+            #[allow(clippy::too_many_arguments, dead_code)]
+            #[inline]
+            $vis fn launch_captured_programmatic(
+                &self,
+                capture: &mut $crate::Capture,
+                stream: &$crate::Stream,
+                config: $crate::LaunchConfig,
+                $($graph)*
+            ) -> $crate::Result<()> {
+                capture.launch_programmatic(stream, self.kernel.kernel(), config, &[$($crate::GraphArg::from($xn)),*])
+            }
         }
     };
-    (@sync_launcher [$other:ident] $vis:tt $ty:ident $launch:tt $xn:tt) => {};
+    (@sync_launcher [$other:ident] $vis:tt $ty:ident $launch:tt $xn:tt $graph:tt) => {};
     (@param $names:ident scalar $e:ident _) => {
         $crate::sys::signature::Param::Scalar(<$e as $crate::sys::signature::ScalarType>::SCALAR)
     };
