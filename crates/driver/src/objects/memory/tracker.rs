@@ -148,9 +148,15 @@ impl UseTracker {
     /// running, with the stream's id, and forget every use: for an owner
     /// that waits for them later instead of on the host now (a pool that
     /// reuses the memory once each event has completed).
-    pub(crate) fn take_pending(&self) -> Vec<(u64, PooledEvent)> {
-        let mut inner = self.lock();
+    ///
+    /// Through `&mut self`, so no other thread holds the tracker and no lock
+    /// is taken: its owner's drop is on a pool's hit path.
+    pub(crate) fn take_pending(&mut self) -> Vec<(u64, PooledEvent)> {
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         inner.ready = None;
+        if inner.uses.is_empty() {
+            return Vec::new();
+        }
         std::mem::take(&mut inner.uses)
             .into_iter()
             .filter(|u| u.pending > Pending::Idle)
