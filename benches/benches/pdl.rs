@@ -179,6 +179,49 @@ fn eager_raw(
     })
 }
 
+/// Raw, eager, plain, through `cuLaunchKernel` (the call our plain
+/// launches make) instead of `cuLaunchKernelEx`: tells whether a gap
+/// between our plain chain and the raw one is the entry point's or ours.
+fn eager_raw_launch_kernel(
+    stream: &Stream,
+    step: &ChainStepF32,
+    chain: &Chain,
+    pair: &mut EagerPair,
+) -> f64 {
+    let d = stream.context().driver();
+    per_kernel(chain, || {
+        for k in 0..chain.kernels {
+            let (mut x, mut y) = pair.pointers(k);
+            let mut n = chain.n as u64;
+            let mut args = [
+                (&raw mut n).cast::<c_void>(),
+                (&raw mut x).cast(),
+                (&raw mut y).cast(),
+            ];
+            // SAFETY: chain_step_f32(u64 n, const f32* x, f32* y) with x
+            // and y of n floats, alive for the chain; a live stream of the
+            // current context.
+            ok(unsafe {
+                (d.cuLaunchKernel)(
+                    step.kernel().as_raw(),
+                    chain.cfg.grid_dim.0,
+                    1,
+                    1,
+                    chain.cfg.block_dim.0,
+                    1,
+                    1,
+                    0,
+                    stream.as_raw(),
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            });
+        }
+        // SAFETY: a live stream.
+        ok(unsafe { (d.cuStreamSynchronize)(stream.as_raw()) });
+    })
+}
+
 /// Ours, in a graph: the chain captured once, one replay per run.
 fn graph_ours(
     stream: &Arc<Stream>,
@@ -304,15 +347,31 @@ fn main() {
             compare(&format!("{name}_ours_vs_raw"), ours, raw);
         }
         results.push((eager.0, graph.0));
+        if !pdl {
+            let via = eager_raw_launch_kernel(&stream, &step, &chain, &mut eager_pair);
+            let name = format!("pdl/eager_plain_chain_of_{kernels}");
+            figure(
+                &format!("{name}_raw_cuLaunchKernel"),
+                via / 1e3,
+                "us/kernel",
+            );
+            compare(&format!("{name}_ours_vs_raw_cuLaunchKernel"), eager.0, via);
+        }
     }
     let (plain, pdl) = (results[0], results[1]);
     compare("pdl/eager_pdl_vs_plain_ours", pdl.0, plain.0);
     compare("pdl/graph_pdl_vs_plain_ours", pdl.1, plain.1);
     // Every step adds one to what the step before it wrote, whichever way
     // it ran: `a` holds the number of steps run on its pair (2 modes, ours
-    // and raw, `RUNS` + 1 chains each) only if every chain stayed ordered.
-    let steps = (2 * 2 * (RUNS + 1) * kernels) as f32;
-    for (name, a) in [("eager", &eager_pair.a), ("graph", &*graph_pair.a)] {
+    // and raw, `RUNS` + 1 chains each, and for the eager pair the plain
+    // chains through `cuLaunchKernel`) only if every chain stayed ordered.
+    // The eager pair ran one more set of plain chains (through
+    // `cuLaunchKernel`).
+    let chains = |sets: usize| (sets * (RUNS + 1) * kernels) as f32;
+    for (name, a, steps) in [
+        ("eager", &eager_pair.a, chains(5)),
+        ("graph", &*graph_pair.a, chains(4)),
+    ] {
         let a = a.to_vec(&stream).expect("read a");
         assert!(
             a.iter().all(|&v| v == steps),
