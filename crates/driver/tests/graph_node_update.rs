@@ -37,6 +37,88 @@ fn one_fill(
     (capture.end().unwrap().instantiate().unwrap(), node)
 }
 
+/// Under the `check` policy until dropped (the previous one put back).
+struct CheckPolicy {
+    ctx: Arc<Context>,
+    before: OrderPolicy,
+}
+
+impl CheckPolicy {
+    fn on(ctx: &Arc<Context>) -> Self {
+        let before = ctx.ordering();
+        ctx.set_ordering(OrderPolicy::Check).unwrap();
+        Self {
+            ctx: Arc::clone(ctx),
+            before,
+        }
+    }
+}
+
+impl Drop for CheckPolicy {
+    fn drop(&mut self) {
+        if let Err(err) = self.ctx.set_ordering(self.before) {
+            eprintln!("the policy could not be put back: {err}");
+        }
+    }
+}
+
+/// Two streams of `ctx`, the `fill_f32` kernel and two buffers: what the
+/// ordering tests race with each other.
+struct Race {
+    stream: Arc<Stream>,
+    other: Arc<Stream>,
+    fill: Kernel,
+    buffers: (Arc<DeviceBuffer<f32>>, Arc<DeviceBuffer<f32>>),
+}
+
+impl Race {
+    fn new(ctx: &Arc<Context>) -> Self {
+        let buffer = || Arc::new(DeviceBuffer::<f32>::new(ctx, N).unwrap());
+        Self {
+            stream: Stream::new(ctx).unwrap(),
+            other: Stream::new(ctx).unwrap(),
+            fill: kernel(ctx, &kernels::ELEMENTWISE, "fill_f32"),
+            buffers: (buffer(), buffer()),
+        }
+    }
+}
+
+/// A read of a buffer on another stream, held behind a gate so that it has
+/// certainly not finished until [`HeldReader::open`].
+struct HeldReader {
+    gate: Gate,
+    // Kept until the read has run: dropping the kernel's module would wait
+    // for the context, and so for the gate.
+    _saxpy: Kernel,
+    _sink: DeviceBuffer<f32>,
+}
+
+impl HeldReader {
+    /// `stream` reads `buffer` (a `saxpy` into a scratch buffer).
+    fn start(stream: &Stream, buffer: &DeviceBuffer<f32>) -> Self {
+        let ctx = stream.context();
+        let saxpy = kernel(ctx, &kernels::ELEMENTWISE, "saxpy");
+        let mut sink = DeviceBuffer::<f32>::new(ctx, N).unwrap();
+        let gate = Gate::close_within(stream, GATE_LIMIT);
+        let args = [
+            KernelArg::from(N as u64),
+            1.0f32.into(),
+            KernelArg::from(buffer),
+            KernelArg::from(&mut sink),
+        ];
+        stream.launch(&saxpy, cfg(), &args).unwrap();
+        Self {
+            gate,
+            _saxpy: saxpy,
+            _sink: sink,
+        }
+    }
+
+    fn open(self) {
+        self.gate.open();
+    }
+}
+
 #[test]
 fn later_replays_take_the_new_arguments_and_earlier_ones_keep_theirs() {
     // Captures are process-wide state in the software driver.
@@ -178,37 +260,25 @@ fn an_update_from_a_graph_replaces_what_was_set_and_the_nodes_stay_usable() {
 fn launches_order_the_buffers_set_on_a_node() {
     let _serial = serial();
     let ctx = Context::new(0).unwrap();
-    let before = ctx.ordering();
-    ctx.set_ordering(OrderPolicy::Check).unwrap();
-    let (stream, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
-    let (out, shared) = (
-        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
-        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
-    );
+    let _check = CheckPolicy::on(&ctx);
+    let Race {
+        stream,
+        other,
+        fill,
+        buffers: (out, shared),
+    } = Race::new(&ctx);
     let (mut exec, node) = one_fill(&stream, &fill, 1.0, &out);
     exec.set_args(&node, &fill_args(2.0, &shared)).unwrap();
 
-    // Another stream reads `shared`, held behind a gate so that it has
-    // certainly not finished: a replay writing it is a race.
-    let saxpy = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
-    let mut sink = DeviceBuffer::<f32>::new(&ctx, N).unwrap();
-    let gate = Gate::close_within(&other, GATE_LIMIT);
-    let args = [
-        KernelArg::from(N as u64),
-        1.0f32.into(),
-        KernelArg::from(&*shared),
-        KernelArg::from(&mut sink),
-    ];
-    other.launch(&saxpy, cfg(), &args).unwrap();
+    // Another stream still reads `shared`: a replay writing it is a race.
+    let reader = HeldReader::start(&other, &shared);
     let err = exec.launch(&stream).unwrap_err();
     assert!(matches!(err, Error::UnorderedAccess(_)), "{err:?}");
-    gate.open();
+    reader.open();
     // Ordered, it runs.
     stream.wait_event(&other.mark().unwrap()).unwrap();
     exec.launch(&stream).unwrap();
     assert_eq!(shared.to_vec(&stream).unwrap(), vec![2.0; N]);
-    ctx.set_ordering(before).unwrap();
 }
 
 #[test]
@@ -327,40 +397,27 @@ fn a_buffer_the_graph_reads_and_a_node_now_writes_is_counted_once_per_node() {
 fn a_buffer_a_node_was_moved_off_is_free_for_other_streams() {
     let _serial = serial();
     let ctx = Context::new(0).unwrap();
-    let before = ctx.ordering();
-    ctx.set_ordering(OrderPolicy::Check).unwrap();
-    let (stream, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
-    let saxpy = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
-    let (ping, pong) = (
-        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
-        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
-    );
+    let _check = CheckPolicy::on(&ctx);
+    let Race {
+        stream,
+        other,
+        fill,
+        buffers: (ping, pong),
+    } = Race::new(&ctx);
     let (mut exec, node) = one_fill(&stream, &fill, 1.0, &ping);
     exec.set_args(&node, &fill_args(2.0, &pong)).unwrap();
 
-    // `other` reads `ping`, held behind a gate so that it has certainly
-    // not finished.
-    let mut sink = DeviceBuffer::<f32>::new(&ctx, N).unwrap();
-    let gate = Gate::close_within(&other, GATE_LIMIT);
-    let read_ping = [
-        KernelArg::from(N as u64),
-        1.0f32.into(),
-        KernelArg::from(&*ping),
-        KernelArg::from(&mut sink),
-    ];
-    other.launch(&saxpy, cfg(), &read_ping).unwrap();
+    let reader = HeldReader::start(&other, &ping);
     exec.launch(&stream)
         .expect("the replay writes pong only: no race with ping's reader");
     exec.set_args(&node, &fill_args(3.0, &ping)).unwrap();
     let err = exec.launch(&stream).unwrap_err();
     assert!(matches!(err, Error::UnorderedAccess(_)), "{err:?}");
-    gate.open();
+    reader.open();
     stream.wait_event(&other.mark().unwrap()).unwrap();
     exec.launch(&stream).unwrap();
     assert_eq!(ping.to_vec(&stream).unwrap(), vec![3.0; N]);
     assert_eq!(pong.to_vec(&stream).unwrap(), vec![2.0; N]);
-    ctx.set_ordering(before).unwrap();
 }
 
 /// After an update from another graph, the instance's buffers are that
@@ -370,15 +427,13 @@ fn a_buffer_a_node_was_moved_off_is_free_for_other_streams() {
 fn after_an_update_setting_a_node_orders_the_graphs_buffers_still() {
     let _serial = serial();
     let ctx = Context::new(0).unwrap();
-    let before = ctx.ordering();
-    ctx.set_ordering(OrderPolicy::Check).unwrap();
-    let (stream, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
-    let saxpy = kernel(&ctx, &kernels::ELEMENTWISE, "saxpy");
-    let (ping, pong) = (
-        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
-        Arc::new(DeviceBuffer::<f32>::new(&ctx, N).unwrap()),
-    );
+    let _check = CheckPolicy::on(&ctx);
+    let Race {
+        stream,
+        other,
+        fill,
+        buffers: (ping, pong),
+    } = Race::new(&ctx);
     let (mut exec, node) = one_fill(&stream, &fill, 1.0, &ping);
     let mut capture = stream.begin_capture().unwrap();
     capture
@@ -387,20 +442,11 @@ fn after_an_update_setting_a_node_orders_the_graphs_buffers_still() {
     exec.update(&capture.end().unwrap()).unwrap();
     exec.set_args(&node, &fill_args(2.0, &pong)).unwrap();
 
-    let mut sink = DeviceBuffer::<f32>::new(&ctx, N).unwrap();
-    let gate = Gate::close_within(&other, GATE_LIMIT);
-    let read_ping = [
-        KernelArg::from(N as u64),
-        1.0f32.into(),
-        KernelArg::from(&*ping),
-        KernelArg::from(&mut sink),
-    ];
-    other.launch(&saxpy, cfg(), &read_ping).unwrap();
+    let reader = HeldReader::start(&other, &ping);
     let err = exec.launch(&stream).unwrap_err();
     assert!(matches!(err, Error::UnorderedAccess(_)), "{err:?}");
-    gate.open();
+    reader.open();
     other.synchronize().unwrap();
-    ctx.set_ordering(before).unwrap();
 }
 
 /// A declared kernel's typed `launch_updatable`: the scalars typed, the
