@@ -462,7 +462,8 @@ impl Context {
     ///
     /// Refused ([`Error::ContextCapturing`]) while a stream of this context
     /// is being captured into a graph: on a GPU the call would invalidate the
-    /// capture.
+    /// capture. A capture begun from another thread meanwhile waits for
+    /// this to return. Modules dropped during a capture are unloaded here.
     pub fn synchronize(&self) -> Result<()> {
         // The guard holds no state: a panic under it left nothing half done.
         let _no_capture_begins = self.sync_gate.read().unwrap_or_else(|p| p.into_inner());

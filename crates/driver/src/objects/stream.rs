@@ -294,6 +294,11 @@ impl Stream {
     /// Block the calling thread until all work enqueued so far has finished.
     /// A callback of the stream that panicked and was not reported yet makes
     /// it return [`Error::CallbackPanicked`] once (see [`Stream::add_callback`]).
+    ///
+    /// Refused ([`Error::StreamCapturing`]) while the stream captures; a
+    /// capture begun on it from another thread meanwhile waits for this to
+    /// return (synchronizing a capturing stream would invalidate the
+    /// capture).
     pub fn synchronize(&self) -> Result<()> {
         // Held through the driver call: a capture begun meanwhile on another
         // thread would be invalidated by it.
