@@ -1,7 +1,9 @@
-//! Launch configuration, typed kernel arguments, and launching on a stream.
+//! Typed kernel arguments and launching on a stream (the configuration
+//! is `launch_config`'s).
 
 use crate::enqueue::protocol::{Use, Work};
 use crate::features::graph::refuse_eager_conditions;
+pub use crate::features::launch_config::LaunchConfig;
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;
 use crate::ground::arg_kind::ArgKind;
@@ -12,75 +14,6 @@ use std::ffi::c_void;
 use std::fmt;
 use sys::CUdeviceptr;
 use sys::signature::{Access, Extent, Param, Scalar};
-
-/// Grid and block shape of a launch, with dynamic shared memory.
-///
-/// ```
-/// use cuda_streams_driver::LaunchConfig;
-/// let cfg = LaunchConfig::for_num_elems(1000);
-/// assert_eq!((cfg.grid_dim, cfg.block_dim), ((4, 1, 1), (256, 1, 1)));
-/// assert!(cfg.validate().is_ok());
-/// let too_big = LaunchConfig { block_dim: (64, 32, 1), ..cfg };
-/// assert!(too_big.validate().unwrap_err().to_string().contains("2048"));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LaunchConfig {
-    /// Blocks in the grid (x, y, z).
-    pub grid_dim: (u32, u32, u32),
-    /// Threads in a block (x, y, z); at most 1024 in all.
-    pub block_dim: (u32, u32, u32),
-    /// Dynamic shared memory per block, in bytes.
-    pub shared_mem_bytes: u32,
-}
-
-impl LaunchConfig {
-    /// The most threads a block may have on every supported GPU.
-    pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
-    /// The block size `for_num_elems` uses.
-    pub const DEFAULT_BLOCK: u32 = 256;
-
-    /// One thread per element in blocks of 256 (at least one block, so the
-    /// kernel must check its bounds).
-    pub fn for_num_elems(n: u32) -> Self {
-        Self {
-            grid_dim: (n.div_ceil(Self::DEFAULT_BLOCK).max(1), 1, 1),
-            block_dim: (Self::DEFAULT_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        }
-    }
-
-    /// Reject zero dimensions, blocks over 1024 threads, and grids beyond the
-    /// hardware's limits (x < 2^31, y and z <= 65535), naming the value.
-    pub fn validate(&self) -> Result<()> {
-        let invalid = |reason: String| Err(Error::InvalidLaunchConfig { reason });
-        let (bx, by, bz) = self.block_dim;
-        let (gx, gy, gz) = self.grid_dim;
-        if bx == 0 || by == 0 || bz == 0 {
-            return invalid(format!(
-                "block_dim {:?} has a zero dimension",
-                self.block_dim
-            ));
-        }
-        let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
-        if threads > u64::from(Self::MAX_THREADS_PER_BLOCK) {
-            return invalid(format!(
-                "block_dim {:?} has {threads} threads; a block may have at most {}",
-                self.block_dim,
-                Self::MAX_THREADS_PER_BLOCK
-            ));
-        }
-        if gx == 0 || gy == 0 || gz == 0 {
-            return invalid(format!("grid_dim {:?} has a zero dimension", self.grid_dim));
-        }
-        if gx > i32::MAX as u32 || gy > 65_535 || gz > 65_535 {
-            return invalid(format!(
-                "grid_dim {:?} exceeds the limits (2^31 - 1, 65535, 65535)",
-                self.grid_dim
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// An argument's value: what a launch passes for it. Captured launches
 /// keep their scalars as these (`graph::GraphArg`).
@@ -249,7 +182,7 @@ impl KernelArg<'_> {
     }
 
     /// Where the value lives, as `cuLaunchKernel` wants it.
-    pub(crate) fn param(&self) -> *mut c_void {
+    fn param(&self) -> *mut c_void {
         let ptr: *const c_void = match &self.value {
             ArgValue::U8(v) => (v as *const u8).cast(),
             ArgValue::U32(v) => (v as *const u32).cast(),
@@ -531,23 +464,7 @@ pub(crate) unsafe fn launch_raw(
     args: &[KernelArg<'_>],
     programmatic: bool,
 ) -> sys::CUresult {
-    {
-        let mut inline = [std::ptr::null_mut::<c_void>(); INLINE_ARGS];
-        let mut spilled = Vec::new();
-        let params: &mut [*mut c_void] = if args.len() <= INLINE_ARGS {
-            for (slot, arg) in inline.iter_mut().zip(args) {
-                *slot = arg.param();
-            }
-            &mut inline[..args.len()]
-        } else {
-            spilled.extend(args.iter().map(KernelArg::param));
-            &mut spilled
-        };
-        let params_ptr = if params.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            params.as_mut_ptr()
-        };
+    with_kernel_params(args, |params_ptr| {
         if programmatic {
             // SAFETY: as below, the arguments laid out the same way.
             return unsafe {
@@ -556,27 +473,53 @@ pub(crate) unsafe fn launch_raw(
         }
         let (gx, gy, gz) = config.grid_dim;
         let (bx, by, bz) = config.block_dim;
-        {
-            // SAFETY: `params[i]` points at argument i's value inside `args`, alive
-            // for this call (the driver copies them); the function is alive
-            // (the caller's contract); the rest is the caller's contract too.
-            unsafe {
-                (driver.cuLaunchKernel)(
-                    function,
-                    gx,
-                    gy,
-                    gz,
-                    bx,
-                    by,
-                    bz,
-                    config.shared_mem_bytes,
-                    stream,
-                    params_ptr,
-                    std::ptr::null_mut(),
-                )
-            }
+        // SAFETY: `params_ptr[i]` points at argument i's value inside `args`,
+        // alive for this call (the driver copies them); the function is
+        // alive (the caller's contract); the rest is the caller's contract
+        // too.
+        unsafe {
+            (driver.cuLaunchKernel)(
+                function,
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                config.shared_mem_bytes,
+                stream,
+                params_ptr,
+                std::ptr::null_mut(),
+            )
         }
-    }
+    })
+}
+
+/// `args` as the driver's `kernelParams` (a pointer to each argument's value
+/// inside `args`; null for none), handed to `call`: on the stack for up to
+/// [`INLINE_ARGS`] arguments, so a launch allocates nothing.
+#[inline]
+pub(crate) fn with_kernel_params<R>(
+    args: &[KernelArg<'_>],
+    call: impl FnOnce(*mut *mut c_void) -> R,
+) -> R {
+    let mut inline = [std::ptr::null_mut::<c_void>(); INLINE_ARGS];
+    let mut spilled = Vec::new();
+    let params: &mut [*mut c_void] = if args.len() <= INLINE_ARGS {
+        for (slot, arg) in inline.iter_mut().zip(args) {
+            *slot = arg.param();
+        }
+        &mut inline[..args.len()]
+    } else {
+        spilled.extend(args.iter().map(KernelArg::param));
+        &mut spilled
+    };
+    let params_ptr = if params.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        params.as_mut_ptr()
+    };
+    call(params_ptr)
 }
 
 impl Kernel {

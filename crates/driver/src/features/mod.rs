@@ -1,6 +1,7 @@
 //! The features: what users do with streams, built on the enqueue protocol.
 //!
-//! Copies, memsets and prefetches ([`copy`]), launches ([`launch`]),
+//! Copies, memsets and prefetches ([`copy`]), launches ([`launch`], their
+//! shape in [`launch_config`]),
 //! programmatic dependent launches ([`dependent_launch`]) and kernel
 //! declarations ([`declare`]), loaded modules ([`module`]), run-time
 //! compilation with NVRTC ([`program`]), host callbacks ([`callback`]),
@@ -24,6 +25,7 @@ pub mod interop;
 pub(crate) mod ipc;
 pub(crate) mod kernel_decl;
 pub(crate) mod launch;
+pub(crate) mod launch_config;
 pub(crate) mod module;
 pub(crate) mod partition_function;
 pub(crate) mod partition_load;

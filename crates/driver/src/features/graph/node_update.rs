@@ -18,11 +18,10 @@ use super::capture::Capture;
 use super::condition_arg::check_conditions;
 use super::exec::GraphExec;
 use super::node_args::{KernelNode, key};
-use crate::features::launch::{KernelArg, LaunchConfig};
+use crate::features::launch::{KernelArg, LaunchConfig, with_kernel_params};
 use crate::features::module::Kernel;
 use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
-use std::ffi::c_void;
 use sys::CUDA_KERNEL_NODE_PARAMS;
 
 /// The arguments a set takes without allocating.
@@ -178,20 +177,9 @@ impl GraphExec {
         node.kernel.check_args(lent)?;
         // A condition means something only to the graph that made it.
         check_conditions(node.capture, &node.kernel, args)?;
-        let mut inline_params = [std::ptr::null_mut::<c_void>(); INLINE];
-        let mut spilled_params = Vec::new();
-        let params: &mut [*mut c_void] = if lent.len() <= INLINE {
-            for (slot, arg) in inline_params.iter_mut().zip(lent) {
-                *slot = arg.param();
-            }
-            &mut inline_params[..lent.len()]
-        } else {
-            spilled_params.extend(lent.iter().map(KernelArg::param));
-            &mut spilled_params
-        };
         let (gx, gy, gz) = config.grid_dim;
         let (bx, by, bz) = config.block_dim;
-        let raw_params = CUDA_KERNEL_NODE_PARAMS {
+        let node_params = |kernel_params| CUDA_KERNEL_NODE_PARAMS {
             func: node.function,
             gridDimX: gx,
             gridDimY: gy,
@@ -200,11 +188,7 @@ impl GraphExec {
             blockDimY: by,
             blockDimZ: bz,
             sharedMemBytes: config.shared_mem_bytes,
-            kernelParams: if params.is_empty() {
-                std::ptr::null_mut()
-            } else {
-                params.as_mut_ptr()
-            },
+            kernelParams: kernel_params,
             ..Default::default()
         };
         ctx.bind()?;
@@ -214,9 +198,13 @@ impl GraphExec {
         // argument matches the kernel's signature (checked above) and points
         // at a value inside `lent`, alive for the call (the driver copies
         // them); the buffers are kept alive below for every later replay.
-        let code = unsafe {
-            (ctx.driver().cuGraphExecKernelNodeSetParams)(self.raw, node.raw, &raw_params)
-        };
+        let code = with_kernel_params(lent, |kernel_params| unsafe {
+            (ctx.driver().cuGraphExecKernelNodeSetParams)(
+                self.raw,
+                node.raw,
+                &node_params(kernel_params),
+            )
+        });
         ctx.check(code)?;
         let captured_in_base = self.resources.capture == self.instantiated_from;
         self.node_args
