@@ -8,7 +8,8 @@
 //! longer wordings in `error_text`) with the
 //! plain values its messages name ([`arch`], [`arg_kind`], [`race`],
 //! [`order_policy`]), the loom shim that the atomic protocols are built
-//! from ([`sync`]), and how byte counts and durations print ([`units`]).
+//! from ([`sync`]), how byte counts and durations print ([`units`]), and
+//! the hasher of maps keyed by ids and addresses ([`id_hash`]).
 //!
 //! What it may import: `sys`, `soft_driver` and the standard library. Nothing
 //! here names a context, a stream or anything built on them, so any file
@@ -20,6 +21,7 @@ pub(crate) mod callback_thread;
 pub(crate) mod driver_calls;
 pub(crate) mod error;
 mod error_text;
+pub(crate) mod id_hash;
 pub(crate) mod loaded_driver;
 pub(crate) mod order_policy;
 pub(crate) mod race;

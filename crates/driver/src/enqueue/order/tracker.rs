@@ -11,9 +11,9 @@
 use super::clock::{Agent, Knows};
 use super::stats::OrderStats;
 use super::touch::Touch;
+use crate::ground::id_hash::IdMap;
 use crate::objects::stream::Stream;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
 /// An access by one operation, and how a report names it. Small and free of
@@ -46,32 +46,6 @@ impl Access {
     }
 }
 
-/// Hashes a stream id (a small counter) or an address with one
-/// multiplication and a fold: the default SipHash costs more than the rest
-/// of a lookup.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        // The table indexes by the low bits: fold the high ones, which
-        // depend on every bit of the key, into them (an address's own low
-        // bits are often all zero).
-        self.0 ^ (self.0 >> 32)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        // Fibonacci hashing: the high bits depend on every bit of the key.
-        self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 #[derive(Clone, Debug, Default)]
 struct Segment {
     end: u64,
@@ -92,7 +66,7 @@ pub(crate) struct Conflict<'a> {
 pub(crate) struct Shadow {
     /// The segments by start address: a range that is one whole segment is
     /// one hash lookup away.
-    segments: HashMap<u64, Segment, BuildHasherDefault<IdHasher>>,
+    segments: IdMap<u64, Segment>,
     /// Each segment's start and end, in address order: for ranges that are
     /// not one whole segment. Changed with `segments`, always.
     bounds: BTreeMap<u64, u64>,
@@ -101,7 +75,7 @@ pub(crate) struct Shadow {
     version: u64,
     /// The streams whose accesses are recorded here, for `Auto` to order a
     /// later stream after one (an access keeps only the id).
-    streams: HashMap<Agent, Weak<Stream>, BuildHasherDefault<IdHasher>>,
+    streams: IdMap<Agent, Weak<Stream>>,
     /// The table's size at which the next join sweeps out dead streams.
     sweep_at: usize,
     /// Races found and waits inserted in this context: counted under the

@@ -4,8 +4,8 @@
 use super::args::{GraphArg, Kept};
 use crate::features::launch::LaunchConfig;
 use crate::features::module::Kernel;
+use crate::ground::id_hash::IdMap;
 use std::any::Any;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use sys::{CUfunction, CUgraphNode};
@@ -85,15 +85,19 @@ impl fmt::Debug for KernelNode {
 pub(super) struct NodeArgs {
     /// Per node set (by its handle), the buffers of its latest arguments,
     /// counted in `extra`, and whether as written.
-    by_node: HashMap<usize, Vec<(usize, bool)>>,
+    by_node: IdMap<usize, NodeBuffers>,
     /// Keyed by the buffer's address in memory (the `Arc`'s).
-    extra: HashMap<usize, ExtraBuffer>,
+    extra: IdMap<usize, ExtraBuffer>,
     /// The graph's uses the nodes set no longer make: reads, writes.
-    removed: HashMap<usize, (u32, u32)>,
+    removed: IdMap<usize, (u32, u32)>,
     /// Which of the graph's buffers each key is: built at the first set,
     /// dropped with the rest on update.
-    base: Option<HashMap<usize, usize>>,
+    base: Option<IdMap<usize, usize>>,
 }
+
+/// A node's buffers, by key, and whether written: inline for the few a
+/// kernel takes, so setting a node allocates nothing.
+type NodeBuffers = smallvec::SmallVec<[(usize, bool); 4]>;
 
 struct ExtraBuffer {
     memory: Arc<dyn Kept>,
@@ -166,12 +170,25 @@ impl NodeArgs {
                 .map(|(index, (memory, _))| (key(memory), index))
                 .collect()
         });
-        let mut counted = Vec::new();
-        for (memory, write) in args.iter().filter_map(GraphArg::buffer) {
-            if memory.graph_family().is_some() {
-                // Allocated and freed by the graph itself.
-                continue;
-            }
+        // Allocated and freed by the graph itself: neither kept nor ordered.
+        let buffers = || {
+            args.iter()
+                .filter_map(GraphArg::buffer)
+                .filter(|(memory, _)| memory.graph_family().is_none())
+        };
+        let node_key = node.raw as usize;
+        if let Some(kept) = self.by_node.get(&node_key)
+            && kept
+                .iter()
+                .copied()
+                .eq(buffers().map(|(memory, write)| (key(memory), write)))
+        {
+            // New scalars on the same buffers (the common update): what is
+            // kept and ordered stays as it is.
+            return;
+        }
+        let mut counted = NodeBuffers::new();
+        for (memory, write) in buffers() {
             let entry = self
                 .extra
                 .entry(key(memory))
@@ -187,7 +204,7 @@ impl NodeArgs {
             }
             counted.push((key(memory), write));
         }
-        let old = self.by_node.insert(node.raw as usize, counted);
+        let old = self.by_node.insert(node_key, counted);
         if old.is_none() && captured_in_base {
             for &(buffer, write) in node.captured.iter() {
                 count(self.removed.entry(buffer).or_default(), write, 1);
