@@ -4,7 +4,10 @@
 
 use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
-use crate::objects::memory::{DeviceCopy, DeviceMemory, DeviceMemoryMut, UseTracker, byte_size};
+use crate::objects::memory::{
+    DeviceCopy, DeviceMemory, DeviceMemoryMut, UseTracker, byte_size, common_accessors,
+    device_to_vec,
+};
 use crate::objects::stream::Stream;
 use std::fmt;
 use std::marker::PhantomData;
@@ -212,25 +215,7 @@ impl<T: DeviceCopy> SharedDeviceBuffer<T> {
         Ok(handle)
     }
 
-    /// The number of elements (never 0).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always `false`: zero-length buffers are rejected at allocation.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The size in bytes.
-    pub fn size_in_bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
-    }
-
-    /// The context the memory belongs to.
-    pub fn context(&self) -> &Arc<Context> {
-        &self.ctx
-    }
+    common_accessors!();
 
     /// The device address in this process (for raw calls; the buffer keeps
     /// owning it).
@@ -251,15 +236,7 @@ impl<T: DeviceCopy> SharedDeviceBuffer<T> {
 
     /// Copy the contents back through `stream`, waiting for the copy.
     pub fn to_vec(&self, stream: &Stream) -> Result<Vec<T>> {
-        let len = self.len;
-        let mut out = Vec::with_capacity(len);
-        // SAFETY: `out` has room for `len` values; the copy has completed
-        // when this returns Ok.
-        unsafe { stream.copy_to_host_raw(out.as_mut_ptr(), len, self)? };
-        // SAFETY: all `len` values were written by the copy, and any bytes
-        // are a valid `T` (DeviceCopy).
-        unsafe { out.set_len(len) };
-        Ok(out)
+        device_to_vec(stream, self)
     }
 }
 

@@ -239,8 +239,9 @@ impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {
 }
 
 /// The contents of `memory`, copied back through `stream` (waiting for the
-/// copy): [`DeviceBuffer::to_vec`] and its views'.
-pub(super) fn device_to_vec<M: DeviceMemory>(stream: &Stream, memory: &M) -> Result<Vec<M::Elem>> {
+/// copy): [`DeviceBuffer::to_vec`], its views' and
+/// `SharedDeviceBuffer::to_vec`.
+pub(crate) fn device_to_vec<M: DeviceMemory>(stream: &Stream, memory: &M) -> Result<Vec<M::Elem>> {
     let len = memory.device_len();
     let mut out = Vec::with_capacity(len);
     // SAFETY: `out` has room for `len` values; the copy has completed when

@@ -26,6 +26,8 @@ macro_rules! common_accessors {
         }
     };
 }
+// For the buffers built on these objects elsewhere (`SharedDeviceBuffer`).
+pub(crate) use common_accessors;
 
 /// Host access for the buffers with a host side ([`PinnedBuffer`],
 /// [`UnifiedBuffer`]): the contents, once the stream uses that may touch them
@@ -96,13 +98,14 @@ mod tracker;
 mod unified;
 
 pub use device::DeviceBuffer;
+/// For buffers defined by features (the shared buffers of `features/ipc`).
+pub(crate) use device::device_to_vec;
 pub use host_mem_pool::HostMemPool;
 pub use pinned::PinnedBuffer;
 pub use pinned_region::{PinnedRegion, RegionOwner, ReturnedRegion, StreamUse, region_bytes};
 pub use pool::MemPool;
 pub use registered::HostRegistered;
 pub use slice::{DeviceSlice, DeviceSliceMut, DeviceView, SharedDeviceSlice};
-/// For buffers defined by features (the shared buffers of `features/ipc`).
 pub(crate) use tracker::UseTracker;
 pub use unified::UnifiedBuffer;
 
