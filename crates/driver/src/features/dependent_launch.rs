@@ -51,7 +51,7 @@
 use crate::features::launch::{KernelArg, LaunchConfig};
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;
-use crate::ground::error::{Error, Result};
+use crate::ground::error::Result;
 use crate::objects::stream::Stream;
 
 impl Stream {
@@ -64,8 +64,8 @@ impl Stream {
     /// has completed, so it stays ordered after that work as a plain launch
     /// is. [`PdlPolicy`](crate::PdlPolicy) says which launches use it.
     ///
-    /// Refused with [`Error::NoGridDependencySync`] for a kernel that does
-    /// not, and with [`Error::ProgrammaticLaunchUnsupported`] on a device
+    /// Refused with [`Error::NoGridDependencySync`](crate::Error::NoGridDependencySync) for a kernel that does
+    /// not, and with [`Error::ProgrammaticLaunchUnsupported`](crate::Error::ProgrammaticLaunchUnsupported) on a device
     /// below compute capability 9.0; under `CUDA_STREAMS_PDL=off` it
     /// launches plain.
     ///
@@ -95,12 +95,6 @@ impl Stream {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
-        let Some(signature) = kernel.signature() else {
-            return Err(Error::UncheckedKernel {
-                kernel: kernel.name().to_string(),
-            });
-        };
-        // SAFETY: it is the kernel's signature.
-        unsafe { self.launch_against(kernel, signature, config, args, Dependency::Programmatic) }
+        self.launch_checked(kernel, config, args, Dependency::Programmatic)
     }
 }

@@ -312,11 +312,24 @@ impl Stream {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
+        self.launch_checked(kernel, config, args, Dependency::Stream)
+    }
+
+    /// [`Stream::launch`], ordered after the work before it as `dependency`
+    /// says (plainly, or as a programmatic dependent launch).
+    #[inline]
+    pub(crate) fn launch_checked(
+        &self,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &[KernelArg<'_>],
+        dependency: Dependency,
+    ) -> Result<()> {
         let Some(signature) = kernel.signature() else {
             return Err(kernel.unchecked_error());
         };
         // SAFETY: it is the kernel's signature.
-        unsafe { self.launch_against(kernel, signature, config, args, Dependency::Stream) }
+        unsafe { self.launch_against(kernel, signature, config, args, dependency) }
     }
 
     /// [`Stream::launch`] with the kernel's signature given: a declared
@@ -614,7 +627,7 @@ impl Kernel {
     }
 
     #[cold]
-    fn unchecked_error(&self) -> Error {
+    pub(crate) fn unchecked_error(&self) -> Error {
         Error::UncheckedKernel {
             kernel: self.name().to_string(),
         }
