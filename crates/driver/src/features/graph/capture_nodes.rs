@@ -32,11 +32,24 @@ impl Capture {
         config: LaunchConfig,
         args: &[GraphArg],
     ) -> Result<()> {
+        self.launch_checked(stream, kernel, config, args, Dependency::Stream)
+    }
+
+    /// [`Capture::launch`], after the node before it as `dependency` says
+    /// (an ordinary edge, or a programmatic one).
+    pub(super) fn launch_checked(
+        &mut self,
+        stream: &Stream,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &[GraphArg],
+        dependency: Dependency,
+    ) -> Result<()> {
         let lent: Vec<KernelArg<'_>> = args.iter().map(GraphArg::arg).collect();
         kernel.check_args(&lent)?;
         // SAFETY: every argument matches the kernel's declared parameters
         // (checked above), as in `Stream::launch`.
-        unsafe { self.launch_unchecked(stream, kernel, config, args) }
+        unsafe { self.launch_node(stream, kernel, config, args, dependency) }
     }
 
     /// [`Capture::launch`] without checking `args` against a signature.

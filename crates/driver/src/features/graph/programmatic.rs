@@ -12,7 +12,7 @@
 
 use super::args::GraphArg;
 use super::capture::Capture;
-use crate::features::launch::{KernelArg, LaunchConfig};
+use crate::features::launch::LaunchConfig;
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;
 use crate::ground::error::Result;
@@ -54,10 +54,6 @@ impl Capture {
         config: LaunchConfig,
         args: &[GraphArg],
     ) -> Result<()> {
-        let lent: Vec<KernelArg<'_>> = args.iter().map(GraphArg::arg).collect();
-        kernel.check_args(&lent)?;
-        // SAFETY: every argument matches the kernel's declared parameters
-        // (checked above), as in `Capture::launch`.
-        unsafe { self.launch_node(stream, kernel, config, args, Dependency::Programmatic) }
+        self.launch_checked(stream, kernel, config, args, Dependency::Programmatic)
     }
 }
