@@ -35,20 +35,18 @@ pub type FuncGetParamInfo = unsafe extern "C" fn(
 pub fn func_get_param_info() -> Option<FuncGetParamInfo> {
     static RESOLVED: OnceLock<Option<FuncGetParamInfo>> = OnceLock::new();
     *RESOLVED.get_or_init(|| {
-        // SAFETY: as in `Driver::load`: opening libcuda runs its initialisers,
-        // which are designed to run in any process that dlopens it (and it is
-        // already open where the driver is in use).
-        let (_, library) = unsafe { crate::LIBCUDA.open(crate::LIBCUDA.candidates()) }.ok()?;
-        let address = crate::load::symbol_address(&library, "cuFuncGetParamInfo");
-        // Never unloaded, as `Driver::load` never unloads it.
-        std::mem::forget(library);
-        if address.is_null() {
-            return None;
-        }
-        // SAFETY: the symbol is cuda.h's `cuFuncGetParamInfo`, whose signature
-        // `FuncGetParamInfo` copies; the library is never unloaded, so the
-        // address stays valid.
-        Some(unsafe { std::mem::transmute::<*const c_void, FuncGetParamInfo>(address) })
+        let symbols = [("cuFuncGetParamInfo", "cuFuncGetParamInfo")];
+        from_libcuda(&symbols, |resolve| {
+            let address = resolve("cuFuncGetParamInfo");
+            if address.is_null() {
+                return Err(Vec::new());
+            }
+            // SAFETY: the symbol is cuda.h's `cuFuncGetParamInfo`, whose
+            // signature `FuncGetParamInfo` copies; the library is never
+            // unloaded, so the address stays valid.
+            Ok(unsafe { std::mem::transmute::<*const c_void, FuncGetParamInfo>(address) })
+        })
+        .ok()
     })
 }
 
@@ -69,17 +67,12 @@ pub const GREEN_CONTEXTS_SINCE: i32 = 12040;
 /// }
 /// ```
 pub fn green_contexts() -> Result<&'static GreenContexts, &'static [&'static str]> {
-    static RESOLVED: OnceLock<Result<GreenContexts, Vec<&'static str>>> = OnceLock::new();
-    RESOLVED
-        .get_or_init(|| {
-            // SAFETY: every symbol resolved is the cuda.h function of that
-            // name, whose signature the generated table copies.
-            from_libcuda(&crate::GREEN_SYMBOLS, |resolve| unsafe {
-                GreenContexts::from_resolver(resolve)
-            })
-        })
-        .as_ref()
-        .map_err(Vec::as_slice)
+    static RESOLVED: Loaded<GreenContexts> = OnceLock::new();
+    // SAFETY: every symbol resolved is the cuda.h function of that name,
+    // whose signature the generated table copies.
+    load_once(&RESOLVED, &crate::GREEN_SYMBOLS, |resolve| unsafe {
+        GreenContexts::from_resolver(resolve)
+    })
 }
 
 /// The entry points that share device memory and events between processes
@@ -95,17 +88,12 @@ pub fn green_contexts() -> Result<&'static GreenContexts, &'static [&'static str
 /// }
 /// ```
 pub fn ipc() -> Result<&'static crate::Ipc, &'static [&'static str]> {
-    static RESOLVED: OnceLock<Result<crate::Ipc, Vec<&'static str>>> = OnceLock::new();
-    RESOLVED
-        .get_or_init(|| {
-            // SAFETY: every symbol resolved is the cuda.h function of that
-            // name, whose signature the generated table copies.
-            from_libcuda(&crate::IPC_SYMBOLS, |resolve| unsafe {
-                crate::Ipc::from_resolver(resolve)
-            })
-        })
-        .as_ref()
-        .map_err(Vec::as_slice)
+    static RESOLVED: Loaded<crate::Ipc> = OnceLock::new();
+    // SAFETY: every symbol resolved is the cuda.h function of that name,
+    // whose signature the generated table copies.
+    load_once(&RESOLVED, &crate::IPC_SYMBOLS, |resolve| unsafe {
+        crate::Ipc::from_resolver(resolve)
+    })
 }
 
 /// The CUDA version whose driver first makes memory pools of host memory
@@ -129,15 +117,24 @@ pub const HOST_POOLS_SINCE: i32 = 12020;
 /// }
 /// ```
 pub fn host_pools() -> Result<&'static crate::HostPools, &'static [&'static str]> {
-    static RESOLVED: OnceLock<Result<crate::HostPools, Vec<&'static str>>> = OnceLock::new();
-    RESOLVED
-        .get_or_init(|| {
-            // SAFETY: every symbol resolved is the cuda.h function of that
-            // name, whose signature the generated table copies.
-            from_libcuda(&crate::HOST_POOL_SYMBOLS, |resolve| unsafe {
-                crate::HostPools::from_resolver(resolve)
-            })
-        })
+    static RESOLVED: Loaded<crate::HostPools> = OnceLock::new();
+    // SAFETY: every symbol resolved is the cuda.h function of that name,
+    // whose signature the generated table copies.
+    load_once(&RESOLVED, &crate::HOST_POOL_SYMBOLS, |resolve| unsafe {
+        crate::HostPools::from_resolver(resolve)
+    })
+}
+
+/// An optional table, loaded once: the table, or the symbols it lacks.
+type Loaded<T> = OnceLock<Result<T, Vec<&'static str>>>;
+
+/// The table `cell` holds, made by [`from_libcuda`] on first use.
+fn load_once<T>(
+    cell: &'static Loaded<T>,
+    symbols: &[(&'static str, &'static str)],
+    table: impl FnOnce(&dyn Fn(&str) -> *const std::ffi::c_void) -> Result<T, Vec<&'static str>>,
+) -> Result<&'static T, &'static [&'static str]> {
+    cell.get_or_init(|| from_libcuda(symbols, table))
         .as_ref()
         .map_err(Vec::as_slice)
 }
