@@ -65,6 +65,27 @@ fn pool_hit() {
         raw,
     );
     figure("host pool hit (allocate+free) median", ours, "ns");
+    // For scale on this CPU: what any hit must do at the least, two
+    // uncontended lock round trips on a free list (take, then give back)
+    // and the two reference counts a block holds (its context and its
+    // owner). Not a baseline to beat: the floor a lock-based pool stands on.
+    let free_list = std::sync::Mutex::new(vec![0u64; 4]);
+    let counted = Arc::new(0u8);
+    let floor = median_ns(101, 1000, || {
+        let address = free_list.lock().unwrap().pop();
+        let refs = (Arc::clone(&counted), Arc::clone(&counted));
+        black_box(&refs);
+        drop(refs);
+        free_list
+            .lock()
+            .unwrap()
+            .push(black_box(address.unwrap_or(0)));
+    });
+    figure(
+        "host pool hit floor (two lock round trips, two Arc clones) median",
+        floor,
+        "ns",
+    );
     let stats = pool.stats();
     assert_eq!(
         stats.misses, 1,

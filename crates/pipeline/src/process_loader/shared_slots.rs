@@ -85,6 +85,12 @@ impl SharedSlots {
         stride: usize,
         bytes: usize,
     ) -> io::Result<Self> {
+        // MAP_POPULATE: without it every process faults the region in page
+        // by page on its first write to each slot (16,384 faults for a
+        // 64 MiB batch), and a worker fills each slot for the first time
+        // well into a run: on a GPU that doubled a batch's fill time. The
+        // pages are the memfd's, so populating one mapping costs page-table
+        // entries only, once, when the worker starts.
         // SAFETY: a new shared mapping of the first `bytes` bytes of `fd`
         // (at least that long: sized by `create`, checked by `attach`) at an
         // address the kernel picks; it overlaps no memory Rust knows of.
@@ -93,7 +99,7 @@ impl SharedSlots {
                 std::ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
                 fd.as_raw_fd(),
                 0,
             )
@@ -189,6 +195,37 @@ mod tests {
         unsafe { *region.slot_ptr(2).add(999) = 7.5 };
         // SAFETY: the same shared page through the second mapping.
         assert_eq!(unsafe { *other.slot_ptr(2).add(999) }, 7.5);
+    }
+
+    /// Minor page faults taken by this thread so far.
+    fn thread_minor_faults() -> i64 {
+        // SAFETY: `usage` is a plain C struct, valid zeroed, written by the call.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid out-pointer for the calling thread's usage.
+        assert_eq!(
+            unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
+            0
+        );
+        usage.ru_minflt
+    }
+
+    #[test]
+    fn a_worker_mapping_writes_a_slot_without_faulting_page_by_page() {
+        let slot_len = 1 << 20; // 4 MiB: 1,024 pages
+        let region = SharedSlots::create(2, slot_len).unwrap();
+        let worker = SharedSlots::attach(region.fd.try_clone().unwrap(), 2, slot_len).unwrap();
+        let before = thread_minor_faults();
+        // SAFETY: slot 1 of a fresh region, touched by nothing else here.
+        let slot = unsafe { std::slice::from_raw_parts_mut(worker.slot_ptr(1), slot_len) };
+        slot.fill(3.0);
+        let faults = thread_minor_faults() - before;
+        assert!(
+            faults < 64,
+            "writing 1,024 pages of a mapped region took {faults} minor faults: \
+             the mapping was not populated"
+        );
+        // SAFETY: the same page through the creator's mapping.
+        assert_eq!(unsafe { *region.slot_ptr(1).add(slot_len - 1) }, 3.0);
     }
 
     #[test]
