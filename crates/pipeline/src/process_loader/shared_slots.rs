@@ -202,10 +202,8 @@ mod tests {
         // SAFETY: `usage` is a plain C struct, valid zeroed, written by the call.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: a valid out-pointer for the calling thread's usage.
-        assert_eq!(
-            unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
-            0
-        );
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+        assert_eq!(rc, 0, "getrusage: {}", io::Error::last_os_error());
         usage.ru_minflt
     }
 
