@@ -34,8 +34,10 @@ struct Use {
 struct Inner {
     uses: Vec<Use>,
     /// Recorded on the home stream at the first use elsewhere: a point after
-    /// the stream-ordered allocation, which other streams wait for.
-    ready: Option<PooledEvent>,
+    /// the stream-ordered allocation, which other streams wait for. Boxed:
+    /// few buffers ever need it, and every buffer moves this struct (a pool
+    /// hit hands one out and takes it back), so it stays a pointer wide.
+    ready: Option<Box<PooledEvent>>,
 }
 
 /// The per-buffer record of uses on streams.
@@ -68,7 +70,7 @@ impl UseTracker {
                     "a first use elsewhere of a buffer whose home stream",
                     move |home| {
                         let ready = ready;
-                        Ok(&**ready.insert(home.mark()?))
+                        Ok(&***ready.insert(Box::new(home.mark()?)))
                     },
                 )
                 .map(drop),
