@@ -64,7 +64,14 @@ fn blocks_carry_data_to_the_device_and_back() {
     stream.synchronize().unwrap();
     let stats = pool.stats();
     assert_eq!((stats.in_use_bytes, stats.pending_bytes), (0, 0), "{stats}");
-    assert_eq!((stats.misses, stats.hits), (2, 0), "{stats}");
+    // Two requests, each a hit or a miss. The software driver reserves per
+    // request (two misses); a GPU's pool reserves a chunk (32 MiB on an
+    // H100 with driver 580) at the first, which serves the second.
+    assert_eq!(stats.misses + stats.hits, 2, "{stats}");
+    assert!(stats.misses >= 1, "the first request reserves: {stats}");
+    if !ctx.is_gpu() {
+        assert_eq!((stats.misses, stats.hits), (2, 0), "{stats}");
+    }
 }
 
 #[test]
@@ -164,10 +171,15 @@ fn past_the_cap_the_error_names_the_values_and_the_stream_holding_the_blocks() {
     gate.open();
     stuck.synchronize().unwrap();
     // Passed: the blocks went back to the driver's pool, which serves the
-    // next request from them.
+    // next request from them, reserving nothing more.
+    let before = pool.stats();
     let again = pool.allocate::<u32>(LEN).unwrap();
     let stats = pool.stats();
-    assert_eq!(stats.misses, 2, "{stats}");
+    assert_eq!(
+        (stats.misses, stats.hits),
+        (before.misses, before.hits + 1),
+        "{stats}"
+    );
     assert!(stats.reserved_bytes <= cap || ctx.is_gpu(), "{stats}");
     drop(again);
 }
@@ -273,9 +285,19 @@ fn stats_count_hits_misses_and_peaks() {
     let a = pool.allocate::<u32>(LEN).unwrap();
     let b = pool.allocate::<u32>(LEN).unwrap();
     drop(a);
+    let before = pool.stats();
     let c = pool.allocate::<u32>(LEN).unwrap(); // from a's memory
     let stats = pool.stats();
-    assert_eq!((stats.hits, stats.misses), (1, 2), "{stats}");
+    assert_eq!(
+        (stats.hits, stats.misses),
+        (before.hits + 1, before.misses),
+        "{stats}"
+    );
+    // The software driver reserves per request (a and b miss); a GPU's
+    // pool reserves a chunk at the first, which may serve b too.
+    if !ctx.is_gpu() {
+        assert_eq!((stats.hits, stats.misses), (1, 2), "{stats}");
+    }
     assert_eq!(stats.in_use_bytes, 2 * BYTES);
     assert_eq!(stats.peak_in_use_bytes, 2 * BYTES);
     assert!(stats.reserved_bytes >= 2 * BYTES, "{stats}");
@@ -296,7 +318,8 @@ fn stats_count_hits_misses_and_peaks() {
     assert_eq!(stats.peak_in_use_bytes, 0, "{stats}");
     assert_eq!(stats.peak_reserved_bytes, stats.reserved_bytes, "{stats}");
     let text = stats.to_string();
-    assert!(text.contains("1 hits, 2 misses"), "{text}");
+    let counts = format!("{} hits, {} misses", stats.hits, stats.misses);
+    assert!(text.contains(&counts), "{text}");
 }
 
 #[test]

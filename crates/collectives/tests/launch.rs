@@ -213,7 +213,11 @@ fn rank_0_gives_up_inside_nccls_init_when_a_served_rank_never_joins() {
             "{err}"
         );
         let waited = start.elapsed();
-        assert!(waited < Duration::from_secs(4), "{waited:?}");
+        // Under compute-sanitizer NCCL's init and abort take seconds of
+        // their own (15.4 s here on an H100): the error is checked, the time not.
+        if !test_support::skip_under_sanitizer("NCCL's abort takes seconds under it: the time") {
+            assert!(waited < Duration::from_secs(4), "{waited:?}");
+        }
     });
 }
 

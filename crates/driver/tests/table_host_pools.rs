@@ -117,7 +117,11 @@ fn properties_that_make_no_pool_of_host_memory_are_refused_naming_the_value() {
     };
     let mut props = host_props(0);
     props.allocType = CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_MANAGED;
-    refused(create(props), invalid, "allocType 2");
+    // CUDA 13 makes a managed-memory pool of this (seen on driver 580);
+    // the software driver models pinned host pools only and refuses it.
+    if !is_gpu() {
+        refused(create(props), invalid, "allocType 2");
+    }
     let mut props = host_props(0);
     props.location.type_ = CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
     refused(create(props), invalid, "location type 4");
@@ -220,7 +224,13 @@ fn a_free_gives_the_memory_back_only_when_its_stream_reaches_it() {
         second, first,
         "handed out before its stream reached the free"
     );
-    assert!(pool.used() >= 2 * len as u64, "used {}", pool.used());
+    // The software driver counts the memory as used until the stream
+    // reaches the free. A GPU's pool stops counting it when the free is
+    // enqueued (driver 580: 64 KiB used here, the second allocation's),
+    // though it still hands the memory to no other stream.
+    if !is_gpu() {
+        assert!(pool.used() >= 2 * len as u64, "used {}", pool.used());
+    }
     gate.open();
     held.sync();
     assert!(pool.used() < 2 * len as u64, "used {}", pool.used());
