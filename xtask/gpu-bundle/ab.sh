@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # A/B benches in one call: each named bench of this bundle, then the same bench
-# built at an earlier commit (`cargo xtask gpu-bundle --base-benches DIR` packs
-# those as base-benches.tar.xz beside this script), alternating, so that both
-# see the same machine state. Prints every FIGURE and RATIO line of both.
+# built at an earlier commit, alternating, so that both see the same machine
+# state. Prints every FIGURE and RATIO line of both.
+#
+# The earlier build goes beside this script as base-benches.tar.xz, made by
+# hand (xtask does not make it): in a worktree of the earlier commit,
+#   cargo bench -p cuda-streams-benches --no-run --message-format=json --bench NAME...
+# then copy each bench executable the JSON names to benches/NAME (stripped),
+# write a first line "base <commit>" to MANIFEST, and
+#   tar -cJf target/gpu-bundle/base-benches.tar.xz -C <that folder> .
+# (A worktree building into this checkout's target folder overwrites the
+# cuda-sys artifacts there; `cargo clean --release -p cuda-streams-sys` after.)
 #
 # usage: bash target/gpu-bundle/ab.sh LOG_DIR ROUNDS "bench names" [bench args...]
 #   e.g. bash target/gpu-bundle/ab.sh $OUT/logs 2 "ordering launch programs"

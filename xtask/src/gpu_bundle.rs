@@ -22,6 +22,8 @@ const SIZE_LIMIT: u64 = 64 << 20;
 const RUN_SH: &str = include_str!("../gpu-bundle/run.sh");
 /// A/B benches against a bench build of an earlier commit (`base-benches.tar.xz`).
 const AB_SH: &str = include_str!("../gpu-bundle/ab.sh");
+/// Every test binary through `run.sh` in parallel shards (memcheck in minutes).
+const SHARDS_SH: &str = include_str!("../gpu-bundle/shards.sh");
 /// Test binaries left out of the bundle because they need cargo and the
 /// source tree (see their filter below).
 const NEEDS_SOURCE_TREE: &[&str] = &[
@@ -100,6 +102,8 @@ pub(crate) fn run_bundle(with_benches: bool) -> Result<()> {
     )?;
     std::fs::write(out.join("run.sh"), RUN_SH).map_err(|e| format!("cannot write run.sh: {e}"))?;
     std::fs::write(out.join("ab.sh"), AB_SH).map_err(|e| format!("cannot write ab.sh: {e}"))?;
+    std::fs::write(out.join("shards.sh"), SHARDS_SH)
+        .map_err(|e| format!("cannot write shards.sh: {e}"))?;
 
     let commit = Command::new("git")
         .current_dir(&root)
