@@ -15,6 +15,12 @@
 //! of the four (goal: PDL at most raw + 5% per kernel, eager and in a
 //! graph), and, to decide where PDL pays, plain against PDL for ours.
 //!
+//! The eager cases of one mode (ours, raw, and for plain chains raw
+//! `cuLaunchKernel`) run in turn within each round rather than one case's
+//! runs after another's: an H100 run timed raw `cuLaunchKernelEx` 10%
+//! faster than raw `cuLaunchKernel` when each ran in its own block, which
+//! order alone may explain.
+//!
 //! On the software driver the kernels are CPU twins and PDL is ordinary
 //! stream order, so only the host-side figures mean anything there (and the
 //! chain is shorter).
@@ -87,6 +93,39 @@ fn per_kernel(chain: &Chain, mut f: impl FnMut()) -> f64 {
     times[RUNS / 2].as_nanos() as f64 / chain.kernels as f64
 }
 
+/// One eager chain on the pair: the chain's launches, then a sync.
+type EagerChain<'a> = &'a mut dyn FnMut(&mut EagerPair);
+
+/// Each of `cases` run on `pair` once to warm up, then `RUNS` rounds in
+/// which every case runs once, in turn: drift over the run (clocks, the
+/// driver's caches) falls on every case alike, where timing one case's
+/// runs after another's would hand it to whichever ran later. The median
+/// per case, per kernel, in ns.
+fn interleaved_per_kernel(
+    chain: &Chain,
+    pair: &mut EagerPair,
+    cases: &mut [EagerChain<'_>],
+) -> Vec<f64> {
+    for case in cases.iter_mut() {
+        case(pair);
+    }
+    let mut times = vec![Vec::with_capacity(RUNS); cases.len()];
+    for _ in 0..RUNS {
+        for (case, samples) in cases.iter_mut().zip(&mut times) {
+            let start = Instant::now();
+            case(pair);
+            samples.push(start.elapsed());
+        }
+    }
+    times
+        .into_iter()
+        .map(|mut samples| {
+            samples.sort();
+            samples[RUNS / 2].as_nanos() as f64 / chain.kernels as f64
+        })
+        .collect()
+}
+
 /// Ours, eager: `kernels` typed launches, then a sync.
 fn eager_ours(
     stream: &Stream,
@@ -94,20 +133,18 @@ fn eager_ours(
     chain: &Chain,
     pair: &mut EagerPair,
     pdl: bool,
-) -> f64 {
-    per_kernel(chain, || {
-        for k in 0..chain.kernels {
-            let (from, to) = pair.step(k);
-            let n = chain.n as u64;
-            if pdl {
-                step.launch_programmatic(stream, chain.cfg, n, from, to)
-            } else {
-                step.launch(stream, chain.cfg, n, from, to)
-            }
-            .expect("a launch");
+) {
+    for k in 0..chain.kernels {
+        let (from, to) = pair.step(k);
+        let n = chain.n as u64;
+        if pdl {
+            step.launch_programmatic(stream, chain.cfg, n, from, to)
+        } else {
+            step.launch(stream, chain.cfg, n, from, to)
         }
-        stream.synchronize().expect("sync");
-    })
+        .expect("a launch");
+    }
+    stream.synchronize().expect("sync");
 }
 
 /// One raw `cuLaunchKernelEx` of step `k` on `stream`.
@@ -159,24 +196,16 @@ unsafe fn raw_launch(
 }
 
 /// Raw, eager: `kernels` `cuLaunchKernelEx`, then a sync.
-fn eager_raw(
-    stream: &Stream,
-    step: &ChainStepF32,
-    chain: &Chain,
-    pair: &mut EagerPair,
-    pdl: bool,
-) -> f64 {
+fn eager_raw(stream: &Stream, step: &ChainStepF32, chain: &Chain, pair: &mut EagerPair, pdl: bool) {
     let d = stream.context().driver();
-    per_kernel(chain, || {
-        for k in 0..chain.kernels {
-            let pointers = pair.pointers(k);
-            // SAFETY: a live stream of the current context; the pair's
-            // buffers hold `n` floats and outlive the chain.
-            unsafe { raw_launch(d, stream.as_raw(), step, chain, pointers, pdl) };
-        }
-        // SAFETY: a live stream.
-        ok(unsafe { (d.cuStreamSynchronize)(stream.as_raw()) });
-    })
+    for k in 0..chain.kernels {
+        let pointers = pair.pointers(k);
+        // SAFETY: a live stream of the current context; the pair's
+        // buffers hold `n` floats and outlive the chain.
+        unsafe { raw_launch(d, stream.as_raw(), step, chain, pointers, pdl) };
+    }
+    // SAFETY: a live stream.
+    ok(unsafe { (d.cuStreamSynchronize)(stream.as_raw()) });
 }
 
 /// Raw, eager, plain, through `cuLaunchKernel` (the call our plain
@@ -187,39 +216,37 @@ fn eager_raw_launch_kernel(
     step: &ChainStepF32,
     chain: &Chain,
     pair: &mut EagerPair,
-) -> f64 {
+) {
     let d = stream.context().driver();
-    per_kernel(chain, || {
-        for k in 0..chain.kernels {
-            let (mut x, mut y) = pair.pointers(k);
-            let mut n = chain.n as u64;
-            let mut args = [
-                (&raw mut n).cast::<c_void>(),
-                (&raw mut x).cast(),
-                (&raw mut y).cast(),
-            ];
-            // SAFETY: chain_step_f32(u64 n, const f32* x, f32* y) with x
-            // and y of n floats, alive for the chain; a live stream of the
-            // current context.
-            ok(unsafe {
-                (d.cuLaunchKernel)(
-                    step.kernel().as_raw(),
-                    chain.cfg.grid_dim.0,
-                    1,
-                    1,
-                    chain.cfg.block_dim.0,
-                    1,
-                    1,
-                    0,
-                    stream.as_raw(),
-                    args.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            });
-        }
-        // SAFETY: a live stream.
-        ok(unsafe { (d.cuStreamSynchronize)(stream.as_raw()) });
-    })
+    for k in 0..chain.kernels {
+        let (mut x, mut y) = pair.pointers(k);
+        let mut n = chain.n as u64;
+        let mut args = [
+            (&raw mut n).cast::<c_void>(),
+            (&raw mut x).cast(),
+            (&raw mut y).cast(),
+        ];
+        // SAFETY: chain_step_f32(u64 n, const f32* x, f32* y) with x
+        // and y of n floats, alive for the chain; a live stream of the
+        // current context.
+        ok(unsafe {
+            (d.cuLaunchKernel)(
+                step.kernel().as_raw(),
+                chain.cfg.grid_dim.0,
+                1,
+                1,
+                chain.cfg.block_dim.0,
+                1,
+                1,
+                0,
+                stream.as_raw(),
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        });
+    }
+    // SAFETY: a live stream.
+    ok(unsafe { (d.cuStreamSynchronize)(stream.as_raw()) });
 }
 
 /// Ours, in a graph: the chain captured once, one replay per run.
@@ -332,10 +359,21 @@ fn main() {
     let mut results = Vec::new();
     for pdl in [false, true] {
         let mode = if pdl { "pdl" } else { "plain" };
-        let eager = (
-            eager_ours(&stream, &step, &chain, &mut eager_pair, pdl),
-            eager_raw(&stream, &step, &chain, &mut eager_pair, pdl),
-        );
+        // Plain chains also run through `cuLaunchKernel` (the call our
+        // plain launches make), in the same rounds.
+        let mut ours = |p: &mut EagerPair| eager_ours(&stream, &step, &chain, p, pdl);
+        let mut raw = |p: &mut EagerPair| eager_raw(&stream, &step, &chain, p, pdl);
+        let mut via = |p: &mut EagerPair| eager_raw_launch_kernel(&stream, &step, &chain, p);
+        let times = if pdl {
+            interleaved_per_kernel(&chain, &mut eager_pair, &mut [&mut ours, &mut raw])
+        } else {
+            interleaved_per_kernel(
+                &chain,
+                &mut eager_pair,
+                &mut [&mut ours, &mut raw, &mut via],
+            )
+        };
+        let eager = (times[0], times[1]);
         let graph = (
             graph_ours(&stream, &step, &chain, &mut graph_pair, pdl),
             graph_raw(&ctx, &step, &chain, &mut graph_pair, pdl),
@@ -347,8 +385,7 @@ fn main() {
             compare(&format!("{name}_ours_vs_raw"), ours, raw);
         }
         results.push((eager.0, graph.0));
-        if !pdl {
-            let via = eager_raw_launch_kernel(&stream, &step, &chain, &mut eager_pair);
+        if let Some(&via) = times.get(2) {
             let name = format!("pdl/eager_plain_chain_of_{kernels}");
             figure(
                 &format!("{name}_raw_cuLaunchKernel"),
