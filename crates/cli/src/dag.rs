@@ -41,7 +41,7 @@
 //! another round, which is where a gap from the bench's shape that comes
 //! from the host's wait (cold caches, a sleeping thread) would show.
 
-use crate::demo::{DemoResult, Sizes};
+use crate::demo_sizes::{DemoResult, Sizes};
 use cuda_streams::engine::OpBuilder;
 use cuda_streams::kernels::{self, reference};
 use cuda_streams::prelude::*;

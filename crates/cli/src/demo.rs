@@ -8,48 +8,12 @@
 //! command fail. `--verbose` adds the engine's diagnostics of the DAG and
 //! the profiler's full report.
 
+use crate::demo_sizes::{DemoResult, Sizes};
 use crate::progress::Progress;
 use crate::{dag, steps};
 use cuda_streams::prelude::*;
-use std::error::Error;
 use std::path::PathBuf;
 use std::time::Instant;
-
-pub(crate) type DemoResult<T> = Result<T, Box<dyn Error>>;
-
-/// How big the demo is: small on the software driver (it must finish in a
-/// few seconds on two cores), big enough on a GPU to show the overlap.
-pub(crate) struct Sizes {
-    pub(crate) elements: usize,
-    pub(crate) steps: u64,
-    /// The kernel's iteration count on the software driver; on a GPU it is
-    /// chosen so the kernel takes about as long as a step's upload.
-    pub(crate) iterations: u32,
-    pub(crate) dag_elements: usize,
-    pub(crate) dag_rounds: usize,
-}
-
-impl Sizes {
-    fn for_context(ctx: &Context) -> Self {
-        if ctx.is_gpu() {
-            Sizes {
-                elements: 1 << 22,
-                steps: 64,
-                iterations: 64,
-                dag_elements: 1 << 20,
-                dag_rounds: 64,
-            }
-        } else {
-            Sizes {
-                elements: 1 << 16,
-                steps: 32,
-                iterations: 16,
-                dag_elements: 1 << 16,
-                dag_rounds: 8,
-            }
-        }
-    }
-}
 
 /// `cuda-streams demo`'s options.
 #[derive(clap::Args)]

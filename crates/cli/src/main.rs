@@ -7,6 +7,7 @@
 mod bench;
 mod dag;
 mod demo;
+mod demo_sizes;
 mod info;
 mod progress;
 mod qos;

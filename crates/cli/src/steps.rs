@@ -8,7 +8,7 @@
 //! sample of its elements (the whole stamp and a varying spread of the rest)
 //! against the CPU reference, or in full with `--verify-all`.
 
-use crate::demo::{DemoResult, Sizes};
+use crate::demo_sizes::{DemoResult, Sizes};
 use cuda_streams::kernels::{self, reference};
 use cuda_streams::prelude::*;
 use indicatif::ProgressBar;

@@ -1,7 +1,7 @@
 //! The pipeline crate's error type.
 
 use crate::ids::{BufferId, StageId};
-use crate::triple_buffer::SlotState;
+use crate::slot_state::SlotState;
 
 /// Everything the pipeline can fail with.
 ///

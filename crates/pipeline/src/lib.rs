@@ -37,6 +37,7 @@ mod planner;
 )]
 mod process_loader;
 mod rotation;
+mod slot_state;
 mod stage;
 mod staging;
 /// The atomics the triple buffer's state protocol uses: the workspace's loom
@@ -68,8 +69,9 @@ pub use process_loader::{
     WorkerCommand, WorkerId, serve_if_worker,
 };
 pub use rotation::{IterationReport, PIPELINE_DEPTH};
+pub use slot_state::SlotState;
 pub use stage::{GpuPipelineStage, StageArg, StageBuilder};
-pub use triple_buffer::{GpuTripleBuffer, SlotState, SlotStatus, StageGuard};
+pub use triple_buffer::{GpuTripleBuffer, SlotStatus, StageGuard};
 
 /// The guide's examples (`docs/pipeline.md`), compiled and run as doc tests.
 #[cfg(doctest)]

@@ -2,18 +2,21 @@
 //! the slots, the deadline and the GPU step.
 
 use super::command::WorkerCommand;
-use super::loader::{DEPTH, ProcessLoader};
+use super::loader::ProcessLoader;
+use super::plan::{DEPTH, GpuStep, LoaderPlan};
 use crate::error::{Error, Result};
 use driver::{Context, DeviceBuffer, Stream};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What the GPU process runs on each uploaded batch, on the loader's
-/// stream: read the raw batch (`raw`), write the batch handed on (`out`),
-/// both `batch_len` elements.
-pub type GpuStep = Box<
-    dyn FnMut(&Stream, &DeviceBuffer<f32>, &mut DeviceBuffer<f32>) -> driver::Result<()> + Send,
->;
+impl ProcessLoader {
+    /// A loader whose workers run the fill named `fill` (see
+    /// [`serve_if_worker`](super::serve_if_worker)) into batches of
+    /// `batch_len` `f32`s.
+    pub fn builder(fill: &str, batch_len: usize) -> ProcessLoaderBuilder {
+        ProcessLoaderBuilder::new(fill, batch_len)
+    }
+}
 
 /// Builds a [`ProcessLoader`]; made by [`ProcessLoader::builder`].
 #[must_use = "a builder does nothing until `build` is called"]
@@ -123,6 +126,14 @@ impl ProcessLoaderBuilder {
                 source,
             })?,
         };
-        ProcessLoader::start(self, ctx, slots, &command)
+        let plan = LoaderPlan {
+            fill: self.fill,
+            batch_len: self.batch_len,
+            workers: self.workers,
+            batches: self.batches,
+            deadline: self.deadline,
+            step: self.step,
+        };
+        ProcessLoader::start(plan, ctx, slots, &command)
     }
 }

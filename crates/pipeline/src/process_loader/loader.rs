@@ -2,8 +2,8 @@
 //! batch order, run the GPU step, keep three batches in flight, and give a
 //! slot back to a worker once its upload has completed.
 
-use super::builder::{GpuStep, ProcessLoaderBuilder};
 use super::command::WorkerCommand;
+use super::plan::{DEPTH, GpuStep, LoaderPlan};
 use super::shared_slots::SharedSlots;
 use super::slot_returns::Draining;
 use super::wire::Job;
@@ -14,9 +14,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
-
-/// How many batches are uploaded ahead of the consumer.
-pub(crate) const DEPTH: usize = 3;
 
 /// One batch on the device, in the order the loader delivers them.
 ///
@@ -144,15 +141,8 @@ pub struct ProcessLoader {
 }
 
 impl ProcessLoader {
-    /// A loader whose workers run the fill named `fill` (see
-    /// [`serve_if_worker`](super::serve_if_worker)) into batches of
-    /// `batch_len` `f32`s.
-    pub fn builder(fill: &str, batch_len: usize) -> ProcessLoaderBuilder {
-        ProcessLoaderBuilder::new(fill, batch_len)
-    }
-
     pub(super) fn start(
-        config: ProcessLoaderBuilder,
+        config: LoaderPlan,
         ctx: &Arc<Context>,
         slots: usize,
         command: &WorkerCommand,

@@ -14,14 +14,16 @@
 mod builder;
 mod command;
 mod loader;
+mod plan;
 mod serve;
 mod shared_slots;
 mod slot_returns;
 mod wire;
 mod workers;
 
-pub use builder::{DEFAULT_DEADLINE, GpuStep, ProcessLoaderBuilder};
+pub use builder::{DEFAULT_DEADLINE, ProcessLoaderBuilder};
 pub use command::WorkerCommand;
 pub use loader::{LoadedBatch, ProcessLoader};
+pub use plan::GpuStep;
 pub use serve::{Fill, serve_if_worker};
 pub use workers::WorkerId;
