@@ -59,6 +59,39 @@ impl OperationGraph {
     pub fn op<'a>(&'a self, stream: &'a Stream) -> OpBuilder<'a> {
         OpBuilder::at(self, Place::Stream(stream))
     }
+
+    /// Describe an operation whose stream the engine takes from `source`
+    /// when it runs, by its priority ([`EventPriority::stream_class`]).
+    ///
+    /// ```
+    /// use cuda_streams_engine::{EventPriority, OperationGraph, StreamSource};
+    /// use cuda_streams_engine::driver::{Context, Stream, StreamPriority};
+    /// use std::sync::Arc;
+    /// # fn main() -> cuda_streams_engine::Result<()> {
+    /// // Any type can hand out streams; a stream pool is the usual one.
+    /// struct TwoClasses { urgent: Arc<Stream>, other: Arc<Stream> }
+    /// impl StreamSource for TwoClasses {
+    ///     fn stream_for(&self, class: StreamPriority) -> Arc<Stream> {
+    ///         match class {
+    ///             StreamPriority::High => self.urgent.clone(),
+    ///             _ => self.other.clone(),
+    ///         }
+    ///     }
+    /// }
+    /// let ctx = Context::new(0)?;
+    /// let source = TwoClasses {
+    ///     urgent: Stream::new_with_priority(&ctx, StreamPriority::High)?,
+    ///     other: Stream::new(&ctx)?,
+    /// };
+    /// let graph = OperationGraph::for_context(&ctx);
+    /// let op = graph.op_from(&source).priority(EventPriority::Critical).run(|_| Ok(()))?;
+    /// assert_eq!(graph.metadata(op.id()).unwrap().stream_id, source.urgent.id());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn op_from<'g>(&'g self, source: &'g dyn StreamSource) -> OpBuilder<'g> {
+        OpBuilder::from_source(self, source)
+    }
 }
 
 impl<'g> OpBuilder<'g> {
