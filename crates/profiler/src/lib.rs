@@ -74,9 +74,10 @@ pub use engine;
 pub use error::{Error, Result};
 pub use memory_report::{MemoryReport, StreamMemory};
 pub use profiler::{BACKEND_ENV, BACKEND_SETTING, Backend, StreamProfiler};
-pub use report::{ComprehensiveReport, OperationStats, StreamReport};
+pub use report::{ComprehensiveReport, StreamReport};
 pub use sampler::Sampler;
 pub use scope::ScopeGuard;
+pub use stats::OperationStats;
 
 /// The guide's examples, run as doc tests.
 #[cfg(doctest)]

@@ -1,57 +1,9 @@
 //! What the profiler reports: per stream and across streams.
 
-use crate::stats;
+use crate::stats::{self, OperationStats};
 use crate::timeline::{Counts, StreamState, TimedOp};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Statistics of one operation name on one stream.
-///
-/// ```
-/// use cuda_streams_profiler::StreamProfiler;
-/// use cuda_streams_profiler::driver::{Context, Stream};
-/// use std::time::Duration;
-/// # fn main() -> cuda_streams_profiler::Result<()> {
-/// let ctx = Context::new(0)?;
-/// let stream = Stream::new(&ctx)?;
-/// let profiler = StreamProfiler::new(&ctx)?;
-/// profiler.enable();
-/// for ms in [3, 1, 2] {
-///     profiler.record_operation(&stream, "decode", Duration::from_millis(ms));
-/// }
-/// let stats = profiler.get_stream_report(&stream).unwrap().operations["decode"];
-/// let ms = Duration::from_millis;
-/// assert_eq!((stats.count, stats.total, stats.mean), (3, ms(6), ms(2)));
-/// assert_eq!((stats.min, stats.p50, stats.p99, stats.max), (ms(1), ms(2), ms(3), ms(3)));
-/// assert_eq!(
-///     stats.to_string(),
-///     "3 × 2.000 ms mean (total 6.000 ms; min 1.000 ms, p50 2.000 ms, p99 3.000 ms, max 3.000 ms)",
-/// );
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OperationStats {
-    /// How many times it ran: timed, recorded, or skipped by a
-    /// [`crate::Sampler`].
-    pub count: u64,
-    /// How many of those were timed or recorded: the rest of the fields
-    /// describe these (`count` unless sampled).
-    pub timed: u64,
-    /// Their total duration.
-    pub total: Duration,
-    /// `total / timed`.
-    pub mean: Duration,
-    /// The shortest.
-    pub min: Duration,
-    /// The longest.
-    pub max: Duration,
-    /// Median (nearest rank).
-    pub p50: Duration,
-    /// 99th percentile (nearest rank).
-    pub p99: Duration,
-}
 
 /// One stream's profile ([`crate::StreamProfiler::get_stream_report`]).
 ///
@@ -293,24 +245,5 @@ impl ComprehensiveReport {
 impl TimedOp {
     pub(crate) fn interval(&self) -> (u64, u64) {
         (self.start_ns, self.end_ns)
-    }
-}
-
-impl std::fmt::Display for OperationStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use driver::format_duration as d;
-        write!(f, "{} × {} mean", self.count, d(self.mean))?;
-        if self.timed != self.count {
-            write!(f, " ({} timed)", self.timed)?;
-        }
-        write!(
-            f,
-            " (total {}; min {}, p50 {}, p99 {}, max {})",
-            d(self.total),
-            d(self.min),
-            d(self.p50),
-            d(self.p99),
-            d(self.max)
-        )
     }
 }
