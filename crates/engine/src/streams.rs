@@ -10,45 +10,7 @@
 use crate::error::{Error, Result};
 use crate::graph::OperationGraph;
 use driver::Stream;
-use petgraph::Direction::{Incoming, Outgoing};
-use petgraph::graphmap::DiGraphMap;
 use petgraph::visit::DfsPostOrder;
-use std::collections::HashMap;
-use std::hash::RandomState;
-use std::sync::{Arc, Mutex, MutexGuard};
-
-/// Stream ids; an edge `a -> b` means "a waits for b".
-type WaitGraph = DiGraphMap<u64, (), RandomState>;
-
-/// The standing dependencies of one [`OperationGraph`].
-#[derive(Default)]
-pub(crate) struct StandingWaits(Mutex<Standing>);
-
-#[derive(Default)]
-struct Standing {
-    waits: WaitGraph,
-    /// The streams with at least one standing dependency, to apply them again.
-    streams: HashMap<u64, Arc<Stream>>,
-}
-
-impl StandingWaits {
-    fn lock(&self) -> MutexGuard<'_, Standing> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Standing {
-    /// Drop a stream that no standing dependency names any more.
-    fn forget_if_isolated(&mut self, id: u64) {
-        let isolated = self.waits.contains_node(id)
-            && self.waits.neighbors_directed(id, Incoming).next().is_none()
-            && self.waits.neighbors_directed(id, Outgoing).next().is_none();
-        if isolated {
-            self.waits.remove_node(id);
-            self.streams.remove(&id);
-        }
-    }
-}
 
 impl OperationGraph {
     /// Make work enqueued on `dependent` from now on wait until

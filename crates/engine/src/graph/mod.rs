@@ -170,11 +170,11 @@ pub struct OperationGraph {
     /// Serialises `add_dependency`: two edges added at once could close an unseen cycle.
     edge_lock: Mutex<()>,
     /// Standing stream dependencies (`crate::streams`).
-    pub(crate) stream_order: crate::streams::StandingWaits,
+    pub(crate) stream_order: crate::standing_waits::StandingWaits,
     /// Where operations' creation times come from.
     clock: StampOrigin,
     /// Told about each builder operation's work (`crate::observe`).
-    pub(crate) observer: crate::observe::ObserverSlot,
+    pub(crate) observer: crate::observer::ObserverSlot,
 }
 
 impl OperationGraph {
