@@ -274,9 +274,7 @@ impl GraphExec {
                 ),
             });
         }
-        let devices = self
-            .node_args
-            .uses(&self.resources.buffers, &self.resources.counts);
+        let devices = self.node_args.uses(&self.resources.buffers);
         let hosts = self.resources.hosts.iter();
         let uses = devices
             .map(|(memory, write)| Use::Device(memory.as_use(), write))

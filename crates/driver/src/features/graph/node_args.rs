@@ -77,22 +77,27 @@ impl fmt::Debug for KernelNode {
 
 /// What [`GraphExec::set_args`](super::GraphExec::set_args) set since the
 /// instance was made or last updated from a graph, and so what its launches
-/// order: the graph's buffers (`base`, with how many uses the nodes make of
-/// each), less the captured uses of the nodes set since, plus the buffers
-/// of their new arguments. A buffer no node uses any more is not ordered;
-/// one a node was set to is, with the strongest use any node makes of it.
+/// order: the graph's buffers with the uses the nodes make of each now
+/// (the captured counts, less the captured uses of the nodes set since,
+/// plus the uses of their new arguments), and the buffers of new arguments
+/// that are not the graph's. A buffer no node uses any more is not
+/// ordered; one a node was set to is, with the strongest use any node
+/// makes of it.
 #[derive(Default)]
 pub(super) struct NodeArgs {
     /// Per node set (by its handle), the buffers of its latest arguments,
-    /// counted in `extra`, and whether as written.
+    /// and whether it writes each.
     by_node: IdMap<usize, NodeBuffers>,
-    /// Keyed by the buffer's address in memory (the `Arc`'s).
-    extra: IdMap<usize, ExtraBuffer>,
-    /// The graph's uses the nodes set no longer make: reads, writes.
-    removed: IdMap<usize, (u32, u32)>,
     /// Which of the graph's buffers each key is: built at the first set,
     /// dropped with the rest on update.
     base: Option<IdMap<usize, usize>>,
+    /// Per graph buffer, by its index there: the reads and writes the
+    /// nodes make of it now. Empty until the first set: the graph's own.
+    net: Vec<(u32, u32)>,
+    /// The buffers of the nodes' new arguments, kept while a node is set
+    /// to them, keyed by the buffer's address in memory (the `Arc`'s),
+    /// with the set nodes' uses of each.
+    extra: IdMap<usize, ExtraBuffer>,
 }
 
 /// A node's buffers, by key, and whether written: inline for the few a
@@ -101,129 +106,140 @@ type NodeBuffers = smallvec::SmallVec<[(usize, bool); 4]>;
 
 struct ExtraBuffer {
     memory: Arc<dyn Kept>,
-    reads: u32,
-    writes: u32,
+    /// Reads, writes.
+    uses: (u32, u32),
+    /// Its index among the graph's buffers, if it is one: then `net`
+    /// counts its uses for the launches, and this entry only keeps it.
+    base_index: Option<usize>,
 }
 
 pub(super) fn key(memory: &Arc<dyn Kept>) -> usize {
     Arc::as_ptr(memory).cast::<()>() as usize
 }
 
-/// A use, counted in a (reads, writes) pair.
-fn count(pair: &mut (u32, u32), write: bool, by: i64) {
+/// `args`' buffers that a set keeps and orders, by key, and whether each
+/// is written: not those the graph allocates and frees itself.
+pub(super) fn kept_buffers(
+    args: &[GraphArg],
+) -> impl Iterator<Item = (&Arc<dyn Kept>, bool)> + Clone {
+    args.iter()
+        .filter_map(GraphArg::buffer)
+        .filter(|(memory, _)| memory.graph_family().is_none())
+}
+
+/// One more use in a (reads, writes) pair.
+fn add_use(pair: &mut (u32, u32), write: bool) {
     let slot = if write { &mut pair.1 } else { &mut pair.0 };
-    *slot = u32::try_from(i64::from(*slot) + by).unwrap_or(0);
+    *slot += 1;
+}
+
+/// One use fewer in a (reads, writes) pair. More taken than counted cannot
+/// happen (a node's uses are among the counts); were it to, the count
+/// stays, ordering the buffer as before rather than dropping a use.
+fn take_use(pair: &mut (u32, u32), write: bool) {
+    let slot = if write { &mut pair.1 } else { &mut pair.0 };
+    *slot = slot.checked_sub(1).unwrap_or(*slot);
 }
 
 impl NodeArgs {
     /// The buffers a launch orders, and whether it writes each, given the
-    /// graph's buffers and their use counts.
+    /// graph's buffers (and whether some node writes each).
     pub(super) fn uses<'a>(
         &'a self,
         base: &'a [(Arc<dyn Kept>, bool)],
-        counts: &'a [(u32, u32)],
     ) -> impl Iterator<Item = (&'a Arc<dyn Kept>, bool)> + Clone + 'a {
-        let nothing_set = self.by_node.is_empty();
         let graphs = base
             .iter()
-            .zip(counts)
-            .filter_map(move |((memory, write), &(r, w))| {
-                if nothing_set {
-                    return Some((memory, *write));
-                }
-                let k = key(memory);
-                let (gone_r, gone_w) = self.removed.get(&k).copied().unwrap_or((0, 0));
-                let (new_r, new_w) = self.extra.get(&k).map_or((0, 0), |e| (e.reads, e.writes));
-                // More removed than counted cannot happen (a node's captured
-                // uses are among the counts); were it to, order the buffer as
-                // captured rather than drop a use.
-                let (Some(r), Some(w)) = (r.checked_sub(gone_r), w.checked_sub(gone_w)) else {
-                    return Some((memory, *write));
-                };
-                let (reads, writes) = (r + new_r, w + new_w);
-                (reads + writes > 0).then_some((memory, writes > 0))
+            .enumerate()
+            .filter_map(|(index, (memory, write))| match self.net.get(index) {
+                // Nothing set: the graph's uses as captured.
+                None => Some((memory, *write)),
+                Some(&(reads, writes)) => (reads + writes > 0).then_some((memory, writes > 0)),
             });
-        let base_keys = self.base.as_ref();
         let added = self
             .extra
             .values()
-            .filter(move |e| base_keys.is_none_or(|keys| !keys.contains_key(&key(&e.memory))))
-            .map(|e| (&e.memory, e.writes > 0));
+            .filter(|e| e.base_index.is_none())
+            .map(|e| (&e.memory, e.uses.1 > 0));
         graphs.chain(added)
     }
 
     /// `node`'s arguments are now `args`; what it had before is let go.
-    /// `captured_in_base`: the graph's buffers are those of the graph the
-    /// node was captured in (not of one the instance was updated from),
-    /// so the node's captured uses are among their counts and come off them
-    /// the first time it is set.
+    /// `base` and `counts` are the graph's buffers and the uses its nodes
+    /// make of each. `captured_in_base`: they are those of the graph the
+    /// node was captured in (not of one the instance was updated from), so
+    /// the node's captured uses are among the counts and come off them the
+    /// first time it is set.
     pub(super) fn replace(
         &mut self,
         base: &[(Arc<dyn Kept>, bool)],
+        counts: &[(u32, u32)],
         node: &KernelNode,
         args: &[GraphArg],
         captured_in_base: bool,
     ) {
-        self.base.get_or_insert_with(|| {
-            base.iter()
-                .enumerate()
-                .map(|(index, (memory, _))| (key(memory), index))
-                .collect()
-        });
-        // Allocated and freed by the graph itself: neither kept nor ordered.
-        let buffers = || {
-            args.iter()
-                .filter_map(GraphArg::buffer)
-                .filter(|(memory, _)| memory.graph_family().is_none())
-        };
         let node_key = node.raw as usize;
         if let Some(kept) = self.by_node.get(&node_key)
             && kept
                 .iter()
                 .copied()
-                .eq(buffers().map(|(memory, write)| (key(memory), write)))
+                .eq(kept_buffers(args).map(|(memory, write)| (key(memory), write)))
         {
             // New scalars on the same buffers (the common update): what is
             // kept and ordered stays as it is.
             return;
         }
+        if self.base.is_none() {
+            self.base = Some(
+                base.iter()
+                    .enumerate()
+                    .map(|(index, (memory, _))| (key(memory), index))
+                    .collect(),
+            );
+            self.net = counts.to_vec();
+        }
         let mut counted = NodeBuffers::new();
-        for (memory, write) in buffers() {
-            let entry = self
-                .extra
-                .entry(key(memory))
-                .or_insert_with(|| ExtraBuffer {
-                    memory: Arc::clone(memory),
-                    reads: 0,
-                    writes: 0,
-                });
-            if write {
-                entry.writes += 1;
-            } else {
-                entry.reads += 1;
+        for (memory, write) in kept_buffers(args) {
+            let buffer = key(memory);
+            let base_index = self.base_index(buffer);
+            let entry = self.extra.entry(buffer).or_insert_with(|| ExtraBuffer {
+                memory: Arc::clone(memory),
+                uses: (0, 0),
+                base_index,
+            });
+            add_use(&mut entry.uses, write);
+            if let Some(index) = base_index {
+                add_use(&mut self.net[index], write);
             }
-            counted.push((key(memory), write));
+            counted.push((buffer, write));
         }
         let old = self.by_node.insert(node_key, counted);
         if old.is_none() && captured_in_base {
+            // Set for the first time: its captured uses are let go.
             for &(buffer, write) in node.captured.iter() {
-                count(self.removed.entry(buffer).or_default(), write, 1);
+                if let Some(index) = self.base_index(buffer) {
+                    take_use(&mut self.net[index], write);
+                }
             }
         }
         for (buffer, write) in old.into_iter().flatten() {
             let Some(entry) = self.extra.get_mut(&buffer) else {
                 continue;
             };
-            if write {
-                entry.writes -= 1;
-            } else {
-                entry.reads -= 1;
+            take_use(&mut entry.uses, write);
+            if let Some(index) = entry.base_index {
+                take_use(&mut self.net[index], write);
             }
-            if entry.reads == 0 && entry.writes == 0 {
+            if entry.uses == (0, 0) {
                 // Freed (if this was the last owner) after the replays that
                 // used it: its use tracker orders the free.
                 self.extra.remove(&buffer);
             }
         }
+    }
+
+    /// `buffer`'s index among the graph's buffers, if it is one of them.
+    fn base_index(&self, buffer: usize) -> Option<usize> {
+        self.base.as_ref()?.get(&buffer).copied()
     }
 }

@@ -17,7 +17,7 @@ use super::args::GraphArg;
 use super::capture::Capture;
 use super::condition_arg::check_conditions;
 use super::exec::GraphExec;
-use super::node_args::{KernelNode, key};
+use super::node_args::{KernelNode, kept_buffers, key};
 use crate::features::launch::{KernelArg, LaunchConfig, with_kernel_params};
 use crate::features::module::Kernel;
 use crate::ground::error::{Error, Result};
@@ -89,10 +89,7 @@ impl Capture {
             });
         };
         self.resources.updatable = true;
-        let captured = args
-            .iter()
-            .filter_map(GraphArg::buffer)
-            .filter(|(memory, _)| memory.graph_family().is_none())
+        let captured = kept_buffers(args)
             .map(|(memory, write)| (key(memory), write))
             .collect();
         Ok(KernelNode {
@@ -207,8 +204,13 @@ impl GraphExec {
         });
         ctx.check(code)?;
         let captured_in_base = self.resources.capture == self.instantiated_from;
-        self.node_args
-            .replace(&self.resources.buffers, node, args, captured_in_base);
+        self.node_args.replace(
+            &self.resources.buffers,
+            &self.resources.counts,
+            node,
+            args,
+            captured_in_base,
+        );
         Ok(())
     }
 }
