@@ -309,12 +309,7 @@ impl Resources {
                 self.buffers.len() - 1
             }
         };
-        let (reads, writes) = &mut self.counts[index];
-        if writable {
-            *writes += 1;
-        } else {
-            *reads += 1;
-        }
+        add_use(&mut self.counts[index], writable);
     }
 
     /// Keep every buffer of `args` for the replays, lent as each says.
@@ -337,4 +332,11 @@ impl Resources {
             self.external.push(keep);
         }
     }
+}
+
+/// One more use in a (reads, writes) pair: the graph's counts, and an
+/// instance's once nodes are set (`node_args`).
+pub(super) fn add_use(pair: &mut (u32, u32), write: bool) {
+    let slot = if write { &mut pair.1 } else { &mut pair.0 };
+    *slot += 1;
 }

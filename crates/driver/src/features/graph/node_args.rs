@@ -1,7 +1,7 @@
 //! The kernel nodes an executable graph can set ([`KernelNode`]), and what
 //! it keeps of the arguments set on them ([`NodeArgs`]): see `node_update`.
 
-use super::args::{GraphArg, Kept};
+use super::args::{GraphArg, Kept, add_use};
 use crate::features::launch::LaunchConfig;
 use crate::features::module::Kernel;
 use crate::ground::id_hash::IdMap;
@@ -125,12 +125,6 @@ pub(super) fn kept_buffers(
     args.iter()
         .filter_map(GraphArg::buffer)
         .filter(|(memory, _)| memory.graph_family().is_none())
-}
-
-/// One more use in a (reads, writes) pair.
-fn add_use(pair: &mut (u32, u32), write: bool) {
-    let slot = if write { &mut pair.1 } else { &mut pair.0 };
-    *slot += 1;
 }
 
 /// One use fewer in a (reads, writes) pair. More taken than counted cannot
