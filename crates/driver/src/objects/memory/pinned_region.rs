@@ -169,15 +169,13 @@ span_host_memory!([T: DeviceCopy] PinnedRegion<T>);
 
 impl<T: DeviceCopy> Drop for PinnedRegion<T> {
     fn drop(&mut self) {
-        let pending = self.span.tracker.take_pending();
-        let uses = if pending.is_empty() {
-            Vec::new()
-        } else {
-            pending
-                .into_iter()
-                .map(|(stream_id, event)| StreamUse { stream_id, event })
-                .collect()
-        };
+        let uses = self
+            .span
+            .tracker
+            .take_pending()
+            .into_iter()
+            .map(|(stream_id, event)| StreamUse { stream_id, event })
+            .collect();
         self.owner.give_back(ReturnedRegion {
             address: self.span.ptr().as_ptr() as u64,
             bytes: self.size_in_bytes(),
