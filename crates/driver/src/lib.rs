@@ -163,7 +163,8 @@ pub use features::graph::{
 };
 pub use features::ipc::{IpcChannel, IpcListener, IpcToken, SharedDeviceBuffer, SharedEvent};
 pub use features::kernel_decl::KernelDecl;
-pub use features::launch::{KernelArg, LaunchConfig};
+pub use features::launch::KernelArg;
+pub use features::launch_config::LaunchConfig;
 pub use features::module::{Kernel, Module, ModuleImage};
 pub use features::pdl_policy::{PDL_SETTING, PdlPolicy};
 pub use features::program::{CACHE_ENV, CACHE_SETTING, CompiledProgram, Compiler, Output, Program};

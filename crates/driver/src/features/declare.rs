@@ -20,7 +20,8 @@
 //!   promise the library cannot check.
 
 use crate::features::kernel_decl::{KernelDecl, validate_decl};
-use crate::features::launch::{KernelArg, LaunchConfig};
+use crate::features::launch::KernelArg;
+use crate::features::launch_config::LaunchConfig;
 use crate::features::module::{Kernel, Module};
 use crate::features::pdl_policy::Dependency;
 use crate::ground::error::{Error, Result};

@@ -3,7 +3,7 @@
 
 use crate::enqueue::protocol::{Use, Work};
 use crate::features::graph::refuse_eager_conditions;
-pub use crate::features::launch_config::LaunchConfig;
+use crate::features::launch_config::LaunchConfig;
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;
 use crate::ground::arg_kind::ArgKind;

@@ -8,7 +8,8 @@ use super::args::{ArgInner, GraphArg, HostNode, HostSlot, Kept, KeptHost, host_n
 use super::capture::Capture;
 use crate::enqueue::order::Touches;
 use crate::enqueue::protocol::Use;
-use crate::features::launch::{KernelArg, LaunchConfig, launch_raw};
+use crate::features::launch::{KernelArg, launch_raw};
+use crate::features::launch_config::LaunchConfig;
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;
 use crate::ground::error::{Error, Result};

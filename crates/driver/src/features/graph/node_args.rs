@@ -2,7 +2,7 @@
 //! it keeps of the arguments set on them ([`NodeArgs`]): see `node_update`.
 
 use super::args::{GraphArg, Kept, add_use};
-use crate::features::launch::LaunchConfig;
+use crate::features::launch_config::LaunchConfig;
 use crate::features::module::Kernel;
 use crate::ground::id_hash::IdMap;
 use std::any::Any;

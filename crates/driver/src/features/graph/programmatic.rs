@@ -12,7 +12,7 @@
 
 use super::args::GraphArg;
 use super::capture::Capture;
-use crate::features::launch::LaunchConfig;
+use crate::features::launch_config::LaunchConfig;
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;
 use crate::ground::error::Result;
