@@ -10,8 +10,8 @@
 
 mod snapshot;
 
-use crate::hash::AddrMap;
 use crate::size::Class;
+use driver::IdMap;
 use driver::Stream;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -69,16 +69,16 @@ const RECENT: usize = 8;
 /// One stream's share of the cache.
 #[derive(Default)]
 pub(crate) struct Arena {
-    blocks: AddrMap<Block>,
+    blocks: IdMap<u64, Block>,
     /// Free blocks by `(size, address)`, per class, except those in `recent`.
     free: [BTreeSet<(usize, u64)>; 2],
     /// Free blocks not yet in `free` (`(size, address)`, at most [`RECENT`]
     /// per class); never holds a fully free segment that `idle` lists, since
     /// only [`Arena::coalesce`] (which empties it first) fills `idle`.
     recent: [Vec<(usize, u64)>; 2],
-    segments: AddrMap<Segment>,
+    segments: IdMap<u64, Segment>,
     /// Fully free segments and the free sequence number that made them so.
-    idle: AddrMap<u64>,
+    idle: IdMap<u64, u64>,
     /// The number of the last free, so a fence can say which frees it covers.
     free_seq: u64,
     next_id: u64,

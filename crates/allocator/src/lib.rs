@@ -70,7 +70,6 @@ mod devices;
 mod driver_pool;
 mod error;
 mod graph_memory;
-mod hash;
 mod host_pool;
 mod last_slot;
 mod observer;

@@ -5,16 +5,14 @@ use crate::arena::{Arena, Segment};
 use crate::config::Backend;
 use crate::dependency::{StreamDependency, Wait};
 use crate::error::{Error, Result};
-use crate::hash::{AddrHasher, AddrMap};
 use crate::last_slot;
 use crate::size::Class;
 use crate::stats::{Counters, StreamCounts};
 use dashmap::DashMap;
 use driver::sys::{CUdeviceptr, CUresult};
 use driver::{CompletionTrail, Context, Stream};
-use driver::{EventPool, PooledEvent};
+use driver::{EventPool, IdBuildHasher, IdMap, PooledEvent};
 use std::collections::BTreeSet;
-use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A freed block waiting for events.
@@ -43,7 +41,7 @@ pub(crate) struct PoolLive {
 #[derive(Default)]
 pub(crate) struct SlotState {
     pub(crate) arena: Arena,
-    pub(crate) pool_live: AddrMap<PoolLive>,
+    pub(crate) pool_live: IdMap<u64, PoolLive>,
     pub(crate) next_pool_id: u64,
     pub(crate) pending: Vec<PendingFree>,
     /// The stream's fences, oldest first, on the driver's completion trail
@@ -110,7 +108,7 @@ pub(crate) struct Shared {
     pub(crate) backend: Backend,
     pub(crate) total_memory: usize,
     /// Cleared when the allocator is dropped: the slots hold this state.
-    pub(crate) slots: DashMap<u64, Arc<Slot>, BuildHasherDefault<AddrHasher>>,
+    pub(crate) slots: DashMap<u64, Arc<Slot>, IdBuildHasher>,
     /// Slots dropped after the allocator (see [`Slot`]'s `Drop`).
     pub(crate) retired: Mutex<Vec<Retired>>,
     /// Fully free segments proven unused by any stream: `(class, size, base)`.

@@ -172,6 +172,7 @@ pub use features::reactor::{Reactor, ReactorConfig, ReactorStats, WakeMode};
 pub use ground::arg_kind::ArgKind;
 pub use ground::callback_thread::in_stream_callback;
 pub use ground::error::{Error, Result};
+pub use ground::id_hash::{IdBuildHasher, IdHasher, IdMap};
 pub use ground::loaded_driver::{DriverKind, LoadedDriver};
 pub use ground::select::{DRIVER_ENV, DRIVER_SETTING, DriverChoice, driver, select};
 pub use ground::units::{format_bytes, format_duration};

@@ -1,4 +1,5 @@
-//! A hasher for the driver's maps keyed by ids and addresses ([`IdMap`]).
+//! The workspace's one hasher for maps keyed by ids and addresses
+//! ([`IdMap`]): the driver's, the allocator's and the engine's.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -6,8 +7,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// Hashes a stream id (a small counter) or an address with one
 /// multiplication and a fold: the default SipHash costs more than the rest
 /// of a lookup.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -33,5 +34,10 @@ impl Hasher for IdHasher {
     }
 }
 
-/// A map keyed by an id or an address, hashed with [`IdHasher`].
-pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+/// A map keyed by an id or an address, hashed with [`IdHasher`]. The
+/// keys must not come from an adversary: the hash is not keyed.
+pub type IdMap<K, V> = HashMap<K, V, IdBuildHasher>;
+
+/// The `BuildHasher` of [`IdMap`], for other maps and sets keyed the same
+/// way (`HashSet`, `DashMap`).
+pub type IdBuildHasher = BuildHasherDefault<IdHasher>;

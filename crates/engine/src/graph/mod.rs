@@ -3,7 +3,6 @@
 //! retirement in `retire.rs`, the graph queries (deadlocks, ready list) in
 //! `queries.rs`.
 
-mod hash;
 mod metrics;
 mod queries;
 mod retire;

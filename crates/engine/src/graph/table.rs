@@ -13,9 +13,9 @@
 //! the ring: past [`RING_LIMIT`] slots it moves to a side map instead.
 
 use super::OpNode;
-use super::hash::IdBuild;
 use crate::error::{Error, Result};
 use crate::operation::OperationId;
+use driver::IdBuildHasher;
 use driver::{CompletionTrail, EventPool, LocalShelf, PooledEvent, Stream};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -78,12 +78,12 @@ pub(super) struct Table {
     base: u64,
     ring: VecDeque<Slot>,
     /// Live operations that outgrew the ring.
-    old: HashMap<u64, OpNode, IdBuild>,
+    old: HashMap<u64, OpNode, IdBuildHasher>,
     next_id: u64,
     begin_clock: u64,
     /// Ids issued to registrations that failed: unknown, not retired.
-    abandoned: HashSet<OperationId, IdBuild>,
-    pub(super) lanes: HashMap<u64, Lane, IdBuild>,
+    abandoned: HashSet<OperationId, IdBuildHasher>,
+    pub(super) lanes: HashMap<u64, Lane, IdBuildHasher>,
     /// The most lanes held at once: a lane goes when its stream's queue
     /// empties (a DAG's host wait empties them all every round), so the
     /// streams in use are counted by their peak.
