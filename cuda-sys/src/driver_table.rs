@@ -405,6 +405,12 @@ pub struct Driver {
         hNode: CUgraphNode,
         nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
     ) -> CUresult,
+    /// `cuGraphKernelNodeGetAttribute`
+    pub cuGraphKernelNodeGetAttribute: unsafe extern "C" fn(
+        hNode: CUgraphNode,
+        attr: CUkernelNodeAttrID,
+        value_out: *mut CUkernelNodeAttrValue,
+    ) -> CUresult,
     /// `cuDeviceGetGraphMemAttribute`
     pub cuDeviceGetGraphMemAttribute: unsafe extern "C" fn(
         device: CUdevice,
@@ -432,7 +438,7 @@ pub struct Driver {
 }
 /// Each entry point's name as documented and the versioned symbol
 /// the CUDA 13.0 headers select for it, in table order.
-pub const SYMBOLS: [(&str, &str); 81usize] = [
+pub const SYMBOLS: [(&str, &str); 82usize] = [
     ("cuInit", "cuInit"),
     ("cuDriverGetVersion", "cuDriverGetVersion"),
     ("cuDeviceGetCount", "cuDeviceGetCount"),
@@ -509,6 +515,7 @@ pub const SYMBOLS: [(&str, &str); 81usize] = [
     ("cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2"),
     ("cuGraphAddDependencies", "cuGraphAddDependencies_v2"),
     ("cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams_v2"),
+    ("cuGraphKernelNodeGetAttribute", "cuGraphKernelNodeGetAttribute"),
     ("cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute"),
     ("cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute"),
     ("cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim"),
@@ -618,6 +625,7 @@ impl Driver {
         let cuGraphExecKernelNodeSetParams = resolve(
             "cuGraphExecKernelNodeSetParams_v2",
         );
+        let cuGraphKernelNodeGetAttribute = resolve("cuGraphKernelNodeGetAttribute");
         let cuDeviceGetGraphMemAttribute = resolve("cuDeviceGetGraphMemAttribute");
         let cuDeviceSetGraphMemAttribute = resolve("cuDeviceSetGraphMemAttribute");
         let cuDeviceGraphMemTrim = resolve("cuDeviceGraphMemTrim");
@@ -1165,6 +1173,14 @@ impl Driver {
                         nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
                     ) -> CUresult,
                 >(cuGraphExecKernelNodeSetParams),
+                cuGraphKernelNodeGetAttribute: core::mem::transmute::<
+                    *const core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        hNode: CUgraphNode,
+                        attr: CUkernelNodeAttrID,
+                        value_out: *mut CUkernelNodeAttrValue,
+                    ) -> CUresult,
+                >(cuGraphKernelNodeGetAttribute),
                 cuDeviceGetGraphMemAttribute: core::mem::transmute::<
                     *const core::ffi::c_void,
                     unsafe extern "C" fn(

@@ -124,6 +124,11 @@ const ENTRY_POINTS: &[&str] = &[
     // 12.0+ for the `_v2` struct): new arguments without capturing or
     // instantiating again.
     "cuGraphExecKernelNodeSetParams",
+    // A kernel node's launch attribute read back (CUDA 12.4+ for the one
+    // read): a kernel captured with CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE
+    // has a device-side handle (`devNode`) only this call gives out, which
+    // kernels pass to `cudaGraphKernelNodeSetParam` to change its arguments.
+    "cuGraphKernelNodeGetAttribute",
     // Graph memory nodes (CUDA 11.4+): what the device's graph allocations
     // use and keep, and giving the kept memory back.
     "cuDeviceGetGraphMemAttribute",

@@ -197,7 +197,11 @@ fn freeze_nodes(nodes: &[Node]) -> Result<Vec<Node>, CUresult> {
                                 ),
                             ));
                         }
-                        bodies.push(Arc::new(Graph::new(body.root, freeze_nodes(&inner)?)));
+                        bodies.push(Arc::new(Graph::new(
+                            body.handle,
+                            body.root,
+                            freeze_nodes(&inner)?,
+                        )));
                     }
                     Action::Conditional(Arc::new(Conditional {
                         slot: Arc::clone(&cond.slot),
@@ -306,12 +310,13 @@ pub(crate) unsafe extern "C" fn cuGraphAddNode(
             ));
         }
         // SAFETY: CUDA's contract: `numDependencies` readable handles.
-        let deps = unsafe { crate::graph::node_indices(&graph, dependencies, numDependencies) }?;
+        let deps =
+            unsafe { crate::node_handle::node_indices(&graph, dependencies, numDependencies) }?;
         let mut bodies = Vec::with_capacity(size);
         let mut handles = Vec::with_capacity(size);
         for _ in 0..size {
             let handle = crate::handles::mint();
-            let body = Arc::new(Graph::new(graph.root, Vec::new()));
+            let body = Arc::new(Graph::new(handle, graph.root, Vec::new()));
             GRAPHS.insert_at(handle, Arc::clone(&body));
             lock(&graph.bodies).push(handle);
             bodies.push(body);
@@ -331,7 +336,7 @@ pub(crate) unsafe extern "C" fn cuGraphAddNode(
             action: Action::Conditional(node),
             deps,
         });
-        let handle = nodes.len();
+        let handle = crate::node_handle::node_handle(graph.handle, nodes.len() - 1);
         // SAFETY: checked non-null; writable per the API.
         unsafe { write_out(phGraphNode, handle as CUgraphNode) }
     })())

@@ -126,8 +126,18 @@ impl Capturing {
         for template in templates {
             match template {
                 Template::Act(action) => {
-                    let deps = std::mem::take(&mut self.frontier);
                     let mut nodes = lock(&self.capture.graph.nodes);
+                    if let Action::Kernel(launch) = action
+                        && let Err((code, why)) =
+                            crate::device_node::recorded(launch, &self.capture.graph, nodes.len())
+                    {
+                        // Invalidated without the node list locked: the
+                        // end of a capture takes the two the other way.
+                        drop(nodes);
+                        self.capture.invalidate(why.clone());
+                        return Err(fail(code, why));
+                    }
+                    let deps = std::mem::take(&mut self.frontier);
                     nodes.push(Node {
                         action: action.clone(),
                         deps,
@@ -200,8 +210,11 @@ impl Capturing {
 
 /// A graph: made by a capture or `cuGraphCreate`, or the body of a
 /// conditional node. Nodes are added, never removed, so a node's index is
-/// stable; its handle (`CUgraphNode`) is the index plus one.
+/// stable; its handle (`CUgraphNode`) names the graph and the index (see
+/// `node_handle`).
 pub(crate) struct Graph {
+    /// Its handle (for a frozen body, that of the body it was made from).
+    pub(crate) handle: usize,
     pub(crate) nodes: Mutex<Vec<Node>>,
     /// The handle of the top-level graph this one belongs to (its own for a
     /// top-level graph): condition handles are valid in one such family.
@@ -218,8 +231,9 @@ pub(crate) struct Graph {
 }
 
 impl Graph {
-    pub(crate) fn new(root: usize, nodes: Vec<Node>) -> Self {
+    pub(crate) fn new(handle: usize, root: usize, nodes: Vec<Node>) -> Self {
         Graph {
+            handle,
             nodes: Mutex::new(nodes),
             root,
             defaults: Mutex::new(Vec::new()),
@@ -233,7 +247,7 @@ impl Graph {
 /// Register a new empty top-level graph; returns its handle.
 fn new_graph() -> (usize, Arc<Graph>) {
     let handle = crate::handles::mint();
-    let graph = Arc::new(Graph::new(handle, Vec::new()));
+    let graph = Arc::new(Graph::new(handle, handle, Vec::new()));
     GRAPHS.insert_at(handle, Arc::clone(&graph));
     (handle, graph)
 }
@@ -241,6 +255,9 @@ fn new_graph() -> (usize, Arc<Graph>) {
 /// An executable graph: a snapshot of a graph's nodes, whose parameters
 /// `cuGraphExecUpdate` may change.
 pub(crate) struct Exec {
+    /// The handle of the graph it was made from, whose node handles name
+    /// its nodes.
+    pub(crate) graph: usize,
     pub(crate) nodes: Mutex<Vec<Node>>,
     /// Condition handles set to their default at the start of each launch
     /// (those of the graph it was last made or updated from).
@@ -308,36 +325,6 @@ fn begin(
     Ok(())
 }
 
-/// Node handles (index plus one) of `graph` as indices, checked.
-///
-/// # Safety
-/// `nodes` points at `count` readable handles (or `count` is 0).
-pub(crate) unsafe fn node_indices(
-    graph: &Graph,
-    nodes: *const CUgraphNode,
-    count: usize,
-) -> Result<Vec<usize>, CUresult> {
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    if nodes.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: the caller's promise.
-    let handles = unsafe { std::slice::from_raw_parts(nodes, count) };
-    let len = lock(&graph.nodes).len();
-    handles
-        .iter()
-        .map(|&node| match (node as usize).checked_sub(1) {
-            Some(index) if index < len => Ok(index),
-            _ => Err(fail(
-                CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!("node {node:p} is not a node of the graph (it has {len} nodes)"),
-            )),
-        })
-        .collect()
-}
-
 pub(crate) unsafe extern "C" fn cuGraphCreate(phGraph: *mut CUgraph, flags: c_uint) -> CUresult {
     code((|| {
         if phGraph.is_null() || flags != 0 {
@@ -361,7 +348,8 @@ pub(crate) unsafe extern "C" fn cuStreamBeginCaptureToGraph(
         require()?;
         let graph = GRAPHS.get(hGraph as usize)?;
         // SAFETY: CUDA's contract: `numDependencies` readable handles.
-        let frontier = unsafe { node_indices(&graph, dependencies, numDependencies) }?;
+        let frontier =
+            unsafe { crate::node_handle::node_indices(&graph, dependencies, numDependencies) }?;
         begin(hStream, Some((hGraph as usize, graph)), frontier, mode)
     })())
 }
@@ -395,7 +383,10 @@ pub(crate) unsafe extern "C" fn cuStreamGetCaptureInfo(
         } else {
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
         };
-        capturing.exposed = capturing.frontier.iter().map(|index| index + 1).collect();
+        let graph = capturing.capture.graph_handle;
+        capturing.exposed = (capturing.frontier.iter())
+            .map(|&index| crate::node_handle::node_handle(graph, index))
+            .collect();
         capturing.exposed_edges = vec![CUgraphEdgeData::default(); capturing.exposed.len()];
         // SAFETY: each pointer is checked non-null and writable per the API;
         // the arrays live in the stream's state until its next capture call.
@@ -441,8 +432,13 @@ pub(crate) unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
             ));
         };
         // SAFETY: CUDA's contract: `numDependencies` readable handles.
-        let nodes =
-            unsafe { node_indices(&capturing.capture.graph, dependencies, numDependencies) }?;
+        let nodes = unsafe {
+            crate::node_handle::node_indices(
+                &capturing.capture.graph,
+                dependencies,
+                numDependencies,
+            )
+        }?;
         match CUstreamUpdateCaptureDependencies_flags(flags) {
             CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES => {
                 capturing.frontier = nodes;
@@ -595,7 +591,12 @@ pub(crate) unsafe extern "C" fn cuGraphInstantiate(
                  other first",
             ));
         }
+        // Claimed last, when nothing can fail any more: a refused
+        // instantiation must not use up the graph's one.
+        let handle = crate::handles::mint();
+        crate::device_node::instantiating(&nodes, handle)?;
         let exec = Arc::new(Exec {
+            graph: graph.handle,
             nodes: Mutex::new(nodes),
             defaults: Mutex::new(defaults),
             footprint,
@@ -605,7 +606,7 @@ pub(crate) unsafe extern "C" fn cuGraphInstantiate(
             *instance = Arc::downgrade(&exec);
         }
         drop(instance);
-        let handle = EXECS.insert(exec);
+        EXECS.insert_at(handle, exec);
         // SAFETY: checked non-null; writable per the API.
         unsafe { write_out(phGraphExec, handle as CUgraphExec) }
     })())
@@ -653,6 +654,12 @@ pub(crate) unsafe extern "C" fn cuGraphLaunch(
 
 /// Why `new` cannot replace `old` in place, if it cannot.
 fn update_refused(old: &[Node], new: &[Node]) -> Option<(CUgraphExecUpdateResult, String)> {
+    if let Some(why) = crate::device_node::update_refused(old, new) {
+        return Some((
+            CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED,
+            why,
+        ));
+    }
     if old.len() != new.len() {
         return Some((
             CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,

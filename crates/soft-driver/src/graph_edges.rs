@@ -3,8 +3,9 @@
 //! it, follow the writer that body races with.
 
 use crate::errors::{code, fail};
-use crate::graph::{GRAPHS, node_indices};
+use crate::graph::GRAPHS;
 use crate::handles::lock;
+use crate::node_handle::node_indices;
 use sys::{CUgraph, CUgraphEdgeData, CUgraphNode, CUresult};
 
 pub(crate) unsafe extern "C" fn cuGraphAddDependencies(

@@ -49,6 +49,18 @@ impl<T> Registry<T> {
             .insert(handle, object);
     }
 
+    /// Register `object` under `handle` unless something already is;
+    /// whether it was registered.
+    pub(crate) fn insert_new(&self, handle: usize, object: Arc<T>) -> bool {
+        let mut objects = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        let map = objects.get_or_insert_with(HashMap::new);
+        if map.contains_key(&handle) {
+            return false;
+        }
+        map.insert(handle, object);
+        true
+    }
+
     /// The object behind `handle`, or `CUDA_ERROR_INVALID_HANDLE`.
     pub(crate) fn get(&self, handle: usize) -> Result<Arc<T>, CUresult> {
         let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());

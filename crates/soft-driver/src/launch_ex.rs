@@ -1,16 +1,22 @@
-//! `cuLaunchKernelEx`: a launch with attributes. The one attribute the
-//! workspace sets is programmatic stream serialization (programmatic
-//! dependent launch, PDL), which lets a kernel start before the kernel ahead
-//! of it on the stream has finished, up to the point where it calls
-//! `cudaGridDependencySynchronize`. A stream of this driver is one worker
-//! running its work in order, so every kernel starts after the one ahead has
-//! finished: exactly what the kernel's synchronisation would wait for. The
-//! attribute is checked and the launch is an ordinary `cuLaunchKernel`, in
-//! capture too (where CUDA would record a programmatic edge, this driver
-//! records stream order, which is stricter and gives the same results).
+//! `cuLaunchKernelEx`: a launch with attributes, of which two are supported.
+//!
+//! A device-updatable kernel node
+//! (`CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE`, graphs only): the
+//! kernel node the capture records gets a device node handle, through which
+//! kernels change its arguments (see `device_node`).
+//!
+//! Programmatic stream serialization (programmatic dependent launch, PDL)
+//! lets a kernel start before the kernel ahead of it on the stream has
+//! finished, up to the point where it calls `cudaGridDependencySynchronize`.
+//! A stream of this driver is one worker running its work in order, so
+//! every kernel starts after the one ahead has finished: exactly what the
+//! kernel's synchronisation would wait for. The attribute is checked and the
+//! launch is an ordinary `cuLaunchKernel`, in capture too (where CUDA would
+//! record a programmatic edge, this driver records stream order, which is
+//! stricter and gives the same results).
 
-use crate::errors::fail;
-use crate::modules::cuLaunchKernel;
+use crate::errors::{code, fail};
+use crate::modules::{LaunchDims, launch};
 use crate::stream::resolve;
 use std::ffi::c_void;
 use sys::{CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUresult, CUstream, DriverError};
@@ -55,42 +61,76 @@ pub(crate) unsafe extern "C" fn cuLaunchKernelEx(
         );
     }
     let mut programmatic = false;
+    let mut device_updatable = false;
     for i in 0..config.numAttrs as usize {
         // SAFETY: `attrs` holds `numAttrs` attributes (the API's contract),
         // checked non-null above.
         let attr = unsafe { &*config.attrs.add(i) };
-        if attr.id != CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION {
-            return fail(
-                CUresult::CUDA_ERROR_NOT_SUPPORTED,
-                format!(
-                    "cuLaunchKernelEx: the software driver supports only the launch attribute \
-                     CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ({}), not attribute \
-                     {} (attrs[{i}])",
-                    CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.0,
-                    attr.id.0
-                ),
-            );
+        match attr.id {
+            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION => {
+                // SAFETY: the attribute's id says which member of the union is set.
+                programmatic |= unsafe { attr.value.programmaticStreamSerializationAllowed } != 0;
+            }
+            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE => {
+                // SAFETY: as above.
+                match unsafe { attr.value.deviceUpdatableKernelNode.deviceUpdatable } {
+                    0 => {}
+                    1 => device_updatable = true,
+                    other => {
+                        return fail(
+                            CUresult::CUDA_ERROR_INVALID_VALUE,
+                            format!(
+                                "cuLaunchKernelEx: deviceUpdatable {other} (attrs[{i}]); it \
+                                 may be 0 or 1"
+                            ),
+                        );
+                    }
+                }
+            }
+            other => {
+                return fail(
+                    CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                    format!(
+                        "cuLaunchKernelEx: the software driver supports only the launch \
+                         attributes CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ({}) \
+                         and CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE ({}), not \
+                         attribute {} (attrs[{i}])",
+                        CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                            .0,
+                        CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE.0,
+                        other.0
+                    ),
+                );
+            }
         }
-        // SAFETY: the attribute's id says which member of the union is set.
-        programmatic |= unsafe { attr.value.programmaticStreamSerializationAllowed } != 0;
     }
+    if device_updatable {
+        match resolve(config.hStream) {
+            Ok(stream) if stream.state().capture.is_some() => {}
+            Ok(stream) => {
+                return fail(
+                    CUresult::CUDA_ERROR_INVALID_VALUE,
+                    format!(
+                        "cuLaunchKernelEx: CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE is \
+                         graphs-only, and stream {:#x} is not capturing",
+                        stream.handle
+                    ),
+                );
+            }
+            Err(code) => return code,
+        }
+    }
+    let dims = LaunchDims {
+        grid: (config.gridDimX, config.gridDimY, config.gridDimZ),
+        block: (config.blockDimX, config.blockDimY, config.blockDimZ),
+        shared_mem_bytes: config.sharedMemBytes,
+    };
+    // Minted now, registered when the capture records the node (a stream
+    // that stopped capturing meanwhile runs the launch, which ignores it).
+    let device_node = device_updatable.then(crate::handles::mint);
     // SAFETY: the caller's contract for cuLaunchKernelEx is cuLaunchKernel's
     // for the same function, stream, shape and arguments.
-    let code = unsafe {
-        cuLaunchKernel(
-            f,
-            config.gridDimX,
-            config.gridDimY,
-            config.gridDimZ,
-            config.blockDimX,
-            config.blockDimY,
-            config.blockDimZ,
-            config.sharedMemBytes,
-            config.hStream,
-            kernelParams,
-            extra,
-        )
-    };
+    let code = code(unsafe { launch(f, dims, config.hStream, kernelParams, extra, device_node) });
     if code == CUresult::CUDA_SUCCESS
         && programmatic
         && let Ok(stream) = resolve(config.hStream)

@@ -71,6 +71,7 @@ mod conditional;
 mod context;
 mod copy;
 mod device;
+mod device_node;
 mod errors;
 mod event;
 pub mod faults;
@@ -87,6 +88,7 @@ mod launch_ex;
 mod memory;
 mod modules;
 mod nccl;
+mod node_handle;
 mod ops;
 mod pool;
 mod shuffle;
@@ -102,6 +104,7 @@ pub use device::{
     DEFAULT_DEVICES, DEVICE_NAME, DEVICES_ENV, DEVICES_SETTING, DRIVER_VERSION, MAX_DEVICES,
     device_count,
 };
+pub use device_node::set_kernel_node_param;
 pub use errors::last_error_detail;
 pub use green::{SM_COUNT, SM_GRANULARITY, green_context_groups};
 pub use launch_ex::programmatic_launches;
@@ -151,6 +154,7 @@ pub fn driver() -> &'static Driver {
     use context::*;
     use copy::*;
     use device::*;
+    use device_node::*;
     use errors::*;
     use event::*;
     use graph::*;
@@ -240,6 +244,7 @@ pub fn driver() -> &'static Driver {
         cuStreamUpdateCaptureDependencies,
         cuGraphAddDependencies,
         cuGraphExecKernelNodeSetParams,
+        cuGraphKernelNodeGetAttribute,
         cuDeviceGetGraphMemAttribute,
         cuDeviceSetGraphMemAttribute,
         cuDeviceGraphMemTrim,

@@ -8,7 +8,7 @@
 //! worker.
 
 use crate::context::require;
-use crate::errors::{clear_detail, code, fail, write_out};
+use crate::errors::{Status, clear_detail, code, fail, write_out};
 use crate::handles::{Registry, lock};
 use crate::ops::{Action, Launch, Template};
 use crate::stream::resolve;
@@ -555,25 +555,41 @@ pub(crate) unsafe extern "C" fn cuLaunchKernel(
     kernelParams: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    code((|| {
-        clear_detail();
-        require()?;
-        let dims = LaunchDims {
-            grid: (gridDimX, gridDimY, gridDimZ),
-            block: (blockDimX, blockDimY, blockDimZ),
-            shared_mem_bytes: sharedMemBytes,
-        };
-        // SAFETY: the caller's contract for cuLaunchKernel.
-        let launch = unsafe { kernel_launch(f, dims, kernelParams, extra) }?;
-        let stream = resolve(hStream)?;
-        let inject = std::mem::take(&mut stream.state().inject_launch_fault);
-        let action = if inject {
-            Action::InjectedFault(launch.name)
-        } else {
-            Action::Kernel(Arc::new(launch))
-        };
-        stream.submit(&[Template::Act(action)])
-    })())
+    let dims = LaunchDims {
+        grid: (gridDimX, gridDimY, gridDimZ),
+        block: (blockDimX, blockDimY, blockDimZ),
+        shared_mem_bytes: sharedMemBytes,
+    };
+    // SAFETY: the caller's contract for cuLaunchKernel.
+    code(unsafe { launch(f, dims, hStream, kernelParams, extra, None) })
+}
+
+/// `cuLaunchKernel`, and `cuLaunchKernelEx` with the device node handle
+/// the launch gets when it is captured as a device-updatable node.
+///
+/// # Safety
+/// As for `kernel_launch`.
+pub(crate) unsafe fn launch(
+    f: CUfunction,
+    dims: LaunchDims,
+    hStream: CUstream,
+    kernelParams: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    device_node: Option<usize>,
+) -> Status {
+    clear_detail();
+    require()?;
+    // SAFETY: the caller's contract.
+    let mut launch = unsafe { kernel_launch(f, dims, kernelParams, extra) }?;
+    launch.device_node = device_node;
+    let stream = resolve(hStream)?;
+    let inject = std::mem::take(&mut stream.state().inject_launch_fault);
+    let action = if inject {
+        Action::InjectedFault(launch.name)
+    } else {
+        Action::Kernel(Arc::new(launch))
+    };
+    stream.submit(&[Template::Act(action)])
 }
 
 /// The launch of `f` over `dims` with the arguments `kernelParams` points
@@ -656,6 +672,7 @@ pub(crate) unsafe fn kernel_launch(
         params: spec.params,
         dims,
         args,
+        device_node: None,
     })
 }
 

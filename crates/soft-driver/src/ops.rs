@@ -19,6 +19,7 @@ pub(crate) struct Fault {
 
 /// A kernel launch with its arguments copied at launch time, as CUDA copies
 /// them: the caller may free its `kernelParams` as soon as the call returns.
+#[derive(Clone)]
 pub(crate) struct Launch {
     pub(crate) name: &'static str,
     pub(crate) twin: crate::modules::Run,
@@ -29,6 +30,9 @@ pub(crate) struct Launch {
     /// One buffer per argument, 16-byte aligned so any by-value argument
     /// (including `float4`/`double2`) is read at its natural alignment.
     pub(crate) args: Vec<Box<[u128]>>,
+    /// Its device node handle (`devNode`), for a launch made with
+    /// `CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE` (see `device_node`).
+    pub(crate) device_node: Option<usize>,
 }
 
 /// One unit of stream work that does not involve events.
