@@ -155,6 +155,12 @@ pub(crate) fn update_refused(old: &[Node], new: &[Node]) -> Option<String> {
 /// the new values from its next launch; launches already made keep the
 /// values they were made with.
 ///
+/// Where it differs from a GPU: a graph launch copies its nodes' arguments
+/// when it is enqueued (as for `cuGraphExecKernelNodeSetParams`), so an
+/// update made by a kernel that runs before it in stream order, but after
+/// it was enqueued, reaches only the launches after. On a GPU the launch
+/// reads the node's parameters when it runs and would see the update.
+///
 /// # Panics
 /// When `node` is not a device node handle of the software driver, its
 /// graph has not been instantiated or its executable graph was destroyed,

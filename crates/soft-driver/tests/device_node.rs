@@ -324,8 +324,10 @@ impl Setup {
         out
     }
 
-    /// Launch `update(node, value)` on the stream.
-    fn update_from_twin(&self, node: u64, value: u32) {
+    /// Launch `update(node, value)` on the stream (an update made when the
+    /// stream gets to it: a graph launch enqueued before then keeps the
+    /// arguments it was enqueued with).
+    fn enqueue_update(&self, node: u64, value: u32) {
         let (mut node, mut value) = (node, value);
         let mut args = [(&raw mut node).cast(), (&raw mut value).cast()];
         ok(self.launch_ex(self.update, &mut args, &mut [], self.stream));
@@ -351,20 +353,24 @@ fn a_device_node_update_reaches_the_executable_graphs_later_launches() {
     soft::set_kernel_node_param(node, 8, &7u32.to_ne_bytes());
     assert_eq!(s.run(exec), [7; WORDS]);
     // From a twin on a stream, as a kernel does it.
-    s.update_from_twin(node, 9);
+    s.enqueue_update(node, 9);
+    // SAFETY: a live stream.
+    ok(unsafe { (t.cuStreamSynchronize)(s.stream) });
     assert_eq!(s.run(exec), [9; WORDS]);
     // Part of a parameter: the low 4 bytes of the u64 `n`.
     soft::set_kernel_node_param(node, 0, &2u32.to_ne_bytes());
     assert_eq!(s.run(exec), [9, 9, 0, 0]);
     soft::set_kernel_node_param(node, 0, &(WORDS as u32).to_ne_bytes());
 
-    // A launch made before the update keeps its arguments: `hold` keeps
-    // the stream from running the update until the graph is launched.
+    // A launch enqueued before the update ran keeps its arguments, as for
+    // cuGraphExecKernelNodeSetParams: `hold` keeps the stream from running
+    // the update until the graph is launched. (On a GPU the graph would
+    // read the updated parameters when it runs; see set_kernel_node_param.)
     GATE.store(false, Ordering::Release);
     ok(s.launch_ex(s.hold, &mut [], &mut [], s.stream));
     // SAFETY: `out` holds WORDS words.
     ok(unsafe { (t.cuMemsetD32Async)(s.out, 0, WORDS, s.stream) });
-    s.update_from_twin(node, 11);
+    s.enqueue_update(node, 11);
     // SAFETY: a live executable graph.
     ok(unsafe { (t.cuGraphLaunch)(exec, s.stream) });
     GATE.store(true, Ordering::Release);
@@ -568,7 +574,7 @@ fn a_bad_update_panics_naming_what_is_wrong() {
 fn a_bad_update_from_a_twin_fails_its_launch() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let s = setup(1);
-    s.update_from_twin(0x1234, 1);
+    s.enqueue_update(0x1234, 1);
     // SAFETY: a live stream.
     let code = unsafe { (s.table.cuStreamSynchronize)(s.stream) };
     refused(
