@@ -155,11 +155,10 @@ pub(crate) fn update_refused(old: &[Node], new: &[Node]) -> Option<String> {
 /// the new values from its next launch; launches already made keep the
 /// values they were made with.
 ///
-/// Where it differs from a GPU: a graph launch copies its nodes' arguments
-/// when it is enqueued (as for `cuGraphExecKernelNodeSetParams`), so an
-/// update made by a kernel that runs before it in stream order, but after
-/// it was enqueued, reaches only the launches after. On a GPU the launch
-/// reads the node's parameters when it runs and would see the update.
+/// A graph launch runs such a node with its parameters as they are when
+/// the node runs, as on a GPU ([`as_it_runs`]): an update made by a kernel
+/// that runs before it in stream order reaches it, even when the graph
+/// launch was enqueued before the update ran.
 ///
 /// # Panics
 /// When `node` is not a device node handle of the software driver, its
@@ -178,6 +177,28 @@ pub fn set_kernel_node_param(node: u64, offset: usize, value: &[u8]) {
     if let Err(why) = try_set(node, offset, value) {
         panic!("{why} (cudaGraphKernelNodeSetParam)");
     }
+}
+
+/// The launch a queued kernel node runs: for a device-updatable node of a
+/// live executable graph, the node's arguments as they are now, because a
+/// GPU reads a node's parameters when the node runs, so an update that
+/// ran before it in stream order counts even if the graph launch was
+/// enqueued earlier. Otherwise (any other kernel, or an executable graph
+/// destroyed since, whose in-flight launches CUDA finishes as enqueued)
+/// the copy made at enqueue.
+pub(crate) fn as_it_runs(launch: &Arc<Launch>) -> Arc<Launch> {
+    let current = || {
+        let token = launch.device_node?;
+        let node = DEVICE_NODES.get(token).ok()?;
+        let exec = (*lock(&node.exec))?;
+        let exec = EXECS.get(exec).ok()?;
+        let nodes = lock(&exec.nodes);
+        match &nodes.get(node.index)?.action {
+            Action::Kernel(now) if now.device_node == Some(token) => Some(Arc::clone(now)),
+            _ => None,
+        }
+    };
+    current().unwrap_or_else(|| Arc::clone(launch))
 }
 
 /// [`set_kernel_node_param`], with what is wrong as an error: no lock is

@@ -362,10 +362,9 @@ fn a_device_node_update_reaches_the_executable_graphs_later_launches() {
     assert_eq!(s.run(exec), [9, 9, 0, 0]);
     soft::set_kernel_node_param(node, 0, &(WORDS as u32).to_ne_bytes());
 
-    // A launch enqueued before the update ran keeps its arguments, as for
-    // cuGraphExecKernelNodeSetParams: `hold` keeps the stream from running
-    // the update until the graph is launched. (On a GPU the graph would
-    // read the updated parameters when it runs; see set_kernel_node_param.)
+    // A launch enqueued before the update ran still takes it, as on a GPU,
+    // where a node's parameters are read when it runs: `hold` keeps the
+    // stream from running the update until the graph is launched.
     GATE.store(false, Ordering::Release);
     ok(s.launch_ex(s.hold, &mut [], &mut [], s.stream));
     // SAFETY: `out` holds WORDS words.
@@ -374,7 +373,7 @@ fn a_device_node_update_reaches_the_executable_graphs_later_launches() {
     // SAFETY: a live executable graph.
     ok(unsafe { (t.cuGraphLaunch)(exec, s.stream) });
     GATE.store(true, Ordering::Release);
-    assert_eq!(s.read(), [9; WORDS], "launched before the update ran");
+    assert_eq!(s.read(), [11; WORDS], "launched before the update ran");
     assert_eq!(s.run(exec), [11; WORDS], "launched after it");
 
     // The graph's node still answers; the memset is no kernel node.
