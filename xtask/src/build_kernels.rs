@@ -1,9 +1,16 @@
-//! `cargo xtask build-kernels`: compile `kernels/*.cu` into committed fatbins.
+//! `cargo xtask build-kernels`: compile `kernels/*.cu` and
+//! `crates/driver/kernels/*.cu` into committed fatbins.
 //!
 //! One fatbin per source, written next to it (`kernels/saxpy.cu` ->
 //! `kernels/saxpy.fatbin`), holding SASS for every architecture in [`SASS`] and
 //! PTX for [`PTX`] so newer GPUs can JIT it. The images are committed and embedded
 //! with `include_bytes!`, so building the workspace needs no CUDA toolkit.
+//!
+//! The driver crate's own kernels (`crates/driver/kernels`) call the device
+//! runtime (`cudaGraphKernelNodeSetParam`), which lives in `libcudadevrt.a`:
+//! they are compiled as relocatable device code and device-linked with it,
+//! SASS only (linked code has no PTX a driver could JIT without linking the
+//! device runtime again at load time).
 //!
 //! The output is byte-for-byte reproducible. nvcc embeds no paths or temporary
 //! names as long as `-lineinfo`/`-G` are left out (both record the working
@@ -45,9 +52,23 @@ const SASS: &[u32] = &[80, 86, 89, 90, 100, 120];
 /// launch of it there would otherwise race.
 const PTX: &[u32] = &[80, 90];
 
+/// How a directory's sources become fatbins.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Linking {
+    /// Whole-program compilation: SASS and PTX.
+    Whole,
+    /// Relocatable device code linked with the device runtime: SASS only.
+    DeviceRuntime,
+}
+
+/// The kernel directories, relative to the workspace root.
+const DIRECTORIES: &[(&str, Linking)] = &[
+    ("kernels", Linking::Whole),
+    ("crates/driver/kernels", Linking::DeviceRuntime),
+];
+
 /// Compile every kernel source; write the fatbins, or with `check` compare them.
 pub(crate) fn run(check: bool) -> Result<()> {
-    let kernels = workspace_root().join("kernels");
     let scratch = workspace_root().join("target").join("build-kernels");
     // A fresh directory, so a fatbin from an earlier run can never be mistaken
     // for this run's output.
@@ -57,17 +78,45 @@ pub(crate) fn run(check: bool) -> Result<()> {
     }
     std::fs::create_dir_all(&scratch)
         .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+    let nvcc = find_nvcc(&scratch, check)?;
+    let mut problems = Vec::new();
+    let mut images = 0;
+    for &(dir, linking) in DIRECTORIES {
+        let kernels = workspace_root().join(dir);
+        images += build_directory(&nvcc, &kernels, &scratch, linking, check, &mut problems)?;
+    }
+    if problems.is_empty() {
+        if check {
+            eprintln!("{images} kernel images are up to date");
+        }
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
 
-    let sources = files_with_extension(&kernels, "cu")?;
+/// Build (or check) the fatbins of one directory's sources, and remove (or
+/// report) fatbins whose source is gone; each mismatch goes to `problems`.
+/// The number of sources.
+fn build_directory(
+    nvcc: &Nvcc,
+    kernels: &Path,
+    scratch: &Path,
+    linking: Linking,
+    check: bool,
+    problems: &mut Vec<String>,
+) -> Result<usize> {
+    let sources = files_with_extension(kernels, "cu")?;
     if sources.is_empty() {
         return Err(format!("no .cu sources in {}", kernels.display()));
     }
-    let nvcc = find_nvcc(&scratch, check)?;
-    let mut problems = Vec::new();
     for source in &sources {
         let stem = stem(source);
         let built = scratch.join(format!("{stem}.fatbin"));
-        compile(&nvcc, &kernels, source, &built)?;
+        match linking {
+            Linking::Whole => compile(nvcc, kernels, source, &built)?,
+            Linking::DeviceRuntime => compile_linked(nvcc, kernels, source, scratch, &built)?,
+        }
         let bytes =
             std::fs::read(&built).map_err(|e| format!("cannot read {}: {e}", built.display()))?;
         let committed = kernels.join(format!("{stem}.fatbin"));
@@ -87,7 +136,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
 
     // A fatbin whose source is gone would still be embedded by anyone who
     // refers to it; it is stale by definition.
-    for image in files_with_extension(&kernels, "fatbin")? {
+    for image in files_with_extension(kernels, "fatbin")? {
         let stem = stem(&image);
         if sources.iter().any(|s| self::stem(s) == stem) {
             continue;
@@ -104,15 +153,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
             eprintln!("removed {} (no {stem}.cu)", image.display());
         }
     }
-
-    if problems.is_empty() {
-        if check {
-            eprintln!("{} kernel images are up to date", sources.len());
-        }
-        Ok(())
-    } else {
-        Err(problems.join("\n"))
-    }
+    Ok(sources.len())
 }
 
 /// The user's flag variables that nvcc reads itself.
@@ -206,13 +247,7 @@ fn compile(nvcc: &Nvcc, dir: &Path, source: &Path, output: &Path) -> Result<()> 
     let name = source
         .file_name()
         .ok_or_else(|| format!("{} has no file name", source.display()))?;
-    let mut command = Command::new(&nvcc.path);
-    command.current_dir(dir).envs(nvcc.env.iter().cloned());
-    if nvcc.clear_flags {
-        for var in NVCC_FLAG_VARS {
-            command.env_remove(var);
-        }
-    }
+    let mut command = nvcc.command(dir);
     command
         .args(["--fatbin", "-O3", "-std=c++17", "-Werror", "all-warnings"])
         .args(gencode_flags())
@@ -220,6 +255,72 @@ fn compile(nvcc: &Nvcc, dir: &Path, source: &Path, output: &Path) -> Result<()> 
         .arg(output)
         .arg(name);
     cuda_toolchain::run(&mut command).map_err(|e| format!("compiling {}: {e}", source.display()))
+}
+
+/// Compile one source as relocatable device code, then device-link it with
+/// the device runtime (`-lcudadevrt`, from nvcc's own library directory)
+/// into a fatbin of SASS for each of [`SASS`].
+fn compile_linked(
+    nvcc: &Nvcc,
+    dir: &Path,
+    source: &Path,
+    scratch: &Path,
+    output: &Path,
+) -> Result<()> {
+    let name = source
+        .file_name()
+        .ok_or_else(|| format!("{} has no file name", source.display()))?;
+    let relocatable = scratch.join(format!("{}.rdc.fatbin", stem(source)));
+    let sass: Vec<String> = SASS
+        .iter()
+        .flat_map(|&sm| {
+            [
+                "-gencode".to_string(),
+                format!("arch=compute_{sm},code=sm_{sm}"),
+            ]
+        })
+        .collect();
+    let mut command = nvcc.command(dir);
+    command
+        .args([
+            "--fatbin",
+            "-rdc=true",
+            "-O3",
+            "-std=c++17",
+            "-Werror",
+            "all-warnings",
+        ])
+        .args(&sass)
+        .arg("-o")
+        .arg(&relocatable)
+        .arg(name);
+    cuda_toolchain::run(&mut command)
+        .map_err(|e| format!("compiling {}: {e}", source.display()))?;
+    let mut command = nvcc.command(dir);
+    command
+        .args(["--device-link", "--fatbin"])
+        .args(&sass)
+        .arg("-o")
+        .arg(output)
+        .arg(&relocatable)
+        .arg("-lcudadevrt");
+    cuda_toolchain::run(&mut command)
+        .map_err(|e| format!("device-linking {}: {e}", source.display()))
+}
+
+impl Nvcc {
+    /// nvcc, to run from `dir` in `cc`'s environment, with the user's flag
+    /// variables cleared when checking.
+    fn command(&self, dir: &Path) -> Command {
+        let mut command = Command::new(&self.path);
+        command.current_dir(dir).envs(self.env.iter().cloned());
+        if self.clear_flags {
+            for var in NVCC_FLAG_VARS {
+                command.env_remove(var);
+            }
+        }
+        command
+    }
 }
 
 /// `-gencode` pairs: SASS for each of [`SASS`], plus PTX for each of [`PTX`].

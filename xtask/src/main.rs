@@ -30,7 +30,7 @@ Commands:
   gpu-bundle [--no-bench]  build every test binary, the doc tests, the benches and the CLI
                            in release mode into target/gpu-bundle with run.sh
                            (see docs/testing.md)
-  build-kernels [--check]  compile kernels/*.cu with nvcc 13.0 into kernels/*.fatbin
+  build-kernels [--check]  compile kernels/*.cu and crates/driver/kernels/*.cu with nvcc 13.0 into fatbins
                            (SASS sm_80..sm_120, PTX compute_80, compute_90); --check rebuilds
                            and fails naming each committed image that is stale
   bench-report [--from LOG_DIR] [--out PATH]
