@@ -28,13 +28,19 @@
 //! `cuGraphExecKernelNodeSetParams` on every node, as the baseline of
 //! `set_args`'s own cost.
 //!
+//! Device update: the same chain captured with
+//! `Capture::launch_device_updatable`; every node's `value` set on the GPU
+//! with `GraphExec::set_scalars` (the new values copied up from the host,
+//! then one launch of the setting kernel, synchronized), against capturing
+//! and instantiating again (goal: at least 100x faster).
+//!
 //! On the software driver the kernels are CPU twins, so only the host-side
 //! figures mean anything there.
 
 use cuda_streams_benches::{compare, figure, kernel, median_duration};
 use driver::{
     Context, DeviceBuffer, DeviceMemory, Graph, GraphArg, GraphExec, Kernel, KernelNode,
-    LaunchConfig, Stream,
+    LaunchConfig, NodeScalar, Stream,
 };
 use std::sync::Arc;
 use sys::{
@@ -407,6 +413,82 @@ fn node_update_case(stream: &Arc<Stream>, fill: &Kernel) {
     stream.synchronize().expect("synchronized");
 }
 
+/// The chain of `chain`, captured with device-updatable launches: the
+/// instance and each node's `value` scalar.
+fn device_chain(
+    stream: &Arc<Stream>,
+    fill: &Kernel,
+    out: &Arc<DeviceBuffer<u32>>,
+) -> (GraphExec, Vec<NodeScalar<u32>>) {
+    let mut capture = stream.begin_capture().expect("a capture");
+    let n = out.len();
+    let config = LaunchConfig::for_num_elems(n as u32);
+    let nodes: Vec<_> = (0..NODES)
+        .map(|k| {
+            let args = [
+                GraphArg::from(n as u64),
+                (k as u32).into(),
+                GraphArg::write(out),
+            ];
+            capture
+                .launch_device_updatable(stream, fill, config, &args)
+                .expect("a launch")
+        })
+        .collect();
+    let exec = capture
+        .end()
+        .expect("a graph")
+        .instantiate()
+        .expect("an exec");
+    let scalars = nodes
+        .iter()
+        .map(|node| node.scalar::<u32>(1).expect("fill_u32's value"))
+        .collect();
+    (exec, scalars)
+}
+
+fn device_update_case(stream: &Arc<Stream>, fill: &Kernel) {
+    let out = Arc::new(DeviceBuffer::<u32>::new(stream.context(), 256).expect("a buffer"));
+    let (exec, scalars) = device_chain(stream, fill, &out);
+    let table = exec.scalar_table(stream, &scalars).expect("a table");
+    let mut values = DeviceBuffer::<u32>::new(stream.context(), NODES).expect("values");
+    let mut base = 1_000u32;
+    let mut host: Vec<u32> = vec![0; NODES];
+    let ours = median_duration(RUNS, || {
+        base += 100_000;
+        for (k, value) in host.iter_mut().enumerate() {
+            *value = base + k as u32;
+        }
+        stream
+            .copy_from_host(&mut values, &host)
+            .expect("values up");
+        exec.set_scalars(stream, &table, &values).expect("a set");
+        stream.synchronize().expect("synchronized");
+    });
+    // What a replay gives: the last node's new value.
+    exec.launch(stream).expect("a replay");
+    let last = out.to_vec(stream).expect("a download")[0];
+    assert_eq!(
+        last,
+        base + NODES as u32 - 1,
+        "the last node's value, set on the GPU"
+    );
+    let again = median_duration(RUNS, || {
+        let graph = chain(stream, fill, &out, base);
+        drop(graph.instantiate().expect("an exec"));
+    });
+    figure(
+        "conditional/set_scalars_on_device_all_nodes",
+        ours.as_secs_f64() * 1e6,
+        "us (values up + one setting launch, synchronized)",
+    );
+    compare(
+        "conditional/set_scalars_on_device_vs_recapture_instantiate",
+        ours.as_nanos() as f64,
+        again.as_nanos() as f64,
+    );
+}
+
 fn main() {
     let ctx = Context::new(0).expect("a context");
     let stream = Stream::new(&ctx).expect("a stream");
@@ -423,4 +505,5 @@ fn main() {
     compare("conditional/while_ours_vs_host_loop", ours_ns, host_ns);
     update_case(&stream, &fill);
     node_update_case(&stream, &fill);
+    device_update_case(&stream, &fill);
 }

@@ -158,8 +158,9 @@ pub use features::declare::{
 };
 pub use features::future::{Completion, CopyFuture};
 pub use features::graph::{
-    CONDITIONAL_DRIVER_VERSION, Capture, Condition, Graph, GraphArg, GraphBuffer, GraphExec,
-    GraphMemoryShare, GraphMemoryUsage, HostSlot, KernelNode, MULTI_BODY_DRIVER_VERSION,
+    CONDITIONAL_DRIVER_VERSION, Capture, Condition, DeviceNode, Graph, GraphArg, GraphBuffer,
+    GraphExec, GraphMemoryShare, GraphMemoryUsage, HostSlot, KernelNode, MULTI_BODY_DRIVER_VERSION,
+    NodeScalar, ScalarTable,
 };
 pub use features::ipc::{IpcChannel, IpcListener, IpcToken, SharedDeviceBuffer, SharedEvent};
 pub use features::kernel_decl::KernelDecl;

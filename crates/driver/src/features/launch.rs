@@ -422,7 +422,16 @@ impl Stream {
             // the launch (tracked); the function is the kernel's for this
             // stream, alive while the kernel and the stream are; what the
             // arguments mean to the kernel is the caller's contract.
-            unsafe { launch_raw(driver, stream, function, config, args, programmatic) }
+            unsafe {
+                launch_raw(
+                    driver,
+                    stream,
+                    function,
+                    config,
+                    args,
+                    LaunchAttrs::programmatic(programmatic),
+                )
+            }
         })
         .map_err(|err| name_the_racing_argument(err, kernel, args))
     }
@@ -460,8 +469,7 @@ fn name_the_racing_argument(err: Error, kernel: &Kernel, args: &[KernelArg<'_>])
 }
 
 /// `cuLaunchKernel` of `function` with `args` laid out as `kernelParams`;
-/// `cuLaunchKernelEx` with programmatic stream serialization when
-/// `programmatic`.
+/// `cuLaunchKernelEx` when `attrs` asks for launch attributes.
 ///
 /// # Safety
 /// `stream` is a live stream of the kernel's context, current on this thread;
@@ -475,14 +483,12 @@ pub(crate) unsafe fn launch_raw(
     function: sys::CUfunction,
     config: LaunchConfig,
     args: &[KernelArg<'_>],
-    programmatic: bool,
+    attrs: LaunchAttrs,
 ) -> sys::CUresult {
     with_kernel_params(args, |params_ptr| {
-        if programmatic {
+        if attrs.any() {
             // SAFETY: as below, the arguments laid out the same way.
-            return unsafe {
-                launch_raw_programmatic(driver, stream, function, config, params_ptr)
-            };
+            return unsafe { launch_raw_ex(driver, stream, function, config, params_ptr, attrs) };
         }
         let (gx, gy, gz) = config.grid_dim;
         let (bx, by, bz) = config.block_dim;
@@ -676,24 +682,60 @@ pub(crate) struct BufferExtent {
     writes: bool,
 }
 
-/// `cuLaunchKernelEx` of `function` with programmatic stream serialization
-/// allowed, `params` as `kernelParams`.
+/// What a launch asks of the driver beyond its shape and arguments: the
+/// launch attributes `cuLaunchKernelEx` takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LaunchAttrs {
+    /// Programmatic stream serialization (`features/dependent_launch.rs`).
+    pub(crate) programmatic: bool,
+    /// In a capture: a device-updatable kernel node
+    /// (`features/graph/device_update.rs`).
+    pub(crate) device_updatable: bool,
+}
+
+impl LaunchAttrs {
+    /// Plain, or programmatic when `programmatic`.
+    pub(crate) const fn programmatic(programmatic: bool) -> Self {
+        Self {
+            programmatic,
+            device_updatable: false,
+        }
+    }
+
+    /// Whether it asks for any attribute (`cuLaunchKernelEx`), or none
+    /// (`cuLaunchKernel`).
+    fn any(self) -> bool {
+        self.programmatic || self.device_updatable
+    }
+}
+
+/// `cuLaunchKernelEx` of `function` with the attributes `attrs` asks for,
+/// `params` as `kernelParams`.
 ///
 /// # Safety
 /// As for `launch_raw` (`features/launch.rs`), whose argument layout
 /// `params` is.
-pub(crate) unsafe fn launch_raw_programmatic(
+unsafe fn launch_raw_ex(
     driver: &sys::Driver,
     stream: sys::CUstream,
     function: sys::CUfunction,
     config: LaunchConfig,
     params: *mut *mut c_void,
+    attrs: LaunchAttrs,
 ) -> sys::CUresult {
-    let mut attr = sys::CUlaunchAttribute {
-        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-        ..Default::default()
-    };
-    attr.value.programmaticStreamSerializationAllowed = 1;
+    let mut list: [sys::CUlaunchAttribute; 2] = Default::default();
+    let mut count = 0;
+    if attrs.programmatic {
+        list[count].id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        list[count].value.programmaticStreamSerializationAllowed = 1;
+        count += 1;
+    }
+    if attrs.device_updatable {
+        list[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE;
+        list[count].value.deviceUpdatableKernelNode.deviceUpdatable = 1;
+        count += 1;
+    }
     let (gx, gy, gz) = config.grid_dim;
     let (bx, by, bz) = config.block_dim;
     let launch = sys::CUlaunchConfig {
@@ -705,10 +747,10 @@ pub(crate) unsafe fn launch_raw_programmatic(
         blockDimZ: bz,
         sharedMemBytes: config.shared_mem_bytes,
         hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
+        attrs: list.as_mut_ptr(),
+        numAttrs: count as u32,
     };
-    // SAFETY: `launch` and `attr` live for the call (the driver copies
+    // SAFETY: `launch` and `list` live for the call (the driver copies
     // them); the rest is the caller's contract.
     unsafe { (driver.cuLaunchKernelEx)(&launch, function, params, std::ptr::null_mut()) }
 }

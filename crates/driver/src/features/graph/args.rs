@@ -265,6 +265,11 @@ pub(super) struct Resources {
     /// [`Capture::launch_updatable`](super::Capture::launch_updatable): its
     /// instances then keep the graph, whose node it names.
     pub(super) updatable: bool,
+    /// Whether a node was captured with
+    /// [`Capture::launch_device_updatable`](super::Capture::launch_device_updatable):
+    /// the graph is then instantiated once, and its instance has a token
+    /// buffer that orders the device's sets against its replays.
+    pub(super) device_updatable: bool,
 }
 
 impl Resources {

@@ -389,6 +389,7 @@ impl Capture {
             resources: Arc::new(std::mem::take(&mut self.resources)),
             nodes: self.nodes,
             instance: Mutex::new(std::sync::Weak::new()),
+            instantiated: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -8,7 +8,7 @@ use super::args::{ArgInner, GraphArg, HostNode, HostSlot, Kept, KeptHost, host_n
 use super::capture::Capture;
 use crate::enqueue::order::Touches;
 use crate::enqueue::protocol::Use;
-use crate::features::launch::{KernelArg, launch_raw};
+use crate::features::launch::{KernelArg, LaunchAttrs, launch_raw};
 use crate::features::launch_config::LaunchConfig;
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;
@@ -50,7 +50,7 @@ impl Capture {
         kernel.check_args(&lent)?;
         // SAFETY: every argument matches the kernel's declared parameters
         // (checked above), as in `Stream::launch`.
-        unsafe { self.launch_node(stream, kernel, config, args, dependency) }
+        unsafe { self.launch_node(stream, kernel, config, args, dependency, false) }
     }
 
     /// [`Capture::launch`] without checking `args` against a signature.
@@ -67,12 +67,13 @@ impl Capture {
         args: &[GraphArg],
     ) -> Result<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.launch_node(stream, kernel, config, args, Dependency::Stream) }
+        unsafe { self.launch_node(stream, kernel, config, args, Dependency::Stream, false) }
     }
 
     /// The launch node, programmatic as `dependency` decides
     /// (`features/dependent_launch.rs`): capture turns a programmatic launch
-    /// into a programmatic edge from the node before it.
+    /// into a programmatic edge from the node before it. A device-updatable
+    /// node when `device_updatable` (`device_update.rs`).
     ///
     /// # Safety
     /// As for [`Capture::launch_unchecked`].
@@ -83,6 +84,7 @@ impl Capture {
         config: LaunchConfig,
         args: &[GraphArg],
         dependency: Dependency,
+        device_updatable: bool,
     ) -> Result<()> {
         self.check_member(stream)?;
         config.validate()?;
@@ -116,7 +118,10 @@ impl Capture {
                     function,
                     config,
                     &lent,
-                    programmatic,
+                    LaunchAttrs {
+                        programmatic,
+                        device_updatable,
+                    },
                 )
             };
             ctx.check(code)?;

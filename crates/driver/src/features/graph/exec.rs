@@ -7,9 +7,10 @@ use super::node_args::NodeArgs;
 use crate::enqueue::protocol::{Pending, Use, Work};
 use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
-use crate::objects::memory::{DeviceCopy, PinnedBuffer};
+use crate::objects::memory::{DeviceBuffer, DeviceCopy, PinnedBuffer};
 use crate::objects::stream::Stream;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use sys::{CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUresult};
 
@@ -46,6 +47,9 @@ pub struct Graph {
     /// Its executable instance's token while it has one and memory nodes:
     /// CUDA allows one instance at a time of such a graph.
     pub(super) instance: Mutex<Weak<()>>,
+    /// Whether it has been instantiated: CUDA instantiates a graph with
+    /// device-updatable nodes once.
+    pub(super) instantiated: AtomicBool,
     /// Destroys `raw` once the graph and the instances that name its nodes
     /// ([`KernelNode`](super::KernelNode)) are gone.
     pub(super) owner: Arc<GraphOwner>,
@@ -92,6 +96,20 @@ impl Graph {
         self.ctx.bind()?;
         let _turn = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut instance = self.instance.lock().unwrap_or_else(|p| p.into_inner());
+        if self.resources.device_updatable && self.instantiated.load(Ordering::Acquire) {
+            return Err(Error::NodeUpdate {
+                reason: format!(
+                    "graph {:p} has device-updatable kernel nodes, and CUDA instantiates such a                      graph once: it already was",
+                    self.raw
+                ),
+            });
+        }
+        // Every replay reads it and every device-side set writes it
+        // (`device_update.rs`).
+        let device_params = match self.resources.device_updatable {
+            true => Some(Arc::new(DeviceBuffer::<u8>::new(&self.ctx, 1)?)),
+            false => None,
+        };
         let token = if self.resources.graph_memory_bytes > 0 {
             if instance.strong_count() > 0 {
                 return Err(Error::GraphMemory {
@@ -112,6 +130,7 @@ impl Graph {
         // SAFETY: a live graph; valid out-pointer.
         let code = unsafe { (self.ctx.driver().cuGraphInstantiate)(&mut raw, self.raw, 0) };
         self.ctx.check(code)?;
+        self.instantiated.store(true, Ordering::Release);
         Ok(GraphExec {
             ctx: Arc::clone(&self.ctx),
             raw,
@@ -123,6 +142,7 @@ impl Graph {
             instantiated_from: self.resources.capture,
             node_args: NodeArgs::default(),
             _graph: self.resources.updatable.then(|| Arc::clone(&self.owner)),
+            device_params,
         })
     }
 
@@ -203,6 +223,9 @@ pub struct GraphExec {
     pub(super) node_args: NodeArgs,
     /// That graph, kept while its nodes can be named, when it has any.
     _graph: Option<Arc<GraphOwner>>,
+    /// For a graph with device-updatable nodes: the token every replay
+    /// reads and every device-side set writes (`device_update.rs`).
+    pub(super) device_params: Option<Arc<DeviceBuffer<u8>>>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread; launches
@@ -276,8 +299,10 @@ impl GraphExec {
         }
         let devices = self.node_args.uses(&self.resources.buffers);
         let hosts = self.resources.hosts.iter();
+        let token = self.device_params.iter();
         let uses = devices
             .map(|(memory, write)| Use::Device(memory.as_use(), write))
+            .chain(token.map(|token| Use::Device(&**token, false)))
             .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write)));
         stream.prepare_enqueue(uses, work)
     }
@@ -289,6 +314,14 @@ impl GraphExec {
     /// already enqueued keep the old parameters. On failure
     /// ([`Error::GraphUpdate`]) the executable graph is unchanged.
     pub fn update(&mut self, graph: &Graph) -> Result<()> {
+        if self.device_params.is_some() || graph.resources.device_updatable {
+            return Err(Error::NodeUpdate {
+                reason: "a graph with device-updatable kernel nodes, and its instance, take no \
+                         part in GraphExec::update (CUDA's rule): set their scalars with \
+                         GraphExec::set_scalars, or instantiate the new graph"
+                    .to_string(),
+            });
+        }
         let memory_nodes = (
             self.resources.graph_memory_bytes,
             graph.graph_memory_bytes(),
@@ -472,6 +505,20 @@ fn update_result_name(result: CUgraphExecUpdateResult) -> String {
 impl Drop for GraphExec {
     fn drop(&mut self) {
         let raw = self.raw;
+        // A device-side set still in flight writes into the instance's
+        // parameters: it must finish first. If it cannot be waited for, the
+        // instance is left undestroyed rather than written after its end.
+        if let Some(token) = &self.device_params
+            && let Err(err) = token.wait_uses()
+        {
+            tracing::warn!(
+                "executable graph {raw:p}: could not wait for its device-side sets ({err}); \
+                 leaving it undestroyed"
+            );
+            let resources = std::mem::take(&mut self.resources);
+            self.release(resources);
+            return;
+        }
         // CUDA frees an executable graph still in flight once it completes.
         self.ctx.release_in_drop(
             format_args!("executable graph {raw:p}"),

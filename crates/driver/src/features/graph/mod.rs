@@ -33,6 +33,10 @@
 //! - `conditional`: [`Condition`] and the conditional nodes
 //!   ([`Capture::while_loop`], [`Capture::if_then`], [`Capture::if_else`],
 //!   [`Capture::switch`]);
+//! - `device_update`: [`Capture::launch_device_updatable`], a
+//!   [`DeviceNode`] and its scalars ([`NodeScalar`]), what the GPU may set;
+//! - `device_params`: [`ScalarTable`] and [`GraphExec::set_scalars`], the
+//!   set itself, one launch of this crate's own kernel;
 //! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed;
 //! - `graph_memory`: [`GraphBuffer`], memory a graph allocates and frees
 //!   itself at every replay (memory nodes);
@@ -53,6 +57,8 @@ mod capture;
 mod capture_nodes;
 mod condition_arg;
 mod conditional;
+mod device_params;
+mod device_update;
 mod exec;
 mod graph_memory;
 mod memory_share;
@@ -65,6 +71,8 @@ pub use args::{GraphArg, HostSlot};
 pub use capture::Capture;
 pub(crate) use condition_arg::refuse_eager_conditions;
 pub use conditional::{CONDITIONAL_DRIVER_VERSION, Condition, MULTI_BODY_DRIVER_VERSION};
+pub use device_params::ScalarTable;
+pub use device_update::{DeviceNode, NodeScalar};
 pub use exec::{Graph, GraphExec};
 pub use graph_memory::GraphBuffer;
 pub use memory_share::GraphMemoryShare;

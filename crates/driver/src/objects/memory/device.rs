@@ -122,6 +122,13 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.tracker.stream_count()
     }
 
+    /// Block the host until every use of the buffer on a tracked stream has
+    /// finished (the instance of a graph with device-updatable nodes waits
+    /// so for the sets that write its parameters).
+    pub(crate) fn wait_uses(&self) -> Result<()> {
+        self.tracker.wait_host(&self.ctx, true)
+    }
+
     fn is_home(&self, stream: &Stream) -> bool {
         self.home
             .as_ref()
