@@ -152,13 +152,10 @@ pub(crate) fn update_refused(old: &[Node], new: &[Node]) -> Option<String> {
 /// each at the next offset that is a multiple of its size (8 for pointers
 /// and condition handles). The bytes must fall inside one parameter; part
 /// of one is fine. The executable graph made from the node's graph runs
-/// the new values from its next launch; launches already made keep the
-/// values they were made with.
-///
-/// A graph launch runs such a node with its parameters as they are when
-/// the node runs, as on a GPU ([`as_it_runs`]): an update made by a kernel
-/// that runs before it in stream order reaches it, even when the graph
-/// launch was enqueued before the update ran.
+/// the node with its parameters as they are when the node runs, as on a
+/// GPU: an update made by a kernel that runs before it in stream order
+/// reaches it, even when the graph launch was enqueued before the update
+/// ran.
 ///
 /// # Panics
 /// When `node` is not a device node handle of the software driver, its
