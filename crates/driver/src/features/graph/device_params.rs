@@ -154,6 +154,7 @@ impl GraphExec {
             nodes.push(self.device_handle(node)?);
         }
         let offsets: Vec<u64> = scalars.iter().map(|s| s.offset).collect();
+        self.upload_for_device_sets(stream)?;
         Ok(ScalarTable {
             capture: self.instantiated_from,
             nodes: DeviceBuffer::from_slice(stream, &nodes)?,
@@ -161,6 +162,26 @@ impl GraphExec {
             setter: setter(stream, size_of::<T>())?,
             _type: PhantomData,
         })
+    }
+
+    /// Upload the instance once, before its first device-side set: on a
+    /// GPU the parameters a set writes are the uploaded copy, and the first
+    /// upload (`cuGraphUpload`, or the first launch's) copies the host's
+    /// over whatever a set wrote before it (an H100 kept the captured
+    /// values so). Waited for on the host, so that a set on any stream
+    /// comes after it; later launches upload nothing, since the instance
+    /// takes no host-side update.
+    fn upload_for_device_sets(&self, stream: &Stream) -> Result<()> {
+        let mut uploaded = self
+            .device_uploaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if !*uploaded {
+            self.upload(stream)?;
+            stream.synchronize()?;
+            *uploaded = true;
+        }
+        Ok(())
     }
 
     /// The device handle of `node` (`cuGraphKernelNodeGetAttribute`), as

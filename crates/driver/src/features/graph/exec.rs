@@ -143,6 +143,7 @@ impl Graph {
             node_args: NodeArgs::default(),
             _graph: self.resources.updatable.then(|| Arc::clone(&self.owner)),
             device_params,
+            device_uploaded: Mutex::new(false),
         })
     }
 
@@ -226,6 +227,9 @@ pub struct GraphExec {
     /// For a graph with device-updatable nodes: the token every replay
     /// reads and every device-side set writes (`device_update.rs`).
     pub(super) device_params: Option<Arc<DeviceBuffer<u8>>>,
+    /// Whether it has been uploaded for device-side sets
+    /// (`device_params.rs`).
+    pub(super) device_uploaded: Mutex<bool>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread; launches
