@@ -163,8 +163,8 @@ pub use features::graph::{
     NodeScalar, ScalarTable,
 };
 pub use features::ipc::{IpcChannel, IpcListener, IpcToken, SharedDeviceBuffer, SharedEvent};
+pub use features::kernel_arg::KernelArg;
 pub use features::kernel_decl::KernelDecl;
-pub use features::launch::KernelArg;
 pub use features::launch_config::LaunchConfig;
 pub use features::module::{Kernel, Module, ModuleImage};
 pub use features::pdl_policy::{PDL_SETTING, PdlPolicy};

@@ -19,8 +19,8 @@
 //!   [`Module::kernel_unchecked`](crate::Module::kernel_unchecked): the one
 //!   promise the library cannot check.
 
+use crate::features::kernel_arg::KernelArg;
 use crate::features::kernel_decl::{KernelDecl, validate_decl};
-use crate::features::launch::KernelArg;
 use crate::features::launch_config::LaunchConfig;
 use crate::features::module::{Kernel, Module};
 use crate::features::pdl_policy::Dependency;

@@ -48,7 +48,7 @@
 //! The software driver reports 9.0 and runs a programmatic launch in
 //! ordinary stream order.
 
-use crate::features::launch::KernelArg;
+use crate::features::kernel_arg::KernelArg;
 use crate::features::launch_config::LaunchConfig;
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;

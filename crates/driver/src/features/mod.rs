@@ -23,9 +23,11 @@ pub(crate) mod graph;
 #[cfg(any(feature = "cudarc", feature = "cust"))]
 pub mod interop;
 pub(crate) mod ipc;
+pub(crate) mod kernel_arg;
 pub(crate) mod kernel_decl;
 pub(crate) mod launch;
 pub(crate) mod launch_config;
+pub(crate) mod launch_raw;
 pub(crate) mod module;
 pub(crate) mod partition_function;
 pub(crate) mod partition_load;

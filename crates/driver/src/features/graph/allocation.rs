@@ -2,7 +2,7 @@
 //! arguments see it (`graph_memory.rs` makes it; the capture keeps it).
 
 use super::args::Kept;
-use crate::features::launch::KernelArg;
+use crate::features::kernel_arg::KernelArg;
 use crate::ground::error::Result;
 use crate::objects::memory::DeviceUse;
 use crate::objects::stream::Stream;

@@ -4,7 +4,7 @@
 //! ([`Resources`]) that every executable instance holds.
 
 use crate::features::callback::panic_message;
-use crate::features::launch::{ArgValue, KernelArg};
+use crate::features::kernel_arg::{ArgValue, KernelArg};
 use crate::features::module::Kernel;
 use crate::ground::callback_thread::HostFnGuard;
 use crate::ground::error::Result;

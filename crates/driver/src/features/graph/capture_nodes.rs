@@ -8,8 +8,9 @@ use super::args::{ArgInner, GraphArg, HostNode, HostSlot, Kept, KeptHost, host_n
 use super::capture::Capture;
 use crate::enqueue::order::Touches;
 use crate::enqueue::protocol::Use;
-use crate::features::launch::{KernelArg, LaunchAttrs, launch_raw};
+use crate::features::kernel_arg::KernelArg;
 use crate::features::launch_config::LaunchConfig;
+use crate::features::launch_raw::{LaunchAttrs, launch_raw};
 use crate::features::module::Kernel;
 use crate::features::pdl_policy::Dependency;
 use crate::ground::error::{Error, Result};

@@ -12,7 +12,7 @@
 use super::args::{ArgInner, GraphArg};
 use super::capture::Capture;
 use super::conditional::Condition;
-use crate::features::launch::{ArgValue, KernelArg};
+use crate::features::kernel_arg::{ArgValue, KernelArg};
 use crate::features::module::Kernel;
 use crate::ground::arg_kind::ArgKind;
 use crate::ground::error::{Error, Result};

@@ -8,9 +8,10 @@
 use super::device_update::NodeScalar;
 use super::exec::GraphExec;
 use crate::enqueue::protocol::{Use, Work};
+use crate::features::kernel_arg::KernelArg;
 use crate::features::kernel_decl::KernelDecl;
-use crate::features::launch::{KernelArg, LaunchAttrs, launch_raw};
 use crate::features::launch_config::LaunchConfig;
+use crate::features::launch_raw::{LaunchAttrs, launch_raw};
 use crate::features::module::{Kernel, Module, ModuleImage};
 use crate::ground::error::{Error, Result};
 use crate::objects::memory::{DeviceBuffer, DeviceCopy, DeviceMemory};
