@@ -228,18 +228,7 @@ impl Capture {
         // SAFETY: every argument matches the kernel's declared parameters
         // (checked above), as in `Capture::launch`.
         unsafe { self.launch_node(stream, kernel, config, args, Dependency::Stream, true)? };
-        let (_, frontier) = self.capture_point(stream)?;
-        let [raw] = frontier[..] else {
-            return Err(Error::NodeUpdate {
-                reason: format!(
-                    "the launch of `{}` was captured, but the capture's frontier on stream {} is \
-                     {} nodes, not the launch's one",
-                    kernel.name(),
-                    stream.id(),
-                    frontier.len()
-                ),
-            });
-        };
+        let raw = self.launch_just_captured(stream, kernel)?;
         // Its instances keep the graph, whose node the table is read from.
         self.resources.updatable = true;
         self.resources.device_updatable = true;

@@ -76,20 +76,7 @@ impl Capture {
         }
         self.launch(stream, kernel, config, args)?;
         let function = stream.function_for(kernel)?;
-        let (_, frontier) = self.capture_point(stream)?;
-        // A launch just captured on the stream is all that later work on
-        // it depends on.
-        let [raw] = frontier[..] else {
-            return Err(Error::NodeUpdate {
-                reason: format!(
-                    "the launch of `{}` was captured, but the capture's frontier on stream {} is \
-                     {} nodes, not the launch's one",
-                    kernel.name(),
-                    stream.id(),
-                    frontier.len()
-                ),
-            });
-        };
+        let raw = self.launch_just_captured(stream, kernel)?;
         self.resources.updatable = true;
         let captured = kept_buffers(args)
             .map(|(memory, write)| (key(memory), write))
@@ -104,6 +91,30 @@ impl Capture {
             config,
             _partition: stream.partition().map(|p| p.keep_alive()),
         })
+    }
+}
+
+impl Capture {
+    /// The node of the launch of `kernel` just captured on `stream`: the
+    /// one node later work on the stream depends on.
+    pub(super) fn launch_just_captured(
+        &self,
+        stream: &Stream,
+        kernel: &Kernel,
+    ) -> Result<sys::CUgraphNode> {
+        let (_, frontier) = self.capture_point(stream)?;
+        match frontier[..] {
+            [raw] => Ok(raw),
+            _ => Err(Error::NodeUpdate {
+                reason: format!(
+                    "the launch of `{}` was captured, but the capture's frontier on stream {} is \
+                     {} nodes, not the launch's one",
+                    kernel.name(),
+                    stream.id(),
+                    frontier.len()
+                ),
+            }),
+        }
     }
 }
 
