@@ -39,7 +39,7 @@
 
 use cuda_streams_benches::{compare, figure, kernel, median_duration};
 use driver::{
-    Context, DeviceBuffer, DeviceMemory, Graph, GraphArg, GraphExec, Kernel, KernelNode,
+    Capture, Context, DeviceBuffer, DeviceMemory, Graph, GraphArg, GraphExec, Kernel, KernelNode,
     LaunchConfig, NodeScalar, Stream,
 };
 use std::sync::Arc;
@@ -306,12 +306,13 @@ fn update_case(stream: &Arc<Stream>, fill: &Kernel) {
     );
 }
 
-/// The chain of `chain`, captured with updatable launches.
-fn updatable_chain(
+/// The chain of `chain`, each launch captured with `launch` (updatable on
+/// the host or on the device), instantiated; the nodes `launch` handed back.
+fn chain_of_nodes<N>(
     stream: &Arc<Stream>,
-    fill: &Kernel,
     out: &Arc<DeviceBuffer<u32>>,
-) -> (GraphExec, Vec<KernelNode>) {
+    mut launch: impl FnMut(&mut Capture, LaunchConfig, &[GraphArg]) -> N,
+) -> (GraphExec, Vec<N>) {
     let mut capture = stream.begin_capture().expect("a capture");
     let n = out.len();
     let config = LaunchConfig::for_num_elems(n as u32);
@@ -322,9 +323,7 @@ fn updatable_chain(
                 (k as u32).into(),
                 GraphArg::write(out),
             ];
-            capture
-                .launch_updatable(stream, fill, config, &args)
-                .expect("a launch")
+            launch(&mut capture, config, &args)
         })
         .collect();
     let exec = capture
@@ -333,6 +332,19 @@ fn updatable_chain(
         .instantiate()
         .expect("an exec");
     (exec, nodes)
+}
+
+/// The chain of `chain`, captured with updatable launches.
+fn updatable_chain(
+    stream: &Arc<Stream>,
+    fill: &Kernel,
+    out: &Arc<DeviceBuffer<u32>>,
+) -> (GraphExec, Vec<KernelNode>) {
+    chain_of_nodes(stream, out, |capture, config, args| {
+        capture
+            .launch_updatable(stream, fill, config, args)
+            .expect("a launch")
+    })
 }
 
 fn node_update_case(stream: &Arc<Stream>, fill: &Kernel) {
@@ -420,31 +432,12 @@ fn device_chain(
     fill: &Kernel,
     out: &Arc<DeviceBuffer<u32>>,
 ) -> (GraphExec, Vec<NodeScalar<u32>>) {
-    let mut capture = stream.begin_capture().expect("a capture");
-    let n = out.len();
-    let config = LaunchConfig::for_num_elems(n as u32);
-    let nodes: Vec<_> = (0..NODES)
-        .map(|k| {
-            let args = [
-                GraphArg::from(n as u64),
-                (k as u32).into(),
-                GraphArg::write(out),
-            ];
-            capture
-                .launch_device_updatable(stream, fill, config, &args)
-                .expect("a launch")
-        })
-        .collect();
-    let exec = capture
-        .end()
-        .expect("a graph")
-        .instantiate()
-        .expect("an exec");
-    let scalars = nodes
-        .iter()
-        .map(|node| node.scalar::<u32>(1).expect("fill_u32's value"))
-        .collect();
-    (exec, scalars)
+    chain_of_nodes(stream, out, |capture, config, args| {
+        let node = capture
+            .launch_device_updatable(stream, fill, config, args)
+            .expect("a launch");
+        node.scalar::<u32>(1).expect("fill_u32's value")
+    })
 }
 
 fn device_update_case(stream: &Arc<Stream>, fill: &Kernel) {
