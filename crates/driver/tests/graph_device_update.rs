@@ -304,3 +304,33 @@ fn a_conditional_body_refuses_device_nodes() {
         "{err}"
     );
 }
+
+#[test]
+fn an_instance_is_uploaded_once_before_its_first_set() {
+    let _serial = serial();
+    let ctx = ctx();
+    if ctx.is_gpu() {
+        // A GPU's uploads are not counted; there, a set before the first
+        // upload would be lost, which the tests above would see.
+        return;
+    }
+    let stream = Stream::new(&ctx).unwrap();
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_u32");
+    let outs = buffers(&ctx, 1);
+    let (exec, nodes) = fills(&stream, &fill, &outs);
+    let uploads = || soft_driver::graph_uploads(exec.as_raw()).unwrap();
+    assert_eq!(uploads(), 0);
+    let scalar = nodes[0].scalar::<u32>(1).unwrap();
+    let table = exec
+        .scalar_table(&stream, std::slice::from_ref(&scalar))
+        .unwrap();
+    assert_eq!(uploads(), 1, "uploaded before any set");
+    let values = DeviceBuffer::from_slice(&stream, &[6u32]).unwrap();
+    exec.set_scalars(&stream, &table, &values).unwrap();
+    // A second table must not upload again: on a GPU that could copy the
+    // captured values back over the set.
+    let _again = exec.scalar_table(&stream, &[scalar]).unwrap();
+    assert_eq!(uploads(), 1, "uploaded once");
+    exec.launch(&stream).unwrap();
+    assert_eq!(contents(&stream, &outs), [vec![6; N]]);
+}

@@ -176,6 +176,25 @@ pub fn set_kernel_node_param(node: u64, offset: usize, value: &[u8]) {
     }
 }
 
+/// How many times the executable graph `exec` was uploaded
+/// (`cuGraphUpload`): how a test on this driver sees that an instance with
+/// device-updatable nodes is uploaded before its first device-side set,
+/// and only once. On a GPU the first upload copies the host's parameters
+/// over whatever the device set before it; this driver keeps no device
+/// copy, so the count is what can be checked.
+///
+/// ```
+/// use cuda_streams_soft_driver as soft;
+/// // Not an executable graph of this driver.
+/// assert!(soft::graph_uploads(0x7777_0000 as soft::sys::CUgraphExec).is_err());
+/// ```
+pub fn graph_uploads(exec: sys::CUgraphExec) -> Result<u64, sys::DriverError> {
+    let exec = EXECS
+        .get(exec as usize)
+        .map_err(|code| code.result().unwrap_err())?;
+    Ok(exec.uploads.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// The launch a queued kernel node runs: for a device-updatable node of a
 /// live executable graph, the node's arguments as they are now, because a
 /// GPU reads a node's parameters when the node runs, so an update that

@@ -268,6 +268,8 @@ pub(crate) struct Exec {
     /// by the next, so launches of the instance never overlap (as CUDA
     /// orders every launch of an executable graph after the previous ones).
     last_launch: Option<Arc<crate::event::Event>>,
+    /// `cuGraphUpload` calls made on it ([`crate::graph_uploads`]).
+    pub(crate) uploads: std::sync::atomic::AtomicU64,
 }
 
 pub(crate) static GRAPHS: Registry<Graph> = Registry::new();
@@ -601,6 +603,7 @@ pub(crate) unsafe extern "C" fn cuGraphInstantiate(
             defaults: Mutex::new(defaults),
             footprint,
             last_launch: (footprint > 0).then(|| crate::event::Event::internal(device)),
+            uploads: Default::default(),
         });
         if footprint > 0 {
             *instance = Arc::downgrade(&exec);
@@ -618,9 +621,12 @@ pub(crate) unsafe extern "C" fn cuGraphUpload(
 ) -> CUresult {
     code((|| {
         require()?;
-        EXECS.get(hGraphExec as usize)?;
-        // Nothing to upload to: an ordered no-op on the stream.
-        resolve(hStream)?.submit(&[Template::Act(Action::Nop)])
+        let exec = EXECS.get(hGraphExec as usize)?;
+        // Nothing to upload to: an ordered no-op on the stream, counted.
+        resolve(hStream)?.submit(&[Template::Act(Action::Nop)])?;
+        exec.uploads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     })())
 }
 

@@ -104,7 +104,7 @@ pub use device::{
     DEFAULT_DEVICES, DEVICE_NAME, DEVICES_ENV, DEVICES_SETTING, DRIVER_VERSION, MAX_DEVICES,
     device_count,
 };
-pub use device_node::set_kernel_node_param;
+pub use device_node::{graph_uploads, set_kernel_node_param};
 pub use errors::last_error_detail;
 pub use green::{SM_COUNT, SM_GRANULARITY, green_context_groups};
 pub use launch_ex::programmatic_launches;

@@ -127,7 +127,7 @@ impl KernelArg<'_> {
     }
 
     /// A raw device pointer from memory this crate does not own, for
-    /// [`Stream::launch_unchecked`] (a checked launch refuses it: its length
+    /// [`Stream::launch_unchecked`](crate::Stream::launch_unchecked) (a checked launch refuses it: its length
     /// is unknown). Memory from other crates is better passed through a
     /// [`DeviceMemory`] implementation, which checked launches accept.
     ///

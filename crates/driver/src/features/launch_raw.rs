@@ -17,7 +17,7 @@ const INLINE_ARGS: usize = 16;
 /// # Safety
 /// `stream` is a live stream of the kernel's context, current on this thread;
 /// `function` is the kernel's handle for that stream
-/// ([`Stream::function_for`]), alive for the call; the arguments are what
+/// (`Stream::function_for`), alive for the call; the arguments are what
 /// the kernel's parameters are, and the memory they point at stays
 /// allocated for as long as the launch may run.
 pub(crate) unsafe fn launch_raw(
