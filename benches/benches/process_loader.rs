@@ -10,7 +10,13 @@
 //! call. `LOADER_WORKERS` sets N (default 8 on a GPU, 2 on the software
 //! driver), `LOADER_BATCH_MIB` the batch size (default 64 MiB on a GPU).
 //!
-//! This binary is also its own worker: `main` serves the fill first.
+//! A second case times the loader with workers that write only the one
+//! value a batch is checked by (`touch`): the hand-off, the upload and the
+//! normalisation alone, what the loader costs when the workers' fill costs
+//! nothing. Where the full case falls short of the line rate and this one
+//! does not, the workers' fill is what bounds it.
+//!
+//! This binary is also its own worker: `main` serves the fills first.
 
 use cuda_streams_benches::{compare, figure};
 use driver::{Context, DeviceBuffer, Stream};
@@ -40,6 +46,12 @@ fn fill(batch: u64, out: &mut [f32]) {
             *value = step + base;
         }
     }
+}
+
+/// Batch `batch` as far as the check reads it (element 5), nothing else:
+/// the loader's own cost, with the workers' fill taken out.
+fn touch(batch: u64, out: &mut [f32]) {
+    out[5] = 5.0 + (batch * 7) as f32;
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -95,14 +107,22 @@ fn raw_pinned_seconds(ctx: &Arc<Context>, bytes: usize, per_window: usize) -> f6
 /// The loader's seconds per batch delivered (median of `WINDOWS` windows of
 /// `per_window` batches, after one window of warm-up), checking one value
 /// of every batch.
-fn loader_seconds(ctx: &Arc<Context>, workers: usize, len: usize, per_window: usize) -> f64 {
+/// Seconds per batch (median of `WINDOWS` windows) of a loader whose
+/// workers run the fill named `fill`.
+fn loader_seconds(
+    ctx: &Arc<Context>,
+    fill: &str,
+    workers: usize,
+    len: usize,
+    per_window: usize,
+) -> f64 {
     let kernels = Elementwise::load(ctx).expect("the elementwise kernels");
     let setup = Stream::new(ctx).expect("a stream");
     let mut ones = DeviceBuffer::<f32>::new_async(&setup, len).expect("device memory");
     kernels.fill_f32(&setup, 1.0, &mut ones).unwrap();
     setup.synchronize().unwrap();
     let windows_total = (WINDOWS + 1) * per_window;
-    let mut loader = ProcessLoader::builder("bench", len)
+    let mut loader = ProcessLoader::builder(fill, len)
         .workers(workers)
         .batches(windows_total as u64)
         .gpu_step(move |stream, raw, out| {
@@ -136,7 +156,7 @@ fn loader_seconds(ctx: &Arc<Context>, workers: usize, len: usize, per_window: us
 }
 
 fn main() {
-    serve_if_worker(&[("bench", fill)]);
+    serve_if_worker(&[("bench", fill), ("touch", touch)]);
     let ctx = Context::new(0).expect("a context");
     let gpu = ctx.is_gpu();
     let workers = env_usize("LOADER_WORKERS", if gpu { 8 } else { 2 });
@@ -146,7 +166,8 @@ fn main() {
     let per_window = if gpu { 32 } else { 8 };
 
     let raw = raw_pinned_seconds(&ctx, bytes, per_window);
-    let ours = loader_seconds(&ctx, workers, len, per_window);
+    let ours = loader_seconds(&ctx, "bench", workers, len, per_window);
+    let touch_only = loader_seconds(&ctx, "touch", workers, len, per_window);
     let secs_to_ns = |s: f64| Duration::from_secs_f64(s).as_nanos() as f64;
     compare(
         "process loader batch (fill, upload, normalise) vs raw pinned H2D of the batch",
@@ -156,6 +177,16 @@ fn main() {
     figure(
         &format!("process loader N={workers}, {mib} MiB f32 batches, normalised on the GPU"),
         bytes as f64 / ours / 1e9,
+        "GB/s",
+    );
+    compare(
+        "process loader batch, workers writing one value (upload, normalise) vs raw pinned H2D",
+        secs_to_ns(touch_only),
+        secs_to_ns(raw),
+    );
+    figure(
+        &format!("process loader N={workers}, workers writing one value a batch"),
+        bytes as f64 / touch_only / 1e9,
         "GB/s",
     );
     figure(
