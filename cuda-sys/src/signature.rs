@@ -22,6 +22,7 @@
 //! ```
 
 use std::fmt;
+use std::ops::Range;
 
 /// A C scalar type, by exact width and kind: an `f32` parameter takes an
 /// `f32`, never an `f64` or a `u32` of the same size.
@@ -127,6 +128,27 @@ impl Param {
             Self::Pointer { .. } | Self::Condition => size_of::<u64>(),
         }
     }
+}
+
+/// Where each parameter sits in a launch's parameter buffer, as CUDA lays
+/// it out: the parameters in order, each at the next offset that is a
+/// multiple of its size (8 bytes for pointers and condition handles). The
+/// byte range of each, in order.
+///
+/// ```
+/// use cuda_streams_sys::signature::{Access, Extent, Param, Scalar, param_layout};
+/// // fill_u32(u64 n, u32 value, u32* out)
+/// let out = Param::Pointer { elem: Scalar::U32, access: Access::Write, extent: Extent::Arg(0) };
+/// let fill = [Param::Scalar(Scalar::U64), Param::Scalar(Scalar::U32), out];
+/// assert_eq!(param_layout(&fill).collect::<Vec<_>>(), [0..8, 8..12, 16..24]);
+/// ```
+pub fn param_layout(params: &[Param]) -> impl Iterator<Item = Range<usize>> + '_ {
+    params.iter().scan(0usize, |end, param| {
+        let size = param.size();
+        let start = end.next_multiple_of(size);
+        *end = start + size;
+        Some(start..*end)
+    })
 }
 
 impl fmt::Display for Param {
@@ -282,4 +304,36 @@ pub const fn index_of(names: &[&str], name: &str) -> usize {
         i += 1;
     }
     panic!("a pointer's element count names a parameter the kernel does not have");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_sit_at_their_alignment() {
+        let write = |extent| Param::Pointer {
+            elem: Scalar::U32,
+            access: Access::Write,
+            extent,
+        };
+        // fill_u32(u64 n, u32 value, u32* out): 0, 8, 16.
+        let fill = [
+            Param::Scalar(Scalar::U64),
+            Param::Scalar(Scalar::U32),
+            write(Extent::Arg(0)),
+        ];
+        let starts: Vec<usize> = param_layout(&fill).map(|bytes| bytes.start).collect();
+        assert_eq!(starts, [0, 8, 16]);
+        // (u8, u32, u8, f64, u8): 0, 4, 8, 16, 24.
+        let mixed = [
+            Param::Scalar(Scalar::U8),
+            Param::Scalar(Scalar::U32),
+            Param::Scalar(Scalar::U8),
+            Param::Scalar(Scalar::F64),
+            Param::Scalar(Scalar::U8),
+        ];
+        let starts: Vec<usize> = param_layout(&mixed).map(|bytes| bytes.start).collect();
+        assert_eq!(starts, [0, 4, 8, 16, 24]);
+    }
 }

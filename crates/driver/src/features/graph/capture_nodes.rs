@@ -34,11 +34,12 @@ impl Capture {
         config: LaunchConfig,
         args: &[GraphArg],
     ) -> Result<()> {
-        self.launch_checked(stream, kernel, config, args, Dependency::Stream)
+        self.launch_checked(stream, kernel, config, args, Dependency::Stream, false)
     }
 
     /// [`Capture::launch`], after the node before it as `dependency` says
-    /// (an ordinary edge, or a programmatic one).
+    /// (an ordinary edge, or a programmatic one), as a device-updatable
+    /// node when `device_updatable` (`device_update.rs`).
     pub(super) fn launch_checked(
         &mut self,
         stream: &Stream,
@@ -46,12 +47,13 @@ impl Capture {
         config: LaunchConfig,
         args: &[GraphArg],
         dependency: Dependency,
+        device_updatable: bool,
     ) -> Result<()> {
         let lent: Vec<KernelArg<'_>> = args.iter().map(GraphArg::arg).collect();
         kernel.check_args(&lent)?;
         // SAFETY: every argument matches the kernel's declared parameters
         // (checked above), as in `Stream::launch`.
-        unsafe { self.launch_node(stream, kernel, config, args, dependency, false) }
+        unsafe { self.launch_node(stream, kernel, config, args, dependency, device_updatable) }
     }
 
     /// [`Capture::launch`] without checking `args` against a signature.

@@ -37,7 +37,7 @@ use crate::ground::error::{Error, Result};
 use crate::objects::stream::Stream;
 use std::marker::PhantomData;
 use sys::CUgraphNode;
-use sys::signature::{Extent, Param, ScalarType};
+use sys::signature::{Extent, Param, ScalarType, param_layout};
 
 /// A kernel node captured with [`Capture::launch_device_updatable`]: its
 /// scalar parameters can be set on the GPU ([`GraphExec::set_scalars`](crate::GraphExec::set_scalars)).
@@ -150,26 +150,12 @@ impl DeviceNode {
         Ok(NodeScalar {
             node: self.clone(),
             index,
-            offset: param_offset(signature, index),
+            offset: param_layout(signature)
+                .nth(index)
+                .map_or(0, |bytes| bytes.start as u64),
             _type: PhantomData,
         })
     }
-}
-
-/// The byte offset of parameter `index` in a kernel's parameter buffer:
-/// the parameters in order, each aligned to its own size (a pointer or a
-/// condition handle to 8 bytes), as CUDA lays them out.
-pub(super) fn param_offset(signature: &[Param], index: usize) -> u64 {
-    let mut offset = 0usize;
-    for (i, param) in signature.iter().enumerate() {
-        let size = param.size();
-        offset = offset.next_multiple_of(size);
-        if i == index {
-            break;
-        }
-        offset += size;
-    }
-    offset as u64
 }
 
 impl Capture {
@@ -222,12 +208,7 @@ impl Capture {
                 ),
             });
         }
-        let lent: Vec<_> = args.iter().map(GraphArg::arg).collect();
-        kernel.check_args(&lent)?;
-        drop(lent);
-        // SAFETY: every argument matches the kernel's declared parameters
-        // (checked above), as in `Capture::launch`.
-        unsafe { self.launch_node(stream, kernel, config, args, Dependency::Stream, true)? };
+        self.launch_checked(stream, kernel, config, args, Dependency::Stream, true)?;
         let raw = self.launch_just_captured(stream, kernel)?;
         // Its instances keep the graph, whose node the table is read from.
         self.resources.updatable = true;
@@ -238,40 +219,5 @@ impl Capture {
             position: self.nodes - 1,
             kernel: kernel.clone(),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sys::signature::{Access, Scalar};
-
-    #[test]
-    fn parameters_sit_at_their_alignment() {
-        let write = |extent| Param::Pointer {
-            elem: Scalar::U32,
-            access: Access::Write,
-            extent,
-        };
-        // fill_u32(u64 n, u32 value, u32* out): 0, 8, 16.
-        let fill = [
-            Param::Scalar(Scalar::U64),
-            Param::Scalar(Scalar::U32),
-            write(Extent::Arg(0)),
-        ];
-        assert_eq!(
-            (0..3).map(|i| param_offset(&fill, i)).collect::<Vec<_>>(),
-            [0, 8, 16]
-        );
-        // (u8, u32, u8, f64, u8): 0, 4, 8, 16, 24.
-        let mixed = [
-            Param::Scalar(Scalar::U8),
-            Param::Scalar(Scalar::U32),
-            Param::Scalar(Scalar::U8),
-            Param::Scalar(Scalar::F64),
-            Param::Scalar(Scalar::U8),
-        ];
-        let offsets: Vec<u64> = (0..5).map(|i| param_offset(&mixed, i)).collect();
-        assert_eq!(offsets, [0, 4, 8, 16, 24]);
     }
 }

@@ -54,6 +54,13 @@ impl Capture {
         config: LaunchConfig,
         args: &[GraphArg],
     ) -> Result<()> {
-        self.launch_checked(stream, kernel, config, args, Dependency::Programmatic)
+        self.launch_checked(
+            stream,
+            kernel,
+            config,
+            args,
+            Dependency::Programmatic,
+            false,
+        )
     }
 }
