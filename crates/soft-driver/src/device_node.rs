@@ -23,7 +23,7 @@ use crate::graph::{EXECS, GRAPHS, Graph, Node};
 use crate::handles::{Registry, lock};
 use crate::ops::{Action, Launch};
 use std::sync::{Arc, Mutex};
-use sys::signature::Param;
+use sys::signature::param_layout;
 use sys::{
     CUgraphDeviceNode, CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue, CUlaunchAttributeID,
     CUlaunchAttributeValue_union__bindgen_ty_5, CUresult,
@@ -195,26 +195,24 @@ pub fn graph_uploads(exec: sys::CUgraphExec) -> Result<u64, sys::DriverError> {
     Ok(exec.uploads.load(std::sync::atomic::Ordering::Relaxed))
 }
 
-/// The launch a queued kernel node runs: for a device-updatable node of a
-/// live executable graph, the node's arguments as they are now, because a
-/// GPU reads a node's parameters when the node runs, so an update that
-/// ran before it in stream order counts even if the graph launch was
-/// enqueued earlier. Otherwise (any other kernel, or an executable graph
-/// destroyed since, whose in-flight launches CUDA finishes as enqueued)
-/// the copy made at enqueue.
-pub(crate) fn as_it_runs(launch: &Arc<Launch>) -> Arc<Launch> {
-    let current = || {
-        let token = launch.device_node?;
-        let node = DEVICE_NODES.get(token).ok()?;
-        let exec = (*lock(&node.exec))?;
-        let exec = EXECS.get(exec).ok()?;
-        let nodes = lock(&exec.nodes);
-        match &nodes.get(node.index)?.action {
-            Action::Kernel(now) if now.device_node == Some(token) => Some(Arc::clone(now)),
-            _ => None,
-        }
-    };
-    current().unwrap_or_else(|| Arc::clone(launch))
+/// What a queued kernel node runs instead of the copy made at enqueue, if
+/// anything: for a device-updatable node of a live executable graph, the
+/// node's arguments as they are now, because a GPU reads a node's
+/// parameters when the node runs, so an update that ran before it in
+/// stream order counts even if the graph launch was enqueued earlier.
+/// `None` for any other kernel (one branch, no lock), and for an executable
+/// graph destroyed since, whose in-flight launches CUDA finishes as
+/// enqueued.
+pub(crate) fn as_it_runs(launch: &Launch) -> Option<Arc<Launch>> {
+    let token = launch.device_node?;
+    let node = DEVICE_NODES.get(token).ok()?;
+    let exec = (*lock(&node.exec))?;
+    let exec = EXECS.get(exec).ok()?;
+    let nodes = lock(&exec.nodes);
+    match &nodes.get(node.index)?.action {
+        Action::Kernel(now) if now.device_node == Some(token) => Some(Arc::clone(now)),
+        _ => None,
+    }
 }
 
 /// [`set_kernel_node_param`], with what is wrong as an error: no lock is
@@ -261,28 +259,26 @@ fn locate(launch: &Launch, offset: usize, len: usize) -> Result<(usize, usize), 
     if len == 0 {
         return Err(format!("an empty value at offset {offset}"));
     }
-    let mut start = 0usize;
-    for (index, param) in launch.params.iter().enumerate() {
-        let size = param.size();
-        // Every parameter is aligned to its size (1, 4 or 8 bytes).
-        start = start.next_multiple_of(size.max(1));
-        let end = start + size;
-        if (start..end).contains(&offset) {
-            if len > end - offset {
-                return Err(format!(
-                    "{len} bytes at offset {offset} run past the end of parameter {index} \
-                     ({param}, bytes {start}..{end}) of `{}`: a write stays inside one parameter",
-                    launch.name
-                ));
-            }
-            return Ok((index, offset - start));
+    let ranges: Vec<_> = param_layout(launch.params).collect();
+    if let Some(index) = ranges.iter().position(|bytes| bytes.contains(&offset)) {
+        let (bytes, param) = (&ranges[index], &launch.params[index]);
+        if len > bytes.end - offset {
+            return Err(format!(
+                "{len} bytes at offset {offset} run past the end of parameter {index} \
+                 ({param}, bytes {}..{}) of `{}`: a write stays inside one parameter",
+                bytes.start, bytes.end, launch.name
+            ));
         }
-        start = end;
+        return Ok((index, offset - bytes.start));
     }
-    let layout = layout(launch.params);
-    Err(if offset >= start {
+    let end = ranges.last().map_or(0, |bytes| bytes.end);
+    let layout = (ranges.iter().zip(launch.params))
+        .map(|(bytes, param)| format!("{}..{} {param}", bytes.start, bytes.end))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(if offset >= end {
         format!(
-            "offset {offset} is past the end of the parameter buffer of `{}` ({start} bytes: \
+            "offset {offset} is past the end of the parameter buffer of `{}` ({end} bytes: \
              {layout})",
             launch.name
         )
@@ -292,18 +288,6 @@ fn locate(launch: &Launch, offset: usize, len: usize) -> Result<(usize, usize), 
             launch.name
         )
     })
-}
-
-/// The parameter buffer's layout, for messages: `0..8 u64, 8..12 u32, …`.
-fn layout(params: &[Param]) -> String {
-    let mut start = 0usize;
-    let mut parts = Vec::with_capacity(params.len());
-    for param in params {
-        start = start.next_multiple_of(param.size().max(1));
-        parts.push(format!("{start}..{} {param}", start + param.size()));
-        start += param.size();
-    }
-    parts.join(", ")
 }
 
 pub(crate) unsafe extern "C" fn cuGraphKernelNodeGetAttribute(

@@ -228,7 +228,10 @@ impl Action {
                 words.fill(value);
                 None
             }
-            Action::Kernel(launch) => crate::device_node::as_it_runs(&launch).run(device),
+            Action::Kernel(launch) => match crate::device_node::as_it_runs(&launch) {
+                Some(now) => now.run(device),
+                None => launch.run(device),
+            },
             Action::Write32 { dst, value } => crate::stream_memops::write32(dst, value),
         }
     }
