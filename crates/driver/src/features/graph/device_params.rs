@@ -14,11 +14,12 @@ use crate::features::launch_config::LaunchConfig;
 use crate::features::launch_raw::{LaunchAttrs, launch_raw};
 use crate::features::module::{Kernel, Module, ModuleImage};
 use crate::ground::error::{Error, Result};
+use crate::objects::context::Context;
 use crate::objects::memory::{DeviceBuffer, DeviceCopy, DeviceMemory};
 use crate::objects::stream::Stream;
 use crate::{DeclaredKernel, kernel};
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use sys::signature::ScalarType;
 
 kernel! {
@@ -85,6 +86,27 @@ fn setter(stream: &Stream, width: usize) -> Result<Kernel> {
     module.function(name)
 }
 
+/// What an instance of a graph with device nodes keeps for the device-side
+/// sets (`device_update.rs`).
+pub(super) struct DeviceSets {
+    /// Read by every replay and written by every set: the order tracker
+    /// sees a set and a replay as accesses to it, and the instance's drop
+    /// waits for its uses.
+    pub(super) token: DeviceBuffer<u8>,
+    /// Whether the instance has been uploaded for the sets
+    /// (`upload_for_device_sets`).
+    uploaded: Mutex<bool>,
+}
+
+impl DeviceSets {
+    pub(super) fn new(ctx: &Arc<Context>) -> Result<Self> {
+        Ok(Self {
+            token: DeviceBuffer::new(ctx, 1)?,
+            uploaded: Mutex::new(false),
+        })
+    }
+}
+
 /// The device handles and parameter offsets of scalars of device nodes of
 /// one instance ([`GraphExec::scalar_table`]), in device memory, for
 /// [`GraphExec::set_scalars`].
@@ -137,6 +159,7 @@ impl GraphExec {
             });
         }
         stream.check_context("the executable graph", &self.ctx)?;
+        self.ctx.bind()?;
         let mut nodes = Vec::with_capacity(scalars.len());
         for scalar in scalars {
             let node = &scalar.node;
@@ -155,7 +178,8 @@ impl GraphExec {
             nodes.push(self.device_handle(node)?);
         }
         let offsets: Vec<u64> = scalars.iter().map(|s| s.offset).collect();
-        self.upload_for_device_sets(stream)?;
+        let sets = self.device_sets()?;
+        self.upload_for_device_sets(sets, stream)?;
         Ok(ScalarTable {
             capture: self.instantiated_from,
             nodes: DeviceBuffer::from_slice(stream, &nodes)?,
@@ -172,11 +196,8 @@ impl GraphExec {
     /// values so). Waited for on the host, so that a set on any stream
     /// comes after it; later launches upload nothing, since the instance
     /// takes no host-side update.
-    fn upload_for_device_sets(&self, stream: &Stream) -> Result<()> {
-        let mut uploaded = self
-            .device_uploaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+    fn upload_for_device_sets(&self, sets: &DeviceSets, stream: &Stream) -> Result<()> {
+        let mut uploaded = sets.uploaded.lock().unwrap_or_else(|p| p.into_inner());
         if !*uploaded {
             self.upload(stream)?;
             stream.synchronize()?;
@@ -185,11 +206,18 @@ impl GraphExec {
         Ok(())
     }
 
+    /// What the instance keeps for device-side sets, or the refusal of a
+    /// set on an instance without device nodes.
+    fn device_sets(&self) -> Result<&DeviceSets> {
+        self.device_sets.as_ref().ok_or_else(|| Error::NodeUpdate {
+            reason: "this executable graph has no device nodes".to_string(),
+        })
+    }
+
     /// The device handle of `node` (`cuGraphKernelNodeGetAttribute`), as
-    /// the `u64` the setting kernel takes.
+    /// the `u64` the setting kernel takes; the context bound by the caller.
     fn device_handle(&self, node: &super::device_update::DeviceNode) -> Result<u64> {
         let mut value = sys::CUlaunchAttributeValue::default();
-        self.ctx.bind()?;
         // SAFETY: a node of the graph this instance keeps alive (`_graph`,
         // kept for every graph with device nodes); valid out-pointer.
         let code = unsafe {
@@ -248,17 +276,13 @@ impl GraphExec {
                 ),
             });
         }
-        let Some(token) = &self.device_params else {
-            return Err(Error::NodeUpdate {
-                reason: "this executable graph has no device nodes".to_string(),
-            });
-        };
+        let sets = self.device_sets()?;
         stream.check_context("the executable graph", &self.ctx)?;
         let uses = [
             Use::Device(&table.nodes, false),
             Use::Device(&table.offsets, false),
             Use::Device(values, false),
-            Use::Device(&**token, true),
+            Use::Device(&sets.token, true),
         ];
         let args = [
             KernelArg::from(count as u64),

@@ -3,11 +3,12 @@
 //! buffers a graph owns.
 
 use super::args::{HostSlot, Resources};
+use super::device_params::DeviceSets;
 use super::node_args::NodeArgs;
 use crate::enqueue::protocol::{Pending, Use, Work};
 use crate::ground::error::{Error, Result};
 use crate::objects::context::Context;
-use crate::objects::memory::{DeviceBuffer, DeviceCopy, PinnedBuffer};
+use crate::objects::memory::{DeviceCopy, PinnedBuffer};
 use crate::objects::stream::Stream;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,15 +100,14 @@ impl Graph {
         if self.resources.device_updatable && self.instantiated.load(Ordering::Acquire) {
             return Err(Error::NodeUpdate {
                 reason: format!(
-                    "graph {:p} has device-updatable kernel nodes, and CUDA instantiates such a                      graph once: it already was",
+                    "graph {:p} has device-updatable kernel nodes, and CUDA instantiates such a \
+                     graph once: it already was",
                     self.raw
                 ),
             });
         }
-        // Every replay reads it and every device-side set writes it
-        // (`device_update.rs`).
-        let device_params = match self.resources.device_updatable {
-            true => Some(Arc::new(DeviceBuffer::<u8>::new(&self.ctx, 1)?)),
+        let device_sets = match self.resources.device_updatable {
+            true => Some(DeviceSets::new(&self.ctx)?),
             false => None,
         };
         let token = if self.resources.graph_memory_bytes > 0 {
@@ -142,8 +142,7 @@ impl Graph {
             instantiated_from: self.resources.capture,
             node_args: NodeArgs::default(),
             _graph: self.resources.updatable.then(|| Arc::clone(&self.owner)),
-            device_params,
-            device_uploaded: Mutex::new(false),
+            device_sets,
         })
     }
 
@@ -224,12 +223,9 @@ pub struct GraphExec {
     pub(super) node_args: NodeArgs,
     /// That graph, kept while its nodes can be named, when it has any.
     _graph: Option<Arc<GraphOwner>>,
-    /// For a graph with device-updatable nodes: the token every replay
-    /// reads and every device-side set writes (`device_update.rs`).
-    pub(super) device_params: Option<Arc<DeviceBuffer<u8>>>,
-    /// Whether it has been uploaded for device-side sets
-    /// (`device_params.rs`).
-    pub(super) device_uploaded: Mutex<bool>,
+    /// For a graph with device-updatable nodes: what the device-side sets
+    /// need (`device_params.rs`).
+    pub(super) device_sets: Option<DeviceSets>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread; launches
@@ -303,10 +299,10 @@ impl GraphExec {
         }
         let devices = self.node_args.uses(&self.resources.buffers);
         let hosts = self.resources.hosts.iter();
-        let token = self.device_params.iter();
+        let token = self.device_sets.iter().map(|sets| &sets.token);
         let uses = devices
             .map(|(memory, write)| Use::Device(memory.as_use(), write))
-            .chain(token.map(|token| Use::Device(&**token, false)))
+            .chain(token.map(|token| Use::Device(token, false)))
             .chain(hosts.map(|(memory, write)| Use::Host(memory.as_host(), *write)));
         stream.prepare_enqueue(uses, work)
     }
@@ -318,7 +314,7 @@ impl GraphExec {
     /// already enqueued keep the old parameters. On failure
     /// ([`Error::GraphUpdate`]) the executable graph is unchanged.
     pub fn update(&mut self, graph: &Graph) -> Result<()> {
-        if self.device_params.is_some() || graph.resources.device_updatable {
+        if self.device_sets.is_some() || graph.resources.device_updatable {
             return Err(Error::NodeUpdate {
                 reason: "a graph with device-updatable kernel nodes, and its instance, take no \
                          part in GraphExec::update (CUDA's rule): set their scalars with \
@@ -512,8 +508,8 @@ impl Drop for GraphExec {
         // A device-side set still in flight writes into the instance's
         // parameters: it must finish first. If it cannot be waited for, the
         // instance is left undestroyed rather than written after its end.
-        if let Some(token) = &self.device_params
-            && let Err(err) = token.wait_uses()
+        if let Some(sets) = &self.device_sets
+            && let Err(err) = sets.token.wait_uses()
         {
             tracing::warn!(
                 "executable graph {raw:p}: could not wait for its device-side sets ({err}); \
