@@ -250,7 +250,7 @@ fn compile(nvcc: &Nvcc, dir: &Path, source: &Path, output: &Path) -> Result<()> 
     let mut command = nvcc.command(dir);
     command
         .args(["--fatbin", "-O3", "-std=c++17", "-Werror", "all-warnings"])
-        .args(gencode_flags())
+        .args(gencode_flags(PTX))
         .arg("-o")
         .arg(output)
         .arg(name);
@@ -271,15 +271,7 @@ fn compile_linked(
         .file_name()
         .ok_or_else(|| format!("{} has no file name", source.display()))?;
     let relocatable = scratch.join(format!("{}.rdc.fatbin", stem(source)));
-    let sass: Vec<String> = SASS
-        .iter()
-        .flat_map(|&sm| {
-            [
-                "-gencode".to_string(),
-                format!("arch=compute_{sm},code=sm_{sm}"),
-            ]
-        })
-        .collect();
+    let sass = gencode_flags(&[]);
     let mut command = nvcc.command(dir);
     command
         .args([
@@ -323,11 +315,11 @@ impl Nvcc {
     }
 }
 
-/// `-gencode` pairs: SASS for each of [`SASS`], plus PTX for each of [`PTX`].
-fn gencode_flags() -> Vec<String> {
+/// `-gencode` pairs: SASS for each of [`SASS`], plus PTX for each of `ptx`.
+fn gencode_flags(ptx: &[u32]) -> Vec<String> {
     SASS.iter()
         .flat_map(|&sm| {
-            let code = if PTX.contains(&sm) {
+            let code = if ptx.contains(&sm) {
                 format!("[sm_{sm},compute_{sm}]")
             } else {
                 format!("sm_{sm}")
