@@ -341,3 +341,40 @@ fn types_aligned_past_a_block_are_refused_naming_the_type() {
     assert!(err.to_string().contains("Page"), "{err}");
     assert_eq!(pool.stats().reserved_bytes, 0);
 }
+
+#[test]
+fn blocks_hand_their_context_reference_to_the_next_block_and_the_pool_releases_them_all() {
+    let _serial = serial();
+    let ctx = ctx();
+    let before = Arc::strong_count(&ctx);
+    let pool = HostPool::new(&ctx).unwrap();
+    let with_pool = Arc::strong_count(&ctx);
+    let two = (
+        pool.allocate::<u32>(LEN).unwrap(),
+        pool.allocate::<u32>(2 * LEN).unwrap(),
+    );
+    assert_eq!(
+        Arc::strong_count(&ctx),
+        with_pool + 2,
+        "a reference per block out"
+    );
+    drop(two);
+    // A thousand hits, one block out at a time, reuse the two references the
+    // dropped blocks handed back instead of taking new ones.
+    for round in 0..1000 {
+        let block = pool.allocate::<u32>(LEN).unwrap();
+        assert_eq!(
+            Arc::strong_count(&ctx),
+            with_pool + 2,
+            "round {round}: a hit took a reference of its own"
+        );
+        drop(block);
+    }
+    assert_eq!(pool.stats().hits, 1000);
+    drop(pool);
+    assert_eq!(
+        Arc::strong_count(&ctx),
+        before,
+        "the pool's drop releases every reference its blocks handed back"
+    );
+}

@@ -102,7 +102,13 @@ impl DriverBackend {
         // uses; no one else gets it until `give_back`, which frees it only
         // after the events it is handed.
         Ok(unsafe {
-            PinnedRegion::from_raw_parts(&self.ctx, address as *mut T, len, owner, bytes as u64)
+            PinnedRegion::from_raw_parts(
+                Arc::clone(&self.ctx),
+                address as *mut T,
+                len,
+                owner,
+                bytes as u64,
+            )
         })
     }
 
@@ -268,7 +274,8 @@ impl RegionOwner for DriverBackend {
         let mut st = self.lock();
         st.in_use -= bytes;
         st.pending_bytes += bytes;
-        st.pending.push(PendingBlock::returned(region, bytes));
+        st.pending
+            .push(PendingBlock::returned(region.address, region.uses, bytes));
         if st.pending_bytes <= self.warn_pending {
             st.warned = false;
         } else if !st.warned

@@ -211,7 +211,7 @@ impl HostPool {
             in_use: 0,
             holder: None,
         })?;
-        let address = shelf.take(class, bytes)?;
+        let (address, ctx) = shelf.take(class, bytes)?;
         let owner: Arc<dyn RegionOwner> = shelf.clone();
         // SAFETY: `address` is a block of `class >= bytes` bytes from
         // cuMemHostAlloc in this context (aligned to BLOCK_ALIGN, checked
@@ -221,7 +221,7 @@ impl HostPool {
         // are, by `collect_finished`) and handed to no one else until the
         // shelf gets it back, which reuses it only after its events.
         Ok(unsafe {
-            PinnedRegion::from_raw_parts(&shelf.ctx, address as *mut T, len, owner, class as u64)
+            PinnedRegion::from_raw_parts(ctx, address as *mut T, len, owner, class as u64)
         })
     }
 

@@ -351,7 +351,7 @@ impl ProcessLoader {
         // use until the events it is handed have completed.
         let region = unsafe {
             PinnedRegion::from_raw_parts(
-                &self.ctx,
+                Arc::clone(&self.ctx),
                 self.region.slot_ptr(slot),
                 self.batch_len,
                 self.draining.owner(),

@@ -39,13 +39,24 @@ impl<T: DeviceCopy> HostSpan<T> {
     /// for `T`, holding `len` initialised values of `T` in
     /// `len * size_of::<T>()` bytes, and nothing but this span reads or
     /// writes it while the span lives.
-    pub(crate) unsafe fn new(ctx: &Arc<Context>, ptr: NonNull<T>, len: usize) -> Self {
+    pub(crate) unsafe fn new(ctx: Arc<Context>, ptr: NonNull<T>, len: usize) -> Self {
         Self {
-            ctx: Arc::clone(ctx),
+            ctx,
             ptr,
             len,
             tracker: UseTracker::default(),
         }
+    }
+
+    /// Its context reference, the span done with (its uses forgotten).
+    pub(crate) fn into_context(self) -> Arc<Context> {
+        self.ctx
+    }
+
+    /// The span as the sealed use trait (a method, so that a holder keeping
+    /// the span in a `ManuallyDrop` reaches it by auto-deref too).
+    pub(crate) fn as_dyn_use(&self) -> &dyn HostUse {
+        self
     }
 
     /// Its first value's address.
@@ -164,7 +175,7 @@ macro_rules! span_host_memory {
             }
 
             fn as_host_use(&self) -> &dyn $crate::objects::memory::sealed::HostUse {
-                &self.span
+                self.span.as_dyn_use()
             }
         }
 

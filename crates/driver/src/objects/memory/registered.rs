@@ -106,7 +106,7 @@ impl<'a, T: DeviceCopy> HostRegistered<'a, T> {
             // SAFETY: the borrowed slice, page-locked just above, holding
             // `bytes / size_of::<T>()` valid `T`s; the borrow keeps everything
             // else away from it while the value lives.
-            span: unsafe { HostSpan::new(ctx, ptr, bytes / std::mem::size_of::<T>()) },
+            span: unsafe { HostSpan::new(Arc::clone(ctx), ptr, bytes / std::mem::size_of::<T>()) },
             _borrow: PhantomData,
         })
     }

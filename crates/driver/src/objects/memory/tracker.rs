@@ -153,15 +153,20 @@ impl UseTracker {
     ///
     /// Through `&mut self`, so no other thread holds the tracker and no lock
     /// is taken: its owner's drop is on a pool's hit path.
-    pub(crate) fn take_pending(&mut self) -> Vec<(u64, PooledEvent)> {
+    pub(crate) fn take_pending<U>(&mut self, each: impl FnMut((u64, PooledEvent)) -> U) -> Vec<U> {
         let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         inner.ready = None;
-        // Nothing used it (a pool hit handed straight back): an empty
-        // vector in and out, so no allocation either way.
+        // Nothing used it (a pool hit handed straight back): return before
+        // building an iterator chain, which costs a pool hit more than the
+        // rest of the drop.
+        if inner.uses.is_empty() {
+            return Vec::new();
+        }
         std::mem::take(&mut inner.uses)
             .into_iter()
             .filter(|u| u.pending > Pending::Idle)
             .map(|u| (u.stream, u.event))
+            .map(each)
             .collect()
     }
 
