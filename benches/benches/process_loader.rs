@@ -20,12 +20,16 @@
 //! (`streaming`), which skip the read for ownership of each cache line: where
 //! it beats the plain fill, the host's memory traffic bounds the fill.
 //!
+//! Before the loader, it prints one core's fill rate in this process
+//! (plain and streaming, into private and into page-locked memory), for
+//! scale: the rate each worker could fill at if nothing else ran.
+//!
 //! This binary is also its own worker: `main` serves the fills first.
 
-use cuda_streams_benches::{compare, figure};
+use cuda_streams_benches::{compare, figure, median_duration};
 use driver::{Context, DeviceBuffer, Stream};
 use kernels::typed::Elementwise;
-use pipeline::{ProcessLoader, serve_if_worker};
+use pipeline::{Fill, ProcessLoader, serve_if_worker};
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -145,6 +149,47 @@ fn raw_pinned_seconds(ctx: &Arc<Context>, bytes: usize, per_window: usize) -> f6
     windows[windows.len() / 2]
 }
 
+/// One core's fill of a batch in this process, for scale beside the
+/// loader: GB/s of `fill` (and of `fill_streaming`) writing a batch of
+/// private memory and a batch of page-locked memory (`cuMemHostAlloc`),
+/// median of 5 after one warm-up, each with the minor page faults the
+/// timed fills took. Tells a slow core from slow memory when the workers'
+/// fill bounds the loader.
+fn fill_rates(ctx: &Arc<Context>, len: usize) {
+    let bytes = len * std::mem::size_of::<f32>();
+    let mut private = vec![0f32; len];
+    let pool = allocator::HostPool::new(ctx).expect("a host pool");
+    let mut pinned = pool.allocate::<f32>(len).expect("a pinned block");
+    let pinned = pinned.as_mut_slice().expect("host access");
+    let fills: [(&str, Fill); 2] = [("plain", fill), ("streaming", fill_streaming)];
+    for (memory, out) in [("private", &mut private[..]), ("pinned", pinned)] {
+        for (kind, run) in fills {
+            run(0, out);
+            let faults = minor_faults();
+            let time = median_duration(5, || run(1, out));
+            let faults = minor_faults() - faults;
+            assert_eq!(out[5], 12.0, "the {kind} fill wrote batch 1");
+            figure(
+                &format!(
+                    "one core's {kind} fill of {memory} memory ({faults} minor faults in 5 fills)"
+                ),
+                bytes as f64 / time.as_secs_f64() / 1e9,
+                "GB/s",
+            );
+        }
+    }
+}
+
+/// Minor page faults this thread has taken.
+fn minor_faults() -> i64 {
+    // SAFETY: `usage` is a plain C struct, valid zeroed, written by the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer for the calling thread's usage.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    usage.ru_minflt
+}
+
 /// The loader's seconds per batch delivered (median of `WINDOWS` windows of
 /// `per_window` batches, after one window of warm-up), checking one value
 /// of every batch.
@@ -210,6 +255,7 @@ fn main() {
     let len = bytes / 4;
     let per_window = if gpu { 32 } else { 8 };
 
+    fill_rates(&ctx, len);
     let raw = raw_pinned_seconds(&ctx, bytes, per_window);
     let ours = loader_seconds(&ctx, "bench", workers, len, per_window);
     let touch_only = loader_seconds(&ctx, "touch", workers, len, per_window);
