@@ -161,7 +161,7 @@ fn a_slot_goes_back_to_a_worker_only_after_its_upload_has_completed() {
         .build(&ctx)
         .unwrap();
     let stream = loader.stream().clone();
-    let gate = Gate::close(&stream);
+    let gate = Gate::close(loader.upload_stream());
     // Every upload waits behind the gate: each slot is uploaded once, and
     // none may go back to the worker.
     let held: Vec<_> = (0..slots)
@@ -186,6 +186,46 @@ fn a_slot_goes_back_to_a_worker_only_after_its_upload_has_completed() {
 }
 
 #[test]
+fn uploads_go_on_while_the_gpu_steps_wait() {
+    let _serial = serial();
+    let ctx = ctx();
+    let slots = 4;
+    let mut loader = loader(&ctx, "ramp", 1, 8)
+        .slots(slots)
+        .deadline(Duration::from_secs(5)) // well inside the gate's limit
+        .build(&ctx)
+        .unwrap();
+    let stream = loader.stream().clone();
+    assert_ne!(loader.upload_stream().id(), stream.id());
+    let gate = Gate::close(&stream);
+    // Batches 0..4 take the four slots; batch 4 needs slot 0 back, which
+    // comes once batch 0's upload has completed. Every GPU step waits
+    // behind the gate: were the uploads behind the steps, slot 0 would not
+    // come back before the deadline, and batch 4 would be an error.
+    let held: Vec<_> = (0..=slots)
+        .map(|_| loader.next_batch().unwrap().unwrap())
+        .collect();
+    let held_then = gate.still_held();
+    gate.open();
+    if held_then {
+        // Slots 0 and 1 at most: batch 2's upload is behind the free of
+        // batch 0's upload buffer, which waits for batch 0's step.
+        let handed = loader.batches_handed_out();
+        assert!((5..=6).contains(&handed), "{handed} batches handed out");
+    }
+    for batch in held {
+        assert_eq!(
+            batch.data().to_vec(&stream).unwrap(),
+            expected(batch.index())
+        );
+    }
+    for index in slots as u64 + 1..8 {
+        let batch = loader.next_batch().unwrap().unwrap();
+        assert_eq!(batch.data().to_vec(&stream).unwrap(), expected(index));
+    }
+}
+
+#[test]
 fn a_worker_killed_mid_batch_is_named_with_its_batch_and_nothing_leaks() {
     let _serial = serial();
     let ctx = ctx();
@@ -207,6 +247,7 @@ fn a_worker_killed_mid_batch_is_named_with_its_batch_and_nothing_leaks() {
         .unwrap();
     assert!(killed.success());
     let device_memory = loader.stream().counters();
+    let upload_memory = loader.upload_stream().counters();
     let err = loader.next_batch().unwrap_err();
     match &err {
         Error::WorkerDied {
@@ -236,12 +277,17 @@ fn a_worker_killed_mid_batch_is_named_with_its_batch_and_nothing_leaks() {
     );
     assert!(matches!(loader.next(), Some(Err(Error::LoaderFailed(_)))));
     assert!(loader.next().is_none());
-    // The buffer uploads land in before the GPU step is still allocated.
-    assert_eq!(device_memory.metrics().current_memory, (LEN * 4) as u64);
+    // Every batch delivered was dropped; the last upload, which its GPU
+    // step read, is freed with the loader.
+    assert_eq!(device_memory.metrics().current_memory, 0);
+    assert_eq!(upload_memory.metrics().current_memory, (LEN * 4) as u64);
     drop(loader);
     assert_eq!(
-        device_memory.metrics().current_memory,
-        0,
+        (
+            device_memory.metrics().current_memory,
+            upload_memory.metrics().current_memory
+        ),
+        (0, 0),
         "every device buffer freed"
     );
     for pid in pids {
@@ -295,7 +341,8 @@ fn an_upload_stalled_past_the_deadline_names_the_slot_and_its_stream() {
         .build(&ctx)
         .unwrap();
     let stream = loader.stream().clone();
-    let gate = Gate::close(&stream);
+    let uploads = loader.upload_stream().clone();
+    let gate = Gate::close(&uploads);
     // Every slot is uploaded once, behind the gate; the next batch needs a
     // slot, and none comes back while the gate holds.
     let held: Vec<_> = (0..slots)
@@ -306,7 +353,7 @@ fn an_upload_stalled_past_the_deadline_names_the_slot_and_its_stream() {
     gate.open();
     if held_then {
         assert!(
-            matches!(err, Error::UploadTimeout { batch: 4, stream: s, .. } if s == stream.id()),
+            matches!(err, Error::UploadTimeout { batch: 4, stream: s, .. } if s == uploads.id()),
             "{err:?}"
         );
         let text = err.to_string();
