@@ -52,13 +52,16 @@ impl PdlPolicy {
     pub fn from_env() -> Result<Self> {
         static FROM_ENV: OnceLock<std::result::Result<PdlPolicy, sys::env::EnvError>> =
             OnceLock::new();
-        FROM_ENV
-            .get_or_init(|| match PDL_SETTING.from_env()? {
-                None => Ok(Self::default()),
-                Some(found) => Self::parse(&found.value).map_err(|reason| found.error(reason)),
-            })
-            .clone()
-            .map_err(Error::from)
+        let read = FROM_ENV.get_or_init(|| match PDL_SETTING.from_env()? {
+            None => Ok(Self::default()),
+            Some(found) => Self::parse(&found.value).map_err(|reason| found.error(reason)),
+        });
+        // Copied, not cloned: a launch reads it, and only an error (the
+        // rare case) needs its message cloned.
+        match read {
+            Ok(policy) => Ok(*policy),
+            Err(err) => Err(Error::from(err.clone())),
+        }
     }
 }
 

@@ -620,25 +620,33 @@ impl Context {
 
     /// `Ok` when `id` is this context's id; otherwise an error that
     /// names both devices when `id` is a context of another device.
+    #[inline]
     pub(crate) fn check_context_id(&self, what: &'static str, id: u64) -> Result<()> {
         if id == self.id() {
             return Ok(());
         }
+        Err(self.context_mismatch(what, id))
+    }
+
+    /// The error of [`Context::check_context_id`], out of the launch path:
+    /// every enqueue checks each buffer's context.
+    #[cold]
+    fn context_mismatch(&self, what: &'static str, id: u64) -> Error {
         match describe(id) {
             Some((kind, found_device)) if kind == self.kind() && found_device != self.ordinal() => {
-                Err(Error::DeviceMismatch {
+                Error::DeviceMismatch {
                     what,
                     stream_device: self.ordinal(),
                     found_device,
                     expected: self.id(),
                     found: id,
-                })
+                }
             }
-            _ => Err(Error::ContextMismatch {
+            _ => Error::ContextMismatch {
                 what,
                 expected: self.id(),
                 found: id,
-            }),
+            },
         }
     }
 
