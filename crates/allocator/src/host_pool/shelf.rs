@@ -307,6 +307,12 @@ impl RegionOwner for Shelf {
             context,
             ..
         } = region;
+        // Only `HostPool::allocate` lends this shelf's blocks, each with a
+        // reference to the shelf's own context.
+        debug_assert!(
+            Arc::ptr_eq(&context, &self.ctx),
+            "a block of another context"
+        );
         let mut st = self.lock();
         st.in_use -= class;
         st.spare_contexts.push(context);
