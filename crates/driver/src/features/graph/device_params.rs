@@ -5,6 +5,7 @@
 //! `set_node_params_*` kernel (`crates/driver/kernels/graph_update.cu`)
 //! over the table and a buffer of new values.
 
+use super::device_sets::DeviceSets;
 use super::device_update::NodeScalar;
 use super::exec::GraphExec;
 use crate::enqueue::protocol::{Use, Work};
@@ -14,12 +15,11 @@ use crate::features::launch_config::LaunchConfig;
 use crate::features::launch_raw::{LaunchAttrs, launch_raw};
 use crate::features::module::{Kernel, Module, ModuleImage};
 use crate::ground::error::{Error, Result};
-use crate::objects::context::Context;
 use crate::objects::memory::{DeviceBuffer, DeviceCopy, DeviceMemory};
 use crate::objects::stream::Stream;
 use crate::{DeclaredKernel, kernel};
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use sys::signature::ScalarType;
 
 kernel! {
@@ -84,27 +84,6 @@ fn setter(stream: &Stream, width: usize) -> Result<Kernel> {
         }
     };
     module.function(name)
-}
-
-/// What an instance of a graph with device nodes keeps for the device-side
-/// sets (`device_update.rs`).
-pub(super) struct DeviceSets {
-    /// Read by every replay and written by every set: the order tracker
-    /// sees a set and a replay as accesses to it, and the instance's drop
-    /// waits for its uses.
-    pub(super) token: DeviceBuffer<u8>,
-    /// Whether the instance has been uploaded for the sets
-    /// (`upload_for_device_sets`).
-    uploaded: Mutex<bool>,
-}
-
-impl DeviceSets {
-    pub(super) fn new(ctx: &Arc<Context>) -> Result<Self> {
-        Ok(Self {
-            token: DeviceBuffer::new(ctx, 1)?,
-            uploaded: Mutex::new(false),
-        })
-    }
 }
 
 /// The device handles and parameter offsets of scalars of device nodes of

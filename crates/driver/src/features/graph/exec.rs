@@ -3,7 +3,7 @@
 //! buffers a graph owns.
 
 use super::args::{HostSlot, Resources};
-use super::device_params::DeviceSets;
+use super::device_sets::DeviceSets;
 use super::node_args::NodeArgs;
 use crate::enqueue::protocol::{Pending, Use, Work};
 use crate::ground::error::{Error, Result};
@@ -224,7 +224,7 @@ pub struct GraphExec {
     /// That graph, kept while its nodes can be named, when it has any.
     _graph: Option<Arc<GraphOwner>>,
     /// For a graph with device-updatable nodes: what the device-side sets
-    /// need (`device_params.rs`).
+    /// need (`device_sets.rs`).
     pub(super) device_sets: Option<DeviceSets>,
 }
 

@@ -37,6 +37,8 @@
 //!   [`DeviceNode`] and its scalars ([`NodeScalar`]), what the GPU may set;
 //! - `device_params`: [`ScalarTable`] and [`GraphExec::set_scalars`], the
 //!   set itself, one launch of this crate's own kernel;
+//! - `device_sets`: what an instance with device nodes keeps for the sets
+//!   (a token buffer and whether it was uploaded);
 //! - `exec`: [`Graph`] and [`GraphExec`], instantiated and replayed;
 //! - `graph_memory`: [`GraphBuffer`], memory a graph allocates and frees
 //!   itself at every replay (memory nodes);
@@ -58,6 +60,7 @@ mod capture_nodes;
 mod condition_arg;
 mod conditional;
 mod device_params;
+mod device_sets;
 mod device_update;
 mod exec;
 mod graph_memory;
