@@ -398,7 +398,7 @@ impl Stream {
     }
 
     /// How many operations were enqueued so far: [`StreamMetrics::operations_count`]
-    /// without the rest of the snapshot (one atomic load).
+    /// without the rest of the snapshot (the sum of five counters).
     pub fn operation_count(&self) -> u64 {
         self.counters.operations()
     }
