@@ -385,11 +385,9 @@ impl Capture {
                 ctx: Arc::clone(self.origin.context()),
                 raw,
             }),
-            lock: Mutex::new(()),
+            turns: Mutex::default(),
             resources: Arc::new(std::mem::take(&mut self.resources)),
             nodes: self.nodes,
-            instance: Mutex::new(std::sync::Weak::new()),
-            instantiated: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

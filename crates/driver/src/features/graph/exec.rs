@@ -11,7 +11,6 @@ use crate::objects::context::Context;
 use crate::objects::memory::{DeviceCopy, PinnedBuffer};
 use crate::objects::stream::Stream;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use sys::{CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUresult};
 
@@ -41,16 +40,11 @@ pub struct Graph {
     pub(super) ctx: Arc<Context>,
     pub(super) raw: CUgraph,
     /// CUDA graph objects are not synchronized internally: calls that read
-    /// this one (instantiate, update from it) take turns.
-    pub(super) lock: Mutex<()>,
+    /// this one (instantiate, update from it) take turns under this lock,
+    /// which also holds what instantiating must know of earlier instances.
+    pub(super) turns: Mutex<Instances>,
     pub(super) resources: Arc<Resources>,
     pub(super) nodes: usize,
-    /// Its executable instance's token while it has one and memory nodes:
-    /// CUDA allows one instance at a time of such a graph.
-    pub(super) instance: Mutex<Weak<()>>,
-    /// Whether it has been instantiated: CUDA instantiates a graph with
-    /// device-updatable nodes once.
-    pub(super) instantiated: AtomicBool,
     /// Destroys `raw` once the graph and the instances that name its nodes
     /// ([`KernelNode`](super::KernelNode)) are gone.
     pub(super) owner: Arc<GraphOwner>,
@@ -85,6 +79,17 @@ unsafe impl Send for Graph {}
 // SAFETY: as above; the driver calls that read the graph take turns (`lock`).
 unsafe impl Sync for Graph {}
 
+/// What a [`Graph`] knows of its instances, under its lock.
+#[derive(Default)]
+pub(super) struct Instances {
+    /// The live instance's token while it has one and memory nodes: CUDA
+    /// allows one instance at a time of such a graph.
+    live: Weak<()>,
+    /// Whether it has been instantiated: CUDA instantiates a graph with
+    /// device-updatable nodes once.
+    made: bool,
+}
+
 impl Graph {
     /// An executable instance (`cuGraphInstantiate`).
     pub fn instantiate(&self) -> Result<GraphExec> {
@@ -95,9 +100,8 @@ impl Graph {
     /// refused on any other stream (see `memory_share`).
     pub(super) fn instantiate_held(&self, held_to: Option<Arc<Stream>>) -> Result<GraphExec> {
         self.ctx.bind()?;
-        let _turn = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut instance = self.instance.lock().unwrap_or_else(|p| p.into_inner());
-        if self.resources.device_updatable && self.instantiated.load(Ordering::Acquire) {
+        let mut instances = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        if self.resources.device_updatable && instances.made {
             return Err(Error::NodeUpdate {
                 reason: format!(
                     "graph {:p} has device-updatable kernel nodes, and CUDA instantiates such a \
@@ -111,7 +115,7 @@ impl Graph {
             false => None,
         };
         let token = if self.resources.graph_memory_bytes > 0 {
-            if instance.strong_count() > 0 {
+            if instances.live.strong_count() > 0 {
                 return Err(Error::GraphMemory {
                     reason: format!(
                         "graph {:p} has memory nodes, and CUDA allows one executable instance \
@@ -121,7 +125,7 @@ impl Graph {
                 });
             }
             let token = Arc::new(());
-            *instance = Arc::downgrade(&token);
+            instances.live = Arc::downgrade(&token);
             Some(token)
         } else {
             None
@@ -130,7 +134,7 @@ impl Graph {
         // SAFETY: a live graph; valid out-pointer.
         let code = unsafe { (self.ctx.driver().cuGraphInstantiate)(&mut raw, self.raw, 0) };
         self.ctx.check(code)?;
-        self.instantiated.store(true, Ordering::Release);
+        instances.made = true;
         Ok(GraphExec {
             ctx: Arc::clone(&self.ctx),
             raw,
@@ -345,7 +349,7 @@ impl GraphExec {
             });
         }
         self.ctx.bind()?;
-        let _turn = graph.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = graph.turns.lock().unwrap_or_else(|p| p.into_inner());
         let mut info = CUgraphExecUpdateResultInfo::default();
         // SAFETY: live handles of one context; valid out-pointer.
         let code = unsafe { (self.ctx.driver().cuGraphExecUpdate)(self.raw, graph.raw, &mut info) };
