@@ -5,7 +5,8 @@
 //!
 //! - eager ours: the typed launcher's `launch` / `launch_programmatic`;
 //! - eager raw: `cuLaunchKernelEx` without / with
-//!   `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`;
+//!   `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`, and for PDL
+//!   the same inside our enqueue gate (what the gate alone costs);
 //! - graph ours: `Capture::launch` / `Capture::launch_programmatic`, one
 //!   `GraphExec::launch`;
 //! - graph raw: the same launches captured with `cuStreamBeginCapture`, one
@@ -208,6 +209,22 @@ fn eager_raw(stream: &Stream, step: &ChainStepF32, chain: &Chain, pair: &mut Eag
     ok(unsafe { (d.cuStreamSynchronize)(stream.as_raw()) });
 }
 
+/// Raw, eager, PDL, each launch inside our enqueue gate
+/// ([`Stream::enqueue_gate`]: the capture check, and the latest-mark count
+/// when it goes): how much of the gap between ours and raw the gate's
+/// atomics make, against the checks and bookkeeping of the rest.
+fn eager_raw_gated(stream: &Stream, step: &ChainStepF32, chain: &Chain, pair: &mut EagerPair) {
+    let d = stream.context().driver();
+    for k in 0..chain.kernels {
+        let pointers = pair.pointers(k);
+        let _gate = stream.enqueue_gate("a raw launch").expect("the gate");
+        // SAFETY: as in `eager_raw`; the gate only holds captures off.
+        unsafe { raw_launch(d, stream.as_raw(), step, chain, pointers, true) };
+    }
+    // SAFETY: a live stream.
+    ok(unsafe { (d.cuStreamSynchronize)(stream.as_raw()) });
+}
+
 /// Raw, eager, plain, through `cuLaunchKernel` (the call our plain
 /// launches make) instead of `cuLaunchKernelEx`: tells whether a gap
 /// between our plain chain and the raw one is the entry point's or ours.
@@ -364,8 +381,13 @@ fn main() {
         let mut ours = |p: &mut EagerPair| eager_ours(&stream, &step, &chain, p, pdl);
         let mut raw = |p: &mut EagerPair| eager_raw(&stream, &step, &chain, p, pdl);
         let mut via = |p: &mut EagerPair| eager_raw_launch_kernel(&stream, &step, &chain, p);
+        let mut gated = |p: &mut EagerPair| eager_raw_gated(&stream, &step, &chain, p);
         let times = if pdl {
-            interleaved_per_kernel(&chain, &mut eager_pair, &mut [&mut ours, &mut raw])
+            interleaved_per_kernel(
+                &chain,
+                &mut eager_pair,
+                &mut [&mut ours, &mut raw, &mut gated],
+            )
         } else {
             interleaved_per_kernel(
                 &chain,
@@ -385,7 +407,13 @@ fn main() {
             compare(&format!("{name}_ours_vs_raw"), ours, raw);
         }
         results.push((eager.0, graph.0));
-        if let Some(&via) = times.get(2) {
+        if let (true, Some(&gated)) = (pdl, times.get(2)) {
+            let name = format!("pdl/eager_pdl_chain_of_{kernels}");
+            figure(&format!("{name}_raw_in_our_gate"), gated / 1e3, "us/kernel");
+            compare(&format!("{name}_raw_in_our_gate_vs_raw"), gated, eager.1);
+            compare(&format!("{name}_ours_vs_raw_in_our_gate"), eager.0, gated);
+        }
+        if let (false, Some(&via)) = (pdl, times.get(2)) {
             let name = format!("pdl/eager_plain_chain_of_{kernels}");
             figure(
                 &format!("{name}_raw_cuLaunchKernel"),
@@ -401,12 +429,11 @@ fn main() {
     // Every step adds one to what the step before it wrote, whichever way
     // it ran: `a` holds the number of steps run on its pair (2 modes, ours
     // and raw, `RUNS` + 1 chains each, and for the eager pair the plain
-    // chains through `cuLaunchKernel`) only if every chain stayed ordered.
-    // The eager pair ran one more set of plain chains (through
-    // `cuLaunchKernel`).
+    // chains through `cuLaunchKernel` and the PDL chains inside our gate)
+    // only if every chain stayed ordered.
     let chains = |sets: usize| (sets * (RUNS + 1) * kernels) as f32;
     for (name, a, steps) in [
-        ("eager", &eager_pair.a, chains(5)),
+        ("eager", &eager_pair.a, chains(6)),
         ("graph", &*graph_pair.a, chains(4)),
     ] {
         let a = a.to_vec(&stream).expect("read a");

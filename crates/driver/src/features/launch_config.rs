@@ -41,7 +41,38 @@ impl LaunchConfig {
 
     /// Reject zero dimensions, blocks over 1024 threads, and grids beyond the
     /// hardware's limits (x < 2^31, y and z <= 65535), naming the value.
+    #[inline]
     pub fn validate(&self) -> Result<()> {
+        if self.within_limits() {
+            Ok(())
+        } else {
+            self.refusal()
+        }
+    }
+
+    /// Whether [`LaunchConfig::validate`] accepts it: the whole check of
+    /// every launch, without branches (a block's dimensions are each at
+    /// most 1024 when their product is, so the product cannot overflow once
+    /// they are).
+    #[inline]
+    fn within_limits(&self) -> bool {
+        let (bx, by, bz) = self.block_dim;
+        let (gx, gy, gz) = self.grid_dim;
+        let max = Self::MAX_THREADS_PER_BLOCK;
+        let nonzero = (bx != 0) & (by != 0) & (bz != 0) & (gx != 0) & (gy != 0) & (gz != 0);
+        let small = (bx <= max) & (by <= max) & (bz <= max);
+        // Wrapping: exact whenever `small` holds, and ignored otherwise.
+        let threads = u64::from(bx)
+            .wrapping_mul(u64::from(by))
+            .wrapping_mul(u64::from(bz));
+        let grid = (gx <= i32::MAX as u32) & (gy <= 65_535) & (gz <= 65_535);
+        nonzero & small & (threads <= u64::from(max)) & grid
+    }
+
+    /// The error [`LaunchConfig::validate`] returns, naming the first limit
+    /// the configuration breaks.
+    #[cold]
+    fn refusal(&self) -> Result<()> {
         let invalid = |reason: String| Err(Error::InvalidLaunchConfig { reason });
         let (bx, by, bz) = self.block_dim;
         let (gx, gy, gz) = self.grid_dim;
@@ -51,8 +82,9 @@ impl LaunchConfig {
                 self.block_dim
             ));
         }
-        let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
-        if threads > u64::from(Self::MAX_THREADS_PER_BLOCK) {
+        // In u128: three dimensions of up to 2^32 - 1 overflow a u64.
+        let threads = u128::from(bx) * u128::from(by) * u128::from(bz);
+        if threads > u128::from(Self::MAX_THREADS_PER_BLOCK) {
             return invalid(format!(
                 "block_dim {:?} has {threads} threads; a block may have at most {}",
                 self.block_dim,
@@ -69,5 +101,81 @@ impl LaunchConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The limits as the docs state them, written plainly in `u128`.
+    fn allowed(cfg: &LaunchConfig) -> bool {
+        let (bx, by, bz) = cfg.block_dim;
+        let (gx, gy, gz) = cfg.grid_dim;
+        let threads = u128::from(bx) * u128::from(by) * u128::from(bz);
+        [bx, by, bz, gx, gy, gz].iter().all(|&d| d > 0)
+            && threads <= 1024
+            && u64::from(gx) < 1 << 31
+            && gy <= 65_535
+            && gz <= 65_535
+    }
+
+    #[test]
+    fn the_branchless_check_accepts_exactly_what_the_limits_allow_and_every_refusal_names_the_value()
+     {
+        let edges = [
+            0,
+            1,
+            2,
+            3,
+            32,
+            1023,
+            1024,
+            1025,
+            65_535,
+            65_536,
+            (1 << 31) - 1,
+            1 << 31,
+            u32::MAX,
+        ];
+        let mut refused = 0;
+        for &a in &edges {
+            for &b in &edges {
+                for &c in &edges {
+                    for cfg in [
+                        LaunchConfig {
+                            grid_dim: (1, 1, 1),
+                            block_dim: (a, b, c),
+                            shared_mem_bytes: 0,
+                        },
+                        LaunchConfig {
+                            grid_dim: (a, b, c),
+                            block_dim: (32, 1, 1),
+                            shared_mem_bytes: 0,
+                        },
+                    ] {
+                        // The fast check alone, then the whole of `validate`
+                        // (whose slow path checks again, one limit at a time).
+                        assert_eq!(cfg.within_limits(), allowed(&cfg), "{cfg:?}");
+                        let result = cfg.validate();
+                        assert_eq!(result.is_ok(), allowed(&cfg), "{cfg:?}: {result:?}");
+                        if let Err(err) = result {
+                            refused += 1;
+                            let text = err.to_string();
+                            let named = if allowed(&LaunchConfig {
+                                grid_dim: (1, 1, 1),
+                                ..cfg
+                            }) {
+                                format!("{:?}", cfg.grid_dim)
+                            } else {
+                                format!("{:?}", cfg.block_dim)
+                            };
+                            assert!(text.contains(&named), "{cfg:?}: {text}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(refused > 1_000, "only {refused} refusals");
     }
 }

@@ -7,6 +7,7 @@
 use crate::features::kernel_arg::KernelArg;
 use crate::features::launch_config::LaunchConfig;
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 
 /// Arguments up to this many are laid out on the stack.
 const INLINE_ARGS: usize = 16;
@@ -65,23 +66,22 @@ pub(crate) fn with_kernel_params<R>(
     args: &[KernelArg<'_>],
     call: impl FnOnce(*mut *mut c_void) -> R,
 ) -> R {
-    let mut inline = [std::ptr::null_mut::<c_void>(); INLINE_ARGS];
-    let mut spilled = Vec::new();
-    let params: &mut [*mut c_void] = if args.len() <= INLINE_ARGS {
-        for (slot, arg) in inline.iter_mut().zip(args) {
-            *slot = arg.param();
-        }
-        &mut inline[..args.len()]
-    } else {
-        spilled.extend(args.iter().map(KernelArg::param));
-        &mut spilled
-    };
-    let params_ptr = if params.is_empty() {
-        std::ptr::null_mut()
-    } else {
-        params.as_mut_ptr()
-    };
-    call(params_ptr)
+    if args.len() > INLINE_ARGS {
+        let mut spilled: Vec<*mut c_void> = args.iter().map(KernelArg::param).collect();
+        return call(spilled.as_mut_ptr());
+    }
+    if args.is_empty() {
+        return call(std::ptr::null_mut());
+    }
+    // Only the slots of `args` are written, and only they are read (the
+    // driver reads as many as the kernel has parameters, which is the
+    // caller's contract): zeroing all sixteen first cost a launch more
+    // than writing the few it has.
+    let mut inline = [MaybeUninit::<*mut c_void>::uninit(); INLINE_ARGS];
+    for (slot, arg) in inline.iter_mut().zip(args) {
+        slot.write(arg.param());
+    }
+    call(inline.as_mut_ptr().cast())
 }
 
 /// What a launch asks of the driver beyond its shape and arguments: the
@@ -125,17 +125,28 @@ unsafe fn launch_raw_ex(
     params: *mut *mut c_void,
     attrs: LaunchAttrs,
 ) -> sys::CUresult {
-    let mut list: [sys::CUlaunchAttribute; 2] = Default::default();
+    // Only the attributes asked for are written, whole; the driver reads
+    // `numAttrs` of them.
+    let mut list = [MaybeUninit::<sys::CUlaunchAttribute>::uninit(); 2];
     let mut count = 0;
     if attrs.programmatic {
-        list[count].id =
-            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        list[count].value.programmaticStreamSerializationAllowed = 1;
+        list[count].write(sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue {
+                programmaticStreamSerializationAllowed: 1,
+            },
+        });
         count += 1;
     }
     if attrs.device_updatable {
-        list[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE;
-        list[count].value.deviceUpdatableKernelNode.deviceUpdatable = 1;
+        let mut value = sys::CUlaunchAttributeValue { pad: [0; 64] };
+        value.deviceUpdatableKernelNode.deviceUpdatable = 1;
+        list[count].write(sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+            pad: [0; 4],
+            value,
+        });
         count += 1;
     }
     let (gx, gy, gz) = config.grid_dim;
@@ -149,10 +160,11 @@ unsafe fn launch_raw_ex(
         blockDimZ: bz,
         sharedMemBytes: config.shared_mem_bytes,
         hStream: stream,
-        attrs: list.as_mut_ptr(),
+        attrs: list.as_mut_ptr().cast(),
         numAttrs: count as u32,
     };
     // SAFETY: `launch` and `list` live for the call (the driver copies
-    // them); the rest is the caller's contract.
+    // them), and the first `count` entries of `list`, all the driver reads,
+    // are written; the rest is the caller's contract.
     unsafe { (driver.cuLaunchKernelEx)(&launch, function, params, std::ptr::null_mut()) }
 }

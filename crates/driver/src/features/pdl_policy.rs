@@ -88,8 +88,21 @@ impl Dependency {
     /// it is refused.
     #[inline]
     pub(crate) fn resolve(self, kernel: &Kernel, device: &DeviceInfo) -> Result<bool> {
-        if self == Self::Stream && !kernel.declares_grid_dependency_sync() {
+        let declares_sync = kernel.declares_grid_dependency_sync();
+        if self == Self::Stream && !declares_sync {
             return Ok(false);
+        }
+        // A launch that asks, of a kernel that may, on a device that can,
+        // under a policy that lets it: `decide`'s answer without its call.
+        if self == Self::Programmatic
+            && declares_sync
+            && device.compute_capability.0 >= 9
+            && matches!(
+                PdlPolicy::from_env(),
+                Ok(PdlPolicy::OptIn | PdlPolicy::Declared)
+            )
+        {
+            return Ok(true);
         }
         decide(
             PdlPolicy::from_env()?,
