@@ -4,11 +4,14 @@
 
 mod support;
 
+use cuda_streams_driver::sys::CUdeviceptr;
 use cuda_streams_driver::sys::signature::{Access, Extent, Param, Scalar};
 use cuda_streams_driver::{
-    ArgKind, DeviceBuffer, Error, KernelArg, LaunchConfig, Module, ModuleImage, Stream,
-    UnifiedBuffer,
+    ArgKind, DeviceBuffer, DeviceMemory, DeviceMemoryMut, Error, KernelArg, LaunchConfig, Module,
+    ModuleImage, Stream, UnifiedBuffer,
 };
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use support::{ctx, kernel};
 
 const N: usize = 1000;
@@ -213,4 +216,87 @@ fn declared_signatures_are_validated() {
     let err = unsafe { fill.clone().with_signature(&bad) }.unwrap_err();
     assert!(matches!(err, Error::InvalidSignature { .. }), "{err:?}");
     assert!(err.to_string().contains("fill_f32"), "{err}");
+}
+
+/// A window onto a whole buffer whose hooks count their calls before
+/// forwarding them, and which names `home` as the stream its hooks may be
+/// skipped on.
+struct Counted<'a> {
+    buffer: &'a mut DeviceBuffer<f32>,
+    home: Option<u64>,
+    before: AtomicUsize,
+    after: AtomicUsize,
+}
+
+// SAFETY: the buffer's own memory, borrowed mutably for the window's life;
+// the hooks forward to the buffer, which tracks the uses. Where `home`
+// names the buffer's home stream, the buffer's hooks do nothing there, so
+// skipping the window's (which only count) changes nothing for the memory.
+unsafe impl DeviceMemory for Counted<'_> {
+    type Elem = f32;
+    fn device_ptr(&self) -> CUdeviceptr {
+        self.buffer.device_ptr()
+    }
+    fn device_len(&self) -> usize {
+        self.buffer.len()
+    }
+    fn context_id(&self) -> u64 {
+        self.buffer.context().id()
+    }
+    fn before_device_use(&self, stream: &Stream) -> cuda_streams_driver::Result<()> {
+        self.before.fetch_add(1, Ordering::Relaxed);
+        self.buffer.before_device_use(stream)
+    }
+    fn after_device_use(&self, stream: &Stream, write: bool) -> cuda_streams_driver::Result<()> {
+        self.after.fetch_add(1, Ordering::Relaxed);
+        self.buffer.after_device_use(stream, write)
+    }
+    fn home_stream_id(&self) -> Option<u64> {
+        self.home
+    }
+}
+
+// SAFETY: it holds the buffer's only mutable borrow.
+unsafe impl DeviceMemoryMut for Counted<'_> {}
+
+#[test]
+fn a_checked_launch_skips_the_hooks_only_on_the_stream_the_memory_names_as_home() {
+    let ctx = ctx();
+    let (home, other) = (
+        Arc::new(Stream::new(&ctx).unwrap()),
+        Stream::new(&ctx).unwrap(),
+    );
+    let fill = kernel(&ctx, &kernels::ELEMENTWISE, "fill_f32");
+    let mut buffer = DeviceBuffer::<f32>::zeroed_async(&home, 4).unwrap();
+    assert_eq!(buffer.home_stream_id(), Some(home.id()));
+    assert_eq!(
+        buffer.slice(1..3).unwrap().home_stream_id(),
+        Some(home.id())
+    );
+    let cfg = LaunchConfig::for_num_elems(4);
+    // (stream, the home the window names, hook calls expected per launch)
+    let cases: [(&Stream, Option<u64>, usize); 4] = [
+        (&home, Some(home.id()), 0),
+        (&home, None, 1),
+        (&other, Some(home.id()), 1),
+        (&other, None, 1),
+    ];
+    for (round, (stream, named, calls)) in cases.into_iter().enumerate() {
+        let mut window = Counted {
+            buffer: &mut buffer,
+            home: named,
+            before: AtomicUsize::new(0),
+            after: AtomicUsize::new(0),
+        };
+        let value = round as f32 + 1.0;
+        let args = [KernelArg::from(4u64), value.into(), (&mut window).into()];
+        stream.launch(&fill, cfg, &args).unwrap();
+        let counts = (window.before.into_inner(), window.after.into_inner());
+        assert_eq!(counts, (calls, calls), "round {round}: (before, after)");
+        // Each launch ran, after the one before it (read back on its own
+        // stream, which waits for it).
+        assert_eq!(buffer.to_vec(stream).unwrap(), [value; 4], "round {round}");
+    }
+    // The launches on the other stream were tracked by the buffer itself.
+    assert_eq!(buffer.foreign_stream_count(), 1);
 }

@@ -215,8 +215,12 @@ impl Stream {
     /// added to a group).
     pub fn check_uses(&self, uses: &[BufferUse<'_>]) -> Result<()> {
         for used in uses {
-            if let Use::Device(buffer, _) | Use::Extent(buffer, ..) = used.0 {
-                self.check_context_id("a buffer", buffer.use_context_id())?;
+            match used.0 {
+                Use::Device(buffer, _) => {
+                    self.check_context_id("a buffer", buffer.use_context_id())?
+                }
+                Use::Extent(lent, ..) => self.check_context_id("a buffer", lent.context())?,
+                Use::Peer(..) | Use::Host(..) => {}
             }
         }
         Ok(())

@@ -33,8 +33,8 @@ use crate::enqueue::gate::EnqueueGate;
 use crate::enqueue::order::{self, InFlight, OrderPolicy, Touch};
 use crate::ground::callback_thread::refuse_inside_callback;
 use crate::ground::error::Result;
-use crate::objects::memory::DeviceUse;
 use crate::objects::memory::sealed::HostUse;
+use crate::objects::memory::{DeviceMemory, DeviceUse};
 use crate::objects::stream::Stream;
 use sys::{CUresult, CUstream, Driver};
 
@@ -49,11 +49,60 @@ pub(crate) enum Use<'a> {
     Peer(&'a dyn DeviceUse, bool),
     /// The host side of a host buffer.
     Host(&'a dyn HostUse, bool),
-    /// Device memory of which the operation touches only the first bytes
-    /// (a checked launch: the signature's extent), writing them or not (the
+    /// Device memory lent to a checked launch, of which it touches only the
+    /// first bytes (the signature's extent), writing them or not (the
     /// signature's access); tracked for frees and host access as `Device`
-    /// with the first flag.
-    Extent(&'a dyn DeviceUse, bool, usize, bool),
+    /// with the lending's flag.
+    Extent(&'a Lent<'a>, usize, bool),
+}
+
+/// Device memory lent to a launch, with what each use of it reads, read
+/// once where the memory's type is known (a [`KernelArg`](crate::KernelArg)
+/// is made) instead of through the vtable at every step of the protocol.
+#[derive(Clone, Copy)]
+pub(crate) struct Lent<'a> {
+    pub(crate) memory: &'a dyn DeviceUse,
+    /// Lent `&mut`: the launch may write it.
+    pub(crate) writable: bool,
+    /// `DeviceMemory::context_id`.
+    context: u64,
+    /// `DeviceMemory::home_stream_id`, or 0 for none (stream ids start at 1):
+    /// on that stream both hooks do nothing and are not called.
+    home: u64,
+}
+
+impl<'a> Lent<'a> {
+    /// `memory`, lent for writing when `writable`.
+    #[inline]
+    pub(crate) fn of<M: DeviceMemory>(memory: &'a M, writable: bool) -> Self {
+        Self {
+            memory,
+            writable,
+            context: memory.context_id(),
+            home: memory.home_stream_id().unwrap_or(0),
+        }
+    }
+
+    /// Memory known only as a trait object (a graph's own memory).
+    pub(crate) fn of_use(memory: &'a dyn DeviceUse, writable: bool) -> Self {
+        Self {
+            memory,
+            writable,
+            context: memory.use_context_id(),
+            home: memory.use_home_stream_id().unwrap_or(0),
+        }
+    }
+
+    /// The [`Context::id`](crate::Context::id) of its context.
+    pub(crate) fn context(&self) -> u64 {
+        self.context
+    }
+
+    /// Whether its hooks must run for a use on `stream`.
+    #[inline]
+    fn hooked_on(&self, stream: &Stream) -> bool {
+        self.home != stream.id()
+    }
 }
 
 impl Use<'_> {
@@ -65,9 +114,9 @@ impl Use<'_> {
                 (buffer.use_context_id(), buffer.use_bytes(), write)
             }
             Use::Host(buffer, write) => (buffer.host_context_id(), buffer.host_bytes(), write),
-            Use::Extent(buffer, _, bytes, writes) => {
-                let (address, whole) = buffer.use_bytes();
-                (buffer.use_context_id(), (address, bytes.min(whole)), writes)
+            Use::Extent(lent, bytes, writes) => {
+                let (address, whole) = lent.memory.use_bytes();
+                (lent.context, (address, bytes.min(whole)), writes)
             }
         };
         Touch {
@@ -83,9 +132,13 @@ impl Use<'_> {
     #[inline]
     fn track(self, stream: &Stream) -> Result<()> {
         match self {
-            Use::Device(buffer, write)
-            | Use::Peer(buffer, write)
-            | Use::Extent(buffer, write, ..) => buffer.after_use(stream, write),
+            Use::Device(buffer, write) | Use::Peer(buffer, write) => {
+                buffer.after_use(stream, write)
+            }
+            Use::Extent(lent, ..) if lent.hooked_on(stream) => {
+                lent.memory.after_use(stream, lent.writable)
+            }
+            Use::Extent(..) => Ok(()),
             Use::Host(buffer, write) => buffer.after_host_use(stream, write),
         }
     }
@@ -268,9 +321,10 @@ impl Stream {
             match used {
                 // Checked here, not left to each implementation: memory of
                 // another context is never handed to this stream's driver.
-                Use::Device(buffer, _) | Use::Extent(buffer, ..) => {
+                Use::Device(buffer, _) => {
                     self.check_context_id("a buffer", buffer.use_context_id())?
                 }
+                Use::Extent(lent, ..) => self.check_context_id("a buffer", lent.context)?,
                 Use::Host(buffer, _) if check_hosts => {
                     self.check_context_id("a host buffer", buffer.host_context_id())?
                 }
@@ -279,10 +333,9 @@ impl Stream {
         }
         for used in uses.clone() {
             match used {
-                Use::Device(buffer, _) | Use::Extent(buffer, ..) | Use::Peer(buffer, _) => {
-                    buffer.before_use(self)?
-                }
-                Use::Host(..) => {}
+                Use::Device(buffer, _) | Use::Peer(buffer, _) => buffer.before_use(self)?,
+                Use::Extent(lent, ..) if lent.hooked_on(self) => lent.memory.before_use(self)?,
+                Use::Extent(..) | Use::Host(..) => {}
             }
         }
         // After the waits above (which order the stream after allocations),

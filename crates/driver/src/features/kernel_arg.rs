@@ -1,6 +1,7 @@
 //! Typed kernel arguments ([`KernelArg`]): a scalar of an exact type, or a
 //! buffer lent for reading or writing, as a launch passes and tracks it.
 
+use crate::enqueue::protocol::Lent;
 use crate::ground::arg_kind::ArgKind;
 use crate::objects::memory::{DeviceCopy, DeviceMemory, DeviceMemoryMut, DeviceUse, device_bytes};
 use std::ffi::c_void;
@@ -24,11 +25,11 @@ pub(crate) enum ArgValue {
     Condition(u64, u64),
 }
 
-/// A buffer argument: the memory's use hooks and what a signature checks.
+/// A buffer argument: the memory as lent (its use hooks) and what a
+/// signature checks.
 #[derive(Clone, Copy)]
 pub(crate) struct BufferArg<'a> {
-    pub(crate) memory: &'a dyn DeviceUse,
-    pub(crate) writable: bool,
+    pub(crate) lent: Lent<'a>,
     pub(crate) elem: Option<Scalar>,
     pub(crate) bytes: usize,
 }
@@ -77,8 +78,7 @@ impl<'a> KernelArg<'a> {
         Self {
             value: ArgValue::Pointer(memory.device_ptr()),
             buffer: Some(BufferArg {
-                memory,
-                writable,
+                lent: Lent::of(memory, writable),
                 elem: M::Elem::SCALAR,
                 bytes: device_bytes(memory),
             }),
@@ -97,8 +97,7 @@ impl<'a> KernelArg<'a> {
         Self {
             value: ArgValue::Pointer(memory.use_bytes().0),
             buffer: Some(BufferArg {
-                memory,
-                writable,
+                lent: Lent::of_use(memory, writable),
                 elem,
                 bytes,
             }),
@@ -112,7 +111,7 @@ impl KernelArg<'_> {
         match (self.value, &self.buffer) {
             (_, Some(buffer)) => ArgKind::Buffer {
                 elem: buffer.elem,
-                writable: buffer.writable,
+                writable: buffer.lent.writable,
             },
             (ArgValue::Pointer(_), None) => ArgKind::RawPointer,
             (ArgValue::Condition(..), None) => ArgKind::Condition,
@@ -197,7 +196,7 @@ impl fmt::Debug for KernelArg<'_> {
             Some(buffer) => write!(
                 f,
                 "{:?} ({} bytes, writable: {})",
-                self.value, buffer.bytes, buffer.writable
+                self.value, buffer.bytes, buffer.lent.writable
             ),
             None => write!(f, "{:?}", self.value),
         }
@@ -231,8 +230,7 @@ impl<'a, M: DeviceMemory> From<&'a M> for KernelArg<'a> {
         Self {
             value: ArgValue::Pointer(memory.device_ptr()),
             buffer: Some(BufferArg {
-                memory,
-                writable: false,
+                lent: Lent::of(memory, false),
                 elem: M::Elem::SCALAR,
                 bytes: device_bytes(memory),
             }),
@@ -247,8 +245,7 @@ impl<'a, M: DeviceMemoryMut> From<&'a mut M> for KernelArg<'a> {
         Self {
             value: ArgValue::Pointer(memory.device_ptr()),
             buffer: Some(BufferArg {
-                memory,
-                writable: true,
+                lent: Lent::of(memory, true),
                 elem: M::Elem::SCALAR,
                 bytes: device_bytes(memory),
             }),

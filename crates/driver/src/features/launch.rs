@@ -98,15 +98,15 @@ impl Stream {
         args: &[KernelArg<'_>],
         dependency: Dependency,
     ) -> Result<()> {
-        let mut extents = Extents::new();
-        kernel.check_params(signature, args, &mut extents)?;
+        let mut uses = CheckedUses::new();
+        kernel.check_params(signature, args, &mut uses)?;
         // SAFETY: every argument matches the kernel's declared parameters
         // (checked above against its signature, the caller's promise): exact
         // scalar types, and buffers of the declared element type that hold
         // every element the kernel touches, lent mutably where it writes. The
         // declaration is the contract of the `unsafe` `with_signature`, or of
         // the image's.
-        unsafe { self.launch_with(kernel, config, args, Some(&extents), dependency) }
+        unsafe { self.launch_with(kernel, config, args, uses.iter().copied(), dependency) }
     }
 
     /// Launch `kernel` without checking `args` against a signature (one is
@@ -127,43 +127,38 @@ impl Stream {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
+        let uses = args
+            .iter()
+            .filter_map(|arg| arg.buffer.as_ref())
+            .map(|buffer| Use::Device(buffer.lent.memory, buffer.lent.writable));
         // SAFETY: the caller's contract, as above.
-        unsafe { self.launch_with(kernel, config, args, None, Dependency::Stream) }
+        unsafe { self.launch_with(kernel, config, args, uses, Dependency::Stream) }
     }
 
-    /// The launch itself. With `extents` (a checked launch: one per buffer
-    /// argument, in order), the stream-order tracker sees each buffer over
-    /// the bytes the signature says the kernel touches, read or written as
-    /// declared; without, over the whole buffer, written when lent mutably.
+    /// The launch itself, the buffers used as `uses` says: for a checked
+    /// launch, what [`Kernel::check_params`] found (the stream-order tracker
+    /// sees each buffer over the bytes the signature says the kernel
+    /// touches, read or written as declared); for an unchecked one, each
+    /// buffer argument whole, written when lent mutably.
     /// A programmatic launch takes the same step as a plain one: its kernel
     /// touches nothing before `cudaGridDependencySynchronize`
     /// (`features/dependent_launch.rs` says why that is enough).
     ///
     /// # Safety
-    /// As for [`Stream::launch_unchecked`]; `extents` are what
-    /// [`Kernel::checked_extents`] returned for these `args`.
-    unsafe fn launch_with(
+    /// As for [`Stream::launch_unchecked`]; `uses` are the buffers of
+    /// `args`, as described above.
+    unsafe fn launch_with<'u>(
         &self,
         kernel: &Kernel,
         config: LaunchConfig,
         args: &[KernelArg<'_>],
-        extents: Option<&[BufferExtent]>,
+        uses: impl IntoIterator<Item = Use<'u>> + Clone,
         dependency: Dependency,
     ) -> Result<()> {
         config.validate()?;
         refuse_eager_conditions(kernel, args)?;
         self.check_context("the kernel", kernel.context())?;
         let programmatic = dependency.resolve(kernel, self.context().info())?;
-        let uses = args
-            .iter()
-            .filter_map(|arg| arg.buffer)
-            .enumerate()
-            .map(move |(i, buffer)| match extents.and_then(|e| e.get(i)) {
-                Some(extent) => {
-                    Use::Extent(buffer.memory, buffer.writable, extent.bytes, extent.writes)
-                }
-                None => Use::Device(buffer.memory, buffer.writable),
-            });
         let function = self.function_for(kernel)?;
         self.enqueue_tracked(uses, Work::KernelLaunch, |driver, stream| {
             // SAFETY: buffer arguments stay allocated until the stream passes
@@ -211,7 +206,7 @@ fn name_the_racing_argument(err: Error, kernel: &Kernel, args: &[KernelArg<'_>])
     race.later.kernel = Some(kernel.name().to_string());
     race.later.argument = args.iter().position(|arg| {
         arg.buffer
-            .is_some_and(|buffer| buffer.memory.use_bytes().0 == race.buffer)
+            .is_some_and(|buffer| buffer.lent.memory.use_bytes().0 == race.buffer)
     });
     Error::UnorderedAccess(race)
 }
@@ -229,20 +224,23 @@ impl Kernel {
 
     /// Check `args` against the signature, as [`Stream::launch`] does.
     pub fn check_args(&self, args: &[KernelArg<'_>]) -> Result<()> {
-        self.check_into(args, &mut Extents::new())
+        self.check_into(args, &mut CheckedUses::new())
     }
 
-    /// [`Kernel::check_args`], pushing what the kernel touches through each
-    /// buffer argument, in order, onto `extents` (the caller's, on its
-    /// stack: nothing is returned by value or allocated for up to eight
-    /// buffers). The loop is the only work on the success path; every error
-    /// is built out of line.
+    /// [`Kernel::check_args`], pushing each buffer argument's use, in
+    /// order, onto `uses` (the caller's, on its stack: nothing is returned
+    /// by value or allocated for up to eight buffers). The loop is the only
+    /// work on the success path; every error is built out of line.
     #[inline]
-    pub(crate) fn check_into(&self, args: &[KernelArg<'_>], extents: &mut Extents) -> Result<()> {
+    pub(crate) fn check_into<'a>(
+        &self,
+        args: &'a [KernelArg<'_>],
+        uses: &mut CheckedUses<'a>,
+    ) -> Result<()> {
         let Some(signature) = self.signature() else {
             return Err(self.unchecked_error());
         };
-        self.check_params(signature, args, extents)
+        self.check_params(signature, args, uses)
     }
 
     /// [`Kernel::check_into`] against `signature`, which callers take from
@@ -250,11 +248,11 @@ impl Kernel {
     /// constant (a declared kernel's) and the arguments were just built from
     /// typed values, the loop folds down to the length comparisons.
     #[inline(always)]
-    fn check_params(
+    fn check_params<'a>(
         &self,
         signature: &[Param],
-        args: &[KernelArg<'_>],
-        extents: &mut Extents,
+        args: &'a [KernelArg<'_>],
+        uses: &mut CheckedUses<'a>,
     ) -> Result<()> {
         if signature.len() != args.len() {
             return Err(self.count_error(signature.len(), args.len()));
@@ -280,7 +278,7 @@ impl Kernel {
                         return Err(self.mismatch(index, *param, arg));
                     };
                     let writes = access == Access::Write;
-                    if buffer.elem != Some(elem) || (writes && !buffer.writable) {
+                    if buffer.elem != Some(elem) || (writes && !buffer.lent.writable) {
                         return Err(self.mismatch(index, *param, arg));
                     }
                     let count = match extent {
@@ -294,10 +292,7 @@ impl Kernel {
                     };
                     match count.checked_mul(elem.size() as u64) {
                         Some(needed) if needed <= buffer.bytes as u64 => {
-                            extents.push(BufferExtent {
-                                bytes: needed as usize,
-                                writes,
-                            });
+                            uses.push(Use::Extent(&buffer.lent, needed as usize, writes));
                         }
                         _ => return Err(self.too_short(index, count, elem, buffer.bytes)),
                     }
@@ -345,17 +340,10 @@ impl Kernel {
     }
 }
 
-/// What a checked launch touches through its buffer arguments, in order;
-/// on the stack for up to eight buffers.
-pub(crate) type Extents = smallvec::SmallVec<[BufferExtent; 8]>;
-
-/// What a checked launch touches through one buffer argument: its first
-/// `bytes` bytes, written when `writes` (the signature's extent and access).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct BufferExtent {
-    bytes: usize,
-    writes: bool,
-}
+/// What a checked launch touches through its buffer arguments, in order
+/// (each one's first bytes, written or not: the signature's extent and
+/// access); on the stack for up to eight buffers.
+pub(crate) type CheckedUses<'a> = smallvec::SmallVec<[Use<'a>; 8]>;
 
 #[cfg(test)]
 mod tests {

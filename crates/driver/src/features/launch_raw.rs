@@ -21,6 +21,7 @@ const INLINE_ARGS: usize = 16;
 /// (`Stream::function_for`), alive for the call; the arguments are what
 /// the kernel's parameters are, and the memory they point at stays
 /// allocated for as long as the launch may run.
+#[inline]
 pub(crate) unsafe fn launch_raw(
     driver: &sys::Driver,
     stream: sys::CUstream,

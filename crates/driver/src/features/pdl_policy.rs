@@ -50,18 +50,29 @@ impl PdlPolicy {
     /// [`PdlPolicy::OptIn`]. A value that does not parse is an error naming
     /// it, at every launch that would need it.
     pub fn from_env() -> Result<Self> {
-        static FROM_ENV: OnceLock<std::result::Result<PdlPolicy, sys::env::EnvError>> =
-            OnceLock::new();
-        let read = FROM_ENV.get_or_init(|| match PDL_SETTING.from_env()? {
-            None => Ok(Self::default()),
-            Some(found) => Self::parse(&found.value).map_err(|reason| found.error(reason)),
-        });
-        // Copied, not cloned: a launch reads it, and only an error (the
-        // rare case) needs its message cloned.
-        match read {
+        match Self::read_env() {
             Ok(policy) => Ok(*policy),
             Err(err) => Err(Error::from(err.clone())),
         }
+    }
+
+    /// The setting, read once per process.
+    #[inline]
+    fn read_env() -> &'static std::result::Result<PdlPolicy, sys::env::EnvError> {
+        static FROM_ENV: OnceLock<std::result::Result<PdlPolicy, sys::env::EnvError>> =
+            OnceLock::new();
+        FROM_ENV.get_or_init(|| match PDL_SETTING.from_env()? {
+            None => Ok(Self::default()),
+            Some(found) => Self::parse(&found.value).map_err(|reason| found.error(reason)),
+        })
+    }
+
+    /// [`PdlPolicy::from_env`] where the setting is valid, without building
+    /// a `Result` around it: what a launch reads (`None` sends it to
+    /// `from_env` for the error).
+    #[inline]
+    pub(crate) fn cached() -> Option<Self> {
+        Self::read_env().as_ref().ok().copied()
     }
 }
 
@@ -98,8 +109,8 @@ impl Dependency {
             && declares_sync
             && device.compute_capability.0 >= 9
             && matches!(
-                PdlPolicy::from_env(),
-                Ok(PdlPolicy::OptIn | PdlPolicy::Declared)
+                PdlPolicy::cached(),
+                Some(PdlPolicy::OptIn | PdlPolicy::Declared)
             )
         {
             return Ok(true);

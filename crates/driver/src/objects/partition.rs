@@ -523,6 +523,8 @@ impl Partition {
 
 impl Stream {
     /// The partition this stream was made in ([`Partition::stream`]).
+    /// Inlined: every launch asks (`Stream::function_for`).
+    #[inline]
     pub fn partition(&self) -> Option<&Partition> {
         self.owner::<Partition>()
     }

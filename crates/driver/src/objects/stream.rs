@@ -217,6 +217,7 @@ impl Stream {
     }
 
     /// What keeps this stream's handle valid, if it is a `T`.
+    #[inline]
     pub(crate) fn owner<T: 'static>(&self) -> Option<&T> {
         self.owner.as_ref()?.downcast_ref()
     }
@@ -325,6 +326,7 @@ impl Stream {
     /// Whether the stream is being captured into a graph (it began a
     /// [`crate::Capture`] or was forked into one). Work enqueued through the
     /// stream's own methods is then refused; it goes through the capture.
+    #[inline]
     pub fn is_capturing(&self) -> bool {
         self.capture_id() != 0
     }
@@ -350,23 +352,32 @@ impl Stream {
     }
 
     /// The id of the capture the stream takes part in, 0 when none.
+    #[inline]
     pub(crate) fn capture_id(&self) -> u64 {
         self.capture.load(Ordering::Acquire)
     }
 
-    /// `Err` naming `operation` while the stream is capturing.
+    /// `Err` naming `operation` while the stream is capturing. Inlined down
+    /// to one test: every enqueue's gate asks.
+    #[inline]
     pub(crate) fn refuse_if_capturing(&self, operation: &'static str) -> Result<()> {
         if self.is_capturing() {
-            Err(Error::StreamCapturing {
-                operation,
-                stream: self.id,
-            })
+            Err(self.capturing_refusal(operation))
         } else {
             Ok(())
         }
     }
 
+    #[cold]
+    fn capturing_refusal(&self, operation: &'static str) -> Error {
+        Error::StreamCapturing {
+            operation,
+            stream: self.id,
+        }
+    }
+
     /// A small process-unique id (never 0), cheap to hash and compare.
+    #[inline]
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -539,6 +550,7 @@ impl Stream {
     }
 
     /// `Ok` when `other` is this stream's context.
+    #[inline]
     pub(crate) fn check_context(&self, what: &'static str, other: &Context) -> Result<()> {
         self.check_context_id(what, other.id())
     }

@@ -28,6 +28,10 @@ impl DeviceUse for GraphAllocation {
     fn use_bytes(&self) -> (u64, usize) {
         (self.ptr, self.bytes)
     }
+    // Its hooks do nothing on any stream, but no one stream is its home.
+    fn use_home_stream_id(&self) -> Option<u64> {
+        None
+    }
     // Used only by nodes of its own graph, which the graph orders; never
     // by eager work, so nothing to track.
     fn before_use(&self, _stream: &Stream) -> Result<()> {

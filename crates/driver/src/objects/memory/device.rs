@@ -172,6 +172,12 @@ unsafe impl<T: DeviceCopy> DeviceMemory for DeviceBuffer<T> {
         }
         self.tracker.record_use(stream, write)
     }
+
+    /// Both hooks return at once on the home stream (`is_home`; the driver
+    /// check passes there, the stream being of the buffer's context).
+    fn home_stream_id(&self) -> Option<u64> {
+        self.home.as_ref().map(|home| home.id())
+    }
 }
 
 // SAFETY: the buffer owns its memory; `&mut self` is the only way to it.

@@ -219,8 +219,11 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 /// - no live host reference (`&[Elem]`, `&mut [Elem]`) sees the memory while
 ///   a use reported as a write may still run, and none sees it mutably while
 ///   any use may still run;
-/// - `device_ptr`, `device_len` and `context_id` return the same values for
-///   the life of the value.
+/// - `device_ptr`, `device_len`, `context_id` and `home_stream_id` return
+///   the same values for the life of the value;
+/// - when `home_stream_id()` is `Some(id)`, both hooks on the stream whose
+///   [`Stream::id`] is `id` return `Ok` and do nothing, so that the driver
+///   layer may skip them there.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not device memory",
     label = "pass a `DeviceBuffer`, a slice of one (`buffer.slice(..)`), or a `UnifiedBuffer` here",
@@ -254,6 +257,15 @@ pub unsafe trait DeviceMemory {
     fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
         let _ = (stream, write);
         Ok(())
+    }
+
+    /// The [`Stream::id`] of the one stream on which both hooks do nothing,
+    /// if there is one: a stream-ordered buffer's home stream, which itself
+    /// orders its work after the allocation and before the free. A launch
+    /// there skips the hooks (two calls through a vtable each time). The
+    /// default, `None`, has them called for every use.
+    fn home_stream_id(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -303,6 +315,7 @@ impl<T: DeviceCopy, M: sealed::HostAccess<T>> HostMemory<T> for M {}
 /// an operation can list the buffers it uses whatever their element types.
 pub(crate) trait DeviceUse {
     fn use_context_id(&self) -> u64;
+    fn use_home_stream_id(&self) -> Option<u64>;
     /// Its address and size in bytes.
     fn use_bytes(&self) -> (u64, usize);
     fn before_use(&self, stream: &Stream) -> Result<()>;
@@ -312,6 +325,9 @@ pub(crate) trait DeviceUse {
 impl<M: DeviceMemory> DeviceUse for M {
     fn use_context_id(&self) -> u64 {
         self.context_id()
+    }
+    fn use_home_stream_id(&self) -> Option<u64> {
+        self.home_stream_id()
     }
     fn use_bytes(&self) -> (u64, usize) {
         (self.device_ptr(), device_bytes(self))

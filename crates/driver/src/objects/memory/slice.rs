@@ -230,6 +230,10 @@ unsafe impl<T: DeviceCopy, B: Deref<Target = DeviceBuffer<T>>> DeviceMemory for 
     fn after_device_use(&self, stream: &Stream, write: bool) -> Result<()> {
         self.buffer.after_device_use(stream, write)
     }
+
+    fn home_stream_id(&self) -> Option<u64> {
+        self.buffer.home_stream_id()
+    }
 }
 
 // SAFETY: the view holds the buffer's only mutable borrow, and a device
