@@ -36,7 +36,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use sys::{CUlaunchAttribute, CUlaunchAttributeID, CUlaunchConfig, CUresult, CUstreamCaptureMode};
 
-const RUNS: usize = 7;
+/// Timed runs of each case: a multiple of the eager rounds' three cases,
+/// so that each case takes each place in a round equally often.
+const RUNS: usize = 9;
 
 fn ok(code: CUresult) {
     assert_eq!(code, CUresult::CUDA_SUCCESS, "a raw driver call failed");
@@ -100,8 +102,10 @@ type EagerChain<'a> = &'a mut dyn FnMut(&mut EagerPair);
 /// Each of `cases` run on `pair` once to warm up, then `RUNS` rounds in
 /// which every case runs once, in turn: drift over the run (clocks, the
 /// driver's caches) falls on every case alike, where timing one case's
-/// runs after another's would hand it to whichever ran later. The median
-/// per case, per kernel, in ns.
+/// runs after another's would hand it to whichever ran later. Each round
+/// starts one case further on, so that no case always runs first, or
+/// always after the same other one. The median per case, per kernel, in
+/// ns.
 fn interleaved_per_kernel(
     chain: &Chain,
     pair: &mut EagerPair,
@@ -111,11 +115,12 @@ fn interleaved_per_kernel(
         case(pair);
     }
     let mut times = vec![Vec::with_capacity(RUNS); cases.len()];
-    for _ in 0..RUNS {
-        for (case, samples) in cases.iter_mut().zip(&mut times) {
+    let n = cases.len();
+    for round in 0..RUNS {
+        for at in (0..n).map(|j| (round + j) % n) {
             let start = Instant::now();
-            case(pair);
-            samples.push(start.elapsed());
+            cases[at](pair);
+            times[at].push(start.elapsed());
         }
     }
     times
