@@ -7,12 +7,10 @@
 //! nearest mark already resolved (its stream's latest, or the latest of any
 //! stream for a stream's first mark) and only the very first from the base.
 
-use crate::cupti::CuptiBackend;
 use crate::error::Result;
-use driver::{Context, Event, Stream};
-use driver::{EventPool, PooledEvent};
+use driver::{Context, Event, PooledEvent, Stream};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// `Mark::ns` before the mark is resolved.
@@ -153,43 +151,4 @@ fn signed_elapsed_ns(from: &Event, to: &Event) -> Result<i128> {
         return Ok(forward.as_nanos() as i128);
     }
     Ok(-(Event::elapsed(to, from)?.as_nanos() as i128))
-}
-
-/// What the profiler and every stream slot share: the event pool, the
-/// clock, started when first needed, and the CUPTI backend when in use.
-pub(crate) struct Shared {
-    pub(crate) pool: Arc<EventPool>,
-    /// Times come from CUPTI's records instead of events when set.
-    pub(crate) cupti: Option<CuptiBackend>,
-    clock: OnceLock<GpuTimebase>,
-    clock_init: Mutex<()>,
-}
-
-impl Shared {
-    pub(crate) fn new(pool: Arc<EventPool>, cupti: Option<CuptiBackend>) -> Self {
-        Self {
-            pool,
-            cupti,
-            clock: OnceLock::new(),
-            clock_init: Mutex::new(()),
-        }
-    }
-
-    /// The clock, if something started it.
-    pub(crate) fn started_clock(&self) -> Option<&GpuTimebase> {
-        self.clock.get()
-    }
-
-    /// The base of the timeline, recorded when first needed.
-    pub(crate) fn clock(&self) -> Result<&GpuTimebase> {
-        if let Some(clock) = self.clock.get() {
-            return Ok(clock);
-        }
-        let _once = self.clock_init.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(clock) = self.clock.get() {
-            return Ok(clock);
-        }
-        let clock = GpuTimebase::start(self.pool.context())?;
-        Ok(self.clock.get_or_init(|| clock))
-    }
 }

@@ -16,7 +16,7 @@
 //! stream while the scope was open), without recording anything on the
 //! stream. Its GPU time runs from its first record's start to its last's end.
 
-use crate::timeline::{Name, TimedOp};
+use crate::timed_op::{Name, TimedOp};
 use driver::sys::CUcontext;
 use driver::sys::cupti::bindings::{
     CUpti_Activity, CUpti_ActivityAPI, CUpti_ActivityFlag, CUpti_ActivityKernel10,

@@ -54,8 +54,11 @@ mod memory_report;
 mod profiler;
 mod report;
 mod sampler;
+mod sampler_state;
 mod scope;
+mod shared;
 mod stats;
+mod timed_op;
 mod timeline;
 mod trace;
 

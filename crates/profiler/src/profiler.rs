@@ -1,19 +1,21 @@
 //! `StreamProfiler`: the entry point.
 
-use crate::clock::{GpuTimebase, Shared};
+use crate::clock::GpuTimebase;
 use crate::cupti::CuptiBackend;
 use crate::error::{Error, Result};
 use crate::memory::{MemoryLog, MemorySample};
 use crate::report::{ComprehensiveReport, StreamReport};
-use crate::sampler::{Sampler, SamplerState};
+use crate::sampler_state::SamplerState;
 use crate::scope::{ScopeGuard, ScopeStart};
-use crate::timeline::{Name, StreamSlot};
+use crate::shared::Shared;
+use crate::timed_op::Name;
+use crate::timeline::StreamSlot;
 use crate::trace::{self, Process, StreamTrack};
 use dashmap::DashMap;
 use driver::EventPool;
 use driver::{Context, Stream};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -150,7 +152,6 @@ pub struct StreamProfiler {
     slots: DashMap<u64, Arc<StreamSlot>>,
     samplers: Mutex<Vec<Arc<SamplerState>>>,
     memory: Arc<MemoryLog>,
-    errors: AtomicU64,
 }
 
 impl StreamProfiler {
@@ -203,7 +204,6 @@ impl StreamProfiler {
             slots: DashMap::new(),
             samplers: Mutex::new(Vec::new()),
             memory: Arc::default(),
-            errors: AtomicU64::new(0),
         }
     }
 
@@ -316,7 +316,7 @@ impl StreamProfiler {
             let opened = cupti.now();
             let depth = slot.open_cupti(opened);
             return Ok(ScopeGuard::open(
-                self,
+                &self.shared,
                 stream,
                 slot,
                 name.into(),
@@ -329,7 +329,7 @@ impl StreamProfiler {
         let (start, depth) = slot.open(stream);
         let start = ScopeStart::Events(start);
         Ok(ScopeGuard::open(
-            self,
+            &self.shared,
             stream,
             slot,
             name.into(),
@@ -352,16 +352,14 @@ impl StreamProfiler {
         Ok(value)
     }
 
-    /// A [`Sampler`] timing one scope named `name` in `every` on each stream
-    /// and counting them all: the sampling mode for launch-bound loops.
-    /// `every` = 0 is [`Error::InvalidSampling`].
-    pub fn sampler(&self, name: impl Into<Name>, every: u32) -> Result<Sampler<'_>> {
-        let state = Arc::new(SamplerState::new(name.into(), every)?);
+    /// Keep `sampler`'s counts, so reports say how many of its scopes were
+    /// not timed. Called by [`sampler`](Self::sampler), which is defined in
+    /// `sampler.rs` beside the `Sampler` it makes.
+    pub(crate) fn add_sampler(&self, sampler: Arc<SamplerState>) {
         self.samplers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(Arc::clone(&state));
-        Ok(Sampler::new(self, state))
+            .push(sampler);
     }
 
     /// Put `allocator`'s memory on the timeline: while profiling is enabled,
@@ -529,13 +527,13 @@ impl StreamProfiler {
     /// Failures met where they could not be returned (a scope guard's drop).
     /// The first is also logged (a `tracing` warning).
     pub fn error_count(&self) -> u64 {
-        self.errors.load(Ordering::Relaxed)
+        self.shared.error_count()
     }
 
+    /// Count a failure that cannot be returned (see
+    /// [`error_count`](Self::error_count)).
     pub(crate) fn note_error(&self, err: &Error) {
-        if self.errors.fetch_add(1, Ordering::Relaxed) == 0 {
-            tracing::warn!("{err} (further errors are only counted)");
-        }
+        self.shared.note_error(err);
     }
 
     /// The base of the timeline, recorded when first needed.
@@ -564,11 +562,6 @@ impl StreamProfiler {
     /// A copy of the slot list, so no map lock is held while waiting on the GPU.
     fn all_slots(&self) -> Vec<Arc<StreamSlot>> {
         self.slots.iter().map(|e| Arc::clone(e.value())).collect()
-    }
-
-    /// CUPTI's clock now (0 with events).
-    pub(crate) fn cupti_now(&self) -> u64 {
-        self.shared.cupti.as_ref().map_or(0, CuptiBackend::now)
     }
 
     fn resolve_slot(&self, slot: &StreamSlot) -> Result<()> {

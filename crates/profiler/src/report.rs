@@ -1,7 +1,8 @@
 //! What the profiler reports: per stream and across streams.
 
 use crate::stats::{self, OperationStats};
-use crate::timeline::{Counts, StreamState, TimedOp};
+use crate::timed_op::TimedOp;
+use crate::timeline::{Counts, StreamState};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -239,11 +240,5 @@ impl ComprehensiveReport {
     /// The report of stream `id`, if it was profiled.
     pub fn stream(&self, id: u64) -> Option<&StreamReport> {
         self.streams.iter().find(|s| s.stream_id == id)
-    }
-}
-
-impl TimedOp {
-    pub(crate) fn interval(&self) -> (u64, u64) {
-        (self.start_ns, self.end_ns)
     }
 }

@@ -1,11 +1,12 @@
 //! Sampling: time every Nth scope of one name on each stream, count them all.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::profiler::StreamProfiler;
+use crate::sampler_state::SamplerState;
 use crate::scope::ScopeGuard;
-use crate::timeline::Name;
+use crate::timed_op::Name;
 use driver::Stream;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Times one scope in `every` of one name on each stream and counts every
 /// one ([`StreamProfiler::sampler`]), for launch-bound loops where a timing
@@ -39,62 +40,23 @@ pub struct Sampler<'a> {
     state: Arc<SamplerState>,
 }
 
-/// What a sampler shares with the profiler's reports.
-pub(crate) struct SamplerState {
-    pub(crate) name: Name,
-    every: u64,
-    /// Per stream id: (scopes made, scopes timed). Few streams per sampler,
-    /// so a short list beats a map.
-    per_stream: Mutex<Vec<(u64, u64, u64)>>,
-}
-
-impl SamplerState {
-    pub(crate) fn new(name: Name, every: u32) -> Result<Self> {
-        if every == 0 {
-            return Err(Error::InvalidSampling {
-                name: name.into_owned(),
-            });
-        }
-        Ok(Self {
-            name,
-            every: u64::from(every),
-            per_stream: Mutex::new(Vec::new()),
+// Here rather than in `profiler.rs`: a sampler opens its scopes through the
+// profiler, which keeps only the counts it reports (`SamplerState`).
+impl StreamProfiler {
+    /// A [`Sampler`] timing one scope named `name` in `every` on each stream
+    /// and counting them all: the sampling mode for launch-bound loops.
+    /// `every` = 0 is [`Error::InvalidSampling`](crate::Error::InvalidSampling).
+    pub fn sampler(&self, name: impl Into<Name>, every: u32) -> Result<Sampler<'_>> {
+        let state = Arc::new(SamplerState::new(name.into(), every)?);
+        self.add_sampler(Arc::clone(&state));
+        Ok(Sampler {
+            profiler: self,
+            state,
         })
     }
-
-    /// Count a scope on `stream`; whether it is to be timed.
-    fn count(&self, stream: u64) -> bool {
-        let mut per_stream = self.per_stream.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = match per_stream.iter().position(|e| e.0 == stream) {
-            Some(i) => &mut per_stream[i],
-            None => {
-                per_stream.push((stream, 0, 0));
-                per_stream.last_mut().expect("just pushed")
-            }
-        };
-        let timed = entry.1 % self.every == 0;
-        entry.1 += 1;
-        if timed {
-            entry.2 += 1;
-        }
-        timed
-    }
-
-    /// Scopes counted on `stream` but not timed.
-    pub(crate) fn skipped(&self, stream: u64) -> u64 {
-        let per_stream = self.per_stream.lock().unwrap_or_else(|p| p.into_inner());
-        per_stream
-            .iter()
-            .find(|e| e.0 == stream)
-            .map_or(0, |e| e.1 - e.2)
-    }
 }
 
-impl<'a> Sampler<'a> {
-    pub(crate) fn new(profiler: &'a StreamProfiler, state: Arc<SamplerState>) -> Self {
-        Self { profiler, state }
-    }
-
+impl Sampler<'_> {
     /// The name its scopes report under.
     pub fn name(&self) -> &str {
         &self.state.name
@@ -102,7 +64,7 @@ impl<'a> Sampler<'a> {
 
     /// One scope in `every` is timed.
     pub fn every(&self) -> u64 {
-        self.state.every
+        self.state.every()
     }
 
     /// A scope of this sampler's name on `stream`: timed when its turn comes,
@@ -133,7 +95,7 @@ impl std::fmt::Debug for Sampler<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sampler")
             .field("name", &self.state.name)
-            .field("every", &self.state.every)
+            .field("every", &self.state.every())
             .finish()
     }
 }

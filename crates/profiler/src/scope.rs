@@ -1,15 +1,17 @@
 //! The guard that times a region of work on a stream.
 
 use crate::error::Result;
-use crate::profiler::StreamProfiler;
-use crate::timeline::{Name, StartCell, StreamSlot};
+use crate::shared::Shared;
+use crate::timed_op::Name;
+use crate::timeline::{StartCell, StreamSlot};
 use driver::Stream;
 use std::sync::Arc;
 
 /// Times the work enqueued on a stream while it is alive
-/// ([`StreamProfiler::scope`]): from its first work item (after the waits
-/// that order that work on other streams) to its end, when it is dropped (or
-/// [`ScopeGuard::finish`]ed). Consecutive scopes share boundary events.
+/// ([`StreamProfiler::scope`](crate::StreamProfiler::scope)): from its first
+/// work item (after the waits that order that work on other streams) to its
+/// end, when it is dropped (or [`ScopeGuard::finish`]ed). Consecutive scopes
+/// share boundary events.
 ///
 /// Made while profiling is disabled it is inert and costs nothing.
 ///
@@ -39,7 +41,9 @@ pub struct ScopeGuard<'a> {
 }
 
 struct Open<'a> {
-    profiler: &'a StreamProfiler,
+    /// The profiler's shared state: CUPTI's clock at the close, and the
+    /// count of failures a drop cannot return.
+    shared: &'a Shared,
     stream: &'a Stream,
     slot: Arc<StreamSlot>,
     name: Name,
@@ -63,7 +67,7 @@ impl<'a> ScopeGuard<'a> {
     }
 
     pub(crate) fn open(
-        profiler: &'a StreamProfiler,
+        shared: &'a Shared,
         stream: &'a Stream,
         slot: Arc<StreamSlot>,
         name: Name,
@@ -73,7 +77,7 @@ impl<'a> ScopeGuard<'a> {
         let nvtx = driver::nvtx::range(&name);
         Self {
             open: Some(Open {
-                profiler,
+                shared,
                 stream,
                 slot,
                 name,
@@ -90,7 +94,8 @@ impl<'a> ScopeGuard<'a> {
     }
 
     /// End the scope now, reporting a failure to record its end (dropping the
-    /// guard counts such failures in [`StreamProfiler::error_count`] instead).
+    /// guard counts such failures in
+    /// [`StreamProfiler::error_count`](crate::StreamProfiler::error_count) instead).
     pub fn finish(mut self) -> Result<()> {
         match self.open.take() {
             Some(open) => open.close(),
@@ -102,7 +107,7 @@ impl<'a> ScopeGuard<'a> {
 impl Open<'_> {
     fn close(self) -> Result<()> {
         let Self {
-            profiler,
+            shared,
             stream,
             slot,
             name,
@@ -113,7 +118,7 @@ impl Open<'_> {
         match start {
             ScopeStart::Events(cell) => slot.close(stream, name, cell, depth),
             ScopeStart::Cupti(opened) => {
-                let closed = profiler.cupti_now();
+                let closed = shared.cupti_now();
                 slot.close_cupti(name, opened, closed, depth);
                 Ok(())
             }
@@ -124,9 +129,9 @@ impl Open<'_> {
 impl Drop for ScopeGuard<'_> {
     fn drop(&mut self) {
         if let Some(open) = self.open.take() {
-            let profiler = open.profiler;
+            let shared = open.shared;
             if let Err(err) = open.close() {
-                profiler.note_error(&err);
+                shared.note_error(&err);
             }
         }
     }

@@ -1,16 +1,14 @@
 //! One stream's timeline: marks recorded on it, operations waiting for the GPU
 //! to pass their marks, operations with resolved GPU times, and the work counts.
 
-use crate::clock::{GpuTimebase, Mark, Shared};
+use crate::clock::{GpuTimebase, Mark};
 use crate::cupti::{ClosedScope, StreamKey, WatchId};
 use crate::error::{Error, Result};
+use crate::shared::Shared;
+use crate::timed_op::{Name, TimedOp};
 use driver::{CompletionTrail, Stream, StreamCounters, StreamMetrics, TrailSearch, WorkObserver};
-use std::borrow::Cow;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
-
-/// An operation's name: literals cost no allocation.
-pub(crate) type Name = Cow<'static, str>;
 
 /// Resolve a stream's pending operations once this many have piled up, so the
 /// cost of querying is paid once per batch, not once per operation.
@@ -42,16 +40,6 @@ pub(crate) struct StartCell(OnceLock<Start>);
 pub(crate) struct Start {
     pub(crate) mark: Arc<Mark>,
     pub(crate) not_before: Option<Instant>,
-}
-
-/// An operation with its GPU start and end, in ns after the base event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct TimedOp {
-    pub(crate) name: Name,
-    pub(crate) start_ns: u64,
-    pub(crate) end_ns: u64,
-    /// How many scopes were open on the stream when this one started.
-    pub(crate) depth: u32,
 }
 
 /// Kernel launches and transfers.

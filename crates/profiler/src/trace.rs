@@ -12,7 +12,7 @@
 //! event (`"ph":"i"`, `"cat":"memory"`) on its stream's track.
 
 use crate::memory::MemorySample;
-use crate::timeline::TimedOp;
+use crate::timed_op::TimedOp;
 use allocator::MemoryEventKind;
 use driver::format_bytes;
 use std::collections::BTreeSet;
