@@ -1,12 +1,13 @@
 //! The allocation handle: device memory that frees itself, in stream order, on drop.
+//! Its typed views, and the memsets and copies it makes through them, are in
+//! `view.rs`.
 
 use crate::arena::Pins;
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::shared::{Shared, Slot, SlotState};
-use crate::view::{AllocationView, AllocationViewMut};
+use driver::Stream;
 use driver::sys::CUdeviceptr;
-use driver::{DeviceCopy, Stream};
 use std::fmt;
 use std::sync::Arc;
 
@@ -130,76 +131,6 @@ impl Allocation {
             uses.push(stream.to_arc());
         }
         Ok(())
-    }
-
-    /// A view of the memory as `size / size_of::<T>()` values of `T`, for
-    /// reading: a kernel argument lent `&`, a copy's source. It implements
-    /// the driver layer's [`DeviceMemory`](driver::DeviceMemory), so every
-    /// launch, copy and memset takes it, and work on other streams than the
-    /// home stream is ordered after the allocation and declared by itself.
-    /// While a view exists the memory is not freed, even by
-    /// [`crate::StreamOrderedAllocator::free_for_stream`] (which then frees
-    /// it when the last view goes).
-    ///
-    /// Fails when the size is not a whole number of `T`s, or the handle is dead.
-    pub fn as_device<T: DeviceCopy>(&self) -> Result<AllocationView<'_, T>> {
-        AllocationView::pin(self)
-    }
-
-    /// A view for writing (and reading): a copy's destination, a memset, a
-    /// kernel argument lent `&mut`. See [`Allocation::as_device`].
-    pub fn as_device_mut<T: DeviceCopy>(&mut self) -> Result<AllocationViewMut<'_, T>> {
-        AllocationView::pin(self).map(AllocationViewMut)
-    }
-
-    /// Set every byte to `value`, asynchronously on the home stream.
-    pub fn memset_u8_async(&self, value: u8) -> Result<()> {
-        let mut view = AllocationViewMut(AllocationView::<u8>::pin(self)?);
-        Ok(self.slot.stream.memset_u8_async(&mut view, value)?)
-    }
-
-    /// Set every 4-byte word to `value`, asynchronously on the home stream.
-    /// The size must be a multiple of 4.
-    pub fn memset_u32_async(&self, value: u32) -> Result<()> {
-        if !self.size.is_multiple_of(4) {
-            return Err(Error::SizeMismatch {
-                operation: "memset_u32_async (whole 4-byte words)",
-                expected: self.size,
-                actual: self.size / 4 * 4,
-            });
-        }
-        let mut view = AllocationViewMut(AllocationView::<u32>::pin(self)?);
-        Ok(self.slot.stream.memset_u32_async(&mut view, value)?)
-    }
-
-    /// Copy `src` into the allocation on the home stream and wait for that
-    /// copy. `src` must fill it exactly.
-    pub fn copy_from_host<T: DeviceCopy>(&self, src: &[T]) -> Result<()> {
-        self.check_len("copy_from_host", std::mem::size_of_val(src))?;
-        let mut view = AllocationViewMut(AllocationView::<T>::pin(self)?);
-        // The driver layer waits for the copy (or, if it cannot record an
-        // event for that, for the whole stream) before returning.
-        Ok(self.slot.stream.copy_from_host(&mut view, src)?)
-    }
-
-    /// Copy the allocation into `dst` on the home stream and wait for that
-    /// copy. `dst` must match it exactly.
-    pub fn copy_to_host<T: DeviceCopy>(&self, dst: &mut [T]) -> Result<()> {
-        self.check_len("copy_to_host", std::mem::size_of_val(dst))?;
-        let view = AllocationView::<T>::pin(self)?;
-        Ok(self.slot.stream.copy_to_host(dst, &view)?)
-    }
-
-    fn check_len(&self, operation: &'static str, bytes: usize) -> Result<()> {
-        if bytes == self.size {
-            Ok(())
-        } else {
-            Err(Error::SizeMismatch {
-                operation,
-                expected: self.size,
-                actual: bytes,
-            })
-        }
     }
 
     /// This handle's record (its pins and other-stream uses), if the block

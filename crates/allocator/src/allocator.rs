@@ -4,8 +4,9 @@ use crate::allocation::Allocation;
 use crate::config::Backend;
 use crate::dependency::StreamDependency;
 use crate::driver_pool::open_pool;
-use crate::error::{Error, Result};
+use crate::error::{ALLOCATE_WHILE_CAPTURING, Error, Result};
 use crate::last_slot;
+use crate::observer::MemoryObserver;
 use crate::shared::{Shared, Slot};
 use crate::size::round_request;
 use crate::stats::{AllocatorStats, Counters, StreamStats};
@@ -47,9 +48,6 @@ const INITIAL_EVENTS: usize = 8;
 pub struct StreamOrderedAllocator {
     shared: Arc<Shared>,
 }
-
-/// What an allocation on a capturing stream is refused as.
-pub(crate) const ALLOCATE_WHILE_CAPTURING: &str = "StreamOrderedAllocator::allocate_for_stream (a graph's scratch comes from Capture::graph_buffer, allocated and freed by the graph at every replay, or from Capture::alloc)";
 
 impl StreamOrderedAllocator {
     /// A caching allocator ([`Backend::Caching`]) on `ctx`.
@@ -256,6 +254,46 @@ impl StreamOrderedAllocator {
             .existing_slot(stream)
             .map(|slot| std::mem::take(&mut slot.lock().deps).len())
             .unwrap_or(0)
+    }
+
+    /// Tell `observer` about every allocation and free from now on (a
+    /// profiler's memory timeline). Without observers this costs one atomic
+    /// load per allocation and free.
+    ///
+    /// ```
+    /// use cuda_streams_allocator::{MemoryEvent, MemoryEventKind, MemoryObserver, StreamOrderedAllocator};
+    /// use cuda_streams_allocator::driver::{Context, Stream};
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// #[derive(Default)]
+    /// struct Log(Mutex<Vec<MemoryEvent>>);
+    /// impl MemoryObserver for Log {
+    ///     fn on_memory_event(&self, event: &MemoryEvent) {
+    ///         self.0.lock().unwrap().push(*event);
+    ///     }
+    /// }
+    /// # fn main() -> cuda_streams_allocator::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let allocator = StreamOrderedAllocator::new(&ctx)?;
+    /// let log = Arc::new(Log::default());
+    /// allocator.add_observer(log.clone());
+    /// drop(allocator.allocate_for_stream(&stream, 1000)?);
+    /// let events = log.0.lock().unwrap().clone();
+    /// assert_eq!(events.len(), 2);
+    /// assert_eq!((events[0].kind, events[0].bytes), (MemoryEventKind::Alloc, 1024));
+    /// assert_eq!((events[1].kind, events[1].allocated_bytes), (MemoryEventKind::Free, 0));
+    /// assert!(allocator.remove_observer(&(log.clone() as Arc<dyn MemoryObserver>)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add_observer(&self, observer: Arc<dyn MemoryObserver>) {
+        self.shared.observers.add(observer);
+    }
+
+    /// Stop telling `observer` (the same `Arc`); whether it was there.
+    pub fn remove_observer(&self, observer: &Arc<dyn MemoryObserver>) -> bool {
+        self.shared.observers.remove(observer)
     }
 
     /// Give cached memory back to the driver until at most `keep_bytes` remain

@@ -3,7 +3,7 @@
 //! allocations (for `free_for_stream` and statistics) and turns other streams'
 //! uses and dependencies into `cuStreamWaitEvent` before the free.
 
-use crate::error::{Error, Result};
+use crate::error::{ALLOCATE_WHILE_CAPTURING, Error, Result};
 use crate::shared::{PoolLive, Shared, Slot, SlotState, is_oom};
 use driver::sys::{CUdeviceptr, CUmemPool_attribute};
 use driver::{Context, MemPool, result};
@@ -52,7 +52,7 @@ impl Shared {
         // the refusal names what the caller asked for.
         let ptr = result::mem_alloc_async(&slot.stream, bytes).map_err(|err| match err {
             driver::Error::StreamCapturing { stream, .. } => driver::Error::StreamCapturing {
-                operation: crate::allocator::ALLOCATE_WHILE_CAPTURING,
+                operation: ALLOCATE_WHILE_CAPTURING,
                 stream,
             },
             other => other,

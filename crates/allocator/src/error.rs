@@ -181,6 +181,11 @@ fn describe_holder(holder: &Option<HostHolder>) -> String {
     }
 }
 
+/// The operation an allocation on a capturing stream is refused as (in
+/// [`driver::Error::StreamCapturing`]): by `allocate_for_stream`'s own check,
+/// or by the driver pool's `cuMemAllocAsync` when a capture began since.
+pub(crate) const ALLOCATE_WHILE_CAPTURING: &str = "StreamOrderedAllocator::allocate_for_stream (a graph's scratch comes from Capture::graph_buffer, allocated and freed by the graph at every replay, or from Capture::alloc)";
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

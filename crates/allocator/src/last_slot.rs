@@ -7,8 +7,13 @@
 //! alive after the allocator and its allocations are gone. While the allocator
 //! lives, its map keeps the slot, so the upgrade succeeds and the slot is the
 //! map's.
+//!
+//! [`Shared::slot`], the lookup every allocation makes, is here with the memo
+//! it asks first; the slot map it falls back on is the shared state's.
 
-use crate::shared::Slot;
+use crate::error::Result;
+use crate::shared::{Shared, Slot};
+use driver::Stream;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -31,7 +36,7 @@ pub(crate) fn next_allocator_id() -> u64 {
 
 /// The slot this thread last used, if it is `stream`'s in `allocator`.
 #[inline]
-pub(crate) fn get(allocator: u64, stream: u64) -> Option<Arc<Slot>> {
+fn get(allocator: u64, stream: u64) -> Option<Arc<Slot>> {
     LAST.try_with(|last| match &*last.borrow() {
         Some(last) if last.allocator == allocator && last.stream == stream => last.slot.upgrade(),
         _ => None,
@@ -41,7 +46,7 @@ pub(crate) fn get(allocator: u64, stream: u64) -> Option<Arc<Slot>> {
 }
 
 /// Remember `slot` as this thread's last.
-pub(crate) fn set(allocator: u64, stream: u64, slot: &Arc<Slot>) {
+fn set(allocator: u64, stream: u64, slot: &Arc<Slot>) {
     let last = Last {
         allocator,
         stream,
@@ -49,6 +54,19 @@ pub(crate) fn set(allocator: u64, stream: u64, slot: &Arc<Slot>) {
     };
     // During thread teardown the memo is gone; the map serves instead.
     let _ = LAST.try_with(|cell| cell.replace(Some(last)));
+}
+
+impl Shared {
+    /// The slot of `stream`, created on first use.
+    #[inline]
+    pub(crate) fn slot(self: &Arc<Self>, stream: &Stream) -> Result<Arc<Slot>> {
+        if let Some(slot) = get(self.id, stream.id()) {
+            return Ok(slot);
+        }
+        let slot = self.map_slot(stream)?;
+        set(self.id, stream.id(), &slot);
+        Ok(slot)
+    }
 }
 
 #[cfg(test)]

@@ -72,6 +72,7 @@ mod error;
 mod graph_memory;
 mod host_pool;
 mod last_slot;
+mod memory_events;
 mod observer;
 mod shared;
 mod size;

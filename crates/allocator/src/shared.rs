@@ -5,7 +5,6 @@ use crate::arena::{Arena, Segment};
 use crate::config::Backend;
 use crate::dependency::{StreamDependency, Wait};
 use crate::error::{Error, Result};
-use crate::last_slot;
 use crate::size::Class;
 use crate::stats::{Counters, StreamCounts};
 use dashmap::DashMap;
@@ -126,19 +125,10 @@ pub(crate) fn is_oom(err: &Error) -> bool {
 }
 
 impl Shared {
-    /// The slot of `stream`, created on first use.
-    #[inline]
-    pub(crate) fn slot(self: &Arc<Self>, stream: &Stream) -> Result<Arc<Slot>> {
-        if let Some(slot) = last_slot::get(self.id, stream.id()) {
-            return Ok(slot);
-        }
-        let slot = self.map_slot(stream)?;
-        last_slot::set(self.id, stream.id(), &slot);
-        Ok(slot)
-    }
-
+    /// The slot of `stream` from the map, created on first use. The hot path
+    /// asks the per-thread memo first ([`Shared::slot`], `last_slot.rs`).
     #[cold]
-    fn map_slot(self: &Arc<Self>, stream: &Stream) -> Result<Arc<Slot>> {
+    pub(crate) fn map_slot(self: &Arc<Self>, stream: &Stream) -> Result<Arc<Slot>> {
         if let Some(slot) = self.slots.get(&stream.id()) {
             return Ok(Arc::clone(slot.value()));
         }
