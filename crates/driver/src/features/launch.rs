@@ -3,7 +3,7 @@
 //! `launch_config`'s, the driver call `launch_raw`'s).
 
 use crate::enqueue::protocol::{Use, Work};
-use crate::features::graph::refuse_eager_conditions;
+use crate::features::graph::{refuse_eager_condition_params, refuse_eager_conditions};
 use crate::features::kernel_arg::KernelArg;
 use crate::features::launch_config::LaunchConfig;
 use crate::features::launch_raw::{LaunchAttrs, launch_raw};
@@ -100,6 +100,7 @@ impl Stream {
     ) -> Result<()> {
         let mut uses = CheckedUses::new();
         kernel.check_params(signature, args, &mut uses)?;
+        refuse_eager_condition_params(kernel, signature)?;
         // SAFETY: every argument matches the kernel's declared parameters
         // (checked above against its signature, the caller's promise): exact
         // scalar types, and buffers of the declared element type that hold
@@ -127,6 +128,7 @@ impl Stream {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
+        refuse_eager_conditions(kernel, args)?;
         let uses = args
             .iter()
             .filter_map(|arg| arg.buffer.as_ref())
@@ -156,7 +158,6 @@ impl Stream {
         dependency: Dependency,
     ) -> Result<()> {
         config.validate()?;
-        refuse_eager_conditions(kernel, args)?;
         self.check_context("the kernel", kernel.context())?;
         let programmatic = dependency.resolve(kernel, self.context().info())?;
         let function = self.function_for(kernel)?;

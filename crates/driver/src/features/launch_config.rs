@@ -51,22 +51,20 @@ impl LaunchConfig {
     }
 
     /// Whether [`LaunchConfig::validate`] accepts it: the whole check of
-    /// every launch, without branches (a block's dimensions are each at
-    /// most 1024 when their product is, so the product cannot overflow once
-    /// they are).
+    /// every launch, without branches. `d - 1 < max` (wrapping) is
+    /// `1 <= d <= max` in one comparison; a block's dimensions are each at
+    /// most 1024 when that holds, so their product cannot overflow.
     #[inline]
     fn within_limits(&self) -> bool {
         let (bx, by, bz) = self.block_dim;
         let (gx, gy, gz) = self.grid_dim;
         let max = Self::MAX_THREADS_PER_BLOCK;
-        let nonzero = (bx != 0) & (by != 0) & (bz != 0) & (gx != 0) & (gy != 0) & (gz != 0);
-        let small = (bx <= max) & (by <= max) & (bz <= max);
-        // Wrapping: exact whenever `small` holds, and ignored otherwise.
-        let threads = u64::from(bx)
-            .wrapping_mul(u64::from(by))
-            .wrapping_mul(u64::from(bz));
-        let grid = (gx <= i32::MAX as u32) & (gy <= 65_535) & (gz <= 65_535);
-        nonzero & small & (threads <= u64::from(max)) & grid
+        let in_range = |d: u32, most: u32| d.wrapping_sub(1) < most;
+        let block = in_range(bx, max) & in_range(by, max) & in_range(bz, max);
+        // Wrapping: exact whenever `block` holds, and ignored otherwise.
+        let threads = bx.wrapping_mul(by).wrapping_mul(bz);
+        let grid = in_range(gx, i32::MAX as u32) & in_range(gy, 65_535) & in_range(gz, 65_535);
+        block & (threads <= max) & grid
     }
 
     /// The error [`LaunchConfig::validate`] returns, naming the first limit

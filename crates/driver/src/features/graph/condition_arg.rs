@@ -16,6 +16,7 @@ use crate::features::kernel_arg::{ArgValue, KernelArg};
 use crate::features::module::Kernel;
 use crate::ground::arg_kind::ArgKind;
 use crate::ground::error::{Error, Result};
+use sys::signature::Param;
 
 impl From<Condition> for KernelArg<'_> {
     /// The argument a [`kernel!`](crate::kernel!) launcher passes for a
@@ -92,6 +93,21 @@ pub(super) fn check_conditions(family: u64, kernel: &Kernel, args: &[GraphArg]) 
 #[inline]
 pub(crate) fn refuse_eager_conditions(kernel: &Kernel, args: &[KernelArg<'_>]) -> Result<()> {
     match args.iter().position(|arg| arg.kind() == ArgKind::Condition) {
+        None => Ok(()),
+        Some(index) => Err(eager_condition_error(kernel, index)),
+    }
+}
+
+/// [`refuse_eager_conditions`] for a checked launch, from the kernel's
+/// signature (whose condition parameters its arguments were checked to
+/// match): a declared kernel's signature is a constant, and where it has no
+/// condition this folds away.
+#[inline(always)]
+pub(crate) fn refuse_eager_condition_params(kernel: &Kernel, signature: &[Param]) -> Result<()> {
+    match signature
+        .iter()
+        .position(|param| matches!(param, Param::Condition))
+    {
         None => Ok(()),
         Some(index) => Err(eager_condition_error(kernel, index)),
     }

@@ -72,7 +72,7 @@ mod programmatic;
 
 pub use args::{GraphArg, HostSlot};
 pub use capture::Capture;
-pub(crate) use condition_arg::refuse_eager_conditions;
+pub(crate) use condition_arg::{refuse_eager_condition_params, refuse_eager_conditions};
 pub use conditional::{CONDITIONAL_DRIVER_VERSION, Condition, MULTI_BODY_DRIVER_VERSION};
 pub use device_params::ScalarTable;
 pub use device_update::{DeviceNode, NodeScalar};
