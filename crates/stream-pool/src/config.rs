@@ -1,4 +1,5 @@
-//! Building a pool: size, strategy, class split, and the size from the environment.
+//! Building a pool: the constructors and the builder behind them (size,
+//! strategy, class split, and the size from the environment).
 
 use crate::error::{Error, Result};
 use crate::kinds::AllocationStrategy;
@@ -106,6 +107,30 @@ impl PoolBuilder {
             });
         }
         StreamPool::create(&self.ctx, split, self.strategy)
+    }
+}
+
+/// The constructors all go through the builder, so that every pool is
+/// checked the same way.
+impl StreamPool {
+    /// A pool of `size` streams split across the priority classes by
+    /// [`ClassSplit::default_for`], handed out by `strategy`.
+    pub fn new_with_strategy(
+        ctx: &Arc<Context>,
+        size: usize,
+        strategy: AllocationStrategy,
+    ) -> Result<Self> {
+        Self::builder(ctx).size(size).strategy(strategy).build()
+    }
+
+    /// A pool of `size` streams, round-robin.
+    pub fn new(ctx: &Arc<Context>, size: usize) -> Result<Self> {
+        Self::new_with_strategy(ctx, size, AllocationStrategy::RoundRobin)
+    }
+
+    /// A builder: size, strategy, class split, size from the environment.
+    pub fn builder(ctx: &Arc<Context>) -> PoolBuilder {
+        PoolBuilder::new(ctx)
     }
 }
 

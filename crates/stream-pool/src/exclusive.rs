@@ -1,64 +1,13 @@
-//! Exclusive streams: a reserve apart from the shared streams, one holder at a time.
+//! Exclusive streams: a guard over a stream taken from the pool's reserve,
+//! one holder at a time.
 
 use crate::error::Result;
 use crate::pool::StreamPool;
-use driver::{Context, Stream, StreamPriority};
+use crate::reserve::Reserve;
+use driver::{Stream, StreamPriority};
 use std::fmt;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
-
-/// Streams kept for exclusive use, one free list per priority class. They are
-/// never among the shared streams, so no getter can hand one out.
-pub(crate) struct Reserve {
-    ctx: Arc<Context>,
-    free: [Mutex<Vec<Arc<Stream>>>; 3],
-    created: AtomicUsize,
-}
-
-impl Reserve {
-    pub(crate) fn new(ctx: &Arc<Context>) -> Self {
-        Self {
-            ctx: Arc::clone(ctx),
-            free: Default::default(),
-            created: AtomicUsize::new(0),
-        }
-    }
-
-    fn take(&self, priority: StreamPriority) -> Result<Arc<Stream>> {
-        let reused = {
-            let mut free = self.free[priority as usize]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            // An idle one first, so the new holder does not wait behind the
-            // previous holder's last work.
-            let idle = free.iter().position(|s| s.query().unwrap_or(false));
-            match idle {
-                Some(index) => Some(free.swap_remove(index)),
-                None => free.pop(),
-            }
-        };
-        match reused {
-            Some(stream) => Ok(stream),
-            None => {
-                let stream = Stream::new_with_priority(&self.ctx, priority)?;
-                self.created.fetch_add(1, Relaxed);
-                Ok(stream)
-            }
-        }
-    }
-
-    fn give_back(&self, priority: StreamPriority, stream: Arc<Stream>) {
-        // A clone kept past the guard (a buffer's home stream, say) could
-        // still enqueue work, so such a stream never goes to another holder.
-        if Arc::strong_count(&stream) == 1 {
-            self.free[priority as usize]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(stream);
-        }
-    }
-}
+use std::sync::Arc;
 
 /// A stream that no one else is handed while this guard lives; it goes back
 /// to the pool's reserve on drop. Derefs to the [`Stream`].
@@ -149,6 +98,6 @@ impl StreamPool {
 
     /// How many streams the exclusive reserve has created so far.
     pub fn exclusive_streams_created(&self) -> usize {
-        self.reserve.created.load(Relaxed)
+        self.reserve.created()
     }
 }

@@ -73,8 +73,11 @@ mod layout;
 mod live;
 mod metrics;
 mod pool;
+mod probe;
 mod qos;
+mod reserve;
 mod tuning;
+mod workload_stats;
 
 /// The safe driver layer this crate builds on (`Context`, `Stream`, ...).
 pub use driver;

@@ -9,29 +9,7 @@ use crate::layout::Span;
 use crate::pool::{Slot, StreamPool};
 use driver::{Completion, Stream, StreamPriority};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-
-/// What the pool has seen a stream pass.
-///
-/// `passed` is a count of the stream's operations (its
-/// `StreamMetrics::operations_count`) known to be finished: set when a query
-/// finds the stream idle. Operations enqueued minus `passed` is the live
-/// work of a busy stream: the work enqueued since it was last seen idle, an
-/// upper bound, learned without enqueueing anything on a stream the caller
-/// only meant to look at.
-#[derive(Default)]
-pub(crate) struct Probe {
-    passed: AtomicU64,
-}
-
-impl Probe {
-    /// Work still ahead on a busy stream that had `enqueued` operations: at
-    /// least 1 (the stream is busy).
-    fn busy_load(&self, enqueued: u64) -> u64 {
-        enqueued.saturating_sub(self.passed.load(Relaxed)).max(1)
-    }
-}
 
 impl StreamPool {
     /// Live work on slot `index`: `Some(0)` when idle, `None` when the driver
@@ -41,7 +19,7 @@ impl StreamPool {
         // Read before the query: everything counted so far was enqueued before it.
         let enqueued = stream.metrics().operations_count;
         if stream.query().ok()? {
-            probe.passed.fetch_max(enqueued, Relaxed);
+            probe.saw_idle(enqueued);
             return Some(0);
         }
         Some(probe.busy_load(enqueued))

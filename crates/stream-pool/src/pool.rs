@@ -1,12 +1,12 @@
 //! The pool itself: streams created once, handed out by atomic cursors.
 
-use crate::config::PoolBuilder;
+use crate::coordinator::MultiStreamCoordinator;
 use crate::error::Result;
-use crate::exclusive::Reserve;
 use crate::kinds::{AllocationStrategy, StreamPurpose, WorkloadType};
 use crate::layout::{AtomicSpan, ClassSplit, Span};
-use crate::live::Probe;
-use crate::tuning::WorkloadStats;
+use crate::probe::Probe;
+use crate::reserve::Reserve;
+use crate::workload_stats::WorkloadStats;
 use driver::{Context, Stream, StreamPriority};
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
@@ -87,26 +87,7 @@ pub struct StreamPool {
 }
 
 impl StreamPool {
-    /// A pool of `size` streams split across the priority classes by
-    /// [`ClassSplit::default_for`], handed out by `strategy`.
-    pub fn new_with_strategy(
-        ctx: &Arc<Context>,
-        size: usize,
-        strategy: AllocationStrategy,
-    ) -> Result<Self> {
-        Self::builder(ctx).size(size).strategy(strategy).build()
-    }
-
-    /// A pool of `size` streams, round-robin.
-    pub fn new(ctx: &Arc<Context>, size: usize) -> Result<Self> {
-        Self::new_with_strategy(ctx, size, AllocationStrategy::RoundRobin)
-    }
-
-    /// A builder: size, strategy, class split, size from the environment.
-    pub fn builder(ctx: &Arc<Context>) -> PoolBuilder {
-        PoolBuilder::new(ctx)
-    }
-
+    /// The pool itself, from a split that `PoolBuilder::build` has checked.
     pub(crate) fn create(
         ctx: &Arc<Context>,
         split: ClassSplit,
@@ -263,9 +244,9 @@ impl StreamPool {
         &self.ctx
     }
 
-    /// A [`crate::MultiStreamCoordinator`] over all of the pool's shared streams.
-    pub fn coordinator(&self) -> crate::MultiStreamCoordinator {
-        crate::MultiStreamCoordinator::new(self.streams().cloned())
+    /// A [`MultiStreamCoordinator`] over all of the pool's shared streams.
+    pub fn coordinator(&self) -> MultiStreamCoordinator {
+        MultiStreamCoordinator::new(self.streams().cloned())
     }
 }
 

@@ -4,7 +4,6 @@ use crate::error::Result;
 use crate::kinds::{AllocationStrategy, WorkloadType};
 use crate::layout::{Span, proportional_spans};
 use crate::pool::StreamPool;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// When the slowest workload type's average is this many times the fastest's,
@@ -14,17 +13,6 @@ const SKEW_FOR_LOAD_BALANCING: f64 = 4.0;
 /// A workload type is under-provisioned when its share of the measured time is
 /// at least this many times its share of the streams.
 const UNDER_PROVISIONED: f64 = 2.0;
-
-#[derive(Default)]
-#[repr(align(64))]
-struct Stat {
-    count: AtomicU64,
-    total_ns: AtomicU64,
-}
-
-/// Completions recorded per workload type (relaxed atomics: no lock).
-#[derive(Default)]
-pub(crate) struct WorkloadStats([Stat; 4]);
 
 /// What [`StreamPool::optimize_configuration`] changed.
 ///
@@ -79,10 +67,7 @@ impl StreamPool {
     /// Record that a `workload` operation took `elapsed` (ideally GPU time
     /// from timing events, e.g. `Event::elapsed`).
     pub fn record_workload_completion(&self, workload: WorkloadType, elapsed: Duration) {
-        let stat = &self.stats.0[workload.index()];
-        stat.count.fetch_add(1, Relaxed);
-        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        stat.total_ns.fetch_add(ns, Relaxed);
+        self.stats.record(workload, elapsed);
     }
 
     /// The mean of the times recorded for `workload`; `None` before the first.
@@ -93,11 +78,7 @@ impl StreamPool {
 
     /// How many completions were recorded for `workload`, and their total time.
     pub fn workload_totals(&self, workload: WorkloadType) -> (u64, Duration) {
-        let stat = &self.stats.0[workload.index()];
-        (
-            stat.count.load(Relaxed),
-            Duration::from_nanos(stat.total_ns.load(Relaxed)),
-        )
+        self.stats.totals(workload)
     }
 
     /// Reshape the pool from the recorded times and say what changed.
