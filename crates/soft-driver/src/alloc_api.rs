@@ -1,12 +1,15 @@
 //! Allocation entry points: device, stream-ordered, pinned and managed memory.
 
 use crate::context::require;
+use crate::device::check_device;
 use crate::errors::{code, fail, write_out};
-use crate::memory::{Kind, allocate, begin_free_async, cancel_free_async, free, info};
+use crate::memory::{
+    Kind, allocate, begin_free_async, cancel_free_async, device_capacity, free, info,
+};
 use crate::ops::{Action, Template};
 use crate::stream::resolve;
 use std::ffi::{c_uint, c_void};
-use sys::{CUdeviceptr, CUmemAttach_flags, CUmemoryPool, CUresult, CUstream};
+use sys::{CUdevice, CUdeviceptr, CUmemAttach_flags, CUmemoryPool, CUresult, CUstream};
 
 pub(crate) unsafe extern "C" fn cuMemGetInfo(free: *mut usize, total: *mut usize) -> CUresult {
     code((|| {
@@ -16,6 +19,16 @@ pub(crate) unsafe extern "C" fn cuMemGetInfo(free: *mut usize, total: *mut usize
         // SAFETY: null or writable per the API.
         unsafe { write_out(total, total_bytes) }
     })())
+}
+
+/// A device's memory, as `cuMemGetInfo` reports its total (the device's
+/// capacity).
+pub(crate) unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut usize, dev: CUdevice) -> CUresult {
+    if let Err(code) = check_device(dev) {
+        return code;
+    }
+    // SAFETY: null or writable per the API.
+    code(unsafe { write_out(bytes, device_capacity(dev)) })
 }
 
 /// Allocate and hand the pointer out through `out` (checked first, so that

@@ -20,13 +20,18 @@
 //! context calls and every call that needs a current context always fail so
 //! from a host function, and are counted ([`refused_in_host_functions`]), so a
 //! driver call made from a callback fails in tests instead of on the H200.
+//!
+//! The entry points that change contexts (retain, release, make current, peer
+//! access, synchronize) are `context_api`'s; this file is what every call
+//! asks of the current context.
 
-use crate::errors::{Status, code, fail, write_out};
-use crate::handles::lock;
-use crate::handles::mint;
+use crate::device::device_count;
+use crate::errors::{Status, fail};
+use crate::green_contexts::{device_of_context, green_of_context};
+use crate::handles::{lock, mint};
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::ffi::{c_int, c_uint};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use sys::{CUcontext, CUdevice, CUresult};
@@ -51,7 +56,7 @@ struct Primary {
 fn primaries() -> &'static [Primary] {
     static PRIMARIES: OnceLock<Vec<Primary>> = OnceLock::new();
     PRIMARIES.get_or_init(|| {
-        (0..crate::device::device_count())
+        (0..device_count())
             .map(|_| Primary {
                 handle: mint(),
                 retained: AtomicUsize::new(0),
@@ -145,23 +150,7 @@ fn current_device() -> Option<CUdevice> {
     match device_of(ctx) {
         Some(dev) => (primary(dev).retained.load(Ordering::Acquire) > 0).then_some(dev),
         // A green context's handle stands for its device while it lives.
-        None => crate::green::device_of_context(ctx),
-    }
-}
-
-/// `CUDA_ERROR_INVALID_DEVICE` unless `dev` is a device ordinal.
-pub(crate) fn check_device(dev: CUdevice) -> Status {
-    if (0..crate::device::device_count()).contains(&dev) {
-        Ok(())
-    } else {
-        Err(fail(
-            CUresult::CUDA_ERROR_INVALID_DEVICE,
-            format!(
-                "device {dev} does not exist: the software driver has {} device(s) (set {})",
-                crate::device::device_count(),
-                crate::device::DEVICES_ENV
-            ),
-        ))
+        None => device_of_context(ctx),
     }
 }
 
@@ -174,7 +163,7 @@ pub(crate) fn check_context(ctx: CUcontext) -> Result<CUdevice, CUresult> {
     }
     match device_of(ctx as usize) {
         Some(dev) if primary(dev).retained.load(Ordering::Acquire) > 0 => Ok(dev),
-        None if let Some(dev) = crate::green::device_of_context(ctx as usize) => Ok(dev),
+        None if let Some(dev) = device_of_context(ctx as usize) => Ok(dev),
         _ => Err(fail(
             CUresult::CUDA_ERROR_INVALID_CONTEXT,
             format!("{:#x} is not a live context", ctx as usize),
@@ -191,143 +180,62 @@ pub(crate) fn can_access(from: CUdevice, to: CUdevice) -> bool {
             .is_some_and(|peers| peers.contains(&(from, to)))
 }
 
-pub(crate) unsafe extern "C" fn cuCtxEnablePeerAccess(
-    peerContext: CUcontext,
-    Flags: c_uint,
-) -> CUresult {
-    code((|| {
-        let dev = require()?;
-        if Flags != 0 {
-            return Err(fail(
-                CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!("cuCtxEnablePeerAccess: flags must be 0, not {Flags}"),
-            ));
-        }
-        if peerContext.is_null() {
-            return Err(fail(
-                CUresult::CUDA_ERROR_INVALID_CONTEXT,
-                "cuCtxEnablePeerAccess: the peer context is null",
-            ));
-        }
-        let peer = check_context(peerContext)?;
-        if peer == dev {
-            return Err(fail(
-                CUresult::CUDA_ERROR_INVALID_DEVICE,
-                format!("cuCtxEnablePeerAccess: device {dev} cannot be its own peer"),
-            ));
-        }
-        let mut peers = lock(&PEERS);
-        if !peers.get_or_insert_with(HashSet::new).insert((dev, peer)) {
-            return Err(fail(
-                CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
-                format!("peer access from device {dev} to device {peer} is already enabled"),
-            ));
-        }
-        Ok(())
-    })())
-}
-
-pub(crate) unsafe extern "C" fn cuCtxDisablePeerAccess(peerContext: CUcontext) -> CUresult {
-    code((|| {
-        let dev = require()?;
-        let peer = check_context(peerContext)?;
-        let removed = lock(&PEERS)
-            .as_mut()
-            .is_some_and(|peers| peers.remove(&(dev, peer)));
-        if removed {
-            Ok(())
-        } else {
-            Err(fail(
-                CUresult::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
-                format!("peer access from device {dev} to device {peer} is not enabled"),
-            ))
-        }
-    })())
-}
-
-pub(crate) unsafe extern "C" fn cuDevicePrimaryCtxRetain(
-    pctx: *mut CUcontext,
-    dev: CUdevice,
-) -> CUresult {
-    code((|| {
-        not_in_host_function("cuDevicePrimaryCtxRetain")?;
-        check_device(dev)?;
-        let primary = primary(dev);
-        // SAFETY: pctx is null or writable per the API.
-        unsafe { write_out(pctx, primary.handle as CUcontext) }?;
-        primary.retained.fetch_add(1, Ordering::AcqRel);
-        Ok(())
-    })())
-}
-
-pub(crate) unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
-    code((|| {
-        not_in_host_function("cuDevicePrimaryCtxRelease")?;
-        check_device(dev)?;
-        let before = primary(dev)
-            .retained
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .map_err(|_| CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
-        if before == 1 {
-            // The context is gone: so is its peer access, both ways, and
-            // its sticky error (a new context starts clean, as on a GPU).
-            if let Some(peers) = lock(&PEERS).as_mut() {
-                peers.retain(|&(from, to)| from != dev && to != dev);
-            }
-            crate::faults::forget_context(dev);
-        }
-        Ok(())
-    })())
-}
-
-pub(crate) unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
-    if let Err(code) = not_in_host_function("cuCtxSetCurrent") {
-        return code;
-    }
-    let ctx = ctx as usize;
-    if ctx != 0 && check_context(ctx as CUcontext).is_err() {
-        return CUresult::CUDA_ERROR_INVALID_CONTEXT;
-    }
-    CURRENT.with(|current| current.set(ctx));
-    CUresult::CUDA_SUCCESS
-}
-
-pub(crate) unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
-    let current = CURRENT.with(Cell::get) as CUcontext;
-    // SAFETY: pctx is null or writable per the API.
-    code(unsafe { write_out(pctx, current) })
-}
-
-pub(crate) unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
-    code((|| {
-        let dev = require()?;
-        crate::stream::refuse_during_capture("cuCtxSynchronize")?;
-        crate::stream::synchronize_all(dev);
-        crate::memory::trim_pool_at_sync();
-        crate::faults::context_fault(dev)
-    })())
-}
-
 /// CUDA's range on the H200: 0 is the least priority, -5 the greatest.
 pub(crate) const LEAST_PRIORITY: c_int = 0;
 /// See [`LEAST_PRIORITY`].
 pub(crate) const GREATEST_PRIORITY: c_int = -5;
 
-pub(crate) unsafe extern "C" fn cuCtxGetStreamPriorityRange(
-    leastPriority: *mut c_int,
-    greatestPriority: *mut c_int,
-) -> CUresult {
-    if let Err(code) = require() {
-        return code;
+/// The handle of `dev`'s primary context (a checked ordinal), minted once.
+pub(crate) fn primary_handle(dev: CUdevice) -> usize {
+    primary(dev).handle
+}
+
+/// Count one more retain of `dev`'s primary context (a checked ordinal).
+pub(crate) fn retain_primary(dev: CUdevice) {
+    primary(dev).retained.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Count one release of `dev`'s primary context (a checked ordinal):
+/// `Ok(true)` when that was its last retain. The context is then gone, and
+/// so is its peer access, both ways; `CUDA_ERROR_INVALID_CONTEXT` when it
+/// was not retained.
+pub(crate) fn release_primary(dev: CUdevice) -> Result<bool, CUresult> {
+    let before = primary(dev)
+        .retained
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+        .map_err(|_| CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+    if before != 1 {
+        return Ok(false);
     }
-    // CUDA accepts null for either out-pointer and skips it.
-    if !leastPriority.is_null() {
-        // SAFETY: non-null, writable per the API.
-        unsafe { leastPriority.write(LEAST_PRIORITY) };
+    if let Some(peers) = lock(&PEERS).as_mut() {
+        peers.retain(|&(from, to)| from != dev && to != dev);
     }
-    if !greatestPriority.is_null() {
-        // SAFETY: non-null, writable per the API.
-        unsafe { greatestPriority.write(GREATEST_PRIORITY) };
-    }
-    CUresult::CUDA_SUCCESS
+    Ok(true)
+}
+
+/// Let kernels and memsets of `dev` touch memory of `peer`; `false` when
+/// they already could.
+pub(crate) fn enable_peer_access(dev: CUdevice, peer: CUdevice) -> bool {
+    lock(&PEERS)
+        .get_or_insert_with(HashSet::new)
+        .insert((dev, peer))
+}
+
+/// Take back what [`enable_peer_access`] gave; `false` when it was not given.
+pub(crate) fn disable_peer_access(dev: CUdevice, peer: CUdevice) -> bool {
+    lock(&PEERS)
+        .as_mut()
+        .is_some_and(|peers| peers.remove(&(dev, peer)))
+}
+
+/// Make the context with handle `ctx` (a live one, or 0 for none) current on
+/// this thread.
+pub(crate) fn set_current(ctx: usize) {
+    CURRENT.with(|current| current.set(ctx));
+}
+
+/// The green context (its handle) whose context is current on this thread,
+/// or 0 when a primary context (or none) is.
+pub(crate) fn current_green() -> usize {
+    green_of_context(current_handle())
 }

@@ -196,7 +196,7 @@ pub(crate) unsafe extern "C" fn cuMemPrefetchAsync(
             || location.type_ == CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA
             || location.type_ == CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
         if to_device {
-            crate::context::check_device(location.id)?;
+            crate::device::check_device(location.id)?;
         }
         if !(to_device || to_host) || flags != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);

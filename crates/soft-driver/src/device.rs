@@ -1,8 +1,7 @@
 //! The software devices: how many, their identity and attributes, and which
 //! pairs may access each other's memory.
 
-use crate::context::check_device;
-use crate::errors::{code, fail, write_out};
+use crate::errors::{Status, code, fail, write_out};
 use std::ffi::{c_char, c_int, c_uint};
 use std::sync::OnceLock;
 use sys::env::{EnvError, Setting};
@@ -57,6 +56,22 @@ pub fn device_count() -> c_int {
     match devices_from_env() {
         Ok(n) => *n,
         Err(_) => DEFAULT_DEVICES,
+    }
+}
+
+/// `CUDA_ERROR_INVALID_DEVICE` unless `dev` is a device ordinal.
+pub(crate) fn check_device(dev: CUdevice) -> Status {
+    if (0..device_count()).contains(&dev) {
+        Ok(())
+    } else {
+        Err(fail(
+            CUresult::CUDA_ERROR_INVALID_DEVICE,
+            format!(
+                "device {dev} does not exist: the software driver has {} device(s) (set {})",
+                device_count(),
+                DEVICES_ENV
+            ),
+        ))
     }
 }
 
@@ -180,14 +195,6 @@ pub(crate) unsafe extern "C" fn cuDeviceGetAttribute(
     };
     // SAFETY: null or writable per the API.
     code(unsafe { write_out(pi, value) })
-}
-
-pub(crate) unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut usize, dev: CUdevice) -> CUresult {
-    if let Err(code) = check_device(dev) {
-        return code;
-    }
-    // SAFETY: null or writable per the API.
-    code(unsafe { write_out(bytes, crate::memory::device_capacity(dev)) })
 }
 
 pub(crate) unsafe extern "C" fn cuDeviceCanAccessPeer(

@@ -27,7 +27,8 @@
 //! whatever the stream, so that two launches never share the addresses at
 //! once. Conditional bodies hold no memory nodes (`conditional`).
 
-use crate::context::{check_device, require};
+use crate::context::require;
+use crate::device::check_device;
 use crate::errors::{code, fail, write_out};
 use crate::handles::lock;
 use crate::memory::{self, Kind};

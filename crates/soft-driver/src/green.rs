@@ -30,13 +30,13 @@
 //! `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT` the device reports (the host's
 //! parallelism, which sizes launches).
 
-use crate::context::{GREATEST_PRIORITY, LEAST_PRIORITY, check_device};
+use crate::context::{GREATEST_PRIORITY, LEAST_PRIORITY};
+use crate::device::check_device;
 use crate::errors::{Status, code, fail, write_out};
-use crate::handles::{Registry, lock, mint};
+use crate::green_contexts::{GREENS, Green, green_of_stream, note_stream};
+use crate::handles::{Registry, mint};
 use crate::stream::{STREAMS, Stream};
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::Mutex;
 use sys::{
     CUcontext, CUdevResource, CUdevResourceDesc, CUdevResourceType, CUdevSmResource, CUdevice,
     CUfunction, CUgreenCtx, CUgreenCtxCreate_flags, CUjit_option, CUkernel, CUlibrary,
@@ -56,57 +56,7 @@ struct Desc {
     groups: u32,
 }
 
-/// A green context: its device, its SMs and its context handle.
-struct Green {
-    device: CUdevice,
-    sms: u32,
-    /// How many split outputs its descriptor was made of.
-    groups: u32,
-    context: usize,
-}
-
 static DESCS: Registry<Desc> = Registry::new();
-static GREENS: Registry<Green> = Registry::new();
-/// The green context of each stream made by `cuGreenCtxStreamCreate`.
-static STREAM_GREEN: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
-
-/// How many outputs of a split the descriptor of green context `green`
-/// was made of (`None` for a handle that is no live green context): what
-/// a test of how the safe layer splits a device looks at.
-pub fn green_context_groups(green: CUgreenCtx) -> Option<u32> {
-    GREENS.get(green as usize).ok().map(|green| green.groups)
-}
-
-/// The device of a live green context whose context handle is `ctx`.
-pub(crate) fn device_of_context(ctx: usize) -> Option<CUdevice> {
-    GREENS
-        .all()
-        .iter()
-        .find(|green| green.context == ctx)
-        .map(|green| green.device)
-}
-
-/// The green context (its handle) whose context is current on this thread,
-/// or 0 when a primary context (or none) is.
-pub(crate) fn current_green() -> usize {
-    let current = crate::context::current_handle();
-    if current == 0 {
-        return 0;
-    }
-    GREENS
-        .entries()
-        .into_iter()
-        .find(|(_, green)| green.context == current)
-        .map_or(0, |(handle, _)| handle)
-}
-
-/// The green context (its handle) stream `stream` was made in, or 0.
-pub(crate) fn green_of_stream(stream: usize) -> usize {
-    lock(&STREAM_GREEN)
-        .as_ref()
-        .and_then(|map| map.get(&stream).copied())
-        .unwrap_or(0)
-}
 
 /// Where a resource came from: 0 for a device's or a green context's,
 /// else the split that made it.
@@ -415,9 +365,7 @@ pub(crate) unsafe extern "C" fn cuGreenCtxStreamCreate(
         let handle = mint();
         let stream = Stream::spawn(handle, flags, priority, green.device)?;
         STREAMS.insert_at(handle, stream);
-        lock(&STREAM_GREEN)
-            .get_or_insert_with(HashMap::new)
-            .insert(handle, greenCtx as usize);
+        note_stream(handle, greenCtx as usize);
         // SAFETY: checked non-null above; writable per the API.
         unsafe { write_out(phStream, handle as CUstream) }
     })())

@@ -16,7 +16,8 @@
 //! `cuMemPoolSetAccess` is checked and accepted; host memory is every
 //! software device's to use, so nothing more comes of it.
 
-use crate::context::{check_device, require};
+use crate::context::require;
+use crate::device::check_device;
 use crate::errors::{code, fail, write_out};
 use crate::handles::{lock, mint};
 use crate::memory::{ALIGNMENT, Kind, PoolStats, allocate, free};

@@ -69,6 +69,7 @@
 mod alloc_api;
 mod conditional;
 mod context;
+mod context_api;
 mod copy;
 mod device;
 mod device_node;
@@ -80,6 +81,7 @@ mod graph_edges;
 mod graph_exec_params;
 mod graph_memory;
 mod green;
+mod green_contexts;
 mod handles;
 mod host_pool;
 mod host_register;
@@ -106,7 +108,8 @@ pub use device::{
 };
 pub use device_node::{graph_uploads, set_kernel_node_param};
 pub use errors::last_error_detail;
-pub use green::{SM_COUNT, SM_GRANULARITY, green_context_groups};
+pub use green::{SM_COUNT, SM_GRANULARITY};
+pub use green_contexts::green_context_groups;
 pub use launch_ex::programmatic_launches;
 pub use memory::{
     ALIGNMENT, CAPACITY_ENV, CAPACITY_SETTING, DEFAULT_CAPACITY, capacity, device_capacity,
@@ -151,7 +154,7 @@ pub fn check_env() -> Result<(), sys::env::EnvError> {
 pub fn driver() -> &'static Driver {
     use alloc_api::*;
     use conditional::*;
-    use context::*;
+    use context_api::*;
     use copy::*;
     use device::*;
     use device_node::*;

@@ -367,7 +367,7 @@ unsafe extern "C" fn ncclCommInitAll(
             unsafe { std::slice::from_raw_parts(devlist, ndev as usize) }.to_vec()
         };
         for &dev in &devices {
-            crate::context::check_device(dev).map_err(|_| {
+            crate::device::check_device(dev).map_err(|_| {
                 fail(
                     R::ncclInvalidArgument,
                     format!(

@@ -1,7 +1,8 @@
 //! Each device's default memory pool: its handle and its attributes, which
 //! the pools of host memory (`host_pool`) share.
 
-use crate::context::{check_device, require};
+use crate::context::require;
+use crate::device::check_device;
 use crate::errors::{code, write_out};
 use crate::handles::mint;
 use crate::memory::{PoolStats, trim_pool_to, with_pool};

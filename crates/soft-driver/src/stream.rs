@@ -346,9 +346,10 @@ pub(crate) fn resolve(handle: CUstream) -> Result<Arc<Stream>, CUresult> {
 /// stream of the device, its green contexts' too (as CUDA documents); in a
 /// green context, that green context's streams only.
 pub(crate) fn synchronize_all(device: i32) {
-    let current = crate::green::current_green();
+    let current = crate::context::current_green();
     let in_current = |s: &Arc<Stream>| {
-        s.device == device && (current == 0 || crate::green::green_of_stream(s.handle) == current)
+        s.device == device
+            && (current == 0 || crate::green_contexts::green_of_stream(s.handle) == current)
     };
     for stream in LIVE.all().into_iter().filter(in_current) {
         let ticket = {

@@ -92,7 +92,7 @@ unsafe fn device_of(prop: *const CUmemAllocationProp, call: &str) -> Result<(i32
         )));
     }
     let device = prop.location.id;
-    crate::context::check_device(device)?;
+    crate::device::check_device(device)?;
     let handles = prop.requestedHandleTypes.0;
     let posix = CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
     if handles & !posix != 0 {
@@ -368,7 +368,7 @@ pub(crate) unsafe extern "C" fn cuMemSetAccess(
         // SAFETY: `count` descriptors at `desc`, per the API.
         let descs = unsafe { std::slice::from_raw_parts(desc, count) };
         for desc in descs {
-            crate::context::check_device(desc.location.id)?;
+            crate::device::check_device(desc.location.id)?;
         }
         let base = ptr as usize;
         let ranges = lock(&RANGES);
@@ -493,7 +493,7 @@ fn read_trailer(fd: &OwnedFd) -> Option<(usize, i32)> {
 /// devices are the same everywhere.
 pub(crate) unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: i32) -> CUresult {
     code((|| {
-        crate::context::check_device(dev)?;
+        crate::device::check_device(dev)?;
         let mut bytes = *b"cuda-streams-sw\0";
         bytes[15] = dev as u8;
         let mut out = CUuuid::default();
