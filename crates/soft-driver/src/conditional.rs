@@ -27,7 +27,8 @@
 use crate::errors::{code, fail, write_out};
 use crate::graph::{GRAPHS, Graph, Node};
 use crate::handles::{Registry, lock};
-use crate::ops::{Action, Fault};
+use crate::ops::Action;
+use crate::sticky_errors::Fault;
 use std::collections::HashSet;
 use std::ffi::c_uint;
 use std::sync::Arc;

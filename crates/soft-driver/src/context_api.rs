@@ -115,7 +115,7 @@ pub(crate) unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
         crate::stream::refuse_during_capture("cuCtxSynchronize")?;
         crate::stream::synchronize_all(dev);
         crate::memory::trim_pool_at_sync();
-        crate::faults::context_fault(dev)
+        crate::sticky_errors::context_fault(dev)
     })())
 }
 

@@ -166,7 +166,7 @@ impl Event {
 pub(crate) unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, Flags: c_uint) -> CUresult {
     code((|| {
         let device = require()?;
-        crate::faults::check_context(device)?;
+        crate::sticky_errors::check_context(device)?;
         let known = CUevent_flags::CU_EVENT_BLOCKING_SYNC.0
             | CUevent_flags::CU_EVENT_DISABLE_TIMING.0
             | CUevent_flags::CU_EVENT_INTERPROCESS.0;

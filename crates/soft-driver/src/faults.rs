@@ -29,39 +29,12 @@
 //! These functions take raw stream handles from the software driver's table;
 //! a handle from elsewhere is an `INVALID_HANDLE` error.
 
-use crate::handles::lock;
-use crate::ops::Fault;
+use crate::memory::{allocation_failures_pending, set_allocation_failures};
+use crate::sticky_errors::{forget_all_context_faults, forget_context_faults};
 use crate::stream::{STREAMS, Stream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use sys::{CUresult, CUstream, DriverError};
-
-static FAIL_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-/// Each device's context's sticky errors, indexed by device.
-static CONTEXTS: Mutex<Vec<ContextFaults>> = Mutex::new(Vec::new());
-/// Whether any context is poisoned: checked on every submission and by every
-/// worker before each operation, so the common case takes no lock.
-static ANY_POISONED: AtomicBool = AtomicBool::new(false);
-
-#[derive(Clone, Default)]
-struct ContextFaults {
-    /// The first fault of any stream of the context (for `cuCtxSynchronize`).
-    first: Option<Fault>,
-    /// The fault that poisoned the whole context, if one did.
-    poison: Option<Fault>,
-}
-
-/// Run `f` on device `device`'s entry, created on first use.
-fn with_context<R>(device: i32, f: impl FnOnce(&mut ContextFaults) -> R) -> R {
-    let mut all = lock(&CONTEXTS);
-    let index = usize::try_from(device).unwrap_or(0);
-    if all.len() <= index {
-        all.resize_with(index + 1, ContextFaults::default);
-    }
-    f(&mut all[index])
-}
 
 fn stream(handle: CUstream) -> Result<Arc<Stream>, DriverError> {
     STREAMS
@@ -83,12 +56,12 @@ pub fn fail_next_launch(stream: CUstream) -> Result<(), DriverError> {
 /// `CUDA_ERROR_OUT_OF_MEMORY`, whatever the capacity. Replaces any count
 /// still pending; 0 cancels.
 pub fn fail_next_allocations(count: usize) {
-    FAIL_ALLOCATIONS.store(count, Ordering::Release);
+    set_allocation_failures(count);
 }
 
 /// How many injected allocation failures are still pending.
 pub fn pending_allocation_failures() -> usize {
-    FAIL_ALLOCATIONS.load(Ordering::Acquire)
+    allocation_failures_pending()
 }
 
 /// Make `stream`'s worker sleep for `delay` before it runs its next operation
@@ -121,8 +94,7 @@ pub fn clear(stream: CUstream) -> Result<(), DriverError> {
         .filter(|s| s.device == device)
         .all(|s| s.state().fault.is_none())
     {
-        with_context(device, |context| *context = ContextFaults::default());
-        refresh_any_poisoned();
+        forget_context_faults(device);
     }
     Ok(())
 }
@@ -135,73 +107,17 @@ pub(crate) fn forget_context(device: i32) {
     for stream in crate::stream::live().iter().filter(|s| s.device == device) {
         stream.state().clear_fault();
     }
-    with_context(device, |context| *context = ContextFaults::default());
-    refresh_any_poisoned();
+    forget_context_faults(device);
 }
 
 /// Clear every sticky error and every pending injection.
 pub fn reset() {
-    FAIL_ALLOCATIONS.store(0, Ordering::Release);
+    set_allocation_failures(0);
     for stream in crate::stream::live() {
         let mut state = stream.state();
         state.clear_fault();
         state.inject_launch_fault = false;
         state.delay = None;
     }
-    lock(&CONTEXTS).clear();
-    ANY_POISONED.store(false, Ordering::Release);
-}
-
-fn refresh_any_poisoned() {
-    let any = lock(&CONTEXTS).iter().any(|c| c.poison.is_some());
-    ANY_POISONED.store(any, Ordering::Release);
-}
-
-/// Consume one injected allocation failure, if any is pending.
-pub(crate) fn take_allocation_failure() -> bool {
-    FAIL_ALLOCATIONS
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-        .is_ok()
-}
-
-/// A stream of `device` faulted: its context is faulted too (for
-/// `cuCtxSynchronize`). With `poison` (an error during the work itself, as
-/// opposed to one taken over from a stream it waited on, or the software
-/// NCCL's), every other stream of the context fails with it too, as on a GPU.
-pub(crate) fn note_context_fault(device: i32, fault: &Fault, poison: bool) {
-    with_context(device, |context| {
-        context.first.get_or_insert_with(|| fault.clone());
-        if poison {
-            context.poison.get_or_insert_with(|| fault.clone());
-        }
-    });
-    if poison {
-        ANY_POISONED.store(true, Ordering::Release);
-    }
-}
-
-/// The fault that poisoned `device`'s context, if one did.
-pub(crate) fn poison(device: i32) -> Option<Fault> {
-    if !ANY_POISONED.load(Ordering::Acquire) {
-        return None;
-    }
-    with_context(device, |context| context.poison.clone())
-}
-
-/// `device`'s context's sticky error, if it is poisoned: what a call on a
-/// faulted context answers on a GPU (allocations, new streams and events).
-pub(crate) fn check_context(device: i32) -> Result<(), CUresult> {
-    match poison(device) {
-        Some(fault) => Err(crate::errors::fail(fault.code, fault.detail)),
-        None => Ok(()),
-    }
-}
-
-/// `device`'s context's sticky error, for `cuCtxSynchronize`: the first fault
-/// of any of its streams.
-pub(crate) fn context_fault(device: i32) -> Result<(), CUresult> {
-    match with_context(device, |context| context.first.clone()) {
-        Some(fault) => Err(crate::errors::fail(fault.code, fault.detail)),
-        None => Ok(()),
-    }
+    forget_all_context_faults();
 }

@@ -351,7 +351,7 @@ pub(crate) unsafe extern "C" fn cuGreenCtxStreamCreate(
     code((|| {
         crate::context::not_in_host_function("cuGreenCtxStreamCreate")?;
         let green = GREENS.get(greenCtx as usize)?;
-        crate::faults::check_context(green.device)?;
+        crate::sticky_errors::check_context(green.device)?;
         if phStream.is_null() || flags != CUstream_flags::CU_STREAM_NON_BLOCKING.0 {
             return Err(fail(
                 CUresult::CUDA_ERROR_INVALID_VALUE,

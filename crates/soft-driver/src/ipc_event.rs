@@ -21,7 +21,8 @@
 
 use crate::errors::{fail, write_out};
 use crate::handles::lock;
-use crate::ops::{Action, Fault, Op};
+use crate::ops::{Action, Op};
+use crate::sticky_errors::Fault;
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};

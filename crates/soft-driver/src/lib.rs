@@ -94,6 +94,7 @@ mod node_handle;
 mod ops;
 mod pool;
 mod shuffle;
+mod sticky_errors;
 mod stream;
 mod stream_api;
 mod stream_memops;

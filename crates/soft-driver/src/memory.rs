@@ -289,6 +289,28 @@ fn raw_layout(rounded: usize) -> Option<Layout> {
     Layout::from_size_align(rounded.checked_add(ALIGNMENT)?, 16).ok()
 }
 
+/// Device allocations still to fail with an injected out-of-memory
+/// (`faults::fail_next_allocations`).
+static FAIL_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Make the next `count` device allocations fail (replacing any count still
+/// pending; 0 cancels).
+pub(crate) fn set_allocation_failures(count: usize) {
+    FAIL_ALLOCATIONS.store(count, Ordering::Release);
+}
+
+/// How many injected allocation failures are still pending.
+pub(crate) fn allocation_failures_pending() -> usize {
+    FAIL_ALLOCATIONS.load(Ordering::Acquire)
+}
+
+/// Consume one injected allocation failure, if any is pending.
+fn take_allocation_failure() -> bool {
+    FAIL_ALLOCATIONS
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+        .is_ok()
+}
+
 /// Allocate `size` bytes of `kind` on device `device` (a checked ordinal),
 /// counted against its capacity.
 pub(crate) fn allocate(size: usize, kind: Kind, device: i32) -> Result<usize, CUresult> {
@@ -299,8 +321,8 @@ pub(crate) fn allocate(size: usize, kind: Kind, device: i32) -> Result<usize, CU
         ));
     }
     // A faulted context allocates nothing more, as on a GPU.
-    crate::faults::check_context(device)?;
-    if kind != Kind::Pinned && crate::faults::take_allocation_failure() {
+    crate::sticky_errors::check_context(device)?;
+    if kind != Kind::Pinned && take_allocation_failure() {
         return Err(fail(
             CUresult::CUDA_ERROR_OUT_OF_MEMORY,
             format!("injected out-of-memory for an allocation of {size} bytes"),

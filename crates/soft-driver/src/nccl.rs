@@ -22,7 +22,8 @@
 //! `ncclInvalidArgument`. `ncclGetLastError` says why a call failed.
 
 use crate::handles::{Registry, lock, mint};
-use crate::ops::{Action, Fault, Template};
+use crate::ops::{Action, Template};
+use crate::sticky_errors::Fault;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_void};

@@ -3,19 +3,13 @@
 
 use crate::event::Event;
 use crate::modules::LaunchDims;
+use crate::sticky_errors::Fault;
 use crate::stream::Stream;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use sys::CUresult;
 use sys::signature::{Extent, Param, count_from_bytes};
-
-/// A sticky stream error: what a faulting kernel leaves behind on a GPU.
-#[derive(Clone, Debug)]
-pub(crate) struct Fault {
-    pub(crate) code: CUresult,
-    pub(crate) detail: String,
-}
 
 /// A kernel launch with its arguments copied at launch time, as CUDA copies
 /// them: the caller may free its `kernelParams` as soon as the call returns.

@@ -8,7 +8,8 @@
 
 use crate::errors::{Status, fail};
 use crate::handles::{Registry, lock, mint};
-use crate::ops::{Action, Fault, Op, Template};
+use crate::ops::{Action, Op, Template};
+use crate::sticky_errors::Fault;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -60,7 +61,7 @@ impl State {
         match self
             .fault
             .clone()
-            .or_else(|| crate::faults::poison(self.device))
+            .or_else(|| crate::sticky_errors::poison(self.device))
         {
             Some(fault) => Err(fail(fault.code, fault.detail)),
             None => Ok(()),
@@ -126,7 +127,8 @@ impl Stream {
         loop {
             if let Some(op) = state.queue.pop_front() {
                 let delay = state.delay.take();
-                let faulted = state.fault.is_some() || crate::faults::poison(self.device).is_some();
+                let faulted =
+                    state.fault.is_some() || crate::sticky_errors::poison(self.device).is_some();
                 return Some((op, delay, faulted));
             }
             if state.closing {
@@ -152,7 +154,7 @@ impl Stream {
             // Noted before `completed` moves: a stream waiting for this
             // ticket must see the fault when its wait returns.
             if let Some(fault) = fault {
-                crate::faults::note_context_fault(self.device, &fault, poisons);
+                crate::sticky_errors::note_context_fault(self.device, &fault, poisons);
                 if state.fault.is_none() {
                     state.fault = Some(fault);
                     state.fault_ticket = state.completed + 1;
@@ -276,7 +278,7 @@ impl Stream {
         let state = self.state();
         match &state.fault {
             Some(fault) if state.fault_ticket <= ticket => Some(fault.clone()),
-            _ => crate::faults::poison(self.device),
+            _ => crate::sticky_errors::poison(self.device),
         }
     }
 

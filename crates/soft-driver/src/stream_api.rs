@@ -16,7 +16,7 @@ pub(crate) unsafe extern "C" fn cuStreamCreateWithPriority(
 ) -> CUresult {
     code((|| {
         let device = require()?;
-        crate::faults::check_context(device)?;
+        crate::sticky_errors::check_context(device)?;
         if phStream.is_null() || flags & !CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }

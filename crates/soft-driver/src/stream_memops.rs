@@ -90,9 +90,9 @@ pub(crate) unsafe extern "C" fn cuMemHostGetDevicePointer(
 
 /// The worker reached a `cuStreamWriteValue32`: store `value` at `dst`,
 /// which must still be live memory.
-pub(crate) fn write32(dst: usize, value: u32) -> Option<crate::ops::Fault> {
+pub(crate) fn write32(dst: usize, value: u32) -> Option<crate::sticky_errors::Fault> {
     if let Err(why) = check_range(dst, 4) {
-        return Some(crate::ops::Fault {
+        return Some(crate::sticky_errors::Fault {
             code: CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
             detail: format!("cuStreamWriteValue32 writes 4 bytes at {dst:#x}: {why}"),
         });

@@ -134,7 +134,7 @@ pub(crate) unsafe extern "C" fn cuMemCreate(
                 "cuMemCreate: size {size} is not a non-zero multiple of the granularity {GRANULARITY}"
             )));
         }
-        crate::faults::check_context(device)?;
+        crate::sticky_errors::check_context(device)?;
         let in_use = crate::memory::device_memory_in_use(device);
         let capacity = crate::memory::device_capacity(device);
         if in_use.saturating_add(size) > capacity {
