@@ -350,8 +350,14 @@ pub(crate) unsafe extern "C" fn cuStreamBeginCaptureToGraph(
         require()?;
         let graph = GRAPHS.get(hGraph as usize)?;
         // SAFETY: CUDA's contract: `numDependencies` readable handles.
-        let frontier =
-            unsafe { crate::node_handle::node_indices(&graph, dependencies, numDependencies) }?;
+        let frontier = unsafe {
+            crate::node_handle::node_indices(
+                graph.handle,
+                lock(&graph.nodes).len(),
+                dependencies,
+                numDependencies,
+            )
+        }?;
         begin(hStream, Some((hGraph as usize, graph)), frontier, mode)
     })())
 }
@@ -436,7 +442,8 @@ pub(crate) unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
         // SAFETY: CUDA's contract: `numDependencies` readable handles.
         let nodes = unsafe {
             crate::node_handle::node_indices(
-                &capturing.capture.graph,
+                capturing.capture.graph.handle,
+                lock(&capturing.capture.graph.nodes).len(),
                 dependencies,
                 numDependencies,
             )

@@ -19,9 +19,17 @@ pub(crate) unsafe extern "C" fn cuGraphAddDependencies(
         let graph = GRAPHS.get(hGraph as usize)?;
         // SAFETY: CUDA's contract: `numDependencies` readable handles in
         // each array.
-        let from = unsafe { node_indices(&graph, from, numDependencies) }?;
+        let from = unsafe {
+            node_indices(
+                graph.handle,
+                lock(&graph.nodes).len(),
+                from,
+                numDependencies,
+            )
+        }?;
         // SAFETY: as above.
-        let to = unsafe { node_indices(&graph, to, numDependencies) }?;
+        let to =
+            unsafe { node_indices(graph.handle, lock(&graph.nodes).len(), to, numDependencies) }?;
         let mut nodes = lock(&graph.nodes);
         for (&before, &after) in from.iter().zip(&to) {
             // Nodes run in the order they were added, so an edge may only

@@ -7,7 +7,8 @@
 use crate::errors::{code, fail};
 use crate::graph::{EXECS, Exec};
 use crate::handles::lock;
-use crate::modules::{LaunchDims, kernel_launch};
+use crate::launch_dims::LaunchDims;
+use crate::modules::kernel_launch;
 use crate::ops::{Action, Launch};
 use std::sync::Arc;
 use sys::{CUDA_KERNEL_NODE_PARAMS, CUgraphExec, CUgraphNode, CUresult};

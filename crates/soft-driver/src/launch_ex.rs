@@ -16,7 +16,8 @@
 //! stricter and gives the same results).
 
 use crate::errors::{code, fail};
-use crate::modules::{LaunchDims, launch};
+use crate::launch_dims::LaunchDims;
+use crate::modules::launch;
 use crate::stream::resolve;
 use std::ffi::c_void;
 use sys::{CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUresult, CUstream, DriverError};

@@ -86,6 +86,7 @@ mod handles;
 mod host_pool;
 mod host_register;
 mod ipc_event;
+mod launch_dims;
 mod launch_ex;
 mod memory;
 mod modules;
@@ -111,14 +112,15 @@ pub use device_node::{graph_uploads, set_kernel_node_param};
 pub use errors::last_error_detail;
 pub use green::{SM_COUNT, SM_GRANULARITY};
 pub use green_contexts::green_context_groups;
+pub use launch_dims::LaunchDims;
 pub use launch_ex::programmatic_launches;
 pub use memory::{
     ALIGNMENT, CAPACITY_ENV, CAPACITY_SETTING, DEFAULT_CAPACITY, capacity, device_capacity,
     device_memory_in_use, memory_in_use, set_capacity, set_device_capacity,
 };
 pub use modules::{
-    KernelTwin, LaunchDims, RegisterError, TwinSpec, define_kernel, module_from_declarations,
-    register_image, registered_signature,
+    KernelTwin, RegisterError, TwinSpec, define_kernel, module_from_declarations, register_image,
+    registered_signature,
 };
 pub use nccl::{NCCL_VERSION, nccl, nccl_unique_id_process};
 pub use shuffle::{SHUFFLE_ENV, SHUFFLE_SETTING, shuffle_seed};

@@ -10,6 +10,7 @@
 use crate::context::require;
 use crate::errors::{Status, clear_detail, code, fail, write_out};
 use crate::handles::{Registry, lock};
+use crate::launch_dims::LaunchDims;
 use crate::ops::{Action, Launch, Template};
 use crate::stream::resolve;
 use crate::twin::Twin;
@@ -18,34 +19,6 @@ use std::ffi::{CStr, c_char, c_uint, c_void};
 use std::sync::{Arc, Mutex};
 use sys::signature::{self, InvalidSignature, Param};
 use sys::{CUfunction, CUmodule, CUresult, CUstream};
-
-/// The launch configuration a twin runs under: `cuLaunchKernel`'s grid,
-/// block and shared-memory arguments.
-///
-/// ```
-/// use cuda_streams_soft_driver::LaunchDims;
-/// use std::ffi::c_void;
-/// use std::sync::atomic::{AtomicU64, Ordering};
-/// static THREADS: AtomicU64 = AtomicU64::new(0);
-/// // A twin that covers exactly the threads launched (no grid-stride loop).
-/// unsafe fn count_threads(dims: &LaunchDims, _params: *mut *mut c_void) {
-///     let ((gx, gy, gz), (bx, by, bz)) = (dims.grid, dims.block);
-///     THREADS.store(u64::from(gx * gy * gz) * u64::from(bx * by * bz), Ordering::Relaxed);
-/// }
-/// let dims = LaunchDims { grid: (4, 2, 1), block: (128, 1, 1), shared_mem_bytes: 0 };
-/// // SAFETY: the twin reads no arguments.
-/// unsafe { count_threads(&dims, std::ptr::null_mut()) };
-/// assert_eq!(THREADS.load(Ordering::Relaxed), 1024);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LaunchDims {
-    /// Blocks in the grid (x, y, z).
-    pub grid: (u32, u32, u32),
-    /// Threads per block (x, y, z).
-    pub block: (u32, u32, u32),
-    /// Dynamic shared memory per block, in bytes.
-    pub shared_mem_bytes: u32,
-}
 
 /// A kernel's CPU twin. `params` is the `kernelParams` array of the launch:
 /// `params[i]` points at (a copy of) argument `i`. The twin covers the whole

@@ -7,8 +7,6 @@
 //! handle of one graph never names a node of another.
 
 use crate::errors::fail;
-use crate::graph::Graph;
-use crate::handles::lock;
 use sys::{CUgraphNode, CUresult};
 
 /// The bits that hold a node's index plus one: a graph's first 2^24 - 1
@@ -29,13 +27,14 @@ pub(crate) fn decode(node: CUgraphNode) -> Option<(usize, usize)> {
     Some((node >> INDEX_BITS, index))
 }
 
-/// Node handles of `graph` as indices, checked: each names a node `graph`
-/// has.
+/// Node handles of the graph whose handle is `graph` (it has `len` nodes)
+/// as indices, checked: each names a node that graph has.
 ///
 /// # Safety
 /// `nodes` points at `count` readable handles (or `count` is 0).
 pub(crate) unsafe fn node_indices(
-    graph: &Graph,
+    graph: usize,
+    len: usize,
     nodes: *const CUgraphNode,
     count: usize,
 ) -> Result<Vec<usize>, CUresult> {
@@ -47,17 +46,13 @@ pub(crate) unsafe fn node_indices(
     }
     // SAFETY: the caller's promise.
     let handles = unsafe { std::slice::from_raw_parts(nodes, count) };
-    let len = lock(&graph.nodes).len();
     handles
         .iter()
         .map(|&node| match decode(node) {
-            Some((owner, index)) if owner == graph.handle && index < len => Ok(index),
+            Some((owner, index)) if owner == graph && index < len => Ok(index),
             _ => Err(fail(
                 CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!(
-                    "node {node:p} is not a node of graph {:#x} (it has {len} nodes)",
-                    graph.handle
-                ),
+                format!("node {node:p} is not a node of graph {graph:#x} (it has {len} nodes)"),
             )),
         })
         .collect()

@@ -2,7 +2,7 @@
 //! the worker executes each piece.
 
 use crate::event::Event;
-use crate::modules::LaunchDims;
+use crate::launch_dims::LaunchDims;
 use crate::sticky_errors::Fault;
 use crate::stream::Stream;
 use std::ffi::c_void;

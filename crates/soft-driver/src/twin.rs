@@ -32,7 +32,7 @@
 //! # let _ = twin;
 //! ```
 
-use crate::modules::LaunchDims;
+use crate::launch_dims::LaunchDims;
 use std::marker::PhantomData;
 use sys::signature::{Access, Param, Scalar, ScalarType};
 
