@@ -226,7 +226,7 @@ impl Action {
                 Some(now) => now.run(device),
                 None => launch.run(device),
             },
-            Action::Write32 { dst, value } => crate::stream_memops::write32(dst, value),
+            Action::Write32 { dst, value } => write32(dst, value),
         }
     }
 }
@@ -239,6 +239,24 @@ fn still_live(ptr: usize, len: usize, device: bool, verb: &str) -> Option<Fault>
         code: CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
         detail: format!("a stream operation {verb} {len} bytes at {ptr:#x}: {why}"),
     })
+}
+
+/// The worker reached a `cuStreamWriteValue32`: store `value` at `dst`,
+/// which must still be live memory. A release store, so that a host thread
+/// that reads the flag with an acquire load sees everything the stream did
+/// before it (see `stream_memops`).
+fn write32(dst: usize, value: u32) -> Option<Fault> {
+    if let Err(why) = crate::memory::check_range(dst, 4) {
+        return Some(Fault {
+            code: CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+            detail: format!("cuStreamWriteValue32 writes 4 bytes at {dst:#x}: {why}"),
+        });
+    }
+    // SAFETY: inside a live allocation (checked just now) and 4-byte aligned
+    // (checked at enqueue); other threads only touch a flag atomically.
+    let flag = unsafe { std::sync::atomic::AtomicU32::from_ptr(dst as *mut u32) };
+    flag.store(value, std::sync::atomic::Ordering::Release);
+    None
 }
 
 /// A memset's destination: live, and memory a memset on `device` may write

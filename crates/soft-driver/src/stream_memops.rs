@@ -87,19 +87,3 @@ pub(crate) unsafe extern "C" fn cuMemHostGetDevicePointer(
         unsafe { write_out(pdptr, host as CUdeviceptr) }
     })())
 }
-
-/// The worker reached a `cuStreamWriteValue32`: store `value` at `dst`,
-/// which must still be live memory.
-pub(crate) fn write32(dst: usize, value: u32) -> Option<crate::sticky_errors::Fault> {
-    if let Err(why) = check_range(dst, 4) {
-        return Some(crate::sticky_errors::Fault {
-            code: CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
-            detail: format!("cuStreamWriteValue32 writes 4 bytes at {dst:#x}: {why}"),
-        });
-    }
-    // SAFETY: inside a live allocation (checked just now) and 4-byte aligned
-    // (checked at enqueue); other threads only touch a flag atomically.
-    let flag = unsafe { std::sync::atomic::AtomicU32::from_ptr(dst as *mut u32) };
-    flag.store(value, std::sync::atomic::Ordering::Release);
-    None
-}
