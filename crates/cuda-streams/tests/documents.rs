@@ -38,6 +38,10 @@ const DOCUMENTS: &[(&str, &str)] = &[
         "docs/glossary.md",
         include_str!("../../../docs/glossary.md"),
     ),
+    (
+        "docs/graphs-measurements.md",
+        include_str!("../../../docs/graphs-measurements.md"),
+    ),
     ("docs/graphs.md", include_str!("../../../docs/graphs.md")),
     (
         "docs/host-memory.md",
