@@ -1,6 +1,8 @@
 //! Memory pools of page-locked host memory (`cuMemPoolCreate` with a
 //! `CU_MEM_LOCATION_TYPE_HOST` location, CUDA 12.2): their handles, their
-//! properties, and which pool each live allocation came from.
+//! properties, and their stream-ordered allocations. The bookkeeping
+//! (which pools exist, their accounting, which pool each live allocation
+//! came from) is `host_pool_registry`'s.
 //!
 //! An allocation from one (`cuMemAllocFromPoolAsync`) is host memory that
 //! every device may use, as `cuMemHostAlloc`'s is, and stream-ordered as the
@@ -19,78 +21,16 @@
 use crate::context::require;
 use crate::device::check_device;
 use crate::errors::{code, fail, write_out};
-use crate::handles::{lock, mint};
-use crate::memory::{ALIGNMENT, Kind, PoolStats, allocate, free};
+use crate::handles::mint;
+use crate::host_pool_registry::{create, destroy, record, reserve, unreserve};
+use crate::memory::{ALIGNMENT, Kind, allocate, free};
 use crate::ops::{Action, Template};
 use crate::stream::Stream;
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use sys::{
     CUdeviceptr, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationHandleType,
     CUmemAllocationType, CUmemLocationType, CUmemPoolProps, CUmemoryPool, CUresult,
 };
-
-/// One pool of host memory.
-struct HostPool {
-    stats: PoolStats,
-    /// `maxSize`, or no cap (0 asks for the system's default, which here is
-    /// the host's memory).
-    max_size: usize,
-    /// Live allocations: a destroyed pool is forgotten once none is left.
-    live: usize,
-    destroyed: bool,
-}
-
-struct Pools {
-    pools: BTreeMap<usize, HostPool>,
-    /// Each live allocation's base: its pool and its rounded size.
-    allocations: BTreeMap<usize, (usize, usize)>,
-}
-
-static POOLS: Mutex<Pools> = Mutex::new(Pools {
-    pools: BTreeMap::new(),
-    allocations: BTreeMap::new(),
-});
-
-/// Whether `handle` is a pool of host memory that takes allocations.
-pub(crate) fn is_live(handle: usize) -> bool {
-    lock(&POOLS)
-        .pools
-        .get(&handle)
-        .is_some_and(|pool| !pool.destroyed)
-}
-
-/// Read or change pool `handle`'s attributes; `INVALID_HANDLE` when it is
-/// no live pool of host memory.
-pub(crate) fn with_stats<R>(
-    handle: usize,
-    f: impl FnOnce(&mut PoolStats) -> R,
-) -> Result<R, CUresult> {
-    match lock(&POOLS).pools.get_mut(&handle) {
-        Some(pool) if !pool.destroyed => Ok(f(&mut pool.stats)),
-        _ => Err(CUresult::CUDA_ERROR_INVALID_HANDLE),
-    }
-}
-
-/// `cuMemPoolTrimTo` on pool `handle`: what no allocation holds is given
-/// back down to `keep` bytes.
-pub(crate) fn trim_to(handle: usize, keep: usize) -> Result<(), CUresult> {
-    with_stats(handle, |stats| {
-        stats.reserved = stats.reserved.min(keep).max(stats.used);
-    })
-}
-
-/// At a synchronisation, give back each pool's reservation above its
-/// release threshold, as the default pools do.
-pub(crate) fn trim_at_sync() {
-    for pool in lock(&POOLS).pools.values_mut() {
-        let stats = &mut pool.stats;
-        let threshold = usize::try_from(stats.release_threshold).unwrap_or(usize::MAX);
-        if stats.reserved > threshold {
-            stats.reserved = threshold.max(stats.used);
-        }
-    }
-}
 
 /// A stream-ordered allocation of `size` bytes from pool `handle` on
 /// `stream`: counted against the pool's `maxSize`, usable once `stream`
@@ -110,7 +50,13 @@ pub(crate) unsafe fn allocate_ordered(
             "cuMemAllocFromPoolAsync: null pointer for the address",
         ));
     }
-    let rounded = reserve(handle, size)?;
+    let rounded = size.checked_next_multiple_of(ALIGNMENT).ok_or_else(|| {
+        fail(
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            format!("allocation of {size} bytes from host memory pool {handle:#x} overflows"),
+        )
+    })?;
+    reserve(handle, size, rounded)?;
     let ptr = match allocate(size, Kind::HostPool, stream.device) {
         Ok(ptr) => ptr,
         Err(err) => {
@@ -118,75 +64,14 @@ pub(crate) unsafe fn allocate_ordered(
             return Err(err);
         }
     };
-    lock(&POOLS).allocations.insert(ptr, (handle, rounded));
+    record(ptr, handle, rounded);
     if let Err(err) = stream.submit(&[Template::Act(Action::Ready(ptr))]) {
-        // Forgets it in the pool too (`released`).
+        // Forgets it in the pool too (`host_pool_registry::released`).
         let _ = free(ptr, &[Kind::HostPool]);
         return Err(err);
     }
     // SAFETY: non-null; writable per the caller's contract.
     unsafe { write_out(out, ptr as CUdeviceptr) }
-}
-
-/// Count `size` bytes (rounded as every allocation is) as used in pool
-/// `handle`, within its `maxSize`. Returns the rounded size.
-fn reserve(handle: usize, size: usize) -> Result<usize, CUresult> {
-    let rounded = size.checked_next_multiple_of(ALIGNMENT).ok_or_else(|| {
-        fail(
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-            format!("allocation of {size} bytes from host memory pool {handle:#x} overflows"),
-        )
-    })?;
-    let mut pools = lock(&POOLS);
-    let pool = match pools.pools.get_mut(&handle) {
-        Some(pool) if !pool.destroyed => pool,
-        _ => return Err(CUresult::CUDA_ERROR_INVALID_HANDLE),
-    };
-    let stats = &mut pool.stats;
-    if stats.used.saturating_add(rounded) > pool.max_size {
-        return Err(fail(
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-            format!(
-                "allocation of {size} bytes from host memory pool {handle:#x} exceeds its \
-                 maxSize: {} of {} bytes in use",
-                stats.used, pool.max_size
-            ),
-        ));
-    }
-    if stats.reserved.max(stats.used + rounded) > pool.max_size {
-        // What no allocation holds goes back before the pool grows past
-        // its cap, as CUDA's pools do.
-        stats.reserved = stats.used;
-    }
-    stats.used += rounded;
-    stats.reserved = stats.reserved.max(stats.used);
-    stats.used_high = stats.used_high.max(stats.used);
-    stats.reserved_high = stats.reserved_high.max(stats.reserved);
-    pool.live += 1;
-    Ok(rounded)
-}
-
-/// Undo [`reserve`].
-fn unreserve(handle: usize, rounded: usize) {
-    let mut pools = lock(&POOLS);
-    if let Some(pool) = pools.pools.get_mut(&handle) {
-        pool.stats.used -= rounded;
-        pool.live -= 1;
-        if pool.destroyed && pool.live == 0 {
-            pools.pools.remove(&handle);
-        }
-    }
-}
-
-/// The host-pool allocation at `base` was freed (its stream reached the
-/// free): its pool counts it no more. Called before its bytes go back to
-/// the host allocator, so the address cannot belong to a newer one yet.
-pub(crate) fn released(base: usize) {
-    let mut pools = lock(&POOLS);
-    if let Some((handle, rounded)) = pools.allocations.remove(&base) {
-        drop(pools);
-        unreserve(handle, rounded);
-    }
 }
 
 /// Why `props` make no pool of host memory, if they do not.
@@ -260,22 +145,12 @@ pub(crate) unsafe extern "C" fn cuMemPoolCreate(
         let props = unsafe { poolProps.read_unaligned() };
         check_props(&props)?;
         let handle = mint();
-        lock(&POOLS).pools.insert(
-            handle,
-            HostPool {
-                stats: PoolStats {
-                    reuse: [1, 1, 1],
-                    ..PoolStats::default()
-                },
-                max_size: if props.maxSize == 0 {
-                    usize::MAX
-                } else {
-                    props.maxSize
-                },
-                live: 0,
-                destroyed: false,
-            },
-        );
+        let max_size = if props.maxSize == 0 {
+            usize::MAX
+        } else {
+            props.maxSize
+        };
+        create(handle, max_size);
         // SAFETY: checked non-null; writable per the API.
         unsafe { write_out(pool, handle as CUmemoryPool) }
     })())
@@ -289,20 +164,13 @@ pub(crate) unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult
             format!("cuMemPoolDestroy: {handle:#x} is a device's default pool, which stays"),
         );
     }
-    let mut pools = lock(&POOLS);
-    match pools.pools.get_mut(&handle) {
-        Some(host) if !host.destroyed => {
-            // Live allocations stay usable until freed, as in CUDA.
-            host.destroyed = true;
-            if host.live == 0 {
-                pools.pools.remove(&handle);
-            }
-            CUresult::CUDA_SUCCESS
-        }
-        _ => fail(
+    if destroy(handle) {
+        CUresult::CUDA_SUCCESS
+    } else {
+        fail(
             CUresult::CUDA_ERROR_INVALID_VALUE,
             format!("cuMemPoolDestroy: {handle:#x} is not a live memory pool"),
-        ),
+        )
     }
 }
 

@@ -12,10 +12,12 @@
 //! pool without counting again) until a synchronisation trims it to the
 //! release threshold, as CUDA's pools do. The bytes themselves are returned to
 //! the host allocator at once; only the accounting is kept. Pools of host
-//! memory (`host_pool`) keep their own and charge no device.
+//! memory (`host_pool`, `host_pool_registry`) keep their own and charge no
+//! device.
 
 use crate::errors::fail;
 use crate::handles::lock;
+use crate::pool_stats::PoolStats;
 use std::alloc::Layout;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -194,20 +196,6 @@ struct Allocation {
     /// Stream-ordered memory becomes usable when its stream reaches the
     /// allocation; everything else at once.
     ready: bool,
-}
-
-/// The default pool's attributes, kept as CUDA defines them.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct PoolStats {
-    pub(crate) used: usize,
-    pub(crate) used_high: usize,
-    pub(crate) reserved: usize,
-    pub(crate) reserved_high: usize,
-    pub(crate) release_threshold: u64,
-    /// REUSE_FOLLOW_EVENT_DEPENDENCIES, REUSE_ALLOW_OPPORTUNISTIC,
-    /// REUSE_ALLOW_INTERNAL_DEPENDENCIES: stored and reported (all on by
-    /// default, as in CUDA); they do not change anything here.
-    pub(crate) reuse: [i32; 3],
 }
 
 /// One device's accounting.
@@ -424,7 +412,7 @@ pub(crate) fn free(base: usize, kinds: &[Kind]) -> Result<(), CUresult> {
     if allocation.kind == Kind::HostPool {
         // Before the bytes go back: until then no newer allocation has
         // this address.
-        crate::host_pool::released(base);
+        crate::host_pool_registry::released(base);
     }
     let layout = raw_layout(allocation.rounded)
         .unwrap_or_else(|| unreachable!("the layout was valid at allocation"));
@@ -636,7 +624,7 @@ pub(crate) fn trim_pool_at_sync() {
         }
     }
     drop(memory);
-    crate::host_pool::trim_at_sync();
+    crate::host_pool_registry::trim_at_sync();
 }
 
 /// `cuMemPoolTrimTo` on device `ordinal`'s default pool.

@@ -1,11 +1,12 @@
 //! Each device's default memory pool: its handle and its attributes, which
-//! the pools of host memory (`host_pool`) share.
+//! the pools of host memory (`host_pool_registry`) share.
 
 use crate::context::require;
 use crate::device::check_device;
 use crate::errors::{code, write_out};
 use crate::handles::mint;
-use crate::memory::{PoolStats, trim_pool_to, with_pool};
+use crate::memory::{trim_pool_to, with_pool};
+use crate::pool_stats::PoolStats;
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use sys::{CUdevice, CUmemPool_attribute, CUmemoryPool, CUresult};
@@ -35,7 +36,7 @@ pub(crate) fn resolve_pool(pool: CUmemoryPool) -> Result<Pool, CUresult> {
         return Ok(Pool::Default(dev));
     }
     let handle = pool as usize;
-    if crate::host_pool::is_live(handle) {
+    if crate::host_pool_registry::is_live(handle) {
         Ok(Pool::Host(handle))
     } else {
         Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
@@ -46,7 +47,7 @@ pub(crate) fn resolve_pool(pool: CUmemoryPool) -> Result<Pool, CUresult> {
 fn with_stats<R>(pool: Pool, f: impl FnOnce(&mut PoolStats) -> R) -> Result<R, CUresult> {
     match pool {
         Pool::Default(dev) => Ok(with_pool(dev, f)),
-        Pool::Host(handle) => crate::host_pool::with_stats(handle, f),
+        Pool::Host(handle) => crate::host_pool_registry::with_stats(handle, f),
     }
 }
 
@@ -80,7 +81,7 @@ pub(crate) unsafe extern "C" fn cuMemPoolTrimTo(
             trim_pool_to(dev, minBytesToKeep);
             Ok(())
         }
-        Pool::Host(handle) => crate::host_pool::trim_to(handle, minBytesToKeep),
+        Pool::Host(handle) => crate::host_pool_registry::trim_to(handle, minBytesToKeep),
     }))
 }
 
