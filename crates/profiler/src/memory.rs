@@ -18,12 +18,12 @@ pub(crate) struct MemoryLog {
 
 impl MemoryLog {
     /// The report of the events so far, `None` when no allocator is tracked.
-    pub(crate) fn report(&self) -> Option<crate::MemoryReport> {
+    pub(crate) fn report(&self) -> Option<crate::memory_report::MemoryReport> {
         if !self.tracking.load(Ordering::Relaxed) {
             return None;
         }
         let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        Some(crate::MemoryReport::build(
+        Some(crate::memory_report::MemoryReport::build(
             events.iter().map(|(_, event)| event),
         ))
     }

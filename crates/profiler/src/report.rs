@@ -130,7 +130,7 @@ pub struct ComprehensiveReport {
     pub timed_by_gpu: bool,
     /// The tracked allocators' memory while profiling was enabled: `Some`
     /// once [`crate::StreamProfiler::track_memory`] was called.
-    pub memory: Option<crate::MemoryReport>,
+    pub memory: Option<crate::memory_report::MemoryReport>,
 }
 
 impl StreamReport {
@@ -189,7 +189,7 @@ impl ComprehensiveReport {
         mut parts: Vec<(StreamReport, Vec<(u64, u64)>)>,
         errors: u64,
         timed_by_gpu: bool,
-        memory: Option<crate::MemoryReport>,
+        memory: Option<crate::memory_report::MemoryReport>,
     ) -> Self {
         parts.sort_by_key(|(report, _)| report.stream_id);
         let busy: Vec<Vec<(u64, u64)>> = parts.iter().map(|(_, b)| b.clone()).collect();
