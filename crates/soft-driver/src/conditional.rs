@@ -311,14 +311,7 @@ pub(crate) unsafe extern "C" fn cuGraphAddNode(
             ));
         }
         // SAFETY: CUDA's contract: `numDependencies` readable handles.
-        let deps = unsafe {
-            crate::node_handle::node_indices(
-                graph.handle,
-                lock(&graph.nodes).len(),
-                dependencies,
-                numDependencies,
-            )
-        }?;
+        let deps = unsafe { graph.node_indices(dependencies, numDependencies) }?;
         let mut bodies = Vec::with_capacity(size);
         let mut handles = Vec::with_capacity(size);
         for _ in 0..size {

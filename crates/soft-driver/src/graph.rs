@@ -242,6 +242,21 @@ impl Graph {
             instance: Mutex::new(std::sync::Weak::new()),
         }
     }
+
+    /// `count` node handles at `nodes` as indices of this graph's nodes,
+    /// checked ([`node_indices`](crate::node_handle::node_indices)).
+    ///
+    /// # Safety
+    /// `nodes` points at `count` readable handles (or `count` is 0).
+    pub(crate) unsafe fn node_indices(
+        &self,
+        nodes: *const CUgraphNode,
+        count: usize,
+    ) -> Result<Vec<usize>, CUresult> {
+        let len = lock(&self.nodes).len();
+        // SAFETY: the caller's promise.
+        unsafe { crate::node_handle::node_indices(self.handle, len, nodes, count) }
+    }
 }
 
 /// Register a new empty top-level graph; returns its handle.
@@ -350,14 +365,7 @@ pub(crate) unsafe extern "C" fn cuStreamBeginCaptureToGraph(
         require()?;
         let graph = GRAPHS.get(hGraph as usize)?;
         // SAFETY: CUDA's contract: `numDependencies` readable handles.
-        let frontier = unsafe {
-            crate::node_handle::node_indices(
-                graph.handle,
-                lock(&graph.nodes).len(),
-                dependencies,
-                numDependencies,
-            )
-        }?;
+        let frontier = unsafe { graph.node_indices(dependencies, numDependencies) }?;
         begin(hStream, Some((hGraph as usize, graph)), frontier, mode)
     })())
 }
@@ -441,12 +449,10 @@ pub(crate) unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
         };
         // SAFETY: CUDA's contract: `numDependencies` readable handles.
         let nodes = unsafe {
-            crate::node_handle::node_indices(
-                capturing.capture.graph.handle,
-                lock(&capturing.capture.graph.nodes).len(),
-                dependencies,
-                numDependencies,
-            )
+            capturing
+                .capture
+                .graph
+                .node_indices(dependencies, numDependencies)
         }?;
         match CUstreamUpdateCaptureDependencies_flags(flags) {
             CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES => {

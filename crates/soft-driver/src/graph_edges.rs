@@ -5,7 +5,6 @@
 use crate::errors::{code, fail};
 use crate::graph::GRAPHS;
 use crate::handles::lock;
-use crate::node_handle::node_indices;
 use sys::{CUgraph, CUgraphEdgeData, CUgraphNode, CUresult};
 
 pub(crate) unsafe extern "C" fn cuGraphAddDependencies(
@@ -19,17 +18,9 @@ pub(crate) unsafe extern "C" fn cuGraphAddDependencies(
         let graph = GRAPHS.get(hGraph as usize)?;
         // SAFETY: CUDA's contract: `numDependencies` readable handles in
         // each array.
-        let from = unsafe {
-            node_indices(
-                graph.handle,
-                lock(&graph.nodes).len(),
-                from,
-                numDependencies,
-            )
-        }?;
+        let from = unsafe { graph.node_indices(from, numDependencies) }?;
         // SAFETY: as above.
-        let to =
-            unsafe { node_indices(graph.handle, lock(&graph.nodes).len(), to, numDependencies) }?;
+        let to = unsafe { graph.node_indices(to, numDependencies) }?;
         let mut nodes = lock(&graph.nodes);
         for (&before, &after) in from.iter().zip(&to) {
             // Nodes run in the order they were added, so an edge may only
