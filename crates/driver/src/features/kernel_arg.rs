@@ -74,6 +74,7 @@ impl<'a> KernelArg<'a> {
 
     /// A buffer argument lent for reading, or for writing when `writable`
     /// (the caller has made sure nothing on the host can see the writes).
+    #[inline]
     pub(crate) fn lend<M: DeviceMemory>(memory: &'a M, writable: bool) -> Self {
         Self {
             value: ArgValue::Pointer(memory.device_ptr()),
@@ -227,28 +228,14 @@ impl From<usize> for KernelArg<'_> {
 /// `&memory`: lent for reading.
 impl<'a, M: DeviceMemory> From<&'a M> for KernelArg<'a> {
     fn from(memory: &'a M) -> Self {
-        Self {
-            value: ArgValue::Pointer(memory.device_ptr()),
-            buffer: Some(BufferArg {
-                lent: Lent::of(memory, false),
-                elem: M::Elem::SCALAR,
-                bytes: device_bytes(memory),
-            }),
-        }
+        Self::lend(memory, false)
     }
 }
 
 /// `&mut memory`: lent for writing.
 impl<'a, M: DeviceMemoryMut> From<&'a mut M> for KernelArg<'a> {
     fn from(memory: &'a mut M) -> Self {
-        let memory = &*memory;
-        Self {
-            value: ArgValue::Pointer(memory.device_ptr()),
-            buffer: Some(BufferArg {
-                lent: Lent::of(memory, true),
-                elem: M::Elem::SCALAR,
-                bytes: device_bytes(memory),
-            }),
-        }
+        // Writable: the `&mut` keeps every host reference away meanwhile.
+        Self::lend(&*memory, true)
     }
 }
