@@ -98,10 +98,23 @@ impl<'a> Lent<'a> {
         self.context
     }
 
-    /// Whether its hooks must run for a use on `stream`.
+    /// Its `before_use` hook for a use on `stream`, skipped on its home
+    /// stream (where the hooks do nothing).
     #[inline]
-    fn hooked_on(&self, stream: &Stream) -> bool {
-        self.home != stream.id()
+    fn before_use(&self, stream: &Stream) -> Result<()> {
+        match self.home == stream.id() {
+            true => Ok(()),
+            false => self.memory.before_use(stream),
+        }
+    }
+
+    /// Its `after_use` hook for a use on `stream`, skipped likewise.
+    #[inline]
+    fn after_use(&self, stream: &Stream) -> Result<()> {
+        match self.home == stream.id() {
+            true => Ok(()),
+            false => self.memory.after_use(stream, self.writable),
+        }
     }
 }
 
@@ -135,10 +148,7 @@ impl Use<'_> {
             Use::Device(buffer, write) | Use::Peer(buffer, write) => {
                 buffer.after_use(stream, write)
             }
-            Use::Extent(lent, ..) if lent.hooked_on(stream) => {
-                lent.memory.after_use(stream, lent.writable)
-            }
-            Use::Extent(..) => Ok(()),
+            Use::Extent(lent, ..) => lent.after_use(stream),
             Use::Host(buffer, write) => buffer.after_host_use(stream, write),
         }
     }
@@ -334,8 +344,8 @@ impl Stream {
         for used in uses.clone() {
             match used {
                 Use::Device(buffer, _) | Use::Peer(buffer, _) => buffer.before_use(self)?,
-                Use::Extent(lent, ..) if lent.hooked_on(self) => lent.memory.before_use(self)?,
-                Use::Extent(..) | Use::Host(..) => {}
+                Use::Extent(lent, ..) => lent.before_use(self)?,
+                Use::Host(..) => {}
             }
         }
         // After the waits above (which order the stream after allocations),
